@@ -1,0 +1,64 @@
+// What the API layer needs from whatever runs the model: submit a tokenized request, receive its
+// tokens one by one. Every request is its own sequence with its own state, created on submit and
+// released when it finishes; nothing carries over between requests.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sampling/params.h"
+
+namespace strata::engine {
+
+using Token = int32_t;
+
+struct GenerationRequest {
+  std::vector<Token> prompt;  // already tokenized, BOS included when wanted
+  int max_tokens = 16;
+  sampling::SamplingParams sampling;
+  int top_logprobs = 0;  // how many alternatives to report per token (0..20)
+};
+
+struct TokenLogprob {
+  Token token = 0;
+  float logprob = 0.0f;  // log-softmax of the raw logits
+};
+
+struct GeneratedToken {
+  Token token = 0;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top;  // top_logprobs entries, most likely first
+  bool end_of_generation = false;  // the model's EOS/EOT: finish_reason "stop"; not to be shown
+};
+
+enum class FinishReason { Stop, Length, Cancelled, Error };
+
+struct RequestCallbacks {
+  // Runs on an engine thread for every generated token; return false to end the request now
+  // (a stop string matched, or the client went away).
+  std::function<bool(const GeneratedToken&)> on_token;
+  // Runs exactly once, last. `error` is set when reason is Error.
+  std::function<void(FinishReason reason, const std::string& error)> on_finish;
+};
+
+struct ModelLimits {
+  int context_size = 0;   // prompt + generated tokens must fit
+  int max_parallel = 0;   // sequences decoded together
+  int max_queued = 0;     // requests waiting beyond that before submit refuses
+};
+
+class Generator {
+ public:
+  virtual ~Generator() = default;
+  virtual ModelLimits limits() const = 0;
+  // Queues the request. Returns false (calling nothing) when the queue is full.
+  // Throws std::invalid_argument when the request cannot fit the context.
+  virtual bool submit(GenerationRequest request, RequestCallbacks callbacks) = 0;
+  // Finishes in-flight requests with Cancelled and refuses new ones; returns when all are done.
+  virtual void shutdown() = 0;
+};
+
+}  // namespace strata::engine
