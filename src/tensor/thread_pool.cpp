@@ -11,7 +11,7 @@ namespace {
 
 // Long enough to cover the gap between the matmuls of one layer, short enough not to
 // steal much from other processes when the model is idle.
-constexpr int kSpinIterations = 20000;
+constexpr int kSpinIterations = 4000;
 
 // Returns the value that satisfied done.
 template <class T, class Pred>
