@@ -262,7 +262,9 @@ struct Fragment {
 // Cuts special-token texts out of the input, longest token first, as llama.cpp does.
 std::vector<Fragment> split_on_special_tokens(const Tokenizer::Impl& impl, std::string_view text,
                                               bool parse_special) {
-  std::vector<Fragment> fragments{{text}};
+  // No fragment for empty text: SentencePiece would otherwise turn "" into its space prefix.
+  std::vector<Fragment> fragments;
+  if (!text.empty()) fragments.push_back({text});
   std::vector<Fragment> next;
   for (Token id : impl.special_tokens) {
     if (!parse_special && impl.types[static_cast<size_t>(id)] != TokenType::UserDefined) continue;
