@@ -207,6 +207,9 @@ size_t match_deepseek_cjk(Piece s, size_t pos) {
 
 // \s+$
 size_t match_trailing_whitespace(Piece s, size_t pos) {
+  // Inside a whitespace run the search already failed one position earlier, so the run does not
+  // reach the end; saying so at once keeps long runs linear rather than quadratic.
+  if (pos > 0 && is_whitespace(s[pos - 1])) return 0;
   const size_t n = run_length(s, pos, is_whitespace);
   return pos + n == s.size() ? n : 0;
 }
@@ -236,8 +239,9 @@ size_t match_punctuation_and_ascii_symbols(Piece s, size_t pos) {
 
 // [0-9][0-9][0-9]
 size_t match_three_ascii_digits(Piece s, size_t pos) {
+  if (pos + 3 > s.size()) return 0;
   const auto is_ascii_digit = [](char32_t cp) { return cp >= '0' && cp <= '9'; };
-  return run_length(s, pos, is_ascii_digit) >= 3 ? 3 : 0;
+  return std::all_of(s.begin() + pos, s.begin() + pos + 3, is_ascii_digit) ? 3 : 0;
 }
 
 std::span<const Matcher> matchers_for(PreTokenizer kind) {
