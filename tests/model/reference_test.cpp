@@ -12,6 +12,7 @@
 #include "gguf/gguf.h"
 #include "reference/reference.h"
 #include "tensor/dtype.h"
+#include "tensor/quant.h"
 
 namespace strata::reference {
 namespace {
@@ -88,7 +89,15 @@ struct TinyModel {
     for (const auto& [name, t] : tensors) {
       const DType type = t.dims.size() == 2 ? matrix_type : DType::F32;
       std::vector<uint8_t> bytes;
-      for (float v : t.values) {
+      if (tensor::info(type).block_elements > 1) {
+        const auto cols = static_cast<int64_t>(t.dims[0]);
+        const uint64_t row_size = *tensor::row_bytes(type, t.dims[0]);
+        bytes.resize(row_size * t.dims[1]);
+        for (uint64_t r = 0; r < t.dims[1]; ++r) {
+          tensor::quantize_row(type, t.values.data() + r * t.dims[0], bytes.data() + r * row_size, cols);
+        }
+      }
+      for (float v : tensor::info(type).block_elements > 1 ? std::vector<float>{} : t.values) {
         if (type == DType::F32) {
           uint8_t raw[4];
           std::memcpy(raw, &v, 4);
@@ -256,6 +265,42 @@ TEST(Reference, DecodesHalfAndBfloatWeights) {
   const auto f32 = run(random_model(2), kTinyTokens);
   expect_near(run(random_model(2), kTinyTokens, DType::F16), f32, 0.0);
   expect_near(run(random_model(2), kTinyTokens, DType::BF16), f32, 0.0);
+}
+
+// Width 256 so that every block format, K-quants included, fits a row.
+TinyModel wide_model() {
+  TinyModel m;
+  m.set_shape(256, 1, 256, 4, 2, 64);
+  m.matrix("token_embd.weight", 5, 256, pseudo_random(5 * 256, 21));
+  m.vector("output_norm.weight", pseudo_random(256, 22));
+  m.vector("blk.0.attn_norm.weight", pseudo_random(256, 23));
+  m.vector("blk.0.ffn_norm.weight", pseudo_random(256, 24));
+  m.matrix("blk.0.attn_q.weight", 256, 256, pseudo_random(256 * 256, 25));
+  m.matrix("blk.0.attn_k.weight", 128, 256, pseudo_random(128 * 256, 26));
+  m.matrix("blk.0.attn_v.weight", 128, 256, pseudo_random(128 * 256, 27));
+  m.matrix("blk.0.attn_output.weight", 256, 256, pseudo_random(256 * 256, 28));
+  m.matrix("blk.0.ffn_gate.weight", 256, 256, pseudo_random(256 * 256, 29));
+  m.matrix("blk.0.ffn_up.weight", 256, 256, pseudo_random(256 * 256, 30));
+  m.matrix("blk.0.ffn_down.weight", 256, 256, pseudo_random(256 * 256, 31));
+  return m;
+}
+
+TEST(Reference, QuantizedWeightsActAsTheirDequantizedValues) {
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K,
+                     DType::Q5_K, DType::Q6_K}) {
+    SCOPED_TRACE(std::string(tensor::dtype_name(type)));
+    TinyModel dequantized = wide_model();
+    for (auto& [name, t] : dequantized.tensors) {
+      if (t.dims.size() != 2) continue;
+      std::vector<uint8_t> block_row(*tensor::row_bytes(type, t.dims[0]));
+      for (uint64_t r = 0; r < t.dims[1]; ++r) {
+        float* row = t.values.data() + r * t.dims[0];
+        tensor::quantize_row(type, row, block_row.data(), static_cast<int64_t>(t.dims[0]));
+        tensor::dequantize_row(type, block_row.data(), row, static_cast<int64_t>(t.dims[0]));
+      }
+    }
+    expect_near(run(wide_model(), kTinyTokens, type), run(dequantized, kTinyTokens), 0.0);
+  }
 }
 
 TEST(Reference, RefusesWhatItCannotRun) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tensor/dtype.h"
+#include "tensor/quant.h"
 
 namespace strata::reference {
 namespace {
@@ -91,40 +92,52 @@ class Weight {
  public:
   Weight(const gguf::File& model, const gguf::TensorInfo& info) : model_(model), info_(info) {
     const auto type = static_cast<tensor::DType>(info.type);
-    if (type != tensor::DType::F32 && type != tensor::DType::F16 && type != tensor::DType::BF16) {
+    if (!tensor::info(type).computable) {
       throw gguf::Error("reference: tensor " + info.name + " has unsupported type " +
                         std::string(tensor::dtype_name(type)));
     }
+    const std::optional<uint64_t> bytes = tensor::row_bytes(type, info.dims[0]);
+    if (!bytes) throw gguf::Error("reference: rows of " + info.name + " are not whole blocks");
+    row_bytes_ = static_cast<size_t>(*bytes);
   }
   size_t cols() const { return static_cast<size_t>(info_.dims[0]); }
   size_t rows() const { return info_.dims.size() > 1 ? static_cast<size_t>(info_.dims[1]) : 1; }
 
+  // Plain float types are decoded here; block-quantized rows go through the engine's
+  // dequantizer, which has its own tests against hand-built blocks.
   Vector row(size_t index) const {
-    const uint8_t* data = model_.tensor_data(info_);
+    const uint8_t* data = model_.tensor_data(info_) + index * row_bytes_;
     Vector values(cols());
-    for (size_t c = 0; c < values.size(); ++c) {
-      const size_t element = index * cols() + c;
-      switch (static_cast<tensor::DType>(info_.type)) {
-        case tensor::DType::F32: {
+    switch (static_cast<tensor::DType>(info_.type)) {
+      case tensor::DType::F32:
+        for (size_t c = 0; c < values.size(); ++c) {
           float value;
-          std::memcpy(&value, data + element * 4, 4);
+          std::memcpy(&value, data + c * 4, 4);
           values[c] = value;
-          break;
         }
-        case tensor::DType::F16: {
+        break;
+      case tensor::DType::F16:
+        for (size_t c = 0; c < values.size(); ++c) {
           uint16_t bits;
-          std::memcpy(&bits, data + element * 2, 2);
+          std::memcpy(&bits, data + c * 2, 2);
           values[c] = half_to_double(bits);
-          break;
         }
-        default: {  // BF16: the upper half of an F32
+        break;
+      case tensor::DType::BF16:  // the upper half of an F32
+        for (size_t c = 0; c < values.size(); ++c) {
           uint16_t bits;
-          std::memcpy(&bits, data + element * 2, 2);
+          std::memcpy(&bits, data + c * 2, 2);
           const uint32_t widened = uint32_t{bits} << 16;
           float value;
           std::memcpy(&value, &widened, 4);
           values[c] = value;
         }
+        break;
+      default: {
+        std::vector<float> dequantized(values.size());
+        tensor::dequantize_row(static_cast<tensor::DType>(info_.type), data, dequantized.data(),
+                               static_cast<int64_t>(dequantized.size()));
+        values.assign(dequantized.begin(), dequantized.end());
       }
     }
     return values;
@@ -133,6 +146,7 @@ class Weight {
  private:
   const gguf::File& model_;
   const gguf::TensorInfo& info_;
+  size_t row_bytes_ = 0;
 };
 
 const gguf::TensorInfo* find_with_shape(const gguf::File& model, const std::string& name,

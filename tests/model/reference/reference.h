@@ -3,8 +3,9 @@
 // against it. Slow by design: it recomputes everything from scratch and decodes every weight
 // row as it uses it.
 //
-// Weight types: F32, F16 and BF16. Quantized tensors are refused until the dequantizer
-// (tensor/quant.h) is available.
+// Weight types: F32, F16 and BF16 are decoded here; the block-quantized types the engine can
+// compute (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) are expanded to float with
+// tensor::dequantize_row and then used in double.
 #pragma once
 
 #include <cstdint>
