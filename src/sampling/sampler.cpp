@@ -59,36 +59,39 @@ void apply_penalties(std::span<float> logits, std::span<const int32_t> history,
 
 void keep_top_k(std::vector<Candidate>& candidates, int k) {
   if (k <= 0 || static_cast<size_t>(k) >= candidates.size()) return;
-  const auto kth = candidates.begin() + k;
-  std::nth_element(candidates.begin(), kth - 1, candidates.end(), more_likely);
+  std::nth_element(candidates.begin(), candidates.begin() + (k - 1), candidates.end(), more_likely);
   candidates.resize(static_cast<size_t>(k));
-  std::sort(candidates.begin(), candidates.end(), more_likely);
 }
 
 void keep_top_p(std::vector<Candidate>& candidates, float p) {
   if (p >= 1.0f || candidates.size() <= 1) return;
   double max_logit = -INFINITY;
   for (const Candidate& c : candidates) max_logit = std::max(max_logit, double{c.logit});
-  double total = 0.0;
-  for (const Candidate& c : candidates) total += std::exp(c.logit - max_logit);
-  const double target = double{p} * total;
-  // The nucleus is usually a small fraction of a large vocabulary: sort a growing prefix
-  // instead of everything.
-  size_t sorted = std::min<size_t>(candidates.size(), 64);
-  for (;;) {
-    std::partial_sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(sorted),
-                      candidates.end(), more_likely);
-    double cumulative = 0.0;
-    for (size_t i = 0; i < sorted; ++i) {
-      cumulative += std::exp(candidates[i].logit - max_logit);
-      if (cumulative >= target) {
-        candidates.resize(i + 1);
-        return;
-      }
+  const auto mass = [&](size_t begin, size_t end) {
+    double sum = 0.0;
+    for (size_t i = begin; i < end; ++i) sum += std::exp(candidates[i].logit - max_logit);
+    return sum;
+  };
+  // A flat distribution puts most of a large vocabulary in the nucleus, so rather than sorting,
+  // narrow down its last member by halving: [0, settled) is known to be inside the nucleus and
+  // more likely than the rest, and the last member lies in [settled, end).
+  double needed = double{p} * mass(0, candidates.size());
+  size_t settled = 0;
+  size_t end = candidates.size();
+  while (end - settled > 1) {
+    const size_t middle = settled + (end - settled) / 2;
+    std::nth_element(candidates.begin() + static_cast<std::ptrdiff_t>(settled),
+                     candidates.begin() + static_cast<std::ptrdiff_t>(middle),
+                     candidates.begin() + static_cast<std::ptrdiff_t>(end), more_likely);
+    const double upper_mass = mass(settled, middle);
+    if (upper_mass >= needed) {
+      end = middle;
+    } else {
+      needed -= upper_mass;
+      settled = middle;
     }
-    if (sorted == candidates.size()) return;
-    sorted = std::min(candidates.size(), sorted * 4);
   }
+  candidates.resize(end);
 }
 
 void keep_min_p(std::vector<Candidate>& candidates, float min_p) {
@@ -116,8 +119,12 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
 
   if (params_.temperature <= 0.0f) {
     int32_t best = 0;
+    float best_logit = penalized_[0];
     for (int32_t token = 1; token < vocab_size_; ++token) {
-      if (penalized_[static_cast<size_t>(token)] > penalized_[static_cast<size_t>(best)]) best = token;
+      if (penalized_[static_cast<size_t>(token)] > best_logit) {
+        best = token;
+        best_logit = penalized_[static_cast<size_t>(token)];
+      }
     }
     return best;
   }

@@ -24,14 +24,14 @@ struct Candidate {
 void apply_penalties(std::span<float> logits, std::span<const int32_t> history,
                      const SamplingParams& params);
 
-// The filters below shrink `candidates`, which may come in any order. Those that sort leave the
-// survivors most likely first, ties broken by lower token id, so that results never depend on
-// the input order. Each keeps at least one candidate.
+// The filters below shrink `candidates`, which may come in any order, and may reorder the
+// survivors; the result depends only on the input, contents and order. Equal logits rank the
+// lower token id first. Each keeps at least one candidate; none sorts the whole vocabulary.
 
 // Keeps the k highest logits; k <= 0 or k >= size keeps all.
 void keep_top_k(std::vector<Candidate>& candidates, int k);
-// Keeps the smallest most-likely-first prefix whose probability (softmax over `candidates`)
-// reaches p; p >= 1 keeps all.
+// Keeps the smallest set of most likely candidates whose probability (softmax over
+// `candidates`) reaches p; p >= 1 keeps all.
 void keep_top_p(std::vector<Candidate>& candidates, float p);
 // Keeps the candidates whose probability is at least min_p times the highest one; min_p <= 0
 // keeps all. Preserves the order of the survivors.

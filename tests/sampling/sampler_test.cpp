@@ -28,9 +28,11 @@ std::vector<Candidate> candidates_of(const std::vector<float>& logits) {
   return candidates;
 }
 
+// The surviving tokens in increasing order (the filters do not promise an order).
 std::vector<int32_t> tokens_of(const std::vector<Candidate>& candidates) {
   std::vector<int32_t> tokens;
   for (const Candidate& c : candidates) tokens.push_back(c.token);
+  std::sort(tokens.begin(), tokens.end());
   return tokens;
 }
 
@@ -117,10 +119,13 @@ TEST(Penalties, RejectHistoryTokensOutsideTheVocabulary) {
   EXPECT_THROW(apply_penalties(logits, std::vector<int32_t>{-1}, params), std::invalid_argument);
 }
 
-TEST(TopK, KeepsExactlyKMostLikelyFirstWithTiesToLowerIds) {
+TEST(TopK, KeepsExactlyKWithTiesToLowerIds) {
   auto candidates = candidates_of({0.5f, 2.0f, 1.0f, 2.0f, 1.0f, -3.0f});
   keep_top_k(candidates, 3);
-  EXPECT_EQ(tokens_of(candidates), (std::vector<int32_t>{1, 3, 2}));
+  EXPECT_EQ(tokens_of(candidates), (std::vector<int32_t>{1, 2, 3}));
+  candidates = candidates_of({1.0f, 1.0f, 1.0f, 1.0f});
+  keep_top_k(candidates, 2);
+  EXPECT_EQ(tokens_of(candidates), (std::vector<int32_t>{0, 1}));
   candidates = candidates_of({0.5f, 2.0f, 1.0f});
   keep_top_k(candidates, 0);
   EXPECT_EQ(candidates.size(), 3u);
@@ -137,29 +142,34 @@ TEST(TopP, KeepsTheSmallestPrefixReachingP) {
   };
   EXPECT_EQ(nucleus(0.4f), (std::vector<int32_t>{1}));
   EXPECT_EQ(nucleus(0.75f), (std::vector<int32_t>{1, 3}));
-  EXPECT_EQ(nucleus(0.85f), (std::vector<int32_t>{1, 3, 2}));
-  EXPECT_EQ(nucleus(0.99f), (std::vector<int32_t>{1, 3, 2, 0}));
+  EXPECT_EQ(nucleus(0.0f), (std::vector<int32_t>{1}));
+  EXPECT_EQ(nucleus(0.85f), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(nucleus(0.99f), (std::vector<int32_t>{0, 1, 2, 3}));
   EXPECT_EQ(nucleus(1.0f).size(), 4u);
 }
 
 TEST(TopP, OnALargeVocabularyMatchesAFullSort) {
-  std::vector<float> logits(5000);
-  Random random(7);
-  for (float& l : logits) l = static_cast<float>(random.next_unit() * 4.0);
-  auto candidates = candidates_of(logits);
-  keep_top_p(candidates, 0.9f);
-
-  auto expected = candidates_of(logits);
-  std::sort(expected.begin(), expected.end(), [](const Candidate& a, const Candidate& b) {
-    return a.logit > b.logit || (a.logit == b.logit && a.token < b.token);
-  });
-  const std::vector<double> p = softmax(logits, 1.0);
-  double cumulative = 0.0;
-  size_t keep = 0;
-  while (cumulative < 0.9) cumulative += p[static_cast<size_t>(expected[keep++].token)];
-  expected.resize(keep);
-  EXPECT_GT(keep, 1000u);  // the growing prefix had to grow several times
-  EXPECT_EQ(tokens_of(candidates), tokens_of(expected));
+  // Flat logits put the boundary deep in the vocabulary, peaked ones near the top.
+  for (double spread : {4.0, 40.0}) {
+    std::vector<float> logits(5000);
+    Random random(7);
+    for (float& l : logits) l = static_cast<float>(random.next_unit() * spread);
+    std::vector<Candidate> by_likelihood = candidates_of(logits);
+    std::sort(by_likelihood.begin(), by_likelihood.end(), [](const Candidate& a, const Candidate& b) {
+      return a.logit > b.logit || (a.logit == b.logit && a.token < b.token);
+    });
+    const std::vector<double> p = softmax(logits, 1.0);
+    for (float top_p : {0.5f, 0.9f, 0.99f}) {
+      SCOPED_TRACE(testing::Message() << "spread " << spread << ", top_p " << top_p);
+      auto candidates = candidates_of(logits);
+      keep_top_p(candidates, top_p);
+      double cumulative = 0.0;
+      size_t keep = 0;
+      while (cumulative < top_p) cumulative += p[static_cast<size_t>(by_likelihood[keep++].token)];
+      EXPECT_EQ(tokens_of(candidates),
+                tokens_of({by_likelihood.begin(), by_likelihood.begin() + static_cast<std::ptrdiff_t>(keep)}));
+    }
+  }
 }
 
 TEST(MinP, KeepsProbabilitiesAtLeastMinPTimesTheMaximum) {
