@@ -414,13 +414,13 @@ TEST_F(AidreamsTest, GreedyDecodingWritesEnglish) {
     tokens.push_back(static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin()));
   }
 
-  std::string prompt_text, generated_text, ids;
-  for (size_t i = 1; i < tokens.size(); ++i) {
-    (i < prompt_size ? prompt_text : generated_text) += text_of(tokens[i]);
-    ids += std::to_string(tokens[i]) + (i + 1 < tokens.size() ? " " : "");
+  std::string prompt_text, generated_text, prompt_ids, generated_ids;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    (i < prompt_size ? prompt_text : generated_text) += i == 0 ? "" : text_of(tokens[i]);
+    (i < prompt_size ? prompt_ids : generated_ids) += std::to_string(tokens[i]) + " ";
   }
-  std::cout << "prompt:" << prompt_text << "\ngenerated:" << generated_text << "\ntoken ids: " << ids
-            << "\n";
+  std::cout << "prompt:" << prompt_text << "\nprompt ids: " << prompt_ids
+            << "\ngenerated:" << generated_text << "\ngenerated ids: " << generated_ids << "\n";
 
   // Most generated pieces are letters, spaces or ordinary punctuation, not bytes or noise.
   int wordlike = 0;
