@@ -7,6 +7,7 @@
 
 #include "tensor/dtype.h"
 #include "tensor/quant.h"
+#include "tensor/vector_ops.h"
 
 namespace strata::model {
 namespace {
@@ -199,25 +200,36 @@ void Model::embed(std::span<const Token> tokens, float* out) const {
   }
 }
 
-void Model::rope(float* rows, int row_count, int heads, std::span<const int> positions) const {
+void Model::prepare_rope(std::span<const int> positions) {
+  const size_t pairs = rope_inverse_freq_.size();
+  rope_cos_.resize(positions.size() * pairs);
+  rope_sin_.resize(positions.size() * pairs);
+  for (size_t r = 0; r < positions.size(); ++r) {
+    for (size_t i = 0; i < pairs; ++i) {
+      const float angle = static_cast<float>(positions[r]) * rope_inverse_freq_[i];
+      rope_cos_[r * pairs + i] = std::cos(angle);
+      rope_sin_[r * pairs + i] = std::sin(angle);
+    }
+  }
+}
+
+void Model::rope(float* rows, int row_count, int heads) const {
   const int head_dim = config_.head_dim;
-  const int pairs = config_.rope_dim / 2;
+  const size_t pairs = rope_inverse_freq_.size();
   // Adjacent pairs rotate (2i, 2i+1); halves rotate (i, i + rope_dim/2).
   const bool adjacent = config_.rope_style == RopeStyle::AdjacentPairs;
   for (int r = 0; r < row_count; ++r) {
-    const float position = static_cast<float>(positions[static_cast<size_t>(r)]);
+    const float* cos_row = rope_cos_.data() + static_cast<size_t>(r) * pairs;
+    const float* sin_row = rope_sin_.data() + static_cast<size_t>(r) * pairs;
     for (int h = 0; h < heads; ++h) {
       float* head = rows + (static_cast<size_t>(r) * heads + h) * head_dim;
-      for (int i = 0; i < pairs; ++i) {
-        const float angle = position * rope_inverse_freq_[static_cast<size_t>(i)];
-        const float cos_a = std::cos(angle);
-        const float sin_a = std::sin(angle);
+      for (size_t i = 0; i < pairs; ++i) {
         float& a = head[adjacent ? 2 * i : i];
         float& b = head[adjacent ? 2 * i + 1 : i + pairs];
         const float a0 = a;
         const float b0 = b;
-        a = a0 * cos_a - b0 * sin_a;
-        b = a0 * sin_a + b0 * cos_a;
+        a = a0 * cos_row[i] - b0 * sin_row[i];
+        b = a0 * sin_row[i] + b0 * cos_row[i];
       }
     }
   }
@@ -245,27 +257,21 @@ void Model::attention(const Layer&, int layer_index, std::span<const SequenceSli
       const int position = positions_[row];
       const float* q = q_.data() + (row * heads + static_cast<size_t>(h)) * head_dim;
       const int kv_offset = (h / group) * head_dim;
-      weights.resize(static_cast<size_t>(position) + 1);
+      const size_t span = static_cast<size_t>(position) + 1;
+      weights.resize(span);
       float max_score = -INFINITY;
-      for (int p = 0; p <= position; ++p) {
-        const float* k = kv.keys(layer_index, p) + kv_offset;
-        float dot = 0.0f;
-        for (int d = 0; d < head_dim; ++d) dot += q[d] * k[d];
-        weights[static_cast<size_t>(p)] = dot * scale;
-        max_score = std::max(max_score, dot * scale);
+      for (size_t p = 0; p < span; ++p) {
+        weights[p] = tensor::dot(q, kv.keys(layer_index, static_cast<int>(p)) + kv_offset, head_dim) * scale;
+        max_score = std::max(max_score, weights[p]);
       }
+      for (float& w : weights) w -= max_score;
+      tensor::exp_in_place(weights.data(), static_cast<int64_t>(span));
       float total = 0.0f;
-      for (int p = 0; p <= position; ++p) {
-        float& w = weights[static_cast<size_t>(p)];
-        w = std::exp(w - max_score);
-        total += w;
-      }
+      for (float w : weights) total += w;
       float* out = attn_out_.data() + (row * heads + static_cast<size_t>(h)) * head_dim;
       std::fill(out, out + head_dim, 0.0f);
-      for (int p = 0; p <= position; ++p) {
-        const float* v = kv.values(layer_index, p) + kv_offset;
-        const float w = weights[static_cast<size_t>(p)];
-        for (int d = 0; d < head_dim; ++d) out[d] += w * v[d];
+      for (size_t p = 0; p < span; ++p) {
+        tensor::add_scaled(weights[p], kv.values(layer_index, static_cast<int>(p)) + kv_offset, out, head_dim);
       }
       const float inv_total = 1.0f / total;
       for (int d = 0; d < head_dim; ++d) out[d] *= inv_total;
@@ -289,6 +295,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
     rows += s.token_count;
   }
   const size_t n = static_cast<size_t>(rows);
+  prepare_rope(positions_);
   x_.resize(n * dim);
   if (range_.has_embedding()) {
     if (tokens.size() != n) throw std::invalid_argument("token count does not match the slices");
@@ -323,8 +330,8 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
     add_bias(q_.data(), layer.q_bias, rows, c.q_dim());
     add_bias(k_.data(), layer.k_bias, rows, c.kv_dim());
     add_bias(v_.data(), layer.v_bias, rows, c.kv_dim());
-    rope(q_.data(), rows, c.head_count, positions_);
-    rope(k_.data(), rows, c.kv_head_count, positions_);
+    rope(q_.data(), rows, c.head_count);
+    rope(k_.data(), rows, c.kv_head_count);
     size_t row = 0;
     for (const SequenceSlice& s : slices) {
       for (int j = 0; j < s.token_count; ++j, ++row) {
@@ -340,10 +347,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
     rms_norm_rows(x_.data(), layer.ffn_norm, rows, dim, c.rms_epsilon, normed_.data());
     tensor::matmul(layer.gate, normed_.data(), rows, gate_.data(), pool);
     tensor::matmul(layer.up, normed_.data(), rows, up_.data(), pool);
-    for (size_t i = 0; i < n * c.ffn_dim; ++i) {
-      const float g = gate_[i];
-      gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];
-    }
+    tensor::silu_times(gate_.data(), up_.data(), static_cast<int64_t>(n) * c.ffn_dim);
     tensor::matmul(layer.down, gate_.data(), rows, proj_.data(), pool);
     add_in_place(x_, proj_, n * dim);
   }

@@ -87,7 +87,9 @@ class Model {
   void embed(std::span<const Token> tokens, float* out) const;
   void attention(const Layer& layer, int layer_index, std::span<const SequenceSlice> slices,
                  tensor::ThreadPool& pool);
-  void rope(float* rows, int row_count, int heads, std::span<const int> positions) const;
+  // Rotation of each input row, computed once per batch for all layers and heads.
+  void prepare_rope(std::span<const int> positions);
+  void rope(float* rows, int row_count, int heads) const;
 
   std::shared_ptr<const gguf::File> file_;
   Config config_;
@@ -101,6 +103,7 @@ class Model {
   // Scratch rows for the current batch, reused between calls.
   std::vector<float> x_, normed_, q_, k_, v_, attn_out_, gate_, up_, proj_;
   std::vector<int> positions_;
+  std::vector<float> rope_cos_, rope_sin_;  // row x rotated pair
 };
 
 }  // namespace strata::model
