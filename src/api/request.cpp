@@ -1,0 +1,316 @@
+#include "api/request.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "api/api_error.h"
+
+namespace strata::api {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr size_t kMaxStopStrings = 4;
+constexpr int kMaxTopLogprobs = 20;
+
+[[noreturn]] void invalid_type(const std::string& param, const char* expected) {
+  throw ApiError(400, "Invalid type for '" + param + "': expected " + expected + ".", param,
+                 "invalid_type");
+}
+
+[[noreturn]] void invalid_value(const std::string& param, const std::string& why) {
+  throw ApiError(400, "Invalid value for '" + param + "': " + why, param, "invalid_value");
+}
+
+[[noreturn]] void unsupported(const std::string& param, const std::string& why) {
+  throw ApiError(400, "Unsupported parameter '" + param + "': " + why, param,
+                 "unsupported_parameter");
+}
+
+double read_number(const json& value, const std::string& param, double min, double max) {
+  if (!value.is_number()) invalid_type(param, "a number");
+  double number = value.get<double>();
+  if (!(number >= min && number <= max)) {
+    invalid_value(param, "must be between " + json(min).dump() + " and " + json(max).dump() + ".");
+  }
+  return number;
+}
+
+int64_t read_integer(const json& value, const std::string& param, int64_t min, int64_t max) {
+  int64_t number = 0;
+  if (value.is_number_integer()) {
+    if (value.is_number_unsigned() &&
+        value.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) {
+      invalid_value(param, "must be at most " + std::to_string(max) + ".");
+    }
+    number = value.get<int64_t>();
+  } else if (value.is_number_float() && std::floor(value.get<double>()) == value.get<double>() &&
+             std::abs(value.get<double>()) < 9e18) {
+    number = static_cast<int64_t>(value.get<double>());  // clients in JavaScript send 5.0 for 5
+  } else {
+    invalid_type(param, "an integer");
+  }
+  if (number < min || number > max) {
+    invalid_value(param, "must be between " + std::to_string(min) + " and " + std::to_string(max) +
+                             ".");
+  }
+  return number;
+}
+
+bool read_bool(const json& value, const std::string& param) {
+  if (!value.is_boolean()) invalid_type(param, "a boolean");
+  return value.get<bool>();
+}
+
+const std::string& read_string(const json& value, const std::string& param) {
+  if (!value.is_string()) invalid_type(param, "a string");
+  return value.get_ref<const std::string&>();
+}
+
+std::string element(const std::string& param, size_t index) {
+  return param + "[" + std::to_string(index) + "]";
+}
+
+std::string read_content(const json& content, const std::string& param) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) invalid_type(param, "a string or an array of content parts");
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const json& part = content[i];
+    std::string part_param = element(param, i);
+    if (!part.is_object()) invalid_type(part_param, "an object");
+    auto type = part.find("type");
+    if (type == part.end()) {
+      throw ApiError(400, "Missing required parameter: '" + part_param + ".type'.",
+                     part_param + ".type", "missing_required_parameter");
+    }
+    if (read_string(*type, part_param + ".type") != "text") {
+      unsupported(part_param + ".type", "only \"text\" content parts are supported.");
+    }
+    for (const auto& [key, value] : part.items()) {
+      if (key == "type") continue;
+      if (key != "text") unsupported(part_param + "." + key, "not supported in content parts.");
+      text += read_string(value, part_param + ".text");
+    }
+  }
+  return text;
+}
+
+ChatMessage read_message(const json& message, const std::string& param) {
+  if (!message.is_object()) invalid_type(param, "an object");
+  ChatMessage result;
+  auto role = message.find("role");
+  if (role == message.end()) {
+    throw ApiError(400, "Missing required parameter: '" + param + ".role'.", param + ".role",
+                   "missing_required_parameter");
+  }
+  result.role = read_string(*role, param + ".role");
+  if (result.role == "developer") result.role = "system";
+  if (result.role != "system" && result.role != "user" && result.role != "assistant") {
+    unsupported(param + ".role",
+                "'" + result.role + "' is not supported; use system, developer, user or assistant.");
+  }
+  bool has_content = false;
+  for (const auto& [key, value] : message.items()) {
+    if (key == "role" || key == "name") continue;  // a speaker's name does not change the template
+    if (key != "content") unsupported(param + "." + key, "not supported in messages.");
+    if (value.is_null() && result.role == "assistant") continue;
+    result.content = read_content(value, param + ".content");
+    has_content = true;
+  }
+  if (!has_content && result.role != "assistant") {
+    throw ApiError(400, "Missing required parameter: '" + param + ".content'.", param + ".content",
+                   "missing_required_parameter");
+  }
+  return result;
+}
+
+std::vector<ChatMessage> read_messages(const json& messages) {
+  if (!messages.is_array()) invalid_type("messages", "an array");
+  if (messages.empty()) invalid_value("messages", "must contain at least one message.");
+  std::vector<ChatMessage> result;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    result.push_back(read_message(messages[i], element("messages", i)));
+  }
+  return result;
+}
+
+std::string read_prompt(const json& prompt) {
+  if (prompt.is_string()) return prompt.get<std::string>();
+  if (prompt.is_array() && prompt.size() == 1 && prompt[0].is_string()) {
+    return prompt[0].get<std::string>();
+  }
+  if (prompt.is_array() && prompt.size() == 1) {
+    unsupported("prompt", "token arrays are not supported; send the prompt as a string.");
+  }
+  if (prompt.is_array()) unsupported("prompt", "exactly one prompt per request is supported.");
+  invalid_type("prompt", "a string");
+}
+
+std::vector<std::string> read_stop(const json& stop) {
+  std::vector<std::string> result;
+  if (stop.is_string()) {
+    result.push_back(stop.get<std::string>());
+  } else if (stop.is_array()) {
+    if (stop.size() > kMaxStopStrings) {
+      invalid_value("stop", "at most " + std::to_string(kMaxStopStrings) + " stop sequences.");
+    }
+    for (size_t i = 0; i < stop.size(); ++i) result.push_back(read_string(stop[i], element("stop", i)));
+  } else {
+    invalid_type("stop", "a string or an array of strings");
+  }
+  for (const auto& text : result) {
+    if (text.empty()) invalid_value("stop", "stop sequences must not be empty.");
+  }
+  return result;
+}
+
+// Fields accepted only with the value that means "feature off", since anything else would need
+// behaviour we do not have.
+void require_neutral(const std::string& param, const json& value) {
+  bool neutral = false;
+  if (param == "n" || param == "best_of") {
+    neutral = read_integer(value, param, 1, std::numeric_limits<int32_t>::max()) == 1;
+  } else if (param == "echo") {
+    neutral = !read_bool(value, param);
+  } else if (param == "suffix") {
+    neutral = read_string(value, param).empty();
+  } else if (param == "logit_bias") {
+    if (!value.is_object()) invalid_type(param, "an object");
+    neutral = value.empty();
+  } else if (param == "tools" || param == "functions") {
+    if (!value.is_array()) invalid_type(param, "an array");
+    neutral = value.empty();
+  } else if (param == "tool_choice") {
+    neutral = value.is_string() && (value == "none" || value == "auto");
+  } else if (param == "response_format") {
+    neutral = value.is_object() && value.size() == 1 && value.contains("type") &&
+              value["type"] == "text";
+  }
+  if (!neutral) unsupported(param, "only its default value is supported.");
+}
+
+}  // namespace
+
+const std::vector<std::string_view>& ignored_request_fields() {
+  static const std::vector<std::string_view> fields = {
+      "user", "store", "metadata", "service_tier", "prediction", "parallel_tool_calls",
+  };
+  return fields;
+}
+
+CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view body) {
+  json root;
+  try {
+    root = json::parse(body);
+  } catch (const json::parse_error& error) {
+    throw ApiError(400, std::string("The request body is not valid JSON: ") + error.what(), {},
+                   "invalid_json");
+  }
+  if (!root.is_object()) {
+    throw ApiError(400, "The request body must be a JSON object.", {}, "invalid_json");
+  }
+
+  const bool chat = endpoint == Endpoint::ChatCompletions;
+  CompletionRequest request;
+  request.endpoint = endpoint;
+  request.sampling.seed = std::random_device{}();
+  std::optional<int> max_tokens, max_completion_tokens;
+  const json* stream_options = nullptr;
+  const json* top_logprobs = nullptr;
+  bool has_input = false;
+
+  using Reader = std::function<void(const json&)>;
+  const std::unordered_map<std::string_view, Reader> readers = {
+      {"model", [&](const json& v) { request.model = read_string(v, "model"); }},
+      {chat ? "messages" : "prompt",
+       [&](const json& v) {
+         if (chat) request.messages = read_messages(v);
+         else request.prompt = read_prompt(v);
+         has_input = true;
+       }},
+      {"max_tokens",
+       [&](const json& v) { max_tokens = read_integer(v, "max_tokens", 1, std::numeric_limits<int32_t>::max()); }},
+      {"temperature",
+       [&](const json& v) { request.sampling.temperature = read_number(v, "temperature", 0, 2); }},
+      {"top_p", [&](const json& v) { request.sampling.top_p = read_number(v, "top_p", 0, 1); }},
+      {"top_k",
+       [&](const json& v) { request.sampling.top_k = read_integer(v, "top_k", 0, std::numeric_limits<int32_t>::max()); }},
+      {"min_p", [&](const json& v) { request.sampling.min_p = read_number(v, "min_p", 0, 1); }},
+      {"seed",
+       [&](const json& v) {
+         request.sampling.seed = static_cast<uint64_t>(read_integer(
+             v, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
+       }},
+      {"stop", [&](const json& v) { request.stop = read_stop(v); }},
+      {"presence_penalty",
+       [&](const json& v) { request.sampling.presence_penalty = read_number(v, "presence_penalty", -2, 2); }},
+      {"frequency_penalty",
+       [&](const json& v) { request.sampling.frequency_penalty = read_number(v, "frequency_penalty", -2, 2); }},
+      {"repetition_penalty",
+       [&](const json& v) { request.sampling.repetition_penalty = read_number(v, "repetition_penalty", 0.01, 10); }},
+      {"stream", [&](const json& v) { request.stream = read_bool(v, "stream"); }},
+      {"stream_options", [&](const json& v) { stream_options = &v; }},
+      {"logprobs",
+       [&](const json& v) {
+         if (chat) {
+           request.logprobs = read_bool(v, "logprobs");
+         } else {
+           request.logprobs = true;
+           request.top_logprobs = int(read_integer(v, "logprobs", 0, kMaxTopLogprobs));
+         }
+       }},
+  };
+
+  for (const auto& [key, value] : root.items()) {
+    if (value.is_null()) continue;  // clients send null for "not set"
+    if (auto reader = readers.find(key); reader != readers.end()) {
+      reader->second(value);
+    } else if (key == "max_completion_tokens" && chat) {
+      max_completion_tokens =
+          read_integer(value, key, 1, std::numeric_limits<int32_t>::max());
+    } else if (key == "top_logprobs" && chat) {
+      top_logprobs = &value;
+    } else if (key == "n" || key == "logit_bias" || key == "response_format" ||
+               (chat && (key == "tools" || key == "tool_choice" || key == "functions")) ||
+               (!chat && (key == "echo" || key == "best_of" || key == "suffix"))) {
+      require_neutral(key, value);
+    } else if (std::find(ignored_request_fields().begin(), ignored_request_fields().end(), key) ==
+               ignored_request_fields().end()) {
+      throw ApiError(400, "Unrecognized request argument supplied: " + key, key,
+                     "unknown_parameter");
+    }
+  }
+
+  if (!has_input) {
+    std::string param = chat ? "messages" : "prompt";
+    throw ApiError(400, "Missing required parameter: '" + param + "'.", param,
+                   "missing_required_parameter");
+  }
+  request.max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens;
+  if (top_logprobs) {
+    request.top_logprobs = int(read_integer(*top_logprobs, "top_logprobs", 0, kMaxTopLogprobs));
+    if (!request.logprobs) {
+      invalid_value("top_logprobs", "'logprobs' must be true when 'top_logprobs' is set.");
+    }
+  }
+  if (stream_options) {
+    if (!request.stream) {
+      invalid_value("stream_options", "only allowed when 'stream' is true.");
+    }
+    if (!stream_options->is_object()) invalid_type("stream_options", "an object");
+    for (const auto& [key, value] : stream_options->items()) {
+      if (key != "include_usage") unsupported("stream_options." + key, "not supported.");
+      if (!value.is_null()) request.include_usage = read_bool(value, "stream_options.include_usage");
+    }
+  }
+  return request;
+}
+
+}  // namespace strata::api
