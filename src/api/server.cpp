@@ -87,6 +87,9 @@ class Server::Impl {
       throw std::runtime_error("cannot listen on " + options_.host + ":" +
                                std::to_string(options_.port));
     }
+    // httplib listens with a backlog of 5, which drops connections when many clients arrive at
+    // once; listening again on the same socket raises it.
+    if (listening_socket_ != INVALID_SOCKET) ::listen(listening_socket_, SOMAXCONN);
     listener_ = std::thread([this] { http_.listen_after_bind(); });
   }
 
@@ -109,6 +112,10 @@ class Server::Impl {
                                    kMaxHttpThreads);
     http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     http_.set_payload_max_length(options_.max_body_bytes);
+    http_.set_socket_options([this](socket_t socket) {
+      httplib::default_socket_options(socket);
+      listening_socket_ = socket;
+    });
     http_.set_pre_routing_handler(
         [this](const httplib::Request& request, httplib::Response& response) {
           return admit(request, response);
@@ -345,6 +352,7 @@ class Server::Impl {
   httplib::Server http_;
   std::thread listener_;
   int port_ = -1;
+  socket_t listening_socket_ = INVALID_SOCKET;
   std::atomic<bool> stopping_{false};
   std::mutex sessions_mutex_;
   std::set<std::shared_ptr<GenerationSession>> sessions_;
