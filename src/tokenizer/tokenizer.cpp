@@ -320,7 +320,7 @@ std::string Tokenizer::decode(std::span<const Token> tokens) const {
   std::string text;
   bool strip_prefix_space = impl_->add_space_prefix;
   for (Token token : tokens) {
-    const std::string& piece = impl_->pieces.at(static_cast<size_t>(token));
+    const std::string piece = token_piece(token);
     if (strip_prefix_space && !piece.empty()) {
       text.append(piece, piece.front() == ' ' ? 1 : 0);
       strip_prefix_space = false;

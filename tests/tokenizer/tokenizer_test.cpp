@@ -257,5 +257,22 @@ TEST(TokenizerSpeed, EncodesKilobytesInMilliseconds) {
   }
 }
 
+// Long runs of one kind of character are where a careless matcher or merge loop turns quadratic.
+TEST(TokenizerSpeed, LongRunsStayLinear) {
+  const size_t n = 64 * 1024;
+  const std::string runs[] = {std::string(n, '7'), std::string(n, ' ') + "1",
+                              std::string(n, '\t') + "!", std::string(n, 'a')};
+  for (std::string_view name : {"falcon", "deepseek-llm", "llama-spm"}) {
+    const test::LoadedTokenizer loaded = test::load_vocab(name);
+    for (const std::string& text : runs) {
+      const auto start = std::chrono::steady_clock::now();
+      const std::vector<Token> tokens = loaded.tokenizer->encode(text, false, false);
+      const auto elapsed = std::chrono::steady_clock::now() - start;
+      EXPECT_LT(elapsed, std::chrono::milliseconds(300)) << name << ", run of '" << text[0] << "'";
+      EXPECT_EQ(loaded.tokenizer->decode(tokens), text) << name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata::tokenizer
