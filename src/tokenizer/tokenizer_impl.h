@@ -64,7 +64,8 @@ struct Tokenizer::Impl {
     auto it = ids.find(text);
     return it == ids.end() ? nullptr : &it->second;
   }
-  void encode_sentencepiece(std::string_view text, bool prefix_space, std::vector<Token>& out) const;
+  void encode_sentencepiece(std::string_view text, bool prefix_space,
+                            std::vector<Token>& out) const;
   void encode_byte_level(std::string_view text, std::vector<Token>& out) const;
 };
 

@@ -21,7 +21,9 @@ bool contains(const std::vector<Token>& tokens, Token token) {
 
 class LlamaSpm : public testing::Test {
  protected:
-  static void SetUpTestSuite() { loaded_ = new test::LoadedTokenizer(test::load_vocab("llama-spm")); }
+  static void SetUpTestSuite() {
+    loaded_ = new test::LoadedTokenizer(test::load_vocab("llama-spm"));
+  }
   static void TearDownTestSuite() { delete loaded_; }
   const Tokenizer& tok() const { return *loaded_->tokenizer; }
   static inline test::LoadedTokenizer* loaded_ = nullptr;
@@ -244,8 +246,9 @@ TEST_F(TokenizerLoadErrors, MinimalByteLevelVocabularyLoadsAndMerges) {
 TEST(TokenizerSpeed, EncodesKilobytesInMilliseconds) {
   std::string text;
   while (text.size() < 4096) {
-    text += "The quick brown fox jumps over the lazy dog. 1234567890 Привет мир! "
-            "\xE4\xBD\xA0\xE5\xA5\xBD\xE4\xB8\x96\xE7\x95\x8C \xF0\x9F\xA6\x99\n\t  ";
+    text +=
+        "The quick brown fox jumps over the lazy dog. 1234567890 Привет мир! "
+        "\xE4\xBD\xA0\xE5\xA5\xBD\xE4\xB8\x96\xE7\x95\x8C \xF0\x9F\xA6\x99\n\t  ";
   }
   for (std::string_view name : {"deepseek-llm", "llama-spm"}) {
     const test::LoadedTokenizer loaded = test::load_vocab(name);
