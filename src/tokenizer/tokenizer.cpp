@@ -176,7 +176,7 @@ void compute_pieces(Tokenizer::Impl& impl) {
   }
 }
 
-void collect_special_tokens(Tokenizer::Impl& impl, const gguf::File& file) {
+void collect_special_tokens(Tokenizer::Impl& impl) {
   for (size_t id = 0; id < impl.texts.size(); ++id) {
     const TokenType type = impl.types[id];
     if (type == TokenType::Control || type == TokenType::UserDefined ||
@@ -187,7 +187,9 @@ void collect_special_tokens(Tokenizer::Impl& impl, const gguf::File& file) {
   std::stable_sort(impl.special_tokens.begin(), impl.special_tokens.end(), [&](Token a, Token b) {
     return impl.texts[static_cast<size_t>(a)].size() > impl.texts[static_cast<size_t>(b)].size();
   });
+}
 
+void collect_end_of_generation(Tokenizer::Impl& impl, const gguf::File& file) {
   const size_t n = impl.texts.size();
   for (std::string_view key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
     if (Token id = special_token_id(file, key, -1, n); id >= 0)
@@ -249,7 +251,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& file) {
   }
 
   compute_pieces(*impl);
-  collect_special_tokens(*impl, file);
+  collect_special_tokens(*impl);
+  collect_end_of_generation(*impl, file);
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
 }
 
