@@ -1,0 +1,103 @@
+// Pre-tokenizer splits derived by hand from the regexes they implement. There is no Llama 3
+// vocabulary among the shared files, so its regex is checked here directly.
+#include "tokenizer/pre_tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace strata::tokenizer {
+namespace {
+
+using Pieces = std::vector<std::string>;
+
+Pieces split(PreTokenizer kind, std::string_view text) {
+  Pieces pieces;
+  for (std::string_view piece : pre_tokenize(kind, text)) pieces.emplace_back(piece);
+  return pieces;
+}
+
+// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+// \s*[\r\n]+|\s+(?!\S)|\s+
+TEST(Llama3PreTokenizer, WordsTakeTheirLeadingSpace) {
+  EXPECT_EQ(split(PreTokenizer::Llama3, "Hello world"), (Pieces{"Hello", " world"}));
+}
+
+TEST(Llama3PreTokenizer, ContractionsAreCaseInsensitive) {
+  EXPECT_EQ(split(PreTokenizer::Llama3, "I'm sure they'LL go, JOHN'S don't"),
+            (Pieces{"I", "'m", " sure", " they", "'LL", " go", ",", " JOHN", "'S", " don", "'t"}));
+  EXPECT_EQ(split(PreTokenizer::Llama3, "WE'RE WE'VE I'D"),
+            (Pieces{"WE", "'RE", " WE", "'VE", " I", "'D"}));
+}
+
+TEST(Llama3PreTokenizer, ApostropheBeforeOtherLettersPrefixesTheWord) {
+  // After a space the apostrophe is taken by " ?[^\s\p{L}\p{N}]+" before the word can have it.
+  EXPECT_EQ(split(PreTokenizer::Llama3, "'hello 'x"), (Pieces{"'hello", " '", "x"}));
+}
+
+TEST(Llama3PreTokenizer, DigitsGoInGroupsOfUpToThree) {
+  EXPECT_EQ(split(PreTokenizer::Llama3, "12345678"), (Pieces{"123", "456", "78"}));
+  EXPECT_EQ(split(PreTokenizer::Llama3, "abc1234def"), (Pieces{"abc", "123", "4", "def"}));
+  EXPECT_EQ(split(PreTokenizer::Llama3, "$100 7"), (Pieces{"$", "100", " ", "7"}));
+  // Arabic-Indic digits are \p{N} too.
+  EXPECT_EQ(split(PreTokenizer::Llama3, "\u0663\u0664\u0665\u0666"),
+            (Pieces{"\u0663\u0664\u0665", "\u0666"}));
+}
+
+TEST(Llama3PreTokenizer, PunctuationRunsTakeOneSpaceAndFollowingNewlines) {
+  EXPECT_EQ(split(PreTokenizer::Llama3, "Hello!!! ...world"),
+            (Pieces{"Hello", "!!!", " ...", "world"}));
+  EXPECT_EQ(split(PreTokenizer::Llama3, "x.\n\ny"), (Pieces{"x", ".\n\n", "y"}));
+  EXPECT_EQ(split(PreTokenizer::Llama3, "ok \xF0\x9F\x91\x8D\xF0\x9F\x91\x8D!"),
+            (Pieces{"ok", " \xF0\x9F\x91\x8D\xF0\x9F\x91\x8D!"}));
+}
+
+TEST(Llama3PreTokenizer, NewlinesCollectPrecedingWhitespace) {
+  EXPECT_EQ(split(PreTokenizer::Llama3, "hello\r\nworld"), (Pieces{"hello", "\r\n", "world"}));
+  EXPECT_EQ(split(PreTokenizer::Llama3, "a\n\n  b"), (Pieces{"a", "\n\n", " ", " b"}));
+  EXPECT_EQ(split(PreTokenizer::Llama3, "a  \n b"), (Pieces{"a", "  \n", " b"}));
+}
+
+TEST(Llama3PreTokenizer, SpacesBeforeAWordLeaveItTheLastOne) {
+  EXPECT_EQ(split(PreTokenizer::Llama3, "hi   there"), (Pieces{"hi", "  ", " there"}));
+  // A tab is [^\r\n\p{L}\p{N}], so it prefixes the word like a space.
+  EXPECT_EQ(split(PreTokenizer::Llama3, "\tword"), (Pieces{"\tword"}));
+}
+
+TEST(Llama3PreTokenizer, TrailingSpacesStayTogether) {
+  EXPECT_EQ(split(PreTokenizer::Llama3, "hi   "), (Pieces{"hi", "   "}));
+  EXPECT_EQ(split(PreTokenizer::Llama3, "   "), (Pieces{"   "}));
+}
+
+TEST(Llama3PreTokenizer, NonLatinLetters) {
+  EXPECT_EQ(split(PreTokenizer::Llama3, "Привет мир"), (Pieces{"Привет", " мир"}));
+}
+
+TEST(Llama3PreTokenizer, PiecesConcatenateToTheInputEvenForInvalidUtf8) {
+  const std::string text = "ab\xFF\xC3 12\xE2\x82";
+  std::string joined;
+  for (std::string_view piece : pre_tokenize(PreTokenizer::Llama3, text)) joined += piece;
+  EXPECT_EQ(joined, text);
+}
+
+TEST(Qwen2PreTokenizer, SplitsEveryDigit) {
+  EXPECT_EQ(split(PreTokenizer::Qwen2, "x12345"), (Pieces{"x", "1", "2", "3", "4", "5"}));
+}
+
+TEST(Gpt2PreTokenizer, SplitsLikeTheGpt2Regex) {
+  EXPECT_EQ(split(PreTokenizer::Gpt2, "Hello  world's 123!?\n"),
+            (Pieces{"Hello", " ", " world", "'s", " 123", "!?", "\n"}));
+  // Contractions are case-sensitive here.
+  EXPECT_EQ(split(PreTokenizer::Gpt2, "IT'S"), (Pieces{"IT", "'", "S"}));
+}
+
+TEST(PreTokenizerNames, KnownAndUnknownNames) {
+  EXPECT_EQ(pre_tokenizer_from_name("llama-bpe"), PreTokenizer::Llama3);
+  EXPECT_EQ(pre_tokenizer_from_name("smaug-bpe"), PreTokenizer::Llama3);
+  EXPECT_EQ(pre_tokenizer_from_name("qwen2"), PreTokenizer::Qwen2);
+  EXPECT_EQ(pre_tokenizer_from_name("refact"), PreTokenizer::Starcoder);
+  EXPECT_EQ(pre_tokenizer_from_name("no-such-pre"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace strata::tokenizer
