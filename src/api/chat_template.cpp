@@ -16,6 +16,14 @@ std::string_view trim(std::string_view text) {
 
 class PieceWriter {
  public:
+  PieceWriter& bos() {
+    pieces_.push_back({Kind::Bos, {}});
+    return *this;
+  }
+  PieceWriter& eos() {
+    pieces_.push_back({Kind::Eos, {}});
+    return *this;
+  }
   PieceWriter& special(std::string_view text) { return add(Kind::Special, text); }
   PieceWriter& text(std::string_view text) { return add(Kind::Text, text); }
   PieceWriter& content(std::string_view text) { return add(Kind::Content, text); }
@@ -61,8 +69,8 @@ void render_chatml(PieceWriter& out, std::span<const ChatMessage> messages) {
   out.special("<|im_start|>").text("assistant\n");
 }
 
-void render_llama3(PieceWriter& out, std::span<const ChatMessage> messages, const MarkerTexts& markers) {
-  out.special(markers.bos);
+void render_llama3(PieceWriter& out, std::span<const ChatMessage> messages) {
+  out.bos();
   for (const auto& message : messages) {
     out.special("<|start_header_id|>").text(message.role).special("<|end_header_id|>").text("\n\n");
     out.content(trim(message.content)).special("<|eot_id|>");
@@ -70,23 +78,23 @@ void render_llama3(PieceWriter& out, std::span<const ChatMessage> messages, cons
   out.special("<|start_header_id|>").text("assistant").special("<|end_header_id|>").text("\n\n");
 }
 
-void render_llama2(PieceWriter& out, std::span<const ChatMessage> messages, const MarkerTexts& markers) {
+void render_llama2(PieceWriter& out, std::span<const ChatMessage> messages) {
   for (const auto& turn : fold_system_messages(messages)) {
     if (!turn.from_user) {
-      out.text(" ").content(trim(turn.content)).text(" ").special(markers.eos);
+      out.text(" ").content(trim(turn.content)).text(" ").eos();
       continue;
     }
-    out.special(markers.bos).text("[INST] ");
+    out.bos().text("[INST] ");
     if (!turn.system.empty()) out.text("<<SYS>>\n").content(trim(turn.system)).text("\n<</SYS>>\n\n");
     out.content(trim(turn.content)).text(" [/INST]");
   }
 }
 
-void render_mistral(PieceWriter& out, std::span<const ChatMessage> messages, const MarkerTexts& markers) {
-  out.special(markers.bos);
+void render_mistral(PieceWriter& out, std::span<const ChatMessage> messages) {
+  out.bos();
   for (const auto& turn : fold_system_messages(messages)) {
     if (!turn.from_user) {
-      out.content(turn.content).special(markers.eos);
+      out.content(turn.content).eos();
       continue;
     }
     out.special("[INST]").text(" ");
@@ -97,16 +105,16 @@ void render_mistral(PieceWriter& out, std::span<const ChatMessage> messages, con
 
 // Zephyr and Phi-3 share the <|role|> headers and differ in how a turn ends.
 void render_role_headers(PieceWriter& out, std::span<const ChatMessage> messages,
-                         std::string_view turn_end) {
+                         bool phi3) {
   for (const auto& message : messages) {
     out.special("<|" + message.role + "|>").text("\n").content(message.content);
-    out.special(turn_end).text("\n");
+    (phi3 ? out.special("<|end|>") : out.eos()).text("\n");
   }
   out.special("<|assistant|>").text("\n");
 }
 
-void render_gemma(PieceWriter& out, std::span<const ChatMessage> messages, const MarkerTexts& markers) {
-  out.special(markers.bos);
+void render_gemma(PieceWriter& out, std::span<const ChatMessage> messages) {
+  out.bos();
   for (const auto& turn : fold_system_messages(messages)) {
     out.special("<start_of_turn>").text(turn.from_user ? "user\n" : "model\n");
     if (!turn.system.empty()) out.content(trim(turn.system)).text("\n\n");
@@ -115,15 +123,10 @@ void render_gemma(PieceWriter& out, std::span<const ChatMessage> messages, const
   out.special("<start_of_turn>").text("model\n");
 }
 
-std::string marker_text(const tokenizer::Tokenizer& tokenizer, engine::Token token,
-                        std::string_view fallback) {
-  std::string text = tokenizer.token_piece(token);
-  return text.empty() ? std::string(fallback) : text;
-}
-
 std::vector<engine::Token> with_bos_once(const tokenizer::Tokenizer& tokenizer,
                                          std::vector<engine::Token> tokens) {
-  if (tokenizer.add_bos_by_default() && (tokens.empty() || tokens.front() != tokenizer.bos())) {
+  if (tokenizer.add_bos_by_default() && tokenizer.bos() >= 0 &&
+      (tokens.empty() || tokens.front() != tokenizer.bos())) {
     tokens.insert(tokens.begin(), tokenizer.bos());
   }
   return tokens;
@@ -143,17 +146,16 @@ TemplateFamily detect_template_family(std::string_view chat_template) {
   return TemplateFamily::ChatML;
 }
 
-std::vector<PromptPiece> render_chat(TemplateFamily family, std::span<const ChatMessage> messages,
-                                     const MarkerTexts& markers) {
+std::vector<PromptPiece> render_chat(TemplateFamily family, std::span<const ChatMessage> messages) {
   PieceWriter out;
   switch (family) {
     case TemplateFamily::ChatML: render_chatml(out, messages); break;
-    case TemplateFamily::Llama2: render_llama2(out, messages, markers); break;
-    case TemplateFamily::Llama3: render_llama3(out, messages, markers); break;
-    case TemplateFamily::Mistral: render_mistral(out, messages, markers); break;
-    case TemplateFamily::Zephyr: render_role_headers(out, messages, markers.eos); break;
-    case TemplateFamily::Phi3: render_role_headers(out, messages, "<|end|>"); break;
-    case TemplateFamily::Gemma: render_gemma(out, messages, markers); break;
+    case TemplateFamily::Llama2: render_llama2(out, messages); break;
+    case TemplateFamily::Llama3: render_llama3(out, messages); break;
+    case TemplateFamily::Mistral: render_mistral(out, messages); break;
+    case TemplateFamily::Zephyr: render_role_headers(out, messages, false); break;
+    case TemplateFamily::Phi3: render_role_headers(out, messages, true); break;
+    case TemplateFamily::Gemma: render_gemma(out, messages); break;
   }
   return out.take();
 }
@@ -161,8 +163,6 @@ std::vector<PromptPiece> render_chat(TemplateFamily family, std::span<const Chat
 std::vector<engine::Token> chat_prompt_tokens(const tokenizer::Tokenizer& tokenizer,
                                               TemplateFamily family,
                                               std::span<const ChatMessage> messages) {
-  MarkerTexts markers{marker_text(tokenizer, tokenizer.bos(), "<s>"),
-                      marker_text(tokenizer, tokenizer.eos(), "</s>")};
   std::vector<engine::Token> tokens;
   // Text and content between markers are tokenized together, without special-token parsing, so
   // the tokenizer's merges work across their seams and content cannot smuggle in a marker.
@@ -173,9 +173,11 @@ std::vector<engine::Token> chat_prompt_tokens(const tokenizer::Tokenizer& tokeni
     tokens.insert(tokens.end(), run_tokens.begin(), run_tokens.end());
     run.clear();
   };
-  for (const auto& piece : render_chat(family, messages, markers)) {
+  for (const auto& piece : render_chat(family, messages)) {
     std::optional<engine::Token> marker;
-    if (piece.kind == PromptPiece::Kind::Special) marker = tokenizer.find_token(piece.text);
+    if (piece.kind == Kind::Bos && tokenizer.bos() >= 0) marker = tokenizer.bos();
+    if (piece.kind == Kind::Eos && tokenizer.eos() >= 0) marker = tokenizer.eos();
+    if (piece.kind == Kind::Special) marker = tokenizer.find_token(piece.text);
     if (marker) {
       flush_run();
       tokens.push_back(*marker);

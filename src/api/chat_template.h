@@ -23,22 +23,18 @@ TemplateFamily detect_template_family(std::string_view chat_template);
 
 struct PromptPiece {
   enum class Kind {
+    Bos,      // the vocabulary's begin-of-sequence token
+    Eos,      // the vocabulary's end-of-sequence token
     Special,  // a template marker: its own token when the vocabulary has it
     Text,     // template text
     Content,  // what a client wrote: never parsed for special tokens
   };
   Kind kind;
-  std::string text;
-};
-
-struct MarkerTexts {
-  std::string bos;
-  std::string eos;
+  std::string text;  // empty for Bos and Eos
 };
 
 // Ends with the assistant's turn opened, ready for generation.
-std::vector<PromptPiece> render_chat(TemplateFamily family, std::span<const ChatMessage> messages,
-                                     const MarkerTexts& markers);
+std::vector<PromptPiece> render_chat(TemplateFamily family, std::span<const ChatMessage> messages);
 
 // Prompt tokens for a chat. BOS is added once: only when the vocabulary wants it and the template
 // did not already start with it.

@@ -13,9 +13,20 @@ namespace {
 const std::vector<ChatMessage> kConversation = {
     {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Bye"}};
 
-std::string rendered(TemplateFamily family, const MarkerTexts& markers = {"<s>", "</s>"}) {
+struct MarkerTexts {
+  std::string bos = "<s>";
+  std::string eos = "</s>";
+};
+
+std::string rendered(TemplateFamily family, const MarkerTexts& markers = {}) {
   std::string text;
-  for (const auto& piece : render_chat(family, kConversation, markers)) text += piece.text;
+  for (const auto& piece : render_chat(family, kConversation)) {
+    switch (piece.kind) {
+      case PromptPiece::Kind::Bos: text += markers.bos; break;
+      case PromptPiece::Kind::Eos: text += markers.eos; break;
+      default: text += piece.text;
+    }
+  }
   return text;
 }
 
@@ -60,7 +71,7 @@ TEST(ChatTemplateTest, RendersEachFamily) {
 
 TEST(ChatTemplateTest, OnlyClientTextIsMarkedAsContent) {
   std::vector<std::string> contents;
-  for (const auto& piece : render_chat(TemplateFamily::ChatML, kConversation, {"<s>", "</s>"})) {
+  for (const auto& piece : render_chat(TemplateFamily::ChatML, kConversation)) {
     if (piece.kind == PromptPiece::Kind::Content) contents.push_back(piece.text);
   }
   EXPECT_EQ(contents, (std::vector<std::string>{"Be brief.", "Hi", "Hello!", "Bye"}));
