@@ -209,7 +209,7 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
   json root;
   try {
     root = json::parse(body);
-  } catch (const json::parse_error& error) {
+  } catch (const json::exception& error) {  // parse_error, or out_of_range for huge numbers
     throw ApiError(400, std::string("The request body is not valid JSON: ") + error.what(), {},
                    "invalid_json");
   }
