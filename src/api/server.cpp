@@ -107,6 +107,8 @@ class Server::Impl {
 
  private:
   void configure() {
+    // Every running or queued request holds an HTTP thread while it waits for tokens; the spare
+    // ones keep /health and errors answering when the engine is full.
     const auto limits = generator_.limits();
     const int threads = std::clamp(limits.max_parallel + limits.max_queued + 4, kMinHttpThreads,
                                    kMaxHttpThreads);
@@ -205,21 +207,17 @@ class Server::Impl {
   int completion_budget(Endpoint endpoint, int prompt_tokens, std::optional<int> requested) const {
     const int context = generator_.limits().context_size;
     const int budget = requested.value_or(context - prompt_tokens);
-    if (budget < 1 || int64_t{prompt_tokens} + budget > context) {
-      throw ApiError(400,
-                     "This model's maximum context length is " + std::to_string(context) +
-                         " tokens. However, you requested " +
-                         std::to_string(int64_t{prompt_tokens} + std::max(budget, 1)) + " tokens (" +
-                         std::to_string(prompt_tokens) + " in the " +
-                         (endpoint == Endpoint::ChatCompletions ? "messages" : "prompt") + ", " +
-                         std::to_string(std::max(budget, 1)) +
-                         " in the completion). Please reduce the length of the " +
-                         (endpoint == Endpoint::ChatCompletions ? "messages" : "prompt") +
-                         " or completion.",
-                     endpoint == Endpoint::ChatCompletions ? "messages" : "prompt",
-                     "context_length_exceeded");
-    }
-    return budget;
+    if (budget >= 1 && int64_t{prompt_tokens} + budget <= context) return budget;
+    const std::string input = endpoint == Endpoint::ChatCompletions ? "messages" : "prompt";
+    const int64_t completion = std::max(budget, 1);
+    throw ApiError(400,
+                   "This model's maximum context length is " + std::to_string(context) +
+                       " tokens. However, you requested " +
+                       std::to_string(prompt_tokens + completion) + " tokens (" +
+                       std::to_string(prompt_tokens) + " in the " + input + ", " +
+                       std::to_string(completion) + " in the completion). Please reduce the length of the " +
+                       input + " or completion.",
+                   input, "context_length_exceeded");
   }
 
   void handle_completion(Endpoint endpoint, const httplib::Request& http_request,
@@ -244,8 +242,7 @@ class Server::Impl {
       if (request.stream) {
         stream(header, prompt_usage, request.include_usage, session, response);
       } else {
-        respond_when_done(header, prompt_usage, *session, response);
-        forget(session);
+        respond_when_done(header, prompt_usage, session, response);
       }
     } catch (const ApiError& error) {
       send_error(response, error);
@@ -272,21 +269,21 @@ class Server::Impl {
     return ApiError(stopping_ ? 503 : 500, outcome.error, {}, "generation_failed");
   }
 
-  void respond_when_done(const ResponseHeader& header, Usage usage, GenerationSession& session,
+  void respond_when_done(const ResponseHeader& header, Usage usage,
+                         const std::shared_ptr<GenerationSession>& session,
                          httplib::Response& response) {
     TextDelta output;
-    for (;;) {
-      auto update = session.wait();
+    std::optional<GenerationOutcome> outcome;
+    while (!outcome) {
+      auto update = session->wait();
       output.append(std::move(update.delta));
-      if (!update.outcome) continue;
-      if (update.outcome->kind == GenerationOutcome::Kind::Error) {
-        throw outcome_error(*update.outcome);
-      }
-      usage.completion_tokens = session.completion_tokens();
-      response.set_content(completion_body(header, output, finish_reason(*update.outcome), usage),
-                           "application/json");
-      return;
+      outcome = std::move(update.outcome);
     }
+    forget(session);
+    if (outcome->kind == GenerationOutcome::Kind::Error) throw outcome_error(*outcome);
+    usage.completion_tokens = session->completion_tokens();
+    response.set_content(completion_body(header, output, finish_reason(*outcome), usage),
+                         "application/json");
   }
 
   void stream(const ResponseHeader& header, Usage usage, bool include_usage,
