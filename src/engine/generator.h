@@ -40,7 +40,8 @@ struct RequestCallbacks {
   // Runs on an engine thread for every generated token; return false to end the request now
   // (a stop string matched, or the client went away).
   std::function<bool(const GeneratedToken&)> on_token;
-  // Runs exactly once, last. `error` is set when reason is Error.
+  // Runs exactly once, last. `error` is set when reason is Error. After on_token returned
+  // false the reason is Cancelled.
   std::function<void(FinishReason reason, const std::string& error)> on_finish;
 };
 

@@ -124,7 +124,9 @@ class Writer {
   void add_tensor(std::string name, std::vector<uint64_t> dims, uint32_t type, Producer produce);
   void add_tensor(std::string name, std::vector<uint64_t> dims, uint32_t type,
                   std::vector<uint8_t> bytes);
-  void write(const std::string& path, uint64_t alignment = 32) const;
+  // `progress` (optional) hears of each tensor before its bytes are produced.
+  using Progress = std::function<void(const std::string& tensor, int index, int count)>;
+  void write(const std::string& path, uint64_t alignment = 32, const Progress& progress = {}) const;
 
  private:
   struct PendingTensor {

@@ -115,7 +115,7 @@ void Writer::add_tensor(std::string name, std::vector<uint64_t> dims, uint32_t t
   });
 }
 
-void Writer::write(const std::string& path, uint64_t alignment) const {
+void Writer::write(const std::string& path, uint64_t alignment, const Progress& progress) const {
   Output out(path);
   out.bytes("GGUF", 4);
   out.pod<uint32_t>(3);
@@ -144,7 +144,9 @@ void Writer::write(const std::string& path, uint64_t alignment) const {
   }
   out.pad_to(alignment);
   std::vector<uint8_t> buffer;
+  int index = 0;
   for (const PendingTensor& t : tensors_) {
+    if (progress) progress(t.info.name, index++, static_cast<int>(tensors_.size()));
     buffer.resize(t.info.size_bytes);
     t.produce(buffer.data(), buffer.size());
     out.bytes(buffer.data(), buffer.size());

@@ -1,0 +1,105 @@
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "cli/model_source.h"
+#include "model/model.h"
+#include "tensor/dtype.h"
+
+namespace strata::cli {
+namespace {
+
+struct BenchOptions {
+  std::string model;
+  int prompt_tokens = 128;
+  int generated_tokens = 64;
+  int threads = 2;
+  int repetitions = 3;
+  bool bandwidth = true;
+};
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// The type most of the model's bytes are stored in, for the report.
+std::string dominant_type(const gguf::File& file) {
+  std::vector<std::pair<uint64_t, uint32_t>> bytes_by_type;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    auto it = std::find_if(bytes_by_type.begin(), bytes_by_type.end(), [&](auto& p) { return p.second == t.type; });
+    if (it == bytes_by_type.end()) bytes_by_type.push_back({t.size_bytes, t.type});
+    else it->first += t.size_bytes;
+  }
+  const auto top = std::max_element(bytes_by_type.begin(), bytes_by_type.end());
+  return top == bytes_by_type.end() ? "?" : tensor::dtype_info(top->second)->name;
+}
+
+int bench(const BenchOptions& o) {
+  const std::string path = model_path_or_demo(o.model);
+  std::shared_ptr<const gguf::File> file = gguf::File::open(path);
+  std::unique_ptr<model::Model> model = model::Model::load(file);
+  const model::Config& c = model->config();
+  if (o.prompt_tokens + o.generated_tokens > c.context_length) {
+    throw std::invalid_argument("-p plus -n exceeds the model's context of " + std::to_string(c.context_length));
+  }
+  tensor::ThreadPool pool(o.threads);
+  std::vector<model::Token> prompt(static_cast<size_t>(o.prompt_tokens));
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<model::Token>((i * 7919 + 3) % c.vocab_size);
+
+  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  std::vector<double> prefill_rates, decode_rates;
+  for (int rep = 0; rep < o.repetitions + 1; ++rep) {  // the first run only warms up
+    auto kv = model->new_sequence(o.prompt_tokens + o.generated_tokens);
+    model::SequenceSlice slice{kv.get(), o.prompt_tokens, false};
+    auto start = std::chrono::steady_clock::now();
+    std::vector<float> logits = model->forward({&slice, 1}, prompt, {}, pool);
+    const double prefill_s = seconds_since(start);
+    start = std::chrono::steady_clock::now();
+    for (int i = 0; i < o.generated_tokens; ++i) {
+      const model::Token next = static_cast<model::Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      model::SequenceSlice step{kv.get(), 1, false};
+      logits = model->forward({&step, 1}, {&next, 1}, {}, pool);
+    }
+    const double decode_s = seconds_since(start);
+    if (rep == 0) continue;
+    prefill_rates.push_back(o.prompt_tokens / prefill_s);
+    decode_rates.push_back(o.generated_tokens / decode_s);
+  }
+  const double prefill = median(prefill_rates);
+  const double decode = median(decode_rates);
+  const double weight_gb = static_cast<double>(model->weight_bytes()) / 1e9;
+  std::printf("model: %s\n", path.c_str());
+  std::printf("shape: %s, %d layers, dim %d, vocab %d; weights %s, %.3f GB read per token\n",
+              c.arch_name.c_str(), c.layer_count, c.embedding_dim, c.vocab_size, dominant_type(*file).c_str(), weight_gb);
+  std::printf("kernels: %s, %d threads, median of %d runs\n", tensor::isa_name(tensor::detected_isa()),
+              o.threads, o.repetitions);
+  std::printf("prefill pp%d: %.1f tokens/s\n", o.prompt_tokens, prefill);
+  std::printf("decode  tg%d: %.1f tokens/s\n", o.generated_tokens, decode);
+  if (o.bandwidth) {
+    const double bandwidth = measure_read_bandwidth(o.threads);
+    std::printf("memory read bandwidth (%d threads): %.1f GB/s; decode reads %.1f GB/s = %.0f%% of it\n",
+                o.threads, bandwidth / 1e9, weight_gb * decode, 100.0 * weight_gb * 1e9 * decode / bandwidth);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, Action& action) {
+  auto options = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed (tokens/s)");
+  cmd->add_option("-m,--model", options->model, "GGUF model file (default: the generated demo model)");
+  cmd->add_option("-p,--prompt-tokens", options->prompt_tokens, "Prompt length for prefill")->check(CLI::PositiveNumber);
+  cmd->add_option("-n,--gen-tokens", options->generated_tokens, "Tokens to decode")->check(CLI::PositiveNumber);
+  cmd->add_option("-t,--threads", options->threads, "Threads")->check(CLI::PositiveNumber);
+  cmd->add_option("-r,--repetitions", options->repetitions, "Measured runs (the median is reported)")->check(CLI::PositiveNumber);
+  cmd->add_flag("!--no-bandwidth", options->bandwidth, "Skip the memory bandwidth probe");
+  cmd->callback([&action, options] { action = [options] { return bench(*options); }; });
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,19 @@
+// The `strata` sub-commands. Each registers its options on the CLI11 app and returns the
+// action to run once parsing succeeded; actions throw std::exception on failure.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace strata::cli {
+
+using Action = std::function<int()>;
+
+void add_run_command(CLI::App& app, Action& action);
+void add_bench_command(CLI::App& app, Action& action);
+void add_gguf_commands(CLI::App& app, Action& action);
+
+// Measures sustained memory read bandwidth with `threads` threads, in bytes per second.
+double measure_read_bandwidth(int threads);
+
+}  // namespace strata::cli

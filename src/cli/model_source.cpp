@@ -1,0 +1,38 @@
+#include "cli/model_source.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "model/synthetic.h"
+
+namespace strata::cli {
+
+namespace fs = std::filesystem;
+
+std::string model_path_or_demo(const std::string& given) {
+  if (!given.empty()) return given;
+  fs::path dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    dir = fs::path(xdg) / "strata";
+  } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    dir = fs::path(home) / ".cache" / "strata";
+  } else {
+    dir = fs::temp_directory_path() / "strata";
+  }
+  const fs::path path = dir / "demo-random-weights-Q8_0.gguf";
+  std::fprintf(stderr,
+               "strata: no model given (-m): using a generated demo model with RANDOM weights;\n"
+               "        its text is noise. Pass -m FILE.gguf to run a real model.\n");
+  if (!fs::exists(path)) {
+    fs::create_directories(dir);
+    const fs::path partial = path.string() + ".partial";
+    model::write_synthetic_model(*model::find_synthetic_shape("demo"),
+                                 model::parse_weight_types("Q8_0"), partial.string(), 1);
+    fs::rename(partial, path);
+    std::fprintf(stderr, "strata: wrote the demo model to %s\n", path.c_str());
+  }
+  return path.string();
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,80 @@
+#include "model/config.h"
+
+#include <stdexcept>
+
+namespace strata::model {
+namespace {
+
+int required_int(const gguf::File& file, const std::string& key, int min_value, int max_value) {
+  const auto v = file.get_uint(key);
+  if (!v) throw std::runtime_error("model metadata lacks '" + key + "'");
+  if (*v < static_cast<uint64_t>(min_value) || *v > static_cast<uint64_t>(max_value)) {
+    throw std::runtime_error("model metadata '" + key + "' = " + std::to_string(*v) +
+                             " is out of range");
+  }
+  return static_cast<int>(*v);
+}
+
+}  // namespace
+
+Config Config::from_gguf(const gguf::File& file) {
+  Config c;
+  const auto arch = file.get_string("general.architecture");
+  if (!arch) throw std::runtime_error("model metadata lacks 'general.architecture'");
+  c.arch_name = *arch;
+  if (*arch == "llama") {
+    c.arch = Arch::Llama;
+    c.rope_style = RopeStyle::AdjacentPairs;
+  } else if (*arch == "qwen2") {
+    c.arch = Arch::Qwen2;
+    c.rope_style = RopeStyle::Halves;
+    c.has_qkv_bias = true;
+  } else {
+    throw std::runtime_error("unsupported model architecture '" + *arch +
+                             "' (supported: llama, qwen2)");
+  }
+  const std::string p = *arch + ".";
+  constexpr int kMaxDim = 1 << 20;
+  c.embedding_dim = required_int(file, p + "embedding_length", 1, kMaxDim);
+  c.layer_count = required_int(file, p + "block_count", 1, 4096);
+  c.ffn_dim = required_int(file, p + "feed_forward_length", 1, kMaxDim);
+  c.head_count = required_int(file, p + "attention.head_count", 1, 4096);
+  c.kv_head_count = file.find(p + "attention.head_count_kv")
+                        ? required_int(file, p + "attention.head_count_kv", 1, c.head_count)
+                        : c.head_count;
+  if (c.head_count % c.kv_head_count != 0) {
+    throw std::runtime_error("attention.head_count is not a multiple of head_count_kv");
+  }
+  c.context_length = required_int(file, p + "context_length", 1, 1 << 24);
+  c.head_dim = file.find(p + "attention.key_length")
+                   ? required_int(file, p + "attention.key_length", 2, 4096)
+                   : c.embedding_dim / c.head_count;
+  if (c.head_dim % 2 != 0 || c.head_dim == 0) throw std::runtime_error("odd attention head size");
+  c.rope_dim = file.find(p + "rope.dimension_count")
+                   ? required_int(file, p + "rope.dimension_count", 2, c.head_dim)
+                   : c.head_dim;
+  if (c.rope_dim % 2 != 0) throw std::runtime_error("rope.dimension_count must be even");
+  if (auto eps = file.get_float(p + "attention.layer_norm_rms_epsilon")) {
+    c.rms_epsilon = static_cast<float>(*eps);
+  }
+  if (auto base = file.get_float(p + "rope.freq_base")) c.rope_freq_base = static_cast<float>(*base);
+  if (!(c.rope_freq_base > 0)) throw std::runtime_error("rope.freq_base must be positive");
+  const auto scaling = file.get_string(p + "rope.scaling.type");
+  if (scaling && *scaling == "linear") {
+    const auto factor = file.get_float(p + "rope.scaling.factor");
+    if (!factor || !(*factor >= 1.0)) {
+      throw std::runtime_error("linear rope scaling needs rope.scaling.factor >= 1");
+    }
+    c.rope_linear_scale = static_cast<float>(*factor);
+  } else if (scaling && *scaling != "none") {
+    throw std::runtime_error("unsupported rope scaling type '" + *scaling + "'");
+  }
+  if (const gguf::Array* tokens = file.get_array("tokenizer.ggml.tokens")) {
+    c.vocab_size = static_cast<int>(tokens->items.size());
+  }
+  if (auto v = file.get_uint(p + "vocab_size")) c.vocab_size = static_cast<int>(*v);
+  if (c.vocab_size <= 0) throw std::runtime_error("model has no vocabulary size");
+  return c;
+}
+
+}  // namespace strata::model

@@ -1,0 +1,51 @@
+// Hyper-parameters of a Llama-family model, read and validated from GGUF metadata.
+#pragma once
+
+#include <string>
+
+#include "gguf/gguf.h"
+
+namespace strata::model {
+
+enum class Arch { Llama, Qwen2 };
+
+// Which dimensions RoPE rotates together: Llama GGUFs are converted for adjacent pairs
+// (x[2i], x[2i+1]); Qwen2 keeps the NeoX halves (x[i], x[i + d/2]).
+enum class RopeStyle { AdjacentPairs, Halves };
+
+struct Config {
+  Arch arch = Arch::Llama;
+  std::string arch_name;
+  int vocab_size = 0;
+  int context_length = 0;  // what the model was trained for
+  int embedding_dim = 0;
+  int layer_count = 0;
+  int ffn_dim = 0;
+  int head_count = 0;
+  int kv_head_count = 0;
+  int head_dim = 0;
+  int rope_dim = 0;  // leading dimensions of each head that RoPE rotates
+  float rms_epsilon = 1e-5f;
+  float rope_freq_base = 10000.0f;
+  float rope_linear_scale = 1.0f;  // positions are divided by this ("linear" rope scaling)
+  RopeStyle rope_style = RopeStyle::AdjacentPairs;
+  bool has_qkv_bias = false;
+
+  int kv_dim() const { return kv_head_count * head_dim; }
+  int q_dim() const { return head_count * head_dim; }
+
+  // Throws std::runtime_error naming the missing or inconsistent key.
+  static Config from_gguf(const gguf::File& file);
+};
+
+// The layers one node holds: [first, last). The first range also holds the token embedding,
+// the last one the output norm and head.
+struct LayerRange {
+  int first = 0;
+  int last = 0;
+  bool has_embedding() const { return first == 0; }
+  bool has_head(const Config& c) const { return last == c.layer_count; }
+  int size() const { return last - first; }
+};
+
+}  // namespace strata::model

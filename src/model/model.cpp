@@ -1,0 +1,377 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "tensor/dtype.h"
+#include "tensor/quant.h"
+#include "tensor/vector_ops.h"
+
+namespace strata::model {
+namespace {
+
+std::string shape_text(const std::vector<uint64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+class TensorBinder {
+ public:
+  explicit TensorBinder(const gguf::File& file) : file_(file) {}
+
+  const gguf::TensorInfo* find(const std::string& name) const { return file_.find_tensor(name); }
+
+  // A weight matrix of `rows` outputs by `cols` inputs (GGUF dims {cols, rows}).
+  tensor::Matrix matrix(const std::string& name, int64_t cols, int64_t rows) const {
+    const gguf::TensorInfo* found = file_.find_tensor(name);
+    if (found == nullptr) throw std::runtime_error("model lacks tensor '" + name + "'");
+    const auto info = tensor::dtype_info(found->type);
+    if (!info || !info->computable) {
+      throw std::runtime_error("tensor '" + name + "' has type " +
+                               (info ? std::string(info->name) : std::to_string(found->type)) +
+                               ", which Strata cannot compute (supported: F32, F16, BF16, Q8_0, "
+                               "Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)");
+    }
+    const gguf::TensorInfo& t = require(name, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)});
+    return {static_cast<tensor::DType>(t.type), rows, cols, file_.tensor_data(t)};
+  }
+
+  // A small F32 vector (norm weights, biases, rope factors).
+  const float* vector(const std::string& name, int64_t length) const {
+    const gguf::TensorInfo& t = require(name, {static_cast<uint64_t>(length)});
+    if (t.type != static_cast<uint32_t>(tensor::DType::F32)) {
+      throw std::runtime_error("tensor '" + name + "' must be F32");
+    }
+    return reinterpret_cast<const float*>(file_.tensor_data(t));
+  }
+
+ private:
+  const gguf::TensorInfo& require(const std::string& name, const std::vector<uint64_t>& dims) const {
+    const gguf::TensorInfo* t = file_.find_tensor(name);
+    if (t == nullptr) throw std::runtime_error("model lacks tensor '" + name + "'");
+    if (t->dims != dims) {
+      throw std::runtime_error("tensor '" + name + "' has shape " + shape_text(t->dims) +
+                               ", expected " + shape_text(dims));
+    }
+    return *t;
+  }
+
+  const gguf::File& file_;
+};
+
+uint64_t matrix_bytes(const tensor::Matrix& m) {
+  return *tensor::row_bytes(m.type, static_cast<uint64_t>(m.cols)) * static_cast<uint64_t>(m.rows);
+}
+
+void rms_norm(const float* x, const float* weight, int dim, float epsilon, float* out) {
+  double sum_squares = 0.0;
+  for (int i = 0; i < dim; ++i) sum_squares += static_cast<double>(x[i]) * x[i];
+  const float scale = static_cast<float>(1.0 / std::sqrt(sum_squares / dim + epsilon));
+  for (int i = 0; i < dim; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+void rms_norm_rows(const float* x, const float* weight, int rows, int dim, float epsilon,
+                   float* out) {
+  for (int r = 0; r < rows; ++r) {
+    rms_norm(x + static_cast<size_t>(r) * dim, weight, dim, epsilon, out + static_cast<size_t>(r) * dim);
+  }
+}
+
+void add_bias(float* rows, const float* bias, int row_count, int dim) {
+  if (bias == nullptr) return;
+  for (int r = 0; r < row_count; ++r) {
+    for (int i = 0; i < dim; ++i) rows[static_cast<size_t>(r) * dim + i] += bias[i];
+  }
+}
+
+void add_in_place(std::vector<float>& x, const std::vector<float>& delta, size_t count) {
+  for (size_t i = 0; i < count; ++i) x[i] += delta[i];
+}
+
+}  // namespace
+
+KvState::KvState(const Config& config, LayerRange range, int capacity)
+    : layer_count_(range.size()),
+      kv_dim_(config.kv_dim()),
+      capacity_(capacity),
+      keys_(static_cast<size_t>(range.size())),
+      values_(static_cast<size_t>(range.size())) {}
+
+float* KvState::keys(int layer, int position) {
+  return keys_[static_cast<size_t>(layer)].data() + static_cast<size_t>(position) * kv_dim_;
+}
+
+float* KvState::values(int layer, int position) {
+  return values_[static_cast<size_t>(layer)].data() + static_cast<size_t>(position) * kv_dim_;
+}
+
+std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file) {
+  const Config config = Config::from_gguf(*file);
+  return load(std::move(file), LayerRange{0, config.layer_count});
+}
+
+std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, LayerRange range) {
+  std::unique_ptr<Model> m(new Model());
+  m->config_ = Config::from_gguf(*file);
+  const Config& c = m->config_;
+  if (range.first < 0 || range.first >= range.last || range.last > c.layer_count) {
+    throw std::runtime_error("layer range [" + std::to_string(range.first) + ", " +
+                             std::to_string(range.last) + ") is not within the model's " +
+                             std::to_string(c.layer_count) + " layers");
+  }
+  m->range_ = range;
+  TensorBinder bind(*file);
+
+  const gguf::TensorInfo* embd = bind.find("token_embd.weight");
+  if (embd == nullptr) throw std::runtime_error("model lacks tensor 'token_embd.weight'");
+  if (embd->dims.size() != 2 || embd->dims[1] != static_cast<uint64_t>(c.vocab_size)) {
+    throw std::runtime_error("token_embd.weight shape " + shape_text(embd->dims) +
+                             " does not match the vocabulary of " + std::to_string(c.vocab_size));
+  }
+  if (range.has_embedding()) {
+    m->embedding_ = bind.matrix("token_embd.weight", c.embedding_dim, c.vocab_size);
+  }
+  if (range.has_head(c)) {
+    m->output_norm_ = bind.vector("output_norm.weight", c.embedding_dim);
+    m->output_ = bind.find("output.weight") ? bind.matrix("output.weight", c.embedding_dim, c.vocab_size)
+                                            : bind.matrix("token_embd.weight", c.embedding_dim, c.vocab_size);
+  }
+  for (int i = range.first; i < range.last; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    Layer l;
+    l.attn_norm = bind.vector(p + "attn_norm.weight", c.embedding_dim);
+    l.q = bind.matrix(p + "attn_q.weight", c.embedding_dim, c.q_dim());
+    l.k = bind.matrix(p + "attn_k.weight", c.embedding_dim, c.kv_dim());
+    l.v = bind.matrix(p + "attn_v.weight", c.embedding_dim, c.kv_dim());
+    l.o = bind.matrix(p + "attn_output.weight", c.q_dim(), c.embedding_dim);
+    if (c.has_qkv_bias) {
+      l.q_bias = bind.vector(p + "attn_q.bias", c.q_dim());
+      l.k_bias = bind.vector(p + "attn_k.bias", c.kv_dim());
+      l.v_bias = bind.vector(p + "attn_v.bias", c.kv_dim());
+    }
+    l.ffn_norm = bind.vector(p + "ffn_norm.weight", c.embedding_dim);
+    l.gate = bind.matrix(p + "ffn_gate.weight", c.embedding_dim, c.ffn_dim);
+    l.up = bind.matrix(p + "ffn_up.weight", c.embedding_dim, c.ffn_dim);
+    l.down = bind.matrix(p + "ffn_down.weight", c.ffn_dim, c.embedding_dim);
+    m->layers_.push_back(l);
+  }
+
+  // Llama 3.1-style scaling ships per-pair frequency divisors as a tensor.
+  const int pairs = c.rope_dim / 2;
+  const float* freq_factors = bind.find("rope_freqs.weight") ? bind.vector("rope_freqs.weight", pairs)
+                                                             : nullptr;
+  m->rope_inverse_freq_.resize(static_cast<size_t>(pairs));
+  for (int i = 0; i < pairs; ++i) {
+    double inv = std::pow(static_cast<double>(c.rope_freq_base), -2.0 * i / c.rope_dim);
+    if (freq_factors != nullptr) inv /= freq_factors[i];
+    m->rope_inverse_freq_[static_cast<size_t>(i)] = static_cast<float>(inv / c.rope_linear_scale);
+  }
+  m->file_ = std::move(file);
+  return m;
+}
+
+std::unique_ptr<KvState> Model::new_sequence(int capacity) const {
+  return std::make_unique<KvState>(config_, range_, capacity);
+}
+
+uint64_t Model::weight_bytes() const {
+  uint64_t total = 0;
+  for (const Layer& l : layers_) {
+    for (const tensor::Matrix* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
+      total += matrix_bytes(*m);
+    }
+  }
+  if (range_.has_head(config_)) total += matrix_bytes(output_);
+  return total;
+}
+
+void Model::embed(std::span<const Token> tokens, float* out) const {
+  const uint64_t row = *tensor::row_bytes(embedding_.type, static_cast<uint64_t>(config_.embedding_dim));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
+      throw std::invalid_argument("token id " + std::to_string(tokens[i]) + " is outside the vocabulary");
+    }
+    const auto* src = static_cast<const uint8_t*>(embedding_.data) + row * static_cast<uint64_t>(tokens[i]);
+    tensor::dequantize_row(embedding_.type, src, out + i * static_cast<size_t>(config_.embedding_dim),
+                           config_.embedding_dim);
+  }
+}
+
+void Model::prepare_rope(std::span<const int> positions) {
+  const size_t pairs = rope_inverse_freq_.size();
+  rope_cos_.resize(positions.size() * pairs);
+  rope_sin_.resize(positions.size() * pairs);
+  for (size_t r = 0; r < positions.size(); ++r) {
+    for (size_t i = 0; i < pairs; ++i) {
+      const float angle = static_cast<float>(positions[r]) * rope_inverse_freq_[i];
+      rope_cos_[r * pairs + i] = std::cos(angle);
+      rope_sin_[r * pairs + i] = std::sin(angle);
+    }
+  }
+}
+
+void Model::rope(float* rows, int row_count, int heads) const {
+  const int head_dim = config_.head_dim;
+  const size_t pairs = rope_inverse_freq_.size();
+  // Adjacent pairs rotate (2i, 2i+1); halves rotate (i, i + rope_dim/2).
+  const bool adjacent = config_.rope_style == RopeStyle::AdjacentPairs;
+  for (int r = 0; r < row_count; ++r) {
+    const float* cos_row = rope_cos_.data() + static_cast<size_t>(r) * pairs;
+    const float* sin_row = rope_sin_.data() + static_cast<size_t>(r) * pairs;
+    for (int h = 0; h < heads; ++h) {
+      float* head = rows + (static_cast<size_t>(r) * heads + h) * head_dim;
+      for (size_t i = 0; i < pairs; ++i) {
+        float& a = head[adjacent ? 2 * i : i];
+        float& b = head[adjacent ? 2 * i + 1 : i + pairs];
+        const float a0 = a;
+        const float b0 = b;
+        a = a0 * cos_row[i] - b0 * sin_row[i];
+        b = a0 * sin_row[i] + b0 * cos_row[i];
+      }
+    }
+  }
+}
+
+void Model::attention(const Layer&, int layer_index, std::span<const SequenceSlice> slices,
+                      tensor::ThreadPool& pool) {
+  const Config& c = config_;
+  const int heads = c.head_count;
+  const int group = c.head_count / c.kv_head_count;
+  const int head_dim = c.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+
+  // Which slice each row belongs to, so that (row, head) work items can be spread freely.
+  std::vector<const SequenceSlice*> row_slice;
+  for (const SequenceSlice& s : slices) row_slice.insert(row_slice.end(), static_cast<size_t>(s.token_count), &s);
+
+  const int64_t items = static_cast<int64_t>(row_slice.size()) * heads;
+  pool.parallel_for(items, [&](int64_t begin, int64_t end) {
+    std::vector<float> weights;
+    for (int64_t item = begin; item < end; ++item) {
+      const size_t row = static_cast<size_t>(item / heads);
+      const int h = static_cast<int>(item % heads);
+      KvState& kv = *row_slice[row]->kv;
+      const int position = positions_[row];
+      const float* q = q_.data() + (row * heads + static_cast<size_t>(h)) * head_dim;
+      const int kv_offset = (h / group) * head_dim;
+      const size_t span = static_cast<size_t>(position) + 1;
+      weights.resize(span);
+      float max_score = -INFINITY;
+      for (size_t p = 0; p < span; ++p) {
+        weights[p] = tensor::dot(q, kv.keys(layer_index, static_cast<int>(p)) + kv_offset, head_dim) * scale;
+        max_score = std::max(max_score, weights[p]);
+      }
+      for (float& w : weights) w -= max_score;
+      tensor::exp_in_place(weights.data(), static_cast<int64_t>(span));
+      float total = 0.0f;
+      for (float w : weights) total += w;
+      float* out = attn_out_.data() + (row * heads + static_cast<size_t>(h)) * head_dim;
+      std::fill(out, out + head_dim, 0.0f);
+      for (size_t p = 0; p < span; ++p) {
+        tensor::add_scaled(weights[p], kv.values(layer_index, static_cast<int>(p)) + kv_offset, out, head_dim);
+      }
+      const float inv_total = 1.0f / total;
+      for (int d = 0; d < head_dim; ++d) out[d] *= inv_total;
+    }
+  });
+}
+
+std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::span<const Token> tokens,
+                                  std::span<const float> hidden, tensor::ThreadPool& pool) {
+  const Config& c = config_;
+  const int dim = c.embedding_dim;
+  int rows = 0;
+  positions_.clear();
+  for (const SequenceSlice& s : slices) {
+    if (s.kv == nullptr || s.token_count <= 0) throw std::invalid_argument("empty sequence slice");
+    if (s.kv->size() + s.token_count > s.kv->capacity()) {
+      throw std::invalid_argument("sequence of " + std::to_string(s.kv->size() + s.token_count) +
+                                  " tokens exceeds its context of " + std::to_string(s.kv->capacity()));
+    }
+    for (int j = 0; j < s.token_count; ++j) positions_.push_back(s.kv->size() + j);
+    rows += s.token_count;
+  }
+  const size_t n = static_cast<size_t>(rows);
+  prepare_rope(positions_);
+  x_.resize(n * dim);
+  if (range_.has_embedding()) {
+    if (tokens.size() != n) throw std::invalid_argument("token count does not match the slices");
+    embed(tokens, x_.data());
+  } else {
+    if (hidden.size() != n * dim) throw std::invalid_argument("hidden rows do not match the slices");
+    std::copy(hidden.begin(), hidden.end(), x_.begin());
+  }
+
+  normed_.resize(n * dim);
+  q_.resize(n * c.q_dim());
+  k_.resize(n * c.kv_dim());
+  v_.resize(n * c.kv_dim());
+  attn_out_.resize(n * c.q_dim());
+  gate_.resize(n * c.ffn_dim);
+  up_.resize(n * c.ffn_dim);
+  proj_.resize(n * dim);
+  for (const SequenceSlice& s : slices) {
+    const size_t needed = static_cast<size_t>(s.kv->size() + s.token_count) * c.kv_dim();
+    for (int l = 0; l < range_.size(); ++l) {
+      s.kv->keys_[static_cast<size_t>(l)].resize(needed);
+      s.kv->values_[static_cast<size_t>(l)].resize(needed);
+    }
+  }
+
+  for (int l = 0; l < range_.size(); ++l) {
+    const Layer& layer = layers_[static_cast<size_t>(l)];
+    rms_norm_rows(x_.data(), layer.attn_norm, rows, dim, c.rms_epsilon, normed_.data());
+    tensor::matmul(layer.q, normed_.data(), rows, q_.data(), pool);
+    tensor::matmul(layer.k, normed_.data(), rows, k_.data(), pool);
+    tensor::matmul(layer.v, normed_.data(), rows, v_.data(), pool);
+    add_bias(q_.data(), layer.q_bias, rows, c.q_dim());
+    add_bias(k_.data(), layer.k_bias, rows, c.kv_dim());
+    add_bias(v_.data(), layer.v_bias, rows, c.kv_dim());
+    rope(q_.data(), rows, c.head_count);
+    rope(k_.data(), rows, c.kv_head_count);
+    size_t row = 0;
+    for (const SequenceSlice& s : slices) {
+      for (int j = 0; j < s.token_count; ++j, ++row) {
+        const int position = s.kv->size() + j;
+        std::copy_n(k_.data() + row * c.kv_dim(), c.kv_dim(), s.kv->keys(l, position));
+        std::copy_n(v_.data() + row * c.kv_dim(), c.kv_dim(), s.kv->values(l, position));
+      }
+    }
+    attention(layer, l, slices, pool);
+    tensor::matmul(layer.o, attn_out_.data(), rows, proj_.data(), pool);
+    add_in_place(x_, proj_, n * dim);
+
+    rms_norm_rows(x_.data(), layer.ffn_norm, rows, dim, c.rms_epsilon, normed_.data());
+    tensor::matmul(layer.gate, normed_.data(), rows, gate_.data(), pool);
+    tensor::matmul(layer.up, normed_.data(), rows, up_.data(), pool);
+    tensor::silu_times(gate_.data(), up_.data(), static_cast<int64_t>(n) * c.ffn_dim);
+    tensor::matmul(layer.down, gate_.data(), rows, proj_.data(), pool);
+    add_in_place(x_, proj_, n * dim);
+  }
+  for (const SequenceSlice& s : slices) s.kv->size_ += s.token_count;
+
+  if (!range_.has_head(c)) return x_;
+
+  // Only the rows whose logits are wanted go through the (large) output head.
+  std::vector<float> selected;
+  size_t first_row = 0;
+  for (const SequenceSlice& s : slices) {
+    const size_t count = static_cast<size_t>(s.token_count);
+    const size_t from = s.logits_for_all ? first_row : first_row + count - 1;
+    const size_t to = first_row + count;
+    for (size_t r = from; r < to; ++r) {
+      selected.resize(selected.size() + dim);
+      rms_norm(x_.data() + r * dim, output_norm_, dim, c.rms_epsilon, selected.data() + selected.size() - dim);
+    }
+    first_row = to;
+  }
+  const int64_t selected_rows = static_cast<int64_t>(selected.size() / dim);
+  std::vector<float> logits(static_cast<size_t>(selected_rows) * c.vocab_size);
+  tensor::matmul(output_, selected.data(), selected_rows, logits.data(), pool);
+  return logits;
+}
+
+}  // namespace strata::model

@@ -1,0 +1,109 @@
+// The forward pass of a contiguous range of layers of a Llama-family model.
+//
+// A node holds layers [first, last): the first range also embeds tokens, the last also
+// produces logits, and the hidden states between ranges are plain float rows. Every row's
+// arithmetic is independent of the other rows in the batch, the thread count and how the
+// work is split, so a sequence's outputs are bit-identical alone, batched, chunked or split
+// across ranges.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "model/config.h"
+#include "tensor/matmul.h"
+#include "tensor/thread_pool.h"
+
+namespace strata::model {
+
+using Token = int32_t;
+
+// Keys and values of one sequence for the layers of one range. Created for a sequence and
+// dropped with it: nothing in it outlives the sequence unless its owner keeps it.
+class KvState {
+ public:
+  KvState(const Config& config, LayerRange range, int capacity);
+  int size() const { return size_; }
+  int capacity() const { return capacity_; }
+
+ private:
+  friend class Model;
+  float* keys(int layer, int position);
+  float* values(int layer, int position);
+
+  int layer_count_;
+  int kv_dim_;
+  int capacity_;
+  int size_ = 0;
+  // Per layer: positions x kv_dim, grown as the sequence grows.
+  std::vector<std::vector<float>> keys_;
+  std::vector<std::vector<float>> values_;
+};
+
+// One sequence's share of a batch: its next `token_count` inputs continue at kv->size().
+struct SequenceSlice {
+  KvState* kv = nullptr;
+  int token_count = 0;
+  bool logits_for_all = false;  // last range only: logits for every input, not just the last
+};
+
+class Model {
+ public:
+  // Binds the tensors of `range` from `file` (kept alive by the model). Throws
+  // std::runtime_error naming a missing tensor, a wrong shape or an unsupported type.
+  static std::unique_ptr<Model> load(std::shared_ptr<const gguf::File> file, LayerRange range);
+  static std::unique_ptr<Model> load(std::shared_ptr<const gguf::File> file);  // all layers
+
+  const Config& config() const { return config_; }
+  LayerRange range() const { return range_; }
+  const gguf::File& file() const { return *file_; }
+  std::unique_ptr<KvState> new_sequence(int capacity) const;
+  // Bytes of weights read for one token through this range.
+  uint64_t weight_bytes() const;
+
+  // Runs the batch through this range. Input is `tokens` for the first range and `hidden`
+  // (one embedding_dim row per input) for the others; all slices' inputs are concatenated in
+  // slice order. Returns hidden rows for a range without the head, otherwise logits rows
+  // (vocab_size each): per slice, every input's row if logits_for_all, else the last one's.
+  // Not reentrant: one forward at a time per Model.
+  std::vector<float> forward(std::span<const SequenceSlice> slices, std::span<const Token> tokens,
+                             std::span<const float> hidden, tensor::ThreadPool& pool);
+
+ private:
+  struct Layer {
+    const float* attn_norm = nullptr;
+    tensor::Matrix q, k, v, o;
+    const float* q_bias = nullptr;
+    const float* k_bias = nullptr;
+    const float* v_bias = nullptr;
+    const float* ffn_norm = nullptr;
+    tensor::Matrix gate, up, down;
+  };
+
+  Model() = default;
+  void embed(std::span<const Token> tokens, float* out) const;
+  void attention(const Layer& layer, int layer_index, std::span<const SequenceSlice> slices,
+                 tensor::ThreadPool& pool);
+  // Rotation of each input row, computed once per batch for all layers and heads.
+  void prepare_rope(std::span<const int> positions);
+  void rope(float* rows, int row_count, int heads) const;
+
+  std::shared_ptr<const gguf::File> file_;
+  Config config_;
+  LayerRange range_;
+  tensor::Matrix embedding_{};
+  const float* output_norm_ = nullptr;
+  tensor::Matrix output_{};
+  std::vector<Layer> layers_;
+  std::vector<float> rope_inverse_freq_;  // per rotated pair
+
+  // Scratch rows for the current batch, reused between calls.
+  std::vector<float> x_, normed_, q_, k_, v_, attn_out_, gate_, up_, proj_;
+  std::vector<int> positions_;
+  std::vector<float> rope_cos_, rope_sin_;  // row x rotated pair
+};
+
+}  // namespace strata::model

@@ -1,0 +1,49 @@
+// Random-weight GGUF models of real shapes, for benchmarks, tests and the demo that needs no
+// download. Their text is noise; the files say so (general.name and strata.synthetic).
+#pragma once
+
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "tensor/dtype.h"
+
+namespace strata::model {
+
+struct SyntheticShape {
+  const char* name;
+  const char* description;
+  const char* arch;  // "llama" or "qwen2"
+  int vocab_size;
+  int context_length;
+  int embedding_dim;
+  int layer_count;
+  int head_count;
+  int kv_head_count;
+  int ffn_dim;
+  float rope_freq_base;
+  bool tied_output;
+};
+
+std::span<const SyntheticShape> synthetic_shapes();
+const SyntheticShape* find_synthetic_shape(std::string_view name);
+
+// How the weight matrices are stored: one type for all, or a llama.cpp-style mix.
+struct WeightTypes {
+  std::string name;  // as given: "Q4_0", "Q4_K_M", ...
+  tensor::DType base;
+  tensor::DType important;  // output head, and attn_v / ffn_down in some layers for *_M mixes
+  bool mixed = false;
+};
+// Accepts every computable type name and the mixes Q4_K_M and Q5_K_M; throws naming the choices.
+WeightTypes parse_weight_types(std::string_view name);
+
+using SynthProgress = std::function<void(const std::string& tensor, int index, int count)>;
+
+// Writes the model to `path`. Same shape, types and seed give the same file.
+void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types,
+                           const std::string& path, uint64_t seed,
+                           const SynthProgress& progress = {});
+
+}  // namespace strata::model

@@ -1,0 +1,160 @@
+#include "sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace strata::sampling {
+namespace {
+
+bool more_likely(const Candidate& a, const Candidate& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.token < b.token);
+}
+
+bool penalties_active(const SamplingParams& params) {
+  return params.penalty_last_n != 0 &&
+         (params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f ||
+          params.frequency_penalty != 0.0f);
+}
+
+void check_logits(std::span<const float> logits) {
+  bool any_possible = false;
+  for (float logit : logits) {
+    if (std::isnan(logit) || logit == INFINITY) {
+      throw std::invalid_argument("sampler: logits contain NaN or +inf");
+    }
+    any_possible = any_possible || logit != -INFINITY;
+  }
+  if (!any_possible) throw std::invalid_argument("sampler: every logit is -inf");
+}
+
+}  // namespace
+
+void apply_penalties(std::span<float> logits, std::span<const int32_t> history,
+                     const SamplingParams& params) {
+  if (!penalties_active(params)) return;
+  const size_t window = params.penalty_last_n < 0
+                            ? history.size()
+                            : std::min(history.size(), static_cast<size_t>(params.penalty_last_n));
+  std::vector<int32_t> recent(history.end() - static_cast<std::ptrdiff_t>(window), history.end());
+  for (int32_t token : recent) {
+    if (token < 0 || static_cast<size_t>(token) >= logits.size()) {
+      throw std::invalid_argument("sampler: history token " + std::to_string(token) +
+                                  " is outside the vocabulary");
+    }
+  }
+  // Sorting groups repeats so each token is counted and penalized once.
+  std::sort(recent.begin(), recent.end());
+  for (size_t begin = 0; begin < recent.size();) {
+    size_t end = begin;
+    while (end < recent.size() && recent[end] == recent[begin]) ++end;
+    const auto count = static_cast<float>(end - begin);
+    float& logit = logits[static_cast<size_t>(recent[begin])];
+    logit = logit <= 0.0f ? logit * params.repetition_penalty : logit / params.repetition_penalty;
+    logit -= count * params.frequency_penalty + params.presence_penalty;
+    begin = end;
+  }
+}
+
+void keep_top_k(std::vector<Candidate>& candidates, int k) {
+  if (k <= 0 || static_cast<size_t>(k) >= candidates.size()) return;
+  std::nth_element(candidates.begin(), candidates.begin() + (k - 1), candidates.end(), more_likely);
+  candidates.resize(static_cast<size_t>(k));
+}
+
+void keep_top_p(std::vector<Candidate>& candidates, float p) {
+  if (p >= 1.0f || candidates.size() <= 1) return;
+  double max_logit = -INFINITY;
+  for (const Candidate& c : candidates) max_logit = std::max(max_logit, double{c.logit});
+  const auto mass = [&](size_t begin, size_t end) {
+    double sum = 0.0;
+    for (size_t i = begin; i < end; ++i) sum += std::exp(candidates[i].logit - max_logit);
+    return sum;
+  };
+  // A flat distribution puts most of a large vocabulary in the nucleus, so rather than sorting,
+  // narrow down its last member by halving: [0, settled) is known to be inside the nucleus and
+  // more likely than the rest, and the last member lies in [settled, end).
+  double needed = double{p} * mass(0, candidates.size());
+  size_t settled = 0;
+  size_t end = candidates.size();
+  while (end - settled > 1) {
+    const size_t middle = settled + (end - settled) / 2;
+    std::nth_element(candidates.begin() + static_cast<std::ptrdiff_t>(settled),
+                     candidates.begin() + static_cast<std::ptrdiff_t>(middle),
+                     candidates.begin() + static_cast<std::ptrdiff_t>(end), more_likely);
+    const double upper_mass = mass(settled, middle);
+    if (upper_mass >= needed) {
+      end = middle;
+    } else {
+      needed -= upper_mass;
+      settled = middle;
+    }
+  }
+  candidates.resize(end);
+}
+
+void keep_min_p(std::vector<Candidate>& candidates, float min_p) {
+  if (min_p <= 0.0f || candidates.empty()) return;
+  float max_logit = -INFINITY;
+  for (const Candidate& c : candidates) max_logit = std::max(max_logit, c.logit);
+  // p_i >= min_p * p_max  <=>  logit_i >= max_logit + log(min_p), whatever the normalizer.
+  const double threshold = double{max_logit} + std::log(double{min_p});
+  std::erase_if(candidates, [&](const Candidate& c) { return c.logit < threshold; });
+}
+
+Sampler::Sampler(const SamplingParams& params, int vocab_size)
+    : params_(params), vocab_size_(vocab_size), random_(params.seed) {
+  if (vocab_size <= 0) throw std::invalid_argument("sampler: vocabulary size must be positive");
+}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  if (logits.size() != static_cast<size_t>(vocab_size_)) {
+    throw std::invalid_argument("sampler: expected " + std::to_string(vocab_size_) +
+                                " logits, got " + std::to_string(logits.size()));
+  }
+  check_logits(logits);
+  penalized_.assign(logits.begin(), logits.end());
+  apply_penalties(penalized_, history, params_);
+
+  if (params_.temperature <= 0.0f) {
+    int32_t best = 0;
+    float best_logit = penalized_[0];
+    for (int32_t token = 1; token < vocab_size_; ++token) {
+      if (penalized_[static_cast<size_t>(token)] > best_logit) {
+        best = token;
+        best_logit = penalized_[static_cast<size_t>(token)];
+      }
+    }
+    return best;
+  }
+
+  candidates_.resize(penalized_.size());
+  for (int32_t token = 0; token < vocab_size_; ++token) {
+    candidates_[static_cast<size_t>(token)] = {token, penalized_[static_cast<size_t>(token)]};
+  }
+  keep_top_k(candidates_, params_.top_k);
+  keep_top_p(candidates_, params_.top_p);
+  keep_min_p(candidates_, params_.min_p);
+  return pick_at_random(candidates_);
+}
+
+int32_t Sampler::pick_at_random(const std::vector<Candidate>& candidates) {
+  double max_logit = -INFINITY;
+  for (const Candidate& c : candidates) max_logit = std::max(max_logit, double{c.logit});
+  const double inverse_temperature = 1.0 / double{params_.temperature};
+  std::vector<double> cumulative(candidates.size());
+  double total = 0.0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    total += std::exp((candidates[i].logit - max_logit) * inverse_temperature);
+    cumulative[i] = total;
+  }
+  const double draw = random_.next_unit() * total;
+  const auto chosen = std::upper_bound(cumulative.begin(), cumulative.end(), draw);
+  // Rounding can leave the draw at the very top of the range: fall back to the last candidate.
+  const size_t index = chosen == cumulative.end() ? candidates.size() - 1
+                                                  : static_cast<size_t>(chosen - cumulative.begin());
+  return candidates[index].token;
+}
+
+}  // namespace strata::sampling

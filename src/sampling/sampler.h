@@ -1,0 +1,72 @@
+// Chooses the next token from a model's logits, following llama.cpp's default chain:
+// penalties -> top-k -> top-p -> min-p -> temperature -> random pick.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sampling/params.h"
+#include "sampling/random.h"
+
+namespace strata::sampling {
+
+struct Candidate {
+  int32_t token = 0;
+  float logit = 0.0f;
+};
+
+// Applies the repetition, presence and frequency penalties in place to the logits of the tokens
+// seen among the last `params.penalty_last_n` tokens of `history` (-1: all of it, 0: none).
+// Repetition divides a positive logit and multiplies a non-positive one (llama.cpp); then
+// logit -= count * frequency_penalty + presence_penalty for every token seen `count` > 0 times.
+// Throws std::invalid_argument for a history token outside the logits.
+void apply_penalties(std::span<float> logits, std::span<const int32_t> history,
+                     const SamplingParams& params);
+
+// The filters below shrink `candidates`, which may come in any order, and may reorder the
+// survivors; the result depends only on the input, contents and order. Equal logits rank the
+// lower token id first. Each keeps at least one candidate; none sorts the whole vocabulary.
+
+// Keeps the k highest logits; k <= 0 or k >= size keeps all.
+void keep_top_k(std::vector<Candidate>& candidates, int k);
+// Keeps the smallest set of most likely candidates whose probability (softmax over
+// `candidates`) reaches p; p >= 1 keeps all.
+void keep_top_p(std::vector<Candidate>& candidates, float p);
+// Keeps the candidates whose probability is at least min_p times the highest one; min_p <= 0
+// keeps all. Preserves the order of the survivors.
+void keep_min_p(std::vector<Candidate>& candidates, float min_p);
+
+class Sampler {
+ public:
+  // Throws std::invalid_argument when vocab_size is not positive.
+  Sampler(const SamplingParams& params, int vocab_size);
+
+  // Picks the next token from raw logits (vocab_size of them). `history` is the prompt and the
+  // tokens generated so far; the penalties look at its tail. Deterministic: the same params,
+  // seed and sequence of calls give the same tokens on any machine. Temperature <= 0 is greedy
+  // (highest penalized logit, ties to the lowest id). Throws std::invalid_argument for logits of
+  // the wrong size, NaN or +inf logits, or when every logit is -inf.
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+
+ private:
+  int32_t pick_at_random(const std::vector<Candidate>& candidates);
+
+  SamplingParams params_;
+  int vocab_size_;
+  Random random_;
+  // Reused between calls to avoid two vocabulary-sized allocations per token.
+  std::vector<float> penalized_;
+  std::vector<Candidate> candidates_;
+};
+
+// The log-softmax of raw logits at `chosen` and at the k most likely tokens (most likely first,
+// ties by lower id; k is clamped to the vocabulary). Computed in double, reported as float.
+struct Logprobs {
+  float chosen = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;
+};
+// Throws std::invalid_argument when `chosen` is outside the logits.
+Logprobs logprobs(std::span<const float> logits, int32_t chosen, int k);
+
+}  // namespace strata::sampling

@@ -1,0 +1,169 @@
+#include "tensor/matmul.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tensor/matmul_kernels.h"
+
+namespace strata::tensor {
+namespace {
+
+using kernels::ActivationBlock;
+using kernels::DotKernel;
+using kernels::kMaxTokenTile;
+
+// Rows whose weights stay in L2 while every token tile streams past them.
+constexpr int64_t kRowBlock = 16;
+
+Isa probe_isa() {
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  if (!avx2) return Isa::Scalar;
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  return avx512 ? Isa::Avx512 : Isa::Avx2;
+}
+
+std::atomic<Isa>& active() {
+  static std::atomic<Isa> isa{detected_isa()};
+  return isa;
+}
+
+DotKernel kernel_for(Isa isa, DType type) {
+  switch (isa) {
+    case Isa::Avx512: return kernels::avx512_kernel(type);
+    case Isa::Avx2: return kernels::avx2_kernel(type);
+    case Isa::Scalar: break;
+  }
+  return kernels::scalar_kernel(type);
+}
+
+// 0 for weights whose activations stay fp32.
+int activation_block(DType type) {
+  switch (type) {
+    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return 256;
+    case DType::F32: case DType::F16: case DType::BF16: return 0;
+    default: return 32;
+  }
+}
+
+int round_to_int(float v) { return static_cast<int>(v + (v >= 0.0f ? 0.5f : -0.5f)); }
+
+template <int N>
+void quantize_activations(const float* x, int64_t cols, ActivationBlock<N>* out) {
+  for (int64_t b = 0; b < cols / N; ++b) {
+    const float* v = x + b * N;
+    float amax = 0.0f;
+    for (int i = 0; i < N; ++i) amax = std::max(amax, std::fabs(v[i]));
+    const float d = amax / 127.0f;
+    const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
+    ActivationBlock<N>& a = out[b];
+    a.d = d;
+    for (int k = 0; k < N / 16; ++k) {
+      int sum = 0;
+      for (int i = 16 * k; i < 16 * k + 16; ++i) {
+        a.qs[i] = static_cast<int8_t>(std::clamp(round_to_int(v[i] * inverse), -127, 127));
+        sum += a.qs[i];
+      }
+      a.sums[k] = static_cast<int16_t>(sum);
+    }
+  }
+}
+
+// Quantized token rows, reused between calls to spare an allocation per matmul.
+const std::byte* prepare_activations(const Matrix& w, const float* x, int64_t n_tokens,
+                                     int block, size_t& row_stride, ThreadPool& pool) {
+  if (block == 0) {
+    row_stride = static_cast<size_t>(w.cols) * sizeof(float);
+    return reinterpret_cast<const std::byte*>(x);
+  }
+  row_stride = static_cast<size_t>(w.cols / block) *
+               (block == 32 ? sizeof(ActivationBlock<32>) : sizeof(ActivationBlock<256>));
+  thread_local std::vector<std::byte> buffer;
+  buffer.resize(row_stride * static_cast<size_t>(n_tokens));
+  std::byte* base = buffer.data();
+  const auto quantize_rows = [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      void* row = base + static_cast<size_t>(t) * row_stride;
+      if (block == 32) {
+        quantize_activations(x + t * w.cols, w.cols, static_cast<ActivationBlock<32>*>(row));
+      } else {
+        quantize_activations(x + t * w.cols, w.cols, static_cast<ActivationBlock<256>*>(row));
+      }
+    }
+  };
+  if (n_tokens < pool.size()) {
+    quantize_rows(0, n_tokens);
+  } else {
+    pool.parallel_for(n_tokens, quantize_rows);
+  }
+  return base;
+}
+
+}  // namespace
+
+Isa detected_isa() {
+  static const Isa isa = probe_isa();
+  return isa;
+}
+
+Isa active_isa() { return active().load(std::memory_order_relaxed); }
+
+void force_isa(Isa isa) {
+  active().store(std::min(isa, detected_isa()), std::memory_order_relaxed);
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "unknown";
+}
+
+void matmul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+  const DotKernel kernel = kernel_for(active_isa(), w.type);
+  if (kernel == nullptr) {
+    throw std::invalid_argument("matmul: unsupported weight type " +
+                                std::string(dtype_name(w.type)));
+  }
+  const auto weight_row_bytes = row_bytes(w.type, static_cast<uint64_t>(w.cols));
+  if (w.rows < 0 || w.cols < 0 || n_tokens < 0 || !weight_row_bytes) {
+    throw std::invalid_argument("matmul: " + std::to_string(w.rows) + "x" +
+                                std::to_string(w.cols) + " " + std::string(dtype_name(w.type)) +
+                                " matrix is not a whole number of blocks per row");
+  }
+  if (w.rows == 0 || n_tokens == 0) return;
+
+  size_t activation_stride = 0;
+  const std::byte* activations =
+      prepare_activations(w, x, n_tokens, activation_block(w.type), activation_stride, pool);
+  const auto* weights = static_cast<const std::byte*>(w.data);
+
+  pool.parallel_for(w.rows, [&](int64_t row_begin, int64_t row_end) {
+    const void* tile[kMaxTokenTile];
+    float out[kMaxTokenTile];
+    for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowBlock) {
+      const int64_t r1 = std::min(row_end, r0 + kRowBlock);
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTokenTile) {
+        const int n_tile = static_cast<int>(std::min<int64_t>(kMaxTokenTile, n_tokens - t0));
+        for (int i = 0; i < n_tile; ++i) {
+          tile[i] = activations + static_cast<size_t>(t0 + i) * activation_stride;
+        }
+        for (int64_t r = r0; r < r1; ++r) {
+          kernel(weights + static_cast<size_t>(r) * *weight_row_bytes, w.cols, tile, n_tile, out);
+          for (int i = 0; i < n_tile; ++i) y[(t0 + i) * w.rows + r] = out[i];
+        }
+      }
+    }
+  });
+}
+
+}  // namespace strata::tensor

@@ -1,0 +1,406 @@
+#include "tensor/quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "tensor/fp16.h"
+#include "tensor/quant_blocks.h"
+
+namespace strata::tensor {
+namespace {
+
+// Round half away from zero; plain truncation keeps this fast without SSE4.1.
+int round_to_int(float v) { return static_cast<int>(v + (v >= 0.0f ? 0.5f : -0.5f)); }
+
+int clamp_int(int v, int lo, int hi) { return std::min(std::max(v, lo), hi); }
+
+float rounded_fp16(float v) { return fp16_to_fp32(fp32_to_fp16(v)); }
+
+[[noreturn]] void throw_unsupported(DType type, const char* what) {
+  throw std::invalid_argument(std::string(what) + ": unsupported tensor type " +
+                              std::string(dtype_name(type)) + " (id " +
+                              std::to_string(static_cast<uint32_t>(type)) + ")");
+}
+
+// --- 32-element formats -------------------------------------------------------------
+
+// Element j < 16 is the low nibble of qs[j], element j + 16 its high nibble; the optional
+// fifth bit of element j is bit j of the little-endian qh word.
+void unpack_nibbles32(const uint8_t* qs, const uint8_t* qh, int offset, int8_t* q) {
+  uint32_t high = 0;
+  if (qh != nullptr) std::memcpy(&high, qh, 4);
+  for (int j = 0; j < 16; ++j) {
+    const int lo = (qs[j] & 0x0F) | static_cast<int>(((high >> j) & 1u) << 4);
+    const int hi = (qs[j] >> 4) | static_cast<int>(((high >> (j + 16)) & 1u) << 4);
+    q[j] = static_cast<int8_t>(lo - offset);
+    q[j + 16] = static_cast<int8_t>(hi - offset);
+  }
+}
+
+void pack_nibbles32(const uint8_t* levels, uint8_t* qs, uint8_t* qh) {
+  uint32_t high = 0;
+  for (int j = 0; j < 16; ++j) {
+    qs[j] = static_cast<uint8_t>((levels[j] & 0x0F) | ((levels[j + 16] & 0x0F) << 4));
+    high |= static_cast<uint32_t>((levels[j] >> 4) & 1u) << j;
+    high |= static_cast<uint32_t>((levels[j + 16] >> 4) & 1u) << (j + 16);
+  }
+  if (qh != nullptr) std::memcpy(qh, &high, 4);
+}
+
+void set_single_group(UnpackedBlock& out, float d, float dm, bool has_min) {
+  out.elements = kQK;
+  out.group_size = kQK;
+  out.d = d;
+  out.dm = dm;
+  out.scale[0] = 1;
+  out.min[0] = has_min ? 1 : 0;
+}
+
+// Symmetric formats: the element of largest magnitude maps to the most negative level,
+// the way ggml does it, so that the asymmetric level range is used fully.
+template <int kLevels>
+float quantize_symmetric32(const float* x, uint8_t* levels) {
+  float extreme = 0.0f;
+  for (int j = 0; j < kQK; ++j) {
+    if (std::fabs(x[j]) > std::fabs(extreme)) extreme = x[j];
+  }
+  const float d = rounded_fp16(extreme / -(kLevels / 2));
+  const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+  for (int j = 0; j < kQK; ++j) {
+    levels[j] = static_cast<uint8_t>(
+        clamp_int(round_to_int(x[j] * inverse) + kLevels / 2, 0, kLevels - 1));
+  }
+  return d;
+}
+
+struct ScaleAndMin {
+  float d;
+  float m;
+};
+
+template <int kLevels>
+ScaleAndMin quantize_affine32(const float* x, uint8_t* levels) {
+  const auto [lo, hi] = std::minmax_element(x, x + kQK);
+  const float m = rounded_fp16(*lo);
+  const float d = rounded_fp16((*hi - *lo) / (kLevels - 1));
+  const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+  for (int j = 0; j < kQK; ++j) {
+    levels[j] = static_cast<uint8_t>(clamp_int(round_to_int((x[j] - m) * inverse), 0, kLevels - 1));
+  }
+  return {d, m};
+}
+
+void quantize_q4_0(const float* x, BlockQ4_0& b) {
+  uint8_t levels[kQK];
+  b.d = fp32_to_fp16(quantize_symmetric32<16>(x, levels));
+  pack_nibbles32(levels, b.qs, nullptr);
+}
+
+void quantize_q5_0(const float* x, BlockQ5_0& b) {
+  uint8_t levels[kQK];
+  b.d = fp32_to_fp16(quantize_symmetric32<32>(x, levels));
+  pack_nibbles32(levels, b.qs, b.qh);
+}
+
+void quantize_q4_1(const float* x, BlockQ4_1& b) {
+  uint8_t levels[kQK];
+  const ScaleAndMin s = quantize_affine32<16>(x, levels);
+  b.d = fp32_to_fp16(s.d);
+  b.m = fp32_to_fp16(s.m);
+  pack_nibbles32(levels, b.qs, nullptr);
+}
+
+void quantize_q5_1(const float* x, BlockQ5_1& b) {
+  uint8_t levels[kQK];
+  const ScaleAndMin s = quantize_affine32<32>(x, levels);
+  b.d = fp32_to_fp16(s.d);
+  b.m = fp32_to_fp16(s.m);
+  pack_nibbles32(levels, b.qs, b.qh);
+}
+
+void quantize_q8_0(const float* x, BlockQ8_0& b) {
+  float amax = 0.0f;
+  for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = rounded_fp16(amax / 127.0f);
+  const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+  b.d = fp32_to_fp16(d);
+  for (int j = 0; j < kQK; ++j) {
+    b.qs[j] = static_cast<int8_t>(clamp_int(round_to_int(x[j] * inverse), -127, 127));
+  }
+}
+
+// --- K-quants -------------------------------------------------------------------------
+
+// Inverse of unpack_k_scales.
+void pack_k_scales(const uint8_t* scale, const uint8_t* min, uint8_t* packed) {
+  for (int j = 0; j < 4; ++j) {
+    packed[j] = static_cast<uint8_t>((scale[j] & 63) | ((scale[j + 4] >> 4) << 6));
+    packed[j + 4] = static_cast<uint8_t>((min[j] & 63) | ((min[j + 4] >> 4) << 6));
+    packed[j + 8] = static_cast<uint8_t>((scale[j + 4] & 0x0F) | ((min[j + 4] & 0x0F) << 4));
+  }
+}
+
+// Element 64p + 32h + l of a Q4_K/Q5_K block is nibble h of qs[32p + l]; its Q5_K fifth
+// bit is bit (2p + h) of qh[l].
+void unpack_k4(const uint8_t* qs, const uint8_t* qh, int8_t* q) {
+  for (int e = 0; e < kQK_K; ++e) {
+    const int sub = e / 32;
+    const int l = e % 32;
+    const uint8_t byte = qs[32 * (sub / 2) + l];
+    int level = (sub % 2 == 0) ? (byte & 0x0F) : (byte >> 4);
+    if (qh != nullptr) level |= ((qh[l] >> sub) & 1) << 4;
+    q[e] = static_cast<int8_t>(level);
+  }
+}
+
+void pack_k4(const uint8_t* levels, uint8_t* qs, uint8_t* qh) {
+  std::memset(qs, 0, kQK_K / 2);
+  if (qh != nullptr) std::memset(qh, 0, kQK_K / 8);
+  for (int e = 0; e < kQK_K; ++e) {
+    const int sub = e / 32;
+    const int l = e % 32;
+    qs[32 * (sub / 2) + l] |= static_cast<uint8_t>((levels[e] & 0x0F) << (4 * (sub % 2)));
+    if (qh != nullptr) qh[l] |= static_cast<uint8_t>(((levels[e] >> 4) & 1) << sub);
+  }
+}
+
+template <class Block, int kLevels>
+void quantize_k4(const float* x, Block& b, uint8_t* qh) {
+  float sub_scale[8];
+  float sub_min[8];  // subtracted, >= 0: ggml keeps zero inside every sub-block's range
+  for (int j = 0; j < 8; ++j) {
+    const auto [lo, hi] = std::minmax_element(x + 32 * j, x + 32 * j + 32);
+    const float low = std::min(*lo, 0.0f);
+    sub_scale[j] = (std::max(*hi, low) - low) / (kLevels - 1);
+    sub_min[j] = -low;
+  }
+  const float d = rounded_fp16(*std::max_element(sub_scale, sub_scale + 8) / 63.0f);
+  const float dmin = rounded_fp16(*std::max_element(sub_min, sub_min + 8) / 63.0f);
+  uint8_t scale6[8];
+  uint8_t min6[8];
+  uint8_t levels[kQK_K];
+  for (int j = 0; j < 8; ++j) {
+    scale6[j] = static_cast<uint8_t>(d != 0.0f ? clamp_int(round_to_int(sub_scale[j] / d), 0, 63) : 0);
+    min6[j] = static_cast<uint8_t>(dmin != 0.0f ? clamp_int(round_to_int(sub_min[j] / dmin), 0, 63) : 0);
+    const float step = d * scale6[j];
+    const float offset = dmin * min6[j];
+    for (int l = 0; l < 32; ++l) {
+      const int level = step != 0.0f ? round_to_int((x[32 * j + l] + offset) / step) : 0;
+      levels[32 * j + l] = static_cast<uint8_t>(clamp_int(level, 0, kLevels - 1));
+    }
+  }
+  b.d = fp32_to_fp16(d);
+  b.dmin = fp32_to_fp16(dmin);
+  pack_k_scales(scale6, min6, b.scales);
+  pack_k4(levels, b.qs, qh);
+}
+
+// Element 128h + 32g + l of a Q6_K block: low 4 bits are nibble (g / 2) of
+// ql[64h + 32(g % 2) + l], high 2 bits are bits 2g..2g+1 of qh[32h + l]; it belongs to
+// scale group e / 16.
+struct Q6Position {
+  int ql;
+  int ql_shift;
+  int qh;
+  int qh_shift;
+};
+
+Q6Position q6_position(int e) {
+  const int h = e / 128;
+  const int g = (e % 128) / 32;
+  const int l = e % 32;
+  return {64 * h + 32 * (g % 2) + l, 4 * (g / 2), 32 * h + l, 2 * g};
+}
+
+void unpack_q6_k(const BlockQ6_K& b, UnpackedBlock& out) {
+  out.elements = kQK_K;
+  out.group_size = 16;
+  out.d = fp16_to_fp32(b.d);
+  out.dm = 0.0f;
+  for (int e = 0; e < kQK_K; ++e) {
+    const Q6Position p = q6_position(e);
+    const int level = ((b.ql[p.ql] >> p.ql_shift) & 0x0F) | (((b.qh[p.qh] >> p.qh_shift) & 3) << 4);
+    out.q[e] = static_cast<int8_t>(level - 32);
+  }
+  for (int g = 0; g < 16; ++g) {
+    out.scale[g] = b.scales[g];
+    out.min[g] = 0;
+  }
+}
+
+void quantize_q6_k(const float* x, BlockQ6_K& b) {
+  float group_scale[16];
+  float largest = 0.0f;
+  for (int g = 0; g < 16; ++g) {
+    float extreme = 0.0f;
+    for (int l = 0; l < 16; ++l) {
+      if (std::fabs(x[16 * g + l]) > std::fabs(extreme)) extreme = x[16 * g + l];
+    }
+    group_scale[g] = extreme / -32.0f;
+    largest = std::max(largest, std::fabs(group_scale[g]));
+  }
+  const float d = rounded_fp16(largest / 127.0f);
+  std::memset(b.ql, 0, sizeof b.ql);
+  std::memset(b.qh, 0, sizeof b.qh);
+  for (int g = 0; g < 16; ++g) {
+    const int scale = d != 0.0f ? clamp_int(round_to_int(group_scale[g] / d), -128, 127) : 0;
+    b.scales[g] = static_cast<int8_t>(scale);
+    const float step = d * static_cast<float>(scale);
+    for (int l = 0; l < 16; ++l) {
+      const int e = 16 * g + l;
+      const int level = clamp_int(step != 0.0f ? round_to_int(x[e] / step) : 0, -32, 31) + 32;
+      const Q6Position p = q6_position(e);
+      b.ql[p.ql] |= static_cast<uint8_t>((level & 0x0F) << p.ql_shift);
+      b.qh[p.qh] |= static_cast<uint8_t>((level >> 4) << p.qh_shift);
+    }
+  }
+  b.d = fp32_to_fp16(d);
+}
+
+template <class Block, class Fn>
+void for_each_block(void* dst, int64_t n, int block_elements, Fn&& fn) {
+  auto* blocks = static_cast<Block*>(dst);
+  for (int64_t i = 0; i < n / block_elements; ++i) fn(blocks[i], i * block_elements);
+}
+
+void check_row(DType type, int64_t n, const char* what) {
+  if (!info(type).computable) throw_unsupported(type, what);
+  if (n < 0 || n % info(type).block_elements != 0) {
+    throw std::invalid_argument(std::string(what) + ": " + std::to_string(n) +
+                                " elements is not a whole number of " +
+                                std::string(dtype_name(type)) + " blocks");
+  }
+}
+
+}  // namespace
+
+void unpack_block(DType type, const void* block, UnpackedBlock& out) {
+  switch (type) {
+    case DType::Q4_0: {
+      const auto& b = *static_cast<const BlockQ4_0*>(block);
+      set_single_group(out, fp16_to_fp32(b.d), 0.0f, false);
+      unpack_nibbles32(b.qs, nullptr, 8, out.q);
+      return;
+    }
+    case DType::Q4_1: {
+      const auto& b = *static_cast<const BlockQ4_1*>(block);
+      set_single_group(out, fp16_to_fp32(b.d), fp16_to_fp32(b.m), true);
+      unpack_nibbles32(b.qs, nullptr, 0, out.q);
+      return;
+    }
+    case DType::Q5_0: {
+      const auto& b = *static_cast<const BlockQ5_0*>(block);
+      set_single_group(out, fp16_to_fp32(b.d), 0.0f, false);
+      unpack_nibbles32(b.qs, b.qh, 16, out.q);
+      return;
+    }
+    case DType::Q5_1: {
+      const auto& b = *static_cast<const BlockQ5_1*>(block);
+      set_single_group(out, fp16_to_fp32(b.d), fp16_to_fp32(b.m), true);
+      unpack_nibbles32(b.qs, b.qh, 0, out.q);
+      return;
+    }
+    case DType::Q8_0: {
+      const auto& b = *static_cast<const BlockQ8_0*>(block);
+      set_single_group(out, fp16_to_fp32(b.d), 0.0f, false);
+      std::memcpy(out.q, b.qs, kQK);
+      return;
+    }
+    case DType::Q4_K:
+    case DType::Q5_K: {
+      // The two layouts share everything but Q5_K's qh, which sits before qs.
+      const auto* q4 = static_cast<const BlockQ4_K*>(block);
+      const auto* q5 = static_cast<const BlockQ5_K*>(block);
+      const bool five = type == DType::Q5_K;
+      out.elements = kQK_K;
+      out.group_size = 32;
+      out.d = fp16_to_fp32(q4->d);
+      out.dm = -fp16_to_fp32(q4->dmin);
+      uint8_t scale[8];
+      unpack_k_scales(q4->scales, scale, out.min);
+      for (int j = 0; j < 8; ++j) out.scale[j] = static_cast<int8_t>(scale[j]);
+      unpack_k4(five ? q5->qs : q4->qs, five ? q5->qh : nullptr, out.q);
+      return;
+    }
+    case DType::Q6_K:
+      unpack_q6_k(*static_cast<const BlockQ6_K*>(block), out);
+      return;
+    default:
+      throw_unsupported(type, "unpack_block");
+  }
+}
+
+void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
+  check_row(type, n, "dequantize_row");
+  switch (type) {
+    case DType::F32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case DType::F16:
+    case DType::BF16: {
+      const auto* h = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) {
+        dst[i] = type == DType::F16 ? fp16_to_fp32(h[i]) : bf16_to_fp32(h[i]);
+      }
+      return;
+    }
+    default:
+      break;
+  }
+  const DTypeInfo& ti = info(type);
+  const auto* bytes = static_cast<const uint8_t*>(src);
+  UnpackedBlock u;
+  for (int64_t i = 0; i < n / ti.block_elements; ++i) {
+    unpack_block(type, bytes + i * ti.block_bytes, u);
+    float* y = dst + i * ti.block_elements;
+    for (int e = 0; e < u.elements; ++e) {
+      const int g = e / u.group_size;
+      y[e] = u.d * static_cast<float>(u.scale[g]) * static_cast<float>(u.q[e]) +
+             u.dm * static_cast<float>(u.min[g]);
+    }
+  }
+}
+
+void quantize_row(DType type, const float* src, void* dst, int64_t n) {
+  check_row(type, n, "quantize_row");
+  switch (type) {
+    case DType::F32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case DType::F16:
+    case DType::BF16: {
+      auto* h = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) {
+        h[i] = type == DType::F16 ? fp32_to_fp16(src[i]) : fp32_to_bf16(src[i]);
+      }
+      return;
+    }
+    case DType::Q4_0:
+      return for_each_block<BlockQ4_0>(dst, n, kQK, [&](BlockQ4_0& b, int64_t i) { quantize_q4_0(src + i, b); });
+    case DType::Q4_1:
+      return for_each_block<BlockQ4_1>(dst, n, kQK, [&](BlockQ4_1& b, int64_t i) { quantize_q4_1(src + i, b); });
+    case DType::Q5_0:
+      return for_each_block<BlockQ5_0>(dst, n, kQK, [&](BlockQ5_0& b, int64_t i) { quantize_q5_0(src + i, b); });
+    case DType::Q5_1:
+      return for_each_block<BlockQ5_1>(dst, n, kQK, [&](BlockQ5_1& b, int64_t i) { quantize_q5_1(src + i, b); });
+    case DType::Q8_0:
+      return for_each_block<BlockQ8_0>(dst, n, kQK, [&](BlockQ8_0& b, int64_t i) { quantize_q8_0(src + i, b); });
+    case DType::Q4_K:
+      return for_each_block<BlockQ4_K>(dst, n, kQK_K, [&](BlockQ4_K& b, int64_t i) {
+        quantize_k4<BlockQ4_K, 16>(src + i, b, nullptr);
+      });
+    case DType::Q5_K:
+      return for_each_block<BlockQ5_K>(dst, n, kQK_K, [&](BlockQ5_K& b, int64_t i) {
+        quantize_k4<BlockQ5_K, 32>(src + i, b, b.qh);
+      });
+    case DType::Q6_K:
+      return for_each_block<BlockQ6_K>(dst, n, kQK_K, [&](BlockQ6_K& b, int64_t i) { quantize_q6_k(src + i, b); });
+    default:
+      throw_unsupported(type, "quantize_row");
+  }
+}
+
+}  // namespace strata::tensor

@@ -1,0 +1,44 @@
+// Persistent worker threads for data-parallel loops called many times per token.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace strata::tensor {
+
+class ThreadPool {
+ public:
+  // n_threads counts the calling thread, which always takes the first share.
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+
+  // Splits [0, n_items) into size() contiguous ranges, thread i taking
+  // [n_items * i / size(), n_items * (i + 1) / size()), and calls fn on each non-empty one.
+  // Returns when all are done; rethrows the first exception fn threw. Not reentrant.
+  void parallel_for(int64_t n_items, const std::function<void(int64_t begin, int64_t end)>& fn);
+
+ private:
+  void worker_main(int index);
+  void run_share(int index);
+
+  const int n_threads_;
+  std::vector<std::thread> workers_;
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  int64_t job_items_ = 0;
+  std::atomic<uint32_t> generation_{0};  // bumped to publish a job (or shutdown)
+  std::atomic<int> pending_{0};          // workers still running the current job
+  bool stopping_ = false;
+  std::mutex error_mutex_;
+  std::exception_ptr error_;
+};
+
+}  // namespace strata::tensor

@@ -1,0 +1,139 @@
+// The strata binary end to end: real output on the shared model, and a one-line error with a
+// non-zero exit (never a crash) for each kind of bad input.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "gguf/gguf.h"
+#include "tensor/dtype.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kDreams = STRATA_SHARED_DIR "/models/aidreams260K.gguf";
+
+struct Result {
+  int exit_code = -1;
+  bool crashed = false;
+  std::string out;
+  std::string err;
+};
+
+Result strata(const std::string& args) {
+  const fs::path err_file = fs::temp_directory_path() / ("strata_cli_err_" + std::to_string(::getpid()));
+  const std::string command = std::string(STRATA_BINARY) + " " + args + " 2>" + err_file.string();
+  Result r;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  // The shell reports a signal death as 128 + signal.
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.crashed = !WIFEXITED(status) || r.exit_code >= 128;
+  std::ifstream in(err_file);
+  r.err.assign(std::istreambuf_iterator<char>(in), {});
+  fs::remove(err_file);
+  return r;
+}
+
+std::string temp_path(const std::string& name) {
+  return (fs::temp_directory_path() / ("strata_cli_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+void expect_one_line_error(const Result& r, const std::string& needle) {
+  EXPECT_FALSE(r.crashed) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.err.rfind("strata: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+}
+
+TEST(Cli, RunsTheDreamsModelGreedily) {
+  const Result r = strata("run -m " + kDreams + " -p 'Once upon a time' -n 64 --temp 0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("Once upon a time", 0), 0u) << r.out;
+  EXPECT_GT(r.out.size(), 100u) << r.out;
+  // Two greedy runs print the same text.
+  EXPECT_EQ(strata("run -m " + kDreams + " -p 'Once upon a time' -n 64 --temp 0 -t 1").out, r.out);
+}
+
+TEST(Cli, MissingFile) { expect_one_line_error(strata("run -m /nonexistent.gguf -p hi"), "cannot open"); }
+
+TEST(Cli, TruncatedFile) {
+  const std::string path = temp_path("truncated.gguf");
+  {
+    std::ifstream in(kDreams, std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
+    std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+  }
+  expect_one_line_error(strata("run -m " + path + " -p hi"), "truncated");
+  fs::remove(path);
+}
+
+TEST(Cli, UnknownArchitecture) {
+  const std::string path = temp_path("arch.gguf");
+  strata::gguf::Writer w;
+  w.set("general.architecture", strata::gguf::Value::string("mamba"));
+  w.write(path);
+  expect_one_line_error(strata("run -m " + path + " -p hi"), "unsupported model architecture 'mamba'");
+  fs::remove(path);
+}
+
+TEST(Cli, UnsupportedTensorType) {
+  // The dreams model with its first layer's query weights re-labelled as Q2_K.
+  auto source = strata::gguf::File::open(kDreams);
+  strata::gguf::Writer w;
+  for (const auto& kv : source->metadata()) w.set(kv.key, kv.value);
+  for (const auto& t : source->tensors()) {
+    if (t.name == "blk.0.attn_q.weight") {
+      const uint64_t bytes = t.elements() / 256 * 84;  // Q2_K blocks are 256 values in 84 bytes
+      w.add_tensor(t.name, {256, t.elements() / 256}, static_cast<uint32_t>(strata::tensor::DType::Q2_K),
+                   std::vector<uint8_t>(bytes));
+      continue;
+    }
+    const uint8_t* data = source->tensor_data(t);
+    w.add_tensor(t.name, t.dims, t.type, std::vector<uint8_t>(data, data + t.size_bytes));
+  }
+  const std::string path = temp_path("q2k.gguf");
+  w.write(path);
+  const Result r = strata("run -m " + path + " -p hi");
+  EXPECT_FALSE(r.crashed);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("blk.0.attn_q.weight"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Q2_K"), std::string::npos) << r.err;
+  fs::remove(path);
+}
+
+TEST(Cli, PromptLongerThanTheContext) {
+  std::string prompt;
+  for (int i = 0; i < 200; ++i) prompt += "dream ";
+  expect_one_line_error(strata("run -m " + kDreams + " -p '" + prompt + "'"), "context");
+}
+
+TEST(Cli, InspectListsMetadataAndTensors) {
+  const Result r = strata("gguf inspect " + kDreams);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("general.architecture"), std::string::npos);
+  EXPECT_NE(r.out.find("blk.0.attn_q.weight"), std::string::npos);
+}
+
+TEST(Cli, SynthWritesALoadableModel) {
+  const std::string path = temp_path("synth.gguf");
+  const Result r = strata("gguf synth --shape qwen2-tiny --type Q8_0 -o " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Result run = strata("run -m " + path + " -p hello -n 8 --temp 0");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  expect_one_line_error(strata("gguf synth --shape nope --type Q8_0 -o " + path), "unknown shape");
+  expect_one_line_error(strata("gguf synth --shape demo --type Q3_K -o " + path), "unknown weight type");
+  fs::remove(path);
+}
+
+}  // namespace

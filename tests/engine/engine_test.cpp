@@ -1,0 +1,163 @@
+// Every request stands alone: its tokens depend only on the request and seed, never on what ran
+// before it or beside it.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <latch>
+#include <thread>
+
+#include "engine/engine.h"
+
+namespace strata::engine {
+namespace {
+
+const std::string kDreams = STRATA_SHARED_DIR "/models/aidreams260K.gguf";
+
+struct Outcome {
+  std::vector<Token> tokens;
+  FinishReason reason = FinishReason::Error;
+  std::string error;
+  bool operator==(const Outcome& o) const { return tokens == o.tokens && reason == o.reason; }
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void start(EngineOptions options) {
+    auto file = std::shared_ptr<const gguf::File>(gguf::File::open(kDreams));
+    engine_ = std::make_unique<Engine>(model::Model::load(file), [](Token t) { return t == 2; }, options);
+  }
+
+  // Submits and returns a future for the outcome; `stop_after` ends the request early.
+  std::future<Outcome> submit(GenerationRequest request, int stop_after = -1) {
+    auto promise = std::make_shared<std::promise<Outcome>>();
+    auto outcome = std::make_shared<Outcome>();
+    RequestCallbacks callbacks;
+    callbacks.on_token = [outcome, stop_after](const GeneratedToken& t) {
+      outcome->tokens.push_back(t.token);
+      return stop_after < 0 || static_cast<int>(outcome->tokens.size()) < stop_after;
+    };
+    callbacks.on_finish = [promise, outcome](FinishReason reason, const std::string& error) {
+      outcome->reason = reason;
+      outcome->error = error;
+      promise->set_value(*outcome);
+    };
+    EXPECT_TRUE(engine_->submit(std::move(request), std::move(callbacks)));
+    return promise->get_future();
+  }
+
+  Outcome run(GenerationRequest request) { return submit(std::move(request)).get(); }
+
+  std::unique_ptr<Engine> engine_;
+};
+
+GenerationRequest request(std::vector<Token> prompt, int max_tokens, float temperature, uint64_t seed) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = temperature;
+  r.sampling.seed = seed;
+  return r;
+}
+
+// Distinct prompts: BOS then a few ordinary tokens.
+std::vector<Token> prompt(int i) {
+  std::vector<Token> p{1};
+  for (int j = 0; j < 3 + i % 5; ++j) p.push_back(static_cast<Token>(259 + (i * 37 + j * 11) % 250));
+  return p;
+}
+
+TEST_F(EngineTest, RequestsABAGiveTheSameAnswerForA) {
+  start({.max_parallel = 4});
+  for (float temperature : {0.0f, 0.9f}) {
+    const auto a1 = run(request(prompt(1), 40, temperature, 42));
+    const auto b = run(request(prompt(2), 40, temperature, 42));
+    const auto a2 = run(request(prompt(1), 40, temperature, 42));
+    EXPECT_EQ(a1, a2) << "temperature " << temperature;
+    EXPECT_NE(a1.tokens, b.tokens);
+    EXPECT_FALSE(a1.tokens.empty());
+  }
+}
+
+TEST_F(EngineTest, ConcurrentRequestsEachGiveWhatTheyGiveAlone) {
+  start({.max_parallel = 8, .max_queued = 16});
+  std::vector<Outcome> alone;
+  for (int i = 0; i < 16; ++i) alone.push_back(run(request(prompt(i), 30 + i, i % 2 ? 0.8f : 0.0f, 100 + i)));
+  std::vector<std::future<Outcome>> futures;
+  for (int i = 0; i < 16; ++i) futures.push_back(submit(request(prompt(i), 30 + i, i % 2 ? 0.8f : 0.0f, 100 + i)));
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(futures[static_cast<size_t>(i)].get(), alone[static_cast<size_t>(i)]) << "request " << i;
+}
+
+TEST_F(EngineTest, ARequestAfterACancelledOneIsUnaffected) {
+  start({.max_parallel = 2});
+  const auto clean = run(request(prompt(3), 30, 0.0f, 1));
+  const auto cancelled = submit(request(prompt(4), 30, 0.0f, 1), 5).get();
+  EXPECT_EQ(cancelled.reason, FinishReason::Cancelled);
+  EXPECT_EQ(cancelled.tokens.size(), 5u);
+  EXPECT_EQ(run(request(prompt(3), 30, 0.0f, 1)), clean);
+}
+
+TEST_F(EngineTest, FinishesWithLengthOrStop) {
+  start({});
+  const auto out = run(request(prompt(5), 7, 0.0f, 1));
+  if (out.reason == FinishReason::Length) {
+    EXPECT_EQ(out.tokens.size(), 7u);
+  } else {
+    EXPECT_EQ(out.reason, FinishReason::Stop);
+    EXPECT_EQ(out.tokens.back(), 2);
+  }
+}
+
+TEST_F(EngineTest, RefusesWhatCannotFitTheContext) {
+  start({.context_size = 64});
+  try {
+    engine_->submit(request(std::vector<Token>(60, 300), 10, 0.0f, 1), {});
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("60 in the prompt + 10"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(engine_->submit(request({}, 10, 0.0f, 1), {}), std::invalid_argument);
+  EXPECT_THROW(engine_->submit(request({1, 9999}, 10, 0.0f, 1), {}), std::invalid_argument);
+}
+
+TEST_F(EngineTest, RefusesWhenSlotsAndQueueAreFull) {
+  start({.max_parallel = 1, .max_queued = 1});
+  std::latch release(1);
+  RequestCallbacks blocking;
+  std::promise<void> first_done;
+  blocking.on_token = [&](const GeneratedToken&) {
+    release.wait();
+    return false;
+  };
+  blocking.on_finish = [&](FinishReason, const std::string&) { first_done.set_value(); };
+  ASSERT_TRUE(engine_->submit(request(prompt(1), 5, 0.0f, 1), blocking));
+  auto queued = submit(request(prompt(2), 5, 0.0f, 1));
+  EXPECT_FALSE(engine_->submit(request(prompt(3), 5, 0.0f, 1), {}));
+  release.count_down();
+  first_done.get_future().get();
+  EXPECT_EQ(queued.get().tokens.size() > 0, true);
+}
+
+TEST_F(EngineTest, ShutdownCancelsWhatIsInFlight) {
+  start({.max_parallel = 1, .max_queued = 4});
+  std::latch release(1);
+  RequestCallbacks blocking;
+  blocking.on_token = [&](const GeneratedToken&) {
+    release.wait();
+    return true;
+  };
+  std::promise<FinishReason> first;
+  blocking.on_finish = [&](FinishReason r, const std::string&) { first.set_value(r); };
+  ASSERT_TRUE(engine_->submit(request(prompt(1), 50, 0.0f, 1), blocking));
+  auto waiting = submit(request(prompt(2), 50, 0.0f, 1));
+  std::thread stopper([&] { engine_->shutdown(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  release.count_down();
+  stopper.join();
+  EXPECT_EQ(waiting.get().reason, FinishReason::Cancelled);
+  const FinishReason r = first.get_future().get();
+  EXPECT_TRUE(r == FinishReason::Cancelled || r == FinishReason::Length || r == FinishReason::Stop);
+  EXPECT_FALSE(engine_->submit(request(prompt(3), 5, 0.0f, 1), {}));
+}
+
+}  // namespace
+}  // namespace strata::engine

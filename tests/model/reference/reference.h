@@ -1,0 +1,26 @@
+// A deliberately plain forward pass in double precision for GGUF `llama` and `qwen2` models,
+// written from the model definitions only, so that tests can check the optimized engine
+// against it. Slow by design: it recomputes everything from scratch and decodes every weight
+// row as it uses it.
+//
+// Weight types: F32, F16 and BF16 are decoded here; the block-quantized types the engine can
+// compute (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) are expanded to float with
+// tensor::dequantize_row and then used in double.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "gguf/gguf.h"
+
+namespace strata::reference {
+
+// The logits over the vocabulary after each position of `tokens` (causal: row i depends only
+// on tokens[0..i]). Throws gguf::Error for a model it cannot run (unknown architecture,
+// missing or misshapen tensor, unsupported weight type or RoPE scaling) and
+// std::invalid_argument for tokens outside the vocabulary or beyond the context length.
+std::vector<std::vector<double>> forward_all(const gguf::File& model,
+                                             std::span<const int32_t> tokens);
+
+}  // namespace strata::reference

@@ -1,0 +1,439 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "reference/reference.h"
+#include "tensor/dtype.h"
+#include "tensor/quant.h"
+
+namespace strata::reference {
+namespace {
+
+namespace fs = std::filesystem;
+using tensor::DType;
+
+const std::string kModelPath = std::string(STRATA_SHARED_DIR) + "/models/aidreams260K.gguf";
+
+std::string temp_path(const std::string& name) {
+  return (fs::temp_directory_path() / ("strata_reference_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+// Removes the file when the test ends, even on failure.
+struct TempFile {
+  explicit TempFile(const std::string& name) : path(temp_path(name)) {}
+  ~TempFile() { fs::remove(path); }
+  std::string path;
+};
+
+uint16_t to_half(float value) {
+  // Only for values exactly representable as normal halves (or zero), which is all we write.
+  if (value == 0.0f) return 0;
+  int exponent = 0;
+  const double mantissa = std::frexp(std::fabs(value), &exponent);  // in [0.5, 1)
+  const auto fraction = static_cast<uint16_t>((mantissa * 2.0 - 1.0) * 1024.0);
+  const auto biased = static_cast<uint16_t>(exponent - 1 + 15);
+  return static_cast<uint16_t>((value < 0 ? 0x8000 : 0) | (biased << 10) | fraction);
+}
+
+uint16_t to_bfloat(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// A small model described tensor by tensor, written to GGUF with every matrix in one type.
+struct TinyModel {
+  std::string arch = "llama";
+  std::map<std::string, gguf::Value> metadata;
+  struct Tensor {
+    std::vector<uint64_t> dims;
+    std::vector<float> values;
+  };
+  std::map<std::string, Tensor> tensors;
+
+  void set_shape(uint32_t embedding, uint32_t layers, uint32_t feed_forward, uint32_t heads,
+                 uint32_t kv_heads, uint32_t rope_dims) {
+    metadata[arch + ".embedding_length"] = gguf::Value::u32(embedding);
+    metadata[arch + ".block_count"] = gguf::Value::u32(layers);
+    metadata[arch + ".feed_forward_length"] = gguf::Value::u32(feed_forward);
+    metadata[arch + ".attention.head_count"] = gguf::Value::u32(heads);
+    metadata[arch + ".attention.head_count_kv"] = gguf::Value::u32(kv_heads);
+    metadata[arch + ".attention.layer_norm_rms_epsilon"] = gguf::Value::f32(1e-6f);
+    metadata[arch + ".rope.freq_base"] = gguf::Value::f32(10000.0f);
+    metadata[arch + ".rope.dimension_count"] = gguf::Value::u32(rope_dims);
+    metadata[arch + ".context_length"] = gguf::Value::u32(16);
+  }
+
+  // Row-major rows x cols, i.e. GGUF dims {cols, rows}.
+  void matrix(const std::string& name, uint64_t rows, uint64_t cols, std::vector<float> values) {
+    ASSERT_EQ(values.size(), rows * cols) << name;
+    tensors[name] = {{cols, rows}, std::move(values)};
+  }
+  void vector(const std::string& name, std::vector<float> values) {
+    tensors[name] = {{values.size()}, std::move(values)};
+  }
+
+  void write(const std::string& path, DType matrix_type = DType::F32) const {
+    gguf::Writer writer;
+    writer.set("general.architecture", gguf::Value::string(arch));
+    for (const auto& [key, value] : metadata) writer.set(key, value);
+    for (const auto& [name, t] : tensors) {
+      const DType type = t.dims.size() == 2 ? matrix_type : DType::F32;
+      std::vector<uint8_t> bytes;
+      if (tensor::info(type).block_elements > 1) {
+        const auto cols = static_cast<int64_t>(t.dims[0]);
+        const uint64_t row_size = *tensor::row_bytes(type, t.dims[0]);
+        bytes.resize(row_size * t.dims[1]);
+        for (uint64_t r = 0; r < t.dims[1]; ++r) {
+          tensor::quantize_row(type, t.values.data() + r * t.dims[0], bytes.data() + r * row_size, cols);
+        }
+      }
+      for (float v : tensor::info(type).block_elements > 1 ? std::vector<float>{} : t.values) {
+        if (type == DType::F32) {
+          uint8_t raw[4];
+          std::memcpy(raw, &v, 4);
+          bytes.insert(bytes.end(), raw, raw + 4);
+        } else {
+          const uint16_t half = type == DType::F16 ? to_half(v) : to_bfloat(v);
+          bytes.push_back(static_cast<uint8_t>(half & 0xFF));
+          bytes.push_back(static_cast<uint8_t>(half >> 8));
+        }
+      }
+      writer.add_tensor(name, t.dims, static_cast<uint32_t>(type), std::move(bytes));
+    }
+    writer.write(path);
+  }
+};
+
+// 1 layer, dim 4, 1 head of 4, FFN 1, vocabulary 3, with weights simple enough to follow by hand.
+TinyModel hand_checkable_model(const std::string& arch) {
+  TinyModel m;
+  m.arch = arch;
+  m.set_shape(4, 1, 1, 1, 1, 4);
+  m.matrix("token_embd.weight", 3, 4, {1, 0, 0, 0,  0, 0, 1, 0,  0, 1, 0, 1});
+  m.vector("blk.0.attn_norm.weight", {1, 1, 1, 1});
+  m.matrix("blk.0.attn_q.weight", 4, 4, {1, 0, 0, 0,  0, 1, 0, 0,  0, 0, 1, 0,  0, 0, 0, 1});
+  m.matrix("blk.0.attn_k.weight", 4, 4, {0, 0, 1, 0,  0, 1, 0, 0,  1, 0, 0, 0,  0, 0, 0, 1});
+  // Not symmetric, so reading it transposed would show.
+  m.matrix("blk.0.attn_v.weight", 4, 4, {1, 0, 0, 0,  0, 0, 0, 0,  0, 0, 1, 0,  1, 0, 0, 0});
+  m.matrix("blk.0.attn_output.weight", 4, 4, {1, 0, 0, 0,  0, 1, 0, 0,  0, 0, 1, 0,  0, 0, 0, 1});
+  m.vector("blk.0.ffn_norm.weight", {1, 1, 1, 1});
+  m.matrix("blk.0.ffn_gate.weight", 1, 4, {1, 0, 1, 0});
+  m.matrix("blk.0.ffn_up.weight", 1, 4, {1, 0, 0, 0});
+  m.matrix("blk.0.ffn_down.weight", 4, 1, {0, 1, 0, 0});
+  m.vector("output_norm.weight", {1, 1, 1, 1});
+  m.matrix("output.weight", 3, 4, {1, 0, 0, 0,  0, 1, 0, 0,  0, 0, 1, 0});
+  if (arch == "qwen2") {
+    m.vector("blk.0.attn_q.bias", {0, 0, 0, 0});
+    m.vector("blk.0.attn_k.bias", {0, 0, 0, 0});
+    m.vector("blk.0.attn_v.bias", {0, 1, 0, 0});
+  }
+  return m;
+}
+
+// The logits of hand_checkable_model for tokens {0, 1}, worked out on paper:
+// both embeddings have one non-zero component, so the first RMSNorm gives a = 1/sqrt(1/4 + eps)
+// there: h0 = (a,0,0,0), h1 = (0,0,a,0). At position 1 the query (h1 rotated) meets the key
+// of position 0, k0 = (0,0,a,0), with the angle of the pair holding component 2: pair (2,3) at
+// frequency 10000^(-2/4) = 0.01 for llama, pair (0,2) at frequency 1 for NeoX (qwen2); its own
+// key is orthogonal to it. So the scores are a^2 cos(angle) / 2 and 0.
+std::vector<std::vector<double>> hand_logits(double angle, double v_bias) {
+  const double eps = static_cast<double>(1e-6f);
+  const double a = 1.0 / std::sqrt(0.25 + eps);
+  const double p0 = 1.0 / (1.0 + std::exp(-a * a * std::cos(angle) / 2.0));
+  const double p1 = 1.0 - p0;
+  // Residual after attention: embedding + weighted values, v0 = (a, b, 0, a), v1 = (0, b, a, 0).
+  std::vector<std::vector<double>> residual = {{1.0 + a, v_bias, 0.0, a},
+                                               {p0 * a, v_bias, 1.0 + p1 * a, p0 * a}};
+  const auto rms = [&](const std::vector<double>& x) {
+    return std::sqrt((x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3]) / 4.0 + eps);
+  };
+  std::vector<std::vector<double>> logits;
+  for (std::vector<double>& x : residual) {
+    const double r = rms(x);
+    const double gate = (x[0] + x[2]) / r;
+    const double up = x[0] / r;
+    x[1] += gate / (1.0 + std::exp(-gate)) * up;
+    const double r_out = rms(x);
+    logits.push_back({x[0] / r_out, x[1] / r_out, x[2] / r_out});
+  }
+  return logits;
+}
+
+void expect_near(const std::vector<std::vector<double>>& actual,
+                 const std::vector<std::vector<double>>& expected, double tolerance) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t t = 0; t < actual.size(); ++t) {
+    ASSERT_EQ(actual[t].size(), expected[t].size());
+    for (size_t i = 0; i < actual[t].size(); ++i) {
+      EXPECT_NEAR(actual[t][i], expected[t][i], tolerance) << "position " << t << ", logit " << i;
+    }
+  }
+}
+
+TEST(Reference, LlamaMatchesAHandComputation) {
+  TempFile file("hand_llama.gguf");
+  hand_checkable_model("llama").write(file.path);
+  const auto model = gguf::File::open(file.path);
+  const std::vector<int32_t> tokens{0, 1};
+  expect_near(forward_all(*model, tokens), hand_logits(0.01, 0.0), 1e-12);
+}
+
+TEST(Reference, Qwen2MatchesAHandComputationWithNeoxRopeAndBiases) {
+  TempFile file("hand_qwen2.gguf");
+  hand_checkable_model("qwen2").write(file.path);
+  const auto model = gguf::File::open(file.path);
+  const std::vector<int32_t> tokens{0, 1};
+  expect_near(forward_all(*model, tokens), hand_logits(1.0, 1.0), 1e-12);
+}
+
+// Weights that are multiples of 1/64 in [-1, 1]: exact in F16 and BF16.
+std::vector<float> pseudo_random(size_t count, uint32_t seed) {
+  std::vector<float> values(count);
+  uint32_t state = seed;
+  for (float& v : values) {
+    state = state * 1664525u + 1013904223u;
+    v = static_cast<float>(static_cast<int>(state >> 25) - 64) / 64.0f;
+  }
+  return values;
+}
+
+// 2 layers, dim 8, 4 query heads of 2, FFN 6, vocabulary 5; `kv_heads` 2 or 4. With 4, each
+// of the 2 key/value heads is duplicated so that the model computes the same function.
+TinyModel random_model(uint32_t kv_heads) {
+  TinyModel m;
+  m.set_shape(8, 2, 6, 4, kv_heads, 2);
+  m.matrix("token_embd.weight", 5, 8, pseudo_random(40, 1));
+  m.vector("output_norm.weight", pseudo_random(8, 2));
+  for (int layer = 0; layer < 2; ++layer) {
+    const std::string b = "blk." + std::to_string(layer) + ".";
+    const auto seed = static_cast<uint32_t>(10 * layer);
+    m.vector(b + "attn_norm.weight", pseudo_random(8, seed + 3));
+    m.vector(b + "ffn_norm.weight", pseudo_random(8, seed + 4));
+    m.matrix(b + "attn_q.weight", 8, 8, pseudo_random(64, seed + 5));
+    m.matrix(b + "attn_output.weight", 8, 8, pseudo_random(64, seed + 6));
+    m.matrix(b + "ffn_gate.weight", 6, 8, pseudo_random(48, seed + 7));
+    m.matrix(b + "ffn_up.weight", 6, 8, pseudo_random(48, seed + 8));
+    m.matrix(b + "ffn_down.weight", 8, 6, pseudo_random(48, seed + 9));
+    for (const char* name : {"attn_k.weight", "attn_v.weight"}) {
+      // Two heads of 2 rows of 8.
+      const std::vector<float> grouped = pseudo_random(32, seed + (name[5] == 'k' ? 11u : 12u));
+      if (kv_heads == 2) {
+        m.matrix(b + name, 4, 8, grouped);
+      } else {
+        std::vector<float> duplicated;
+        for (int head = 0; head < 4; ++head) {
+          const auto first = grouped.begin() + (head / 2) * 16;
+          duplicated.insert(duplicated.end(), first, first + 16);
+        }
+        m.matrix(b + name, 8, 8, duplicated);
+      }
+    }
+  }
+  return m;
+}
+
+std::vector<std::vector<double>> run(const TinyModel& m, const std::vector<int32_t>& tokens,
+                                     DType type = DType::F32) {
+  TempFile file("tiny.gguf");
+  m.write(file.path, type);
+  return forward_all(*gguf::File::open(file.path), tokens);
+}
+
+const std::vector<int32_t> kTinyTokens{1, 4, 0, 2, 2, 3};
+
+TEST(Reference, GroupedQueryAttentionSharesKeyValueHeads) {
+  expect_near(run(random_model(2), kTinyTokens), run(random_model(4), kTinyTokens), 1e-12);
+}
+
+TEST(Reference, TiedOutputUsesTheTokenEmbeddings) {
+  TinyModel explicit_output = random_model(2);
+  explicit_output.matrix("output.weight", 5, 8, pseudo_random(40, 1));
+  expect_near(run(random_model(2), kTinyTokens), run(explicit_output, kTinyTokens), 0.0);
+}
+
+TEST(Reference, DecodesHalfAndBfloatWeights) {
+  const auto f32 = run(random_model(2), kTinyTokens);
+  expect_near(run(random_model(2), kTinyTokens, DType::F16), f32, 0.0);
+  expect_near(run(random_model(2), kTinyTokens, DType::BF16), f32, 0.0);
+}
+
+// Width 256 so that every block format, K-quants included, fits a row.
+TinyModel wide_model() {
+  TinyModel m;
+  m.set_shape(256, 1, 256, 4, 2, 64);
+  m.matrix("token_embd.weight", 5, 256, pseudo_random(5 * 256, 21));
+  m.vector("output_norm.weight", pseudo_random(256, 22));
+  m.vector("blk.0.attn_norm.weight", pseudo_random(256, 23));
+  m.vector("blk.0.ffn_norm.weight", pseudo_random(256, 24));
+  m.matrix("blk.0.attn_q.weight", 256, 256, pseudo_random(256 * 256, 25));
+  m.matrix("blk.0.attn_k.weight", 128, 256, pseudo_random(128 * 256, 26));
+  m.matrix("blk.0.attn_v.weight", 128, 256, pseudo_random(128 * 256, 27));
+  m.matrix("blk.0.attn_output.weight", 256, 256, pseudo_random(256 * 256, 28));
+  m.matrix("blk.0.ffn_gate.weight", 256, 256, pseudo_random(256 * 256, 29));
+  m.matrix("blk.0.ffn_up.weight", 256, 256, pseudo_random(256 * 256, 30));
+  m.matrix("blk.0.ffn_down.weight", 256, 256, pseudo_random(256 * 256, 31));
+  return m;
+}
+
+TEST(Reference, QuantizedWeightsActAsTheirDequantizedValues) {
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K,
+                     DType::Q5_K, DType::Q6_K}) {
+    SCOPED_TRACE(std::string(tensor::dtype_name(type)));
+    TinyModel dequantized = wide_model();
+    for (auto& [name, t] : dequantized.tensors) {
+      if (t.dims.size() != 2) continue;
+      std::vector<uint8_t> block_row(*tensor::row_bytes(type, t.dims[0]));
+      for (uint64_t r = 0; r < t.dims[1]; ++r) {
+        float* row = t.values.data() + r * t.dims[0];
+        tensor::quantize_row(type, row, block_row.data(), static_cast<int64_t>(t.dims[0]));
+        tensor::dequantize_row(type, block_row.data(), row, static_cast<int64_t>(t.dims[0]));
+      }
+    }
+    expect_near(run(wide_model(), kTinyTokens, type), run(dequantized, kTinyTokens), 0.0);
+  }
+}
+
+TEST(Reference, RefusesWhatItCannotRun) {
+  TinyModel unknown = random_model(2);
+  unknown.arch = "gpt2";
+  EXPECT_THROW(run(unknown, kTinyTokens), gguf::Error);
+  TinyModel yarn = random_model(2);
+  yarn.metadata["llama.rope.scaling.type"] = gguf::Value::string("yarn");
+  EXPECT_THROW(run(yarn, kTinyTokens), gguf::Error);
+  TinyModel missing = random_model(2);
+  missing.tensors.erase("blk.1.ffn_up.weight");
+  EXPECT_THROW(run(missing, kTinyTokens), gguf::Error);
+  EXPECT_THROW(run(random_model(2), {0, 5}), std::invalid_argument);
+  EXPECT_THROW(run(random_model(2), std::vector<int32_t>(17, 0)), std::invalid_argument);
+}
+
+TEST(Reference, RopeScalingSlowsTheRotation) {
+  // random_model rotates one pair per head, at frequency 1: a linear factor of 2 and a Llama 3
+  // frequency divisor of 2 both halve its angle, and position 0 (angle 0) is unaffected.
+  TinyModel linear = random_model(2);
+  linear.metadata["llama.rope.scaling.type"] = gguf::Value::string("linear");
+  linear.metadata["llama.rope.scaling.factor"] = gguf::Value::f32(2.0f);
+  TinyModel divided = random_model(2);
+  divided.vector("rope_freqs.weight", {2.0f});
+  const auto plain = run(random_model(2), kTinyTokens);
+  const auto slowed = run(linear, kTinyTokens);
+  expect_near(run(divided, kTinyTokens), slowed, 1e-12);
+  expect_near({slowed[0]}, {plain[0]}, 1e-12);
+  double largest_difference = 0.0;
+  for (size_t i = 0; i < plain[1].size(); ++i) {
+    largest_difference = std::max(largest_difference, std::fabs(plain[1][i] - slowed[1][i]));
+  }
+  EXPECT_GT(largest_difference, 1e-6);
+}
+
+class AidreamsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(kModelPath)) GTEST_SKIP() << "missing " << kModelPath;
+    model_ = gguf::File::open(kModelPath);
+    const gguf::Array* pieces = model_->get_array("tokenizer.ggml.tokens");
+    ASSERT_NE(pieces, nullptr);
+    for (const gguf::Value& piece : pieces->items) pieces_.push_back(*piece.as_string());
+  }
+
+  // Greedy longest match over the vocabulary: enough to build a prompt for this model.
+  std::vector<int32_t> tokenize(const std::string& text) const {
+    std::string remaining;
+    for (char c : " " + text) remaining += c == ' ' ? std::string("\xE2\x96\x81") : std::string(1, c);
+    std::vector<int32_t> tokens;
+    while (!remaining.empty()) {
+      int32_t best = -1;
+      for (size_t id = 0; id < pieces_.size(); ++id) {
+        const std::string& piece = pieces_[id];
+        if (!piece.empty() && remaining.starts_with(piece) &&
+            (best < 0 || piece.size() > pieces_[static_cast<size_t>(best)].size())) {
+          best = static_cast<int32_t>(id);
+        }
+      }
+      EXPECT_GE(best, 0) << "cannot tokenize " << remaining;
+      if (best < 0) break;
+      tokens.push_back(best);
+      remaining.erase(0, pieces_[static_cast<size_t>(best)].size());
+    }
+    return tokens;
+  }
+
+  std::string text_of(int32_t token) const {
+    std::string text;
+    const std::string& piece = pieces_[static_cast<size_t>(token)];
+    for (size_t i = 0; i < piece.size(); ++i) {
+      if (piece.compare(i, 3, "\xE2\x96\x81") == 0) {
+        text += ' ';
+        i += 2;
+      } else {
+        text += piece[i];
+      }
+    }
+    return text;
+  }
+
+  std::unique_ptr<gguf::File> model_;
+  std::vector<std::string> pieces_;
+};
+
+TEST_F(AidreamsTest, LogitsDoNotDependOnLaterTokens) {
+  const std::vector<int32_t> first{1, 300, 12, 47, 400, 5, 511, 260, 99, 200};
+  std::vector<int32_t> second = first;
+  second[6] = 42;
+  second[9] = 7;
+  const auto a = forward_all(*model_, first);
+  const auto b = forward_all(*model_, second);
+  ASSERT_EQ(a.size(), first.size());
+  ASSERT_EQ(a[0].size(), 512u);
+  for (size_t t = 0; t < 6; ++t) EXPECT_EQ(a[t], b[t]) << "position " << t;
+  EXPECT_NE(a[6], b[6]);
+  EXPECT_NE(a[9], b[9]);
+  // And a prefix alone gives the same rows as within the longer sequence.
+  const std::vector<int32_t> prefix(first.begin(), first.begin() + 4);
+  const auto c = forward_all(*model_, prefix);
+  for (size_t t = 0; t < 4; ++t) EXPECT_EQ(a[t], c[t]) << "position " << t;
+}
+
+TEST_F(AidreamsTest, GreedyDecodingWritesEnglish) {
+  std::vector<int32_t> tokens{1};
+  const std::vector<int32_t> prompt = tokenize("Once upon a time");
+  tokens.insert(tokens.end(), prompt.begin(), prompt.end());
+  const size_t prompt_size = tokens.size();
+  for (int step = 0; step < 64; ++step) {
+    const std::vector<double> last = forward_all(*model_, tokens).back();
+    tokens.push_back(static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin()));
+  }
+
+  std::string prompt_text, generated_text, prompt_ids, generated_ids;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    (i < prompt_size ? prompt_text : generated_text) += i == 0 ? "" : text_of(tokens[i]);
+    (i < prompt_size ? prompt_ids : generated_ids) += std::to_string(tokens[i]) + " ";
+  }
+  std::cout << "prompt:" << prompt_text << "\nprompt ids: " << prompt_ids
+            << "\ngenerated:" << generated_text << "\ngenerated ids: " << generated_ids << "\n";
+
+  // Most generated pieces are letters, spaces or ordinary punctuation, not bytes or noise.
+  int wordlike = 0;
+  for (size_t i = prompt_size; i < tokens.size(); ++i) {
+    const std::string text = text_of(tokens[i]);
+    bool ok = !text.empty();
+    for (char c : text) {
+      ok = ok && (std::isalpha(static_cast<unsigned char>(c)) || c == ' ' || c == ',' || c == '.');
+    }
+    wordlike += ok;
+  }
+  EXPECT_GT(wordlike, 64 * 8 / 10);
+}
+
+}  // namespace
+}  // namespace strata::reference

@@ -1,0 +1,307 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <vector>
+
+#include "sampling/sampler.h"
+
+namespace strata::sampling {
+namespace {
+
+SamplingParams filters_off(float temperature = 1.0f) {
+  SamplingParams params;
+  params.temperature = temperature;
+  params.top_k = 0;
+  params.top_p = 1.0f;
+  params.min_p = 0.0f;
+  return params;
+}
+
+std::vector<Candidate> candidates_of(const std::vector<float>& logits) {
+  std::vector<Candidate> candidates;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    candidates.push_back({static_cast<int32_t>(i), logits[i]});
+  }
+  return candidates;
+}
+
+// The surviving tokens in increasing order (the filters do not promise an order).
+std::vector<int32_t> tokens_of(const std::vector<Candidate>& candidates) {
+  std::vector<int32_t> tokens;
+  for (const Candidate& c : candidates) tokens.push_back(c.token);
+  std::sort(tokens.begin(), tokens.end());
+  return tokens;
+}
+
+std::vector<float> log_of(const std::vector<float>& probabilities) {
+  std::vector<float> logits;
+  for (float p : probabilities) logits.push_back(std::log(p));
+  return logits;
+}
+
+std::vector<double> softmax(const std::vector<float>& logits, double temperature) {
+  const double max_logit = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> p;
+  for (float l : logits) p.push_back(std::exp((l - max_logit) / temperature));
+  const double total = std::accumulate(p.begin(), p.end(), 0.0);
+  for (double& x : p) x /= total;
+  return p;
+}
+
+TEST(Sampler, GreedyPicksTheArgmaxAndTheLowestIdOnTies) {
+  Sampler sampler(filters_off(0.0f), 5);
+  EXPECT_EQ(sampler.sample(std::vector<float>{0.1f, 2.0f, -1.0f, 1.9f, 0.0f}, {}), 1);
+  EXPECT_EQ(sampler.sample(std::vector<float>{0.1f, 3.0f, -1.0f, 3.0f, 3.0f}, {}), 1);
+  EXPECT_EQ(sampler.sample(std::vector<float>{-5.0f, -4.0f, -3.0f, -2.0f, -1.0f}, {}), 4);
+}
+
+TEST(Sampler, GreedyStillAppliesPenalties) {
+  SamplingParams params = filters_off(0.0f);
+  params.repetition_penalty = 2.0f;
+  Sampler sampler(params, 3);
+  const std::vector<float> logits{1.0f, 3.0f, 2.0f};
+  const std::vector<int32_t> history{1};
+  EXPECT_EQ(sampler.sample(logits, history), 2);  // 3 / 2 = 1.5 < 2
+}
+
+TEST(Penalties, ChangeExactlyTheLogitsOfSeenTokens) {
+  SamplingParams params;
+  params.repetition_penalty = 2.0f;
+  params.presence_penalty = 0.5f;
+  params.frequency_penalty = 0.25f;
+  params.penalty_last_n = -1;
+  std::vector<float> logits{4.0f, -4.0f, 1.0f, 0.0f, 7.0f};
+  const std::vector<int32_t> history{0, 1, 0, 3, 0, 1};
+  apply_penalties(logits, history, params);
+  EXPECT_FLOAT_EQ(logits[0], 4.0f / 2.0f - 3 * 0.25f - 0.5f);
+  EXPECT_FLOAT_EQ(logits[1], -4.0f * 2.0f - 2 * 0.25f - 0.5f);
+  EXPECT_FLOAT_EQ(logits[2], 1.0f);
+  EXPECT_FLOAT_EQ(logits[3], 0.0f * 2.0f - 1 * 0.25f - 0.5f);
+  EXPECT_FLOAT_EQ(logits[4], 7.0f);
+}
+
+TEST(Penalties, PresenceSubtractsOnceAndFrequencyPerOccurrence) {
+  SamplingParams presence;
+  presence.presence_penalty = 1.5f;
+  std::vector<float> logits{1.0f, 1.0f, 1.0f};
+  apply_penalties(logits, std::vector<int32_t>{2, 2, 2, 0}, presence);
+  EXPECT_EQ(logits, (std::vector<float>{-0.5f, 1.0f, -0.5f}));
+
+  SamplingParams frequency;
+  frequency.frequency_penalty = 1.0f;
+  logits = {1.0f, 1.0f, 1.0f};
+  apply_penalties(logits, std::vector<int32_t>{2, 2, 2, 0}, frequency);
+  EXPECT_EQ(logits, (std::vector<float>{0.0f, 1.0f, -2.0f}));
+}
+
+TEST(Penalties, LookOnlyAtTheLastNTokens) {
+  SamplingParams params;
+  params.presence_penalty = 1.0f;
+  params.penalty_last_n = 2;
+  std::vector<float> logits{0.0f, 0.0f, 0.0f, 0.0f};
+  apply_penalties(logits, std::vector<int32_t>{0, 1, 2, 3}, params);
+  EXPECT_EQ(logits, (std::vector<float>{0.0f, 0.0f, -1.0f, -1.0f}));
+
+  params.penalty_last_n = 0;
+  logits = {0.0f, 0.0f, 0.0f, 0.0f};
+  apply_penalties(logits, std::vector<int32_t>{0, 1, 2, 3}, params);
+  EXPECT_EQ(logits, (std::vector<float>{0.0f, 0.0f, 0.0f, 0.0f}));
+}
+
+TEST(Penalties, RejectHistoryTokensOutsideTheVocabulary) {
+  SamplingParams params;
+  params.presence_penalty = 1.0f;
+  std::vector<float> logits{0.0f, 0.0f};
+  EXPECT_THROW(apply_penalties(logits, std::vector<int32_t>{2}, params), std::invalid_argument);
+  EXPECT_THROW(apply_penalties(logits, std::vector<int32_t>{-1}, params), std::invalid_argument);
+}
+
+TEST(TopK, KeepsExactlyKWithTiesToLowerIds) {
+  auto candidates = candidates_of({0.5f, 2.0f, 1.0f, 2.0f, 1.0f, -3.0f});
+  keep_top_k(candidates, 3);
+  EXPECT_EQ(tokens_of(candidates), (std::vector<int32_t>{1, 2, 3}));
+  candidates = candidates_of({1.0f, 1.0f, 1.0f, 1.0f});
+  keep_top_k(candidates, 2);
+  EXPECT_EQ(tokens_of(candidates), (std::vector<int32_t>{0, 1}));
+  candidates = candidates_of({0.5f, 2.0f, 1.0f});
+  keep_top_k(candidates, 0);
+  EXPECT_EQ(candidates.size(), 3u);
+  keep_top_k(candidates, 10);
+  EXPECT_EQ(candidates.size(), 3u);
+}
+
+TEST(TopP, KeepsTheSmallestPrefixReachingP) {
+  const auto logits = log_of({0.05f, 0.5f, 0.15f, 0.3f});
+  const auto nucleus = [&](float p) {
+    auto candidates = candidates_of(logits);
+    keep_top_p(candidates, p);
+    return tokens_of(candidates);
+  };
+  EXPECT_EQ(nucleus(0.4f), (std::vector<int32_t>{1}));
+  EXPECT_EQ(nucleus(0.75f), (std::vector<int32_t>{1, 3}));
+  EXPECT_EQ(nucleus(0.0f), (std::vector<int32_t>{1}));
+  EXPECT_EQ(nucleus(0.85f), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(nucleus(0.99f), (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(nucleus(1.0f).size(), 4u);
+}
+
+TEST(TopP, OnALargeVocabularyMatchesAFullSort) {
+  // Flat logits put the boundary deep in the vocabulary, peaked ones near the top.
+  for (double spread : {4.0, 40.0}) {
+    std::vector<float> logits(5000);
+    Random random(7);
+    for (float& l : logits) l = static_cast<float>(random.next_unit() * spread);
+    std::vector<Candidate> by_likelihood = candidates_of(logits);
+    std::sort(by_likelihood.begin(), by_likelihood.end(), [](const Candidate& a, const Candidate& b) {
+      return a.logit > b.logit || (a.logit == b.logit && a.token < b.token);
+    });
+    const std::vector<double> p = softmax(logits, 1.0);
+    for (float top_p : {0.5f, 0.9f, 0.99f}) {
+      SCOPED_TRACE(testing::Message() << "spread " << spread << ", top_p " << top_p);
+      auto candidates = candidates_of(logits);
+      keep_top_p(candidates, top_p);
+      double cumulative = 0.0;
+      size_t keep = 0;
+      while (cumulative < top_p) cumulative += p[static_cast<size_t>(by_likelihood[keep++].token)];
+      EXPECT_EQ(tokens_of(candidates),
+                tokens_of({by_likelihood.begin(), by_likelihood.begin() + static_cast<std::ptrdiff_t>(keep)}));
+    }
+  }
+}
+
+TEST(MinP, KeepsProbabilitiesAtLeastMinPTimesTheMaximum) {
+  const auto logits = log_of({0.05f, 0.5f, 0.15f, 0.3f});
+  auto candidates = candidates_of(logits);
+  keep_min_p(candidates, 0.2f);  // threshold 0.1
+  EXPECT_EQ(tokens_of(candidates), (std::vector<int32_t>{1, 2, 3}));
+  candidates = candidates_of(logits);
+  keep_min_p(candidates, 0.5f);  // threshold 0.25
+  EXPECT_EQ(tokens_of(candidates), (std::vector<int32_t>{1, 3}));
+  candidates = candidates_of(logits);
+  keep_min_p(candidates, 0.0f);
+  EXPECT_EQ(candidates.size(), 4u);
+}
+
+TEST(Sampler, NeverPicksFilteredTokens) {
+  const std::vector<float> logits{1.0f, 3.0f, 2.0f, 2.9f, 0.0f, 2.5f};
+  SamplingParams params = filters_off();
+  params.top_k = 3;
+  Sampler sampler(params, 6);
+  std::vector<int> seen(6);
+  for (int i = 0; i < 2000; ++i) ++seen[static_cast<size_t>(sampler.sample(logits, {}))];
+  EXPECT_EQ(seen[0] + seen[2] + seen[4], 0);
+  EXPECT_GT(seen[1], 0);
+  EXPECT_GT(seen[3], 0);
+  EXPECT_GT(seen[5], 0);
+}
+
+TEST(Sampler, SameSeedSameTokensDifferentSeedDifferentTokens) {
+  std::vector<float> logits(1000);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(std::sin(i * 0.37));
+  const auto run = [&](uint64_t seed) {
+    SamplingParams params = filters_off();
+    params.seed = seed;
+    Sampler sampler(params, 1000);
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < 100; ++i) tokens.push_back(sampler.sample(logits, tokens));
+    return tokens;
+  };
+  EXPECT_EQ(run(42), run(42));
+  EXPECT_NE(run(42), run(43));
+  EXPECT_NE(run(0), run(1));
+}
+
+TEST(Random, IsPinnedBitForBit) {
+  // Tokens must reproduce on every machine: any change to the generator shows up here.
+  Random random(0);
+  EXPECT_EQ(random.next_u64(), 0x99EC5F36CB75F2B4ull);
+  Random bits(12345);
+  Random unit(12345);
+  EXPECT_EQ(unit.next_unit(), static_cast<double>(bits.next_u64() >> 11) / 9007199254740992.0);
+}
+
+std::vector<int> sample_counts(const std::vector<float>& logits, float temperature, int draws) {
+  SamplingParams params = filters_off(temperature);
+  params.seed = 2024;
+  Sampler sampler(params, static_cast<int>(logits.size()));
+  std::vector<int> counts(logits.size());
+  for (int i = 0; i < draws; ++i) ++counts[static_cast<size_t>(sampler.sample(logits, {}))];
+  return counts;
+}
+
+double chi_square(const std::vector<int>& counts, const std::vector<double>& p) {
+  const double draws = std::accumulate(counts.begin(), counts.end(), 0.0);
+  double sum = 0.0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double expected = p[i] * draws;
+    sum += (counts[i] - expected) * (counts[i] - expected) / expected;
+  }
+  return sum;
+}
+
+TEST(Sampler, EmpiricalDistributionMatchesSoftmax) {
+  const std::vector<float> logits{0.0f, 1.0f, -0.5f, 2.0f, 0.3f, -1.0f, 1.5f, 0.7f};
+  const int draws = 200000;
+  // 7 degrees of freedom: 24.32 is the 0.999 quantile (the seed is fixed, so this never flakes).
+  EXPECT_LT(chi_square(sample_counts(logits, 1.0f, draws), softmax(logits, 1.0)), 24.32);
+  EXPECT_LT(chi_square(sample_counts(logits, 0.5f, draws), softmax(logits, 0.5)), 24.32);
+  // The test has the power to see a wrong temperature.
+  EXPECT_GT(chi_square(sample_counts(logits, 1.0f, draws), softmax(logits, 0.5)), 1000.0);
+}
+
+TEST(Sampler, HandlesALargeVocabularyWithDefaultParams) {
+  std::vector<float> logits(128256);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    logits[i] = static_cast<float>(std::sin(static_cast<double>(i) * 12.9898) * 10.0);
+  }
+  auto top = candidates_of(logits);
+  keep_top_k(top, 40);
+  Sampler sampler(SamplingParams{}, static_cast<int>(logits.size()));
+  std::vector<int32_t> history;
+  for (int i = 0; i < 50; ++i) {
+    const int32_t token = sampler.sample(logits, history);
+    EXPECT_NE(std::find_if(top.begin(), top.end(), [&](const Candidate& c) { return c.token == token; }),
+              top.end());
+    history.push_back(token);
+  }
+}
+
+TEST(Sampler, RejectsBadLogits) {
+  Sampler sampler(SamplingParams{}, 3);
+  EXPECT_THROW(sampler.sample(std::vector<float>{1.0f, 2.0f}, {}), std::invalid_argument);
+  EXPECT_THROW(sampler.sample(std::vector<float>{1.0f, NAN, 0.0f}, {}), std::invalid_argument);
+  EXPECT_THROW(sampler.sample(std::vector<float>{-INFINITY, -INFINITY, -INFINITY}, {}),
+               std::invalid_argument);
+  EXPECT_EQ(sampler.sample(std::vector<float>{-INFINITY, 0.0f, -INFINITY}, {}), 1);
+  EXPECT_THROW(Sampler(SamplingParams{}, 0), std::invalid_argument);
+}
+
+TEST(Logprobs, MatchAHandComputedLogSoftmax) {
+  const std::vector<float> logits{1.0f, 3.0f, 2.0f, 3.0f};
+  const double log_normalizer = std::log(std::exp(1.0) + 2 * std::exp(3.0) + std::exp(2.0));
+  const Logprobs result = logprobs(logits, 2, 3);
+  EXPECT_NEAR(result.chosen, 2.0 - log_normalizer, 1e-6);
+  ASSERT_EQ(result.top.size(), 3u);
+  EXPECT_EQ(result.top[0].first, 1);
+  EXPECT_EQ(result.top[1].first, 3);
+  EXPECT_EQ(result.top[2].first, 2);
+  EXPECT_NEAR(result.top[0].second, 3.0 - log_normalizer, 1e-6);
+  EXPECT_NEAR(result.top[1].second, 3.0 - log_normalizer, 1e-6);
+  EXPECT_NEAR(result.top[2].second, 2.0 - log_normalizer, 1e-6);
+  EXPECT_EQ(logprobs(logits, 0, 10).top.size(), 4u);
+  EXPECT_TRUE(logprobs(logits, 0, 0).top.empty());
+  EXPECT_THROW(logprobs(logits, 4, 1), std::invalid_argument);
+}
+
+TEST(Logprobs, StayFiniteForExtremeLogits) {
+  const std::vector<float> logits{1000.0f, -1000.0f, 999.0f};
+  const Logprobs result = logprobs(logits, 2, 1);
+  EXPECT_NEAR(result.chosen, -1.0 - std::log1p(std::exp(-1.0)), 1e-5);
+  EXPECT_NEAR(result.top[0].second, -std::log1p(std::exp(-1.0)), 1e-5);
+}
+
+}  // namespace
+}  // namespace strata::sampling

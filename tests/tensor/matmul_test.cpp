@@ -1,0 +1,216 @@
+#include "tensor/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace strata::tensor {
+namespace {
+
+using testing::kSupportedTypes;
+using testing::random_floats;
+
+struct TestMatrix {
+  DType type;
+  int64_t rows;
+  int64_t cols;
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;  // dequantized weights
+  Matrix view() const { return {type, rows, cols, bytes.data()}; }
+};
+
+TestMatrix make_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed) {
+  TestMatrix m{type, rows, cols, {}, {}};
+  const size_t row_size = *row_bytes(type, static_cast<uint64_t>(cols));
+  m.bytes.resize(row_size * static_cast<size_t>(rows));
+  m.values.resize(static_cast<size_t>(rows * cols));
+  const std::vector<float> source = random_floats(m.values.size(), seed, 0.5f);
+  for (int64_t r = 0; r < rows; ++r) {
+    quantize_row(type, &source[r * cols], &m.bytes[r * row_size], cols);
+    dequantize_row(type, &m.bytes[r * row_size], &m.values[r * cols], cols);
+  }
+  return m;
+}
+
+std::vector<Isa> available_isas() {
+  std::vector<Isa> isas{Isa::Scalar};
+  if (detected_isa() >= Isa::Avx2) isas.push_back(Isa::Avx2);
+  if (detected_isa() >= Isa::Avx512) isas.push_back(Isa::Avx512);
+  return isas;
+}
+
+// Restores the detected ISA when a test that forces one ends.
+struct IsaScope {
+  explicit IsaScope(Isa isa) { force_isa(isa); }
+  ~IsaScope() { force_isa(detected_isa()); }
+};
+
+int activation_block(DType type) {
+  switch (type) {
+    case DType::F32: case DType::F16: case DType::BF16: return 0;
+    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return 256;
+    default: return 32;
+  }
+}
+
+struct Expected {
+  double value;
+  double tolerance;        // against the exact product
+  double float_tolerance;  // between two ISAs, which share the activation quantization
+};
+
+// Quantizing an activation to round(x / d), d = amax / 127 over its block, moves it by at
+// most d / 2; that error weighted by |w| bounds the difference to the exact product.
+Expected expected_dot(const float* w, const float* x, int64_t cols, int block) {
+  double exact = 0, magnitude = 0, activation_error = 0;
+  for (int64_t k = 0; k < cols; ++k) {
+    exact += double(w[k]) * x[k];
+    magnitude += std::fabs(double(w[k]) * x[k]);
+  }
+  if (block != 0) {
+    for (int64_t b = 0; b < cols; b += block) {
+      double amax = 0;
+      for (int64_t k = b; k < b + block; ++k) amax = std::max(amax, std::fabs(double(x[k])));
+      for (int64_t k = b; k < b + block; ++k) activation_error += std::fabs(w[k]) * amax / 254.0;
+    }
+  }
+  const double rounding = double(cols) * 1.2e-7 * (magnitude + activation_error) + 1e-30;
+  return {exact, activation_error * 1.0001 + rounding, rounding};
+}
+
+std::vector<float> run(const Matrix& w, const std::vector<float>& x, int64_t n_tokens,
+                       ThreadPool& pool) {
+  std::vector<float> y(static_cast<size_t>(w.rows * n_tokens), NAN);
+  matmul(w, x.data(), n_tokens, y.data(), pool);
+  return y;
+}
+
+struct Shape {
+  int64_t rows;
+  int64_t cols;
+};
+
+std::vector<Shape> shapes_for(DType type) {
+  std::vector<Shape> shapes{{1, 256}, {7, 512}, {33, 768}};
+  if (activation_block(type) == 0) shapes.push_back({5, 83});  // ragged SIMD tail
+  return shapes;
+}
+
+class MatmulTypeTest : public ::testing::TestWithParam<DType> {
+ protected:
+  static inline ThreadPool pool1{1}, pool2{2}, pool3{3};
+};
+
+TEST_P(MatmulTypeTest, EveryIsaMatchesDoubleReferenceAndScalar) {
+  const DType type = GetParam();
+  constexpr int64_t kMaxTokens = 40;
+  for (const Shape& shape : shapes_for(type)) {
+    const TestMatrix m = make_matrix(type, shape.rows, shape.cols, 3);
+    std::vector<float> x = random_floats(static_cast<size_t>(kMaxTokens * shape.cols), 4);
+    std::fill_n(x.begin() + 2 * shape.cols, shape.cols, 0.0f);  // an all-zero token row
+    std::vector<Expected> expected;
+    for (int64_t t = 0; t < kMaxTokens; ++t) {
+      for (int64_t r = 0; r < shape.rows; ++r) {
+        expected.push_back(expected_dot(&m.values[r * shape.cols], &x[t * shape.cols],
+                                        shape.cols, activation_block(type)));
+      }
+    }
+    std::vector<float> scalar;
+    for (Isa isa : available_isas()) {
+      IsaScope scope(isa);
+      for (int64_t n_tokens = 1; n_tokens <= kMaxTokens; n_tokens = n_tokens < 17 ? n_tokens + 1 : kMaxTokens) {
+        const std::vector<float> y = run(m.view(), x, n_tokens, pool2);
+        if (isa == Isa::Scalar && n_tokens == kMaxTokens) scalar = y;
+        for (size_t i = 0; i < y.size(); ++i) {
+          ASSERT_NEAR(y[i], expected[i].value, expected[i].tolerance)
+              << isa_name(isa) << " " << shape.rows << "x" << shape.cols << " n_tokens "
+              << n_tokens << " token " << i / shape.rows << " row " << i % shape.rows;
+        }
+        if (n_tokens == kMaxTokens && isa != Isa::Scalar) {
+          for (size_t i = 0; i < y.size(); ++i) {
+            ASSERT_NEAR(y[i], scalar[i], expected[i].float_tolerance)
+                << isa_name(isa) << " vs scalar, " << shape.rows << "x" << shape.cols << " index " << i;
+          }
+        }
+        if (n_tokens == kMaxTokens) break;
+      }
+    }
+  }
+}
+
+TEST_P(MatmulTypeTest, ResultsAreBitIdenticalAcrossBatchingAndThreads) {
+  const DType type = GetParam();
+  // Odd block counts and a ragged float tail exercise the kernels' edge paths.
+  const int64_t cols = activation_block(type) == 0 ? 520 : activation_block(type) == 32 ? 480 : 768;
+  const int64_t rows = 37;
+  const int64_t n_tokens = 9;
+  const TestMatrix m = make_matrix(type, rows, cols, 8);
+  const std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * cols), 9);
+  for (Isa isa : available_isas()) {
+    IsaScope scope(isa);
+    SCOPED_TRACE(isa_name(isa));
+    const std::vector<float> batch = run(m.view(), x, n_tokens, pool1);
+    for (ThreadPool* pool : {&pool2, &pool3}) {
+      const std::vector<float> threaded = run(m.view(), x, n_tokens, *pool);
+      ASSERT_EQ(0, std::memcmp(batch.data(), threaded.data(), batch.size() * sizeof(float)))
+          << pool->size() << " threads";
+    }
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const std::vector<float> one(x.begin() + t * cols, x.begin() + (t + 1) * cols);
+      const std::vector<float> single = run(m.view(), one, 1, pool2);
+      ASSERT_EQ(0, std::memcmp(single.data(), &batch[t * rows], rows * sizeof(float)))
+          << "token " << t << " alone";
+    }
+    // Token 4 at another position among different neighbours.
+    std::vector<float> other = random_floats(static_cast<size_t>(6 * cols), 10, 4.0f);
+    std::copy_n(x.begin() + 4 * cols, cols, other.begin() + cols);
+    const std::vector<float> mixed = run(m.view(), other, 6, pool3);
+    ASSERT_EQ(0, std::memcmp(&mixed[rows], &batch[4 * rows], rows * sizeof(float)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, MatmulTypeTest, ::testing::ValuesIn(kSupportedTypes),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(Matmul, UnsupportedTypeThrowsNamingTheType) {
+  ThreadPool pool(1);
+  const uint8_t bytes[1024] = {};
+  const float x[256] = {};
+  float y[4];
+  for (DType type : {DType::Q2_K, DType::IQ4_XS, DType::Q8_K}) {
+    try {
+      matmul({type, 1, 256, bytes}, x, 1, y, pool);
+      ADD_FAILURE() << dtype_name(type) << " did not throw";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(dtype_name(type))), std::string::npos);
+    }
+  }
+}
+
+TEST(Matmul, RaggedBlockColumnsThrow) {
+  ThreadPool pool(1);
+  const uint8_t bytes[1024] = {};
+  const float x[256] = {};
+  float y[4];
+  EXPECT_THROW(matmul({DType::Q4_0, 1, 48, bytes}, x, 1, y, pool), std::invalid_argument);
+  EXPECT_THROW(matmul({DType::Q6_K, 1, 128, bytes}, x, 1, y, pool), std::invalid_argument);
+}
+
+TEST(Matmul, ForceIsaClampsToDetected) {
+  force_isa(Isa::Avx512);
+  EXPECT_EQ(active_isa(), detected_isa());
+  force_isa(Isa::Scalar);
+  EXPECT_EQ(active_isa(), Isa::Scalar);
+  force_isa(detected_isa());
+  EXPECT_STREQ(isa_name(Isa::Avx2), "avx2");
+}
+
+}  // namespace
+}  // namespace strata::tensor

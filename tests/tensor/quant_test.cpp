@@ -1,0 +1,301 @@
+#include "tensor/quant.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+
+#include "tensor/fp16.h"
+#include "test_util.h"
+
+namespace strata::tensor {
+namespace {
+
+using testing::dequantized;
+using testing::quantized;
+using testing::random_floats;
+
+// --- Independent decoders, written from the ggml block descriptions as loops over the
+// packed bytes (not over elements, as the library does). -----------------------------
+
+float half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return fp16_to_fp32(h);
+}
+
+// Q4_0/Q4_1/Q5_0/Q5_1: [d][m?][qh?][qs x16]; byte j holds elements j (low) and j+16.
+void decode_32(const uint8_t* block, bool has_min, bool has_high, float* y) {
+  const float d = half(block);
+  const float m = has_min ? half(block + 2) : 0.0f;
+  const uint8_t* p = block + (has_min ? 4 : 2);
+  uint32_t qh = 0;
+  if (has_high) {
+    std::memcpy(&qh, p, 4);
+    p += 4;
+  }
+  const int offset = has_min ? 0 : (has_high ? 16 : 8);
+  for (int j = 0; j < 16; ++j) {
+    const int x0 = (p[j] & 0xF) | (has_high ? static_cast<int>(((qh >> j) << 4) & 0x10) : 0);
+    const int x1 = (p[j] >> 4) | (has_high ? static_cast<int>((qh >> (j + 12)) & 0x10) : 0);
+    if (has_min) {
+      y[j] = x0 * d + m;
+      y[j + 16] = x1 * d + m;
+    } else {
+      y[j] = (x0 - offset) * d;
+      y[j + 16] = (x1 - offset) * d;
+    }
+  }
+}
+
+void decode_q8_0(const uint8_t* block, float* y) {
+  const float d = half(block);
+  for (int j = 0; j < 32; ++j) y[j] = static_cast<int8_t>(block[2 + j]) * d;
+}
+
+void scale_min_k4(int j, const uint8_t* q, uint8_t& d, uint8_t& m) {
+  if (j < 4) {
+    d = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    d = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// Q4_K: [d][dmin][scales x12][qs x128]; Q5_K puts [qh x32] before qs.
+void decode_k4(const uint8_t* block, bool five, float* y) {
+  const float d = half(block);
+  const float dmin = half(block + 2);
+  const uint8_t* scales = block + 4;
+  const uint8_t* qh = block + 16;
+  const uint8_t* q = block + (five ? 48 : 16);
+  int is = 0;
+  uint8_t u1 = 1, u2 = 2;
+  for (int j = 0; j < 256; j += 64) {
+    uint8_t sc, m;
+    scale_min_k4(is, scales, sc, m);
+    const float d1 = d * sc, m1 = dmin * m;
+    scale_min_k4(is + 1, scales, sc, m);
+    const float d2 = d * sc, m2 = dmin * m;
+    for (int l = 0; l < 32; ++l) {
+      const int hi = five && (qh[l] & u1) ? 16 : 0;
+      *y++ = d1 * ((q[l] & 0xF) + hi) - m1;
+    }
+    for (int l = 0; l < 32; ++l) {
+      const int hi = five && (qh[l] & u2) ? 16 : 0;
+      *y++ = d2 * ((q[l] >> 4) + hi) - m2;
+    }
+    q += 32;
+    is += 2;
+    u1 = static_cast<uint8_t>(u1 << 2);
+    u2 = static_cast<uint8_t>(u2 << 2);
+  }
+}
+
+// Q6_K: [ql x128][qh x64][scales x16 (int8)][d].
+void decode_q6_k(const uint8_t* block, float* y) {
+  const uint8_t* ql = block;
+  const uint8_t* qh = block + 128;
+  const auto* sc = reinterpret_cast<const int8_t*>(block + 192);
+  const float d = half(block + 208);
+  for (int n = 0; n < 256; n += 128) {
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      y[l] = d * sc[is + 0] * q1;
+      y[l + 32] = d * sc[is + 2] * q2;
+      y[l + 64] = d * sc[is + 4] * q3;
+      y[l + 96] = d * sc[is + 6] * q4;
+    }
+    y += 128;
+    ql += 64;
+    qh += 32;
+    sc += 8;
+  }
+}
+
+void decode_independently(DType type, const uint8_t* block, float* y) {
+  switch (type) {
+    case DType::Q4_0: return decode_32(block, false, false, y);
+    case DType::Q4_1: return decode_32(block, true, false, y);
+    case DType::Q5_0: return decode_32(block, false, true, y);
+    case DType::Q5_1: return decode_32(block, true, true, y);
+    case DType::Q8_0: return decode_q8_0(block, y);
+    case DType::Q4_K: return decode_k4(block, false, y);
+    case DType::Q5_K: return decode_k4(block, true, y);
+    case DType::Q6_K: return decode_q6_k(block, y);
+    default: FAIL() << "no independent decoder";
+  }
+}
+
+void put_half(uint8_t* p, float v) {
+  const uint16_t h = fp32_to_fp16(v);
+  std::memcpy(p, &h, 2);
+}
+
+// Byte offsets of a block's fp16 fields, which random bytes must not turn into NaNs.
+std::vector<int> half_offsets(DType type) {
+  switch (type) {
+    case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: return {0, 2};
+    case DType::Q6_K: return {208};
+    default: return {0};
+  }
+}
+
+class QuantTypeTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(QuantTypeTest, RandomBlocksMatchIndependentDecoder) {
+  const DType type = GetParam();
+  const DTypeInfo& ti = info(type);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> scale(-2.0f, 2.0f);
+  const int n_blocks = 5;
+  std::vector<uint8_t> bytes(n_blocks * ti.block_bytes);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  for (int i = 0; i < n_blocks; ++i) {
+    for (int offset : half_offsets(type)) put_half(&bytes[i * ti.block_bytes + offset], scale(rng));
+  }
+  const std::vector<float> got = dequantized(type, bytes, n_blocks * ti.block_elements);
+  std::vector<float> want(got.size());
+  for (int i = 0; i < n_blocks; ++i) {
+    decode_independently(type, &bytes[i * ti.block_bytes], &want[i * ti.block_elements]);
+  }
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "element " << i;
+}
+
+struct RoundTripBound {
+  DType type;
+  double max_relative_rms;  // error RMS over value RMS
+};
+
+class RoundTripTest : public ::testing::TestWithParam<RoundTripBound> {};
+
+TEST_P(RoundTripTest, ErrorWithinBound) {
+  const auto [type, bound] = GetParam();
+  const size_t n = 4096;
+  const std::vector<float> x = random_floats(n, 11, 3.0f);
+  const std::vector<float> y = dequantized(type, quantized(type, x), n);
+  double err2 = 0, sig2 = 0;
+  for (size_t i = 0; i < n; ++i) {
+    err2 += (x[i] - y[i]) * double(x[i] - y[i]);
+    sig2 += x[i] * double(x[i]);
+  }
+  EXPECT_LE(std::sqrt(err2 / sig2), bound) << dtype_name(type);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, RoundTripTest,
+    ::testing::Values(RoundTripBound{DType::F32, 0.0}, RoundTripBound{DType::F16, 3e-4},
+                      RoundTripBound{DType::BF16, 3e-3}, RoundTripBound{DType::Q8_0, 0.006},
+                      RoundTripBound{DType::Q4_0, 0.12}, RoundTripBound{DType::Q4_1, 0.12},
+                      RoundTripBound{DType::Q5_0, 0.06}, RoundTripBound{DType::Q5_1, 0.06},
+                      RoundTripBound{DType::Q4_K, 0.12}, RoundTripBound{DType::Q5_K, 0.06},
+                      RoundTripBound{DType::Q6_K, 0.03}),
+    [](const auto& info) { return std::string(dtype_name(info.param.type)); });
+
+// Within one 32-element block the worst element error is bounded by the quantization
+// step: half a step for in-range values, one step where the symmetric formats clamp.
+TEST(Quant, SimpleFormatsPerElementBound) {
+  const std::vector<float> x = random_floats(1024, 5);
+  for (DType type : {DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_1, DType::Q5_1}) {
+    const std::vector<float> y = dequantized(type, quantized(type, x), x.size());
+    const double levels = type == DType::Q4_0 || type == DType::Q4_1 ? 16 : type == DType::Q8_0 ? 255 : 32;
+    for (size_t b = 0; b < x.size(); b += 32) {
+      double lo = x[b], hi = x[b];
+      for (size_t i = b; i < b + 32; ++i) lo = std::min<double>(lo, x[i]), hi = std::max<double>(hi, x[i]);
+      const double range = type == DType::Q4_1 || type == DType::Q5_1
+                               ? hi - lo : 2 * std::max(std::fabs(lo), std::fabs(hi));
+      const double step = range / (levels - 1);
+      for (size_t i = b; i < b + 32; ++i) {
+        ASSERT_LE(std::fabs(x[i] - y[i]), 1.01 * step) << dtype_name(type) << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(Quant, HandBuiltBlocksDecodeToKnownValues) {
+  // Q4_0, d = 0.5: byte 0 = 0x21 gives element 0 = (1 - 8) / 2, element 16 = (2 - 8) / 2.
+  uint8_t q4_0[18] = {};
+  put_half(q4_0, 0.5f);
+  q4_0[2] = 0x21;
+  q4_0[3] = 0xF8;
+  float y[256];
+  dequantize_row(DType::Q4_0, q4_0, y, 32);
+  EXPECT_EQ(y[0], -3.5f);
+  EXPECT_EQ(y[16], -3.0f);
+  EXPECT_EQ(y[1], 0.0f);
+  EXPECT_EQ(y[17], 3.5f);
+  EXPECT_EQ(y[2], -4.0f);
+
+  // Q5_0, d = 1: qh bit 16 sets element 16's fifth bit.
+  uint8_t q5_0[22] = {};
+  put_half(q5_0, 1.0f);
+  q5_0[2 + 2] = 0x01;  // bit 16
+  q5_0[6] = 0x3F;      // element 0 = 15, element 16 = 3 | 16
+  dequantize_row(DType::Q5_0, q5_0, y, 32);
+  EXPECT_EQ(y[0], 15.0f - 16.0f);
+  EXPECT_EQ(y[16], 19.0f - 16.0f);
+  EXPECT_EQ(y[1], -16.0f);
+
+  // Q4_K, d = 1, dmin = 0.5: sub-block 5 gets scale 0x23 and min 0x31 through the split
+  // 4+2-bit packing; its elements are nibble 1 of qs[64 .. 95].
+  uint8_t q4_k[144] = {};
+  put_half(q4_k, 1.0f);
+  put_half(q4_k + 2, 0.5f);
+  uint8_t* scales = q4_k + 4;
+  scales[9] = 0x13;          // low 4 bits: scale 3, min 1
+  scales[1] = 2 << 6;        // scale high bits 2
+  scales[5] = 3 << 6;        // min high bits 3
+  q4_k[16 + 64] = 0x70;      // element 160: nibble 7
+  dequantize_row(DType::Q4_K, q4_k, y, 256);
+  EXPECT_EQ(y[160], 0x23 * 7.0f - 0.5f * 0x31);
+  EXPECT_EQ(y[161], -0.5f * 0x31);
+  EXPECT_EQ(y[0], 0.0f);  // scale 0, min 0 (low 6 bits of bytes 0 and 4)
+
+  // Q6_K, d = 0.25: element 200 = 128 + 64 + 8 is the high nibble of ql[64 + 8] with bits
+  // 4..5 of qh[32 + 8]; scale group 200 / 16 = 12.
+  uint8_t q6_k[210] = {};
+  put_half(q6_k + 208, 0.25f);
+  q6_k[64 + 8] = 0x50;
+  q6_k[128 + 32 + 8] = 0x20;
+  q6_k[192 + 12] = static_cast<uint8_t>(-3);
+  dequantize_row(DType::Q6_K, q6_k, y, 256);
+  EXPECT_EQ(y[200], 0.25f * -3 * ((0x5 | (2 << 4)) - 32));
+}
+
+TEST(Quant, UnsupportedTypesThrowNamingTheType) {
+  float values[256] = {};
+  uint8_t bytes[1024] = {};
+  for (DType type : {DType::Q2_K, DType::IQ2_XXS, DType::Q8_1, DType::I32}) {
+    const std::string name(dtype_name(type));
+    try {
+      dequantize_row(type, bytes, values, 256);
+      ADD_FAILURE() << name << " did not throw";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(quantize_row(type, values, bytes, 256), std::invalid_argument);
+  }
+}
+
+TEST(Quant, RaggedRowThrows) {
+  float values[64] = {};
+  uint8_t bytes[64] = {};
+  EXPECT_THROW(quantize_row(DType::Q4_0, values, bytes, 33), std::invalid_argument);
+  EXPECT_THROW(dequantize_row(DType::Q4_K, bytes, values, 32), std::invalid_argument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, QuantTypeTest,
+                         ::testing::Values(DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                                           DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+}  // namespace
+}  // namespace strata::tensor
