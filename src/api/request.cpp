@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <random>
-#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
@@ -22,6 +20,11 @@ constexpr int kMaxTopLogprobs = 20;
 [[noreturn]] void invalid_type(const std::string& param, const char* expected) {
   throw ApiError(400, "Invalid type for '" + param + "': expected " + expected + ".", param,
                  "invalid_type");
+}
+
+[[noreturn]] void missing(const std::string& param) {
+  throw ApiError(400, "Missing required parameter: '" + param + "'.", param,
+                 "missing_required_parameter");
 }
 
 [[noreturn]] void invalid_value(const std::string& param, const std::string& why) {
@@ -86,10 +89,7 @@ std::string read_content(const json& content, const std::string& param) {
     std::string part_param = element(param, i);
     if (!part.is_object()) invalid_type(part_param, "an object");
     auto type = part.find("type");
-    if (type == part.end()) {
-      throw ApiError(400, "Missing required parameter: '" + part_param + ".type'.",
-                     part_param + ".type", "missing_required_parameter");
-    }
+    if (type == part.end()) missing(part_param + ".type");
     if (read_string(*type, part_param + ".type") != "text") {
       unsupported(part_param + ".type", "only \"text\" content parts are supported.");
     }
@@ -106,10 +106,7 @@ ChatMessage read_message(const json& message, const std::string& param) {
   if (!message.is_object()) invalid_type(param, "an object");
   ChatMessage result;
   auto role = message.find("role");
-  if (role == message.end()) {
-    throw ApiError(400, "Missing required parameter: '" + param + ".role'.", param + ".role",
-                   "missing_required_parameter");
-  }
+  if (role == message.end()) missing(param + ".role");
   result.role = read_string(*role, param + ".role");
   if (result.role == "developer") result.role = "system";
   if (result.role != "system" && result.role != "user" && result.role != "assistant") {
@@ -118,16 +115,13 @@ ChatMessage read_message(const json& message, const std::string& param) {
   }
   bool has_content = false;
   for (const auto& [key, value] : message.items()) {
-    if (key == "role" || key == "name") continue;  // a speaker's name does not change the template
+    // A speaker's name does not change the template; null means absent.
+    if (key == "role" || key == "name" || value.is_null()) continue;
     if (key != "content") unsupported(param + "." + key, "not supported in messages.");
-    if (value.is_null() && result.role == "assistant") continue;
     result.content = read_content(value, param + ".content");
     has_content = true;
   }
-  if (!has_content && result.role != "assistant") {
-    throw ApiError(400, "Missing required parameter: '" + param + ".content'.", param + ".content",
-                   "missing_required_parameter");
-  }
+  if (!has_content && result.role != "assistant") missing(param + ".content");
   return result;
 }
 
@@ -153,22 +147,71 @@ std::string read_prompt(const json& prompt) {
   invalid_type("prompt", "a string");
 }
 
-std::vector<std::string> read_stop(const json& stop) {
+std::vector<std::string> read_stop(const json& stop, const std::string& param) {
   std::vector<std::string> result;
   if (stop.is_string()) {
     result.push_back(stop.get<std::string>());
   } else if (stop.is_array()) {
     if (stop.size() > kMaxStopStrings) {
-      invalid_value("stop", "at most " + std::to_string(kMaxStopStrings) + " stop sequences.");
+      invalid_value(param, "at most " + std::to_string(kMaxStopStrings) + " stop sequences.");
     }
-    for (size_t i = 0; i < stop.size(); ++i) result.push_back(read_string(stop[i], element("stop", i)));
+    for (size_t i = 0; i < stop.size(); ++i) result.push_back(read_string(stop[i], element(param, i)));
   } else {
-    invalid_type("stop", "a string or an array of strings");
+    invalid_type(param, "a string or an array of strings");
   }
   for (const auto& text : result) {
-    if (text.empty()) invalid_value("stop", "stop sequences must not be empty.");
+    if (text.empty()) invalid_value(param, "stop sequences must not be empty.");
   }
   return result;
+}
+
+// The sampling fields both dialects share; `prefix` is where they sit ("" or "options.").
+// Returns false for any other key.
+bool read_sampling_field(const std::string& key, const json& value, const std::string& prefix,
+                         CompletionRequest& request) {
+  const std::string param = prefix + key;
+  auto& sampling = request.sampling;
+  constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+  if (key == "temperature") sampling.temperature = float(read_number(value, param, 0, 2));
+  else if (key == "top_p") sampling.top_p = float(read_number(value, param, 0, 1));
+  else if (key == "top_k") sampling.top_k = int(read_integer(value, param, 0, kIntMax));
+  else if (key == "min_p") sampling.min_p = float(read_number(value, param, 0, 1));
+  else if (key == "presence_penalty") sampling.presence_penalty = float(read_number(value, param, -2, 2));
+  else if (key == "frequency_penalty") sampling.frequency_penalty = float(read_number(value, param, -2, 2));
+  else if (key == "stop") request.stop = read_stop(value, param);
+  else if (key == "seed") {
+    sampling.seed = static_cast<uint64_t>(read_integer(value, param, std::numeric_limits<int64_t>::min(),
+                                                       std::numeric_limits<int64_t>::max()));
+  } else {
+    return false;
+  }
+  return true;
+}
+
+json parse_json_object(std::string_view body) {
+  json root;
+  try {
+    root = json::parse(body);
+  } catch (const json::exception& error) {  // parse_error, or out_of_range for huge numbers
+    throw ApiError(400, std::string("The request body is not valid JSON: ") + error.what(), {},
+                   "invalid_json");
+  }
+  if (!root.is_object()) {
+    throw ApiError(400, "The request body must be a JSON object.", {}, "invalid_json");
+  }
+  return root;
+}
+
+[[noreturn]] void unknown(const std::string& param) {
+  throw ApiError(400, "Unrecognized request argument supplied: " + param, param,
+                 "unknown_parameter");
+}
+
+CompletionRequest new_request(Endpoint endpoint) {
+  CompletionRequest request;
+  request.endpoint = endpoint;
+  request.sampling.seed = std::random_device{}();  // as with OpenAI, no seed means a fresh one
+  return request;
 }
 
 // Fields accepted only with the value that means "feature off", since anything else would need
@@ -196,6 +239,37 @@ void require_neutral(const std::string& param, const json& value) {
   if (!neutral) unsupported(param, "only its default value is supported.");
 }
 
+// Ollama fields naming features we lack are accepted in their "off" form: false, "", [] or {}.
+void require_off(const std::string& param, const json& value) {
+  bool off = value == false || value == "" || ((value.is_array() || value.is_object()) && value.empty());
+  if (!off) unsupported(param, "not supported.");
+}
+
+bool contains(const std::vector<std::string_view>& names, std::string_view name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+void read_ollama_options(const json& options, CompletionRequest& request) {
+  if (!options.is_object()) invalid_type("options", "an object");
+  constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+  for (const auto& [key, value] : options.items()) {
+    if (value.is_null() || read_sampling_field(key, value, "options.", request)) continue;
+    const std::string param = "options." + key;
+    if (key == "num_predict") {
+      // -1 (no limit) and -2 (fill the context) both mean "until the context is full" here.
+      int64_t count = read_integer(value, param, -2, kIntMax);
+      if (count == 0) invalid_value(param, "must be positive, -1 or -2.");
+      if (count > 0) request.max_tokens = int(count);
+    } else if (key == "repeat_penalty") {
+      request.sampling.repetition_penalty = float(read_number(value, param, 0.01, 10));
+    } else if (key == "repeat_last_n") {
+      request.sampling.penalty_last_n = int(read_integer(value, param, -1, kIntMax));
+    } else if (!contains(ignored_ollama_options(), key)) {
+      unknown(param);
+    }
+  }
+}
+
 }  // namespace
 
 const std::vector<std::string_view>& ignored_request_fields() {
@@ -206,93 +280,51 @@ const std::vector<std::string_view>& ignored_request_fields() {
 }
 
 CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view body) {
-  json root;
-  try {
-    root = json::parse(body);
-  } catch (const json::exception& error) {  // parse_error, or out_of_range for huge numbers
-    throw ApiError(400, std::string("The request body is not valid JSON: ") + error.what(), {},
-                   "invalid_json");
-  }
-  if (!root.is_object()) {
-    throw ApiError(400, "The request body must be a JSON object.", {}, "invalid_json");
-  }
-
+  const json root = parse_json_object(body);
   const bool chat = endpoint == Endpoint::ChatCompletions;
-  CompletionRequest request;
-  request.endpoint = endpoint;
-  request.sampling.seed = std::random_device{}();
+  CompletionRequest request = new_request(endpoint);
   std::optional<int> max_tokens, max_completion_tokens;
   const json* stream_options = nullptr;
   const json* top_logprobs = nullptr;
   bool has_input = false;
-
-  using Reader = std::function<void(const json&)>;
-  const std::unordered_map<std::string_view, Reader> readers = {
-      {"model", [&](const json& v) { request.model = read_string(v, "model"); }},
-      {chat ? "messages" : "prompt",
-       [&](const json& v) {
-         if (chat) request.messages = read_messages(v);
-         else request.prompt = read_prompt(v);
-         has_input = true;
-       }},
-      {"max_tokens",
-       [&](const json& v) { max_tokens = read_integer(v, "max_tokens", 1, std::numeric_limits<int32_t>::max()); }},
-      {"temperature",
-       [&](const json& v) { request.sampling.temperature = read_number(v, "temperature", 0, 2); }},
-      {"top_p", [&](const json& v) { request.sampling.top_p = read_number(v, "top_p", 0, 1); }},
-      {"top_k",
-       [&](const json& v) { request.sampling.top_k = read_integer(v, "top_k", 0, std::numeric_limits<int32_t>::max()); }},
-      {"min_p", [&](const json& v) { request.sampling.min_p = read_number(v, "min_p", 0, 1); }},
-      {"seed",
-       [&](const json& v) {
-         request.sampling.seed = static_cast<uint64_t>(read_integer(
-             v, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
-       }},
-      {"stop", [&](const json& v) { request.stop = read_stop(v); }},
-      {"presence_penalty",
-       [&](const json& v) { request.sampling.presence_penalty = read_number(v, "presence_penalty", -2, 2); }},
-      {"frequency_penalty",
-       [&](const json& v) { request.sampling.frequency_penalty = read_number(v, "frequency_penalty", -2, 2); }},
-      {"repetition_penalty",
-       [&](const json& v) { request.sampling.repetition_penalty = read_number(v, "repetition_penalty", 0.01, 10); }},
-      {"stream", [&](const json& v) { request.stream = read_bool(v, "stream"); }},
-      {"stream_options", [&](const json& v) { stream_options = &v; }},
-      {"logprobs",
-       [&](const json& v) {
-         if (chat) {
-           request.logprobs = read_bool(v, "logprobs");
-         } else {
-           request.logprobs = true;
-           request.top_logprobs = int(read_integer(v, "logprobs", 0, kMaxTopLogprobs));
-         }
-       }},
-  };
+  constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
 
   for (const auto& [key, value] : root.items()) {
     if (value.is_null()) continue;  // clients send null for "not set"
-    if (auto reader = readers.find(key); reader != readers.end()) {
-      reader->second(value);
+    if (read_sampling_field(key, value, "", request)) continue;
+    if (key == "model") {
+      request.model = read_string(value, key);
+    } else if (key == (chat ? "messages" : "prompt")) {
+      if (chat) request.messages = read_messages(value);
+      else request.prompt = read_prompt(value);
+      has_input = true;
+    } else if (key == "max_tokens") {
+      max_tokens = int(read_integer(value, key, 1, kIntMax));
     } else if (key == "max_completion_tokens" && chat) {
-      max_completion_tokens =
-          read_integer(value, key, 1, std::numeric_limits<int32_t>::max());
+      max_completion_tokens = int(read_integer(value, key, 1, kIntMax));
+    } else if (key == "repetition_penalty") {
+      request.sampling.repetition_penalty = float(read_number(value, key, 0.01, 10));
+    } else if (key == "stream") {
+      request.stream = read_bool(value, key);
+    } else if (key == "stream_options") {
+      stream_options = &value;
+    } else if (key == "logprobs" && chat) {
+      request.logprobs = read_bool(value, key);
+    } else if (key == "logprobs") {
+      request.logprobs = true;
+      request.top_logprobs = int(read_integer(value, key, 0, kMaxTopLogprobs));
     } else if (key == "top_logprobs" && chat) {
       top_logprobs = &value;
     } else if (key == "n" || key == "logit_bias" || key == "response_format" ||
                (chat && (key == "tools" || key == "tool_choice" || key == "functions")) ||
                (!chat && (key == "echo" || key == "best_of" || key == "suffix"))) {
       require_neutral(key, value);
-    } else if (std::find(ignored_request_fields().begin(), ignored_request_fields().end(), key) ==
-               ignored_request_fields().end()) {
-      throw ApiError(400, "Unrecognized request argument supplied: " + key, key,
-                     "unknown_parameter");
+    } else if (!contains(ignored_request_fields(), key)) {
+      unknown(key);
     }
   }
 
-  if (!has_input) {
-    std::string param = chat ? "messages" : "prompt";
-    throw ApiError(400, "Missing required parameter: '" + param + "'.", param,
-                   "missing_required_parameter");
-  }
+  if (!has_input) missing(chat ? "messages" : "prompt");
   request.max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens;
   if (top_logprobs) {
     request.top_logprobs = int(read_integer(*top_logprobs, "top_logprobs", 0, kMaxTopLogprobs));
@@ -301,14 +333,66 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
     }
   }
   if (stream_options) {
-    if (!request.stream) {
-      invalid_value("stream_options", "only allowed when 'stream' is true.");
-    }
+    if (!request.stream) invalid_value("stream_options", "only allowed when 'stream' is true.");
     if (!stream_options->is_object()) invalid_type("stream_options", "an object");
     for (const auto& [key, value] : stream_options->items()) {
       if (key != "include_usage") unsupported("stream_options." + key, "not supported.");
       if (!value.is_null()) request.include_usage = read_bool(value, "stream_options.include_usage");
     }
+  }
+  return request;
+}
+
+const std::vector<std::string_view>& ignored_ollama_options() {
+  static const std::vector<std::string_view> options = {
+      "num_ctx", "num_keep", "num_batch", "num_gpu", "main_gpu", "num_thread",
+      "use_mmap", "use_mlock", "numa", "low_vram",
+  };
+  return options;
+}
+
+CompletionRequest parse_ollama_request(OllamaEndpoint endpoint, std::string_view body) {
+  const json root = parse_json_object(body);
+  const bool chat = endpoint == OllamaEndpoint::Chat;
+  CompletionRequest request = new_request(Endpoint::ChatCompletions);
+  request.stream = true;  // Ollama streams unless told not to
+  std::optional<std::string> prompt, system;
+  bool raw = false;
+
+  for (const auto& [key, value] : root.items()) {
+    if (value.is_null()) continue;
+    if (key == "model") {
+      request.model = read_string(value, key);
+    } else if (key == "messages" && chat) {
+      request.messages = read_messages(value);
+    } else if (key == "prompt" && !chat) {
+      prompt = read_string(value, key);
+    } else if (key == "system" && !chat) {
+      system = read_string(value, key);
+    } else if (key == "raw" && !chat) {
+      raw = read_bool(value, key);
+    } else if (key == "stream") {
+      request.stream = read_bool(value, key);
+    } else if (key == "options") {
+      read_ollama_options(value, request);
+    } else if (key == "format" || key == "think" || key == "tools" || key == "images" ||
+               key == "template" || key == "context" || key == "suffix") {
+      require_off(key, value);
+    } else if (key != "keep_alive") {  // how long Ollama keeps a model loaded; ours always is
+      unknown(key);
+    }
+  }
+
+  if (chat) {
+    if (request.messages.empty()) missing("messages");
+  } else if (!prompt) {
+    missing("prompt");
+  } else if (raw) {
+    request.endpoint = Endpoint::Completions;
+    request.prompt = std::move(*prompt);
+  } else {
+    if (system) request.messages.push_back({"system", std::move(*system)});
+    request.messages.push_back({"user", std::move(*prompt)});
   }
   return request;
 }

@@ -37,4 +37,13 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
 // The top-level fields accepted and ignored because ignoring them cannot change the output.
 const std::vector<std::string_view>& ignored_request_fields();
 
+enum class OllamaEndpoint { Chat, Generate };
+
+// Ollama's /api/chat and /api/generate bodies, read into the same request. /api/generate renders
+// its prompt (and system text) with the chat template unless "raw" is set, as Ollama does.
+CompletionRequest parse_ollama_request(OllamaEndpoint endpoint, std::string_view body);
+
+// Ollama options accepted and ignored: resource and speed settings that cannot change the output.
+const std::vector<std::string_view>& ignored_ollama_options();
+
 }  // namespace strata::api

@@ -1,10 +1,10 @@
-// Response bodies in OpenAI's exact shapes.
+// How answers are written: OpenAI's JSON and server-sent events here, Ollama's in ollama.h.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "api/api_error.h"
 #include "api/completion_text.h"
@@ -12,33 +12,43 @@
 
 namespace strata::api {
 
-struct ResponseHeader {
-  Endpoint endpoint = Endpoint::ChatCompletions;
-  std::string id;  // chatcmpl-... or cmpl-...
-  int64_t created = 0;
-  std::string model;
-  bool with_logprobs = false;
-};
-
 struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
 };
 
-std::string error_body(const ApiError& error);
-std::string models_body(const std::string& model, int64_t created);
-std::string model_body(const std::string& model, int64_t created);
+// Writes one request's answer, whole or as a stream.
+class ResponseWriter {
+ public:
+  virtual ~ResponseWriter() = default;
+  virtual std::string_view content_type(bool stream) const = 0;
+  // What a stream starts with, sent before the first token so clients see it has begun.
+  virtual std::string stream_start() = 0;
+  virtual std::string stream_delta(const TextDelta& delta) = 0;
+  virtual std::string stream_end(std::string_view finish_reason, const Usage& usage) = 0;
+  // Once a stream has started its status cannot change, so errors travel inside it.
+  virtual std::string stream_error(const ApiError& error) = 0;
+  virtual std::string whole(const TextDelta& output, std::string_view finish_reason,
+                            const Usage& usage) = 0;
+};
 
-std::string completion_body(const ResponseHeader& header, const TextDelta& output,
-                            std::string_view finish_reason, const Usage& usage);
+struct OpenAiResponseOptions {
+  Endpoint endpoint = Endpoint::ChatCompletions;
+  std::string model;
+  bool with_logprobs = false;
+  bool include_usage = false;  // streaming: end with a usage chunk
+};
+std::unique_ptr<ResponseWriter> openai_response_writer(OpenAiResponseOptions options);
 
-// One SSE event, "data: ...\n\n". The first chat chunk carries the role.
-std::string chunk_event(const ResponseHeader& header, const TextDelta& delta, bool first,
-                        bool with_usage_field);
-std::string final_chunk_event(const ResponseHeader& header, std::string_view finish_reason,
-                              bool with_usage_field);
-std::string usage_chunk_event(const ResponseHeader& header, const Usage& usage);
-std::string error_event(const ApiError& error);
-inline constexpr std::string_view kDoneEvent = "data: [DONE]\n\n";
+std::string openai_error_body(const ApiError& error);
+std::string openai_models_body(const std::string& model, int64_t created);
+std::string openai_model_body(const std::string& model, int64_t created);
+
+// Ollama: newline-delimited JSON when streaming, {"error": "..."} for errors.
+std::unique_ptr<ResponseWriter> ollama_response_writer(OllamaEndpoint endpoint, std::string model);
+std::string ollama_error_body(const ApiError& error);
+std::string ollama_tags_body(const std::string& model);
+
+int64_t unix_time();
 
 }  // namespace strata::api

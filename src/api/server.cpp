@@ -6,8 +6,8 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <mutex>
-#include <random>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -29,22 +29,6 @@ namespace {
 constexpr int kMinHttpThreads = 8;
 constexpr int kMaxHttpThreads = 512;
 
-std::string random_id(std::string_view prefix) {
-  static constexpr std::string_view kAlphabet =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  thread_local std::mt19937_64 random{std::random_device{}()};
-  std::string id(prefix);
-  std::uniform_int_distribution<size_t> pick(0, kAlphabet.size() - 1);
-  for (int i = 0; i < 24; ++i) id += kAlphabet[pick(random)];
-  return id;
-}
-
-int64_t unix_time() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // Compares in time independent of where the strings differ, so the key cannot be guessed by timing.
 bool same_secret(std::string_view given, std::string_view expected) {
   unsigned char difference = given.size() == expected.size() ? 0 : 1;
@@ -54,9 +38,11 @@ bool same_secret(std::string_view given, std::string_view expected) {
   return difference == 0 && !expected.empty();
 }
 
-void send_error(httplib::Response& response, const ApiError& error) {
+// Ollama's clients expect its error shape on its endpoints.
+void send_error(const httplib::Request& request, httplib::Response& response, const ApiError& error) {
   response.status = error.status;
-  response.set_content(error_body(error), "application/json");
+  const bool ollama = request.path.starts_with("/api/");
+  response.set_content(ollama ? ollama_error_body(error) : openai_error_body(error), "application/json");
 }
 
 std::string_view finish_reason(const GenerationOutcome& outcome) {
@@ -125,11 +111,11 @@ class Server::Impl {
     http_.set_error_handler(httplib::Server::HandlerWithResponse(
         [this](const httplib::Request& request, httplib::Response& response) {
           if (!response.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-          send_error(response, status_error(request, response.status));
+          send_error(request, response, status_error(request, response.status));
           return httplib::Server::HandlerResponse::Handled;
         }));
     http_.set_exception_handler(
-        [](const httplib::Request&, httplib::Response& response, std::exception_ptr error) {
+        [](const httplib::Request& request, httplib::Response& response, std::exception_ptr error) {
           std::string message = "Internal error.";
           try {
             std::rethrow_exception(error);
@@ -137,35 +123,53 @@ class Server::Impl {
             message = std::string("Internal error: ") + e.what();
           } catch (...) {
           }
-          send_error(response, ApiError(500, message));
+          send_error(request, response, ApiError(500, message));
         });
 
     http_.Get("/health", [](const httplib::Request&, httplib::Response& response) {
       response.set_content(R"({"status":"ok"})", "application/json");
     });
     http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& response) {
-      response.set_content(models_body(model_name_, created_), "application/json");
+      response.set_content(openai_models_body(model_name_, created_), "application/json");
     });
     http_.Get(R"(/v1/models/(.+))", [this](const httplib::Request& request, httplib::Response& response) {
       try {
         check_model(request.matches[1].str());
-        response.set_content(model_body(model_name_, created_), "application/json");
+        response.set_content(openai_model_body(model_name_, created_), "application/json");
       } catch (const ApiError& error) {
-        send_error(response, error);
+        send_error(request, response, error);
       }
     });
     http_.Post("/v1/chat/completions", [this](const httplib::Request& request, httplib::Response& response) {
-      handle_completion(Endpoint::ChatCompletions, request, response);
+      handle_completion(request, response, [&] {
+        auto parsed = parse_completion_request(Endpoint::ChatCompletions, request.body);
+        return std::pair(parsed, openai_writer(parsed));
+      });
     });
     http_.Post("/v1/completions", [this](const httplib::Request& request, httplib::Response& response) {
-      handle_completion(Endpoint::Completions, request, response);
+      handle_completion(request, response, [&] {
+        auto parsed = parse_completion_request(Endpoint::Completions, request.body);
+        return std::pair(parsed, openai_writer(parsed));
+      });
     });
+    http_.Get("/api/tags", [this](const httplib::Request&, httplib::Response& response) {
+      response.set_content(ollama_tags_body(model_name_), "application/json");
+    });
+    for (auto [path, endpoint] : {std::pair("/api/chat", OllamaEndpoint::Chat),
+                                  std::pair("/api/generate", OllamaEndpoint::Generate)}) {
+      http_.Post(path, [this, endpoint](const httplib::Request& request, httplib::Response& response) {
+        handle_completion(request, response, [&] {
+          auto parsed = parse_ollama_request(endpoint, request.body);
+          return std::pair(parsed, ollama_response_writer(endpoint, model_name_));
+        });
+      });
+    }
   }
 
   httplib::Server::HandlerResponse admit(const httplib::Request& request,
                                          httplib::Response& response) {
     if (stopping_) {
-      send_error(response, ApiError(503, "The server is shutting down."));
+      send_error(request, response, ApiError(503, "The server is shutting down."));
       return httplib::Server::HandlerResponse::Handled;
     }
     if (options_.api_key && request.path != "/health") {
@@ -175,7 +179,7 @@ class Server::Impl {
                         same_secret(std::string_view(authorization).substr(kBearer.size()),
                                     *options_.api_key);
       if (!authorized) {
-        send_error(response, ApiError(401, "Incorrect or missing API key. Send it as "
+        send_error(request, response, ApiError(401, "Incorrect or missing API key. Send it as "
                                            "\"Authorization: Bearer <key>\".",
                                       {}, "invalid_api_key"));
         return httplib::Server::HandlerResponse::Handled;
@@ -220,32 +224,39 @@ class Server::Impl {
                    input, "context_length_exceeded");
   }
 
-  void handle_completion(Endpoint endpoint, const httplib::Request& http_request,
-                         httplib::Response& response) {
+  std::unique_ptr<ResponseWriter> openai_writer(const CompletionRequest& request) const {
+    return openai_response_writer(
+        {request.endpoint, model_name_, request.logprobs, request.include_usage});
+  }
+
+  // `parse` reads the body in one of the dialects and picks the writer for its answer.
+  using Parse = std::function<std::pair<CompletionRequest, std::unique_ptr<ResponseWriter>>()>;
+
+  void handle_completion(const httplib::Request& http_request, httplib::Response& response,
+                         const Parse& parse) {
     try {
-      CompletionRequest request = parse_completion_request(endpoint, http_request.body);
+      auto [request, writer] = parse();
       check_model(request.model);
-      const bool chat = endpoint == Endpoint::ChatCompletions;
+      const bool chat = request.endpoint == Endpoint::ChatCompletions;
       std::vector<engine::Token> prompt =
           chat ? chat_prompt_tokens(tokenizer_, template_family_, request.messages)
                : completion_prompt_tokens(tokenizer_, request.prompt);
       const Usage prompt_usage{static_cast<int>(prompt.size()), 0};
       engine::GenerationRequest generation{
-          std::move(prompt), completion_budget(endpoint, prompt_usage.prompt_tokens, request.max_tokens),
+          std::move(prompt),
+          completion_budget(request.endpoint, prompt_usage.prompt_tokens, request.max_tokens),
           request.sampling, request.logprobs ? request.top_logprobs : 0};
 
       auto session = std::make_shared<GenerationSession>(tokenizer_, std::move(request.stop),
                                                          request.logprobs);
       submit(std::move(generation), session);
-      const ResponseHeader header{endpoint, random_id(chat ? "chatcmpl-" : "cmpl-"), unix_time(),
-                                  model_name_, request.logprobs};
       if (request.stream) {
-        stream(header, prompt_usage, request.include_usage, session, response);
+        stream(std::move(writer), prompt_usage, session, response);
       } else {
-        respond_when_done(header, prompt_usage, session, response);
+        respond_when_done(*writer, prompt_usage, session, response);
       }
     } catch (const ApiError& error) {
-      send_error(response, error);
+      send_error(http_request, response, error);
     }
   }
 
@@ -269,7 +280,7 @@ class Server::Impl {
     return ApiError(stopping_ ? 503 : 500, outcome.error, {}, "generation_failed");
   }
 
-  void respond_when_done(const ResponseHeader& header, Usage usage,
+  void respond_when_done(ResponseWriter& writer, Usage usage,
                          const std::shared_ptr<GenerationSession>& session,
                          httplib::Response& response) {
     TextDelta output;
@@ -282,41 +293,37 @@ class Server::Impl {
     forget(session);
     if (outcome->kind == GenerationOutcome::Kind::Error) throw outcome_error(*outcome);
     usage.completion_tokens = session->completion_tokens();
-    response.set_content(completion_body(header, output, finish_reason(*outcome), usage),
-                         "application/json");
+    response.set_content(writer.whole(output, finish_reason(*outcome), usage),
+                         std::string(writer.content_type(false)));
   }
 
-  void stream(const ResponseHeader& header, Usage usage, bool include_usage,
+  void stream(std::shared_ptr<ResponseWriter> writer, Usage usage,
               const std::shared_ptr<GenerationSession>& session, httplib::Response& response) {
-    auto role_sent = std::make_shared<bool>(false);
+    auto started = std::make_shared<bool>(false);
     response.set_header("Cache-Control", "no-cache");
     response.set_chunked_content_provider(
-        "text/event-stream",
-        [this, header, usage, include_usage, session, role_sent](size_t, httplib::DataSink& sink) mutable {
+        std::string(writer->content_type(true)),
+        [this, writer, usage, session, started](size_t, httplib::DataSink& sink) mutable {
           std::string events;
           bool done = false;
-          if (!*role_sent) {
-            // The role chunk goes out at once so clients see the stream start before the first token.
-            events = chunk_event(header, {}, true, include_usage);
-            *role_sent = true;
+          if (!*started) {
+            events = writer->stream_start();
+            *started = true;
           } else {
             auto update = session->wait();
-            if (!update.delta.empty()) events += chunk_event(header, update.delta, false, include_usage);
+            if (!update.delta.empty()) events += writer->stream_delta(update.delta);
             if (update.outcome) {
               done = true;
               if (update.outcome->kind == GenerationOutcome::Kind::Error) {
-                events += error_event(outcome_error(*update.outcome));
+                events += writer->stream_error(outcome_error(*update.outcome));
               } else {
-                events += final_chunk_event(header, finish_reason(*update.outcome), include_usage);
-                if (include_usage) {
-                  usage.completion_tokens = session->completion_tokens();
-                  events += usage_chunk_event(header, usage);
-                }
-                events += kDoneEvent;
+                usage.completion_tokens = session->completion_tokens();
+                events += writer->stream_end(finish_reason(*update.outcome), usage);
               }
             }
           }
-          if (!sink.write(events.data(), events.size())) {
+          // An empty write would end the chunked body early.
+          if (!events.empty() && !sink.write(events.data(), events.size())) {
             session->cancel();
             return false;
           }
