@@ -8,13 +8,17 @@
 #include "api/request.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace strata::api;
   if (size == 0) return 0;
-  const auto endpoint = data[0] % 2 ? strata::api::Endpoint::Completions
-                                    : strata::api::Endpoint::ChatCompletions;
   std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   try {
-    strata::api::parse_completion_request(endpoint, body);
-  } catch (const strata::api::ApiError&) {
+    switch (data[0] % 4) {
+      case 0: parse_completion_request(Endpoint::ChatCompletions, body); break;
+      case 1: parse_completion_request(Endpoint::Completions, body); break;
+      case 2: parse_ollama_request(OllamaEndpoint::Chat, body); break;
+      default: parse_ollama_request(OllamaEndpoint::Generate, body); break;
+    }
+  } catch (const ApiError&) {
   }
   return 0;
 }

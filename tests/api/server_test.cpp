@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <future>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -574,6 +575,109 @@ TEST_F(ApiServerTest, StopEndsInFlightRequestsWithoutHanging) {
   const std::string stream_body = streamed.get();
   EXPECT_NE(stream_body.find(R"("error")"), std::string::npos) << stream_body;
   EXPECT_EQ(stream_body.find("[DONE]"), std::string::npos) << stream_body;
+}
+
+TEST_F(ApiServerTest, OllamaTags) {
+  start();
+  auto tags = get("/api/tags");
+  ASSERT_EQ(tags.status, 200);
+  ASSERT_EQ(tags.body["models"].size(), 1u);
+  EXPECT_EQ(tags.body["models"][0]["name"], kModel);
+  EXPECT_EQ(tags.body["models"][0]["model"], kModel);
+}
+
+TEST_F(ApiServerTest, OllamaChatWhole) {
+  start();
+  json body = {{"model", kModel},
+               {"messages", {{{"role", "user"}, {"content", "Hello there"}}}},
+               {"stream", false},
+               {"keep_alive", "5m"},
+               {"options", {{"num_predict", 5}, {"temperature", 0}, {"seed", 3}, {"num_ctx", 4096}}}};
+  auto reply = post("/api/chat", body);
+  ASSERT_EQ(reply.status, 200) << reply.body.dump();
+  const auto request = generator_->last_request();
+  EXPECT_EQ(request.prompt, chat_prompt("Hello there"));
+  EXPECT_EQ(request.sampling.temperature, 0.0f);
+  EXPECT_EQ(request.sampling.seed, 3u);
+  const json& r = reply.body;
+  EXPECT_EQ(r["model"], kModel);
+  EXPECT_TRUE(r["created_at"].is_string());
+  EXPECT_EQ(r["message"], json({{"role", "assistant"}, {"content", expected_text(request.prompt, 5)}}));
+  EXPECT_EQ(r["done"], true);
+  EXPECT_EQ(r["done_reason"], "length");
+  EXPECT_EQ(r["prompt_eval_count"], request.prompt.size());
+  EXPECT_EQ(r["eval_count"], 5);
+  EXPECT_TRUE(r["total_duration"].is_number_integer());
+}
+
+TEST_F(ApiServerTest, OllamaChatStreamsNdjsonByDefault) {
+  start();
+  json body = {{"messages", {{{"role", "user"}, {"content", "Stream it"}}}},
+               {"options", {{"num_predict", 6}}}};
+  auto result = client().Post("/api/chat", body.dump(), "application/json");
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  EXPECT_EQ(result->get_header_value("Content-Type"), "application/x-ndjson");
+  std::vector<json> lines;
+  std::istringstream stream(result->body);
+  for (std::string line; std::getline(stream, line);) lines.push_back(json::parse(line));
+  ASSERT_GE(lines.size(), 2u);
+  std::string content;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i]["done"], i + 1 == lines.size());
+    content += lines[i]["message"]["content"].get<std::string>();
+  }
+  const auto prompt = generator_->last_request().prompt;
+  EXPECT_EQ(content, expected_text(prompt, 6));
+  EXPECT_EQ(lines.back()["done_reason"], "length");
+  EXPECT_EQ(lines.back()["eval_count"], 6);
+}
+
+TEST_F(ApiServerTest, OllamaGenerateUsesTheTemplateUnlessRaw) {
+  start();
+  auto templated = post("/api/generate", json{{"prompt", "Hello"}, {"system", "Be brief."},
+                                             {"stream", false}, {"options", {{"num_predict", 3}}}});
+  ASSERT_EQ(templated.status, 200) << templated.body.dump();
+  const std::vector<ChatMessage> messages{{"system", "Be brief."}, {"user", "Hello"}};
+  const auto prompt = chat_prompt_tokens(*tokenizer_, TemplateFamily::ChatML, messages);
+  EXPECT_EQ(generator_->last_request().prompt, prompt);
+  EXPECT_EQ(templated.body["response"], expected_text(prompt, 3));
+  EXPECT_EQ(templated.body["done"], true);
+
+  auto raw = post("/api/generate", json{{"prompt", "Once upon"}, {"raw", true}, {"stream", false},
+                                       {"options", {{"num_predict", 3}}}});
+  ASSERT_EQ(raw.status, 200) << raw.body.dump();
+  EXPECT_EQ(generator_->last_request().prompt, completion_prompt_tokens(*tokenizer_, "Once upon"));
+}
+
+TEST_F(ApiServerTest, OllamaErrorsUseItsShape) {
+  start();
+  struct Case {
+    std::string path, body;
+    int status;
+    std::string mentions;
+  };
+  const std::vector<Case> cases = {
+      {"/api/chat", "{", 400, "JSON"},
+      {"/api/chat", R"({"stream":false})", 400, "messages"},
+      {"/api/chat", R"({"messages":[{"role":"user","content":"x","images":["aGk="]}]})", 400, "images"},
+      {"/api/chat", R"({"messages":[{"role":"user","content":"x"}],"format":"json"})", 400, "format"},
+      {"/api/chat", R"({"messages":[{"role":"user","content":"x"}],"options":{"mirostat":2}})", 400,
+       "options.mirostat"},
+      {"/api/chat", R"({"messages":[{"role":"user","content":"x"}],"options":{"num_predict":"5"}})", 400,
+       "options.num_predict"},
+      {"/api/generate", R"({"prompt":"x","model":"llama3"})", 404, "llama3"},
+      {"/api/generate", R"({"raw":true})", 400, "prompt"},
+      {"/api/generate", R"({"prompt":"x","frobnicate":1})", 400, "frobnicate"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.path + " " + c.body);
+    auto reply = post(c.path, c.body);
+    EXPECT_EQ(reply.status, c.status);
+    ASSERT_TRUE(reply.body.is_object() && reply.body["error"].is_string()) << reply.body.dump();
+    EXPECT_NE(reply.body["error"].get<std::string>().find(c.mentions), std::string::npos)
+        << reply.body.dump();
+  }
 }
 
 }  // namespace
