@@ -26,8 +26,8 @@
 namespace strata::api {
 namespace {
 
-constexpr int kMinHttpThreads = 8;
-constexpr int kMaxHttpThreads = 512;
+constexpr int64_t kMinHttpThreads = 8;
+constexpr int64_t kMaxHttpThreads = 512;
 
 // Compares in time independent of where the strings differ, so the key cannot be guessed by timing.
 bool same_secret(std::string_view given, std::string_view expected) {
@@ -96,8 +96,8 @@ class Server::Impl {
     // Every running or queued request holds an HTTP thread while it waits for tokens; the spare
     // ones keep /health and errors answering when the engine is full.
     const auto limits = generator_.limits();
-    const int threads = std::clamp(limits.max_parallel + limits.max_queued + 4, kMinHttpThreads,
-                                   kMaxHttpThreads);
+    const auto threads = std::clamp<int64_t>(int64_t{limits.max_parallel} + limits.max_queued + 4,
+                                             kMinHttpThreads, kMaxHttpThreads);
     http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     http_.set_payload_max_length(options_.max_body_bytes);
     http_.set_socket_options([this](socket_t socket) {

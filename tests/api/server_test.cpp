@@ -680,5 +680,26 @@ TEST_F(ApiServerTest, OllamaErrorsUseItsShape) {
   }
 }
 
+TEST_F(ApiServerTest, BrokenUtf8FromTheModelStillGivesValidJson) {
+  auto fake = fake_options();
+  fake.vocabulary.clear();
+  for (int token = 0; token < tokenizer_->vocab_size(); ++token) {
+    const std::string piece = tokenizer_->token_piece(token);
+    if (piece.size() == 1 && static_cast<unsigned char>(piece[0]) >= 0x80) fake.vocabulary.push_back(token);
+  }
+  ASSERT_FALSE(fake.vocabulary.empty());
+  start(fake);
+  json body = chat_body("Bytes", 20);
+  body["logprobs"] = true;
+  body["top_logprobs"] = 3;
+  auto whole = post("/v1/chat/completions", body);
+  ASSERT_EQ(whole.status, 200);
+  ASSERT_TRUE(whole.body.is_object());
+  EXPECT_EQ(whole.body["choices"][0]["logprobs"]["content"].size(), 20u);
+  body["stream"] = true;
+  auto events = post_stream("/v1/chat/completions", body);
+  EXPECT_EQ(events.back(), "[DONE]");
+}
+
 }  // namespace
 }  // namespace strata::api
