@@ -268,6 +268,9 @@ class Server::Impl {
     } catch (const std::invalid_argument& error) {
       forget(session);
       throw ApiError(400, error.what(), {}, "context_length_exceeded");
+    } catch (...) {
+      forget(session);
+      throw;
     }
     if (!accepted) {
       forget(session);
