@@ -42,8 +42,7 @@ def main():
               f"{unicodedata.unidata_version} (Python's unicodedata). Do not edit.\n")
     out.write('#include "tokenizer/unicode.h"\n\n')
     out.write("namespace strata::tokenizer::unicode {\n\n")
-    out.write(f'const char* const kUnicodeVersion = "{unicodedata.unidata_version}";\n\n')
-    out.write(f"const CodepointRange kCodepointClassRanges[] = {{\n")
+    out.write("const CodepointRange kCodepointClassRanges[] = {\n")
     for first, last, cls in ranges:
         out.write(f"    {{0x{first:X}, 0x{last:X}, CodepointClass::{cls}}},\n")
     out.write("};\n")

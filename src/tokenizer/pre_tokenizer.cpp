@@ -25,13 +25,19 @@ std::optional<PreTokenizer> pre_tokenizer_from_name(std::string_view name) {
   // a punctuation-splitting variant there, but vocabularies without a pre key come from GPT-2
   // style tokenizers (GPT-NeoX among them), whose tokenizer.json uses the plain GPT-2 regex.
   static constexpr std::array kEntries = {
-      Entry{"default", PreTokenizer::Gpt2},         Entry{"gpt-2", PreTokenizer::Gpt2},
-      Entry{"mpt", PreTokenizer::Gpt2},             Entry{"llama3", PreTokenizer::Llama3},
-      Entry{"llama-v3", PreTokenizer::Llama3},      Entry{"llama-bpe", PreTokenizer::Llama3},
-      Entry{"dbrx", PreTokenizer::Llama3},          Entry{"smaug-bpe", PreTokenizer::Llama3},
-      Entry{"qwen2", PreTokenizer::Qwen2},          Entry{"deepseek-llm", PreTokenizer::DeepseekLlm},
+      Entry{"default", PreTokenizer::Gpt2},
+      Entry{"gpt-2", PreTokenizer::Gpt2},
+      Entry{"mpt", PreTokenizer::Gpt2},
+      Entry{"llama3", PreTokenizer::Llama3},
+      Entry{"llama-v3", PreTokenizer::Llama3},
+      Entry{"llama-bpe", PreTokenizer::Llama3},
+      Entry{"dbrx", PreTokenizer::Llama3},
+      Entry{"smaug-bpe", PreTokenizer::Llama3},
+      Entry{"qwen2", PreTokenizer::Qwen2},
+      Entry{"deepseek-llm", PreTokenizer::DeepseekLlm},
       Entry{"deepseek-coder", PreTokenizer::DeepseekCoder},
-      Entry{"falcon", PreTokenizer::Falcon},        Entry{"starcoder", PreTokenizer::Starcoder},
+      Entry{"falcon", PreTokenizer::Falcon},
+      Entry{"starcoder", PreTokenizer::Starcoder},
       Entry{"refact", PreTokenizer::Starcoder},
   };
   for (const Entry& entry : kEntries) {
@@ -58,6 +64,7 @@ bool in_ranges(std::span<const CodepointRun> ranges, char32_t cp) {
                      [cp](const CodepointRun& r) { return cp >= r.first && cp <= r.last; });
 }
 
+bool is_space(char32_t cp) { return cp == ' '; }
 bool is_newline(char32_t cp) { return cp == '\r' || cp == '\n'; }
 bool is_punctuation(char32_t cp) { return classify(cp) == CodepointClass::Punctuation; }
 // [^\s\p{L}\p{N}]
@@ -83,7 +90,7 @@ size_t optional_prefix_then_run(Piece s, size_t pos, PrefixPredicate prefix, Pre
 
 template <typename Predicate>
 size_t optional_space_then_run(Piece s, size_t pos, Predicate matches) {
-  return optional_prefix_then_run(s, pos, [](char32_t cp) { return cp == ' '; }, matches);
+  return optional_prefix_then_run(s, pos, is_space, matches);
 }
 
 // 's|'t|'re|'ve|'m|'ll|'d, optionally case-insensitive for ASCII letters only (as llama.cpp,
@@ -151,9 +158,9 @@ bool in_class_not_whitespace(char32_t cp) {
   return !is_whitespace(cp) && in_ranges(kRanges, cp);
 }
 
-// The cased letters of DeepSeek's tokenizer.json: [A-Za-zµÀ-ÖØ-öø-ƺ...𞤀-𞥃]. Some of its
-// characters (Greek Extended, Ω, K) have canonical equivalents elsewhere; these are the code points
-// of the original, un-normalised regex.
+// The cased letters of DeepSeek's tokenizer.json: [A-Za-zµÀ-ÖØ-öø-ƺ...𞤀-𞥃]. Some of
+// its characters (Greek Extended, Ω, K) have canonical equivalents elsewhere; these are the code
+// points of the original, un-normalised regex.
 constexpr CodepointRun kDeepseekCasedLetters[] = {
     {0x41, 0x5A},       {0x61, 0x7A},       {0xB5, 0xB5},       {0xC0, 0xD6},
     {0xD8, 0xF6},       {0xF8, 0x1BA},      {0x1BC, 0x1BF},     {0x1C4, 0x293},
@@ -249,12 +256,19 @@ std::span<const Matcher> matchers_for(PreTokenizer kind) {
   static constexpr Matcher kLlama3[] = {match_llama3};
   static constexpr Matcher kQwen2[] = {match_qwen2};
   static constexpr Matcher kDeepseekLlm[] = {
-      match_newline,      match_deepseek_cased_letters, match_deepseek_punctuation,
-      match_trailing_whitespace, match_deepseek_cjk,    match_numbers,
+      match_newline,
+      match_deepseek_cased_letters,
+      match_deepseek_punctuation,
+      match_trailing_whitespace,
+      match_deepseek_cjk,
+      match_numbers,
   };
   static constexpr Matcher kDeepseekCoder[] = {
-      match_newline, match_letters_after_optional_space, match_punctuation_after_optional_space,
-      match_deepseek_cjk, match_single_number,
+      match_newline,
+      match_letters_after_optional_space,
+      match_punctuation_after_optional_space,
+      match_deepseek_cjk,
+      match_single_number,
   };
   static constexpr Matcher kFalcon[] = {match_punctuation_and_ascii_symbols, match_gpt2,
                                         match_three_ascii_digits};

@@ -30,8 +30,8 @@ const gguf::Array* optional_array_of_size(const gguf::File& file, std::string_vi
                                           size_t size) {
   const gguf::Array* array = file.get_array(key);
   if (array != nullptr && array->items.size() != size) {
-    fail(std::string(key) + " has " + std::to_string(array->items.size()) + " items but there are " +
-         std::to_string(size) + " tokens");
+    fail(std::string(key) + " has " + std::to_string(array->items.size()) +
+         " items but there are " + std::to_string(size) + " tokens");
   }
   return array;
 }
@@ -98,9 +98,16 @@ std::string unmap_byte_level(std::string_view text) {
 
 // Chat-format end markers that llama.cpp also treats as ending generation.
 constexpr std::string_view kEndOfGenerationTexts[] = {
-    "<|eot_id|>",      "<|im_end|>",  "<|end|>", "<end_of_turn>",
-    "<|endoftext|>",   "<|end_of_text|>", "<|eom_id|>", "<EOT>",
-    "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",  // DeepSeek's <｜end▁of▁sentence｜>
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<|eom_id|>",
+    "<EOT>",
+    "<\xEF\xBD\x9C"
+    "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",  // DeepSeek's <｜end▁of▁sentence｜>
 };
 
 void load_vocabulary(const gguf::File& file, Tokenizer::Impl& impl) {
@@ -153,9 +160,7 @@ void compute_pieces(Tokenizer::Impl& impl) {
                               ? replace_all(text, "\xE2\x96\x81", " ")
                               : unmap_byte_level(text);
         break;
-      case TokenType::UserDefined:
-        impl.pieces[id] = text;
-        break;
+      case TokenType::UserDefined: impl.pieces[id] = text; break;
       case TokenType::Byte: {
         const std::optional<uint8_t> byte = parse_byte_token(text);
         if (!byte) fail("byte token " + std::to_string(id) + " is not of the form <0xNN>: " + text);
@@ -166,13 +171,12 @@ void compute_pieces(Tokenizer::Impl& impl) {
       case TokenType::Undefined:
       case TokenType::Unknown:
       case TokenType::Control:
-      case TokenType::Unused:
-        break;  // nothing to show in output text
+      case TokenType::Unused: break;  // nothing to show in output text
     }
   }
 }
 
-void collect_special_tokens(Tokenizer::Impl& impl, const gguf::File& file) {
+void collect_special_tokens(Tokenizer::Impl& impl) {
   for (size_t id = 0; id < impl.texts.size(); ++id) {
     const TokenType type = impl.types[id];
     if (type == TokenType::Control || type == TokenType::UserDefined ||
@@ -183,10 +187,13 @@ void collect_special_tokens(Tokenizer::Impl& impl, const gguf::File& file) {
   std::stable_sort(impl.special_tokens.begin(), impl.special_tokens.end(), [&](Token a, Token b) {
     return impl.texts[static_cast<size_t>(a)].size() > impl.texts[static_cast<size_t>(b)].size();
   });
+}
 
+void collect_end_of_generation(Tokenizer::Impl& impl, const gguf::File& file) {
   const size_t n = impl.texts.size();
   for (std::string_view key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
-    if (Token id = special_token_id(file, key, -1, n); id >= 0) impl.end_of_generation.push_back(id);
+    if (Token id = special_token_id(file, key, -1, n); id >= 0)
+      impl.end_of_generation.push_back(id);
   }
   if (impl.eos >= 0) impl.end_of_generation.push_back(impl.eos);
   for (std::string_view text : kEndOfGenerationTexts) {
@@ -244,7 +251,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& file) {
   }
 
   compute_pieces(*impl);
-  collect_special_tokens(*impl, file);
+  collect_special_tokens(*impl);
+  collect_end_of_generation(*impl, file);
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
 }
 
@@ -295,7 +303,8 @@ std::vector<Fragment> split_on_special_tokens(const Tokenizer::Impl& impl, std::
 
 }  // namespace
 
-std::vector<Token> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
+std::vector<Token> Tokenizer::encode(std::string_view text, bool add_bos,
+                                     bool parse_special) const {
   std::vector<Token> tokens;
   if (add_bos && impl_->bos >= 0) tokens.push_back(impl_->bos);
   // SentencePiece prefixes a space to the text and to every stretch after a special token.
@@ -320,7 +329,7 @@ std::string Tokenizer::decode(std::span<const Token> tokens) const {
   std::string text;
   bool strip_prefix_space = impl_->add_space_prefix;
   for (Token token : tokens) {
-    const std::string& piece = impl_->pieces.at(static_cast<size_t>(token));
+    const std::string piece = token_piece(token);
     if (strip_prefix_space && !piece.empty()) {
       text.append(piece, piece.front() == ' ' ? 1 : 0);
       strip_prefix_space = false;
@@ -333,7 +342,8 @@ std::string Tokenizer::decode(std::span<const Token> tokens) const {
 
 std::string Tokenizer::token_piece(Token token) const {
   if (token < 0 || token >= vocab_size()) {
-    throw std::out_of_range("tokenizer: token " + std::to_string(token) + " is outside the vocabulary");
+    throw std::out_of_range("tokenizer: token " + std::to_string(token) +
+                            " is outside the vocabulary");
   }
   return impl_->pieces[static_cast<size_t>(token)];
 }
@@ -344,7 +354,8 @@ Token Tokenizer::eos() const { return impl_->eos; }
 bool Tokenizer::add_bos_by_default() const { return impl_->add_bos; }
 
 bool Tokenizer::is_end_of_generation(Token token) const {
-  return std::binary_search(impl_->end_of_generation.begin(), impl_->end_of_generation.end(), token);
+  return std::binary_search(impl_->end_of_generation.begin(), impl_->end_of_generation.end(),
+                            token);
 }
 
 std::optional<Token> Tokenizer::find_token(std::string_view text) const {

@@ -46,6 +46,7 @@ class Tokenizer {
   std::optional<Token> find_token(std::string_view text) const;
   bool is_control(Token token) const;
 
+  // Defined in tokenizer_impl.h, for the tokenizer's own source files.
   struct Impl;
 
  private:
@@ -54,7 +55,8 @@ class Tokenizer {
 };
 
 // Turns generated tokens into text piece by piece without ever emitting broken UTF-8: bytes of
-// an incomplete sequence wait for the next token, invalid bytes become U+FFFD.
+// an incomplete sequence wait for the next token, invalid bytes become U+FFFD. The tokenizer must
+// outlive the decoder.
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tokenizer);

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -64,7 +66,8 @@ struct Tokenizer::Impl {
     auto it = ids.find(text);
     return it == ids.end() ? nullptr : &it->second;
   }
-  void encode_sentencepiece(std::string_view text, bool prefix_space, std::vector<Token>& out) const;
+  void encode_sentencepiece(std::string_view text, bool prefix_space,
+                            std::vector<Token>& out) const;
   void encode_byte_level(std::string_view text, std::vector<Token>& out) const;
 };
 

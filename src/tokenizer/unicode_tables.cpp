@@ -3,8 +3,6 @@
 
 namespace strata::tokenizer::unicode {
 
-const char* const kUnicodeVersion = "14.0.0";
-
 const CodepointRange kCodepointClassRanges[] = {
     {0x21, 0x23, CodepointClass::Punctuation},
     {0x24, 0x24, CodepointClass::Symbol},

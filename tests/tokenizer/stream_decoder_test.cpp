@@ -14,8 +14,8 @@ std::string stream(const Tokenizer& tok, const std::vector<Token>& tokens) {
   std::string out;
   for (Token token : tokens) {
     const std::string chunk = decoder.push(token);
-    EXPECT_TRUE(is_valid_utf8(chunk)) << "after token " << token << ": "
-                                      << testing::PrintToString(chunk);
+    EXPECT_TRUE(is_valid_utf8(chunk))
+        << "after token " << token << ": " << testing::PrintToString(chunk);
     out += chunk;
   }
   const std::string rest = decoder.finish();
@@ -34,7 +34,9 @@ TEST(StreamDecoder, EmojiSplitAcrossByteTokens) {
   const test::LoadedTokenizer loaded = test::load_vocab("llama-spm");
   const Tokenizer& tok = *loaded.tokenizer;
   // The family emoji is several code points joined by U+200D; none has a token of its own.
-  const std::string text = "Hi \xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7 \xF0\x9F\xA6\x99!";
+  const std::string text =
+      "Hi \xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7 "
+      "\xF0\x9F\xA6\x99!";
   const std::vector<Token> tokens = tok.encode(text, true, false);
 
   StreamDecoder decoder(tok);
@@ -53,7 +55,8 @@ TEST(StreamDecoder, EmojiSplitAcrossByteTokens) {
 
 TEST(StreamDecoder, ByteLevelTokensSplittingCharacters) {
   const test::LoadedTokenizer loaded = test::load_vocab("gpt-2");
-  const std::string text = "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9 \xE1\x9E\x80\xE1\x9E\xB6 caf\xC3\xA9";
+  const std::string text =
+      "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9 \xE1\x9E\x80\xE1\x9E\xB6 caf\xC3\xA9";
   EXPECT_EQ(stream(*loaded.tokenizer, loaded.tokenizer->encode(text, false, false)), text);
 }
 

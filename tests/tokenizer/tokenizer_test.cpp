@@ -21,7 +21,9 @@ bool contains(const std::vector<Token>& tokens, Token token) {
 
 class LlamaSpm : public testing::Test {
  protected:
-  static void SetUpTestSuite() { loaded_ = new test::LoadedTokenizer(test::load_vocab("llama-spm")); }
+  static void SetUpTestSuite() {
+    loaded_ = new test::LoadedTokenizer(test::load_vocab("llama-spm"));
+  }
   static void TearDownTestSuite() { delete loaded_; }
   const Tokenizer& tok() const { return *loaded_->tokenizer; }
   static inline test::LoadedTokenizer* loaded_ = nullptr;
@@ -146,8 +148,9 @@ TEST(Aidreams260K, SmallSentencePieceModelRoundTrips) {
   EXPECT_EQ(tok.decode(tokens), text);
 }
 
-// Writes a GGUF file holding only the given metadata and loads a tokenizer from it.
-class TokenizerLoadErrors : public testing::Test {
+// Small vocabularies written to a temporary GGUF file: loading errors and settings that the
+// shared vocabularies do not exercise.
+class SyntheticVocabulary : public testing::Test {
  protected:
   void SetUp() override {
     path_ = fs::temp_directory_path() /
@@ -185,52 +188,52 @@ class TokenizerLoadErrors : public testing::Test {
   fs::path path_;
 };
 
-TEST_F(TokenizerLoadErrors, MissingModel) {
+TEST_F(SyntheticVocabulary, MissingModel) {
   gguf::Writer writer;
   writer.set("tokenizer.ggml.tokens", strings({"a"}));
   expect_load_error(writer, "tokenizer.ggml.model");
 }
 
-TEST_F(TokenizerLoadErrors, UnknownModel) {
+TEST_F(SyntheticVocabulary, UnknownModel) {
   gguf::Writer writer;
   writer.set("tokenizer.ggml.model", gguf::Value::string("wordpiece"));
   writer.set("tokenizer.ggml.tokens", strings({"a"}));
   expect_load_error(writer, "'wordpiece'");
 }
 
-TEST_F(TokenizerLoadErrors, MissingTokens) {
+TEST_F(SyntheticVocabulary, MissingTokens) {
   gguf::Writer writer;
   writer.set("tokenizer.ggml.model", gguf::Value::string("llama"));
   expect_load_error(writer, "tokenizer.ggml.tokens");
 }
 
-TEST_F(TokenizerLoadErrors, MissingMerges) {
+TEST_F(SyntheticVocabulary, MissingMerges) {
   gguf::Writer writer;
   writer.set("tokenizer.ggml.model", gguf::Value::string("gpt2"));
   writer.set("tokenizer.ggml.tokens", strings({"a"}));
   expect_load_error(writer, "tokenizer.ggml.merges");
 }
 
-TEST_F(TokenizerLoadErrors, UnknownPreTokenizer) {
+TEST_F(SyntheticVocabulary, UnknownPreTokenizer) {
   gguf::Writer writer = gpt2_writer();
   writer.set("tokenizer.ggml.pre", gguf::Value::string("no-such-pre"));
   expect_load_error(writer, "'no-such-pre'");
 }
 
-TEST_F(TokenizerLoadErrors, SpecialTokenIdOutsideTheVocabulary) {
+TEST_F(SyntheticVocabulary, SpecialTokenIdOutsideTheVocabulary) {
   gguf::Writer writer = gpt2_writer();
   writer.set("tokenizer.ggml.eos_token_id", gguf::Value::u32(3));
   expect_load_error(writer, "tokenizer.ggml.eos_token_id");
 }
 
-TEST_F(TokenizerLoadErrors, TokenTypesOfTheWrongCount) {
+TEST_F(SyntheticVocabulary, TokenTypesOfTheWrongCount) {
   gguf::Writer writer = gpt2_writer();
   writer.set("tokenizer.ggml.token_type",
              gguf::Value::array(gguf::ValueType::Int32, {gguf::Value::i32(1)}));
   expect_load_error(writer, "tokenizer.ggml.token_type");
 }
 
-TEST_F(TokenizerLoadErrors, MinimalByteLevelVocabularyLoadsAndMerges) {
+TEST_F(SyntheticVocabulary, MinimalByteLevelVocabularyLoadsAndMerges) {
   gguf::Writer writer = gpt2_writer();
   writer.write(path_.string());
   const auto file = gguf::File::open(path_.string());
@@ -240,12 +243,60 @@ TEST_F(TokenizerLoadErrors, MinimalByteLevelVocabularyLoadsAndMerges) {
   EXPECT_FALSE(tok->add_bos_by_default());
 }
 
+TEST_F(SyntheticVocabulary, Llama3VocabulariesTakeWholeTokensBeforeMerging) {
+  const auto load_with_pre = [&](const char* pre) {
+    gguf::Writer writer;
+    writer.set("tokenizer.ggml.model", gguf::Value::string("gpt2"));
+    writer.set("tokenizer.ggml.pre", gguf::Value::string(pre));
+    writer.set("tokenizer.ggml.tokens", strings({"a", "b", "c", "ab", "abc", "<|begin_of_text|>"}));
+    writer.set("tokenizer.ggml.merges", strings({"a b"}));
+    writer.set("tokenizer.ggml.bos_token_id", gguf::Value::u32(5));
+    writer.write(path_.string());
+    const auto file = gguf::File::open(path_.string());
+    return Tokenizer::from_gguf(*file);
+  };
+  // "abc" cannot be reached by merges ("ab" + "c" has no rank), but Llama 3 takes it whole.
+  const auto llama3 = load_with_pre("llama-bpe");
+  EXPECT_EQ(llama3->encode("abc", false, false), (std::vector<Token>{4}));
+  EXPECT_TRUE(llama3->add_bos_by_default());
+  EXPECT_EQ(llama3->encode("abc", true, false), (std::vector<Token>{5, 4}));
+  const auto gpt2 = load_with_pre("gpt-2");
+  EXPECT_EQ(gpt2->encode("abc", false, false), (std::vector<Token>{3, 2}));
+  EXPECT_FALSE(gpt2->add_bos_by_default());
+}
+
+TEST_F(SyntheticVocabulary, UserDefinedTokensAreAlwaysMatchedControlTokensOnRequest) {
+  gguf::Writer writer;
+  writer.set("tokenizer.ggml.model", gguf::Value::string("gpt2"));
+  writer.set("tokenizer.ggml.tokens",
+             strings({"a", "b", "<", "c", "t", "l", ">", "<tool>", "<ctl>", "<ctl>a"}));
+  std::vector<gguf::Value> types(7, gguf::Value::i32(1));
+  types.push_back(gguf::Value::i32(4));  // user-defined
+  types.push_back(gguf::Value::i32(3));  // control
+  types.push_back(gguf::Value::i32(3));
+  writer.set("tokenizer.ggml.token_type", gguf::Value::array(gguf::ValueType::Int32, types));
+  writer.set("tokenizer.ggml.merges", strings({}));
+  writer.write(path_.string());
+  const auto file = gguf::File::open(path_.string());
+  const auto tok = Tokenizer::from_gguf(*file);
+
+  EXPECT_EQ(tok->encode("a<tool>b<ctl>", false, false),
+            (std::vector<Token>{0, 7, 1, 2, 3, 4, 5, 6}));
+  // The longer control text wins where both match.
+  EXPECT_EQ(tok->encode("a<tool>b<ctl>a<ctl>", false, true), (std::vector<Token>{0, 7, 1, 9, 8}));
+  EXPECT_EQ(tok->token_piece(7), "<tool>");
+  EXPECT_EQ(tok->token_piece(8), "");
+  EXPECT_TRUE(tok->is_control(8));
+  EXPECT_FALSE(tok->is_control(7));
+}
+
 // About 4 KB of mixed text, encoded with the largest vocabulary and the SentencePiece one.
 TEST(TokenizerSpeed, EncodesKilobytesInMilliseconds) {
   std::string text;
   while (text.size() < 4096) {
-    text += "The quick brown fox jumps over the lazy dog. 1234567890 Привет мир! "
-            "\xE4\xBD\xA0\xE5\xA5\xBD\xE4\xB8\x96\xE7\x95\x8C \xF0\x9F\xA6\x99\n\t  ";
+    text +=
+        "The quick brown fox jumps over the lazy dog. 1234567890 Привет мир! "
+        "\xE4\xBD\xA0\xE5\xA5\xBD\xE4\xB8\x96\xE7\x95\x8C \xF0\x9F\xA6\x99\n\t  ";
   }
   for (std::string_view name : {"deepseek-llm", "llama-spm"}) {
     const test::LoadedTokenizer loaded = test::load_vocab(name);
@@ -254,6 +305,23 @@ TEST(TokenizerSpeed, EncodesKilobytesInMilliseconds) {
     const auto elapsed = std::chrono::steady_clock::now() - start;
     EXPECT_GT(tokens.size(), 500u);
     EXPECT_LT(elapsed, std::chrono::milliseconds(100)) << name;
+  }
+}
+
+// Long runs of one kind of character are where a careless matcher or merge loop turns quadratic.
+TEST(TokenizerSpeed, LongRunsStayLinear) {
+  const size_t n = 64 * 1024;
+  const std::string runs[] = {std::string(n, '7'), std::string(n, ' ') + "1",
+                              std::string(n, '\t') + "!", std::string(n, 'a')};
+  for (std::string_view name : {"falcon", "deepseek-llm", "llama-spm"}) {
+    const test::LoadedTokenizer loaded = test::load_vocab(name);
+    for (const std::string& text : runs) {
+      const auto start = std::chrono::steady_clock::now();
+      const std::vector<Token> tokens = loaded.tokenizer->encode(text, false, false);
+      const auto elapsed = std::chrono::steady_clock::now() - start;
+      EXPECT_LT(elapsed, std::chrono::milliseconds(300)) << name << ", run of '" << text[0] << "'";
+      EXPECT_EQ(loaded.tokenizer->decode(tokens), text) << name;
+    }
   }
 }
 

@@ -7,15 +7,15 @@ namespace {
 
 TEST(Unicode, ClassifiesGeneralCategories) {
   EXPECT_EQ(classify('A'), CodepointClass::Letter);
-  EXPECT_EQ(classify(0x4E2D), CodepointClass::Letter);   // 中
-  EXPECT_EQ(classify(0x0663), CodepointClass::Number);   // Arabic-Indic three
-  EXPECT_EQ(classify(0x00BD), CodepointClass::Number);   // ½
+  EXPECT_EQ(classify(0x4E2D), CodepointClass::Letter);  // 中
+  EXPECT_EQ(classify(0x0663), CodepointClass::Number);  // Arabic-Indic three
+  EXPECT_EQ(classify(0x00BD), CodepointClass::Number);  // ½
   EXPECT_EQ(classify('!'), CodepointClass::Punctuation);
   EXPECT_EQ(classify('$'), CodepointClass::Symbol);
   EXPECT_EQ(classify(0x1F999), CodepointClass::Symbol);  // 🦙
   EXPECT_EQ(classify(0x0301), CodepointClass::Mark);     // combining acute
   EXPECT_EQ(classify(' '), CodepointClass::Other);
-  EXPECT_EQ(classify(0x200D), CodepointClass::Other);    // zero-width joiner
+  EXPECT_EQ(classify(0x200D), CodepointClass::Other);  // zero-width joiner
   EXPECT_EQ(classify(0x10FFFF), CodepointClass::Other);
 }
 
@@ -36,8 +36,8 @@ TEST(Unicode, DecodesValidSequences) {
 }
 
 TEST(Unicode, RejectsMalformedSequences) {
-  for (std::string_view bad : {"\x80", "\xC0\x80", "\xE0\x80\x80", "\xED\xA0\x80", "\xF4\x90\x80\x80",
-                               "\xF8\x88\x80\x80\x80", "\xC3\x41"}) {
+  for (std::string_view bad : {"\x80", "\xC0\x80", "\xE0\x80\x80", "\xED\xA0\x80",
+                               "\xF4\x90\x80\x80", "\xF8\x88\x80\x80\x80", "\xC3\x41"}) {
     const Utf8Decoded decoded = decode_utf8_at(bad, 0);
     EXPECT_EQ(decoded.status, Utf8Status::Invalid) << testing::PrintToString(bad);
     EXPECT_EQ(decoded.length, 1u);

@@ -33,7 +33,8 @@ std::vector<std::string> read_inputs(const fs::path& path) {
        pos = found + separator.size()) {
     inputs.push_back(text.substr(pos, found - pos));
   }
-  if (pos != text.size()) throw std::runtime_error(path.string() + " does not end with a separator");
+  if (pos != text.size())
+    throw std::runtime_error(path.string() + " does not end with a separator");
   return inputs;
 }
 

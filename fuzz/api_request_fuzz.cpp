@@ -1,0 +1,24 @@
+// Arbitrary bytes as a request body: parsing must either succeed or throw ApiError, never crash,
+// hang or throw anything else.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "api/api_error.h"
+#include "api/request.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace strata::api;
+  if (size == 0) return 0;
+  std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
+  try {
+    switch (data[0] % 4) {
+      case 0: parse_completion_request(Endpoint::ChatCompletions, body); break;
+      case 1: parse_completion_request(Endpoint::Completions, body); break;
+      case 2: parse_ollama_request(OllamaEndpoint::Chat, body); break;
+      default: parse_ollama_request(OllamaEndpoint::Generate, body); break;
+    }
+  } catch (const ApiError&) {
+  }
+  return 0;
+}

@@ -1,0 +1,88 @@
+#include "api/completion_text.h"
+
+#include <algorithm>
+
+#include "tokenizer/tokenizer.h"
+
+namespace strata::api {
+
+void TextDelta::append(TextDelta&& more) {
+  text += more.text;
+  std::move(more.logprobs.begin(), more.logprobs.end(), std::back_inserter(logprobs));
+}
+
+CompletionText::CompletionText(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stop,
+                               bool with_logprobs)
+    : tokenizer_(tokenizer),
+      decoder_(std::make_unique<tokenizer::StreamDecoder>(tokenizer)),
+      stop_(std::move(stop)),
+      with_logprobs_(with_logprobs) {}
+
+CompletionText::~CompletionText() = default;
+
+TextDelta CompletionText::push(const engine::GeneratedToken& token) {
+  if (stopped_ || token.end_of_generation) return {};
+  size_t start = released_ + held_.size();
+  held_ += decoder_->push(token.token);
+  if (with_logprobs_) {
+    TokenLogprobs logprobs{tokenizer_.token_piece(token.token), token.logprob, {}, start};
+    for (const auto& alternative : token.top) {
+      logprobs.top.push_back({tokenizer_.token_piece(alternative.token), alternative.logprob});
+    }
+    pending_tokens_.push_back({std::move(logprobs), released_ + held_.size()});
+  }
+  if (size_t stop = stop_start(); stop != std::string::npos) {
+    stopped_ = true;
+    return release(stop);
+  }
+  return release(held_.size() - possible_stop_prefix());
+}
+
+TextDelta CompletionText::finish() {
+  if (stopped_) return {};
+  held_ += decoder_->finish();
+  if (size_t stop = stop_start(); stop != std::string::npos) {
+    stopped_ = true;
+    return release(stop);
+  }
+  for (auto& token : pending_tokens_) token.end = std::min(token.end, released_ + held_.size());
+  return release(held_.size());
+}
+
+TextDelta CompletionText::release(size_t length) {
+  TextDelta delta;
+  delta.text = held_.substr(0, length);
+  held_.erase(0, length);
+  released_ += length;
+  // A token cut by a stop string still showed part of its text, so it is reported; once stopped,
+  // tokens that showed nothing are dropped.
+  auto shown = std::find_if(pending_tokens_.begin(), pending_tokens_.end(), [&](const auto& token) {
+    return stopped_ ? token.logprobs.text_offset >= released_ : token.end > released_;
+  });
+  for (auto it = pending_tokens_.begin(); it != shown; ++it) {
+    delta.logprobs.push_back(std::move(it->logprobs));
+  }
+  pending_tokens_.erase(pending_tokens_.begin(), stopped_ ? pending_tokens_.end() : shown);
+  return delta;
+}
+
+size_t CompletionText::stop_start() const {
+  size_t earliest = std::string::npos;
+  for (const auto& stop : stop_) earliest = std::min(earliest, held_.find(stop));
+  return earliest;
+}
+
+size_t CompletionText::possible_stop_prefix() const {
+  size_t longest = 0;
+  for (const auto& stop : stop_) {
+    for (size_t length = std::min(stop.size() - 1, held_.size()); length > longest; --length) {
+      if (held_.compare(held_.size() - length, length, stop, 0, length) == 0) {
+        longest = length;
+        break;
+      }
+    }
+  }
+  return longest;
+}
+
+}  // namespace strata::api

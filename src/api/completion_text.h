@@ -1,0 +1,70 @@
+// Turns generated tokens into the text a client may see: decodes them, cuts at stop strings and,
+// while streaming, holds back text that could still become the start of a stop string.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/generator.h"
+
+namespace strata::tokenizer {
+class Tokenizer;
+class StreamDecoder;
+}  // namespace strata::tokenizer
+
+namespace strata::api {
+
+struct TokenAlternative {
+  std::string text;
+  float logprob = 0.0f;
+};
+
+struct TokenLogprobs {
+  std::string text;
+  float logprob = 0.0f;
+  std::vector<TokenAlternative> top;
+  size_t text_offset = 0;  // where the token's text starts in the completion
+};
+
+struct TextDelta {
+  std::string text;
+  std::vector<TokenLogprobs> logprobs;  // for the tokens whose text is now fully shown
+
+  bool empty() const { return text.empty() && logprobs.empty(); }
+  void append(TextDelta&& more);
+};
+
+class CompletionText {
+ public:
+  CompletionText(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stop,
+                 bool with_logprobs);
+  ~CompletionText();
+
+  TextDelta push(const engine::GeneratedToken& token);
+  // The held-back rest, once generation has ended.
+  TextDelta finish();
+  // A stop string matched: the text before it has been released and nothing more will be.
+  bool stopped() const { return stopped_; }
+
+ private:
+  struct PendingToken {
+    TokenLogprobs logprobs;
+    size_t end = 0;
+  };
+  TextDelta release(size_t length);
+  size_t stop_start() const;
+  size_t possible_stop_prefix() const;
+
+  const tokenizer::Tokenizer& tokenizer_;
+  std::unique_ptr<tokenizer::StreamDecoder> decoder_;
+  std::vector<std::string> stop_;
+  bool with_logprobs_;
+  bool stopped_ = false;
+  std::string held_;       // decoded, not yet released
+  size_t released_ = 0;    // bytes released so far
+  std::vector<PendingToken> pending_tokens_;
+};
+
+}  // namespace strata::api

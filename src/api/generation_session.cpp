@@ -1,0 +1,72 @@
+#include "api/generation_session.h"
+
+namespace strata::api {
+
+GenerationSession::GenerationSession(const tokenizer::Tokenizer& tokenizer,
+                                     std::vector<std::string> stop, bool with_logprobs)
+    : text_(tokenizer, std::move(stop), with_logprobs) {}
+
+engine::RequestCallbacks GenerationSession::callbacks() {
+  auto self = shared_from_this();
+  return {
+      [self](const engine::GeneratedToken& token) { return self->on_token(token); },
+      [self](engine::FinishReason reason, const std::string& error) {
+        self->on_finish(reason, error);
+      },
+  };
+}
+
+bool GenerationSession::on_token(const engine::GeneratedToken& token) {
+  std::lock_guard lock(mutex_);
+  if (cancelled_ || text_.stopped() || outcome_) return false;
+  ++completion_tokens_;
+  unsent_.append(text_.push(token));
+  changed_.notify_all();
+  return !text_.stopped();
+}
+
+void GenerationSession::on_finish(engine::FinishReason reason, const std::string& error) {
+  std::lock_guard lock(mutex_);
+  if (outcome_) return;
+  using Kind = GenerationOutcome::Kind;
+  if (text_.stopped()) {
+    outcome_ = GenerationOutcome{Kind::Stop, {}};
+  } else if (reason == engine::FinishReason::Stop || reason == engine::FinishReason::Length) {
+    unsent_.append(text_.finish());
+    bool stopped = reason == engine::FinishReason::Stop || text_.stopped();
+    outcome_ = GenerationOutcome{stopped ? Kind::Stop : Kind::Length, {}};
+  } else {
+    outcome_ = GenerationOutcome{
+        Kind::Error, reason == engine::FinishReason::Error ? error : "The generation was cancelled."};
+  }
+  changed_.notify_all();
+}
+
+GenerationSession::Update GenerationSession::wait() {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return !unsent_.empty() || outcome_; });
+  Update update{std::move(unsent_), outcome_};
+  unsent_ = {};
+  return update;
+}
+
+void GenerationSession::cancel() {
+  std::lock_guard lock(mutex_);
+  cancelled_ = true;
+}
+
+void GenerationSession::abandon() {
+  std::lock_guard lock(mutex_);
+  cancelled_ = true;
+  if (!outcome_) {
+    outcome_ = GenerationOutcome{GenerationOutcome::Kind::Error, "The server is shutting down."};
+  }
+  changed_.notify_all();
+}
+
+int GenerationSession::completion_tokens() const {
+  std::lock_guard lock(mutex_);
+  return completion_tokens_;
+}
+
+}  // namespace strata::api

@@ -1,0 +1,56 @@
+// One request's generation as seen from the HTTP side: the engine thread feeds it tokens, the
+// HTTP thread waits on it for text to send. Either side may end it early.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "api/completion_text.h"
+#include "engine/generator.h"
+
+namespace strata::api {
+
+struct GenerationOutcome {
+  enum class Kind { Stop, Length, Error } kind = Kind::Stop;
+  std::string error;  // for Error
+};
+
+class GenerationSession : public std::enable_shared_from_this<GenerationSession> {
+ public:
+  GenerationSession(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stop,
+                    bool with_logprobs);
+
+  // Callbacks that keep this session alive for as long as the engine holds them.
+  engine::RequestCallbacks callbacks();
+
+  struct Update {
+    TextDelta delta;
+    std::optional<GenerationOutcome> outcome;  // set once generation is over
+  };
+  // Blocks until there is new text or the generation is over.
+  Update wait();
+
+  // The client went away: the engine hears it at its next token.
+  void cancel();
+  // The server is stopping: waiters return at once with an error and the engine is told to stop.
+  void abandon();
+
+  int completion_tokens() const;
+
+ private:
+  bool on_token(const engine::GeneratedToken& token);
+  void on_finish(engine::FinishReason reason, const std::string& error);
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  CompletionText text_;
+  TextDelta unsent_;
+  std::optional<GenerationOutcome> outcome_;
+  bool cancelled_ = false;
+  int completion_tokens_ = 0;
+};
+
+}  // namespace strata::api

@@ -1,0 +1,49 @@
+// Parsing and validation of request bodies, separate from the socket so it can be tested and fuzzed.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sampling/params.h"
+
+namespace strata::api {
+
+enum class Endpoint { ChatCompletions, Completions };
+
+struct ChatMessage {
+  std::string role;  // "system", "user" or "assistant" ("developer" is read as "system")
+  std::string content;
+};
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::ChatCompletions;
+  std::optional<std::string> model;
+  std::vector<ChatMessage> messages;  // chat only
+  std::string prompt;                 // completions only
+  std::optional<int> max_tokens;      // absent: until the context is full
+  sampling::SamplingParams sampling;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;
+  bool logprobs = false;
+  int top_logprobs = 0;
+};
+
+// Throws ApiError (status 400, naming the offending parameter) for anything not acceptable.
+CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view body);
+
+// The top-level fields accepted and ignored because ignoring them cannot change the output.
+const std::vector<std::string_view>& ignored_request_fields();
+
+enum class OllamaEndpoint { Chat, Generate };
+
+// Ollama's /api/chat and /api/generate bodies, read into the same request. /api/generate renders
+// its prompt (and system text) with the chat template unless "raw" is set, as Ollama does.
+CompletionRequest parse_ollama_request(OllamaEndpoint endpoint, std::string_view body);
+
+// Ollama options accepted and ignored: resource and speed settings that cannot change the output.
+const std::vector<std::string_view>& ignored_ollama_options();
+
+}  // namespace strata::api

@@ -1,0 +1,294 @@
+#include "api/responses.h"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <optional>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+namespace strata::api {
+namespace {
+
+using json = nlohmann::json;
+
+// Token pieces can be partial UTF-8 sequences; they must not make serialisation throw.
+std::string dump(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string event(const json& value) { return "data: " + dump(value) + "\n\n"; }
+
+json nullable(const std::string& text) { return text.empty() ? json(nullptr) : json(text); }
+
+json utf8_bytes(const std::string& text) {
+  json bytes = json::array();
+  for (unsigned char byte : text) bytes.push_back(byte);
+  return bytes;
+}
+
+json chat_logprobs(const std::vector<TokenLogprobs>& tokens) {
+  json content = json::array();
+  for (const auto& token : tokens) {
+    json top = json::array();
+    for (const auto& alternative : token.top) {
+      top.push_back({{"token", alternative.text},
+                     {"logprob", alternative.logprob},
+                     {"bytes", utf8_bytes(alternative.text)}});
+    }
+    content.push_back({{"token", token.text},
+                       {"logprob", token.logprob},
+                       {"bytes", utf8_bytes(token.text)},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+json completion_logprobs(const std::vector<TokenLogprobs>& tokens) {
+  json texts = json::array(), logprobs = json::array(), tops = json::array(),
+       offsets = json::array();
+  for (const auto& token : tokens) {
+    texts.push_back(token.text);
+    logprobs.push_back(token.logprob);
+    json top = json::object();
+    for (const auto& alternative : token.top) top[alternative.text] = alternative.logprob;
+    tops.push_back(std::move(top));
+    offsets.push_back(token.text_offset);
+  }
+  return {{"tokens", std::move(texts)},
+          {"token_logprobs", std::move(logprobs)},
+          {"top_logprobs", std::move(tops)},
+          {"text_offset", std::move(offsets)}};
+}
+
+json usage_field(const Usage& usage) {
+  return {{"prompt_tokens", usage.prompt_tokens},
+          {"completion_tokens", usage.completion_tokens},
+          {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", 0}}}};
+}
+
+json finish_field(std::string_view finish_reason) {
+  return finish_reason.empty() ? json(nullptr) : json(finish_reason);
+}
+
+std::string random_id(std::string_view prefix) {
+  static constexpr std::string_view kAlphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  std::uniform_int_distribution<size_t> pick(0, kAlphabet.size() - 1);
+  std::string id(prefix);
+  for (int i = 0; i < 24; ++i) id += kAlphabet[pick(random)];
+  return id;
+}
+
+class OpenAiWriter final : public ResponseWriter {
+ public:
+  explicit OpenAiWriter(OpenAiResponseOptions options)
+      : options_(std::move(options)),
+        chat_(options_.endpoint == Endpoint::ChatCompletions),
+        id_(random_id(chat_ ? "chatcmpl-" : "cmpl-")),
+        created_(unix_time()) {}
+
+  std::string_view content_type(bool stream) const override {
+    return stream ? "text/event-stream" : "application/json";
+  }
+
+  std::string stream_start() override {
+    json delta = {{"role", "assistant"}, {"content", ""}};
+    return event(chunk(choice(std::move(delta), "", {}, {})));
+  }
+
+  std::string stream_delta(const TextDelta& delta) override {
+    return event(chunk(choice({{"content", delta.text}}, delta.text, delta.logprobs, {})));
+  }
+
+  std::string stream_end(std::string_view finish_reason, const Usage& usage) override {
+    std::string events = event(chunk(choice(json::object(), "", {}, finish_reason)));
+    if (options_.include_usage) {
+      json usage_chunk = envelope(true, json::array());
+      usage_chunk["usage"] = usage_field(usage);
+      events += event(usage_chunk);
+    }
+    return events + "data: [DONE]\n\n";
+  }
+
+  std::string stream_error(const ApiError& error) override {
+    return "data: " + openai_error_body(error) + "\n\n";
+  }
+
+  std::string whole(const TextDelta& output, std::string_view finish_reason,
+                    const Usage& usage) override {
+    json choice = {{"index", 0}};
+    if (chat_) {
+      choice["message"] = {{"role", "assistant"}, {"content", output.text}, {"refusal", nullptr}};
+    } else {
+      choice["text"] = output.text;
+    }
+    choice["logprobs"] = options_.with_logprobs ? logprobs(output.logprobs) : json(nullptr);
+    choice["finish_reason"] = finish_field(finish_reason);
+    json body = envelope(false, json::array({std::move(choice)}));
+    body["usage"] = usage_field(usage);
+    return dump(body);
+  }
+
+ private:
+  json envelope(bool chunk, json choices) const {
+    return {{"id", id_},
+            {"object", chat_ ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
+            {"created", created_},
+            {"model", options_.model},
+            {"choices", std::move(choices)}};
+  }
+
+  // With include_usage every chunk carries "usage": null, as OpenAI's do.
+  json chunk(json choice) const {
+    json body = envelope(true, json::array({std::move(choice)}));
+    if (options_.include_usage) body["usage"] = nullptr;
+    return body;
+  }
+
+  json choice(json chat_delta, const std::string& text, const std::vector<TokenLogprobs>& tokens,
+              std::string_view finish_reason) const {
+    json choice = {{"index", 0}};
+    if (chat_) choice["delta"] = std::move(chat_delta);
+    else choice["text"] = text;
+    choice["logprobs"] = tokens.empty() || !options_.with_logprobs ? json(nullptr) : logprobs(tokens);
+    choice["finish_reason"] = finish_field(finish_reason);
+    return choice;
+  }
+
+  json logprobs(const std::vector<TokenLogprobs>& tokens) const {
+    return chat_ ? chat_logprobs(tokens) : completion_logprobs(tokens);
+  }
+
+  const OpenAiResponseOptions options_;
+  const bool chat_;
+  const std::string id_;
+  const int64_t created_;
+};
+
+// RFC 3339 in UTC with nanoseconds, as Ollama writes its timestamps.
+std::string rfc3339_now() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  const auto nanoseconds = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               now.time_since_epoch()).count() % 1000000000;
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[64];
+  std::snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%09lldZ", utc.tm_year + 1900,
+                utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
+                static_cast<long long>(nanoseconds));
+  return text;
+}
+
+class OllamaWriter final : public ResponseWriter {
+ public:
+  OllamaWriter(OllamaEndpoint endpoint, std::string model)
+      : chat_(endpoint == OllamaEndpoint::Chat), model_(std::move(model)) {}
+
+  std::string_view content_type(bool stream) const override {
+    return stream ? "application/x-ndjson" : "application/json";
+  }
+
+  std::string stream_start() override { return {}; }
+
+  std::string stream_delta(const TextDelta& delta) override {
+    if (!first_token_) first_token_ = Clock::now();
+    return line(message(delta.text, false));
+  }
+
+  std::string stream_end(std::string_view finish_reason, const Usage& usage) override {
+    return line(final_message("", finish_reason, usage));
+  }
+
+  std::string stream_error(const ApiError& error) override { return ollama_error_body(error) + "\n"; }
+
+  std::string whole(const TextDelta& output, std::string_view finish_reason,
+                    const Usage& usage) override {
+    return dump(final_message(output.text, finish_reason, usage));
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  static std::string line(const json& value) { return dump(value) + "\n"; }
+
+  json message(const std::string& text, bool done) const {
+    json body = {{"model", model_}, {"created_at", rfc3339_now()}};
+    if (chat_) body["message"] = {{"role", "assistant"}, {"content", text}};
+    else body["response"] = text;
+    body["done"] = done;
+    return body;
+  }
+
+  json final_message(const std::string& text, std::string_view finish_reason, const Usage& usage) const {
+    auto nanoseconds = [](Clock::duration duration) {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(duration).count();
+    };
+    const auto end = Clock::now();
+    const auto first_token = first_token_.value_or(end);
+    json body = message(text, true);
+    body["done_reason"] = finish_reason;
+    body["total_duration"] = nanoseconds(end - start_);
+    body["load_duration"] = 0;
+    body["prompt_eval_count"] = usage.prompt_tokens;
+    body["prompt_eval_duration"] = nanoseconds(first_token - start_);
+    body["eval_count"] = usage.completion_tokens;
+    body["eval_duration"] = nanoseconds(end - first_token);
+    return body;
+  }
+
+  const bool chat_;
+  const std::string model_;
+  const Clock::time_point start_ = Clock::now();
+  std::optional<Clock::time_point> first_token_;
+};
+
+}  // namespace
+
+int64_t unix_time() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::unique_ptr<ResponseWriter> ollama_response_writer(OllamaEndpoint endpoint, std::string model) {
+  return std::make_unique<OllamaWriter>(endpoint, std::move(model));
+}
+
+std::string ollama_error_body(const ApiError& error) { return dump({{"error", error.what()}}); }
+
+std::string ollama_tags_body(const std::string& model) {
+  json entry = {{"name", model},
+                {"model", model},
+                {"modified_at", rfc3339_now()},
+                {"size", 0},
+                {"digest", ""},
+                {"details", {{"format", "gguf"}}}};
+  return dump({{"models", json::array({std::move(entry)})}});
+}
+
+std::unique_ptr<ResponseWriter> openai_response_writer(OpenAiResponseOptions options) {
+  return std::make_unique<OpenAiWriter>(std::move(options));
+}
+
+std::string openai_error_body(const ApiError& error) {
+  return dump({{"error",
+                {{"message", error.what()},
+                 {"type", error.type},
+                 {"param", nullable(error.param)},
+                 {"code", nullable(error.code)}}}});
+}
+
+std::string openai_model_body(const std::string& model, int64_t created) {
+  return dump({{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "strata"}});
+}
+
+std::string openai_models_body(const std::string& model, int64_t created) {
+  return dump({{"object", "list"}, {"data", {json::parse(openai_model_body(model, created))}}});
+}
+
+}  // namespace strata::api

@@ -1,0 +1,54 @@
+// How answers are written: OpenAI's JSON and server-sent events here, Ollama's in ollama.h.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "api/api_error.h"
+#include "api/completion_text.h"
+#include "api/request.h"
+
+namespace strata::api {
+
+struct Usage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+};
+
+// Writes one request's answer, whole or as a stream.
+class ResponseWriter {
+ public:
+  virtual ~ResponseWriter() = default;
+  virtual std::string_view content_type(bool stream) const = 0;
+  // What a stream starts with, sent before the first token so clients see it has begun.
+  virtual std::string stream_start() = 0;
+  virtual std::string stream_delta(const TextDelta& delta) = 0;
+  virtual std::string stream_end(std::string_view finish_reason, const Usage& usage) = 0;
+  // Once a stream has started its status cannot change, so errors travel inside it.
+  virtual std::string stream_error(const ApiError& error) = 0;
+  virtual std::string whole(const TextDelta& output, std::string_view finish_reason,
+                            const Usage& usage) = 0;
+};
+
+struct OpenAiResponseOptions {
+  Endpoint endpoint = Endpoint::ChatCompletions;
+  std::string model;
+  bool with_logprobs = false;
+  bool include_usage = false;  // streaming: end with a usage chunk
+};
+std::unique_ptr<ResponseWriter> openai_response_writer(OpenAiResponseOptions options);
+
+std::string openai_error_body(const ApiError& error);
+std::string openai_models_body(const std::string& model, int64_t created);
+std::string openai_model_body(const std::string& model, int64_t created);
+
+// Ollama: newline-delimited JSON when streaming, {"error": "..."} for errors.
+std::unique_ptr<ResponseWriter> ollama_response_writer(OllamaEndpoint endpoint, std::string model);
+std::string ollama_error_body(const ApiError& error);
+std::string ollama_tags_body(const std::string& model);
+
+int64_t unix_time();
+
+}  // namespace strata::api

@@ -1,0 +1,59 @@
+// The OpenAI-compatible HTTP API over an engine::Generator.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace strata::engine {
+class Generator;
+}
+namespace strata::tokenizer {
+class Tokenizer;
+}
+namespace strata::gguf {
+class File;
+}
+
+namespace strata::api {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;  // 0: any free port; Server::port() tells which
+  // When set, every endpoint but /health needs "Authorization: Bearer <api_key>".
+  std::optional<std::string> api_key;
+  size_t max_body_bytes = size_t{8} << 20;
+};
+
+class Server {
+ public:
+  // `chat_template` is the GGUF's tokenizer.chat_template (may be empty); it only selects which
+  // known template family to render.
+  Server(engine::Generator& generator, const tokenizer::Tokenizer& tokenizer,
+         std::string model_name, std::string chat_template, ServerOptions options);
+  ~Server();  // stops
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds and serves on background threads. Throws std::runtime_error when it cannot bind.
+  void start();
+  int port() const;
+  // Requests still in flight end with an error; returns once every connection is done. The
+  // generator is left running: shut it down afterwards.
+  void stop();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The name the API serves a model file under: its file name without ".gguf".
+std::string model_name_from_path(const std::string& model_path);
+
+// What `strata serve` runs once the model is loaded: serves `model` (its name from its path, its
+// chat template from its metadata) until SIGINT or SIGTERM, then stops the server.
+void serve_until_signal(engine::Generator& generator, const tokenizer::Tokenizer& tokenizer,
+                        const gguf::File& model, const ServerOptions& options);
+
+}  // namespace strata::api

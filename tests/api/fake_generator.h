@@ -1,0 +1,57 @@
+// A deterministic stand-in for the engine: the tokens it emits depend only on the prompt, so tests
+// know the expected output without a model.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "engine/generator.h"
+
+namespace strata::api::testing {
+
+class FakeGenerator : public engine::Generator {
+ public:
+  struct Options {
+    std::vector<engine::Token> vocabulary;  // what it draws tokens from
+    engine::ModelLimits limits{128, 4, 16};
+    std::chrono::milliseconds token_delay{0};
+    bool queue_full = false;
+    std::optional<int> end_of_generation_at;  // emit an end-of-generation token at this index
+    engine::Token end_of_generation_token = 2;
+  };
+
+  explicit FakeGenerator(Options options);
+  ~FakeGenerator() override;
+
+  engine::ModelLimits limits() const override { return options_.limits; }
+  bool submit(engine::GenerationRequest request, engine::RequestCallbacks callbacks) override;
+  void shutdown() override;
+
+  // The first `count` tokens it generates for `prompt` (before any end-of-generation token).
+  std::vector<engine::Token> tokens_for(std::span<const engine::Token> prompt, int count) const;
+  static float logprob_at(int index) { return -0.25f * float(1 + index % 4); }
+
+  // How many times on_token returned false.
+  int refusals() const { return refusals_; }
+  bool wait_for_refusal(std::chrono::milliseconds timeout);
+  engine::GenerationRequest last_request() const;
+
+ private:
+  void generate(engine::GenerationRequest request, engine::RequestCallbacks callbacks);
+
+  const Options options_;
+  mutable std::mutex mutex_;
+  std::condition_variable refused_;
+  std::atomic<int> refusals_{0};
+  std::atomic<bool> shutting_down_{false};
+  engine::GenerationRequest last_request_;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace strata::api::testing

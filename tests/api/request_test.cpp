@@ -1,0 +1,74 @@
+#include "api/request.h"
+
+#include <gtest/gtest.h>
+
+#include "api/api_error.h"
+
+namespace strata::api {
+namespace {
+
+CompletionRequest chat(const std::string& body) {
+  return parse_completion_request(Endpoint::ChatCompletions, body);
+}
+
+TEST(RequestTest, ReadsChatFields) {
+  auto request = chat(R"({"model":"m","messages":[{"role":"developer","content":"Be kind."},
+      {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}],"name":"x"},
+      {"role":"assistant","content":null}],
+      "max_tokens":7,"temperature":0.5,"top_p":0.9,"top_k":5,"min_p":0.1,"seed":-1,
+      "stop":"END","presence_penalty":1,"frequency_penalty":-1,"stream":true,
+      "stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":3,"user":"u"})");
+  EXPECT_EQ(request.model, "m");
+  ASSERT_EQ(request.messages.size(), 3u);
+  EXPECT_EQ(request.messages[0].role, "system");
+  EXPECT_EQ(request.messages[1].content, "ab");
+  EXPECT_EQ(request.messages[2].content, "");
+  EXPECT_EQ(request.max_tokens, 7);
+  EXPECT_FLOAT_EQ(request.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(request.sampling.top_p, 0.9f);
+  EXPECT_EQ(request.sampling.top_k, 5);
+  EXPECT_FLOAT_EQ(request.sampling.min_p, 0.1f);
+  EXPECT_EQ(request.sampling.seed, ~uint64_t{0});
+  EXPECT_EQ(request.stop, std::vector<std::string>{"END"});
+  EXPECT_FLOAT_EQ(request.sampling.presence_penalty, 1.0f);
+  EXPECT_FLOAT_EQ(request.sampling.frequency_penalty, -1.0f);
+  EXPECT_TRUE(request.stream);
+  EXPECT_TRUE(request.include_usage);
+  EXPECT_TRUE(request.logprobs);
+  EXPECT_EQ(request.top_logprobs, 3);
+}
+
+TEST(RequestTest, MaxCompletionTokensWinsAndWholeFloatsAreIntegers) {
+  auto request = chat(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":3,
+                          "max_completion_tokens":5.0})");
+  EXPECT_EQ(request.max_tokens, 5);
+}
+
+TEST(RequestTest, CompletionLogprobsIsTheAlternativeCount) {
+  auto request = parse_completion_request(Endpoint::Completions, R"({"prompt":"x","logprobs":2})");
+  EXPECT_TRUE(request.logprobs);
+  EXPECT_EQ(request.top_logprobs, 2);
+  EXPECT_FALSE(request.max_tokens);
+}
+
+TEST(RequestTest, ErrorsNameTheParameter) {
+  try {
+    chat(R"({"messages":[{"role":"user","content":"x"}],"seed":"1"})");
+    FAIL();
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.status, 400);
+    EXPECT_EQ(error.param, "seed");
+    EXPECT_NE(std::string(error.what()).find("seed"), std::string::npos);
+  }
+}
+
+TEST(RequestTest, DeepOrHugeInputIsRejectedNotFatal) {
+  EXPECT_THROW(chat(std::string(100000, '[')), ApiError);
+  EXPECT_THROW(chat(R"({"messages":[{"role":"user","content":"x"}],"top_k":7e70000})"), ApiError);
+  EXPECT_THROW(chat(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":1e300})"), ApiError);
+  EXPECT_THROW(chat(R"({"messages":[{"role":"user","content":"x"}],"seed":18446744073709551615})"), ApiError);
+  EXPECT_THROW(chat("{\"messages\":\"\xff\"}"), ApiError);
+}
+
+}  // namespace
+}  // namespace strata::api

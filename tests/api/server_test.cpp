@@ -1,0 +1,705 @@
+// The HTTP API end to end in-process: a real tokenizer, a fake generator, httplib clients.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <future>
+#include <sstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "api/chat_template.h"
+#include "api/server.h"
+#include "fake_generator.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata::api {
+namespace {
+
+using json = nlohmann::json;
+using testing::FakeGenerator;
+
+const std::string kModel = "aidreams260K";
+
+struct Reply {
+  int status = 0;
+  json body;
+};
+
+std::vector<std::string> sse_payloads(const std::string& body) {
+  std::vector<std::string> payloads;
+  size_t start = 0;
+  while (start < body.size()) {
+    size_t end = body.find("\n\n", start);
+    EXPECT_NE(end, std::string::npos) << "unterminated event: " << body.substr(start);
+    if (end == std::string::npos) break;
+    std::string event = body.substr(start, end - start);
+    EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
+    payloads.push_back(event.substr(6));
+    start = end + 2;
+  }
+  return payloads;
+}
+
+class ApiServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = gguf::File::open(std::string(STRATA_SHARED_DIR) + "/models/aidreams260K.gguf");
+    tokenizer_ = tokenizer::Tokenizer::from_gguf(*model_);
+  }
+  static void TearDownTestSuite() {
+    tokenizer_.reset();
+    model_.reset();
+  }
+
+  void TearDown() override {
+    server_.reset();
+    generator_.reset();
+  }
+
+  // Ordinary word pieces, so every token decodes to visible, valid text.
+  static FakeGenerator::Options fake_options() {
+    FakeGenerator::Options options;
+    for (int token = 0; token < tokenizer_->vocab_size(); ++token) {
+      std::string piece = tokenizer_->token_piece(token);
+      bool printable = piece.size() >= 2 && std::all_of(piece.begin(), piece.end(), [](char c) {
+        return c >= 'a' && c <= 'z';
+      });
+      if (!tokenizer_->is_control(token) && printable) options.vocabulary.push_back(token);
+    }
+    return options;
+  }
+
+  void start(FakeGenerator::Options fake = fake_options(), ServerOptions options = {}) {
+    options.host = "127.0.0.1";
+    options.port = 0;
+    generator_ = std::make_unique<FakeGenerator>(std::move(fake));
+    server_ = std::make_unique<Server>(*generator_, *tokenizer_, kModel, "", options);
+    server_->start();
+  }
+
+  httplib::Client client() const {
+    httplib::Client client("127.0.0.1", server_->port());
+    client.set_read_timeout(std::chrono::seconds(30));
+    return client;
+  }
+
+  Reply post(const std::string& path, const std::string& body, const httplib::Headers& headers = {}) {
+    auto result = client().Post(path, headers, body, "application/json");
+    if (!result) {
+      ADD_FAILURE() << "no response from " << path << ": " << httplib::to_string(result.error());
+      return {};
+    }
+    return {result->status, json::parse(result->body, nullptr, false)};
+  }
+  Reply post(const std::string& path, const json& body) { return post(path, body.dump()); }
+
+  Reply get(const std::string& path) {
+    auto result = client().Get(path);
+    if (!result) {
+      ADD_FAILURE() << "no response from " << path << ": " << httplib::to_string(result.error());
+      return {};
+    }
+    return {result->status, json::parse(result->body, nullptr, false)};
+  }
+
+  // The events of a streamed response; "[DONE]" stays a string, the rest are parsed.
+  std::vector<json> post_stream(const std::string& path, const json& body) {
+    auto result = client().Post(path, body.dump(), "application/json");
+    if (!result) {
+      ADD_FAILURE() << "no response from " << path;
+      return {};
+    }
+    EXPECT_EQ(result->status, 200) << result->body;
+    EXPECT_EQ(result->get_header_value("Content-Type"), "text/event-stream");
+    std::vector<json> events;
+    for (const auto& payload : sse_payloads(result->body)) {
+      events.push_back(payload == "[DONE]" ? json(payload) : json::parse(payload));
+    }
+    return events;
+  }
+
+  static std::string decode(std::span<const engine::Token> tokens) {
+    tokenizer::StreamDecoder decoder(*tokenizer_);
+    std::string text;
+    for (auto token : tokens) text += decoder.push(token);
+    return text + decoder.finish();
+  }
+
+  std::vector<engine::Token> chat_prompt(const std::string& user_text) const {
+    std::vector<ChatMessage> messages{{"user", user_text}};
+    return chat_prompt_tokens(*tokenizer_, TemplateFamily::ChatML, messages);
+  }
+
+  std::string expected_text(std::span<const engine::Token> prompt, int count) const {
+    return decode(generator_->tokens_for(prompt, count));
+  }
+
+  static json chat_body(const std::string& user_text, int max_tokens) {
+    return {{"model", kModel},
+            {"messages", {{{"role", "user"}, {"content", user_text}}}},
+            {"max_tokens", max_tokens}};
+  }
+
+  static void expect_error(const Reply& reply, int status, const std::string& param,
+                           const std::string& code) {
+    EXPECT_EQ(reply.status, status) << reply.body.dump();
+    ASSERT_TRUE(reply.body.is_object()) << reply.body.dump();
+    ASSERT_TRUE(reply.body.contains("error")) << reply.body.dump();
+    const json& error = reply.body["error"];
+    EXPECT_TRUE(error["message"].is_string() && !error["message"].get<std::string>().empty());
+    EXPECT_TRUE(error["type"].is_string());
+    EXPECT_EQ(error["param"], param.empty() ? json(nullptr) : json(param)) << error.dump();
+    EXPECT_EQ(error["code"], code.empty() ? json(nullptr) : json(code)) << error.dump();
+  }
+
+  static inline std::unique_ptr<gguf::File> model_;
+  static inline std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<FakeGenerator> generator_;
+  std::unique_ptr<Server> server_;
+};
+
+TEST_F(ApiServerTest, HealthAndModels) {
+  start();
+  auto health = get("/health");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(health.body, json({{"status", "ok"}}));
+
+  auto models = get("/v1/models");
+  ASSERT_EQ(models.status, 200);
+  EXPECT_EQ(models.body["object"], "list");
+  ASSERT_EQ(models.body["data"].size(), 1u);
+  EXPECT_EQ(models.body["data"][0]["id"], kModel);
+  EXPECT_EQ(models.body["data"][0]["object"], "model");
+  EXPECT_TRUE(models.body["data"][0]["created"].is_number_integer());
+  EXPECT_EQ(models.body["data"][0]["owned_by"], "strata");
+
+  EXPECT_EQ(get("/v1/models/" + kModel).body["id"], kModel);
+  expect_error(get("/v1/models/gpt-4"), 404, "model", "model_not_found");
+  expect_error(get("/v1/nothing"), 404, "", "unknown_url");
+}
+
+TEST_F(ApiServerTest, ChatCompletionShapeAndUsage) {
+  start();
+  json body = chat_body("Hello there", 5);
+  body["temperature"] = 0;
+  body["seed"] = 7;
+  body["top_k"] = 3;
+  auto reply = post("/v1/chat/completions", body);
+  ASSERT_EQ(reply.status, 200) << reply.body.dump();
+
+  const auto request = generator_->last_request();
+  EXPECT_EQ(request.prompt, chat_prompt("Hello there"));
+  EXPECT_EQ(request.max_tokens, 5);
+  EXPECT_EQ(request.sampling.temperature, 0.0f);
+  EXPECT_EQ(request.sampling.seed, 7u);
+  EXPECT_EQ(request.sampling.top_k, 3);
+
+  const json& r = reply.body;
+  EXPECT_EQ(r["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+  EXPECT_GT(r["id"].get<std::string>().size(), 20u);
+  EXPECT_EQ(r["object"], "chat.completion");
+  EXPECT_NEAR(r["created"].get<double>(), double(std::time(nullptr)), 60);
+  EXPECT_EQ(r["model"], kModel);
+  ASSERT_EQ(r["choices"].size(), 1u);
+  const json& choice = r["choices"][0];
+  EXPECT_EQ(choice["index"], 0);
+  EXPECT_EQ(choice["message"]["role"], "assistant");
+  EXPECT_EQ(choice["message"]["content"], expected_text(request.prompt, 5));
+  EXPECT_EQ(choice["finish_reason"], "length");
+  EXPECT_TRUE(choice["logprobs"].is_null());
+  const int prompt_tokens = int(request.prompt.size());
+  EXPECT_EQ(r["usage"], json({{"prompt_tokens", prompt_tokens},
+                              {"completion_tokens", 5},
+                              {"total_tokens", prompt_tokens + 5},
+                              {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
+}
+
+TEST_F(ApiServerTest, CompletionShapeWithoutModelField) {
+  start();
+  auto reply = post("/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 4}});
+  ASSERT_EQ(reply.status, 200) << reply.body.dump();
+  const auto request = generator_->last_request();
+  EXPECT_EQ(request.prompt, completion_prompt_tokens(*tokenizer_, "Once upon a time"));
+  const json& r = reply.body;
+  EXPECT_EQ(r["id"].get<std::string>().rfind("cmpl-", 0), 0u);
+  EXPECT_EQ(r["object"], "text_completion");
+  EXPECT_EQ(r["model"], kModel);
+  EXPECT_EQ(r["choices"][0]["text"], expected_text(request.prompt, 4));
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r["usage"]["prompt_tokens"], request.prompt.size());
+  EXPECT_EQ(r["usage"]["completion_tokens"], 4);
+
+  auto as_array = post("/v1/completions", json{{"prompt", {"Once upon a time"}}, {"max_tokens", 4}});
+  EXPECT_EQ(as_array.body["choices"][0]["text"], r["choices"][0]["text"]);
+}
+
+TEST_F(ApiServerTest, ContentPartsReadLikeAString) {
+  start();
+  auto plain = post("/v1/chat/completions", chat_body("Hello there", 6));
+  json parts = chat_body("", 6);
+  parts["messages"][0]["content"] = {{{"type", "text"}, {"text", "Hello "}},
+                                     {{"type", "text"}, {"text", "there"}}};
+  auto from_parts = post("/v1/chat/completions", parts);
+  ASSERT_EQ(from_parts.status, 200) << from_parts.body.dump();
+  EXPECT_EQ(from_parts.body["choices"][0]["message"], plain.body["choices"][0]["message"]);
+}
+
+TEST_F(ApiServerTest, EndOfGenerationFinishesWithStopAndIsNotShown) {
+  auto fake = fake_options();
+  fake.end_of_generation_at = 3;
+  start(fake);
+  auto reply = post("/v1/chat/completions", chat_body("Hi", 10));
+  ASSERT_EQ(reply.status, 200) << reply.body.dump();
+  const auto prompt = generator_->last_request().prompt;
+  EXPECT_EQ(reply.body["choices"][0]["message"]["content"], expected_text(prompt, 3));
+  EXPECT_EQ(reply.body["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(reply.body["usage"]["completion_tokens"], 4);  // the end token was generated too
+}
+
+TEST_F(ApiServerTest, StreamedChatShape) {
+  start();
+  json body = chat_body("Tell me a dream", 6);
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  auto events = post_stream("/v1/chat/completions", body);
+  ASSERT_GE(events.size(), 4u);
+  const auto prompt = generator_->last_request().prompt;
+
+  EXPECT_EQ(events.back(), "[DONE]");
+  const json& usage_chunk = events[events.size() - 2];
+  EXPECT_EQ(usage_chunk["choices"], json::array());
+  EXPECT_EQ(usage_chunk["usage"]["prompt_tokens"], prompt.size());
+  EXPECT_EQ(usage_chunk["usage"]["completion_tokens"], 6);
+  EXPECT_EQ(usage_chunk["usage"]["total_tokens"], prompt.size() + 6);
+  EXPECT_EQ(usage_chunk["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+
+  const std::string id = events[0]["id"];
+  EXPECT_EQ(id.rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(events[0]["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));
+  std::string content;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    const json& chunk = events[i];
+    EXPECT_EQ(chunk["id"], id);
+    EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+    EXPECT_EQ(chunk["model"], kModel);
+    EXPECT_TRUE(chunk.contains("usage") && chunk["usage"].is_null());
+    ASSERT_EQ(chunk["choices"].size(), 1u);
+    const json& choice = chunk["choices"][0];
+    if (i > 0) {
+      EXPECT_FALSE(choice["delta"].contains("role"));
+    }
+    content += choice["delta"].value("content", "");
+    bool last = i + 3 == events.size();
+    EXPECT_EQ(choice["finish_reason"], last ? json("length") : json(nullptr));
+    if (last) {
+      EXPECT_EQ(choice["delta"], json::object());
+    }
+  }
+  EXPECT_EQ(content, expected_text(prompt, 6));
+}
+
+TEST_F(ApiServerTest, StreamedCompletionShapeWithoutUsage) {
+  start();
+  auto events = post_stream("/v1/completions",
+                            json{{"prompt", "Once upon"}, {"max_tokens", 5}, {"stream", true}});
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string text;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    EXPECT_EQ(events[i]["object"], "text_completion");
+    EXPECT_FALSE(events[i].contains("usage"));
+    ASSERT_EQ(events[i]["choices"].size(), 1u);
+    text += events[i]["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(events[events.size() - 2]["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(text, expected_text(generator_->last_request().prompt, 5));
+}
+
+TEST_F(ApiServerTest, StopStringSpanningTokensIsRemoved) {
+  start();
+  const auto prompt = chat_prompt("Stop somewhere");
+  const auto tokens = generator_->tokens_for(prompt, 12);
+  // A stop string made of the end of token 4's text and the start of token 5's.
+  const std::string before = decode(std::span(tokens).first(5));
+  const std::string after = decode(std::span(tokens).first(6));
+  const std::string stop = after.substr(before.size() - 2, 4);
+  const std::string full = decode(tokens);
+  const std::string expected = full.substr(0, full.find(stop));
+  int tokens_until_stop = 1;
+  while (decode(std::span(tokens).first(tokens_until_stop)).find(stop) == std::string::npos) {
+    ++tokens_until_stop;
+  }
+
+  json body = chat_body("Stop somewhere", 12);
+  body["stop"] = {"zzzzqqq", stop};
+  auto reply = post("/v1/chat/completions", body);
+  ASSERT_EQ(reply.status, 200) << reply.body.dump();
+  EXPECT_EQ(reply.body["choices"][0]["message"]["content"], expected);
+  EXPECT_EQ(reply.body["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(reply.body["usage"]["completion_tokens"], tokens_until_stop);
+  EXPECT_TRUE(generator_->wait_for_refusal(std::chrono::seconds(5)));
+
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  auto events = post_stream("/v1/chat/completions", body);
+  ASSERT_GE(events.size(), 3u);
+  std::string streamed;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    streamed += events[i]["choices"][0]["delta"].value("content", "");
+  }
+  EXPECT_EQ(streamed, expected);
+  EXPECT_EQ(events[events.size() - 3]["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(events[events.size() - 2]["usage"]["completion_tokens"], tokens_until_stop);
+}
+
+TEST_F(ApiServerTest, ChatLogprobs) {
+  start();
+  json body = chat_body("Numbers", 4);
+  body["logprobs"] = true;
+  body["top_logprobs"] = 2;
+  auto reply = post("/v1/chat/completions", body);
+  ASSERT_EQ(reply.status, 200) << reply.body.dump();
+  const auto request = generator_->last_request();
+  EXPECT_EQ(request.top_logprobs, 2);
+  const auto tokens = generator_->tokens_for(request.prompt, 4);
+  const json& content = reply.body["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    const std::string piece = tokenizer_->token_piece(tokens[i]);
+    EXPECT_EQ(content[i]["token"], piece);
+    EXPECT_FLOAT_EQ(content[i]["logprob"].get<float>(), FakeGenerator::logprob_at(i));
+    EXPECT_EQ(content[i]["bytes"], json(std::vector<int>(piece.begin(), piece.end())));
+    ASSERT_EQ(content[i]["top_logprobs"].size(), 2u);
+    EXPECT_EQ(content[i]["top_logprobs"][0]["token"], piece);
+  }
+}
+
+TEST_F(ApiServerTest, CompletionLogprobs) {
+  start();
+  auto reply = post("/v1/completions",
+                    json{{"prompt", "Once"}, {"max_tokens", 3}, {"logprobs", 1}});
+  ASSERT_EQ(reply.status, 200) << reply.body.dump();
+  const json& logprobs = reply.body["choices"][0]["logprobs"];
+  ASSERT_EQ(logprobs["tokens"].size(), 3u);
+  ASSERT_EQ(logprobs["token_logprobs"].size(), 3u);
+  ASSERT_EQ(logprobs["top_logprobs"].size(), 3u);
+  ASSERT_EQ(logprobs["text_offset"].size(), 3u);
+  std::string rebuilt;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(logprobs["text_offset"][i], rebuilt.size());
+    rebuilt += logprobs["tokens"][i].get<std::string>();
+    EXPECT_EQ(logprobs["top_logprobs"][i].size(), 1u);
+  }
+  EXPECT_EQ(rebuilt, reply.body["choices"][0]["text"]);
+}
+
+TEST_F(ApiServerTest, BadRequestsGetOpenAiErrors) {
+  start();
+  struct Case {
+    std::string path, body;
+    int status;
+    std::string param, code;
+  };
+  const std::string chat = "/v1/chat/completions", completions = "/v1/completions";
+  const std::string user = R"("messages":[{"role":"user","content":"hi"}])";
+  const std::vector<Case> cases = {
+      {chat, "{", 400, "", "invalid_json"},
+      {chat, "[1,2]", 400, "", "invalid_json"},
+      {chat, "", 400, "", "invalid_json"},
+      {chat, R"({"model":")" + kModel + "\"}", 400, "messages", "missing_required_parameter"},
+      {chat, R"({"messages":"hi"})", 400, "messages", "invalid_type"},
+      {chat, R"({"messages":[]})", 400, "messages", "invalid_value"},
+      {chat, R"({"messages":[{"content":"hi"}]})", 400, "messages[0].role", "missing_required_parameter"},
+      {chat, R"({"messages":[{"role":"tool","content":"x"}]})", 400, "messages[0].role", "unsupported_parameter"},
+      {chat, R"({"messages":[{"role":"user","content":5}]})", 400, "messages[0].content", "invalid_type"},
+      {chat, R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})", 400,
+       "messages[0].content[0].type", "unsupported_parameter"},
+      {chat, "{" + user + R"(,"max_tokens":"5"})", 400, "max_tokens", "invalid_type"},
+      {chat, "{" + user + R"(,"max_tokens":0})", 400, "max_tokens", "invalid_value"},
+      {chat, "{" + user + R"(,"max_tokens":2.5})", 400, "max_tokens", "invalid_type"},
+      {chat, "{" + user + R"(,"temperature":3})", 400, "temperature", "invalid_value"},
+      {chat, "{" + user + R"(,"temperature":"hot"})", 400, "temperature", "invalid_type"},
+      {chat, "{" + user + R"(,"top_p":true})", 400, "top_p", "invalid_type"},
+      {chat, "{" + user + R"(,"stream":"yes"})", 400, "stream", "invalid_type"},
+      {chat, "{" + user + R"(,"stop":["a","b","c","d","e"]})", 400, "stop", "invalid_value"},
+      {chat, "{" + user + R"(,"stop":[1]})", 400, "stop[0]", "invalid_type"},
+      {chat, "{" + user + R"(,"n":2})", 400, "n", "unsupported_parameter"},
+      {chat, "{" + user + R"(,"logprobs":true,"top_logprobs":21})", 400, "top_logprobs", "invalid_value"},
+      {chat, "{" + user + R"(,"top_logprobs":2})", 400, "top_logprobs", "invalid_value"},
+      {chat, "{" + user + R"(,"stream_options":{"include_usage":true}})", 400, "stream_options", "invalid_value"},
+      {chat, "{" + user + R"(,"response_format":{"type":"json_object"}})", 400, "response_format", "unsupported_parameter"},
+      {chat, "{" + user + R"(,"frobnicate":1})", 400, "frobnicate", "unknown_parameter"},
+      {chat, "{" + user + R"(,"model":"gpt-4o"})", 404, "model", "model_not_found"},
+      {chat, "{" + user + R"(,"model":7})", 400, "model", "invalid_type"},
+      {completions, R"({"max_tokens":3})", 400, "prompt", "missing_required_parameter"},
+      {completions, R"({"prompt":[1,2,3]})", 400, "prompt", "unsupported_parameter"},
+      {completions, R"({"prompt":"x","echo":true})", 400, "echo", "unsupported_parameter"},
+      {completions, R"({"prompt":"x","logprobs":true})", 400, "logprobs", "invalid_type"},
+      {completions, R"({"prompt":"x","messages":[]})", 400, "messages", "unknown_parameter"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.path + " " + c.body);
+    expect_error(post(c.path, c.body), c.status, c.param, c.code);
+  }
+}
+
+TEST_F(ApiServerTest, HarmlessFieldsAndNullsAreAccepted) {
+  start();
+  json body = chat_body("Hi", 2);
+  body["user"] = "someone";
+  body["store"] = false;
+  body["n"] = 1;
+  body["logit_bias"] = json::object();
+  body["response_format"] = {{"type", "text"}};
+  body["temperature"] = nullptr;
+  body["stop"] = nullptr;
+  body["max_completion_tokens"] = 3;
+  auto reply = post("/v1/chat/completions", body);
+  ASSERT_EQ(reply.status, 200) << reply.body.dump();
+  EXPECT_EQ(reply.body["usage"]["completion_tokens"], 3);
+}
+
+TEST_F(ApiServerTest, PromptAndCompletionOverTheContextAre400WithCounts) {
+  start();
+  auto reply = post("/v1/chat/completions", chat_body("Hello", 120));
+  expect_error(reply, 400, "messages", "context_length_exceeded");
+  const int prompt_tokens = int(chat_prompt("Hello").size());
+  const std::string message = reply.body["error"]["message"];
+  EXPECT_NE(message.find("128"), std::string::npos) << message;
+  EXPECT_NE(message.find(std::to_string(prompt_tokens + 120)), std::string::npos) << message;
+  EXPECT_NE(message.find(std::to_string(prompt_tokens) + " in the messages"), std::string::npos) << message;
+
+  std::string long_prompt;
+  for (int i = 0; i < 200; ++i) long_prompt += "word ";
+  expect_error(post("/v1/completions", json{{"prompt", long_prompt}}), 400, "prompt",
+               "context_length_exceeded");
+
+  // Without max_tokens the completion may use the rest of the context.
+  auto fits = post("/v1/completions", json{{"prompt", "Once"}});
+  ASSERT_EQ(fits.status, 200) << fits.body.dump();
+  EXPECT_EQ(generator_->last_request().max_tokens + generator_->last_request().prompt.size(), 128u);
+}
+
+TEST_F(ApiServerTest, BodyTooLargeIs413) {
+  ServerOptions options;
+  options.max_body_bytes = 1024;
+  start(fake_options(), options);
+  json body = chat_body(std::string(4096, 'a'), 2);
+  expect_error(post("/v1/chat/completions", body), 413, "", "request_too_large");
+}
+
+TEST_F(ApiServerTest, ApiKeyIsRequiredWhenSet) {
+  ServerOptions options;
+  options.api_key = "sesame";
+  start(fake_options(), options);
+  const std::string body = chat_body("Hi", 2).dump();
+  expect_error(post("/v1/chat/completions", body), 401, "", "invalid_api_key");
+  expect_error(post("/v1/chat/completions", body, {{"Authorization", "Bearer sesamf"}}), 401, "",
+               "invalid_api_key");
+  expect_error(post("/v1/chat/completions", body, {{"Authorization", "sesame"}}), 401, "",
+               "invalid_api_key");
+  EXPECT_EQ(post("/v1/chat/completions", body, {{"Authorization", "Bearer sesame"}}).status, 200);
+  EXPECT_EQ(get("/health").status, 200);
+  EXPECT_EQ(get("/v1/models").status, 401);
+}
+
+TEST_F(ApiServerTest, FullQueueIs429) {
+  auto fake = fake_options();
+  fake.queue_full = true;
+  start(fake);
+  auto reply = post("/v1/chat/completions", chat_body("Hi", 2));
+  expect_error(reply, 429, "", "queue_full");
+  EXPECT_EQ(reply.body["error"]["type"], "rate_limit_error");
+  json streamed = chat_body("Hi", 2);
+  streamed["stream"] = true;
+  expect_error(post("/v1/chat/completions", streamed), 429, "", "queue_full");
+}
+
+TEST_F(ApiServerTest, ClosingTheStreamStopsTheGeneration) {
+  auto fake = fake_options();
+  fake.token_delay = std::chrono::milliseconds(20);
+  start(fake);
+  json body = chat_body("A long story", 60);
+  body["stream"] = true;
+  httplib::Request request;
+  request.method = "POST";
+  request.path = "/v1/chat/completions";
+  request.body = body.dump();
+  request.set_header("Content-Type", "application/json");
+  int chunks = 0;
+  request.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };
+  auto result = client().send(request);
+  EXPECT_EQ(chunks, 3);
+  EXPECT_TRUE(generator_->wait_for_refusal(std::chrono::seconds(10)));
+}
+
+TEST_F(ApiServerTest, SixteenParallelRequestsAllComplete) {
+  auto fake = fake_options();
+  fake.token_delay = std::chrono::milliseconds(2);
+  start(fake);
+  std::vector<std::future<Reply>> replies;
+  for (int i = 0; i < 16; ++i) {
+    replies.push_back(std::async(std::launch::async, [this, i] {
+      return post("/v1/chat/completions", chat_body("request " + std::to_string(i), 8));
+    }));
+  }
+  for (int i = 0; i < 16; ++i) {
+    Reply reply = replies[i].get();
+    ASSERT_EQ(reply.status, 200) << reply.body.dump();
+    const auto prompt = chat_prompt("request " + std::to_string(i));
+    EXPECT_EQ(reply.body["choices"][0]["message"]["content"], expected_text(prompt, 8));
+    EXPECT_EQ(reply.body["usage"]["prompt_tokens"], prompt.size());
+  }
+}
+
+TEST_F(ApiServerTest, StopEndsInFlightRequestsWithoutHanging) {
+  auto fake = fake_options();
+  fake.token_delay = std::chrono::milliseconds(50);
+  start(fake);
+  auto whole = std::async(std::launch::async, [this] {
+    return post("/v1/chat/completions", chat_body("Slow", 60));
+  });
+  auto streamed = std::async(std::launch::async, [this] {
+    json body = chat_body("Slow stream", 60);
+    body["stream"] = true;
+    auto result = client().Post("/v1/chat/completions", body.dump(), "application/json");
+    return result ? result->body : std::string();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto began = std::chrono::steady_clock::now();
+  server_->stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::seconds(10));
+  expect_error(whole.get(), 503, "", "generation_failed");
+  const std::string stream_body = streamed.get();
+  EXPECT_NE(stream_body.find(R"("error")"), std::string::npos) << stream_body;
+  EXPECT_EQ(stream_body.find("[DONE]"), std::string::npos) << stream_body;
+}
+
+TEST_F(ApiServerTest, OllamaTags) {
+  start();
+  auto tags = get("/api/tags");
+  ASSERT_EQ(tags.status, 200);
+  ASSERT_EQ(tags.body["models"].size(), 1u);
+  EXPECT_EQ(tags.body["models"][0]["name"], kModel);
+  EXPECT_EQ(tags.body["models"][0]["model"], kModel);
+}
+
+TEST_F(ApiServerTest, OllamaChatWhole) {
+  start();
+  json body = {{"model", kModel},
+               {"messages", {{{"role", "user"}, {"content", "Hello there"}}}},
+               {"stream", false},
+               {"keep_alive", "5m"},
+               {"options", {{"num_predict", 5}, {"temperature", 0}, {"seed", 3}, {"num_ctx", 4096}}}};
+  auto reply = post("/api/chat", body);
+  ASSERT_EQ(reply.status, 200) << reply.body.dump();
+  const auto request = generator_->last_request();
+  EXPECT_EQ(request.prompt, chat_prompt("Hello there"));
+  EXPECT_EQ(request.sampling.temperature, 0.0f);
+  EXPECT_EQ(request.sampling.seed, 3u);
+  const json& r = reply.body;
+  EXPECT_EQ(r["model"], kModel);
+  EXPECT_TRUE(r["created_at"].is_string());
+  EXPECT_EQ(r["message"], json({{"role", "assistant"}, {"content", expected_text(request.prompt, 5)}}));
+  EXPECT_EQ(r["done"], true);
+  EXPECT_EQ(r["done_reason"], "length");
+  EXPECT_EQ(r["prompt_eval_count"], request.prompt.size());
+  EXPECT_EQ(r["eval_count"], 5);
+  EXPECT_TRUE(r["total_duration"].is_number_integer());
+}
+
+TEST_F(ApiServerTest, OllamaChatStreamsNdjsonByDefault) {
+  start();
+  json body = {{"messages", {{{"role", "user"}, {"content", "Stream it"}}}},
+               {"options", {{"num_predict", 6}}}};
+  auto result = client().Post("/api/chat", body.dump(), "application/json");
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  EXPECT_EQ(result->get_header_value("Content-Type"), "application/x-ndjson");
+  std::vector<json> lines;
+  std::istringstream stream(result->body);
+  for (std::string line; std::getline(stream, line);) lines.push_back(json::parse(line));
+  ASSERT_GE(lines.size(), 2u);
+  std::string content;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i]["done"], i + 1 == lines.size());
+    content += lines[i]["message"]["content"].get<std::string>();
+  }
+  const auto prompt = generator_->last_request().prompt;
+  EXPECT_EQ(content, expected_text(prompt, 6));
+  EXPECT_EQ(lines.back()["done_reason"], "length");
+  EXPECT_EQ(lines.back()["eval_count"], 6);
+}
+
+TEST_F(ApiServerTest, OllamaGenerateUsesTheTemplateUnlessRaw) {
+  start();
+  auto templated = post("/api/generate", json{{"prompt", "Hello"}, {"system", "Be brief."},
+                                             {"stream", false}, {"options", {{"num_predict", 3}}}});
+  ASSERT_EQ(templated.status, 200) << templated.body.dump();
+  const std::vector<ChatMessage> messages{{"system", "Be brief."}, {"user", "Hello"}};
+  const auto prompt = chat_prompt_tokens(*tokenizer_, TemplateFamily::ChatML, messages);
+  EXPECT_EQ(generator_->last_request().prompt, prompt);
+  EXPECT_EQ(templated.body["response"], expected_text(prompt, 3));
+  EXPECT_EQ(templated.body["done"], true);
+
+  auto raw = post("/api/generate", json{{"prompt", "Once upon"}, {"raw", true}, {"stream", false},
+                                       {"options", {{"num_predict", 3}}}});
+  ASSERT_EQ(raw.status, 200) << raw.body.dump();
+  EXPECT_EQ(generator_->last_request().prompt, completion_prompt_tokens(*tokenizer_, "Once upon"));
+}
+
+TEST_F(ApiServerTest, OllamaErrorsUseItsShape) {
+  start();
+  struct Case {
+    std::string path, body;
+    int status;
+    std::string mentions;
+  };
+  const std::vector<Case> cases = {
+      {"/api/chat", "{", 400, "JSON"},
+      {"/api/chat", R"({"stream":false})", 400, "messages"},
+      {"/api/chat", R"({"messages":[{"role":"user","content":"x","images":["aGk="]}]})", 400, "images"},
+      {"/api/chat", R"({"messages":[{"role":"user","content":"x"}],"format":"json"})", 400, "format"},
+      {"/api/chat", R"({"messages":[{"role":"user","content":"x"}],"options":{"mirostat":2}})", 400,
+       "options.mirostat"},
+      {"/api/chat", R"({"messages":[{"role":"user","content":"x"}],"options":{"num_predict":"5"}})", 400,
+       "options.num_predict"},
+      {"/api/generate", R"({"prompt":"x","model":"llama3"})", 404, "llama3"},
+      {"/api/generate", R"({"raw":true})", 400, "prompt"},
+      {"/api/generate", R"({"prompt":"x","frobnicate":1})", 400, "frobnicate"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.path + " " + c.body);
+    auto reply = post(c.path, c.body);
+    EXPECT_EQ(reply.status, c.status);
+    ASSERT_TRUE(reply.body.is_object() && reply.body["error"].is_string()) << reply.body.dump();
+    EXPECT_NE(reply.body["error"].get<std::string>().find(c.mentions), std::string::npos)
+        << reply.body.dump();
+  }
+}
+
+TEST_F(ApiServerTest, BrokenUtf8FromTheModelStillGivesValidJson) {
+  auto fake = fake_options();
+  fake.vocabulary.clear();
+  for (int token = 0; token < tokenizer_->vocab_size(); ++token) {
+    const std::string piece = tokenizer_->token_piece(token);
+    if (piece.size() == 1 && static_cast<unsigned char>(piece[0]) >= 0x80) fake.vocabulary.push_back(token);
+  }
+  ASSERT_FALSE(fake.vocabulary.empty());
+  start(fake);
+  json body = chat_body("Bytes", 20);
+  body["logprobs"] = true;
+  body["top_logprobs"] = 3;
+  auto whole = post("/v1/chat/completions", body);
+  ASSERT_EQ(whole.status, 200);
+  ASSERT_TRUE(whole.body.is_object());
+  EXPECT_EQ(whole.body["choices"][0]["logprobs"]["content"].size(), 20u);
+  body["stream"] = true;
+  auto events = post_stream("/v1/chat/completions", body);
+  EXPECT_EQ(events.back(), "[DONE]");
+}
+
+}  // namespace
+}  // namespace strata::api
