@@ -12,27 +12,37 @@ namespace strata::tensor::kernels {
 // one d per block; sums[k] is the sum of qs[16k .. 16k + 15], for the weight formats
 // whose value has a min term. 32-element blocks serve the 32-element weight formats,
 // 256-element ones the K-quants.
-template <int N>
-struct ActivationBlock {
+struct ActivationBlock32 {
   float d;
-  int16_t sums[N / 16];
-  int8_t qs[N];
+  int16_t sums[2];
+  int8_t qs[32];
+  // -weight_offset * (qs[4i] + .. + qs[4i + 3]): lets a kernel take weights stored as
+  // unsigned levels q + weight_offset straight into an unsigned-by-signed byte dot product.
+  int32_t bias[8];
 };
-using ActivationBlock32 = ActivationBlock<32>;
-using ActivationBlock256 = ActivationBlock<256>;
-static_assert(sizeof(ActivationBlock32) == 40 && sizeof(ActivationBlock256) == 292);
+struct ActivationBlock256 {
+  float d;
+  int16_t sums[16];
+  int8_t qs[256];
+};
+static_assert(sizeof(ActivationBlock32) == 72 && sizeof(ActivationBlock256) == 292);
 
-inline constexpr int kMaxTokenTile = 4;
+inline constexpr int kMaxTokenTile = 8;
 
-// out[i] = dot(weight_row, activations[i]) for i < n_tokens <= kMaxTokenTile, over cols
-// elements. activations[i] points at a row of ActivationBlock32/256 for quantized
+// out[i] = dot(weight_row, activations[i]) for i < n_tokens <= Kernel::max_tokens, over
+// cols elements. activations[i] points at a row of ActivationBlock32/256 for quantized
 // weights, at fp32 values for F32/F16/BF16.
 using DotKernel = void (*)(const void* weight_row, int64_t cols,
                            const void* const* activations, int n_tokens, float* out);
 
-// nullptr for types without kernels.
-DotKernel scalar_kernel(DType type);
-DotKernel avx2_kernel(DType type);
-DotKernel avx512_kernel(DType type);
+struct Kernel {
+  DotKernel dot = nullptr;  // nullptr for types without kernels
+  int max_tokens = 1;       // <= kMaxTokenTile
+  int weight_offset = 0;    // what ActivationBlock32::bias must be built with
+};
+
+Kernel scalar_kernel(DType type);
+Kernel avx2_kernel(DType type);
+Kernel avx512_kernel(DType type);
 
 }  // namespace strata::tensor::kernels
