@@ -83,16 +83,24 @@ void quantize_activations(const float* x, int64_t cols, int weight_offset, Block
   }
 }
 
-// Quantized token rows, reused between calls to spare an allocation per matmul.
-const std::byte* prepare_activations(const Matrix& w, const Kernel& kernel, const float* x,
-                                     int64_t n_tokens, size_t& row_stride, ThreadPool& pool) {
+struct PreparedActivations {
+  const std::byte* rows;
+  size_t row_stride;
+  const float* block_scales;  // TokenTile::block_scales of tile 0, if the format has them
+  size_t tile_scales_stride;
+};
+
+// Quantizes every token row; buffers are reused between calls to spare allocations.
+PreparedActivations prepare_activations(const Matrix& w, const Kernel& kernel, const float* x,
+                                        int64_t n_tokens, ThreadPool& pool) {
   const int block = activation_block(w.type);
   if (block == 0) {
-    row_stride = static_cast<size_t>(w.cols) * sizeof(float);
-    return reinterpret_cast<const std::byte*>(x);
+    return {reinterpret_cast<const std::byte*>(x), static_cast<size_t>(w.cols) * sizeof(float),
+            nullptr, 0};
   }
-  row_stride = static_cast<size_t>(w.cols / block) *
-               (block == 32 ? sizeof(ActivationBlock32) : sizeof(ActivationBlock256));
+  const int64_t n_blocks = w.cols / block;
+  const size_t row_stride = static_cast<size_t>(n_blocks) *
+                            (block == 32 ? sizeof(ActivationBlock32) : sizeof(ActivationBlock256));
   thread_local std::vector<std::byte> buffer;
   buffer.resize(row_stride * static_cast<size_t>(n_tokens));
   std::byte* base = buffer.data();
@@ -112,7 +120,19 @@ const std::byte* prepare_activations(const Matrix& w, const Kernel& kernel, cons
   } else {
     pool.parallel_for(n_tokens, quantize_rows);
   }
-  return base;
+  if (block != 32) return {base, row_stride, nullptr, 0};
+
+  const int64_t tile = kernel.max_tokens;
+  const int64_t n_tiles = (n_tokens + tile - 1) / tile;
+  const auto tile_stride = static_cast<size_t>(n_blocks * tile);
+  thread_local std::vector<float> scales;
+  scales.assign(tile_stride * static_cast<size_t>(n_tiles), 0.0f);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const auto* row = reinterpret_cast<const ActivationBlock32*>(base + static_cast<size_t>(t) * row_stride);
+    float* tile_scales = scales.data() + static_cast<size_t>(t / tile) * tile_stride;
+    for (int64_t b = 0; b < n_blocks; ++b) tile_scales[b * tile + t % tile] = row[b].d;
+  }
+  return {base, row_stride, scales.data(), tile_stride};
 }
 
 }  // namespace
@@ -151,24 +171,26 @@ void matmul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadP
   }
   if (w.rows == 0 || n_tokens == 0) return;
 
-  size_t activation_stride = 0;
-  const std::byte* activations =
-      prepare_activations(w, kernel, x, n_tokens, activation_stride, pool);
+  const PreparedActivations activations = prepare_activations(w, kernel, x, n_tokens, pool);
   const auto* weights = static_cast<const std::byte*>(w.data);
 
   pool.parallel_for(w.rows, [&](int64_t row_begin, int64_t row_end) {
-    const void* tile[kMaxTokenTile];
+    kernels::TokenTile tile{};
     float out[kMaxTokenTile];
     for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowBlock) {
       const int64_t r1 = std::min(row_end, r0 + kRowBlock);
       for (int64_t t0 = 0; t0 < n_tokens; t0 += kernel.max_tokens) {
-        const int n_tile = static_cast<int>(std::min<int64_t>(kernel.max_tokens, n_tokens - t0));
-        for (int i = 0; i < n_tile; ++i) {
-          tile[i] = activations + static_cast<size_t>(t0 + i) * activation_stride;
+        tile.n_tokens = static_cast<int>(std::min<int64_t>(kernel.max_tokens, n_tokens - t0));
+        for (int i = 0; i < tile.n_tokens; ++i) {
+          tile.rows[i] = activations.rows + static_cast<size_t>(t0 + i) * activations.row_stride;
+        }
+        if (activations.block_scales != nullptr) {
+          tile.block_scales = activations.block_scales +
+                              static_cast<size_t>(t0 / kernel.max_tokens) * activations.tile_scales_stride;
         }
         for (int64_t r = r0; r < r1; ++r) {
-          kernel.dot(weights + static_cast<size_t>(r) * *weight_row_bytes, w.cols, tile, n_tile, out);
-          for (int i = 0; i < n_tile; ++i) y[(t0 + i) * w.rows + r] = out[i];
+          kernel.dot(weights + static_cast<size_t>(r) * *weight_row_bytes, w.cols, tile, out);
+          for (int i = 0; i < tile.n_tokens; ++i) y[(t0 + i) * w.rows + r] = out[i];
         }
       }
     }

@@ -29,11 +29,20 @@ static_assert(sizeof(ActivationBlock32) == 72 && sizeof(ActivationBlock256) == 2
 
 inline constexpr int kMaxTokenTile = 8;
 
-// out[i] = dot(weight_row, activations[i]) for i < n_tokens <= Kernel::max_tokens, over
-// cols elements. activations[i] points at a row of ActivationBlock32/256 for quantized
-// weights, at fp32 values for F32/F16/BF16.
-using DotKernel = void (*)(const void* weight_row, int64_t cols,
-                           const void* const* activations, int n_tokens, float* out);
+// The activations of the tokens one kernel call handles.
+struct TokenTile {
+  // Per token, a row of ActivationBlock32/256 for quantized weights, of fp32 values for
+  // F32/F16/BF16.
+  const void* rows[kMaxTokenTile];
+  int n_tokens;  // 1 .. Kernel::max_tokens
+  // For the 32-element formats, ActivationBlock32::d of every block of the tile's tokens,
+  // block-major: block_scales[b * Kernel::max_tokens + t], zero past n_tokens. Lets a
+  // kernel scale a weight block for all tokens with one vector multiply.
+  const float* block_scales;
+};
+
+// out[i] = dot(weight_row, token i of tile) over cols elements.
+using DotKernel = void (*)(const void* weight_row, int64_t cols, const TokenTile& tile, float* out);
 
 struct Kernel {
   DotKernel dot = nullptr;  // nullptr for types without kernels

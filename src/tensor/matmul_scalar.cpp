@@ -8,8 +8,7 @@ namespace strata::tensor::kernels {
 namespace {
 
 template <DType kType, class Activation>
-void dot_quantized(const void* weight_row, int64_t cols, const void* const* activations,
-                   int n_tokens, float* out) {
+void dot_quantized(const void* weight_row, int64_t cols, const TokenTile& tile, float* out) {
   const auto* bytes = static_cast<const uint8_t*>(weight_row);
   constexpr int kBlock = static_cast<int>(sizeof(Activation::qs));
   const uint32_t block_bytes = info(kType).block_bytes;
@@ -17,8 +16,8 @@ void dot_quantized(const void* weight_row, int64_t cols, const void* const* acti
   UnpackedBlock w;
   for (int64_t b = 0; b < cols / kBlock; ++b) {
     unpack_block(kType, bytes + b * block_bytes, w);
-    for (int t = 0; t < n_tokens; ++t) {
-      const auto& x = static_cast<const Activation*>(activations[t])[b];
+    for (int t = 0; t < tile.n_tokens; ++t) {
+      const auto& x = static_cast<const Activation*>(tile.rows[t])[b];
       int32_t weighted = 0;
       int32_t mins = 0;
       for (int g = 0; g < kBlock / w.group_size; ++g) {
@@ -33,7 +32,7 @@ void dot_quantized(const void* weight_row, int64_t cols, const void* const* acti
                 (w.dm * x.d) * static_cast<float>(mins);
     }
   }
-  for (int t = 0; t < n_tokens; ++t) out[t] = acc[t];
+  for (int t = 0; t < tile.n_tokens; ++t) out[t] = acc[t];
 }
 
 template <DType kType>
@@ -44,10 +43,9 @@ float weight_at(const void* row, int64_t i) {
 }
 
 template <DType kType>
-void dot_float(const void* weight_row, int64_t cols, const void* const* activations,
-               int n_tokens, float* out) {
-  for (int t = 0; t < n_tokens; ++t) {
-    const auto* x = static_cast<const float*>(activations[t]);
+void dot_float(const void* weight_row, int64_t cols, const TokenTile& tile, float* out) {
+  for (int t = 0; t < tile.n_tokens; ++t) {
+    const auto* x = static_cast<const float*>(tile.rows[t]);
     float acc = 0.0f;
     for (int64_t i = 0; i < cols; ++i) acc += weight_at<kType>(weight_row, i) * x[i];
     out[t] = acc;
