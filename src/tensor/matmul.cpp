@@ -176,7 +176,7 @@ void matmul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadP
 
   pool.parallel_for(w.rows, [&](int64_t row_begin, int64_t row_end) {
     kernels::TokenTile tile{};
-    float out[kMaxTokenTile];
+    float out[kernels::kMaxRowTile * kMaxTokenTile];
     for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowBlock) {
       const int64_t r1 = std::min(row_end, r0 + kRowBlock);
       for (int64_t t0 = 0; t0 < n_tokens; t0 += kernel.max_tokens) {
@@ -188,9 +188,13 @@ void matmul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadP
           tile.block_scales = activations.block_scales +
                               static_cast<size_t>(t0 / kernel.max_tokens) * activations.tile_scales_stride;
         }
-        for (int64_t r = r0; r < r1; ++r) {
-          kernel.dot(weights + static_cast<size_t>(r) * *weight_row_bytes, w.cols, tile, out);
-          for (int i = 0; i < tile.n_tokens; ++i) y[(t0 + i) * w.rows + r] = out[i];
+        for (int64_t r = r0; r < r1; r += kernel.max_rows) {
+          const int n_rows = static_cast<int>(std::min<int64_t>(kernel.max_rows, r1 - r));
+          kernel.dot(weights + static_cast<size_t>(r) * *weight_row_bytes, *weight_row_bytes, n_rows,
+                     w.cols, tile, out);
+          for (int j = 0; j < n_rows; ++j) {
+            for (int i = 0; i < tile.n_tokens; ++i) y[(t0 + i) * w.rows + r + j] = out[j * kMaxTokenTile + i];
+          }
         }
       }
     }

@@ -10,8 +10,10 @@ __m256i dot_u8_s8(__m256i acc, __m256i u, __m256i s) {
 
 // maddubs adds byte products pairwise into saturating int16: 2 * 255 * 127 would not fit.
 constexpr bool kFullByteDot = false;
-// Accumulators for more tokens would not fit the 16 ymm registers.
+// Tiles sized so that accumulators and weights fit the 16 ymm registers.
 constexpr int kTokenTile = 4;
+constexpr int kRowTile = 2;
+constexpr int kRowTileK = 1;
 
 }  // namespace
 }  // namespace strata::tensor::kernels

@@ -8,8 +8,10 @@ namespace {
 __m256i dot_u8_s8(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
 
 constexpr bool kFullByteDot = true;
-// 32 vector registers hold the accumulators of 8 tokens.
-constexpr int kTokenTile = 8;
+// Tiles sized so that accumulators and weights fit the 32 vector registers.
+constexpr int kTokenTile = 4;
+constexpr int kRowTile = 4;
+constexpr int kRowTileK = 2;
 
 }  // namespace
 }  // namespace strata::tensor::kernels

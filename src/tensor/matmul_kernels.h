@@ -2,6 +2,7 @@
 // it is included by translation units built with different ISA flags.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "tensor/dtype.h"
@@ -28,6 +29,7 @@ struct ActivationBlock256 {
 static_assert(sizeof(ActivationBlock32) == 72 && sizeof(ActivationBlock256) == 292);
 
 inline constexpr int kMaxTokenTile = 8;
+inline constexpr int kMaxRowTile = 4;
 
 // The activations of the tokens one kernel call handles.
 struct TokenTile {
@@ -41,11 +43,14 @@ struct TokenTile {
   const float* block_scales;
 };
 
-// out[i] = dot(weight_row, token i of tile) over cols elements.
-using DotKernel = void (*)(const void* weight_row, int64_t cols, const TokenTile& tile, float* out);
+// out[r * kMaxTokenTile + t] = dot(weight row r, token t of tile) over cols elements, for
+// r < n_rows <= Kernel::max_rows <= kMaxRowTile; row r starts at weight_rows + r * row_stride bytes.
+using DotKernel = void (*)(const void* weight_rows, size_t row_stride, int n_rows, int64_t cols,
+                           const TokenTile& tile, float* out);
 
 struct Kernel {
   DotKernel dot = nullptr;  // nullptr for types without kernels
+  int max_rows = 1;
   int max_tokens = 1;       // <= kMaxTokenTile
   int weight_offset = 0;    // what ActivationBlock32::bias must be built with
 };

@@ -8,7 +8,8 @@ namespace strata::tensor::kernels {
 namespace {
 
 template <DType kType, class Activation>
-void dot_quantized(const void* weight_row, int64_t cols, const TokenTile& tile, float* out) {
+void dot_quantized(const void* weight_row, size_t, int, int64_t cols, const TokenTile& tile,
+                   float* out) {
   const auto* bytes = static_cast<const uint8_t*>(weight_row);
   constexpr int kBlock = static_cast<int>(sizeof(Activation::qs));
   const uint32_t block_bytes = info(kType).block_bytes;
@@ -43,7 +44,8 @@ float weight_at(const void* row, int64_t i) {
 }
 
 template <DType kType>
-void dot_float(const void* weight_row, int64_t cols, const TokenTile& tile, float* out) {
+void dot_float(const void* weight_row, size_t, int, int64_t cols, const TokenTile& tile,
+               float* out) {
   for (int t = 0; t < tile.n_tokens; ++t) {
     const auto* x = static_cast<const float*>(tile.rows[t]);
     float acc = 0.0f;
@@ -54,9 +56,9 @@ void dot_float(const void* weight_row, int64_t cols, const TokenTile& tile, floa
 
 }  // namespace
 
-// One token at a time: the scalar path gains nothing from wider tiles.
+// One row and one token at a time: the scalar path gains nothing from tiles.
 Kernel scalar_kernel(DType type) {
-  const auto make = [](DotKernel dot) { return Kernel{dot, 1, 0}; };
+  const auto make = [](DotKernel dot) { return Kernel{dot, 1, 1, 0}; };
   switch (type) {
     case DType::F32: return make(dot_float<DType::F32>);
     case DType::F16: return make(dot_float<DType::F16>);
