@@ -6,7 +6,6 @@
 #include <cstddef>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "tensor/matmul_kernels.h"
@@ -58,7 +57,7 @@ int activation_block(DType type) {
 int round_to_int(float v) { return static_cast<int>(v + (v >= 0.0f ? 0.5f : -0.5f)); }
 
 template <class Block>
-void quantize_activations(const float* x, int64_t cols, int weight_offset, Block* out) {
+void quantize_activations(const float* x, int64_t cols, Block* out) {
   constexpr int kBlock = static_cast<int>(sizeof(Block::qs));
   for (int64_t b = 0; b < cols / kBlock; ++b) {
     const float* v = x + b * kBlock;
@@ -74,11 +73,6 @@ void quantize_activations(const float* x, int64_t cols, int weight_offset, Block
         sum += a.qs[i];
       }
       a.sums[k] = static_cast<int16_t>(sum);
-    }
-    if constexpr (std::is_same_v<Block, ActivationBlock32>) {
-      for (int i = 0; i < 8; ++i) {
-        a.bias[i] = -weight_offset * (a.qs[4 * i] + a.qs[4 * i + 1] + a.qs[4 * i + 2] + a.qs[4 * i + 3]);
-      }
     }
   }
 }
@@ -109,9 +103,9 @@ PreparedActivations prepare_activations(const Matrix& w, const Kernel& kernel, c
       void* row = base + static_cast<size_t>(t) * row_stride;
       const float* source = x + t * w.cols;
       if (block == 32) {
-        quantize_activations(source, w.cols, kernel.weight_offset, static_cast<ActivationBlock32*>(row));
+        quantize_activations(source, w.cols, static_cast<ActivationBlock32*>(row));
       } else {
-        quantize_activations(source, w.cols, 0, static_cast<ActivationBlock256*>(row));
+        quantize_activations(source, w.cols, static_cast<ActivationBlock256*>(row));
       }
     }
   };

@@ -17,16 +17,13 @@ struct ActivationBlock32 {
   float d;
   int16_t sums[2];
   int8_t qs[32];
-  // -weight_offset * (qs[4i] + .. + qs[4i + 3]): lets a kernel take weights stored as
-  // unsigned levels q + weight_offset straight into an unsigned-by-signed byte dot product.
-  int32_t bias[8];
 };
 struct ActivationBlock256 {
   float d;
   int16_t sums[16];
   int8_t qs[256];
 };
-static_assert(sizeof(ActivationBlock32) == 72 && sizeof(ActivationBlock256) == 292);
+static_assert(sizeof(ActivationBlock32) == 40 && sizeof(ActivationBlock256) == 292);
 
 inline constexpr int kMaxTokenTile = 8;
 inline constexpr int kMaxRowTile = 4;
@@ -51,8 +48,7 @@ using DotKernel = void (*)(const void* weight_rows, size_t row_stride, int n_row
 struct Kernel {
   DotKernel dot = nullptr;  // nullptr for types without kernels
   int max_rows = 1;
-  int max_tokens = 1;       // <= kMaxTokenTile
-  int weight_offset = 0;    // what ActivationBlock32::bias must be built with
+  int max_tokens = 1;  // <= kMaxTokenTile
 };
 
 Kernel scalar_kernel(DType type);

@@ -58,7 +58,7 @@ void dot_float(const void* weight_row, size_t, int, int64_t cols, const TokenTil
 
 // One row and one token at a time: the scalar path gains nothing from tiles.
 Kernel scalar_kernel(DType type) {
-  const auto make = [](DotKernel dot) { return Kernel{dot, 1, 1, 0}; };
+  const auto make = [](DotKernel dot) { return Kernel{dot, 1, 1}; };
   switch (type) {
     case DType::F32: return make(dot_float<DType::F32>);
     case DType::F16: return make(dot_float<DType::F16>);
