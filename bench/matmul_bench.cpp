@@ -1,7 +1,8 @@
 // matmul throughput on a 2048x5632 matrix (TinyLlama's FFN size) for every weight type.
-//   matmul_bench [--isa=scalar|avx2|avx512] [--threads=N] [benchmark flags]
+//   matmul_bench [--isa=scalar|avx2|avx512] [--threads=N] [--hot] [benchmark flags]
 // Reports weight bytes streamed per second (bytes_per_second) and tokens per second.
-// Several copies of the matrix are cycled through so that decode reads from DRAM, not L3.
+// Several copies of the matrix are cycled through so that decode reads from DRAM, not L3;
+// --hot uses one copy, to see the kernels' speed apart from memory.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -21,6 +22,7 @@ constexpr int64_t kCols = 5632;
 constexpr size_t kColdBytes = size_t{160} << 20;  // well beyond a 32 MiB L3
 
 int g_threads = 2;
+bool g_hot = false;
 
 struct Weights {
   std::vector<std::vector<uint8_t>> copies;
@@ -41,7 +43,7 @@ const Weights& weights_for(DType type) {
       for (float& v : row) v = dist(rng);
       quantize_row(type, row.data(), first.data() + r * *row_bytes(type, kCols), kCols);
     }
-    const size_t n_copies = kColdBytes / slot->bytes + 1;
+    const size_t n_copies = g_hot ? 1 : kColdBytes / slot->bytes + 1;
     for (size_t i = 0; i < n_copies; ++i) slot->copies.push_back(first);
   }
   return *slot;
@@ -92,6 +94,8 @@ int main(int argc, char** argv) {
       force_isa(name == "scalar" ? Isa::Scalar : name == "avx2" ? Isa::Avx2 : Isa::Avx512);
     } else if (arg.rfind("--threads=", 0) == 0) {
       g_threads = std::stoi(arg.substr(10));
+    } else if (arg == "--hot") {
+      g_hot = true;
     } else {
       rest.push_back(argv[i]);
     }
