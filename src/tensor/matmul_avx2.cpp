@@ -13,7 +13,6 @@ constexpr bool kFullByteDot = false;
 // Tiles sized so that accumulators and weights fit the 16 ymm registers.
 constexpr int kTokenTile = 4;
 constexpr int kRowTile = 2;
-constexpr int kRowTileK = 1;
 
 }  // namespace
 }  // namespace strata::tensor::kernels

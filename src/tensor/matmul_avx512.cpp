@@ -11,7 +11,6 @@ constexpr bool kFullByteDot = true;
 // Tiles sized so that accumulators and weights fit the 32 vector registers.
 constexpr int kTokenTile = 4;
 constexpr int kRowTile = 4;
-constexpr int kRowTileK = 2;
 
 }  // namespace
 }  // namespace strata::tensor::kernels
