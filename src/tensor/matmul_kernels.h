@@ -25,7 +25,7 @@ struct ActivationBlock256 {
 };
 static_assert(sizeof(ActivationBlock32) == 40 && sizeof(ActivationBlock256) == 292);
 
-inline constexpr int kMaxTokenTile = 8;
+inline constexpr int kMaxTokenTile = 4;
 inline constexpr int kMaxRowTile = 4;
 
 // The activations of the tokens one kernel call handles.
