@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# Set-up and start: installs what is missing, builds, and runs Strata.
-# Arguments go to `strata run`; with no -m it uses a small random-weight model it generates.
+# Set-up and start: installs what is missing, builds, and serves the OpenAI-compatible API.
+# Arguments go to `strata serve`; with no -m it serves a small random-weight demo model.
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/install-deps.sh
 scripts/build.sh
-if [ $# -eq 0 ]; then set -- -p "Once upon a time" -n 48; fi
-exec build/strata run "$@"
+exec build/strata serve "$@"
