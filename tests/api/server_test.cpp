@@ -701,5 +701,10 @@ TEST_F(ApiServerTest, BrokenUtf8FromTheModelStillGivesValidJson) {
   EXPECT_EQ(events.back(), "[DONE]");
 }
 
+TEST(ModelNameTest, IsTheFileNameWithoutGguf) {
+  EXPECT_EQ(model_name_from_path("/models/llama-3-8b.Q4_0.gguf"), "llama-3-8b.Q4_0");
+  EXPECT_EQ(model_name_from_path("weights.bin"), "weights.bin");
+}
+
 }  // namespace
 }  // namespace strata::api
