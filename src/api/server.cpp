@@ -104,6 +104,12 @@ class Server::Impl {
       httplib::default_socket_options(socket);
       listening_socket_ = socket;
     });
+    if (options_.log_requests) {
+      http_.set_logger([](const httplib::Request& request, const httplib::Response& response) {
+        std::fprintf(stderr, "strata: %s %s %s %d\n", request.remote_addr.c_str(),
+                     request.method.c_str(), request.path.c_str(), response.status);
+      });
+    }
     http_.set_pre_routing_handler(
         [this](const httplib::Request& request, httplib::Response& response) {
           return admit(request, response);
