@@ -64,8 +64,8 @@ class CompletionText {
   std::vector<std::string> stop_;
   bool with_logprobs_;
   bool stopped_ = false;
-  std::string held_;       // decoded, not yet released
-  size_t released_ = 0;    // bytes released so far
+  std::string held_;     // decoded, not yet released
+  size_t released_ = 0;  // bytes released so far
   std::vector<PendingToken> pending_tokens_;
 };
 
