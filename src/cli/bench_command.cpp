@@ -1,9 +1,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <future>
+#include <latch>
 
 #include "cli/commands.h"
 #include "cli/model_source.h"
+#include "engine/engine.h"
 #include "model/model.h"
 #include "tensor/dtype.h"
 
@@ -17,6 +20,8 @@ struct BenchOptions {
   int threads = 2;
   int repetitions = 3;
   bool bandwidth = true;
+  std::vector<int> streams;  // concurrent request counts to measure through the engine
+  int ttft_prompt = 0;       // prompt length for a time-to-first-token measurement
 };
 
 double median(std::vector<double> values) {
@@ -37,10 +42,49 @@ std::string dominant_type(const gguf::File& file) {
   return top == bytes_by_type.end() ? "?" : tensor::dtype_info(top->second)->name;
 }
 
+// Runs `count` requests at once through the engine (the serving path, continuous batching) and
+// returns the aggregate generated tokens per second, and the first token's latency.
+struct EngineRun {
+  double tokens_per_second = 0;
+  double first_token_seconds = 0;
+};
+
+EngineRun run_engine(const std::shared_ptr<model::Model>& model, int count, int prompt_tokens,
+                     int generated_tokens, int threads) {
+  engine::EngineOptions options;
+  options.max_parallel = count;
+  options.threads = threads;
+  options.prefill_chunk = std::max(256, prompt_tokens);
+  // Random weights may produce the end-of-text token at any time; a benchmark must not stop.
+  engine::Engine engine(model, [](engine::Token) { return false; }, options);
+  const int vocab = model->config().vocab_size;
+  std::latch done(count);
+  std::vector<std::chrono::steady_clock::time_point> first_token(static_cast<size_t>(count));
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < count; ++r) {
+    engine::GenerationRequest request;
+    for (int i = 0; i < prompt_tokens; ++i) request.prompt.push_back(static_cast<engine::Token>((i * 7919 + r * 31 + 3) % vocab));
+    request.max_tokens = generated_tokens;
+    request.sampling.temperature = 0;
+    engine::RequestCallbacks callbacks;
+    bool seen = false;
+    callbacks.on_token = [&, r, seen](const engine::GeneratedToken&) mutable {
+      if (!seen) first_token[static_cast<size_t>(r)] = std::chrono::steady_clock::now();
+      seen = true;
+      return true;
+    };
+    callbacks.on_finish = [&](engine::FinishReason, const std::string&) { done.count_down(); };
+    engine.submit(std::move(request), std::move(callbacks));
+  }
+  done.wait();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return {count * generated_tokens / seconds, std::chrono::duration<double>(first_token[0] - start).count()};
+}
+
 int bench(const BenchOptions& o) {
   const std::string path = model_path_or_demo(o.model);
   std::shared_ptr<const gguf::File> file = gguf::File::open(path);
-  std::unique_ptr<model::Model> model = model::Model::load(file);
+  std::shared_ptr<model::Model> model = model::Model::load(file);
   const model::Config& c = model->config();
   if (o.prompt_tokens + o.generated_tokens > c.context_length) {
     throw std::invalid_argument("-p plus -n exceeds the model's context of " + std::to_string(c.context_length));
@@ -80,6 +124,17 @@ int bench(const BenchOptions& o) {
               o.threads, o.repetitions);
   std::printf("prefill pp%d: %.1f tokens/s\n", o.prompt_tokens, prefill);
   std::printf("decode  tg%d: %.1f tokens/s\n", o.generated_tokens, decode);
+  if (!o.streams.empty() || o.ttft_prompt > 0) {
+    for (int count : o.streams) {
+      const EngineRun run = run_engine(model, count, 16, o.generated_tokens, o.threads);
+      std::printf("engine, %d concurrent requests (16-token prompts, %d tokens each): %.1f tokens/s aggregate\n",
+                  count, o.generated_tokens, run.tokens_per_second);
+    }
+    if (o.ttft_prompt > 0) {
+      const EngineRun run = run_engine(model, 1, o.ttft_prompt, 1, o.threads);
+      std::printf("engine, time to first token for a %d-token prompt: %.2f s\n", o.ttft_prompt, run.first_token_seconds);
+    }
+  }
   if (o.bandwidth) {
     const double bandwidth = measure_read_bandwidth(o.threads);
     std::printf("memory read bandwidth (%d threads): %.1f GB/s; decode reads %.1f GB/s = %.0f%% of it\n",
@@ -99,6 +154,11 @@ void add_bench_command(CLI::App& app, Action& action) {
   cmd->add_option("-t,--threads", options->threads, "Threads")->check(CLI::PositiveNumber);
   cmd->add_option("-r,--repetitions", options->repetitions, "Measured runs (the median is reported)")->check(CLI::PositiveNumber);
   cmd->add_flag("!--no-bandwidth", options->bandwidth, "Skip the memory bandwidth probe");
+  cmd->add_option("--streams", options->streams,
+                  "Also measure aggregate decode through the engine with this many concurrent requests (e.g. 1,4,8)")
+      ->delimiter(',')->check(CLI::PositiveNumber);
+  cmd->add_option("--ttft", options->ttft_prompt, "Also measure time to first token for a prompt of this length")
+      ->check(CLI::PositiveNumber);
   cmd->callback([&action, options] { action = [options] { return bench(*options); }; });
 }
 

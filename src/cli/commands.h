@@ -12,6 +12,7 @@ using Action = std::function<int()>;
 void add_run_command(CLI::App& app, Action& action);
 void add_bench_command(CLI::App& app, Action& action);
 void add_gguf_commands(CLI::App& app, Action& action);
+void add_serve_command(CLI::App& app, Action& action);
 
 // Measures sustained memory read bandwidth with `threads` threads, in bytes per second.
 double measure_read_bandwidth(int threads);

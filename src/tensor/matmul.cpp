@@ -13,8 +13,9 @@
 namespace strata::tensor {
 namespace {
 
-using kernels::ActivationBlock;
-using kernels::DotKernel;
+using kernels::ActivationBlock256;
+using kernels::ActivationBlock32;
+using kernels::Kernel;
 using kernels::kMaxTokenTile;
 
 // Rows whose weights stay in L2 while every token tile streams past them.
@@ -35,7 +36,7 @@ std::atomic<Isa>& active() {
   return isa;
 }
 
-DotKernel kernel_for(Isa isa, DType type) {
+Kernel kernel_for(Isa isa, DType type) {
   switch (isa) {
     case Isa::Avx512: return kernels::avx512_kernel(type);
     case Isa::Avx2: return kernels::avx2_kernel(type);
@@ -55,17 +56,17 @@ int activation_block(DType type) {
 
 int round_to_int(float v) { return static_cast<int>(v + (v >= 0.0f ? 0.5f : -0.5f)); }
 
-template <int N>
-void quantize_activations(const float* x, int64_t cols, ActivationBlock<N>* out) {
-  for (int64_t b = 0; b < cols / N; ++b) {
-    const float* v = x + b * N;
+template <class Block>
+void quantize_activations(const float* x, int64_t cols, Block* out) {
+  constexpr int kBlock = static_cast<int>(sizeof(Block::qs));
+  for (int64_t b = 0; b < cols / kBlock; ++b) {
+    const float* v = x + b * kBlock;
     float amax = 0.0f;
-    for (int i = 0; i < N; ++i) amax = std::max(amax, std::fabs(v[i]));
-    const float d = amax / 127.0f;
+    for (int i = 0; i < kBlock; ++i) amax = std::max(amax, std::fabs(v[i]));
     const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
-    ActivationBlock<N>& a = out[b];
-    a.d = d;
-    for (int k = 0; k < N / 16; ++k) {
+    Block& a = out[b];
+    a.d = amax / 127.0f;
+    for (int k = 0; k < kBlock / 16; ++k) {
       int sum = 0;
       for (int i = 16 * k; i < 16 * k + 16; ++i) {
         a.qs[i] = static_cast<int8_t>(std::clamp(round_to_int(v[i] * inverse), -127, 127));
@@ -76,25 +77,35 @@ void quantize_activations(const float* x, int64_t cols, ActivationBlock<N>* out)
   }
 }
 
-// Quantized token rows, reused between calls to spare an allocation per matmul.
-const std::byte* prepare_activations(const Matrix& w, const float* x, int64_t n_tokens,
-                                     int block, size_t& row_stride, ThreadPool& pool) {
+struct PreparedActivations {
+  const std::byte* rows;
+  size_t row_stride;
+  const float* block_scales;  // TokenTile::block_scales of tile 0, if the format has them
+  size_t tile_scales_stride;
+};
+
+// Quantizes every token row; buffers are reused between calls to spare allocations.
+PreparedActivations prepare_activations(const Matrix& w, const Kernel& kernel, const float* x,
+                                        int64_t n_tokens, ThreadPool& pool) {
+  const int block = activation_block(w.type);
   if (block == 0) {
-    row_stride = static_cast<size_t>(w.cols) * sizeof(float);
-    return reinterpret_cast<const std::byte*>(x);
+    return {reinterpret_cast<const std::byte*>(x), static_cast<size_t>(w.cols) * sizeof(float),
+            nullptr, 0};
   }
-  row_stride = static_cast<size_t>(w.cols / block) *
-               (block == 32 ? sizeof(ActivationBlock<32>) : sizeof(ActivationBlock<256>));
+  const int64_t n_blocks = w.cols / block;
+  const size_t row_stride = static_cast<size_t>(n_blocks) *
+                            (block == 32 ? sizeof(ActivationBlock32) : sizeof(ActivationBlock256));
   thread_local std::vector<std::byte> buffer;
   buffer.resize(row_stride * static_cast<size_t>(n_tokens));
   std::byte* base = buffer.data();
   const auto quantize_rows = [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       void* row = base + static_cast<size_t>(t) * row_stride;
+      const float* source = x + t * w.cols;
       if (block == 32) {
-        quantize_activations(x + t * w.cols, w.cols, static_cast<ActivationBlock<32>*>(row));
+        quantize_activations(source, w.cols, static_cast<ActivationBlock32*>(row));
       } else {
-        quantize_activations(x + t * w.cols, w.cols, static_cast<ActivationBlock<256>*>(row));
+        quantize_activations(source, w.cols, static_cast<ActivationBlock256*>(row));
       }
     }
   };
@@ -103,7 +114,19 @@ const std::byte* prepare_activations(const Matrix& w, const float* x, int64_t n_
   } else {
     pool.parallel_for(n_tokens, quantize_rows);
   }
-  return base;
+  if (block != 32) return {base, row_stride, nullptr, 0};
+
+  const int64_t tile = kernel.max_tokens;
+  const int64_t n_tiles = (n_tokens + tile - 1) / tile;
+  const auto tile_stride = static_cast<size_t>(n_blocks * tile);
+  thread_local std::vector<float> scales;
+  scales.assign(tile_stride * static_cast<size_t>(n_tiles), 0.0f);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const auto* row = reinterpret_cast<const ActivationBlock32*>(base + static_cast<size_t>(t) * row_stride);
+    float* tile_scales = scales.data() + static_cast<size_t>(t / tile) * tile_stride;
+    for (int64_t b = 0; b < n_blocks; ++b) tile_scales[b * tile + t % tile] = row[b].d;
+  }
+  return {base, row_stride, scales.data(), tile_stride};
 }
 
 }  // namespace
@@ -129,8 +152,8 @@ const char* isa_name(Isa isa) {
 }
 
 void matmul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
-  const DotKernel kernel = kernel_for(active_isa(), w.type);
-  if (kernel == nullptr) {
+  const Kernel kernel = kernel_for(active_isa(), w.type);
+  if (kernel.dot == nullptr) {
     throw std::invalid_argument("matmul: unsupported weight type " +
                                 std::string(dtype_name(w.type)));
   }
@@ -142,24 +165,30 @@ void matmul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadP
   }
   if (w.rows == 0 || n_tokens == 0) return;
 
-  size_t activation_stride = 0;
-  const std::byte* activations =
-      prepare_activations(w, x, n_tokens, activation_block(w.type), activation_stride, pool);
+  const PreparedActivations activations = prepare_activations(w, kernel, x, n_tokens, pool);
   const auto* weights = static_cast<const std::byte*>(w.data);
 
   pool.parallel_for(w.rows, [&](int64_t row_begin, int64_t row_end) {
-    const void* tile[kMaxTokenTile];
-    float out[kMaxTokenTile];
+    kernels::TokenTile tile{};
+    float out[kernels::kMaxRowTile * kMaxTokenTile];
     for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowBlock) {
       const int64_t r1 = std::min(row_end, r0 + kRowBlock);
-      for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTokenTile) {
-        const int n_tile = static_cast<int>(std::min<int64_t>(kMaxTokenTile, n_tokens - t0));
-        for (int i = 0; i < n_tile; ++i) {
-          tile[i] = activations + static_cast<size_t>(t0 + i) * activation_stride;
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += kernel.max_tokens) {
+        tile.n_tokens = static_cast<int>(std::min<int64_t>(kernel.max_tokens, n_tokens - t0));
+        for (int i = 0; i < tile.n_tokens; ++i) {
+          tile.rows[i] = activations.rows + static_cast<size_t>(t0 + i) * activations.row_stride;
         }
-        for (int64_t r = r0; r < r1; ++r) {
-          kernel(weights + static_cast<size_t>(r) * *weight_row_bytes, w.cols, tile, n_tile, out);
-          for (int i = 0; i < n_tile; ++i) y[(t0 + i) * w.rows + r] = out[i];
+        if (activations.block_scales != nullptr) {
+          tile.block_scales = activations.block_scales +
+                              static_cast<size_t>(t0 / kernel.max_tokens) * activations.tile_scales_stride;
+        }
+        for (int64_t r = r0; r < r1; r += kernel.max_rows) {
+          const int n_rows = static_cast<int>(std::min<int64_t>(kernel.max_rows, r1 - r));
+          kernel.dot(weights + static_cast<size_t>(r) * *weight_row_bytes, *weight_row_bytes, n_rows,
+                     w.cols, tile, out);
+          for (int j = 0; j < n_rows; ++j) {
+            for (int i = 0; i < tile.n_tokens; ++i) y[(t0 + i) * w.rows + r + j] = out[j * kMaxTokenTile + i];
+          }
         }
       }
     }

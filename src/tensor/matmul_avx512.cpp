@@ -5,9 +5,12 @@
 namespace strata::tensor::kernels {
 namespace {
 
-__m256i dot_u8_s8(__m256i u, __m256i s) {
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-}
+__m256i dot_u8_s8(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
+
+constexpr bool kFullByteDot = true;
+// Tiles sized so that accumulators and weights fit the 32 vector registers.
+constexpr int kTokenTile = 4;
+constexpr int kRowTile = 4;
 
 }  // namespace
 }  // namespace strata::tensor::kernels
@@ -15,5 +18,5 @@ __m256i dot_u8_s8(__m256i u, __m256i s) {
 #include "tensor/matmul_x86.inc"
 
 namespace strata::tensor::kernels {
-DotKernel avx512_kernel(DType type) { return kernel_for(type); }
+Kernel avx512_kernel(DType type) { return kernel_for(type); }
 }  // namespace strata::tensor::kernels

@@ -2,6 +2,7 @@
 // it is included by translation units built with different ISA flags.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "tensor/dtype.h"
@@ -12,27 +13,46 @@ namespace strata::tensor::kernels {
 // one d per block; sums[k] is the sum of qs[16k .. 16k + 15], for the weight formats
 // whose value has a min term. 32-element blocks serve the 32-element weight formats,
 // 256-element ones the K-quants.
-template <int N>
-struct ActivationBlock {
+struct ActivationBlock32 {
   float d;
-  int16_t sums[N / 16];
-  int8_t qs[N];
+  int16_t sums[2];
+  int8_t qs[32];
 };
-using ActivationBlock32 = ActivationBlock<32>;
-using ActivationBlock256 = ActivationBlock<256>;
+struct ActivationBlock256 {
+  float d;
+  int16_t sums[16];
+  int8_t qs[256];
+};
 static_assert(sizeof(ActivationBlock32) == 40 && sizeof(ActivationBlock256) == 292);
 
 inline constexpr int kMaxTokenTile = 4;
+inline constexpr int kMaxRowTile = 4;
 
-// out[i] = dot(weight_row, activations[i]) for i < n_tokens <= kMaxTokenTile, over cols
-// elements. activations[i] points at a row of ActivationBlock32/256 for quantized
-// weights, at fp32 values for F32/F16/BF16.
-using DotKernel = void (*)(const void* weight_row, int64_t cols,
-                           const void* const* activations, int n_tokens, float* out);
+// The activations of the tokens one kernel call handles.
+struct TokenTile {
+  // Per token, a row of ActivationBlock32/256 for quantized weights, of fp32 values for
+  // F32/F16/BF16.
+  const void* rows[kMaxTokenTile];
+  int n_tokens;  // 1 .. Kernel::max_tokens
+  // For the 32-element formats, ActivationBlock32::d of every block of the tile's tokens,
+  // block-major: block_scales[b * Kernel::max_tokens + t], zero past n_tokens. Lets a
+  // kernel scale a weight block for all tokens with one vector multiply.
+  const float* block_scales;
+};
 
-// nullptr for types without kernels.
-DotKernel scalar_kernel(DType type);
-DotKernel avx2_kernel(DType type);
-DotKernel avx512_kernel(DType type);
+// out[r * kMaxTokenTile + t] = dot(weight row r, token t of tile) over cols elements, for
+// r < n_rows <= Kernel::max_rows <= kMaxRowTile; row r starts at weight_rows + r * row_stride bytes.
+using DotKernel = void (*)(const void* weight_rows, size_t row_stride, int n_rows, int64_t cols,
+                           const TokenTile& tile, float* out);
+
+struct Kernel {
+  DotKernel dot = nullptr;  // nullptr for types without kernels
+  int max_rows = 1;
+  int max_tokens = 1;  // <= kMaxTokenTile
+};
+
+Kernel scalar_kernel(DType type);
+Kernel avx2_kernel(DType type);
+Kernel avx512_kernel(DType type);
 
 }  // namespace strata::tensor::kernels

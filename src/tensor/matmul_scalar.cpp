@@ -7,17 +7,18 @@
 namespace strata::tensor::kernels {
 namespace {
 
-template <DType kType, int kBlock>
-void dot_quantized(const void* weight_row, int64_t cols, const void* const* activations,
-                   int n_tokens, float* out) {
+template <DType kType, class Activation>
+void dot_quantized(const void* weight_row, size_t, int, int64_t cols, const TokenTile& tile,
+                   float* out) {
   const auto* bytes = static_cast<const uint8_t*>(weight_row);
+  constexpr int kBlock = static_cast<int>(sizeof(Activation::qs));
   const uint32_t block_bytes = info(kType).block_bytes;
   float acc[kMaxTokenTile] = {};
   UnpackedBlock w;
   for (int64_t b = 0; b < cols / kBlock; ++b) {
     unpack_block(kType, bytes + b * block_bytes, w);
-    for (int t = 0; t < n_tokens; ++t) {
-      const auto& x = static_cast<const ActivationBlock<kBlock>*>(activations[t])[b];
+    for (int t = 0; t < tile.n_tokens; ++t) {
+      const auto& x = static_cast<const Activation*>(tile.rows[t])[b];
       int32_t weighted = 0;
       int32_t mins = 0;
       for (int g = 0; g < kBlock / w.group_size; ++g) {
@@ -32,7 +33,7 @@ void dot_quantized(const void* weight_row, int64_t cols, const void* const* acti
                 (w.dm * x.d) * static_cast<float>(mins);
     }
   }
-  for (int t = 0; t < n_tokens; ++t) out[t] = acc[t];
+  for (int t = 0; t < tile.n_tokens; ++t) out[t] = acc[t];
 }
 
 template <DType kType>
@@ -43,10 +44,10 @@ float weight_at(const void* row, int64_t i) {
 }
 
 template <DType kType>
-void dot_float(const void* weight_row, int64_t cols, const void* const* activations,
-               int n_tokens, float* out) {
-  for (int t = 0; t < n_tokens; ++t) {
-    const auto* x = static_cast<const float*>(activations[t]);
+void dot_float(const void* weight_row, size_t, int, int64_t cols, const TokenTile& tile,
+               float* out) {
+  for (int t = 0; t < tile.n_tokens; ++t) {
+    const auto* x = static_cast<const float*>(tile.rows[t]);
     float acc = 0.0f;
     for (int64_t i = 0; i < cols; ++i) acc += weight_at<kType>(weight_row, i) * x[i];
     out[t] = acc;
@@ -55,20 +56,22 @@ void dot_float(const void* weight_row, int64_t cols, const void* const* activati
 
 }  // namespace
 
-DotKernel scalar_kernel(DType type) {
+// One row and one token at a time: the scalar path gains nothing from tiles.
+Kernel scalar_kernel(DType type) {
+  const auto make = [](DotKernel dot) { return Kernel{dot, 1, 1}; };
   switch (type) {
-    case DType::F32: return dot_float<DType::F32>;
-    case DType::F16: return dot_float<DType::F16>;
-    case DType::BF16: return dot_float<DType::BF16>;
-    case DType::Q4_0: return dot_quantized<DType::Q4_0, 32>;
-    case DType::Q4_1: return dot_quantized<DType::Q4_1, 32>;
-    case DType::Q5_0: return dot_quantized<DType::Q5_0, 32>;
-    case DType::Q5_1: return dot_quantized<DType::Q5_1, 32>;
-    case DType::Q8_0: return dot_quantized<DType::Q8_0, 32>;
-    case DType::Q4_K: return dot_quantized<DType::Q4_K, 256>;
-    case DType::Q5_K: return dot_quantized<DType::Q5_K, 256>;
-    case DType::Q6_K: return dot_quantized<DType::Q6_K, 256>;
-    default: return nullptr;
+    case DType::F32: return make(dot_float<DType::F32>);
+    case DType::F16: return make(dot_float<DType::F16>);
+    case DType::BF16: return make(dot_float<DType::BF16>);
+    case DType::Q4_0: return make(dot_quantized<DType::Q4_0, ActivationBlock32>);
+    case DType::Q4_1: return make(dot_quantized<DType::Q4_1, ActivationBlock32>);
+    case DType::Q5_0: return make(dot_quantized<DType::Q5_0, ActivationBlock32>);
+    case DType::Q5_1: return make(dot_quantized<DType::Q5_1, ActivationBlock32>);
+    case DType::Q8_0: return make(dot_quantized<DType::Q8_0, ActivationBlock32>);
+    case DType::Q4_K: return make(dot_quantized<DType::Q4_K, ActivationBlock256>);
+    case DType::Q5_K: return make(dot_quantized<DType::Q5_K, ActivationBlock256>);
+    case DType::Q6_K: return make(dot_quantized<DType::Q6_K, ActivationBlock256>);
+    default: return {};
   }
 }
 

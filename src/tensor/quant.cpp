@@ -319,8 +319,12 @@ void unpack_block(DType type, const void* block, UnpackedBlock& out) {
       out.group_size = 32;
       out.d = fp16_to_fp32(q4->d);
       out.dm = -fp16_to_fp32(q4->dmin);
+      const KScaleWords words = unpack_k_scales(q4->scales);
       uint8_t scale[8];
-      unpack_k_scales(q4->scales, scale, out.min);
+      std::memcpy(scale, &words.scales_0_3, 4);
+      std::memcpy(scale + 4, &words.scales_4_7, 4);
+      std::memcpy(out.min, &words.mins_0_3, 4);
+      std::memcpy(out.min + 4, &words.mins_4_7, 4);
       for (int j = 0; j < 8; ++j) out.scale[j] = static_cast<int8_t>(scale[j]);
       unpack_k4(five ? q5->qs : q4->qs, five ? q5->qh : nullptr, out.q);
       return;

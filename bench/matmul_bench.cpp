@@ -1,0 +1,109 @@
+// matmul throughput on a 2048x5632 matrix (TinyLlama's FFN size) for every weight type.
+//   matmul_bench [--isa=scalar|avx2|avx512] [--threads=N] [--hot] [benchmark flags]
+// Reports weight bytes streamed per second (bytes_per_second) and tokens per second.
+// Several copies of the matrix are cycled through so that decode reads from DRAM, not L3;
+// --hot uses one copy, to see the kernels' speed apart from memory.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tensor/matmul.h"
+#include "tensor/quant.h"
+
+namespace strata::tensor {
+namespace {
+
+constexpr int64_t kRows = 2048;
+constexpr int64_t kCols = 5632;
+constexpr size_t kColdBytes = size_t{160} << 20;  // well beyond a 32 MiB L3
+
+int g_threads = 2;
+bool g_hot = false;
+
+struct Weights {
+  std::vector<std::vector<uint8_t>> copies;
+  size_t bytes = 0;
+};
+
+const Weights& weights_for(DType type) {
+  static std::vector<std::unique_ptr<Weights>> cache(64);
+  auto& slot = cache[static_cast<size_t>(type)];
+  if (!slot) {
+    slot = std::make_unique<Weights>();
+    std::mt19937 rng(1);
+    std::normal_distribution<float> dist(0.0f, 0.05f);
+    std::vector<float> row(kCols);
+    slot->bytes = *row_bytes(type, kCols) * kRows;
+    std::vector<uint8_t> first(slot->bytes);
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (float& v : row) v = dist(rng);
+      quantize_row(type, row.data(), first.data() + r * *row_bytes(type, kCols), kCols);
+    }
+    const size_t n_copies = g_hot ? 1 : kColdBytes / slot->bytes + 1;
+    for (size_t i = 0; i < n_copies; ++i) slot->copies.push_back(first);
+  }
+  return *slot;
+}
+
+void BM_matmul(benchmark::State& state, DType type) {
+  const int64_t n_tokens = state.range(0);
+  const Weights& w = weights_for(type);
+  ThreadPool pool(g_threads);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n_tokens * kCols));
+  for (float& v : x) v = dist(rng);
+  std::vector<float> y(static_cast<size_t>(n_tokens * kRows));
+  size_t copy = 0;
+  for (auto _ : state) {
+    matmul({type, kRows, kCols, w.copies[copy].data()}, x.data(), n_tokens, y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+    copy = (copy + 1) % w.copies.size();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * w.bytes));
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(state.iterations() * n_tokens),
+                                               benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(isa_name(active_isa())) + ", " + std::to_string(g_threads) + " threads");
+}
+
+void register_all() {
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K,
+                     DType::Q5_K, DType::Q6_K, DType::F16, DType::BF16, DType::F32}) {
+    benchmark::RegisterBenchmark(("matmul/" + std::string(dtype_name(type))).c_str(), BM_matmul, type)
+        ->Arg(1)
+        ->Arg(128)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  }
+}
+
+}  // namespace
+}  // namespace strata::tensor
+
+int main(int argc, char** argv) {
+  using namespace strata::tensor;
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--isa=", 0) == 0) {
+      const std::string name = arg.substr(6);
+      force_isa(name == "scalar" ? Isa::Scalar : name == "avx2" ? Isa::Avx2 : Isa::Avx512);
+    } else if (arg.rfind("--threads=", 0) == 0) {
+      g_threads = std::stoi(arg.substr(10));
+    } else if (arg == "--hot") {
+      g_hot = true;
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  int rest_argc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rest_argc, rest.data());
+  register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

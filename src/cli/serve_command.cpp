@@ -1,0 +1,55 @@
+#include <cstdio>
+
+#include "api/server.h"
+#include "cli/commands.h"
+#include "cli/model_source.h"
+#include "engine/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata::cli {
+namespace {
+
+struct ServeOptions {
+  std::string model;
+  api::ServerOptions server;
+  std::string api_key;
+  engine::EngineOptions engine;
+};
+
+int serve(const ServeOptions& o) {
+  const std::string path = model_path_or_demo(o.model);
+  std::shared_ptr<const gguf::File> file = gguf::File::open(path);
+  std::shared_ptr<model::Model> model = model::Model::load(file);
+  const auto tokenizer = tokenizer::Tokenizer::from_gguf(*file);
+  engine::Engine engine(model, [&](engine::Token t) { return tokenizer->is_end_of_generation(t); }, o.engine);
+  api::ServerOptions server = o.server;
+  if (!o.api_key.empty()) server.api_key = o.api_key;
+  const engine::ModelLimits limits = engine.limits();
+  std::fprintf(stderr, "strata: context %d tokens, %d parallel sequences, queue of %d\n", limits.context_size,
+               limits.max_parallel, limits.max_queued);
+  api::serve_until_signal(engine, *tokenizer, *file, server);
+  engine.shutdown();
+  return 0;
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app, Action& action) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible API");
+  cmd->add_option("-m,--model", o->model, "GGUF model file (default: the generated demo model)");
+  cmd->add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", o->server.port, "Port (0: any free port)")->capture_default_str();
+  cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (also from STRATA_API_KEY)")
+      ->envname("STRATA_API_KEY");
+  cmd->add_option("--parallel", o->engine.max_parallel, "Sequences decoded together")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--queue", o->engine.max_queued, "Requests that may wait for a slot; more get HTTP 429")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("-c,--ctx-size", o->engine.context_size, "Context size per request (default: the model's)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-t,--threads", o->engine.threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->callback([&action, o] { action = [o] { return serve(*o); }; });
+}
+
+}  // namespace strata::cli
