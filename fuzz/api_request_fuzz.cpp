@@ -13,10 +13,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   try {
     switch (data[0] % 4) {
-      case 0: parse_completion_request(Endpoint::ChatCompletions, body); break;
-      case 1: parse_completion_request(Endpoint::Completions, body); break;
-      case 2: parse_ollama_request(OllamaEndpoint::Chat, body); break;
-      default: parse_ollama_request(OllamaEndpoint::Generate, body); break;
+      case 0:
+        parse_completion_request(Endpoint::ChatCompletions, body);
+        break;
+      case 1:
+        parse_completion_request(Endpoint::Completions, body);
+        break;
+      case 2:
+        parse_ollama_request(OllamaEndpoint::Chat, body);
+        break;
+      default:
+        parse_ollama_request(OllamaEndpoint::Generate, body);
+        break;
     }
   } catch (const ApiError&) {
   }

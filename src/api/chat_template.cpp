@@ -85,7 +85,9 @@ void render_llama2(PieceWriter& out, std::span<const ChatMessage> messages) {
       continue;
     }
     out.bos().text("[INST] ");
-    if (!turn.system.empty()) out.text("<<SYS>>\n").content(trim(turn.system)).text("\n<</SYS>>\n\n");
+    if (!turn.system.empty()) {
+      out.text("<<SYS>>\n").content(trim(turn.system)).text("\n<</SYS>>\n\n");
+    }
     out.content(trim(turn.content)).text(" [/INST]");
   }
 }
@@ -104,8 +106,7 @@ void render_mistral(PieceWriter& out, std::span<const ChatMessage> messages) {
 }
 
 // Zephyr and Phi-3 share the <|role|> headers and differ in how a turn ends.
-void render_role_headers(PieceWriter& out, std::span<const ChatMessage> messages,
-                         bool phi3) {
+void render_role_headers(PieceWriter& out, std::span<const ChatMessage> messages, bool phi3) {
   for (const auto& message : messages) {
     out.special("<|" + message.role + "|>").text("\n").content(message.content);
     (phi3 ? out.special("<|end|>") : out.eos()).text("\n");
@@ -149,13 +150,27 @@ TemplateFamily detect_template_family(std::string_view chat_template) {
 std::vector<PromptPiece> render_chat(TemplateFamily family, std::span<const ChatMessage> messages) {
   PieceWriter out;
   switch (family) {
-    case TemplateFamily::ChatML: render_chatml(out, messages); break;
-    case TemplateFamily::Llama2: render_llama2(out, messages); break;
-    case TemplateFamily::Llama3: render_llama3(out, messages); break;
-    case TemplateFamily::Mistral: render_mistral(out, messages); break;
-    case TemplateFamily::Zephyr: render_role_headers(out, messages, false); break;
-    case TemplateFamily::Phi3: render_role_headers(out, messages, true); break;
-    case TemplateFamily::Gemma: render_gemma(out, messages); break;
+    case TemplateFamily::ChatML:
+      render_chatml(out, messages);
+      break;
+    case TemplateFamily::Llama2:
+      render_llama2(out, messages);
+      break;
+    case TemplateFamily::Llama3:
+      render_llama3(out, messages);
+      break;
+    case TemplateFamily::Mistral:
+      render_mistral(out, messages);
+      break;
+    case TemplateFamily::Zephyr:
+      render_role_headers(out, messages, false);
+      break;
+    case TemplateFamily::Phi3:
+      render_role_headers(out, messages, true);
+      break;
+    case TemplateFamily::Gemma:
+      render_gemma(out, messages);
+      break;
   }
   return out.take();
 }

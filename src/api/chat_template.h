@@ -18,7 +18,8 @@ namespace strata::api {
 
 enum class TemplateFamily { ChatML, Llama2, Llama3, Mistral, Zephyr, Phi3, Gemma };
 
-// Unknown or empty templates get ChatML, whose markers are plain text when the vocabulary lacks them.
+// Unknown or empty templates get ChatML, whose markers are plain text when the vocabulary lacks
+// them.
 TemplateFamily detect_template_family(std::string_view chat_template);
 
 struct PromptPiece {

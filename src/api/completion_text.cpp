@@ -31,22 +31,21 @@ TextDelta CompletionText::push(const engine::GeneratedToken& token) {
     }
     pending_tokens_.push_back({std::move(logprobs), released_ + held_.size()});
   }
-  if (size_t stop = stop_start(); stop != std::string::npos) {
-    stopped_ = true;
-    return release(stop);
-  }
-  return release(held_.size() - possible_stop_prefix());
+  return release_checking_stops(possible_stop_prefix());
 }
 
 TextDelta CompletionText::finish() {
   if (stopped_) return {};
   held_ += decoder_->finish();
+  return release_checking_stops(0);
+}
+
+TextDelta CompletionText::release_checking_stops(size_t held_back) {
   if (size_t stop = stop_start(); stop != std::string::npos) {
     stopped_ = true;
     return release(stop);
   }
-  for (auto& token : pending_tokens_) token.end = std::min(token.end, released_ + held_.size());
-  return release(held_.size());
+  return release(held_.size() - held_back);
 }
 
 TextDelta CompletionText::release(size_t length) {

@@ -53,6 +53,8 @@ class CompletionText {
     TokenLogprobs logprobs;
     size_t end = 0;
   };
+  // Releases up to a matched stop string, or else all but the last `held_back` bytes.
+  TextDelta release_checking_stops(size_t held_back);
   TextDelta release(size_t length);
   size_t stop_start() const;
   size_t possible_stop_prefix() const;
@@ -62,8 +64,8 @@ class CompletionText {
   std::vector<std::string> stop_;
   bool with_logprobs_;
   bool stopped_ = false;
-  std::string held_;       // decoded, not yet released
-  size_t released_ = 0;    // bytes released so far
+  std::string held_;     // decoded, not yet released
+  size_t released_ = 0;  // bytes released so far
   std::vector<PendingToken> pending_tokens_;
 };
 

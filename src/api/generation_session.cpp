@@ -36,8 +36,9 @@ void GenerationSession::on_finish(engine::FinishReason reason, const std::string
     bool stopped = reason == engine::FinishReason::Stop || text_.stopped();
     outcome_ = GenerationOutcome{stopped ? Kind::Stop : Kind::Length, {}};
   } else {
-    outcome_ = GenerationOutcome{
-        Kind::Error, reason == engine::FinishReason::Error ? error : "The generation was cancelled."};
+    outcome_ = GenerationOutcome{Kind::Error, reason == engine::FinishReason::Error
+                                                  ? error
+                                                  : "The generation was cancelled."};
   }
   changed_.notify_all();
 }

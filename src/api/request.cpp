@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "api/api_error.h"
 
@@ -60,8 +59,8 @@ int64_t read_integer(const json& value, const std::string& param, int64_t min, i
     invalid_type(param, "an integer");
   }
   if (number < min || number > max) {
-    invalid_value(param, "must be between " + std::to_string(min) + " and " + std::to_string(max) +
-                             ".");
+    invalid_value(param,
+                  "must be between " + std::to_string(min) + " and " + std::to_string(max) + ".");
   }
   return number;
 }
@@ -110,8 +109,9 @@ ChatMessage read_message(const json& message, const std::string& param) {
   result.role = read_string(*role, param + ".role");
   if (result.role == "developer") result.role = "system";
   if (result.role != "system" && result.role != "user" && result.role != "assistant") {
-    unsupported(param + ".role",
-                "'" + result.role + "' is not supported; use system, developer, user or assistant.");
+    unsupported(
+        param + ".role",
+        "'" + result.role + "' is not supported; use system, developer, user or assistant.");
   }
   bool has_content = false;
   for (const auto& [key, value] : message.items()) {
@@ -155,7 +155,8 @@ std::vector<std::string> read_stop(const json& stop, const std::string& param) {
     if (stop.size() > kMaxStopStrings) {
       invalid_value(param, "at most " + std::to_string(kMaxStopStrings) + " stop sequences.");
     }
-    for (size_t i = 0; i < stop.size(); ++i) result.push_back(read_string(stop[i], element(param, i)));
+    for (size_t i = 0; i < stop.size(); ++i)
+      result.push_back(read_string(stop[i], element(param, i)));
   } else {
     invalid_type(param, "a string or an array of strings");
   }
@@ -172,16 +173,23 @@ bool read_sampling_field(const std::string& key, const json& value, const std::s
   const std::string param = prefix + key;
   auto& sampling = request.sampling;
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
-  if (key == "temperature") sampling.temperature = float(read_number(value, param, 0, 2));
-  else if (key == "top_p") sampling.top_p = float(read_number(value, param, 0, 1));
-  else if (key == "top_k") sampling.top_k = int(read_integer(value, param, 0, kIntMax));
-  else if (key == "min_p") sampling.min_p = float(read_number(value, param, 0, 1));
-  else if (key == "presence_penalty") sampling.presence_penalty = float(read_number(value, param, -2, 2));
-  else if (key == "frequency_penalty") sampling.frequency_penalty = float(read_number(value, param, -2, 2));
-  else if (key == "stop") request.stop = read_stop(value, param);
-  else if (key == "seed") {
-    sampling.seed = static_cast<uint64_t>(read_integer(value, param, std::numeric_limits<int64_t>::min(),
-                                                       std::numeric_limits<int64_t>::max()));
+  if (key == "temperature") {
+    sampling.temperature = float(read_number(value, param, 0, 2));
+  } else if (key == "top_p") {
+    sampling.top_p = float(read_number(value, param, 0, 1));
+  } else if (key == "top_k") {
+    sampling.top_k = int(read_integer(value, param, 0, kIntMax));
+  } else if (key == "min_p") {
+    sampling.min_p = float(read_number(value, param, 0, 1));
+  } else if (key == "presence_penalty") {
+    sampling.presence_penalty = float(read_number(value, param, -2, 2));
+  } else if (key == "frequency_penalty") {
+    sampling.frequency_penalty = float(read_number(value, param, -2, 2));
+  } else if (key == "stop") {
+    request.stop = read_stop(value, param);
+  } else if (key == "seed") {
+    sampling.seed = static_cast<uint64_t>(read_integer(
+        value, param, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
   } else {
     return false;
   }
@@ -233,15 +241,16 @@ void require_neutral(const std::string& param, const json& value) {
   } else if (param == "tool_choice") {
     neutral = value.is_string() && (value == "none" || value == "auto");
   } else if (param == "response_format") {
-    neutral = value.is_object() && value.size() == 1 && value.contains("type") &&
-              value["type"] == "text";
+    neutral =
+        value.is_object() && value.size() == 1 && value.contains("type") && value["type"] == "text";
   }
   if (!neutral) unsupported(param, "only its default value is supported.");
 }
 
 // Ollama fields naming features we lack are accepted in their "off" form: false, "", [] or {}.
 void require_off(const std::string& param, const json& value) {
-  bool off = value == false || value == "" || ((value.is_array() || value.is_object()) && value.empty());
+  bool off =
+      value == false || value == "" || ((value.is_array() || value.is_object()) && value.empty());
   if (!off) unsupported(param, "not supported.");
 }
 
@@ -295,8 +304,11 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
     if (key == "model") {
       request.model = read_string(value, key);
     } else if (key == (chat ? "messages" : "prompt")) {
-      if (chat) request.messages = read_messages(value);
-      else request.prompt = read_prompt(value);
+      if (chat) {
+        request.messages = read_messages(value);
+      } else {
+        request.prompt = read_prompt(value);
+      }
       has_input = true;
     } else if (key == "max_tokens") {
       max_tokens = int(read_integer(value, key, 1, kIntMax));
@@ -337,7 +349,8 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
     if (!stream_options->is_object()) invalid_type("stream_options", "an object");
     for (const auto& [key, value] : stream_options->items()) {
       if (key != "include_usage") unsupported("stream_options." + key, "not supported.");
-      if (!value.is_null()) request.include_usage = read_bool(value, "stream_options.include_usage");
+      if (!value.is_null())
+        request.include_usage = read_bool(value, "stream_options.include_usage");
     }
   }
   return request;
@@ -345,8 +358,8 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
 
 const std::vector<std::string_view>& ignored_ollama_options() {
   static const std::vector<std::string_view> options = {
-      "num_ctx", "num_keep", "num_batch", "num_gpu", "main_gpu", "num_thread",
-      "use_mmap", "use_mlock", "numa", "low_vram",
+      "num_ctx",    "num_keep", "num_batch", "num_gpu", "main_gpu",
+      "num_thread", "use_mmap", "use_mlock", "numa",    "low_vram",
   };
   return options;
 }

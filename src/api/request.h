@@ -1,4 +1,5 @@
-// Parsing and validation of request bodies, separate from the socket so it can be tested and fuzzed.
+// Parsing and validation of request bodies, separate from the socket so it can be tested and
+// fuzzed.
 #pragma once
 
 #include <optional>

@@ -3,10 +3,9 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
-
-#include <nlohmann/json.hpp>
 
 namespace strata::api {
 namespace {
@@ -136,7 +135,8 @@ class OpenAiWriter final : public ResponseWriter {
  private:
   json envelope(bool chunk, json choices) const {
     return {{"id", id_},
-            {"object", chat_ ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
+            {"object",
+             chat_ ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
             {"created", created_},
             {"model", options_.model},
             {"choices", std::move(choices)}};
@@ -152,9 +152,13 @@ class OpenAiWriter final : public ResponseWriter {
   json choice(json chat_delta, const std::string& text, const std::vector<TokenLogprobs>& tokens,
               std::string_view finish_reason) const {
     json choice = {{"index", 0}};
-    if (chat_) choice["delta"] = std::move(chat_delta);
-    else choice["text"] = text;
-    choice["logprobs"] = tokens.empty() || !options_.with_logprobs ? json(nullptr) : logprobs(tokens);
+    if (chat_) {
+      choice["delta"] = std::move(chat_delta);
+    } else {
+      choice["text"] = text;
+    }
+    choice["logprobs"] =
+        tokens.empty() || !options_.with_logprobs ? json(nullptr) : logprobs(tokens);
     choice["finish_reason"] = finish_field(finish_reason);
     return choice;
   }
@@ -173,8 +177,9 @@ class OpenAiWriter final : public ResponseWriter {
 std::string rfc3339_now() {
   const auto now = std::chrono::system_clock::now();
   const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
-  const auto nanoseconds = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               now.time_since_epoch()).count() % 1000000000;
+  const auto nanoseconds =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count() %
+      1000000000;
   std::tm utc{};
   gmtime_r(&seconds, &utc);
   char text[64];
@@ -204,7 +209,9 @@ class OllamaWriter final : public ResponseWriter {
     return line(final_message("", finish_reason, usage));
   }
 
-  std::string stream_error(const ApiError& error) override { return ollama_error_body(error) + "\n"; }
+  std::string stream_error(const ApiError& error) override {
+    return ollama_error_body(error) + "\n";
+  }
 
   std::string whole(const TextDelta& output, std::string_view finish_reason,
                     const Usage& usage) override {
@@ -218,13 +225,17 @@ class OllamaWriter final : public ResponseWriter {
 
   json message(const std::string& text, bool done) const {
     json body = {{"model", model_}, {"created_at", rfc3339_now()}};
-    if (chat_) body["message"] = {{"role", "assistant"}, {"content", text}};
-    else body["response"] = text;
+    if (chat_) {
+      body["message"] = {{"role", "assistant"}, {"content", text}};
+    } else {
+      body["response"] = text;
+    }
     body["done"] = done;
     return body;
   }
 
-  json final_message(const std::string& text, std::string_view finish_reason, const Usage& usage) const {
+  json final_message(const std::string& text, std::string_view finish_reason,
+                     const Usage& usage) const {
     auto nanoseconds = [](Clock::duration duration) {
       return std::chrono::duration_cast<std::chrono::nanoseconds>(duration).count();
     };
@@ -262,12 +273,8 @@ std::unique_ptr<ResponseWriter> ollama_response_writer(OllamaEndpoint endpoint, 
 std::string ollama_error_body(const ApiError& error) { return dump({{"error", error.what()}}); }
 
 std::string ollama_tags_body(const std::string& model) {
-  json entry = {{"name", model},
-                {"model", model},
-                {"modified_at", rfc3339_now()},
-                {"size", 0},
-                {"digest", ""},
-                {"details", {{"format", "gguf"}}}};
+  json entry = {{"name", model}, {"model", model}, {"modified_at", rfc3339_now()},
+                {"size", 0},     {"digest", ""},   {"details", {{"format", "gguf"}}}};
   return dump({{"models", json::array({std::move(entry)})}});
 }
 

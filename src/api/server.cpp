@@ -1,5 +1,7 @@
 #include "api/server.h"
 
+#include <httplib.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -11,8 +13,6 @@
 #include <set>
 #include <stdexcept>
 #include <thread>
-
-#include <httplib.h>
 
 #include "api/api_error.h"
 #include "api/chat_template.h"
@@ -33,16 +33,19 @@ constexpr int64_t kMaxHttpThreads = 512;
 bool same_secret(std::string_view given, std::string_view expected) {
   unsigned char difference = given.size() == expected.size() ? 0 : 1;
   for (size_t i = 0; i < given.size(); ++i) {
-    difference |= static_cast<unsigned char>(given[i] ^ expected[i % std::max<size_t>(expected.size(), 1)]);
+    difference |=
+        static_cast<unsigned char>(given[i] ^ expected[i % std::max<size_t>(expected.size(), 1)]);
   }
   return difference == 0 && !expected.empty();
 }
 
 // Ollama's clients expect its error shape on its endpoints.
-void send_error(const httplib::Request& request, httplib::Response& response, const ApiError& error) {
+void send_error(const httplib::Request& request, httplib::Response& response,
+                const ApiError& error) {
   response.status = error.status;
   const bool ollama = request.path.starts_with("/api/");
-  response.set_content(ollama ? ollama_error_body(error) : openai_error_body(error), "application/json");
+  response.set_content(ollama ? ollama_error_body(error) : openai_error_body(error),
+                       "application/json");
 }
 
 std::string_view finish_reason(const GenerationOutcome& outcome) {
@@ -67,8 +70,9 @@ class Server::Impl {
   ~Impl() { stop(); }
 
   void start() {
-    port_ = options_.port == 0 ? http_.bind_to_any_port(options_.host)
-                               : (http_.bind_to_port(options_.host, options_.port) ? options_.port : -1);
+    port_ = options_.port == 0
+                ? http_.bind_to_any_port(options_.host)
+                : (http_.bind_to_port(options_.host, options_.port) ? options_.port : -1);
     if (port_ <= 0) {
       throw std::runtime_error("cannot listen on " + options_.host + ":" +
                                std::to_string(options_.port));
@@ -104,6 +108,12 @@ class Server::Impl {
       httplib::default_socket_options(socket);
       listening_socket_ = socket;
     });
+    if (options_.log_requests) {
+      http_.set_logger([](const httplib::Request& request, const httplib::Response& response) {
+        std::fprintf(stderr, "strata: %s %s %s %d\n", request.remote_addr.c_str(),
+                     request.method.c_str(), request.path.c_str(), response.status);
+      });
+    }
     http_.set_pre_routing_handler(
         [this](const httplib::Request& request, httplib::Response& response) {
           return admit(request, response);
@@ -132,37 +142,41 @@ class Server::Impl {
     http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& response) {
       response.set_content(openai_models_body(model_name_, created_), "application/json");
     });
-    http_.Get(R"(/v1/models/(.+))", [this](const httplib::Request& request, httplib::Response& response) {
-      try {
-        check_model(request.matches[1].str());
-        response.set_content(openai_model_body(model_name_, created_), "application/json");
-      } catch (const ApiError& error) {
-        send_error(request, response, error);
-      }
-    });
-    http_.Post("/v1/chat/completions", [this](const httplib::Request& request, httplib::Response& response) {
-      handle_completion(request, response, [&] {
-        auto parsed = parse_completion_request(Endpoint::ChatCompletions, request.body);
-        return std::pair(parsed, openai_writer(parsed));
-      });
-    });
-    http_.Post("/v1/completions", [this](const httplib::Request& request, httplib::Response& response) {
-      handle_completion(request, response, [&] {
-        auto parsed = parse_completion_request(Endpoint::Completions, request.body);
-        return std::pair(parsed, openai_writer(parsed));
-      });
-    });
+    http_.Get(
+        R"(/v1/models/(.+))", [this](const httplib::Request& request, httplib::Response& response) {
+          try {
+            check_model(request.matches[1].str());
+            response.set_content(openai_model_body(model_name_, created_), "application/json");
+          } catch (const ApiError& error) {
+            send_error(request, response, error);
+          }
+        });
+    http_.Post("/v1/chat/completions",
+               [this](const httplib::Request& request, httplib::Response& response) {
+                 handle_completion(request, response, [&] {
+                   auto parsed = parse_completion_request(Endpoint::ChatCompletions, request.body);
+                   return std::pair(parsed, openai_writer(parsed));
+                 });
+               });
+    http_.Post("/v1/completions",
+               [this](const httplib::Request& request, httplib::Response& response) {
+                 handle_completion(request, response, [&] {
+                   auto parsed = parse_completion_request(Endpoint::Completions, request.body);
+                   return std::pair(parsed, openai_writer(parsed));
+                 });
+               });
     http_.Get("/api/tags", [this](const httplib::Request&, httplib::Response& response) {
       response.set_content(ollama_tags_body(model_name_), "application/json");
     });
     for (auto [path, endpoint] : {std::pair("/api/chat", OllamaEndpoint::Chat),
                                   std::pair("/api/generate", OllamaEndpoint::Generate)}) {
-      http_.Post(path, [this, endpoint](const httplib::Request& request, httplib::Response& response) {
-        handle_completion(request, response, [&] {
-          auto parsed = parse_ollama_request(endpoint, request.body);
-          return std::pair(parsed, ollama_response_writer(endpoint, model_name_));
-        });
-      });
+      http_.Post(path,
+                 [this, endpoint](const httplib::Request& request, httplib::Response& response) {
+                   handle_completion(request, response, [&] {
+                     auto parsed = parse_ollama_request(endpoint, request.body);
+                     return std::pair(parsed, ollama_response_writer(endpoint, model_name_));
+                   });
+                 });
     }
   }
 
@@ -175,13 +189,15 @@ class Server::Impl {
     if (options_.api_key && request.path != "/health") {
       const std::string authorization = request.get_header_value("Authorization");
       constexpr std::string_view kBearer = "Bearer ";
-      bool authorized = authorization.starts_with(kBearer) &&
-                        same_secret(std::string_view(authorization).substr(kBearer.size()),
-                                    *options_.api_key);
+      bool authorized =
+          authorization.starts_with(kBearer) &&
+          same_secret(std::string_view(authorization).substr(kBearer.size()), *options_.api_key);
       if (!authorized) {
-        send_error(request, response, ApiError(401, "Incorrect or missing API key. Send it as "
-                                           "\"Authorization: Bearer <key>\".",
-                                      {}, "invalid_api_key"));
+        send_error(request, response,
+                   ApiError(401,
+                            "Incorrect or missing API key. Send it as "
+                            "\"Authorization: Bearer <key>\".",
+                            {}, "invalid_api_key"));
         return httplib::Server::HandlerResponse::Handled;
       }
     }
@@ -190,20 +206,26 @@ class Server::Impl {
 
   ApiError status_error(const httplib::Request& request, int status) const {
     switch (status) {
-      case 404: return ApiError(404, "Unknown endpoint: " + request.method + " " + request.path, {}, "unknown_url");
+      case 404:
+        return ApiError(404, "Unknown endpoint: " + request.method + " " + request.path, {},
+                        "unknown_url");
       case 413:
-        return ApiError(413, "The request body is larger than " +
-                                 std::to_string(options_.max_body_bytes) + " bytes.",
+        return ApiError(413,
+                        "The request body is larger than " +
+                            std::to_string(options_.max_body_bytes) + " bytes.",
                         {}, "request_too_large");
-      default: return ApiError(status, "The request could not be handled (HTTP " + std::to_string(status) + ").");
+      default:
+        return ApiError(status,
+                        "The request could not be handled (HTTP " + std::to_string(status) + ").");
     }
   }
 
   void check_model(const std::optional<std::string>& model) const {
     if (model && *model != model_name_) {
-      throw ApiError(404, "The model '" + *model + "' does not exist; this server serves '" +
-                              model_name_ + "'.",
-                     "model", "model_not_found");
+      throw ApiError(
+          404,
+          "The model '" + *model + "' does not exist; this server serves '" + model_name_ + "'.",
+          "model", "model_not_found");
     }
   }
 
@@ -214,14 +236,14 @@ class Server::Impl {
     if (budget >= 1 && int64_t{prompt_tokens} + budget <= context) return budget;
     const std::string input = endpoint == Endpoint::ChatCompletions ? "messages" : "prompt";
     const int64_t completion = std::max(budget, 1);
-    throw ApiError(400,
-                   "This model's maximum context length is " + std::to_string(context) +
-                       " tokens. However, you requested " +
-                       std::to_string(prompt_tokens + completion) + " tokens (" +
-                       std::to_string(prompt_tokens) + " in the " + input + ", " +
-                       std::to_string(completion) + " in the completion). Please reduce the length of the " +
-                       input + " or completion.",
-                   input, "context_length_exceeded");
+    throw ApiError(
+        400,
+        "This model's maximum context length is " + std::to_string(context) +
+            " tokens. However, you requested " + std::to_string(prompt_tokens + completion) +
+            " tokens (" + std::to_string(prompt_tokens) + " in the " + input + ", " +
+            std::to_string(completion) + " in the completion). Please reduce the length of the " +
+            input + " or completion.",
+        input, "context_length_exceeded");
   }
 
   std::unique_ptr<ResponseWriter> openai_writer(const CompletionRequest& request) const {
@@ -260,7 +282,8 @@ class Server::Impl {
     }
   }
 
-  void submit(engine::GenerationRequest generation, const std::shared_ptr<GenerationSession>& session) {
+  void submit(engine::GenerationRequest generation,
+              const std::shared_ptr<GenerationSession>& session) {
     track(session);
     bool accepted = false;
     try {

@@ -24,6 +24,7 @@ struct ServerOptions {
   // When set, every endpoint but /health needs "Authorization: Bearer <api_key>".
   std::optional<std::string> api_key;
   size_t max_body_bytes = size_t{8} << 20;
+  bool log_requests = false;  // one line per answered request on stderr
 };
 
 class Server {

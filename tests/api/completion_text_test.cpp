@@ -13,7 +13,8 @@ class CompletionTextTest : public ::testing::Test {
   static void SetUpTestSuite() {
     model_ = gguf::File::open(std::string(STRATA_SHARED_DIR) + "/models/aidreams260K.gguf");
     tokenizer_ = tokenizer::Tokenizer::from_gguf(*model_);
-    tokens_ = tokenizer_->encode("the little cat dreamed of pixels unfolding like petals", false, false);
+    tokens_ =
+        tokenizer_->encode("the little cat dreamed of pixels unfolding like petals", false, false);
     tokenizer::StreamDecoder decoder(*tokenizer_);
     for (auto token : tokens_) pieces_.push_back(decoder.push(token));
     pieces_.back() += decoder.finish();
@@ -62,7 +63,8 @@ TEST_F(CompletionTextTest, CutsAtAStopStringSpanningTokensAndDropsTheRest) {
   const std::string stop = full.substr(boundary - 2, 4);
   CompletionText text(*tokenizer_, {stop}, true);
   TextDelta shown;
-  for (size_t i = 0; i < tokens_.size() && !text.stopped(); ++i) shown.append(text.push(generated(i)));
+  for (size_t i = 0; i < tokens_.size() && !text.stopped(); ++i)
+    shown.append(text.push(generated(i)));
   shown.append(text.finish());
   EXPECT_TRUE(text.stopped());
   EXPECT_EQ(shown.text, full.substr(0, full.find(stop)));

@@ -51,7 +51,8 @@ engine::GenerationRequest FakeGenerator::last_request() const {
   return last_request_;
 }
 
-void FakeGenerator::generate(engine::GenerationRequest request, engine::RequestCallbacks callbacks) {
+void FakeGenerator::generate(engine::GenerationRequest request,
+                             engine::RequestCallbacks callbacks) {
   const auto tokens = tokens_for(request.prompt, request.max_tokens);
   for (int i = 0; i < request.max_tokens; ++i) {
     if (options_.token_delay.count() > 0) std::this_thread::sleep_for(options_.token_delay);
@@ -65,8 +66,9 @@ void FakeGenerator::generate(engine::GenerationRequest request, engine::RequestC
       generated.end_of_generation = true;
     }
     for (int k = 0; k < request.top_logprobs; ++k) {
-      generated.top.push_back({k == 0 ? generated.token : options_.vocabulary[k % options_.vocabulary.size()],
-                               logprob_at(i) - float(k)});
+      generated.top.push_back(
+          {k == 0 ? generated.token : options_.vocabulary[k % options_.vocabulary.size()],
+           logprob_at(i) - float(k)});
     }
     if (!callbacks.on_token(generated)) {
       {

@@ -65,8 +65,10 @@ TEST(RequestTest, ErrorsNameTheParameter) {
 TEST(RequestTest, DeepOrHugeInputIsRejectedNotFatal) {
   EXPECT_THROW(chat(std::string(100000, '[')), ApiError);
   EXPECT_THROW(chat(R"({"messages":[{"role":"user","content":"x"}],"top_k":7e70000})"), ApiError);
-  EXPECT_THROW(chat(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":1e300})"), ApiError);
-  EXPECT_THROW(chat(R"({"messages":[{"role":"user","content":"x"}],"seed":18446744073709551615})"), ApiError);
+  EXPECT_THROW(chat(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":1e300})"),
+               ApiError);
+  EXPECT_THROW(chat(R"({"messages":[{"role":"user","content":"x"}],"seed":18446744073709551615})"),
+               ApiError);
   EXPECT_THROW(chat("{\"messages\":\"\xff\"}"), ApiError);
 }
 

@@ -1,15 +1,16 @@
 // The HTTP API end to end in-process: a real tokenizer, a fake generator, httplib clients.
+#include "api/server.h"
+
 #include <gtest/gtest.h>
 #include <httplib.h>
 
 #include <chrono>
 #include <future>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "api/chat_template.h"
-#include "api/server.h"
 #include "fake_generator.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -64,8 +65,8 @@ class ApiServerTest : public ::testing::Test {
     for (int token = 0; token < tokenizer_->vocab_size(); ++token) {
       std::string piece = tokenizer_->token_piece(token);
       bool printable = piece.size() >= 2 && std::all_of(piece.begin(), piece.end(), [](char c) {
-        return c >= 'a' && c <= 'z';
-      });
+                         return c >= 'a' && c <= 'z';
+                       });
       if (!tokenizer_->is_control(token) && printable) options.vocabulary.push_back(token);
     }
     return options;
@@ -85,7 +86,8 @@ class ApiServerTest : public ::testing::Test {
     return client;
   }
 
-  Reply post(const std::string& path, const std::string& body, const httplib::Headers& headers = {}) {
+  Reply post(const std::string& path, const std::string& body,
+             const httplib::Headers& headers = {}) {
     auto result = client().Post(path, headers, body, "application/json");
     if (!result) {
       ADD_FAILURE() << "no response from " << path << ": " << httplib::to_string(result.error());
@@ -231,7 +233,8 @@ TEST_F(ApiServerTest, CompletionShapeWithoutModelField) {
   EXPECT_EQ(r["usage"]["prompt_tokens"], request.prompt.size());
   EXPECT_EQ(r["usage"]["completion_tokens"], 4);
 
-  auto as_array = post("/v1/completions", json{{"prompt", {"Once upon a time"}}, {"max_tokens", 4}});
+  auto as_array =
+      post("/v1/completions", json{{"prompt", {"Once upon a time"}}, {"max_tokens", 4}});
   EXPECT_EQ(as_array.body["choices"][0]["text"], r["choices"][0]["text"]);
 }
 
@@ -378,8 +381,8 @@ TEST_F(ApiServerTest, ChatLogprobs) {
 
 TEST_F(ApiServerTest, CompletionLogprobs) {
   start();
-  auto reply = post("/v1/completions",
-                    json{{"prompt", "Once"}, {"max_tokens", 3}, {"logprobs", 1}});
+  auto reply =
+      post("/v1/completions", json{{"prompt", "Once"}, {"max_tokens", 3}, {"logprobs", 1}});
   ASSERT_EQ(reply.status, 200) << reply.body.dump();
   const json& logprobs = reply.body["choices"][0]["logprobs"];
   ASSERT_EQ(logprobs["tokens"].size(), 3u);
@@ -411,11 +414,14 @@ TEST_F(ApiServerTest, BadRequestsGetOpenAiErrors) {
       {chat, R"({"model":")" + kModel + "\"}", 400, "messages", "missing_required_parameter"},
       {chat, R"({"messages":"hi"})", 400, "messages", "invalid_type"},
       {chat, R"({"messages":[]})", 400, "messages", "invalid_value"},
-      {chat, R"({"messages":[{"content":"hi"}]})", 400, "messages[0].role", "missing_required_parameter"},
-      {chat, R"({"messages":[{"role":"tool","content":"x"}]})", 400, "messages[0].role", "unsupported_parameter"},
-      {chat, R"({"messages":[{"role":"user","content":5}]})", 400, "messages[0].content", "invalid_type"},
-      {chat, R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})", 400,
-       "messages[0].content[0].type", "unsupported_parameter"},
+      {chat, R"({"messages":[{"content":"hi"}]})", 400, "messages[0].role",
+       "missing_required_parameter"},
+      {chat, R"({"messages":[{"role":"tool","content":"x"}]})", 400, "messages[0].role",
+       "unsupported_parameter"},
+      {chat, R"({"messages":[{"role":"user","content":5}]})", 400, "messages[0].content",
+       "invalid_type"},
+      {chat, R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})",
+       400, "messages[0].content[0].type", "unsupported_parameter"},
       {chat, "{" + user + R"(,"max_tokens":"5"})", 400, "max_tokens", "invalid_type"},
       {chat, "{" + user + R"(,"max_tokens":0})", 400, "max_tokens", "invalid_value"},
       {chat, "{" + user + R"(,"max_tokens":2.5})", 400, "max_tokens", "invalid_type"},
@@ -426,10 +432,13 @@ TEST_F(ApiServerTest, BadRequestsGetOpenAiErrors) {
       {chat, "{" + user + R"(,"stop":["a","b","c","d","e"]})", 400, "stop", "invalid_value"},
       {chat, "{" + user + R"(,"stop":[1]})", 400, "stop[0]", "invalid_type"},
       {chat, "{" + user + R"(,"n":2})", 400, "n", "unsupported_parameter"},
-      {chat, "{" + user + R"(,"logprobs":true,"top_logprobs":21})", 400, "top_logprobs", "invalid_value"},
+      {chat, "{" + user + R"(,"logprobs":true,"top_logprobs":21})", 400, "top_logprobs",
+       "invalid_value"},
       {chat, "{" + user + R"(,"top_logprobs":2})", 400, "top_logprobs", "invalid_value"},
-      {chat, "{" + user + R"(,"stream_options":{"include_usage":true}})", 400, "stream_options", "invalid_value"},
-      {chat, "{" + user + R"(,"response_format":{"type":"json_object"}})", 400, "response_format", "unsupported_parameter"},
+      {chat, "{" + user + R"(,"stream_options":{"include_usage":true}})", 400, "stream_options",
+       "invalid_value"},
+      {chat, "{" + user + R"(,"response_format":{"type":"json_object"}})", 400, "response_format",
+       "unsupported_parameter"},
       {chat, "{" + user + R"(,"frobnicate":1})", 400, "frobnicate", "unknown_parameter"},
       {chat, "{" + user + R"(,"model":"gpt-4o"})", 404, "model", "model_not_found"},
       {chat, "{" + user + R"(,"model":7})", 400, "model", "invalid_type"},
@@ -469,7 +478,8 @@ TEST_F(ApiServerTest, PromptAndCompletionOverTheContextAre400WithCounts) {
   const std::string message = reply.body["error"]["message"];
   EXPECT_NE(message.find("128"), std::string::npos) << message;
   EXPECT_NE(message.find(std::to_string(prompt_tokens + 120)), std::string::npos) << message;
-  EXPECT_NE(message.find(std::to_string(prompt_tokens) + " in the messages"), std::string::npos) << message;
+  EXPECT_NE(message.find(std::to_string(prompt_tokens) + " in the messages"), std::string::npos)
+      << message;
 
   std::string long_prompt;
   for (int i = 0; i < 200; ++i) long_prompt += "word ";
@@ -558,9 +568,8 @@ TEST_F(ApiServerTest, StopEndsInFlightRequestsWithoutHanging) {
   auto fake = fake_options();
   fake.token_delay = std::chrono::milliseconds(50);
   start(fake);
-  auto whole = std::async(std::launch::async, [this] {
-    return post("/v1/chat/completions", chat_body("Slow", 60));
-  });
+  auto whole = std::async(std::launch::async,
+                          [this] { return post("/v1/chat/completions", chat_body("Slow", 60)); });
   auto streamed = std::async(std::launch::async, [this] {
     json body = chat_body("Slow stream", 60);
     body["stream"] = true;
@@ -588,11 +597,12 @@ TEST_F(ApiServerTest, OllamaTags) {
 
 TEST_F(ApiServerTest, OllamaChatWhole) {
   start();
-  json body = {{"model", kModel},
-               {"messages", {{{"role", "user"}, {"content", "Hello there"}}}},
-               {"stream", false},
-               {"keep_alive", "5m"},
-               {"options", {{"num_predict", 5}, {"temperature", 0}, {"seed", 3}, {"num_ctx", 4096}}}};
+  json body = {
+      {"model", kModel},
+      {"messages", {{{"role", "user"}, {"content", "Hello there"}}}},
+      {"stream", false},
+      {"keep_alive", "5m"},
+      {"options", {{"num_predict", 5}, {"temperature", 0}, {"seed", 3}, {"num_ctx", 4096}}}};
   auto reply = post("/api/chat", body);
   ASSERT_EQ(reply.status, 200) << reply.body.dump();
   const auto request = generator_->last_request();
@@ -602,7 +612,8 @@ TEST_F(ApiServerTest, OllamaChatWhole) {
   const json& r = reply.body;
   EXPECT_EQ(r["model"], kModel);
   EXPECT_TRUE(r["created_at"].is_string());
-  EXPECT_EQ(r["message"], json({{"role", "assistant"}, {"content", expected_text(request.prompt, 5)}}));
+  EXPECT_EQ(r["message"],
+            json({{"role", "assistant"}, {"content", expected_text(request.prompt, 5)}}));
   EXPECT_EQ(r["done"], true);
   EXPECT_EQ(r["done_reason"], "length");
   EXPECT_EQ(r["prompt_eval_count"], request.prompt.size());
@@ -635,8 +646,10 @@ TEST_F(ApiServerTest, OllamaChatStreamsNdjsonByDefault) {
 
 TEST_F(ApiServerTest, OllamaGenerateUsesTheTemplateUnlessRaw) {
   start();
-  auto templated = post("/api/generate", json{{"prompt", "Hello"}, {"system", "Be brief."},
-                                             {"stream", false}, {"options", {{"num_predict", 3}}}});
+  auto templated = post("/api/generate", json{{"prompt", "Hello"},
+                                              {"system", "Be brief."},
+                                              {"stream", false},
+                                              {"options", {{"num_predict", 3}}}});
   ASSERT_EQ(templated.status, 200) << templated.body.dump();
   const std::vector<ChatMessage> messages{{"system", "Be brief."}, {"user", "Hello"}};
   const auto prompt = chat_prompt_tokens(*tokenizer_, TemplateFamily::ChatML, messages);
@@ -644,8 +657,10 @@ TEST_F(ApiServerTest, OllamaGenerateUsesTheTemplateUnlessRaw) {
   EXPECT_EQ(templated.body["response"], expected_text(prompt, 3));
   EXPECT_EQ(templated.body["done"], true);
 
-  auto raw = post("/api/generate", json{{"prompt", "Once upon"}, {"raw", true}, {"stream", false},
-                                       {"options", {{"num_predict", 3}}}});
+  auto raw = post("/api/generate", json{{"prompt", "Once upon"},
+                                        {"raw", true},
+                                        {"stream", false},
+                                        {"options", {{"num_predict", 3}}}});
   ASSERT_EQ(raw.status, 200) << raw.body.dump();
   EXPECT_EQ(generator_->last_request().prompt, completion_prompt_tokens(*tokenizer_, "Once upon"));
 }
@@ -660,12 +675,14 @@ TEST_F(ApiServerTest, OllamaErrorsUseItsShape) {
   const std::vector<Case> cases = {
       {"/api/chat", "{", 400, "JSON"},
       {"/api/chat", R"({"stream":false})", 400, "messages"},
-      {"/api/chat", R"({"messages":[{"role":"user","content":"x","images":["aGk="]}]})", 400, "images"},
-      {"/api/chat", R"({"messages":[{"role":"user","content":"x"}],"format":"json"})", 400, "format"},
+      {"/api/chat", R"({"messages":[{"role":"user","content":"x","images":["aGk="]}]})", 400,
+       "images"},
+      {"/api/chat", R"({"messages":[{"role":"user","content":"x"}],"format":"json"})", 400,
+       "format"},
       {"/api/chat", R"({"messages":[{"role":"user","content":"x"}],"options":{"mirostat":2}})", 400,
        "options.mirostat"},
-      {"/api/chat", R"({"messages":[{"role":"user","content":"x"}],"options":{"num_predict":"5"}})", 400,
-       "options.num_predict"},
+      {"/api/chat", R"({"messages":[{"role":"user","content":"x"}],"options":{"num_predict":"5"}})",
+       400, "options.num_predict"},
       {"/api/generate", R"({"prompt":"x","model":"llama3"})", 404, "llama3"},
       {"/api/generate", R"({"raw":true})", 400, "prompt"},
       {"/api/generate", R"({"prompt":"x","frobnicate":1})", 400, "frobnicate"},
@@ -685,7 +702,8 @@ TEST_F(ApiServerTest, BrokenUtf8FromTheModelStillGivesValidJson) {
   fake.vocabulary.clear();
   for (int token = 0; token < tokenizer_->vocab_size(); ++token) {
     const std::string piece = tokenizer_->token_piece(token);
-    if (piece.size() == 1 && static_cast<unsigned char>(piece[0]) >= 0x80) fake.vocabulary.push_back(token);
+    if (piece.size() == 1 && static_cast<unsigned char>(piece[0]) >= 0x80)
+      fake.vocabulary.push_back(token);
   }
   ASSERT_FALSE(fake.vocabulary.empty());
   start(fake);
@@ -699,6 +717,11 @@ TEST_F(ApiServerTest, BrokenUtf8FromTheModelStillGivesValidJson) {
   body["stream"] = true;
   auto events = post_stream("/v1/chat/completions", body);
   EXPECT_EQ(events.back(), "[DONE]");
+}
+
+TEST(ModelNameTest, IsTheFileNameWithoutGguf) {
+  EXPECT_EQ(model_name_from_path("/models/llama-3-8b.Q4_0.gguf"), "llama-3-8b.Q4_0");
+  EXPECT_EQ(model_name_from_path("weights.bin"), "weights.bin");
 }
 
 }  // namespace
