@@ -49,6 +49,7 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("-c,--ctx-size", o->engine.context_size, "Context size per request (default: the model's)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("-t,--threads", o->engine.threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--log-requests", o->server.log_requests, "Print one line per answered request to stderr");
   cmd->callback([&action, o] { action = [o] { return serve(*o); }; });
 }
 
