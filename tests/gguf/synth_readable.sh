@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Files from `strata gguf synth` read cleanly with an independent reader written from the spec.
+# Usage: synth_readable.sh STRATA_BINARY
+set -euo pipefail
+strata=$1
+here=$(cd "$(dirname "$0")" && pwd)
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+for spec in llama-110m:Q4_0 demo:Q4_K_M demo:Q5_K_M demo:F16 demo:BF16 qwen2-tiny:Q8_0 qwen2-tiny:Q6_K; do
+  shape=${spec%%:*}
+  type=${spec##*:}
+  "$strata" gguf synth --shape "$shape" --type "$type" -o "$dir/model.gguf" 2>/dev/null
+  python3 "$here/independent_reader.py" "$dir/model.gguf"
+done
