@@ -1,6 +1,6 @@
 // Byte layouts of the ggml block formats (ggml-common.h), and one integer view of all of
-// them shared by dequantization and the scalar kernels. Only types and declarations live
-// here: this header is also included by translation units built with AVX flags.
+// them shared by dequantization and the scalar kernels. This header is also included by
+// translation units built with AVX flags, so its only function body has internal linkage.
 #pragma once
 
 #include <cstdint>
