@@ -35,4 +35,15 @@ std::string model_path_or_demo(const std::string& given) {
   return path.string();
 }
 
+LoadedModel load_for_generation(const std::string& given_path, const engine::EngineOptions& options) {
+  LoadedModel loaded;
+  loaded.file = gguf::File::open(model_path_or_demo(given_path));
+  std::shared_ptr<model::Model> model = model::Model::load(loaded.file);
+  loaded.tokenizer = tokenizer::Tokenizer::from_gguf(*loaded.file);
+  const tokenizer::Tokenizer* tokenizer = loaded.tokenizer.get();
+  loaded.engine = std::make_unique<engine::Engine>(
+      std::move(model), [tokenizer](engine::Token t) { return tokenizer->is_end_of_generation(t); }, options);
+  return loaded;
+}
+
 }  // namespace strata::cli

@@ -1,12 +1,24 @@
 // Where a command's model comes from: the file given with -m, or a generated demo model.
 #pragma once
 
+#include <memory>
 #include <string>
+
+#include "engine/engine.h"
+#include "tokenizer/tokenizer.h"
 
 namespace strata::cli {
 
 // Returns `given` when set. Otherwise writes (once, into the user's cache folder) a small
 // random-weight demo model, says so on stderr, and returns its path.
 std::string model_path_or_demo(const std::string& given);
+
+// A model file opened for generation: its weights, tokenizer and an engine over them.
+struct LoadedModel {
+  std::shared_ptr<const gguf::File> file;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  std::unique_ptr<engine::Engine> engine;
+};
+LoadedModel load_for_generation(const std::string& given_path, const engine::EngineOptions& options);
 
 }  // namespace strata::cli

@@ -22,19 +22,15 @@ struct RunOptions {
 };
 
 int run(const RunOptions& o) {
-  const std::string path = model_path_or_demo(o.model);
-  std::shared_ptr<const gguf::File> file = gguf::File::open(path);
-  std::shared_ptr<model::Model> model = model::Model::load(file);
-  const auto tokenizer = tokenizer::Tokenizer::from_gguf(*file);
-  const std::vector<tokenizer::Token> prompt =
-      tokenizer->encode(o.prompt, tokenizer->add_bos_by_default(), /*parse_special=*/true);
-
   engine::EngineOptions engine_options;
   engine_options.context_size = o.context;
   engine_options.max_parallel = 1;
   engine_options.threads = o.threads;
-  engine::Engine engine(model, [&](engine::Token t) { return tokenizer->is_end_of_generation(t); },
-                        engine_options);
+  const LoadedModel loaded = load_for_generation(o.model, engine_options);
+  const tokenizer::Tokenizer& tokenizer = *loaded.tokenizer;
+  engine::Engine& engine = *loaded.engine;
+  const std::vector<tokenizer::Token> prompt =
+      tokenizer.encode(o.prompt, tokenizer.add_bos_by_default(), /*parse_special=*/true);
 
   engine::GenerationRequest request;
   request.prompt = prompt;
@@ -48,7 +44,7 @@ int run(const RunOptions& o) {
                                 std::to_string(context));
   }
 
-  tokenizer::StreamDecoder decoder(*tokenizer);
+  tokenizer::StreamDecoder decoder(tokenizer);
   std::fputs(o.prompt.c_str(), stdout);
   std::fflush(stdout);
   std::promise<std::string> done;

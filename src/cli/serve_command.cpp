@@ -17,17 +17,14 @@ struct ServeOptions {
 };
 
 int serve(const ServeOptions& o) {
-  const std::string path = model_path_or_demo(o.model);
-  std::shared_ptr<const gguf::File> file = gguf::File::open(path);
-  std::shared_ptr<model::Model> model = model::Model::load(file);
-  const auto tokenizer = tokenizer::Tokenizer::from_gguf(*file);
-  engine::Engine engine(model, [&](engine::Token t) { return tokenizer->is_end_of_generation(t); }, o.engine);
+  const LoadedModel loaded = load_for_generation(o.model, o.engine);
+  engine::Engine& engine = *loaded.engine;
   api::ServerOptions server = o.server;
   if (!o.api_key.empty()) server.api_key = o.api_key;
   const engine::ModelLimits limits = engine.limits();
   std::fprintf(stderr, "strata: context %d tokens, %d parallel sequences, queue of %d\n", limits.context_size,
                limits.max_parallel, limits.max_queued);
-  api::serve_until_signal(engine, *tokenizer, *file, server);
+  api::serve_until_signal(engine, *loaded.tokenizer, *loaded.file, server);
   engine.shutdown();
   return 0;
 }
