@@ -147,21 +147,44 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& active) {
   }
 
   const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
+  std::vector<size_t> sampled;  // owners whose logits row yields a token this step
   for (size_t i = 0; i < owners.size(); ++i) {
     Sequence& seq = *owners[i];
     if (seq.prefilling()) {
       seq.prompt_done += static_cast<size_t>(slices[i].token_count);
       if (seq.prefilling()) continue;
     }
-    const std::span<const float> row(logits.data() + i * vocab, vocab);
-    const Token token = seq.sampler.sample(row, seq.history);
-    const sampling::Logprobs lp = sampling::logprobs(row, token, seq.request.top_logprobs);
-    GeneratedToken out;
-    out.token = token;
-    out.logprob = lp.chosen;
-    for (const auto& [id, logprob] : lp.top) out.top.push_back({id, logprob});
-    out.end_of_generation = is_end_of_generation_(token);
-    seq.history.push_back(token);
+    sampled.push_back(i);
+  }
+  // Each sequence samples from its own logits with its own generator, so the sequences can
+  // sample in parallel; the callbacks then run in order on this thread.
+  std::vector<GeneratedToken> tokens_out(sampled.size());
+  std::vector<std::string> errors(sampled.size());  // e.g. logits that are NaN
+  pool_.parallel_for(static_cast<int64_t>(sampled.size()), [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      const size_t i = sampled[static_cast<size_t>(k)];
+      Sequence& seq = *owners[i];
+      const std::span<const float> row(logits.data() + i * vocab, vocab);
+      GeneratedToken& out = tokens_out[static_cast<size_t>(k)];
+      try {
+        out.token = seq.sampler.sample(row, seq.history);
+        const sampling::Logprobs lp = sampling::logprobs(row, out.token, seq.request.top_logprobs);
+        out.logprob = lp.chosen;
+        for (const auto& [id, logprob] : lp.top) out.top.push_back({id, logprob});
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(k)] = std::string("sampling failed: ") + e.what();
+      }
+    }
+  });
+  for (size_t k = 0; k < sampled.size(); ++k) {
+    Sequence& seq = *owners[sampled[k]];
+    if (!errors[k].empty()) {
+      finish(seq, FinishReason::Error, errors[k]);
+      continue;
+    }
+    GeneratedToken& out = tokens_out[k];
+    out.end_of_generation = is_end_of_generation_(out.token);
+    seq.history.push_back(out.token);
     ++seq.generated;
     const bool keep_going = seq.callbacks.on_token ? seq.callbacks.on_token(out) : true;
     if (out.end_of_generation) {
