@@ -7,6 +7,8 @@ namespace {
 
 __m256i dot_u8_s8(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
 
+__m256i dot_i16(__m256i acc, __m256i a, __m256i b) { return _mm256_dpwssd_epi32(acc, a, b); }
+
 constexpr bool kFullByteDot = true;
 // Tiles sized so that accumulators and weights fit the 32 vector registers.
 constexpr int kTokenTile = 4;

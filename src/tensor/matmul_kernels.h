@@ -11,7 +11,7 @@ namespace strata::tensor::kernels {
 
 // One token row of x quantized for integer dot products: qs = round(x / d), |qs| <= 127,
 // one d per block; sums[k] is the sum of qs[16k .. 16k + 15], for the weight formats
-// whose value has a min term. 32-element blocks serve the 32-element weight formats,
+// whose value has a min term or an offset. 32-element blocks serve the 32-element weight formats,
 // 256-element ones the K-quants.
 struct ActivationBlock32 {
   float d;
