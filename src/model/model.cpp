@@ -235,7 +235,7 @@ void Model::rope(float* rows, int row_count, int heads) const {
   }
 }
 
-void Model::attention(const Layer&, int layer_index, std::span<const SequenceSlice> slices,
+void Model::attention(int layer_index, std::span<const SequenceSlice> slices,
                       tensor::ThreadPool& pool) {
   const Config& c = config_;
   const int heads = c.head_count;
@@ -340,7 +340,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
         std::copy_n(v_.data() + row * c.kv_dim(), c.kv_dim(), s.kv->values(l, position));
       }
     }
-    attention(layer, l, slices, pool);
+    attention(l, slices, pool);
     tensor::matmul(layer.o, attn_out_.data(), rows, proj_.data(), pool);
     add_in_place(x_, proj_, n * dim);
 

@@ -85,7 +85,7 @@ class Model {
 
   Model() = default;
   void embed(std::span<const Token> tokens, float* out) const;
-  void attention(const Layer& layer, int layer_index, std::span<const SequenceSlice> slices,
+  void attention(int layer_index, std::span<const SequenceSlice> slices,
                  tensor::ThreadPool& pool);
   // Rotation of each input row, computed once per batch for all layers and heads.
   void prepare_rope(std::span<const int> positions);
