@@ -111,6 +111,51 @@ INSTANTIATE_TEST_SUITE_P(
                       TypeCase{"qwen2-tiny", "F32", 1e-4}, TypeCase{"qwen2-tiny", "Q4_K", 0.06}),
     [](const auto& info) { return std::string(info.param.shape == std::string("demo") ? "llama_" : "qwen2_") + info.param.type; });
 
+// A copy of `source` with extra metadata and tensors, for variants the synthetic shapes lack.
+std::string variant_of(const std::string& source, const std::string& name,
+                       const std::vector<gguf::KeyValue>& extra_metadata,
+                       const std::vector<std::pair<std::string, std::vector<float>>>& extra_vectors) {
+  auto file = gguf::File::open(source);
+  gguf::Writer w;
+  for (const auto& kv : file->metadata()) w.set(kv.key, kv.value);
+  for (const auto& kv : extra_metadata) w.set(kv.key, kv.value);
+  for (const auto& t : file->tensors()) {
+    const uint8_t* data = file->tensor_data(t);
+    w.add_tensor(t.name, t.dims, t.type, std::vector<uint8_t>(data, data + t.size_bytes));
+  }
+  for (const auto& [tensor_name, values] : extra_vectors) {
+    std::vector<uint8_t> bytes(values.size() * sizeof(float));
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    w.add_tensor(tensor_name, {values.size()}, static_cast<uint32_t>(tensor::DType::F32), std::move(bytes));
+  }
+  const std::string path = (fs::temp_directory_path() /
+                            ("strata_model_test_" + std::to_string(::getpid()) + "_" + name + ".gguf")).string();
+  w.write(path);
+  return path;
+}
+
+TEST(ModelVsReference, RopeScalingAgreesWithDoublePrecision) {
+  const std::string base = synthetic_model("demo", "F32");
+  const int pairs = Config::from_gguf(*gguf::File::open(base)).rope_dim / 2;
+  std::vector<float> factors;  // Llama 3.1-style: low frequencies divided more
+  for (int i = 0; i < pairs; ++i) factors.push_back(1.0f + 7.0f * static_cast<float>(i) / pairs);
+  const std::vector<std::string> variants = {
+      variant_of(base, "rope_freqs", {}, {{"rope_freqs.weight", factors}}),
+      variant_of(base, "rope_linear",
+                 {{"llama.rope.scaling.type", gguf::Value::string("linear")},
+                  {"llama.rope.scaling.factor", gguf::Value::f32(4.0f)}},
+                 {})};
+  const auto tokens = sample_tokens(30, Config::from_gguf(*gguf::File::open(base)).vocab_size);
+  const auto unscaled = engine_logits(*Model::load(open_model(base)), tokens, 2);
+  for (const std::string& path : variants) {
+    auto file = open_model(path);
+    auto model = Model::load(file);
+    const auto logits = engine_logits(*model, tokens, 2);
+    EXPECT_LT(relative_error(logits, reference::forward_all(*file, tokens)), 1e-4) << path;
+    EXPECT_NE(logits, unscaled) << "scaling had no effect: " << path;
+  }
+}
+
 // Greedy continuation of `prompt`, run through `ranges` (hidden states handed from one to the
 // next), with the prompt fed `chunk` tokens at a time.
 std::vector<Token> greedy(const std::shared_ptr<const gguf::File>& file, std::vector<LayerRange> ranges,
