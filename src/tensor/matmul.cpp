@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@ namespace {
 
 using kernels::ActivationBlock256;
 using kernels::ActivationBlock32;
+using kernels::ActivationPair64;
 using kernels::Kernel;
 using kernels::kMaxTokenTile;
 
@@ -77,6 +79,20 @@ void quantize_activations(const float* x, int64_t cols, Block* out) {
   }
 }
 
+// Repacks a row of n_blocks ActivationBlock32 into ceil(n_blocks / 2) ActivationPair64.
+void pair_activations(const ActivationBlock32* blocks, int64_t n_blocks, ActivationPair64* out) {
+  for (int64_t p = 0; p < (n_blocks + 1) / 2; ++p) {
+    ActivationPair64& pair = out[p];
+    pair = {};
+    for (int k = 0; k < 2 && 2 * p + k < n_blocks; ++k) {
+      const ActivationBlock32& a = blocks[2 * p + k];
+      pair.d[k] = a.d;
+      pair.neg_sums[k] = -(a.sums[0] + a.sums[1]);
+      for (int i = 0; i < 8; ++i) std::memcpy(pair.qs + 4 * (2 * i + k), a.qs + 4 * i, 4);
+    }
+  }
+}
+
 struct PreparedActivations {
   const std::byte* rows;
   size_t row_stride;
@@ -93,8 +109,10 @@ PreparedActivations prepare_activations(const Matrix& w, const Kernel& kernel, c
             nullptr, 0};
   }
   const int64_t n_blocks = w.cols / block;
-  const size_t row_stride = static_cast<size_t>(n_blocks) *
-                            (block == 32 ? sizeof(ActivationBlock32) : sizeof(ActivationBlock256));
+  const bool paired = block == 32 && kernel.paired_activations;
+  const size_t row_stride =
+      paired ? static_cast<size_t>((n_blocks + 1) / 2) * sizeof(ActivationPair64)
+             : static_cast<size_t>(n_blocks) * (block == 32 ? sizeof(ActivationBlock32) : sizeof(ActivationBlock256));
   thread_local std::vector<std::byte> buffer;
   buffer.resize(row_stride * static_cast<size_t>(n_tokens));
   std::byte* base = buffer.data();
@@ -102,7 +120,12 @@ PreparedActivations prepare_activations(const Matrix& w, const Kernel& kernel, c
     for (int64_t t = begin; t < end; ++t) {
       void* row = base + static_cast<size_t>(t) * row_stride;
       const float* source = x + t * w.cols;
-      if (block == 32) {
+      if (paired) {
+        thread_local std::vector<ActivationBlock32> blocks;
+        blocks.resize(static_cast<size_t>(n_blocks));
+        quantize_activations(source, w.cols, blocks.data());
+        pair_activations(blocks.data(), n_blocks, static_cast<ActivationPair64*>(row));
+      } else if (block == 32) {
         quantize_activations(source, w.cols, static_cast<ActivationBlock32*>(row));
       } else {
         quantize_activations(source, w.cols, static_cast<ActivationBlock256*>(row));
@@ -122,9 +145,13 @@ PreparedActivations prepare_activations(const Matrix& w, const Kernel& kernel, c
   thread_local std::vector<float> scales;
   scales.assign(tile_stride * static_cast<size_t>(n_tiles), 0.0f);
   for (int64_t t = 0; t < n_tokens; ++t) {
-    const auto* row = reinterpret_cast<const ActivationBlock32*>(base + static_cast<size_t>(t) * row_stride);
+    const std::byte* row = base + static_cast<size_t>(t) * row_stride;
     float* tile_scales = scales.data() + static_cast<size_t>(t / tile) * tile_stride;
-    for (int64_t b = 0; b < n_blocks; ++b) tile_scales[b * tile + t % tile] = row[b].d;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      tile_scales[b * tile + t % tile] =
+          paired ? reinterpret_cast<const ActivationPair64*>(row)[b / 2].d[b % 2]
+                 : reinterpret_cast<const ActivationBlock32*>(row)[b].d;
+    }
   }
   return {base, row_stride, scales.data(), tile_stride};
 }

@@ -1,5 +1,10 @@
 // Built with AVX-512 F/BW/VL/VNNI on top of the AVX2 flags; only called when the CPU has
 // them. VNNI's dpbusd does the u8 x s8 dot in one instruction, without the int16 step.
+// GCC 12 flags the deliberately undefined pass-through operands inside the 512-bit
+// intrinsics (_mm512_undefined_*, e.g. in srlv_epi64 and cvtepi32_ps) as uninitialized
+// (GCC bug 105593); the diagnostic points into the header, so it is turned off before it.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 namespace strata::tensor::kernels {

@@ -25,12 +25,24 @@ struct ActivationBlock256 {
 };
 static_assert(sizeof(ActivationBlock32) == 40 && sizeof(ActivationBlock256) == 292);
 
+// Blocks 2p and 2p + 1 of a row of ActivationBlock32, for kernels that take two blocks per
+// 512-bit vector (Kernel::paired_activations): dword lane 2i of qs holds elements
+// 4i .. 4i + 3 of block 2p, lane 2i + 1 the same of block 2p + 1, so that the pair is one
+// 64-byte operand; d[k] is block k's d and neg_sums[k] = -(sums[0] + sums[1]). An odd last
+// block is paired with an all-zero one.
+struct ActivationPair64 {
+  float d[2];
+  int32_t neg_sums[2];
+  int8_t qs[64];
+};
+static_assert(sizeof(ActivationPair64) == 80);
+
 inline constexpr int kMaxTokenTile = 4;
 inline constexpr int kMaxRowTile = 4;
 
 // The activations of the tokens one kernel call handles.
 struct TokenTile {
-  // Per token, a row of ActivationBlock32/256 for quantized weights, of fp32 values for
+  // Per token, a row of ActivationBlock32/256 (or ActivationPair64, see Kernel) for quantized weights, of fp32 values for
   // F32/F16/BF16.
   const void* rows[kMaxTokenTile];
   int n_tokens;  // 1 .. Kernel::max_tokens
@@ -49,6 +61,8 @@ struct Kernel {
   DotKernel dot = nullptr;  // nullptr for types without kernels
   int max_rows = 1;
   int max_tokens = 1;  // <= kMaxTokenTile
+  // For the 32-element formats: token rows are ActivationPair64 rather than ActivationBlock32.
+  bool paired_activations = false;
 };
 
 Kernel scalar_kernel(DType type);
