@@ -51,7 +51,12 @@ void for_each_block(int64_t n, Op op) {
 
 }  // namespace
 
-float dot(const float* a, const float* b, int64_t n) {
+// Each public function is built twice, for AVX2 and for baseline x86-64, and the loader picks
+// one for the CPU. The lanes compute the same arithmetic in both (contraction is off), so the
+// choice changes the speed, never a bit of the result.
+#define STRATA_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+
+STRATA_VECTOR_CLONES float dot(const float* a, const float* b, int64_t n) {
   f32x8 sum0{}, sum1{};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -65,14 +70,14 @@ float dot(const float* a, const float* b, int64_t n) {
   return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])) + tail;
 }
 
-void add_scaled(float alpha, const float* x, float* y, int64_t n) {
+STRATA_VECTOR_CLONES void add_scaled(float alpha, const float* x, float* y, int64_t n) {
   const f32x8 a = splat(alpha);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) store(y + i, load(y + i) + a * load(x + i));
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
-void exp_in_place(float* x, int64_t n) {
+STRATA_VECTOR_CLONES void exp_in_place(float* x, int64_t n) {
   for_each_block(n, [&](int64_t i, int64_t count) {
     float lanes[8] = {};
     std::memcpy(lanes, x + i, static_cast<size_t>(count) * sizeof(float));
@@ -81,7 +86,7 @@ void exp_in_place(float* x, int64_t n) {
   });
 }
 
-void silu_times(float* gate, const float* up, int64_t n) {
+STRATA_VECTOR_CLONES void silu_times(float* gate, const float* up, int64_t n) {
   for_each_block(n, [&](int64_t i, int64_t count) {
     float g[8] = {}, u[8] = {};
     std::memcpy(g, gate + i, static_cast<size_t>(count) * sizeof(float));
