@@ -259,10 +259,14 @@ void Model::attention(int layer_index, std::span<const SequenceSlice> slices,
       const int kv_offset = (h / group) * head_dim;
       const size_t span = static_cast<size_t>(position) + 1;
       weights.resize(span);
+      // Positions are consecutive rows of kv_dim floats in the cache.
+      const float* keys = kv.keys(layer_index, 0) + kv_offset;
+      const float* values = kv.values(layer_index, 0) + kv_offset;
+      tensor::dot_rows(q, keys, c.kv_dim(), static_cast<int64_t>(span), head_dim, weights.data());
       float max_score = -INFINITY;
-      for (size_t p = 0; p < span; ++p) {
-        weights[p] = tensor::dot(q, kv.keys(layer_index, static_cast<int>(p)) + kv_offset, head_dim) * scale;
-        max_score = std::max(max_score, weights[p]);
+      for (float& w : weights) {
+        w *= scale;
+        max_score = std::max(max_score, w);
       }
       for (float& w : weights) w -= max_score;
       tensor::exp_in_place(weights.data(), static_cast<int64_t>(span));
@@ -270,9 +274,7 @@ void Model::attention(int layer_index, std::span<const SequenceSlice> slices,
       for (float w : weights) total += w;
       float* out = attn_out_.data() + (row * heads + static_cast<size_t>(h)) * head_dim;
       std::fill(out, out + head_dim, 0.0f);
-      for (size_t p = 0; p < span; ++p) {
-        tensor::add_scaled(weights[p], kv.values(layer_index, static_cast<int>(p)) + kv_offset, out, head_dim);
-      }
+      tensor::add_scaled_rows(weights.data(), values, c.kv_dim(), static_cast<int64_t>(span), head_dim, out);
       const float inv_total = 1.0f / total;
       for (int d = 0; d < head_dim; ++d) out[d] *= inv_total;
     }

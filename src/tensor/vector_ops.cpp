@@ -56,7 +56,9 @@ void for_each_block(int64_t n, Op op) {
 // choice changes the speed, never a bit of the result.
 #define STRATA_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 
-STRATA_VECTOR_CLONES float dot(const float* a, const float* b, int64_t n) {
+namespace {
+
+float dot(const float* a, const float* b, int64_t n) {
   f32x8 sum0{}, sum1{};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -70,11 +72,22 @@ STRATA_VECTOR_CLONES float dot(const float* a, const float* b, int64_t n) {
   return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])) + tail;
 }
 
-STRATA_VECTOR_CLONES void add_scaled(float alpha, const float* x, float* y, int64_t n) {
-  const f32x8 a = splat(alpha);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) store(y + i, load(y + i) + a * load(x + i));
-  for (; i < n; ++i) y[i] += alpha * x[i];
+}  // namespace
+
+STRATA_VECTOR_CLONES void dot_rows(const float* x, const float* rows, int64_t row_stride,
+                                   int64_t row_count, int64_t n, float* out) {
+  for (int64_t r = 0; r < row_count; ++r) out[r] = dot(x, rows + r * row_stride, n);
+}
+
+STRATA_VECTOR_CLONES void add_scaled_rows(const float* alphas, const float* rows, int64_t row_stride,
+                                          int64_t row_count, int64_t n, float* y) {
+  for (int64_t r = 0; r < row_count; ++r) {
+    const float* x = rows + r * row_stride;
+    const f32x8 a = splat(alphas[r]);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) store(y + i, load(y + i) + a * load(x + i));
+    for (; i < n; ++i) y[i] += alphas[r] * x[i];
+  }
 }
 
 STRATA_VECTOR_CLONES void exp_in_place(float* x, int64_t n) {

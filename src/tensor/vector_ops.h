@@ -7,10 +7,13 @@
 
 namespace strata::tensor {
 
-// Sum of a[i] * b[i], accumulated in 16 fixed lanes and reduced in a fixed order.
-float dot(const float* a, const float* b, int64_t n);
-// y[i] += alpha * x[i]
-void add_scaled(float alpha, const float* x, float* y, int64_t n);
+// out[r] = sum over i < n of x[i] * rows[r * row_stride + i], for r < row_count; each sum in
+// 16 fixed lanes reduced in a fixed order (attention scores: one query against its keys).
+void dot_rows(const float* x, const float* rows, int64_t row_stride, int64_t row_count, int64_t n,
+              float* out);
+// y[i] += alphas[r] * rows[r * row_stride + i], row after row (attention: weighted values).
+void add_scaled_rows(const float* alphas, const float* rows, int64_t row_stride, int64_t row_count,
+                     int64_t n, float* y);
 // x[i] = exp(x[i]); within 3e-7 relative on [-87, 88], clamped outside.
 void exp_in_place(float* x, int64_t n);
 // gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)).

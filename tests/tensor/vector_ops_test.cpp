@@ -17,24 +17,31 @@ std::vector<float> random_values(int64_t n, float scale, uint32_t seed) {
   return v;
 }
 
-TEST(VectorOps, DotMatchesDoubleOnRaggedLengths) {
+TEST(VectorOps, DotRowsMatchDoubleOnRaggedLengths) {
   for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 31, 64, 100, 128, 1000}) {
-    const auto a = random_values(n, 1.0f, 1), b = random_values(n, 1.0f, 2);
-    double expected = 0.0, magnitude = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-      expected += static_cast<double>(a[static_cast<size_t>(i)]) * b[static_cast<size_t>(i)];
-      magnitude += std::abs(static_cast<double>(a[static_cast<size_t>(i)]) * b[static_cast<size_t>(i)]);
+    const int64_t stride = n + 3, count = 5;
+    const auto x = random_values(n, 1.0f, 1), rows = random_values(stride * count, 1.0f, 2);
+    std::vector<float> out(static_cast<size_t>(count));
+    dot_rows(x.data(), rows.data(), stride, count, n, out.data());
+    for (int64_t r = 0; r < count; ++r) {
+      double expected = 0.0, magnitude = 0.0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double term = static_cast<double>(x[static_cast<size_t>(i)]) * rows[static_cast<size_t>(r * stride + i)];
+        expected += term;
+        magnitude += std::abs(term);
+      }
+      EXPECT_NEAR(out[static_cast<size_t>(r)], expected, 1e-6 * magnitude + 1e-30) << n << " row " << r;
     }
-    EXPECT_NEAR(dot(a.data(), b.data(), n), expected, 1e-6 * magnitude + 1e-30) << n;
   }
 }
 
-TEST(VectorOps, DotDoesNotDependOnAlignment) {
-  const auto a = random_values(80, 1.0f, 3), b = random_values(80, 1.0f, 4);
-  std::vector<float> shifted_a(81), shifted_b(81);
-  std::copy(a.begin(), a.end(), shifted_a.begin() + 1);
-  std::copy(b.begin(), b.end(), shifted_b.begin() + 1);
-  EXPECT_EQ(dot(a.data(), b.data(), 80), dot(shifted_a.data() + 1, shifted_b.data() + 1, 80));
+TEST(VectorOps, DotRowsDoNotDependOnAlignmentOrNeighbours) {
+  const auto x = random_values(80, 1.0f, 3), rows = random_values(80 * 4, 1.0f, 4);
+  std::vector<float> all(4), shifted(81), alone(1);
+  dot_rows(x.data(), rows.data(), 80, 4, 80, all.data());
+  std::copy(rows.begin() + 160, rows.begin() + 240, shifted.begin() + 1);
+  dot_rows(x.data(), shifted.data() + 1, 80, 1, 80, alone.data());
+  EXPECT_EQ(alone[0], all[2]);
 }
 
 TEST(VectorOps, ExpIsWithinAFewUlps) {
@@ -57,7 +64,7 @@ TEST(VectorOps, ExpIsWithinAFewUlps) {
   EXPECT_GE(extremes[2], 0.0f);
 }
 
-TEST(VectorOps, SiluTimesAndAddScaled) {
+TEST(VectorOps, SiluTimesAndAddScaledRows) {
   for (int64_t n : {1, 5, 8, 13, 64}) {
     auto gate = random_values(n, 8.0f, 5);
     const auto up = random_values(n, 2.0f, 6);
@@ -69,9 +76,12 @@ TEST(VectorOps, SiluTimesAndAddScaled) {
     }
     auto y = random_values(n, 1.0f, 7);
     const auto y0 = y;
-    const auto x = random_values(n, 1.0f, 8);
-    add_scaled(0.5f, x.data(), y.data(), n);
-    for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], y0[i] + 0.5f * x[i]);
+    const auto rows = random_values(2 * n, 1.0f, 8);
+    const float alphas[2] = {0.5f, -2.0f};
+    add_scaled_rows(alphas, rows.data(), n, 2, n, y.data());
+    for (size_t i = 0; i < y.size(); ++i) {
+      EXPECT_EQ(y[i], (y0[i] + 0.5f * rows[i]) + -2.0f * rows[static_cast<size_t>(n) + i]);
+    }
   }
 }
 
