@@ -186,7 +186,14 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& active) {
     out.end_of_generation = is_end_of_generation_(out.token);
     seq.history.push_back(out.token);
     ++seq.generated;
-    const bool keep_going = seq.callbacks.on_token ? seq.callbacks.on_token(out) : true;
+    bool keep_going = true;
+    try {
+      if (seq.callbacks.on_token) keep_going = seq.callbacks.on_token(out);
+    } catch (const std::exception& e) {
+      // A failing consumer ends its own request, never the loop that serves the others.
+      finish(seq, FinishReason::Error, std::string("token callback failed: ") + e.what());
+      continue;
+    }
     if (out.end_of_generation) {
       finish(seq, FinishReason::Stop);
     } else if (!keep_going) {

@@ -96,6 +96,20 @@ TEST_F(EngineTest, ARequestAfterACancelledOneIsUnaffected) {
   EXPECT_EQ(run(request(prompt(3), 30, 0.0f, 1)), clean);
 }
 
+TEST_F(EngineTest, AFailingCallbackEndsOnlyItsOwnRequest) {
+  start({.max_parallel = 2});
+  const auto clean = run(request(prompt(6), 20, 0.0f, 1));
+  std::promise<std::pair<FinishReason, std::string>> failed;
+  RequestCallbacks throwing;
+  throwing.on_token = [](const GeneratedToken&) -> bool { throw std::runtime_error("consumer broke"); };
+  throwing.on_finish = [&](FinishReason r, const std::string& e) { failed.set_value({r, e}); };
+  ASSERT_TRUE(engine_->submit(request(prompt(7), 20, 0.0f, 1), throwing));
+  const auto [reason, error] = failed.get_future().get();
+  EXPECT_EQ(reason, FinishReason::Error);
+  EXPECT_NE(error.find("consumer broke"), std::string::npos) << error;
+  EXPECT_EQ(run(request(prompt(6), 20, 0.0f, 1)), clean);
+}
+
 TEST_F(EngineTest, FinishesWithLengthOrStop) {
   start({});
   const auto out = run(request(prompt(5), 7, 0.0f, 1));
