@@ -235,25 +235,20 @@ void Model::rope(float* rows, int row_count, int heads) const {
   }
 }
 
-void Model::attention(int layer_index, std::span<const SequenceSlice> slices,
-                      tensor::ThreadPool& pool) {
+void Model::attention(int layer_index, tensor::ThreadPool& pool) {
   const Config& c = config_;
   const int heads = c.head_count;
   const int group = c.head_count / c.kv_head_count;
   const int head_dim = c.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
 
-  // Which slice each row belongs to, so that (row, head) work items can be spread freely.
-  std::vector<const SequenceSlice*> row_slice;
-  for (const SequenceSlice& s : slices) row_slice.insert(row_slice.end(), static_cast<size_t>(s.token_count), &s);
-
-  const int64_t items = static_cast<int64_t>(row_slice.size()) * heads;
+  const int64_t items = static_cast<int64_t>(row_kv_.size()) * heads;
   pool.parallel_for(items, [&](int64_t begin, int64_t end) {
     std::vector<float> weights;
     for (int64_t item = begin; item < end; ++item) {
       const size_t row = static_cast<size_t>(item / heads);
       const int h = static_cast<int>(item % heads);
-      KvState& kv = *row_slice[row]->kv;
+      KvState& kv = *row_kv_[row];
       const int position = positions_[row];
       const float* q = q_.data() + (row * heads + static_cast<size_t>(h)) * head_dim;
       const int kv_offset = (h / group) * head_dim;
@@ -287,13 +282,17 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
   const int dim = c.embedding_dim;
   int rows = 0;
   positions_.clear();
+  row_kv_.clear();
   for (const SequenceSlice& s : slices) {
     if (s.kv == nullptr || s.token_count <= 0) throw std::invalid_argument("empty sequence slice");
     if (s.kv->size() + s.token_count > s.kv->capacity()) {
       throw std::invalid_argument("sequence of " + std::to_string(s.kv->size() + s.token_count) +
                                   " tokens exceeds its context of " + std::to_string(s.kv->capacity()));
     }
-    for (int j = 0; j < s.token_count; ++j) positions_.push_back(s.kv->size() + j);
+    for (int j = 0; j < s.token_count; ++j) {
+      positions_.push_back(s.kv->size() + j);
+      row_kv_.push_back(s.kv);
+    }
     rows += s.token_count;
   }
   const size_t n = static_cast<size_t>(rows);
@@ -334,15 +333,11 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
     add_bias(v_.data(), layer.v_bias, rows, c.kv_dim());
     rope(q_.data(), rows, c.head_count);
     rope(k_.data(), rows, c.kv_head_count);
-    size_t row = 0;
-    for (const SequenceSlice& s : slices) {
-      for (int j = 0; j < s.token_count; ++j, ++row) {
-        const int position = s.kv->size() + j;
-        std::copy_n(k_.data() + row * c.kv_dim(), c.kv_dim(), s.kv->keys(l, position));
-        std::copy_n(v_.data() + row * c.kv_dim(), c.kv_dim(), s.kv->values(l, position));
-      }
+    for (size_t row = 0; row < n; ++row) {
+      std::copy_n(k_.data() + row * c.kv_dim(), c.kv_dim(), row_kv_[row]->keys(l, positions_[row]));
+      std::copy_n(v_.data() + row * c.kv_dim(), c.kv_dim(), row_kv_[row]->values(l, positions_[row]));
     }
-    attention(l, slices, pool);
+    attention(l, pool);
     tensor::matmul(layer.o, attn_out_.data(), rows, proj_.data(), pool);
     add_in_place(x_, proj_, n * dim);
 

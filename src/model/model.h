@@ -85,8 +85,8 @@ class Model {
 
   Model() = default;
   void embed(std::span<const Token> tokens, float* out) const;
-  void attention(int layer_index, std::span<const SequenceSlice> slices,
-                 tensor::ThreadPool& pool);
+  // Each batch row attends over its own sequence's cache, rows 0..its position.
+  void attention(int layer_index, tensor::ThreadPool& pool);
   // Rotation of each input row, computed once per batch for all layers and heads.
   void prepare_rope(std::span<const int> positions);
   void rope(float* rows, int row_count, int heads) const;
@@ -102,7 +102,8 @@ class Model {
 
   // Scratch rows for the current batch, reused between calls.
   std::vector<float> x_, normed_, q_, k_, v_, attn_out_, gate_, up_, proj_;
-  std::vector<int> positions_;
+  std::vector<int> positions_;   // per batch row: its position in its sequence
+  std::vector<KvState*> row_kv_;  // per batch row: its sequence's cache
   std::vector<float> rope_cos_, rope_sin_;  // row x rotated pair
 };
 
