@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/server.h"
+#include "http_test_support.h"
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -94,16 +95,8 @@ TEST_F(IsolationTest, ARequestAfterACancelledStreamIsUnaffected) {
   {
     json streamed = request("The robot looked at the sky", 100, 0.0, 1);
     streamed["stream"] = true;
-    httplib::Request cancelled;
-    cancelled.method = "POST";
-    cancelled.path = "/v1/completions";
-    cancelled.body = streamed.dump();
-    cancelled.set_header("Content-Type", "application/json");
-    int chunks = 0;
-    // Returning false from the receiver closes the connection mid-stream.
-    cancelled.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };
-    client().send(cancelled);
-    EXPECT_EQ(chunks, 3);
+    auto c = client();
+    EXPECT_EQ(testing::post_and_hang_up(c, "/v1/completions", streamed.dump(), 3), 3);
   }
   EXPECT_EQ(complete(plain), before);
 }

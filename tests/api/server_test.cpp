@@ -12,6 +12,7 @@
 
 #include "api/chat_template.h"
 #include "fake_generator.h"
+#include "http_test_support.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
@@ -533,15 +534,8 @@ TEST_F(ApiServerTest, ClosingTheStreamStopsTheGeneration) {
   start(fake);
   json body = chat_body("A long story", 60);
   body["stream"] = true;
-  httplib::Request request;
-  request.method = "POST";
-  request.path = "/v1/chat/completions";
-  request.body = body.dump();
-  request.set_header("Content-Type", "application/json");
-  int chunks = 0;
-  request.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };
-  auto result = client().send(request);
-  EXPECT_EQ(chunks, 3);
+  auto c = client();
+  EXPECT_EQ(testing::post_and_hang_up(c, "/v1/chat/completions", body.dump(), 3), 3);
   EXPECT_TRUE(generator_->wait_for_refusal(std::chrono::seconds(10)));
 }
 
