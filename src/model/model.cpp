@@ -136,27 +136,28 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
   }
   if (range.has_head(c)) {
     m->output_norm_ = bind.vector("output_norm.weight", c.embedding_dim);
-    m->output_ = bind.find("output.weight") ? bind.matrix("output.weight", c.embedding_dim, c.vocab_size)
-                                            : bind.matrix("token_embd.weight", c.embedding_dim, c.vocab_size);
+    m->output_ = tensor::PreparedMatrix(bind.find("output.weight")
+                                            ? bind.matrix("output.weight", c.embedding_dim, c.vocab_size)
+                                            : bind.matrix("token_embd.weight", c.embedding_dim, c.vocab_size));
   }
   for (int i = range.first; i < range.last; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     Layer l;
     l.attn_norm = bind.vector(p + "attn_norm.weight", c.embedding_dim);
-    l.q = bind.matrix(p + "attn_q.weight", c.embedding_dim, c.q_dim());
-    l.k = bind.matrix(p + "attn_k.weight", c.embedding_dim, c.kv_dim());
-    l.v = bind.matrix(p + "attn_v.weight", c.embedding_dim, c.kv_dim());
-    l.o = bind.matrix(p + "attn_output.weight", c.q_dim(), c.embedding_dim);
+    l.q = tensor::PreparedMatrix(bind.matrix(p + "attn_q.weight", c.embedding_dim, c.q_dim()));
+    l.k = tensor::PreparedMatrix(bind.matrix(p + "attn_k.weight", c.embedding_dim, c.kv_dim()));
+    l.v = tensor::PreparedMatrix(bind.matrix(p + "attn_v.weight", c.embedding_dim, c.kv_dim()));
+    l.o = tensor::PreparedMatrix(bind.matrix(p + "attn_output.weight", c.q_dim(), c.embedding_dim));
     if (c.has_qkv_bias) {
       l.q_bias = bind.vector(p + "attn_q.bias", c.q_dim());
       l.k_bias = bind.vector(p + "attn_k.bias", c.kv_dim());
       l.v_bias = bind.vector(p + "attn_v.bias", c.kv_dim());
     }
     l.ffn_norm = bind.vector(p + "ffn_norm.weight", c.embedding_dim);
-    l.gate = bind.matrix(p + "ffn_gate.weight", c.embedding_dim, c.ffn_dim);
-    l.up = bind.matrix(p + "ffn_up.weight", c.embedding_dim, c.ffn_dim);
-    l.down = bind.matrix(p + "ffn_down.weight", c.ffn_dim, c.embedding_dim);
-    m->layers_.push_back(l);
+    l.gate = tensor::PreparedMatrix(bind.matrix(p + "ffn_gate.weight", c.embedding_dim, c.ffn_dim));
+    l.up = tensor::PreparedMatrix(bind.matrix(p + "ffn_up.weight", c.embedding_dim, c.ffn_dim));
+    l.down = tensor::PreparedMatrix(bind.matrix(p + "ffn_down.weight", c.ffn_dim, c.embedding_dim));
+    m->layers_.push_back(std::move(l));
   }
 
   // Llama 3.1-style scaling ships per-pair frequency divisors as a tensor.
@@ -180,11 +181,11 @@ std::unique_ptr<KvState> Model::new_sequence(int capacity) const {
 uint64_t Model::weight_bytes() const {
   uint64_t total = 0;
   for (const Layer& l : layers_) {
-    for (const tensor::Matrix* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
-      total += matrix_bytes(*m);
+    for (const tensor::PreparedMatrix* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
+      total += matrix_bytes(m->source());
     }
   }
-  if (range_.has_head(config_)) total += matrix_bytes(output_);
+  if (range_.has_head(config_)) total += matrix_bytes(output_.source());
   return total;
 }
 

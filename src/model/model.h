@@ -75,12 +75,12 @@ class Model {
  private:
   struct Layer {
     const float* attn_norm = nullptr;
-    tensor::Matrix q, k, v, o;
+    tensor::PreparedMatrix q, k, v, o;
     const float* q_bias = nullptr;
     const float* k_bias = nullptr;
     const float* v_bias = nullptr;
     const float* ffn_norm = nullptr;
-    tensor::Matrix gate, up, down;
+    tensor::PreparedMatrix gate, up, down;
   };
 
   Model() = default;
@@ -96,7 +96,7 @@ class Model {
   LayerRange range_;
   tensor::Matrix embedding_{};
   const float* output_norm_ = nullptr;
-  tensor::Matrix output_{};
+  tensor::PreparedMatrix output_;
   std::vector<Layer> layers_;
   std::vector<float> rope_inverse_freq_;  // per rotated pair
 

@@ -4,12 +4,16 @@
 #include <atomic>
 #include <cmath>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "tensor/interleaved.h"
 #include "tensor/matmul_kernels.h"
+#include "tensor/quant_blocks.h"
 
 namespace strata::tensor {
 namespace {
@@ -17,6 +21,8 @@ namespace {
 using kernels::ActivationBlock256;
 using kernels::ActivationBlock32;
 using kernels::ActivationPair64;
+using kernels::InterleavedActivation;
+using kernels::InterleavedKernels;
 using kernels::Kernel;
 using kernels::kMaxTokenTile;
 
@@ -58,24 +64,36 @@ int activation_block(DType type) {
 
 int round_to_int(float v) { return static_cast<int>(v + (v >= 0.0f ? 0.5f : -0.5f)); }
 
+// qs = round(v / d) with d = amax / 127, returned.
+float quantize_block(const float* v, int n, int8_t* qs) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
+  const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
+  for (int i = 0; i < n; ++i) qs[i] = static_cast<int8_t>(std::clamp(round_to_int(v[i] * inverse), -127, 127));
+  return amax / 127.0f;
+}
+
 template <class Block>
 void quantize_activations(const float* x, int64_t cols, Block* out) {
   constexpr int kBlock = static_cast<int>(sizeof(Block::qs));
   for (int64_t b = 0; b < cols / kBlock; ++b) {
-    const float* v = x + b * kBlock;
-    float amax = 0.0f;
-    for (int i = 0; i < kBlock; ++i) amax = std::max(amax, std::fabs(v[i]));
-    const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
     Block& a = out[b];
-    a.d = amax / 127.0f;
+    a.d = quantize_block(x + b * kBlock, kBlock, a.qs);
     for (int k = 0; k < kBlock / 16; ++k) {
       int sum = 0;
-      for (int i = 16 * k; i < 16 * k + 16; ++i) {
-        a.qs[i] = static_cast<int8_t>(std::clamp(round_to_int(v[i] * inverse), -127, 127));
-        sum += a.qs[i];
-      }
+      for (int i = 16 * k; i < 16 * k + 16; ++i) sum += a.qs[i];
       a.sums[k] = static_cast<int16_t>(sum);
     }
+  }
+}
+
+void quantize_interleaved(const float* x, int64_t cols, int offset, InterleavedActivation* out) {
+  for (int64_t b = 0; b < cols / interleaved::kBlock; ++b) {
+    InterleavedActivation& a = out[b];
+    a.d = quantize_block(x + b * interleaved::kBlock, interleaved::kBlock, a.qs);
+    int sum = 0;
+    for (int8_t q : a.qs) sum += q;
+    a.start = -offset * sum;
   }
 }
 
@@ -156,7 +174,110 @@ PreparedActivations prepare_activations(const Matrix& w, const Kernel& kernel, c
   return {base, row_stride, scales.data(), tile_stride};
 }
 
+InterleavedKernels interleaved_kernels_for(Isa isa, DType type) {
+  switch (isa) {
+    case Isa::Avx512: return kernels::avx512_interleaved(type);
+    case Isa::Avx2: return kernels::avx2_interleaved(type);
+    case Isa::Scalar: break;
+  }
+  return kernels::scalar_interleaved(type);
+}
+
+// The layout is described in interleaved.h.
+void pack_interleaved(const Matrix& m, interleaved::Format f, std::byte* out) {
+  const int64_t n_blocks = m.cols / interleaved::kBlock;
+  const size_t group_size = interleaved::group_bytes(f, n_blocks);
+  const size_t row_size = *row_bytes(m.type, static_cast<uint64_t>(m.cols));
+  for (int64_t r = 0; r < m.rows; ++r) {
+    auto* group = reinterpret_cast<uint8_t*>(out) + static_cast<size_t>(r / interleaved::kRows) * group_size;
+    auto* scales = reinterpret_cast<uint16_t*>(group + interleaved::scales_offset(f, n_blocks));
+    const int lane = static_cast<int>(r % interleaved::kRows);
+    const auto* row = static_cast<const uint8_t*>(m.data) + static_cast<size_t>(r) * row_size;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      uint8_t* levels = group + b * f.levels_bytes + 4 * lane;
+      if (m.type == DType::Q4_0) {
+        const auto& block = reinterpret_cast<const BlockQ4_0*>(row)[b];
+        scales[b * interleaved::kRows + lane] = block.d;
+        for (int chunk = 0; chunk < 4; ++chunk) std::memcpy(levels + 64 * chunk, block.qs + 4 * chunk, 4);
+      } else {
+        const auto& block = reinterpret_cast<const BlockQ8_0*>(row)[b];
+        scales[b * interleaved::kRows + lane] = block.d;
+        for (int i = 0; i < kQK; ++i) levels[i / 4 * 64 + i % 4] = static_cast<uint8_t>(block.qs[i]) ^ 0x80;
+      }
+    }
+  }
+}
+
+void interleaved_matmul(const PreparedMatrix& prepared, const float* x, int64_t n_tokens, float* y,
+                        ThreadPool& pool) {
+  const Matrix& w = prepared.source();
+  const interleaved::Format format = interleaved::format_of(w.type);
+  const InterleavedKernels kernel = interleaved_kernels_for(active_isa(), w.type);
+  const int64_t n_blocks = w.cols / interleaved::kBlock;
+
+  // Buffers reused between calls; the lambdas below run on other threads, so they must
+  // reach them through these plain pointers, not the thread_local names.
+  thread_local std::vector<InterleavedActivation> activation_buffer;
+  thread_local std::vector<const InterleavedActivation*> token_buffer;
+  activation_buffer.resize(static_cast<size_t>(n_tokens * n_blocks));
+  token_buffer.resize(static_cast<size_t>(n_tokens));
+  InterleavedActivation* activations = activation_buffer.data();
+  const InterleavedActivation** token_rows = token_buffer.data();
+  for (int64_t t = 0; t < n_tokens; ++t) token_rows[t] = activations + t * n_blocks;
+  const auto quantize_rows = [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      quantize_interleaved(x + t * w.cols, w.cols, format.offset, activations + t * n_blocks);
+    }
+  };
+  if (n_tokens < pool.size()) {
+    quantize_rows(0, n_tokens);
+  } else {
+    pool.parallel_for(n_tokens, quantize_rows);
+  }
+
+  const size_t group_size = interleaved::group_bytes(format, n_blocks);
+  const auto* groups = reinterpret_cast<const uint8_t*>(prepared.interleaved());
+  const int64_t n_groups = (w.rows + interleaved::kRows - 1) / interleaved::kRows;
+  pool.parallel_for(n_groups, [&](int64_t group_begin, int64_t group_end) {
+    float out[kernels::kMaxInterleavedTokens * interleaved::kRows];
+    for (int64_t g = group_begin; g < group_end; ++g) {
+      const int64_t first_row = g * interleaved::kRows;
+      const int rows = static_cast<int>(std::min<int64_t>(interleaved::kRows, w.rows - first_row));
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += kernel.max_tokens) {
+        const int tokens = static_cast<int>(std::min<int64_t>(kernel.max_tokens, n_tokens - t0));
+        kernel.run(groups + static_cast<size_t>(g) * group_size, n_blocks, token_rows + t0, tokens, out);
+        for (int t = 0; t < tokens; ++t) {
+          std::copy_n(out + t * interleaved::kRows, rows, y + (t0 + t) * w.rows + first_row);
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
+
+void PreparedMatrix::FreeAligned::operator()(std::byte* p) const { std::free(p); }
+
+PreparedMatrix::PreparedMatrix(const Matrix& source) : source_(source) {
+  const auto weight_row_bytes = row_bytes(source.type, static_cast<uint64_t>(source.cols));
+  const interleaved::Format format = interleaved::format_of(source.type);
+  if (format.levels_bytes == 0 && kernels::scalar_kernel(source.type).dot == nullptr) {
+    throw std::invalid_argument("matmul: unsupported weight type " + std::string(dtype_name(source.type)));
+  }
+  if (source.rows < 0 || source.cols < 0 || !weight_row_bytes) {
+    throw std::invalid_argument("matmul: " + std::to_string(source.rows) + "x" +
+                                std::to_string(source.cols) + " " + std::string(dtype_name(source.type)) +
+                                " matrix is not a whole number of blocks per row");
+  }
+  if (format.levels_bytes == 0 || source.rows == 0) return;
+  const int64_t n_groups = (source.rows + interleaved::kRows - 1) / interleaved::kRows;
+  const size_t bytes =
+      static_cast<size_t>(n_groups) * interleaved::group_bytes(format, source.cols / interleaved::kBlock);
+  interleaved_.reset(static_cast<std::byte*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64))));
+  if (!interleaved_) throw std::bad_alloc();
+  std::memset(interleaved_.get(), 0, bytes);
+  pack_interleaved(source, format, interleaved_.get());
+}
 
 Isa detected_isa() {
   static const Isa isa = probe_isa();
@@ -178,19 +299,15 @@ const char* isa_name(Isa isa) {
   return "unknown";
 }
 
-void matmul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
-  const Kernel kernel = kernel_for(active_isa(), w.type);
-  if (kernel.dot == nullptr) {
-    throw std::invalid_argument("matmul: unsupported weight type " +
-                                std::string(dtype_name(w.type)));
-  }
-  const auto weight_row_bytes = row_bytes(w.type, static_cast<uint64_t>(w.cols));
-  if (w.rows < 0 || w.cols < 0 || n_tokens < 0 || !weight_row_bytes) {
-    throw std::invalid_argument("matmul: " + std::to_string(w.rows) + "x" +
-                                std::to_string(w.cols) + " " + std::string(dtype_name(w.type)) +
-                                " matrix is not a whole number of blocks per row");
-  }
+void matmul(const PreparedMatrix& prepared, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+  const Matrix& w = prepared.source();
   if (w.rows == 0 || n_tokens == 0) return;
+  if (prepared.interleaved() != nullptr) {
+    interleaved_matmul(prepared, x, n_tokens, y, pool);
+    return;
+  }
+  const Kernel kernel = kernel_for(active_isa(), w.type);
+  const auto weight_row_bytes = row_bytes(w.type, static_cast<uint64_t>(w.cols));
 
   const PreparedActivations activations = prepare_activations(w, kernel, x, n_tokens, pool);
   const auto* weights = static_cast<const std::byte*>(w.data);

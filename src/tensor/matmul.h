@@ -1,7 +1,9 @@
 // Weight-matrix times activations, the hot loop of inference.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "tensor/dtype.h"
 #include "tensor/thread_pool.h"
@@ -16,15 +18,36 @@ struct Matrix {
   const void* data;
 };
 
+// A weight matrix in the layout its kernels read, prepared once (at model load). Q4_0 and
+// Q8_0 are copied into groups of 16 interleaved rows; other types are read in place, so
+// the source's memory must outlive this object.
+class PreparedMatrix {
+ public:
+  PreparedMatrix() = default;
+  // Throws std::invalid_argument for types without kernels and for cols that are not a
+  // whole number of blocks.
+  explicit PreparedMatrix(const Matrix& source);
+
+  const Matrix& source() const { return source_; }
+  // The interleaved copy, or nullptr for types read in place.
+  const std::byte* interleaved() const { return interleaved_.get(); }
+
+ private:
+  struct FreeAligned {
+    void operator()(std::byte* p) const;
+  };
+  Matrix source_{};
+  std::unique_ptr<std::byte, FreeAligned> interleaved_;
+};
+
 // y[t * rows + r] = sum_k W[r][k] * x[t * cols + k] for t in [0, n_tokens).
 //
 // Determinism: y[t][r] is bit-identical whatever n_tokens, the other rows of x and the
 // thread count are: each token row of x is quantized on its own (Q8-like blocks for
 // quantized weights, kept fp32 otherwise) and every (row, token) dot product runs one
-// fixed sequence of operations for the active ISA. Different ISAs give different bits.
-// Throws std::invalid_argument for types without kernels and for cols that are not a
-// whole number of blocks.
-void matmul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
+// fixed sequence of operations for the active ISA. Different ISAs give different bits,
+// except for the interleaved types (Q4_0, Q8_0), which give the same bits on every ISA.
+void matmul(const PreparedMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
 
 enum class Isa { Scalar, Avx2, Avx512 };
 

@@ -12,8 +12,6 @@ __m256i dot_i16(__m256i acc, __m256i a, __m256i b) {
   return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
 }
 
-// maddubs adds byte products pairwise into saturating int16: 2 * 255 * 127 would not fit.
-constexpr bool kFullByteDot = false;
 // Tiles sized so that accumulators and weights fit the 16 ymm registers.
 constexpr int kTokenTile = 4;
 constexpr int kRowTile = 2;
@@ -25,4 +23,5 @@ constexpr int kRowTile = 2;
 
 namespace strata::tensor::kernels {
 Kernel avx2_kernel(DType type) { return kernel_for(type); }
+InterleavedKernels avx2_interleaved(DType type) { return interleaved_for(type); }
 }  // namespace strata::tensor::kernels

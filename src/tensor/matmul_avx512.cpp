@@ -14,7 +14,6 @@ __m256i dot_u8_s8(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi3
 
 __m256i dot_i16(__m256i acc, __m256i a, __m256i b) { return _mm256_dpwssd_epi32(acc, a, b); }
 
-constexpr bool kFullByteDot = true;
 // Tiles sized so that accumulators and weights fit the 32 vector registers.
 constexpr int kTokenTile = 4;
 constexpr int kRowTile = 4;
@@ -26,4 +25,5 @@ constexpr int kRowTile = 4;
 
 namespace strata::tensor::kernels {
 Kernel avx512_kernel(DType type) { return kernel_for(type); }
+InterleavedKernels avx512_interleaved(DType type) { return interleaved_for(type); }
 }  // namespace strata::tensor::kernels

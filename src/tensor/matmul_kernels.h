@@ -65,8 +65,34 @@ struct Kernel {
   bool paired_activations = false;
 };
 
+// One token's block for the interleaved kernels (interleaved.h): start = -offset * sum(qs),
+// the integer the dot product starts from so that it sums (u - offset) * qs.
+struct InterleavedActivation {
+  float d;
+  int32_t start;
+  int8_t qs[32];
+};
+static_assert(sizeof(InterleavedActivation) == 40);
+
+inline constexpr int kMaxInterleavedTokens = 8;
+
+// out[t * 16 + r] = dot(row r of the group, token t) for t < n_tokens <= max_tokens. Every
+// (row, token) runs the same arithmetic on every ISA, so all give the same bits: per block
+// an exact integer dot = sum (u - offset) * qs, then acc = fma(float(dot), dw * dx, acc),
+// blocks in order from acc = 0.
+using InterleavedKernel = void (*)(const uint8_t* group, int64_t n_blocks,
+                                   const InterleavedActivation* const* tokens, int n_tokens, float* out);
+
+struct InterleavedKernels {
+  InterleavedKernel run = nullptr;  // nullptr for types without an interleaved layout
+  int max_tokens = 1;
+};
+
 Kernel scalar_kernel(DType type);
 Kernel avx2_kernel(DType type);
 Kernel avx512_kernel(DType type);
+InterleavedKernels scalar_interleaved(DType type);
+InterleavedKernels avx2_interleaved(DType type);
+InterleavedKernels avx512_interleaved(DType type);
 
 }  // namespace strata::tensor::kernels

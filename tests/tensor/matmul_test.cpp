@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tensor/quant_blocks.h"
 #include "test_util.h"
 
 namespace strata::tensor {
@@ -88,7 +89,7 @@ Expected expected_dot(const float* w, const float* x, int64_t cols, int block) {
 std::vector<float> run(const Matrix& w, const std::vector<float>& x, int64_t n_tokens,
                        ThreadPool& pool) {
   std::vector<float> y(static_cast<size_t>(w.rows * n_tokens), NAN);
-  matmul(w, x.data(), n_tokens, y.data(), pool);
+  matmul(PreparedMatrix(w), x.data(), n_tokens, y.data(), pool);
   return y;
 }
 
@@ -176,6 +177,34 @@ TEST_P(MatmulTypeTest, ResultsAreBitIdenticalAcrossBatchingAndThreads) {
   }
 }
 
+// The interleaved layout promises more than one ISA's determinism: all ISAs agree bit for
+// bit, which lets nodes with different CPUs share a model of these types.
+TEST(Matmul, InterleavedTypesGiveTheSameBitsOnEveryIsa) {
+  ThreadPool pool(2);
+  for (DType type : {DType::Q4_0, DType::Q8_0}) {
+    SCOPED_TRACE(dtype_name(type));
+    TestMatrix m = make_matrix(type, 37, 480, 11);  // a partial last group of 16 rows
+    if (type == DType::Q8_0) {
+      // -128 and 127, the extremes the kernels' integer paths must hold exactly.
+      auto* block = reinterpret_cast<BlockQ8_0*>(m.bytes.data());
+      block[0].qs[0] = -128;
+      block[0].qs[5] = 127;
+    }
+    const int64_t n_tokens = 11;
+    const std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * m.cols), 12, 3.0f);
+    std::vector<float> scalar;
+    for (Isa isa : available_isas()) {
+      IsaScope scope(isa);
+      const std::vector<float> y = run(m.view(), x, n_tokens, pool);
+      if (isa == Isa::Scalar) {
+        scalar = y;
+      } else {
+        ASSERT_EQ(0, std::memcmp(y.data(), scalar.data(), y.size() * sizeof(float))) << isa_name(isa);
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, MatmulTypeTest, ::testing::ValuesIn(kSupportedTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
@@ -186,7 +215,7 @@ TEST(Matmul, UnsupportedTypeThrowsNamingTheType) {
   float y[4];
   for (DType type : {DType::Q2_K, DType::IQ4_XS, DType::Q8_K}) {
     try {
-      matmul({type, 1, 256, bytes}, x, 1, y, pool);
+      matmul(PreparedMatrix({type, 1, 256, bytes}), x, 1, y, pool);
       ADD_FAILURE() << dtype_name(type) << " did not throw";
     } catch (const std::invalid_argument& e) {
       EXPECT_NE(std::string(e.what()).find(std::string(dtype_name(type))), std::string::npos);
@@ -195,12 +224,9 @@ TEST(Matmul, UnsupportedTypeThrowsNamingTheType) {
 }
 
 TEST(Matmul, RaggedBlockColumnsThrow) {
-  ThreadPool pool(1);
   const uint8_t bytes[1024] = {};
-  const float x[256] = {};
-  float y[4];
-  EXPECT_THROW(matmul({DType::Q4_0, 1, 48, bytes}, x, 1, y, pool), std::invalid_argument);
-  EXPECT_THROW(matmul({DType::Q6_K, 1, 128, bytes}, x, 1, y, pool), std::invalid_argument);
+  EXPECT_THROW(PreparedMatrix({DType::Q4_0, 1, 48, bytes}), std::invalid_argument);
+  EXPECT_THROW(PreparedMatrix({DType::Q6_K, 1, 128, bytes}), std::invalid_argument);
 }
 
 TEST(Matmul, ForceIsaClampsToDetected) {
