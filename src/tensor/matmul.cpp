@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstddef>
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -273,8 +275,11 @@ PreparedMatrix::PreparedMatrix(const Matrix& source) : source_(source) {
   const int64_t n_groups = (source.rows + interleaved::kRows - 1) / interleaved::kRows;
   const size_t bytes =
       static_cast<size_t>(n_groups) * interleaved::group_bytes(format, source.cols / interleaved::kBlock);
-  interleaved_.reset(static_cast<std::byte*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64))));
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t allocated = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  interleaved_.reset(static_cast<std::byte*>(std::aligned_alloc(kHugePage, allocated)));
   if (!interleaved_) throw std::bad_alloc();
+  madvise(interleaved_.get(), allocated, MADV_HUGEPAGE);
   std::memset(interleaved_.get(), 0, bytes);
   pack_interleaved(source, format, interleaved_.get());
 }
