@@ -14,7 +14,13 @@ void add_bench_command(CLI::App& app, Action& action);
 void add_gguf_commands(CLI::App& app, Action& action);
 void add_serve_command(CLI::App& app, Action& action);
 
-// Measures sustained memory read bandwidth with `threads` threads, in bytes per second.
-double measure_read_bandwidth(int threads);
+// Memory read bandwidth with `threads` threads, in bytes per second, over several 1 GiB
+// passes: the median is what a long read sustains; the best pass can be a short burst
+// (on shared VMs it has read up to 1.7x the median).
+struct ReadBandwidth {
+  double median;
+  double best;
+};
+ReadBandwidth measure_read_bandwidth(int threads);
 
 }  // namespace strata::cli

@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -36,7 +37,7 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads) {
                                 std::to_string(n_threads));
   }
   workers_.reserve(static_cast<size_t>(n_threads - 1));
-  for (int i = 1; i < n_threads; ++i) workers_.emplace_back(&ThreadPool::worker_main, this, i);
+  for (int i = 1; i < n_threads; ++i) workers_.emplace_back(&ThreadPool::worker_main, this);
 }
 
 ThreadPool::~ThreadPool() {
@@ -46,24 +47,25 @@ ThreadPool::~ThreadPool() {
   for (auto& worker : workers_) worker.join();
 }
 
-void ThreadPool::run_share(int index) {
-  const int64_t begin = job_items_ * index / n_threads_;
-  const int64_t end = job_items_ * (index + 1) / n_threads_;
-  if (begin == end) return;
-  try {
-    (*job_)(begin, end);
-  } catch (...) {
-    std::lock_guard lock(error_mutex_);
-    if (!error_) error_ = std::current_exception();
+void ThreadPool::run_chunks() {
+  for (;;) {
+    const int64_t chunk = next_chunk_.fetch_add(1, std::memory_order_relaxed);
+    if (chunk >= job_chunks_) return;
+    try {
+      (*job_)(job_items_ * chunk / job_chunks_, job_items_ * (chunk + 1) / job_chunks_);
+    } catch (...) {
+      std::lock_guard lock(error_mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
   }
 }
 
-void ThreadPool::worker_main(int index) {
+void ThreadPool::worker_main() {
   uint32_t seen = 0;
   for (;;) {
     seen = spin_then_wait(generation_, [seen](uint32_t g) { return g != seen; });
     if (stopping_) return;
-    run_share(index);
+    run_chunks();
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
   }
 }
@@ -77,11 +79,13 @@ void ThreadPool::parallel_for(int64_t n_items,
   }
   job_ = &fn;
   job_items_ = n_items;
+  job_chunks_ = std::min<int64_t>(n_items, static_cast<int64_t>(n_threads_) * kChunksPerThread);
+  next_chunk_.store(0, std::memory_order_relaxed);
   error_ = nullptr;
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
-  run_share(0);
+  run_chunks();
   spin_then_wait(pending_, [](int p) { return p == 0; });
   job_ = nullptr;
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));

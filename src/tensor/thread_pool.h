@@ -21,19 +21,27 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
-  // Splits [0, n_items) into size() contiguous ranges, thread i taking
-  // [n_items * i / size(), n_items * (i + 1) / size()), and calls fn on each non-empty one.
-  // Returns when all are done; rethrows the first exception fn threw. Not reentrant.
+  // Chunks per thread: enough that a thread slowed by the serial work before a loop, or by
+  // uneven items (causal attention rows), hands its tail to the others.
+  static constexpr int kChunksPerThread = 4;
+
+  // Splits [0, n_items) into up to kChunksPerThread * size() contiguous chunks, which the
+  // threads claim in order as they finish the previous one, and calls fn on each; a thread
+  // may get several. Which thread runs which chunk varies from call to call, so fn's result
+  // must not depend on it. Returns when all are done; rethrows the first exception fn
+  // threw. Not reentrant.
   void parallel_for(int64_t n_items, const std::function<void(int64_t begin, int64_t end)>& fn);
 
  private:
-  void worker_main(int index);
-  void run_share(int index);
+  void worker_main();
+  void run_chunks();
 
   const int n_threads_;
   std::vector<std::thread> workers_;
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_items_ = 0;
+  int64_t job_chunks_ = 0;
+  std::atomic<int64_t> next_chunk_{0};
   std::atomic<uint32_t> generation_{0};  // bumped to publish a job (or shutdown)
   std::atomic<int> pending_{0};          // workers still running the current job
   bool stopping_ = false;

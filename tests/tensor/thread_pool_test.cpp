@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -27,7 +28,7 @@ TEST(ThreadPool, SingleThreadRunsInlineOnce) {
   EXPECT_EQ(calls[0], std::make_pair(int64_t{0}, int64_t{10}));
 }
 
-TEST(ThreadPool, StaticContiguousPartition) {
+TEST(ThreadPool, ContiguousChunksCoverEveryItemOnce) {
   for (int threads : {2, 3, 4}) {
     ThreadPool pool(threads);
     for (int64_t n : {1, 2, 3, 7, 100}) {
@@ -37,15 +38,37 @@ TEST(ThreadPool, StaticContiguousPartition) {
         std::lock_guard lock(mutex);
         ranges.emplace_back(begin, end);
       });
+      const int64_t chunks = std::min<int64_t>(n, threads * ThreadPool::kChunksPerThread);
       std::vector<std::pair<int64_t, int64_t>> expected;
-      for (int i = 0; i < threads; ++i) {
-        const int64_t begin = n * i / threads, end = n * (i + 1) / threads;
-        if (begin != end) expected.emplace_back(begin, end);
-      }
+      for (int64_t i = 0; i < chunks; ++i) expected.emplace_back(n * i / chunks, n * (i + 1) / chunks);
       std::sort(ranges.begin(), ranges.end());
       EXPECT_EQ(ranges, expected) << threads << " threads, " << n << " items";
     }
   }
+}
+
+// The point of chunks: a thread held up in one chunk does not hold up the rest.
+TEST(ThreadPool, OtherThreadsTakeTheChunksOfABusyOne) {
+  ThreadPool pool(2);
+  const int64_t chunks = 2 * ThreadPool::kChunksPerThread;
+  std::atomic<int64_t> others_done{0};
+  std::mutex mutex;
+  std::vector<std::thread::id> runner(static_cast<size_t>(chunks));
+  pool.parallel_for(chunks, [&](int64_t begin, int64_t) {
+    {
+      std::lock_guard lock(mutex);
+      runner[static_cast<size_t>(begin)] = std::this_thread::get_id();
+    }
+    if (begin == 0) {
+      // Busy until every other chunk is done (or give up after 10 s, and fail below).
+      for (int i = 0; i < 10000 && others_done.load() < chunks - 1; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    } else {
+      others_done.fetch_add(1);
+    }
+  });
+  for (int64_t c = 1; c < chunks; ++c) EXPECT_NE(runner[static_cast<size_t>(c)], runner[0]) << "chunk " << c;
 }
 
 TEST(ThreadPool, ManyCallsEachCoverEveryItemOnce) {
