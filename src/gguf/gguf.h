@@ -99,6 +99,11 @@ class File {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(std::string_view name) const;
   const uint8_t* tensor_data(const TensorInfo& info) const { return data_ + info.offset; }
+  // Says that [begin, begin + bytes) of the mapping will not be read soon, e.g. after its
+  // tensor was copied into another layout: the whole pages inside it leave this process's
+  // resident memory (the kernel's page cache may keep them). Reading them again still
+  // works; it maps them in anew.
+  void release_pages(const uint8_t* begin, uint64_t bytes) const;
 
  private:
   File() = default;

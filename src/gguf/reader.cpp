@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -143,6 +144,14 @@ std::unique_ptr<File> File::open(const std::string& path) {
     throw Error("'" + path + "': " + e.what());
   }
   return file;
+}
+
+void File::release_pages(const uint8_t* begin, uint64_t bytes) const {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + bytes) / page * page;
+  // Advice only: if the kernel declines, the pages simply stay resident.
+  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
 File::~File() {

@@ -39,6 +39,18 @@ class TensorBinder {
     return {static_cast<tensor::DType>(t.type), rows, cols, file_.tensor_data(t)};
   }
 
+  // A weight matrix in its kernels' layout. When that is a copy, the file's pages of it
+  // are let go, so that the weights are not held twice.
+  tensor::PreparedMatrix prepared(const std::string& name, int64_t cols, int64_t rows) const {
+    const tensor::Matrix source = matrix(name, cols, rows);
+    tensor::PreparedMatrix prepared(source);
+    if (prepared.interleaved() != nullptr) {
+      file_.release_pages(static_cast<const uint8_t*>(source.data),
+                          *tensor::row_bytes(source.type, static_cast<uint64_t>(cols)) * static_cast<uint64_t>(rows));
+    }
+    return prepared;
+  }
+
   // A small F32 vector (norm weights, biases, rope factors).
   const float* vector(const std::string& name, int64_t length) const {
     const gguf::TensorInfo& t = require(name, {static_cast<uint64_t>(length)});
@@ -136,27 +148,26 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
   }
   if (range.has_head(c)) {
     m->output_norm_ = bind.vector("output_norm.weight", c.embedding_dim);
-    m->output_ = tensor::PreparedMatrix(bind.find("output.weight")
-                                            ? bind.matrix("output.weight", c.embedding_dim, c.vocab_size)
-                                            : bind.matrix("token_embd.weight", c.embedding_dim, c.vocab_size));
+    m->output_ = bind.prepared(bind.find("output.weight") ? "output.weight" : "token_embd.weight",
+                               c.embedding_dim, c.vocab_size);
   }
   for (int i = range.first; i < range.last; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     Layer l;
     l.attn_norm = bind.vector(p + "attn_norm.weight", c.embedding_dim);
-    l.q = tensor::PreparedMatrix(bind.matrix(p + "attn_q.weight", c.embedding_dim, c.q_dim()));
-    l.k = tensor::PreparedMatrix(bind.matrix(p + "attn_k.weight", c.embedding_dim, c.kv_dim()));
-    l.v = tensor::PreparedMatrix(bind.matrix(p + "attn_v.weight", c.embedding_dim, c.kv_dim()));
-    l.o = tensor::PreparedMatrix(bind.matrix(p + "attn_output.weight", c.q_dim(), c.embedding_dim));
+    l.q = bind.prepared(p + "attn_q.weight", c.embedding_dim, c.q_dim());
+    l.k = bind.prepared(p + "attn_k.weight", c.embedding_dim, c.kv_dim());
+    l.v = bind.prepared(p + "attn_v.weight", c.embedding_dim, c.kv_dim());
+    l.o = bind.prepared(p + "attn_output.weight", c.q_dim(), c.embedding_dim);
     if (c.has_qkv_bias) {
       l.q_bias = bind.vector(p + "attn_q.bias", c.q_dim());
       l.k_bias = bind.vector(p + "attn_k.bias", c.kv_dim());
       l.v_bias = bind.vector(p + "attn_v.bias", c.kv_dim());
     }
     l.ffn_norm = bind.vector(p + "ffn_norm.weight", c.embedding_dim);
-    l.gate = tensor::PreparedMatrix(bind.matrix(p + "ffn_gate.weight", c.embedding_dim, c.ffn_dim));
-    l.up = tensor::PreparedMatrix(bind.matrix(p + "ffn_up.weight", c.embedding_dim, c.ffn_dim));
-    l.down = tensor::PreparedMatrix(bind.matrix(p + "ffn_down.weight", c.ffn_dim, c.embedding_dim));
+    l.gate = bind.prepared(p + "ffn_gate.weight", c.embedding_dim, c.ffn_dim);
+    l.up = bind.prepared(p + "ffn_up.weight", c.embedding_dim, c.ffn_dim);
+    l.down = bind.prepared(p + "ffn_down.weight", c.ffn_dim, c.embedding_dim);
     m->layers_.push_back(std::move(l));
   }
 

@@ -275,11 +275,14 @@ PreparedMatrix::PreparedMatrix(const Matrix& source) : source_(source) {
   const int64_t n_groups = (source.rows + interleaved::kRows - 1) / interleaved::kRows;
   const size_t bytes =
       static_cast<size_t>(n_groups) * interleaved::group_bytes(format, source.cols / interleaved::kBlock);
+  // Whole 2 MiB pages where the kernel offers them: a decode step streams every byte, and
+  // fewer TLB misses measured a few percent faster. The tail keeps small pages, so that no
+  // memory is held beyond the matrix.
   constexpr size_t kHugePage = size_t{2} << 20;
-  const size_t allocated = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-  interleaved_.reset(static_cast<std::byte*>(std::aligned_alloc(kHugePage, allocated)));
-  if (!interleaved_) throw std::bad_alloc();
-  madvise(interleaved_.get(), allocated, MADV_HUGEPAGE);
+  void* buffer = nullptr;
+  if (posix_memalign(&buffer, kHugePage, bytes) != 0) throw std::bad_alloc();
+  interleaved_.reset(static_cast<std::byte*>(buffer));
+  if (bytes >= kHugePage) madvise(buffer, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
   std::memset(interleaved_.get(), 0, bytes);
   pack_interleaved(source, format, interleaved_.get());
 }
