@@ -267,7 +267,7 @@ class Server::Impl {
       engine::GenerationRequest generation{
           std::move(prompt),
           completion_budget(request.endpoint, prompt_usage.prompt_tokens, request.max_tokens),
-          request.sampling, request.logprobs ? request.top_logprobs : 0};
+          request.sampling, request.logprobs, request.logprobs ? request.top_logprobs : 0};
 
       auto session = std::make_shared<GenerationSession>(tokenizer_, std::move(request.stop),
                                                          request.logprobs);

@@ -168,9 +168,11 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& active) {
       GeneratedToken& out = tokens_out[static_cast<size_t>(k)];
       try {
         out.token = seq.sampler.sample(row, seq.history);
-        const sampling::Logprobs lp = sampling::logprobs(row, out.token, seq.request.top_logprobs);
-        out.logprob = lp.chosen;
-        for (const auto& [id, logprob] : lp.top) out.top.push_back({id, logprob});
+        if (seq.request.logprobs) {
+          const sampling::Logprobs lp = sampling::logprobs(row, out.token, seq.request.top_logprobs);
+          out.logprob = lp.chosen;
+          for (const auto& [id, logprob] : lp.top) out.top.push_back({id, logprob});
+        }
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(k)] = std::string("sampling failed: ") + e.what();
       }

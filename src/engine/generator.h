@@ -19,7 +19,10 @@ struct GenerationRequest {
   std::vector<Token> prompt;  // already tokenized, BOS included when wanted
   int max_tokens = 16;
   sampling::SamplingParams sampling;
-  int top_logprobs = 0;  // how many alternatives to report per token (0..20)
+  // Report each token's log-probability, a log-softmax over the vocabulary that is skipped
+  // when nobody asked for it.
+  bool logprobs = false;
+  int top_logprobs = 0;  // how many alternatives to report per token (0..20), with logprobs
 };
 
 struct TokenLogprob {
@@ -29,7 +32,7 @@ struct TokenLogprob {
 
 struct GeneratedToken {
   Token token = 0;
-  float logprob = 0.0f;
+  float logprob = 0.0f;  // 0 unless the request asked for logprobs
   std::vector<TokenLogprob> top;  // top_logprobs entries, most likely first
   bool end_of_generation = false;  // the model's EOS/EOT: finish_reason "stop"; not to be shown
 };

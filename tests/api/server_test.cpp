@@ -198,6 +198,7 @@ TEST_F(ApiServerTest, ChatCompletionShapeAndUsage) {
   EXPECT_EQ(request.sampling.temperature, 0.0f);
   EXPECT_EQ(request.sampling.seed, 7u);
   EXPECT_EQ(request.sampling.top_k, 3);
+  EXPECT_FALSE(request.logprobs);  // not asked: the engine skips the log-softmax
 
   const json& r = reply.body;
   EXPECT_EQ(r["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
@@ -366,6 +367,7 @@ TEST_F(ApiServerTest, ChatLogprobs) {
   auto reply = post("/v1/chat/completions", body);
   ASSERT_EQ(reply.status, 200) << reply.body.dump();
   const auto request = generator_->last_request();
+  EXPECT_TRUE(request.logprobs);
   EXPECT_EQ(request.top_logprobs, 2);
   const auto tokens = generator_->tokens_for(request.prompt, 4);
   const json& content = reply.body["choices"][0]["logprobs"]["content"];

@@ -15,6 +15,7 @@ const std::string kDreams = STRATA_SHARED_DIR "/models/aidreams260K.gguf";
 
 struct Outcome {
   std::vector<Token> tokens;
+  std::vector<GeneratedToken> generated;
   FinishReason reason = FinishReason::Error;
   std::string error;
   bool operator==(const Outcome& o) const { return tokens == o.tokens && reason == o.reason; }
@@ -34,6 +35,7 @@ class EngineTest : public ::testing::Test {
     RequestCallbacks callbacks;
     callbacks.on_token = [outcome, stop_after](const GeneratedToken& t) {
       outcome->tokens.push_back(t.token);
+      outcome->generated.push_back(t);
       return stop_after < 0 || static_cast<int>(outcome->tokens.size()) < stop_after;
     };
     callbacks.on_finish = [promise, outcome](FinishReason reason, const std::string& error) {
@@ -118,6 +120,27 @@ TEST_F(EngineTest, FinishesWithLengthOrStop) {
   } else {
     EXPECT_EQ(out.reason, FinishReason::Stop);
     EXPECT_EQ(out.tokens.back(), 2);
+  }
+}
+
+TEST_F(EngineTest, ReportsLogprobsOnlyWhenAsked) {
+  start({});
+  GenerationRequest asked = request(prompt(3), 6, 0.0f, 1);
+  asked.logprobs = true;
+  asked.top_logprobs = 3;
+  const auto with = run(asked);
+  ASSERT_FALSE(with.generated.empty());
+  for (const GeneratedToken& t : with.generated) {
+    EXPECT_LT(t.logprob, 0.0f);
+    ASSERT_EQ(t.top.size(), 3u);
+    EXPECT_EQ(t.top[0].token, t.token);  // greedy takes the most likely token
+    EXPECT_EQ(t.top[0].logprob, t.logprob);
+  }
+  const auto without = run(request(prompt(3), 6, 0.0f, 1));
+  EXPECT_EQ(without.tokens, with.tokens);
+  for (const GeneratedToken& t : without.generated) {
+    EXPECT_EQ(t.logprob, 0.0f);
+    EXPECT_TRUE(t.top.empty());
   }
 }
 
