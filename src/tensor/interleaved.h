@@ -3,14 +3,31 @@
 // integer dot product per 4 columns and one scale step per block, instead of one per
 // (row, block). Internal to the tensor module: matmul.cpp packs, the kernels read.
 //
-// Formats: Q4_0 and Q8_0, whose element value is d * (u - offset) for an unsigned level u.
-// Group g (rows 16g .. 16g + 15, zero rows past the matrix's end) is
-//   quants[n_blocks][levels_bytes], then scales[n_blocks][16] (fp16 d of each row),
-// padded to a multiple of 64 bytes. A block's levels are 64-byte chunks whose dword lane r
-// is row r's 4 bytes:
+// 32-element formats: Q4_0 and Q8_0, whose element value is d * (u - offset) for an
+// unsigned level u. Group g (rows 16g .. 16g + 15, zero rows past the matrix's end) is
+//   levels[n_blocks][levels_bytes], then meta[n_blocks][meta_bytes],
+// padded to a multiple of 64 bytes; a block's meta is its 16 rows' fp16 d. A block's levels
+// are 64-byte chunks whose dword lane r is row r's 4 bytes:
 //   Q4_0: chunk m (0..3) holds row r's qs[4m .. 4m + 3] as stored by ggml: low nibbles are
 //         elements 4m .. 4m + 3, high nibbles elements 16 + 4m .. 16 + 4m + 3 (offset 8).
 //   Q8_0: chunk j (0..7) holds elements 4j .. 4j + 3 as u = q + 128 (offset 128).
+//
+// K-quants: Q4_K, Q5_K and Q6_K, 256-element super-blocks in the same group layout. Element
+// value is d * scale[j] * (u - offset) - dmin * min[j] over scale groups j of `group`
+// elements (Q4_K/Q5_K: 32 with a 6-bit scale and min, offset 0; Q6_K: 16 with a signed
+// 8-bit scale, no min, offset 32). Levels u have a low nibble and `high_bits` more bits:
+//   nibbles: sub-block s (0..7, elements 32s .. 32s + 31) is chunks 4s .. 4s + 3, laid out
+//            as one Q4_0 block: chunk 4s + m, byte k of lane r holds element 32s + 4m + k
+//            (low nibble) and 32s + 16 + 4m + k (high nibble);
+//   then the high bits, high_bits chunks per sub-block: chunk m of sub-block s takes its
+//            bits from plane s * high_bits + m / (4 / high_bits), byte k of lane r, at bit
+//            2 * high_bits * p for the low-nibble element and high_bits more for the
+//            high-nibble one, p = m % (4 / high_bits).
+// So that decode streams about as many bytes as the source file, the 6-bit scales and
+// mins take one byte each rather than a full lane. Meta of a super-block:
+//   Q4_K, Q5_K: d[16], dmin[16] (fp16), scale[8][16] (u8, row r of sub-block s at 16s + r),
+//               min pairs[4][16][2] (u8, min[2k] and min[2k + 1] of row r at 32k + 2r);
+//   Q6_K:       d[16] (fp16), scale[16][16] (s8, row r of group j at 16j + r).
 #pragma once
 
 #include <cstddef>
@@ -23,27 +40,41 @@ namespace strata::tensor::interleaved {
 namespace {
 
 inline constexpr int kRows = 16;
-inline constexpr int kBlock = 32;  // elements per block
 
 struct Format {
-  int levels_bytes = 0;  // per block of a group; 0 for types without this layout
+  int block = 0;         // elements per block; 0 for types without this layout
+  int levels_bytes = 0;  // per block of a group
+  int meta_bytes = 0;    // per block of a group
   int offset = 0;        // subtracted from every level
+  // K-quants only:
+  int high_bits = 0;     // bits of a level above its nibble
+  int group = 0;         // elements per scale
+  bool has_min = false;
 };
+
+// Offsets within a K-quant super-block's meta.
+inline constexpr int kMetaDmin = 2 * kRows;
+inline constexpr int kMetaScales45 = 4 * kRows;
+inline constexpr int kMetaMins = kMetaScales45 + 8 * kRows;
+inline constexpr int kMetaScales6 = 2 * kRows;
 
 [[maybe_unused]] constexpr Format format_of(DType type) {
   switch (type) {
-    case DType::Q4_0: return {256, 8};
-    case DType::Q8_0: return {512, 128};
+    case DType::Q4_0: return {32, 256, 2 * kRows, 8};
+    case DType::Q8_0: return {32, 512, 2 * kRows, 128};
+    case DType::Q4_K: return {256, 2048, kMetaMins + 8 * kRows, 0, 0, 32, true};
+    case DType::Q5_K: return {256, 2048 + 8 * 64, kMetaMins + 8 * kRows, 0, 1, 32, true};
+    case DType::Q6_K: return {256, 2048 + 16 * 64, kMetaScales6 + 16 * kRows, 32, 2, 16, false};
     default: return {};
   }
 }
 
 [[maybe_unused]] size_t group_bytes(Format f, int64_t n_blocks) {
-  const size_t bytes = static_cast<size_t>(n_blocks) * (static_cast<size_t>(f.levels_bytes) + 2 * kRows);
+  const size_t bytes = static_cast<size_t>(n_blocks) * static_cast<size_t>(f.levels_bytes + f.meta_bytes);
   return (bytes + 63) / 64 * 64;
 }
 
-[[maybe_unused]] size_t scales_offset(Format f, int64_t n_blocks) {
+[[maybe_unused]] size_t meta_offset(Format f, int64_t n_blocks) {
   return static_cast<size_t>(n_blocks) * static_cast<size_t>(f.levels_bytes);
 }
 

@@ -20,10 +20,10 @@
 namespace strata::tensor {
 namespace {
 
-using kernels::ActivationBlock256;
 using kernels::ActivationBlock32;
 using kernels::ActivationPair64;
 using kernels::InterleavedActivation;
+using kernels::InterleavedActivation256;
 using kernels::InterleavedKernels;
 using kernels::Kernel;
 using kernels::kMaxTokenTile;
@@ -55,13 +55,9 @@ Kernel kernel_for(Isa isa, DType type) {
   return kernels::scalar_kernel(type);
 }
 
-// 0 for weights whose activations stay fp32.
-int activation_block(DType type) {
-  switch (type) {
-    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return 256;
-    case DType::F32: case DType::F16: case DType::BF16: return 0;
-    default: return 32;
-  }
+// false for weights whose activations stay fp32.
+bool quantized_activations(DType type) {
+  return type != DType::F32 && type != DType::F16 && type != DType::BF16;
 }
 
 int round_to_int(float v) { return static_cast<int>(v + (v >= 0.0f ? 0.5f : -0.5f)); }
@@ -75,27 +71,32 @@ float quantize_block(const float* v, int n, int8_t* qs) {
   return amax / 127.0f;
 }
 
-template <class Block>
-void quantize_activations(const float* x, int64_t cols, Block* out) {
-  constexpr int kBlock = static_cast<int>(sizeof(Block::qs));
-  for (int64_t b = 0; b < cols / kBlock; ++b) {
-    Block& a = out[b];
-    a.d = quantize_block(x + b * kBlock, kBlock, a.qs);
-    for (int k = 0; k < kBlock / 16; ++k) {
-      int sum = 0;
-      for (int i = 16 * k; i < 16 * k + 16; ++i) sum += a.qs[i];
-      a.sums[k] = static_cast<int16_t>(sum);
-    }
+int sum_of(const int8_t* qs, int n) {
+  int sum = 0;
+  for (int i = 0; i < n; ++i) sum += qs[i];
+  return sum;
+}
+
+void quantize_activations(const float* x, int64_t cols, ActivationBlock32* out) {
+  for (int64_t b = 0; b < cols / kQK; ++b) {
+    ActivationBlock32& a = out[b];
+    a.d = quantize_block(x + b * kQK, kQK, a.qs);
+    for (int k = 0; k < 2; ++k) a.sums[k] = static_cast<int16_t>(sum_of(a.qs + 16 * k, 16));
   }
 }
 
-void quantize_interleaved(const float* x, int64_t cols, int offset, InterleavedActivation* out) {
-  for (int64_t b = 0; b < cols / interleaved::kBlock; ++b) {
-    InterleavedActivation& a = out[b];
-    a.d = quantize_block(x + b * interleaved::kBlock, interleaved::kBlock, a.qs);
-    int sum = 0;
-    for (int8_t q : a.qs) sum += q;
-    a.start = -offset * sum;
+template <class Activation>
+void quantize_interleaved(const float* x, int64_t cols, int offset, Activation* out) {
+  constexpr int kBlock = static_cast<int>(sizeof(Activation::qs));
+  for (int64_t b = 0; b < cols / kBlock; ++b) {
+    Activation& a = out[b];
+    a.d = quantize_block(x + b * kBlock, kBlock, a.qs);
+    if constexpr (kBlock == kQK) {
+      a.start = -offset * sum_of(a.qs, kBlock);
+    } else {
+      for (int j = 0; j < 16; ++j) a.starts[j] = -offset * sum_of(a.qs + 16 * j, 16);
+      for (int s = 0; s < 8; ++s) a.sums[s] = static_cast<int16_t>(sum_of(a.qs + 32 * s, 32));
+    }
   }
 }
 
@@ -123,16 +124,14 @@ struct PreparedActivations {
 // Quantizes every token row; buffers are reused between calls to spare allocations.
 PreparedActivations prepare_activations(const Matrix& w, const Kernel& kernel, const float* x,
                                         int64_t n_tokens, ThreadPool& pool) {
-  const int block = activation_block(w.type);
-  if (block == 0) {
+  if (!quantized_activations(w.type)) {
     return {reinterpret_cast<const std::byte*>(x), static_cast<size_t>(w.cols) * sizeof(float),
             nullptr, 0};
   }
-  const int64_t n_blocks = w.cols / block;
-  const bool paired = block == 32 && kernel.paired_activations;
-  const size_t row_stride =
-      paired ? static_cast<size_t>((n_blocks + 1) / 2) * sizeof(ActivationPair64)
-             : static_cast<size_t>(n_blocks) * (block == 32 ? sizeof(ActivationBlock32) : sizeof(ActivationBlock256));
+  const int64_t n_blocks = w.cols / kQK;
+  const bool paired = kernel.paired_activations;
+  const size_t row_stride = paired ? static_cast<size_t>((n_blocks + 1) / 2) * sizeof(ActivationPair64)
+                                   : static_cast<size_t>(n_blocks) * sizeof(ActivationBlock32);
   thread_local std::vector<std::byte> buffer;
   buffer.resize(row_stride * static_cast<size_t>(n_tokens));
   std::byte* base = buffer.data();
@@ -145,10 +144,8 @@ PreparedActivations prepare_activations(const Matrix& w, const Kernel& kernel, c
         blocks.resize(static_cast<size_t>(n_blocks));
         quantize_activations(source, w.cols, blocks.data());
         pair_activations(blocks.data(), n_blocks, static_cast<ActivationPair64*>(row));
-      } else if (block == 32) {
-        quantize_activations(source, w.cols, static_cast<ActivationBlock32*>(row));
       } else {
-        quantize_activations(source, w.cols, static_cast<ActivationBlock256*>(row));
+        quantize_activations(source, w.cols, static_cast<ActivationBlock32*>(row));
       }
     }
   };
@@ -157,7 +154,6 @@ PreparedActivations prepare_activations(const Matrix& w, const Kernel& kernel, c
   } else {
     pool.parallel_for(n_tokens, quantize_rows);
   }
-  if (block != 32) return {base, row_stride, nullptr, 0};
 
   const int64_t tile = kernel.max_tokens;
   const int64_t n_tiles = (n_tokens + tile - 1) / tile;
@@ -185,46 +181,90 @@ InterleavedKernels interleaved_kernels_for(Isa isa, DType type) {
   return kernels::scalar_interleaved(type);
 }
 
-// The layout is described in interleaved.h.
-void pack_interleaved(const Matrix& m, interleaved::Format f, std::byte* out) {
-  const int64_t n_blocks = m.cols / interleaved::kBlock;
-  const size_t group_size = interleaved::group_bytes(f, n_blocks);
-  const size_t row_size = *row_bytes(m.type, static_cast<uint64_t>(m.cols));
-  for (int64_t r = 0; r < m.rows; ++r) {
-    auto* group = reinterpret_cast<uint8_t*>(out) + static_cast<size_t>(r / interleaved::kRows) * group_size;
-    auto* scales = reinterpret_cast<uint16_t*>(group + interleaved::scales_offset(f, n_blocks));
-    const int lane = static_cast<int>(r % interleaved::kRows);
-    const auto* row = static_cast<const uint8_t*>(m.data) + static_cast<size_t>(r) * row_size;
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      uint8_t* levels = group + b * f.levels_bytes + 4 * lane;
-      if (m.type == DType::Q4_0) {
-        const auto& block = reinterpret_cast<const BlockQ4_0*>(row)[b];
-        scales[b * interleaved::kRows + lane] = block.d;
-        for (int chunk = 0; chunk < 4; ++chunk) std::memcpy(levels + 64 * chunk, block.qs + 4 * chunk, 4);
-      } else {
-        const auto& block = reinterpret_cast<const BlockQ8_0*>(row)[b];
-        scales[b * interleaved::kRows + lane] = block.d;
-        for (int i = 0; i < kQK; ++i) levels[i / 4 * 64 + i % 4] = static_cast<uint8_t>(block.qs[i]) ^ 0x80;
-      }
+// Block b of one row into lane `lane` of its group; the layout is described in
+// interleaved.h.
+void pack_block32(DType type, const uint8_t* row, int64_t b, int lane, interleaved::Format f, uint8_t* levels,
+                  uint8_t* meta) {
+  auto* d = reinterpret_cast<uint16_t*>(meta);
+  if (type == DType::Q4_0) {
+    const auto& block = reinterpret_cast<const BlockQ4_0*>(row)[b];
+    d[lane] = block.d;
+    for (int chunk = 0; chunk < 4; ++chunk) std::memcpy(levels + 64 * chunk + 4 * lane, block.qs + 4 * chunk, 4);
+  } else {
+    const auto& block = reinterpret_cast<const BlockQ8_0*>(row)[b];
+    d[lane] = block.d;
+    for (int i = 0; i < kQK; ++i) levels[i / 4 * 64 + 4 * lane + i % 4] = static_cast<uint8_t>(block.qs[i] + f.offset);
+  }
+}
+
+void pack_k_block(DType type, const uint8_t* row, int64_t b, int lane, interleaved::Format f, uint8_t* levels,
+                  uint8_t* meta) {
+  const uint32_t block_bytes = info(type).block_bytes;
+  const uint8_t* source = row + static_cast<size_t>(b) * block_bytes;
+  UnpackedBlock w;
+  unpack_block(type, source, w);
+  auto* d = reinterpret_cast<uint16_t*>(meta);
+  if (f.has_min) {
+    // Q4_K and Q5_K begin with d and dmin.
+    const auto& block = *reinterpret_cast<const BlockQ4_K*>(source);
+    d[lane] = block.d;
+    d[interleaved::kRows + lane] = block.dmin;
+    for (int s = 0; s < 8; ++s) {
+      meta[interleaved::kMetaScales45 + interleaved::kRows * s + lane] = static_cast<uint8_t>(w.scale[s]);
+      meta[interleaved::kMetaMins + 2 * interleaved::kRows * (s / 2) + 2 * lane + s % 2] = w.min[s];
+    }
+  } else {
+    d[lane] = reinterpret_cast<const BlockQ6_K*>(source)->d;
+    for (int j = 0; j < 16; ++j) {
+      meta[interleaved::kMetaScales6 + interleaved::kRows * j + lane] = static_cast<uint8_t>(w.scale[j]);
+    }
+  }
+  const int planes_per_chunk = f.high_bits == 0 ? 0 : 4 / f.high_bits;
+  for (int i = 0; i < kQK_K; ++i) {
+    const int u = w.q[i] + f.offset;
+    const int s = i / 32, half = i % 32 / 16, m = i % 16 / 4, k = i % 4;
+    levels[64 * (4 * s + m) + 4 * lane + k] |= static_cast<uint8_t>((u & 0x0F) << (4 * half));
+    if (f.high_bits != 0) {
+      const int plane = s * f.high_bits + m / planes_per_chunk;
+      const int bit = 2 * f.high_bits * (m % planes_per_chunk) + f.high_bits * half;
+      levels[2048 + 64 * plane + 4 * lane + k] |= static_cast<uint8_t>((u >> 4) << bit);
     }
   }
 }
 
+// Into zeroed memory: the K-quant packer ORs bit fields together.
+void pack_interleaved(const Matrix& m, interleaved::Format f, std::byte* out) {
+  const int64_t n_blocks = m.cols / f.block;
+  const size_t group_size = interleaved::group_bytes(f, n_blocks);
+  const size_t row_size = *row_bytes(m.type, static_cast<uint64_t>(m.cols));
+  for (int64_t r = 0; r < m.rows; ++r) {
+    auto* group = reinterpret_cast<uint8_t*>(out) + static_cast<size_t>(r / interleaved::kRows) * group_size;
+    uint8_t* meta = group + interleaved::meta_offset(f, n_blocks);
+    const int lane = static_cast<int>(r % interleaved::kRows);
+    const auto* row = static_cast<const uint8_t*>(m.data) + static_cast<size_t>(r) * row_size;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const auto pack = f.block == kQK ? pack_block32 : pack_k_block;
+      pack(m.type, row, b, lane, f, group + b * f.levels_bytes, meta + b * f.meta_bytes);
+    }
+  }
+}
+
+template <class Activation>
 void interleaved_matmul(const PreparedMatrix& prepared, const float* x, int64_t n_tokens, float* y,
                         ThreadPool& pool) {
   const Matrix& w = prepared.source();
   const interleaved::Format format = interleaved::format_of(w.type);
   const InterleavedKernels kernel = interleaved_kernels_for(active_isa(), w.type);
-  const int64_t n_blocks = w.cols / interleaved::kBlock;
+  const int64_t n_blocks = w.cols / format.block;
 
   // Buffers reused between calls; the lambdas below run on other threads, so they must
   // reach them through these plain pointers, not the thread_local names.
-  thread_local std::vector<InterleavedActivation> activation_buffer;
-  thread_local std::vector<const InterleavedActivation*> token_buffer;
+  thread_local std::vector<Activation> activation_buffer;
+  thread_local std::vector<const void*> token_buffer;
   activation_buffer.resize(static_cast<size_t>(n_tokens * n_blocks));
   token_buffer.resize(static_cast<size_t>(n_tokens));
-  InterleavedActivation* activations = activation_buffer.data();
-  const InterleavedActivation** token_rows = token_buffer.data();
+  Activation* activations = activation_buffer.data();
+  const void** token_rows = token_buffer.data();
   for (int64_t t = 0; t < n_tokens; ++t) token_rows[t] = activations + t * n_blocks;
   const auto quantize_rows = [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
@@ -263,7 +303,7 @@ void PreparedMatrix::FreeAligned::operator()(std::byte* p) const { std::free(p);
 PreparedMatrix::PreparedMatrix(const Matrix& source) : source_(source) {
   const auto weight_row_bytes = row_bytes(source.type, static_cast<uint64_t>(source.cols));
   const interleaved::Format format = interleaved::format_of(source.type);
-  if (format.levels_bytes == 0 && kernels::scalar_kernel(source.type).dot == nullptr) {
+  if (format.block == 0 && kernels::scalar_kernel(source.type).dot == nullptr) {
     throw std::invalid_argument("matmul: unsupported weight type " + std::string(dtype_name(source.type)));
   }
   if (source.rows < 0 || source.cols < 0 || !weight_row_bytes) {
@@ -271,10 +311,10 @@ PreparedMatrix::PreparedMatrix(const Matrix& source) : source_(source) {
                                 std::to_string(source.cols) + " " + std::string(dtype_name(source.type)) +
                                 " matrix is not a whole number of blocks per row");
   }
-  if (format.levels_bytes == 0 || source.rows == 0) return;
+  if (format.block == 0 || source.rows == 0) return;
   const int64_t n_groups = (source.rows + interleaved::kRows - 1) / interleaved::kRows;
   const size_t bytes =
-      static_cast<size_t>(n_groups) * interleaved::group_bytes(format, source.cols / interleaved::kBlock);
+      static_cast<size_t>(n_groups) * interleaved::group_bytes(format, source.cols / format.block);
   // Whole 2 MiB pages where the kernel offers them: a decode step streams every byte, and
   // fewer TLB misses measured a few percent faster. The tail keeps small pages, so that no
   // memory is held beyond the matrix.
@@ -311,7 +351,11 @@ void matmul(const PreparedMatrix& prepared, const float* x, int64_t n_tokens, fl
   const Matrix& w = prepared.source();
   if (w.rows == 0 || n_tokens == 0) return;
   if (prepared.interleaved() != nullptr) {
-    interleaved_matmul(prepared, x, n_tokens, y, pool);
+    if (interleaved::format_of(w.type).block == kQK) {
+      interleaved_matmul<InterleavedActivation>(prepared, x, n_tokens, y, pool);
+    } else {
+      interleaved_matmul<InterleavedActivation256>(prepared, x, n_tokens, y, pool);
+    }
     return;
   }
   const Kernel kernel = kernel_for(active_isa(), w.type);

@@ -8,10 +8,6 @@ __m256i dot_u8_s8(__m256i acc, __m256i u, __m256i s) {
   return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 }
 
-__m256i dot_i16(__m256i acc, __m256i a, __m256i b) {
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
-}
-
 // Tiles sized so that accumulators and weights fit the 16 ymm registers.
 constexpr int kTokenTile = 4;
 constexpr int kRowTile = 2;

@@ -10,9 +10,8 @@
 namespace strata::tensor::kernels {
 namespace {
 
-__m256i dot_u8_s8(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
-
-__m256i dot_i16(__m256i acc, __m256i a, __m256i b) { return _mm256_dpwssd_epi32(acc, a, b); }
+// For Blocks32, which Blocks32Pairs replaces in this build.
+[[maybe_unused]] __m256i dot_u8_s8(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
 
 // Tiles sized so that accumulators and weights fit the 32 vector registers.
 constexpr int kTokenTile = 4;

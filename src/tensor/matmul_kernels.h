@@ -11,19 +11,13 @@ namespace strata::tensor::kernels {
 
 // One token row of x quantized for integer dot products: qs = round(x / d), |qs| <= 127,
 // one d per block; sums[k] is the sum of qs[16k .. 16k + 15], for the weight formats
-// whose value has a min term or an offset. 32-element blocks serve the 32-element weight formats,
-// 256-element ones the K-quants.
+// whose value has a min term or an offset.
 struct ActivationBlock32 {
   float d;
   int16_t sums[2];
   int8_t qs[32];
 };
-struct ActivationBlock256 {
-  float d;
-  int16_t sums[16];
-  int8_t qs[256];
-};
-static_assert(sizeof(ActivationBlock32) == 40 && sizeof(ActivationBlock256) == 292);
+static_assert(sizeof(ActivationBlock32) == 40);
 
 // Blocks 2p and 2p + 1 of a row of ActivationBlock32, for kernels that take two blocks per
 // 512-bit vector (Kernel::paired_activations): dword lane 2i of qs holds elements
@@ -42,8 +36,8 @@ inline constexpr int kMaxRowTile = 4;
 
 // The activations of the tokens one kernel call handles.
 struct TokenTile {
-  // Per token, a row of ActivationBlock32/256 (or ActivationPair64, see Kernel) for quantized weights, of fp32 values for
-  // F32/F16/BF16.
+  // Per token, a row of ActivationBlock32 (or ActivationPair64, see Kernel) for quantized
+  // weights, of fp32 values for F32/F16/BF16.
   const void* rows[kMaxTokenTile];
   int n_tokens;  // 1 .. Kernel::max_tokens
   // For the 32-element formats, ActivationBlock32::d of every block of the tile's tokens,
@@ -74,14 +68,30 @@ struct InterleavedActivation {
 };
 static_assert(sizeof(InterleavedActivation) == 40);
 
+// The same for the K-quants' 256-element super-blocks. starts[j] = -offset * (sum of
+// qs[16j .. 16j + 15]) starts the dot of scale group j (Q6_K); sums[s] is the sum of
+// qs[32s .. 32s + 31], which the mins multiply (Q4_K, Q5_K).
+struct InterleavedActivation256 {
+  float d;
+  int32_t starts[16];
+  int16_t sums[8];
+  int8_t qs[256];
+};
+static_assert(sizeof(InterleavedActivation256) == 340);
+
 inline constexpr int kMaxInterleavedTokens = 8;
 
-// out[t * 16 + r] = dot(row r of the group, token t) for t < n_tokens <= max_tokens. Every
-// (row, token) runs the same arithmetic on every ISA, so all give the same bits: per block
-// an exact integer dot = sum (u - offset) * qs, then acc = fma(float(dot), dw * dx, acc),
-// blocks in order from acc = 0.
-using InterleavedKernel = void (*)(const uint8_t* group, int64_t n_blocks,
-                                   const InterleavedActivation* const* tokens, int n_tokens, float* out);
+// out[t * 16 + r] = dot(row r of the group, token t) for t < n_tokens <= max_tokens, where
+// tokens[t] is a row of InterleavedActivation (32-element formats) or
+// InterleavedActivation256 (K-quants). Every (row, token) runs the same arithmetic on every
+// ISA, so all give the same bits. Blocks are added in order from acc = 0:
+//   32-element formats: an exact integer dot = sum (u - offset) * qs, then
+//     acc = fma(float(dot), dw * dx, acc);
+//   K-quants: exact integers isum = sum_j scale[j] * sum_{i in j} (u - offset) * qs and
+//     msum = sum_j min[j] * sum_{i in j} qs, then acc = fma(float(isum), d * dx, acc),
+//     and for the formats with mins acc = fma(-float(msum), dmin * dx, acc).
+using InterleavedKernel = void (*)(const uint8_t* group, int64_t n_blocks, const void* const* tokens,
+                                   int n_tokens, float* out);
 
 struct InterleavedKernels {
   InterleavedKernel run = nullptr;  // nullptr for types without an interleaved layout

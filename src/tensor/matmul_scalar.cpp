@@ -1,6 +1,8 @@
 // Plain C++ kernels: the reference the SIMD kernels are tested against, and the path for
 // CPUs without AVX2.
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 
 #include "tensor/fp16.h"
 #include "tensor/interleaved.h"
@@ -10,30 +12,22 @@
 namespace strata::tensor::kernels {
 namespace {
 
-template <DType kType, class Activation>
+// The 32-element formats read in place: one scale group per block.
+template <DType kType>
 void dot_quantized(const void* weight_row, size_t, int, int64_t cols, const TokenTile& tile,
                    float* out) {
   const auto* bytes = static_cast<const uint8_t*>(weight_row);
-  constexpr int kBlock = static_cast<int>(sizeof(Activation::qs));
   const uint32_t block_bytes = info(kType).block_bytes;
   float acc[kMaxTokenTile] = {};
   UnpackedBlock w;
-  for (int64_t b = 0; b < cols / kBlock; ++b) {
+  for (int64_t b = 0; b < cols / kQK; ++b) {
     unpack_block(kType, bytes + b * block_bytes, w);
     for (int t = 0; t < tile.n_tokens; ++t) {
-      const auto& x = static_cast<const Activation*>(tile.rows[t])[b];
-      int32_t weighted = 0;
-      int32_t mins = 0;
-      for (int g = 0; g < kBlock / w.group_size; ++g) {
-        int32_t dot = 0;
-        for (int i = g * w.group_size; i < (g + 1) * w.group_size; ++i) dot += w.q[i] * x.qs[i];
-        weighted += w.scale[g] * dot;
-        for (int k = g * w.group_size / 16; k < (g + 1) * w.group_size / 16; ++k) {
-          mins += w.min[g] * x.sums[k];
-        }
-      }
-      acc[t] += (w.d * x.d) * static_cast<float>(weighted) +
-                (w.dm * x.d) * static_cast<float>(mins);
+      const auto& x = static_cast<const ActivationBlock32*>(tile.rows[t])[b];
+      int32_t dot = 0;
+      for (int i = 0; i < kQK; ++i) dot += w.q[i] * x.qs[i];
+      acc[t] += (w.d * x.d) * static_cast<float>(w.scale[0] * dot) +
+                (w.dm * x.d) * static_cast<float>(w.min[0] * (x.sums[0] + x.sums[1]));
     }
   }
   for (int t = 0; t < tile.n_tokens; ++t) out[t] = acc[t];
@@ -60,31 +54,80 @@ void dot_float(const void* weight_row, size_t, int, int64_t cols, const TokenTil
 // Element i of row r in a block of the interleaved layout, as the signed value u - offset.
 template <DType kType>
 int interleaved_value(const uint8_t* block, int r, int i) {
-  if constexpr (kType == DType::Q4_0) {
-    const uint8_t packed = block[(i % 16) / 4 * 64 + 4 * r + i % 4];
-    return (i < 16 ? packed & 0x0F : packed >> 4) - 8;
+  constexpr interleaved::Format kFormat = interleaved::format_of(kType);
+  if constexpr (kType == DType::Q8_0) {
+    return block[i / 4 * 64 + 4 * r + i % 4] - kFormat.offset;
   } else {
-    static_assert(kType == DType::Q8_0);
-    return block[i / 4 * 64 + 4 * r + i % 4] - 128;
+    // A nibble as in a Q4_0 block of 32, sub-block s of a K-quant's 256.
+    const int s = i / 32, half = i % 32 / 16, m = i % 16 / 4, k = i % 4;
+    int u = (block[64 * (4 * s + m) + 4 * r + k] >> (4 * half)) & 0x0F;
+    if constexpr (kFormat.high_bits != 0) {
+      constexpr int kPlanesPerChunk = 4 / kFormat.high_bits;
+      const uint8_t plane = block[2048 + 64 * (s * kFormat.high_bits + m / kPlanesPerChunk) + 4 * r + k];
+      const int bit = 2 * kFormat.high_bits * (m % kPlanesPerChunk) + kFormat.high_bits * half;
+      u |= ((plane >> bit) & ((1 << kFormat.high_bits) - 1)) << 4;
+    }
+    return u - kFormat.offset;
   }
 }
 
-// Sums (u - offset) * qs directly, without the activation's start: an independent check of
-// the start the SIMD kernels rely on.
+float half_at(const uint8_t* meta, int index) {
+  uint16_t h;
+  std::memcpy(&h, meta + 2 * index, sizeof h);
+  return fp16_to_fp32(h);
+}
+
+// Sums the values times qs directly, without the activation's starts and sums: an
+// independent check of those the SIMD kernels rely on.
 template <DType kType>
-void interleaved_dot(const uint8_t* group, int64_t n_blocks, const InterleavedActivation* const* tokens,
-                     int n_tokens, float* out) {
+float interleaved_block(const uint8_t* block, const uint8_t* meta, int r, const InterleavedActivation& x,
+                        float acc) {
+  int32_t dot = 0;
+  for (int i = 0; i < kQK; ++i) dot += interleaved_value<kType>(block, r, i) * x.qs[i];
+  return std::fma(static_cast<float>(dot), half_at(meta, r) * x.d, acc);
+}
+
+template <DType kType>
+float interleaved_block(const uint8_t* block, const uint8_t* meta, int r, const InterleavedActivation256& x,
+                        float acc) {
   constexpr interleaved::Format kFormat = interleaved::format_of(kType);
-  const auto* scales = reinterpret_cast<const uint16_t*>(group + interleaved::scales_offset(kFormat, n_blocks));
+  const auto scale = [&](int j) -> int {
+    if constexpr (kFormat.has_min) return meta[interleaved::kMetaScales45 + interleaved::kRows * j + r];
+    return static_cast<int8_t>(meta[interleaved::kMetaScales6 + interleaved::kRows * j + r]);
+  };
+  int32_t isum = 0;
+  int32_t msum = 0;
+  for (int j = 0; j < kQK_K / kFormat.group; ++j) {
+    int32_t dot = 0;
+    int32_t x_sum = 0;
+    for (int i = j * kFormat.group; i < (j + 1) * kFormat.group; ++i) {
+      dot += interleaved_value<kType>(block, r, i) * x.qs[i];
+      x_sum += x.qs[i];
+    }
+    isum += scale(j) * dot;
+    if constexpr (kFormat.has_min) {
+      msum += meta[interleaved::kMetaMins + 2 * interleaved::kRows * (j / 2) + 2 * r + j % 2] * x_sum;
+    }
+  }
+  acc = std::fma(static_cast<float>(isum), half_at(meta, r) * x.d, acc);
+  if constexpr (kFormat.has_min) {
+    acc = std::fma(-static_cast<float>(msum), half_at(meta + interleaved::kMetaDmin, r) * x.d, acc);
+  }
+  return acc;
+}
+
+template <DType kType>
+void interleaved_dot(const uint8_t* group, int64_t n_blocks, const void* const* tokens, int n_tokens,
+                     float* out) {
+  constexpr interleaved::Format kFormat = interleaved::format_of(kType);
+  using Activation = std::conditional_t<kFormat.block == kQK, InterleavedActivation, InterleavedActivation256>;
+  const uint8_t* meta = group + interleaved::meta_offset(kFormat, n_blocks);
   for (int t = 0; t < n_tokens; ++t) {
     for (int r = 0; r < interleaved::kRows; ++r) {
       float acc = 0.0f;
       for (int64_t b = 0; b < n_blocks; ++b) {
-        const uint8_t* block = group + b * kFormat.levels_bytes;
-        const InterleavedActivation& x = tokens[t][b];
-        int32_t dot = 0;
-        for (int i = 0; i < interleaved::kBlock; ++i) dot += interleaved_value<kType>(block, r, i) * x.qs[i];
-        acc = std::fma(static_cast<float>(dot), fp16_to_fp32(scales[b * interleaved::kRows + r]) * x.d, acc);
+        acc = interleaved_block<kType>(group + b * kFormat.levels_bytes, meta + b * kFormat.meta_bytes, r,
+                                       static_cast<const Activation*>(tokens[t])[b], acc);
       }
       out[t * interleaved::kRows + r] = acc;
     }
@@ -97,6 +140,9 @@ InterleavedKernels scalar_interleaved(DType type) {
   switch (type) {
     case DType::Q4_0: return {interleaved_dot<DType::Q4_0>, 1};
     case DType::Q8_0: return {interleaved_dot<DType::Q8_0>, 1};
+    case DType::Q4_K: return {interleaved_dot<DType::Q4_K>, 1};
+    case DType::Q5_K: return {interleaved_dot<DType::Q5_K>, 1};
+    case DType::Q6_K: return {interleaved_dot<DType::Q6_K>, 1};
     default: return {};
   }
 }
@@ -108,12 +154,9 @@ Kernel scalar_kernel(DType type) {
     case DType::F32: return make(dot_float<DType::F32>);
     case DType::F16: return make(dot_float<DType::F16>);
     case DType::BF16: return make(dot_float<DType::BF16>);
-    case DType::Q4_1: return make(dot_quantized<DType::Q4_1, ActivationBlock32>);
-    case DType::Q5_0: return make(dot_quantized<DType::Q5_0, ActivationBlock32>);
-    case DType::Q5_1: return make(dot_quantized<DType::Q5_1, ActivationBlock32>);
-    case DType::Q4_K: return make(dot_quantized<DType::Q4_K, ActivationBlock256>);
-    case DType::Q5_K: return make(dot_quantized<DType::Q5_K, ActivationBlock256>);
-    case DType::Q6_K: return make(dot_quantized<DType::Q6_K, ActivationBlock256>);
+    case DType::Q4_1: return make(dot_quantized<DType::Q4_1>);
+    case DType::Q5_0: return make(dot_quantized<DType::Q5_0>);
+    case DType::Q5_1: return make(dot_quantized<DType::Q5_1>);
     default: return {};
   }
 }

@@ -177,21 +177,53 @@ TEST_P(MatmulTypeTest, ResultsAreBitIdenticalAcrossBatchingAndThreads) {
   }
 }
 
+// Puts the extremes the kernels' integer paths must hold exactly into the first block of
+// rows 0 and 1: the largest levels, scales and mins, and for the signed formats the most
+// negative level and scale.
+void set_extreme_blocks(TestMatrix& m) {
+  const size_t row_size = *row_bytes(m.type, static_cast<uint64_t>(m.cols));
+  uint8_t* row0 = m.bytes.data();
+  uint8_t* row1 = row0 + row_size;
+  switch (m.type) {
+    case DType::Q8_0:
+      reinterpret_cast<BlockQ8_0*>(row0)->qs[0] = -128;
+      reinterpret_cast<BlockQ8_0*>(row0)->qs[5] = 127;
+      break;
+    case DType::Q4_K: case DType::Q5_K: {
+      // Q5_K is Q4_K's d, dmin, scales with qh before qs: all ones everywhere but d, dmin
+      // makes every scale and min 63 and every level 15 or 31.
+      std::memset(row0 + 4, 0xFF, info(m.type).block_bytes - 4);
+      break;
+    }
+    case DType::Q6_K: {
+      auto* lowest = reinterpret_cast<BlockQ6_K*>(row0);
+      std::memset(lowest->ql, 0, sizeof lowest->ql);
+      std::memset(lowest->qh, 0, sizeof lowest->qh);
+      std::memset(lowest->scales, 0x80, sizeof lowest->scales);  // -128
+      auto* highest = reinterpret_cast<BlockQ6_K*>(row1);
+      std::memset(highest->ql, 0xFF, sizeof highest->ql);
+      std::memset(highest->qh, 0xFF, sizeof highest->qh);
+      std::memset(highest->scales, 127, sizeof highest->scales);
+      break;
+    }
+    default: break;
+  }
+}
+
 // The interleaved layout promises more than one ISA's determinism: all ISAs agree bit for
 // bit, which lets nodes with different CPUs share a model of these types.
 TEST(Matmul, InterleavedTypesGiveTheSameBitsOnEveryIsa) {
   ThreadPool pool(2);
-  for (DType type : {DType::Q4_0, DType::Q8_0}) {
+  for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     SCOPED_TRACE(dtype_name(type));
-    TestMatrix m = make_matrix(type, 37, 480, 11);  // a partial last group of 16 rows
-    if (type == DType::Q8_0) {
-      // -128 and 127, the extremes the kernels' integer paths must hold exactly.
-      auto* block = reinterpret_cast<BlockQ8_0*>(m.bytes.data());
-      block[0].qs[0] = -128;
-      block[0].qs[5] = 127;
-    }
+    const int64_t cols = activation_block(type) == 32 ? 480 : 768;
+    TestMatrix m = make_matrix(type, 37, cols, 11);  // a partial last group of 16 rows
+    set_extreme_blocks(m);
     const int64_t n_tokens = 11;
-    const std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * m.cols), 12, 3.0f);
+    std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * m.cols), 12, 3.0f);
+    // Activations quantized to +127 and -127 throughout the first block of tokens 0 and 1.
+    std::fill_n(x.begin(), activation_block(type), 3.0f);
+    std::fill_n(x.begin() + cols, activation_block(type), -3.0f);
     std::vector<float> scalar;
     for (Isa isa : available_isas()) {
       IsaScope scope(isa);
