@@ -223,11 +223,11 @@ void pack_k_block(DType type, const uint8_t* row, int64_t b, int lane, interleav
   for (int i = 0; i < kQK_K; ++i) {
     const int u = w.q[i] + f.offset;
     const int s = i / 32, half = i % 32 / 16, m = i % 16 / 4, k = i % 4;
-    levels[64 * (4 * s + m) + 4 * lane + k] |= static_cast<uint8_t>((u & 0x0F) << (4 * half));
+    uint8_t* sub_block = levels + interleaved::sub_block_bytes(f) * s;
+    sub_block[64 * m + 4 * lane + k] |= static_cast<uint8_t>((u & 0x0F) << (4 * half));
     if (f.high_bits != 0) {
-      const int plane = s * f.high_bits + m / planes_per_chunk;
       const int bit = 2 * f.high_bits * (m % planes_per_chunk) + f.high_bits * half;
-      levels[2048 + 64 * plane + 4 * lane + k] |= static_cast<uint8_t>((u >> 4) << bit);
+      sub_block[256 + 64 * (m / planes_per_chunk) + 4 * lane + k] |= static_cast<uint8_t>((u >> 4) << bit);
     }
   }
 }
@@ -239,12 +239,11 @@ void pack_interleaved(const Matrix& m, interleaved::Format f, std::byte* out) {
   const size_t row_size = *row_bytes(m.type, static_cast<uint64_t>(m.cols));
   for (int64_t r = 0; r < m.rows; ++r) {
     auto* group = reinterpret_cast<uint8_t*>(out) + static_cast<size_t>(r / interleaved::kRows) * group_size;
-    uint8_t* meta = group + interleaved::meta_offset(f, n_blocks);
     const int lane = static_cast<int>(r % interleaved::kRows);
     const auto* row = static_cast<const uint8_t*>(m.data) + static_cast<size_t>(r) * row_size;
     for (int64_t b = 0; b < n_blocks; ++b) {
       const auto pack = f.block == kQK ? pack_block32 : pack_k_block;
-      pack(m.type, row, b, lane, f, group + b * f.levels_bytes, meta + b * f.meta_bytes);
+      pack(m.type, row, b, lane, f, interleaved::levels_at(f, group, b), interleaved::meta_at(f, group, b));
     }
   }
 }

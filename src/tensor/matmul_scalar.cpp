@@ -60,10 +60,11 @@ int interleaved_value(const uint8_t* block, int r, int i) {
   } else {
     // A nibble as in a Q4_0 block of 32, sub-block s of a K-quant's 256.
     const int s = i / 32, half = i % 32 / 16, m = i % 16 / 4, k = i % 4;
-    int u = (block[64 * (4 * s + m) + 4 * r + k] >> (4 * half)) & 0x0F;
+    const uint8_t* sub_block = block + interleaved::sub_block_bytes(kFormat) * s;
+    int u = (sub_block[64 * m + 4 * r + k] >> (4 * half)) & 0x0F;
     if constexpr (kFormat.high_bits != 0) {
       constexpr int kPlanesPerChunk = 4 / kFormat.high_bits;
-      const uint8_t plane = block[2048 + 64 * (s * kFormat.high_bits + m / kPlanesPerChunk) + 4 * r + k];
+      const uint8_t plane = sub_block[256 + 64 * (m / kPlanesPerChunk) + 4 * r + k];
       const int bit = 2 * kFormat.high_bits * (m % kPlanesPerChunk) + kFormat.high_bits * half;
       u |= ((plane >> bit) & ((1 << kFormat.high_bits) - 1)) << 4;
     }
@@ -121,12 +122,11 @@ void interleaved_dot(const uint8_t* group, int64_t n_blocks, const void* const* 
                      float* out) {
   constexpr interleaved::Format kFormat = interleaved::format_of(kType);
   using Activation = std::conditional_t<kFormat.block == kQK, InterleavedActivation, InterleavedActivation256>;
-  const uint8_t* meta = group + interleaved::meta_offset(kFormat, n_blocks);
   for (int t = 0; t < n_tokens; ++t) {
     for (int r = 0; r < interleaved::kRows; ++r) {
       float acc = 0.0f;
       for (int64_t b = 0; b < n_blocks; ++b) {
-        acc = interleaved_block<kType>(group + b * kFormat.levels_bytes, meta + b * kFormat.meta_bytes, r,
+        acc = interleaved_block<kType>(interleaved::levels_at(kFormat, group, b), interleaved::meta_at(kFormat, group, b), r,
                                        static_cast<const Activation*>(tokens[t])[b], acc);
       }
       out[t * interleaved::kRows + r] = acc;
