@@ -10,6 +10,7 @@
 #include "model/model.h"
 #include "model/synthetic.h"
 #include "reference/reference.h"
+#include "tensor/matmul.h"
 
 namespace strata::model {
 namespace {
@@ -233,6 +234,32 @@ TEST_P(BitExact, LogitsAloneEqualLogitsInABatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, BitExact, ::testing::Values("dreams", "Q4_0", "Q8_0", "Q4_K_M", "F16"));
+
+// With the interleaved weight types every kernel path computes the same bits, and the
+// rest of the forward pass does too, so nodes with different CPUs can share such a model.
+TEST(BitExactAcrossIsas, InterleavedTypesGiveTheSameLogitsOnEveryIsa) {
+  using tensor::Isa;
+  std::vector<Isa> isas{Isa::Scalar};
+  if (tensor::detected_isa() >= Isa::Avx2) isas.push_back(Isa::Avx2);
+  if (tensor::detected_isa() >= Isa::Avx512) isas.push_back(Isa::Avx512);
+  for (const char* type : {"Q4_0", "Q8_0", "Q4_K_M", "Q5_K_M"}) {
+    SCOPED_TRACE(type);
+    auto model = Model::load(open_model(synthetic_model("demo", type)));
+    const auto tokens = sample_tokens(7, model->config().vocab_size);
+    std::vector<float> scalar;
+    for (Isa isa : isas) {
+      tensor::force_isa(isa);
+      const auto logits = engine_logits(*model, tokens, 2);
+      tensor::force_isa(tensor::detected_isa());
+      if (isa == Isa::Scalar) {
+        scalar = logits;
+      } else {
+        ASSERT_EQ(logits.size(), scalar.size());
+        EXPECT_EQ(std::memcmp(logits.data(), scalar.data(), logits.size() * sizeof(float)), 0) << tensor::isa_name(isa);
+      }
+    }
+  }
+}
 
 TEST(ModelErrors, RejectsBadRangesTokensAndOverflow) {
   auto f = open_model(kDreams);
