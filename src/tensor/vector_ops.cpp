@@ -58,7 +58,11 @@ void for_each_block(int64_t n, Op op) {
 
 namespace {
 
-float dot(const float* a, const float* b, int64_t n) {
+// Inlined into each clone: a 32-byte vector crosses a call differently with and without AVX.
+
+// The lanes of a dot product before they are summed: sum over 16-element steps in two
+// vectors, then 8-element steps into the first; elements past the last 8 go to `tail`.
+[[gnu::always_inline]] inline f32x8 dot_lanes(const float* a, const float* b, int64_t n, float& tail) {
   f32x8 sum0{}, sum1{};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -66,17 +70,61 @@ float dot(const float* a, const float* b, int64_t n) {
     sum1 += load(a + i + 8) * load(b + i + 8);
   }
   for (; i + 8 <= n; i += 8) sum0 += load(a + i) * load(b + i);
-  float tail = 0.0f;
+  tail = 0.0f;
   for (; i < n; ++i) tail += a[i] * b[i];
-  const f32x8 s = sum0 + sum1;
+  return sum0 + sum1;
+}
+
+// Every dot product ends with ((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7)) + tail.
+[[gnu::always_inline]] inline float sum_lanes(f32x8 s, float tail) {
   return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])) + tail;
+}
+
+// sum_lanes of eight vectors at once, lane j of the result for s[j]: the same additions in
+// the same order, done across vectors instead of within one.
+[[gnu::always_inline]] inline f32x8 sum_lanes8(const f32x8 (&s)[8], f32x8 tails) {
+  using Index = i32x8;
+  // halves[k] = [lanes 0..3 + lanes 4..7 of s[2k] | the same of s[2k + 1]]
+  f32x8 halves[4];
+  for (int k = 0; k < 4; ++k) {
+    halves[k] = __builtin_shuffle(s[2 * k], s[2 * k + 1], Index{0, 1, 2, 3, 8, 9, 10, 11}) +
+                __builtin_shuffle(s[2 * k], s[2 * k + 1], Index{4, 5, 6, 7, 12, 13, 14, 15});
+  }
+  // Adjacent lanes of those: per vector, (h0 + h1) then (h2 + h3), in the vector order
+  // s[4k], s[4k + 2], s[4k + 1], s[4k + 3].
+  f32x8 pairs[2];
+  for (int k = 0; k < 2; ++k) {
+    pairs[k] = __builtin_shuffle(halves[2 * k], halves[2 * k + 1], Index{0, 2, 8, 10, 4, 6, 12, 14}) +
+               __builtin_shuffle(halves[2 * k], halves[2 * k + 1], Index{1, 3, 9, 11, 5, 7, 13, 15});
+  }
+  // The last addition, then back into the order of s.
+  const f32x8 sums = __builtin_shuffle(pairs[0], pairs[1], Index{0, 2, 4, 6, 8, 10, 12, 14}) +
+                     __builtin_shuffle(pairs[0], pairs[1], Index{1, 3, 5, 7, 9, 11, 13, 15});
+  return __builtin_shuffle(sums, Index{0, 2, 1, 3, 4, 6, 5, 7}) + tails;
 }
 
 }  // namespace
 
+// Rows go eight at a time, whose lanes are summed across vectors, then one by one; either
+// way each result is the same sequence of additions.
 STRATA_VECTOR_CLONES void dot_rows(const float* x, const float* rows, int64_t row_stride,
                                    int64_t row_count, int64_t n, float* out) {
-  for (int64_t r = 0; r < row_count; ++r) out[r] = dot(x, rows + r * row_stride, n);
+  int64_t r = 0;
+  for (; r + 8 <= row_count; r += 8) {
+    f32x8 lanes[8];
+    f32x8 tails;
+    for (int j = 0; j < 8; ++j) {
+      float tail;
+      lanes[j] = dot_lanes(x, rows + (r + j) * row_stride, n, tail);
+      tails[j] = tail;
+    }
+    store(out + r, sum_lanes8(lanes, tails));
+  }
+  for (; r < row_count; ++r) {
+    float tail;
+    const f32x8 lanes = dot_lanes(x, rows + r * row_stride, n, tail);
+    out[r] = sum_lanes(lanes, tail);
+  }
 }
 
 STRATA_VECTOR_CLONES void add_scaled_rows(const float* alphas, const float* rows, int64_t row_stride,
