@@ -46,13 +46,19 @@ std::atomic<Isa>& active() {
   return isa;
 }
 
-Kernel kernel_for(Isa isa, DType type) {
+// Each ISA's kernels for the row layout and the interleaved one.
+struct KernelTable {
+  Kernel (*rows)(DType);
+  InterleavedKernels (*interleaved)(DType);
+};
+
+KernelTable kernels_for(Isa isa) {
   switch (isa) {
-    case Isa::Avx512: return kernels::avx512_kernel(type);
-    case Isa::Avx2: return kernels::avx2_kernel(type);
+    case Isa::Avx512: return {kernels::avx512_kernel, kernels::avx512_interleaved};
+    case Isa::Avx2: return {kernels::avx2_kernel, kernels::avx2_interleaved};
     case Isa::Scalar: break;
   }
-  return kernels::scalar_kernel(type);
+  return {kernels::scalar_kernel, kernels::scalar_interleaved};
 }
 
 // false for weights whose activations stay fp32.
@@ -172,15 +178,6 @@ PreparedActivations prepare_activations(const Matrix& w, const Kernel& kernel, c
   return {base, row_stride, scales.data(), tile_stride};
 }
 
-InterleavedKernels interleaved_kernels_for(Isa isa, DType type) {
-  switch (isa) {
-    case Isa::Avx512: return kernels::avx512_interleaved(type);
-    case Isa::Avx2: return kernels::avx2_interleaved(type);
-    case Isa::Scalar: break;
-  }
-  return kernels::scalar_interleaved(type);
-}
-
 // Block b of one row into lane `lane` of its group; the layout is described in
 // interleaved.h.
 void pack_block32(DType type, const uint8_t* row, int64_t b, int lane, interleaved::Format f, uint8_t* levels,
@@ -253,7 +250,7 @@ void interleaved_matmul(const PreparedMatrix& prepared, const float* x, int64_t 
                         ThreadPool& pool) {
   const Matrix& w = prepared.source();
   const interleaved::Format format = interleaved::format_of(w.type);
-  const InterleavedKernels kernel = interleaved_kernels_for(active_isa(), w.type);
+  const InterleavedKernels kernel = kernels_for(active_isa()).interleaved(w.type);
   const int64_t n_blocks = w.cols / format.block;
 
   // Buffers reused between calls; the lambdas below run on other threads, so they must
@@ -357,7 +354,7 @@ void matmul(const PreparedMatrix& prepared, const float* x, int64_t n_tokens, fl
     }
     return;
   }
-  const Kernel kernel = kernel_for(active_isa(), w.type);
+  const Kernel kernel = kernels_for(active_isa()).rows(w.type);
   const auto weight_row_bytes = row_bytes(w.type, static_cast<uint64_t>(w.cols));
 
   const PreparedActivations activations = prepare_activations(w, kernel, x, n_tokens, pool);
