@@ -270,15 +270,7 @@ void Model::attention(int layer_index, tensor::ThreadPool& pool) {
       const float* keys = kv.keys(layer_index, 0) + kv_offset;
       const float* values = kv.values(layer_index, 0) + kv_offset;
       tensor::dot_rows(q, keys, c.kv_dim(), static_cast<int64_t>(span), head_dim, weights.data());
-      float max_score = -INFINITY;
-      for (float& w : weights) {
-        w *= scale;
-        max_score = std::max(max_score, w);
-      }
-      for (float& w : weights) w -= max_score;
-      tensor::exp_in_place(weights.data(), static_cast<int64_t>(span));
-      float total = 0.0f;
-      for (float w : weights) total += w;
+      const float total = tensor::softmax_numerators(weights.data(), static_cast<int64_t>(span), scale);
       float* out = attn_out_.data() + (row * heads + static_cast<size_t>(h)) * head_dim;
       std::fill(out, out + head_dim, 0.0f);
       tensor::add_scaled_rows(weights.data(), values, c.kv_dim(), static_cast<int64_t>(span), head_dim, out);

@@ -1,6 +1,7 @@
 #include "tensor/vector_ops.h"
 
 #include <bit>
+#include <cmath>
 #include <cstring>
 
 namespace strata::tensor {
@@ -21,7 +22,7 @@ void store(float* p, f32x8 v) { std::memcpy(p, &v, sizeof v); }
 
 f32x8 splat(float x) { return f32x8{} + x; }
 
-f32x8 exp8(f32x8 x) {
+[[gnu::always_inline]] inline f32x8 exp8(f32x8 x) {
   x = x < splat(-87.0f) ? splat(-87.0f) : x;
   x = x > splat(88.0f) ? splat(88.0f) : x;
   // x = k ln2 + r with |r| <= ln2/2; k rounded to nearest by the 1.5 * 2^23 trick.
@@ -127,24 +128,59 @@ STRATA_VECTOR_CLONES void dot_rows(const float* x, const float* rows, int64_t ro
   }
 }
 
+// y stays in registers, 32 floats at a time, while every row passes; each element still
+// adds the rows' terms in row order.
 STRATA_VECTOR_CLONES void add_scaled_rows(const float* alphas, const float* rows, int64_t row_stride,
                                           int64_t row_count, int64_t n, float* y) {
-  for (int64_t r = 0; r < row_count; ++r) {
-    const float* x = rows + r * row_stride;
-    const f32x8 a = splat(alphas[r]);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) store(y + i, load(y + i) + a * load(x + i));
-    for (; i < n; ++i) y[i] += alphas[r] * x[i];
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    f32x8 sum0 = load(y + i), sum1 = load(y + i + 8), sum2 = load(y + i + 16), sum3 = load(y + i + 24);
+    for (int64_t r = 0; r < row_count; ++r) {
+      const float* x = rows + r * row_stride + i;
+      const f32x8 a = splat(alphas[r]);
+      sum0 += a * load(x);
+      sum1 += a * load(x + 8);
+      sum2 += a * load(x + 16);
+      sum3 += a * load(x + 24);
+    }
+    store(y + i, sum0);
+    store(y + i + 8, sum1);
+    store(y + i + 16, sum2);
+    store(y + i + 24, sum3);
+  }
+  for (; i + 8 <= n; i += 8) {
+    f32x8 sum = load(y + i);
+    for (int64_t r = 0; r < row_count; ++r) sum += splat(alphas[r]) * load(rows + r * row_stride + i);
+    store(y + i, sum);
+  }
+  for (; i < n; ++i) {
+    for (int64_t r = 0; r < row_count; ++r) y[i] += alphas[r] * rows[r * row_stride + i];
   }
 }
 
-STRATA_VECTOR_CLONES void exp_in_place(float* x, int64_t n) {
+STRATA_VECTOR_CLONES float softmax_numerators(float* x, int64_t n, float scale) {
+  if (n <= 0) return 0.0f;
+  float max = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] *= scale;
+    max = x[i] > max ? x[i] : max;
+  }
+  f32x8 sum{};
+  float tail = 0.0f;
   for_each_block(n, [&](int64_t i, int64_t count) {
+    if (count == 8) {
+      const f32x8 e = exp8(load(x + i) - splat(max));
+      store(x + i, e);
+      sum += e;
+      return;
+    }
     float lanes[8] = {};
     std::memcpy(lanes, x + i, static_cast<size_t>(count) * sizeof(float));
-    const f32x8 e = exp8(load(lanes));
+    const f32x8 e = exp8(load(lanes) - splat(max));
     std::memcpy(x + i, &e, static_cast<size_t>(count) * sizeof(float));
+    for (int64_t k = 0; k < count; ++k) tail += e[k];
   });
+  return sum_lanes(sum, tail);
 }
 
 STRATA_VECTOR_CLONES void silu_times(float* gate, const float* up, int64_t n) {

@@ -14,8 +14,10 @@ void dot_rows(const float* x, const float* rows, int64_t row_stride, int64_t row
 // y[i] += alphas[r] * rows[r * row_stride + i], row after row (attention: weighted values).
 void add_scaled_rows(const float* alphas, const float* rows, int64_t row_stride, int64_t row_count,
                      int64_t n, float* y);
-// x[i] = exp(x[i]); within 3e-7 relative on [-87, 88], clamped outside.
-void exp_in_place(float* x, int64_t n);
+// The numerators of softmax(scale * x): x[i] = exp(scale * x[i] - max_j scale * x[j]),
+// within 3e-7 relative (the exponent is clamped to -87). Returns their sum, added in 8
+// fixed lanes (attention: scores in, unnormalized weights and their total out).
+float softmax_numerators(float* x, int64_t n, float scale);
 // gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)).
 void silu_times(float* gate, const float* up, int64_t n);
 

@@ -53,24 +53,31 @@ TEST(VectorOps, DotRowsDoNotDependOnAlignmentOrNeighbours) {
   }
 }
 
-TEST(VectorOps, ExpIsWithinAFewUlps) {
+// With the largest input at 0 the numerators are exp of the scaled inputs themselves, so
+// this checks the exponential on the whole range attention uses, (-87, 0].
+TEST(VectorOps, SoftmaxNumeratorsAreExpWithinAFewUlps) {
   std::vector<float> x;
-  for (float v = -87.0f; v <= 88.0f; v += 0.0137f) x.push_back(v);
+  for (float v = -87.0f; v <= 0.0f; v += 0.0137f) x.push_back(v * 2.0f);  // halved by the scale
   x.push_back(0.0f);
+  x.push_back(-3.0f);  // a ragged tail after the zero
   std::vector<float> y = x;
-  exp_in_place(y.data(), static_cast<int64_t>(y.size()));
-  double worst = 0.0;
+  const float total = softmax_numerators(y.data(), static_cast<int64_t>(y.size()), 0.5f);
+  double worst = 0.0, expected_total = 0.0;
   for (size_t i = 0; i < x.size(); ++i) {
-    const double expected = std::exp(static_cast<double>(x[i]));
+    const double expected = std::exp(0.5 * static_cast<double>(x[i]));
     worst = std::max(worst, std::abs(y[i] - expected) / expected);
+    expected_total += expected;
   }
   EXPECT_LT(worst, 3.0e-7) << "about 2.5 float ulps";
-  EXPECT_EQ(y.back(), 1.0f);
-  std::vector<float> extremes{-1000.0f, 1000.0f, -INFINITY};
-  exp_in_place(extremes.data(), 3);
-  EXPECT_LT(extremes[0], 1e-37f);
-  EXPECT_TRUE(std::isfinite(extremes[1]));
+  EXPECT_EQ(y[y.size() - 2], 1.0f);
+  EXPECT_NEAR(total, expected_total, 1e-6 * expected_total);
+
+  std::vector<float> extremes{2.0f, -1000.0f, -INFINITY};
+  EXPECT_NEAR(softmax_numerators(extremes.data(), 3, 1.0f), 1.0f, 1e-6f);
+  EXPECT_EQ(extremes[0], 1.0f);
+  EXPECT_LT(extremes[1], 1e-37f);
   EXPECT_GE(extremes[2], 0.0f);
+  EXPECT_EQ(softmax_numerators(extremes.data(), 0, 1.0f), 0.0f);
 }
 
 TEST(VectorOps, SiluTimesAndAddScaledRows) {
