@@ -158,28 +158,38 @@ STRATA_VECTOR_CLONES void add_scaled_rows(const float* alphas, const float* rows
   }
 }
 
+// Loops written out rather than through for_each_block: a lambda's body would be compiled
+// once, for the baseline, and called from both clones.
 STRATA_VECTOR_CLONES float softmax_numerators(float* x, int64_t n, float scale) {
   if (n <= 0) return 0.0f;
+  const int64_t full = n / 8 * 8;
+  f32x8 lane_max = splat(-INFINITY);
+  for (int64_t i = 0; i < full; i += 8) {
+    const f32x8 v = load(x + i) * splat(scale);
+    store(x + i, v);
+    lane_max = v > lane_max ? v : lane_max;
+  }
   float max = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) {
+  for (int k = 0; k < 8; ++k) max = lane_max[k] > max ? lane_max[k] : max;
+  for (int64_t i = full; i < n; ++i) {
     x[i] *= scale;
     max = x[i] > max ? x[i] : max;
   }
   f32x8 sum{};
+  for (int64_t i = 0; i < full; i += 8) {
+    const f32x8 e = exp8(load(x + i) - splat(max));
+    store(x + i, e);
+    sum += e;
+  }
   float tail = 0.0f;
-  for_each_block(n, [&](int64_t i, int64_t count) {
-    if (count == 8) {
-      const f32x8 e = exp8(load(x + i) - splat(max));
-      store(x + i, e);
-      sum += e;
-      return;
-    }
+  if (full < n) {
     float lanes[8] = {};
-    std::memcpy(lanes, x + i, static_cast<size_t>(count) * sizeof(float));
+    const auto count = static_cast<size_t>(n - full);
+    std::memcpy(lanes, x + full, count * sizeof(float));
     const f32x8 e = exp8(load(lanes) - splat(max));
-    std::memcpy(x + i, &e, static_cast<size_t>(count) * sizeof(float));
-    for (int64_t k = 0; k < count; ++k) tail += e[k];
-  });
+    std::memcpy(x + full, &e, count * sizeof(float));
+    for (size_t k = 0; k < count; ++k) tail += e[k];
+  }
   return sum_lanes(sum, tail);
 }
 
