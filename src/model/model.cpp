@@ -329,9 +329,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
   for (int l = 0; l < range_.size(); ++l) {
     const Layer& layer = layers_[static_cast<size_t>(l)];
     rms_norm_rows(x_.data(), layer.attn_norm, rows, dim, c.rms_epsilon, normed_.data());
-    tensor::matmul(layer.q, normed_.data(), rows, q_.data(), pool);
-    tensor::matmul(layer.k, normed_.data(), rows, k_.data(), pool);
-    tensor::matmul(layer.v, normed_.data(), rows, v_.data(), pool);
+    tensor::matmul({{layer.q, q_.data()}, {layer.k, k_.data()}, {layer.v, v_.data()}}, normed_.data(), rows, pool);
     add_bias(q_.data(), layer.q_bias, rows, c.q_dim());
     add_bias(k_.data(), layer.k_bias, rows, c.kv_dim());
     add_bias(v_.data(), layer.v_bias, rows, c.kv_dim());
@@ -346,8 +344,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
     add_in_place(x_, proj_, n * dim);
 
     rms_norm_rows(x_.data(), layer.ffn_norm, rows, dim, c.rms_epsilon, normed_.data());
-    tensor::matmul(layer.gate, normed_.data(), rows, gate_.data(), pool);
-    tensor::matmul(layer.up, normed_.data(), rows, up_.data(), pool);
+    tensor::matmul({{layer.gate, gate_.data()}, {layer.up, up_.data()}}, normed_.data(), rows, pool);
     tensor::silu_times(gate_.data(), up_.data(), static_cast<int64_t>(n) * c.ffn_dim);
     tensor::matmul(layer.down, gate_.data(), rows, proj_.data(), pool);
     add_in_place(x_, proj_, n * dim);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -245,13 +246,12 @@ void pack_interleaved(const Matrix& m, interleaved::Format f, std::byte* out) {
   }
 }
 
+// Products whose formats share one activation layout and offset (interleaved_compatible).
 template <class Activation>
-void interleaved_matmul(const PreparedMatrix& prepared, const float* x, int64_t n_tokens, float* y,
-                        ThreadPool& pool) {
-  const Matrix& w = prepared.source();
-  const interleaved::Format format = interleaved::format_of(w.type);
-  const InterleavedKernels kernel = kernels_for(active_isa()).interleaved(w.type);
-  const int64_t n_blocks = w.cols / format.block;
+void interleaved_matmul(std::span<const Product> products, const float* x, int64_t n_tokens, ThreadPool& pool) {
+  const Matrix& first = products.front().w.source();
+  const interleaved::Format format = interleaved::format_of(first.type);
+  const int64_t n_blocks = first.cols / format.block;
 
   // Buffers reused between calls; the lambdas below run on other threads, so they must
   // reach them through these plain pointers, not the thread_local names.
@@ -264,7 +264,7 @@ void interleaved_matmul(const PreparedMatrix& prepared, const float* x, int64_t 
   for (int64_t t = 0; t < n_tokens; ++t) token_rows[t] = activations + t * n_blocks;
   const auto quantize_rows = [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
-      quantize_interleaved(x + t * w.cols, w.cols, format.offset, activations + t * n_blocks);
+      quantize_interleaved(x + t * first.cols, first.cols, format.offset, activations + t * n_blocks);
     }
   };
   if (n_tokens < pool.size()) {
@@ -273,19 +273,90 @@ void interleaved_matmul(const PreparedMatrix& prepared, const float* x, int64_t 
     pool.parallel_for(n_tokens, quantize_rows);
   }
 
-  const size_t group_size = interleaved::group_bytes(format, n_blocks);
-  const auto* groups = reinterpret_cast<const uint8_t*>(prepared.interleaved());
-  const int64_t n_groups = (w.rows + interleaved::kRows - 1) / interleaved::kRows;
+  // One loop over the groups of all products, product after product.
+  struct Part {
+    const uint8_t* groups;
+    size_t group_size;
+    int64_t rows;
+    int64_t first_group;  // in the joint numbering
+    InterleavedKernels kernel;
+    float* y;
+  };
+  std::vector<Part> parts;
+  int64_t n_groups = 0;
+  for (const Product& p : products) {
+    const Matrix& w = p.w.source();
+    const interleaved::Format f = interleaved::format_of(w.type);
+    parts.push_back({reinterpret_cast<const uint8_t*>(p.w.interleaved()), interleaved::group_bytes(f, n_blocks),
+                     w.rows, n_groups, kernels_for(active_isa()).interleaved(w.type), p.y});
+    n_groups += (w.rows + interleaved::kRows - 1) / interleaved::kRows;
+  }
   pool.parallel_for(n_groups, [&](int64_t group_begin, int64_t group_end) {
     float out[kernels::kMaxInterleavedTokens * interleaved::kRows];
-    for (int64_t g = group_begin; g < group_end; ++g) {
+    size_t part_index = 0;
+    for (int64_t joint = group_begin; joint < group_end; ++joint) {
+      while (part_index + 1 < parts.size() && joint >= parts[part_index + 1].first_group) ++part_index;
+      const Part& part = parts[part_index];
+      const int64_t g = joint - part.first_group;
       const int64_t first_row = g * interleaved::kRows;
-      const int rows = static_cast<int>(std::min<int64_t>(interleaved::kRows, w.rows - first_row));
-      for (int64_t t0 = 0; t0 < n_tokens; t0 += kernel.max_tokens) {
-        const int tokens = static_cast<int>(std::min<int64_t>(kernel.max_tokens, n_tokens - t0));
-        kernel.run(groups + static_cast<size_t>(g) * group_size, n_blocks, token_rows + t0, tokens, out);
+      const int rows = static_cast<int>(std::min<int64_t>(interleaved::kRows, part.rows - first_row));
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += part.kernel.max_tokens) {
+        const int tokens = static_cast<int>(std::min<int64_t>(part.kernel.max_tokens, n_tokens - t0));
+        part.kernel.run(part.groups + static_cast<size_t>(g) * part.group_size, n_blocks, token_rows + t0, tokens, out);
         for (int t = 0; t < tokens; ++t) {
-          std::copy_n(out + t * interleaved::kRows, rows, y + (t0 + t) * w.rows + first_row);
+          std::copy_n(out + t * interleaved::kRows, rows, part.y + (t0 + t) * part.rows + first_row);
+        }
+      }
+    }
+  });
+}
+
+// Whether two interleaved matrices can share one quantized input.
+bool interleaved_compatible(const PreparedMatrix& a, const PreparedMatrix& b) {
+  const interleaved::Format fa = interleaved::format_of(a.source().type);
+  const interleaved::Format fb = interleaved::format_of(b.source().type);
+  return a.interleaved() != nullptr && b.interleaved() != nullptr && a.source().cols == b.source().cols &&
+         fa.block == fb.block && fa.offset == fb.offset;
+}
+
+void interleaved_matmul(std::span<const Product> products, const float* x, int64_t n_tokens, ThreadPool& pool) {
+  if (interleaved::format_of(products.front().w.source().type).block == kQK) {
+    interleaved_matmul<InterleavedActivation>(products, x, n_tokens, pool);
+  } else {
+    interleaved_matmul<InterleavedActivation256>(products, x, n_tokens, pool);
+  }
+}
+
+void row_matmul(const PreparedMatrix& prepared, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+  const Matrix& w = prepared.source();
+  if (w.rows == 0) return;
+  const Kernel kernel = kernels_for(active_isa()).rows(w.type);
+  const auto weight_row_bytes = row_bytes(w.type, static_cast<uint64_t>(w.cols));
+
+  const PreparedActivations activations = prepare_activations(w, kernel, x, n_tokens, pool);
+  const auto* weights = static_cast<const std::byte*>(w.data);
+
+  pool.parallel_for(w.rows, [&](int64_t row_begin, int64_t row_end) {
+    kernels::TokenTile tile{};
+    float out[kernels::kMaxRowTile * kMaxTokenTile];
+    for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowBlock) {
+      const int64_t r1 = std::min(row_end, r0 + kRowBlock);
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += kernel.max_tokens) {
+        tile.n_tokens = static_cast<int>(std::min<int64_t>(kernel.max_tokens, n_tokens - t0));
+        for (int i = 0; i < tile.n_tokens; ++i) {
+          tile.rows[i] = activations.rows + static_cast<size_t>(t0 + i) * activations.row_stride;
+        }
+        if (activations.block_scales != nullptr) {
+          tile.block_scales = activations.block_scales +
+                              static_cast<size_t>(t0 / kernel.max_tokens) * activations.tile_scales_stride;
+        }
+        for (int64_t r = r0; r < r1; r += kernel.max_rows) {
+          const int n_rows = static_cast<int>(std::min<int64_t>(kernel.max_rows, r1 - r));
+          kernel.dot(weights + static_cast<size_t>(r) * *weight_row_bytes, *weight_row_bytes, n_rows,
+                     w.cols, tile, out);
+          for (int j = 0; j < n_rows; ++j) {
+            for (int i = 0; i < tile.n_tokens; ++i) y[(t0 + i) * w.rows + r + j] = out[j * kMaxTokenTile + i];
+          }
         }
       }
     }
@@ -344,47 +415,23 @@ const char* isa_name(Isa isa) {
 }
 
 void matmul(const PreparedMatrix& prepared, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
-  const Matrix& w = prepared.source();
-  if (w.rows == 0 || n_tokens == 0) return;
-  if (prepared.interleaved() != nullptr) {
-    if (interleaved::format_of(w.type).block == kQK) {
-      interleaved_matmul<InterleavedActivation>(prepared, x, n_tokens, y, pool);
+  matmul({Product{prepared, y}}, x, n_tokens, pool);
+}
+
+void matmul(std::initializer_list<Product> products, const float* x, int64_t n_tokens, ThreadPool& pool) {
+  if (n_tokens == 0) return;
+  const std::span<const Product> all(products.begin(), products.size());
+  // Runs of neighbours that can share the quantized input go together.
+  for (size_t begin = 0; begin < all.size();) {
+    size_t end = begin + 1;
+    if (all[begin].w.interleaved() != nullptr) {
+      while (end < all.size() && interleaved_compatible(all[begin].w, all[end].w)) ++end;
+      interleaved_matmul(all.subspan(begin, end - begin), x, n_tokens, pool);
     } else {
-      interleaved_matmul<InterleavedActivation256>(prepared, x, n_tokens, y, pool);
+      row_matmul(all[begin].w, x, n_tokens, all[begin].y, pool);
     }
-    return;
+    begin = end;
   }
-  const Kernel kernel = kernels_for(active_isa()).rows(w.type);
-  const auto weight_row_bytes = row_bytes(w.type, static_cast<uint64_t>(w.cols));
-
-  const PreparedActivations activations = prepare_activations(w, kernel, x, n_tokens, pool);
-  const auto* weights = static_cast<const std::byte*>(w.data);
-
-  pool.parallel_for(w.rows, [&](int64_t row_begin, int64_t row_end) {
-    kernels::TokenTile tile{};
-    float out[kernels::kMaxRowTile * kMaxTokenTile];
-    for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowBlock) {
-      const int64_t r1 = std::min(row_end, r0 + kRowBlock);
-      for (int64_t t0 = 0; t0 < n_tokens; t0 += kernel.max_tokens) {
-        tile.n_tokens = static_cast<int>(std::min<int64_t>(kernel.max_tokens, n_tokens - t0));
-        for (int i = 0; i < tile.n_tokens; ++i) {
-          tile.rows[i] = activations.rows + static_cast<size_t>(t0 + i) * activations.row_stride;
-        }
-        if (activations.block_scales != nullptr) {
-          tile.block_scales = activations.block_scales +
-                              static_cast<size_t>(t0 / kernel.max_tokens) * activations.tile_scales_stride;
-        }
-        for (int64_t r = r0; r < r1; r += kernel.max_rows) {
-          const int n_rows = static_cast<int>(std::min<int64_t>(kernel.max_rows, r1 - r));
-          kernel.dot(weights + static_cast<size_t>(r) * *weight_row_bytes, *weight_row_bytes, n_rows,
-                     w.cols, tile, out);
-          for (int j = 0; j < n_rows; ++j) {
-            for (int i = 0; i < tile.n_tokens; ++i) y[(t0 + i) * w.rows + r + j] = out[j * kMaxTokenTile + i];
-          }
-        }
-      }
-    }
-  });
 }
 
 }  // namespace strata::tensor

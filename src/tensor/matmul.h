@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 
 #include "tensor/dtype.h"
@@ -49,6 +50,15 @@ class PreparedMatrix {
 // except for the interleaved types (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K),
 // which give the same bits on every ISA.
 void matmul(const PreparedMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
+
+// y = W x for several matrices with the same input and cols (a layer's q, k and v; gate and
+// up), each y exactly what its own matmul gives. Neighbours whose layouts allow it share one
+// quantization of x and one parallel loop, which spares the threads a wait per matrix.
+struct Product {
+  const PreparedMatrix& w;
+  float* y;
+};
+void matmul(std::initializer_list<Product> products, const float* x, int64_t n_tokens, ThreadPool& pool);
 
 enum class Isa { Scalar, Avx2, Avx512 };
 

@@ -237,6 +237,33 @@ TEST(Matmul, InterleavedTypesGiveTheSameBitsOnEveryIsa) {
   }
 }
 
+// Products that share their input give what each gives alone, whether or not their
+// formats let them share the quantized input (Q4_K and Q6_K do not: different offsets).
+TEST(Matmul, ProductsSharingAnInputEqualSeparateProducts) {
+  ThreadPool pool(2);
+  const int64_t cols = 512, n_tokens = 5;
+  const std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * cols), 21);
+  for (const auto& types : std::vector<std::vector<DType>>{{DType::Q4_0, DType::Q4_0, DType::Q4_0},
+                                                           {DType::Q4_K, DType::Q5_K, DType::Q6_K},
+                                                           {DType::Q8_0, DType::F16, DType::Q8_0}}) {
+    std::vector<TestMatrix> matrices;
+    std::vector<PreparedMatrix> prepared;
+    for (size_t i = 0; i < types.size(); ++i) {
+      matrices.push_back(make_matrix(types[i], 16 * static_cast<int64_t>(i) + 7, cols, 22 + static_cast<uint32_t>(i)));
+    }
+    for (const TestMatrix& m : matrices) prepared.emplace_back(m.view());
+    std::vector<std::vector<float>> joint(3);
+    for (size_t i = 0; i < 3; ++i) joint[i].assign(static_cast<size_t>(matrices[i].rows * n_tokens), NAN);
+    matmul({{prepared[0], joint[0].data()}, {prepared[1], joint[1].data()}, {prepared[2], joint[2].data()}},
+           x.data(), n_tokens, pool);
+    for (size_t i = 0; i < 3; ++i) {
+      const std::vector<float> alone = run(matrices[i].view(), x, n_tokens, pool);
+      ASSERT_EQ(0, std::memcmp(alone.data(), joint[i].data(), alone.size() * sizeof(float)))
+          << dtype_name(types[i]) << " product " << i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, MatmulTypeTest, ::testing::ValuesIn(kSupportedTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
