@@ -48,15 +48,19 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::run_chunks() {
-  for (;;) {
-    const int64_t chunk = next_chunk_.fetch_add(1, std::memory_order_relaxed);
-    if (chunk >= job_chunks_) return;
+  int64_t begin = next_item_.load(std::memory_order_relaxed);
+  while (begin < job_items_) {
+    // Guided: a share of what is left, so chunks shrink towards the end and the threads finish
+    // together, while the first ones stay long runs of neighbouring items.
+    const int64_t size = std::max<int64_t>(1, (job_items_ - begin) / (kShareDivisor * n_threads_));
+    if (!next_item_.compare_exchange_weak(begin, begin + size, std::memory_order_relaxed)) continue;
     try {
-      (*job_)(job_items_ * chunk / job_chunks_, job_items_ * (chunk + 1) / job_chunks_);
+      (*job_)(begin, begin + size);
     } catch (...) {
       std::lock_guard lock(error_mutex_);
       if (!error_) error_ = std::current_exception();
     }
+    begin = next_item_.load(std::memory_order_relaxed);
   }
 }
 
@@ -79,8 +83,7 @@ void ThreadPool::parallel_for(int64_t n_items,
   }
   job_ = &fn;
   job_items_ = n_items;
-  job_chunks_ = std::min<int64_t>(n_items, static_cast<int64_t>(n_threads_) * kChunksPerThread);
-  next_chunk_.store(0, std::memory_order_relaxed);
+  next_item_.store(0, std::memory_order_relaxed);
   error_ = nullptr;
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_release);

@@ -21,15 +21,15 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
-  // Chunks per thread: enough that a thread slowed by the serial work before a loop, or by
-  // uneven items (causal attention rows), hands its tail to the others.
-  static constexpr int kChunksPerThread = 4;
+  // Small chunks at the end let a thread slowed by the serial work before a loop, or by
+  // uneven items (causal attention rows), hand its tail to the others.
+  static constexpr int kShareDivisor = 2;
 
-  // Splits [0, n_items) into up to kChunksPerThread * size() contiguous chunks, which the
-  // threads claim in order as they finish the previous one, and calls fn on each; a thread
-  // may get several. Which thread runs which chunk varies from call to call, so fn's result
-  // must not depend on it. Returns when all are done; rethrows the first exception fn
-  // threw. Not reentrant.
+  // Calls fn on contiguous chunks that cover [0, n_items) once, in parallel: each thread
+  // claims the next chunk when it is done with the last, 1 / (kShareDivisor * size()) of the
+  // items left (at least one), so chunks shrink towards the end. Which thread runs which chunk
+  // varies from call to call, so fn's result must not depend on it. Returns when all are
+  // done; rethrows the first exception fn threw. Not reentrant.
   void parallel_for(int64_t n_items, const std::function<void(int64_t begin, int64_t end)>& fn);
 
  private:
@@ -40,8 +40,7 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_items_ = 0;
-  int64_t job_chunks_ = 0;
-  std::atomic<int64_t> next_chunk_{0};
+  std::atomic<int64_t> next_item_{0};
   std::atomic<uint32_t> generation_{0};  // bumped to publish a job (or shutdown)
   std::atomic<int> pending_{0};          // workers still running the current job
   bool stopping_ = false;

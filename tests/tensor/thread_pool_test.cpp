@@ -28,21 +28,30 @@ TEST(ThreadPool, SingleThreadRunsInlineOnce) {
   EXPECT_EQ(calls[0], std::make_pair(int64_t{0}, int64_t{10}));
 }
 
-TEST(ThreadPool, ContiguousChunksCoverEveryItemOnce) {
+TEST(ThreadPool, ShrinkingChunksCoverEveryItemOnce) {
   for (int threads : {2, 3, 4}) {
     ThreadPool pool(threads);
-    for (int64_t n : {1, 2, 3, 7, 100}) {
+    for (int64_t n : {1, 2, 3, 7, 100, 5000}) {
       std::mutex mutex;
       std::vector<std::pair<int64_t, int64_t>> ranges;
       pool.parallel_for(n, [&](int64_t begin, int64_t end) {
         std::lock_guard lock(mutex);
         ranges.emplace_back(begin, end);
       });
-      const int64_t chunks = std::min<int64_t>(n, threads * ThreadPool::kChunksPerThread);
-      std::vector<std::pair<int64_t, int64_t>> expected;
-      for (int64_t i = 0; i < chunks; ++i) expected.emplace_back(n * i / chunks, n * (i + 1) / chunks);
       std::sort(ranges.begin(), ranges.end());
-      EXPECT_EQ(ranges, expected) << threads << " threads, " << n << " items";
+      ASSERT_FALSE(ranges.empty());
+      EXPECT_EQ(ranges.front().first, 0);
+      EXPECT_EQ(ranges.back().second, n);
+      for (size_t i = 0; i < ranges.size(); ++i) {
+        EXPECT_LT(ranges[i].first, ranges[i].second);
+        if (i > 0) {
+          EXPECT_EQ(ranges[i].first, ranges[i - 1].second) << "a gap or an overlap";
+        }
+        // Each chunk is a share of what was left when it was claimed.
+        const int64_t left = n - ranges[i].first;
+        EXPECT_EQ(ranges[i].second - ranges[i].first,
+                  std::max<int64_t>(1, left / (ThreadPool::kShareDivisor * threads)));
+      }
     }
   }
 }
@@ -50,25 +59,27 @@ TEST(ThreadPool, ContiguousChunksCoverEveryItemOnce) {
 // The point of chunks: a thread held up in one chunk does not hold up the rest.
 TEST(ThreadPool, OtherThreadsTakeTheChunksOfABusyOne) {
   ThreadPool pool(2);
-  const int64_t chunks = 2 * ThreadPool::kChunksPerThread;
+  const int64_t items = 64;
   std::atomic<int64_t> others_done{0};
   std::mutex mutex;
-  std::vector<std::thread::id> runner(static_cast<size_t>(chunks));
-  pool.parallel_for(chunks, [&](int64_t begin, int64_t) {
+  std::vector<std::pair<int64_t, std::thread::id>> runner;
+  pool.parallel_for(items, [&](int64_t begin, int64_t end) {
     {
       std::lock_guard lock(mutex);
-      runner[static_cast<size_t>(begin)] = std::this_thread::get_id();
+      runner.emplace_back(begin, std::this_thread::get_id());
     }
     if (begin == 0) {
-      // Busy until every other chunk is done (or give up after 10 s, and fail below).
-      for (int i = 0; i < 10000 && others_done.load() < chunks - 1; ++i) {
+      // Busy until every other item is done (or give up after 10 s, and fail below).
+      for (int i = 0; i < 10000 && others_done.load() < items - end; ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     } else {
-      others_done.fetch_add(1);
+      others_done.fetch_add(end - begin);
     }
   });
-  for (int64_t c = 1; c < chunks; ++c) EXPECT_NE(runner[static_cast<size_t>(c)], runner[0]) << "chunk " << c;
+  std::sort(runner.begin(), runner.end());
+  ASSERT_GT(runner.size(), 1u);
+  for (size_t i = 1; i < runner.size(); ++i) EXPECT_NE(runner[i].second, runner[0].second) << "chunk at " << runner[i].first;
 }
 
 TEST(ThreadPool, ManyCallsEachCoverEveryItemOnce) {
