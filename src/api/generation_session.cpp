@@ -51,6 +51,14 @@ GenerationSession::Update GenerationSession::wait() {
   return update;
 }
 
+GenerationSession::Update GenerationSession::wait_for(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  changed_.wait_for(lock, timeout, [&] { return !unsent_.empty() || outcome_; });
+  Update update{std::move(unsent_), outcome_};
+  unsent_ = {};
+  return update;
+}
+
 void GenerationSession::cancel() {
   std::lock_guard lock(mutex_);
   cancelled_ = true;

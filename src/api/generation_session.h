@@ -2,6 +2,7 @@
 // HTTP thread waits on it for text to send. Either side may end it early.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -32,6 +33,8 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
   };
   // Blocks until there is new text or the generation is over.
   Update wait();
+  // The same, but returns an empty update after `timeout` without either.
+  Update wait_for(std::chrono::milliseconds timeout);
 
   // The client went away: the engine hears it at its next token.
   void cancel();

@@ -16,6 +16,7 @@
 
 #include "api/api_error.h"
 #include "api/chat_template.h"
+#include "api/client_watch.h"
 #include "api/generation_session.h"
 #include "api/request.h"
 #include "api/responses.h"
@@ -275,7 +276,7 @@ class Server::Impl {
       if (request.stream) {
         stream(std::move(writer), prompt_usage, session, response);
       } else {
-        respond_when_done(*writer, prompt_usage, session, response);
+        respond_when_done(http_request, *writer, prompt_usage, session, response);
       }
     } catch (const ApiError& error) {
       send_error(http_request, response, error);
@@ -306,15 +307,27 @@ class Server::Impl {
     return ApiError(stopping_ ? 503 : 500, outcome.error, {}, "generation_failed");
   }
 
-  void respond_when_done(ResponseWriter& writer, Usage usage,
+  // Nothing is written before the answer is whole, so a client that goes away is only seen
+  // by looking at its connection: within kClientCheck the generation is cancelled and its
+  // sequence released, as a closed stream's is.
+  void respond_when_done(const httplib::Request& http_request, ResponseWriter& writer, Usage usage,
                          const std::shared_ptr<GenerationSession>& session,
                          httplib::Response& response) {
+    constexpr std::chrono::milliseconds kClientCheck{100};
+    const auto look_from = std::chrono::steady_clock::now() + kClientCheck;
+    std::optional<ClientWatch> client;  // found only for answers that take a while
     TextDelta output;
     std::optional<GenerationOutcome> outcome;
     while (!outcome) {
-      auto update = session->wait();
+      auto update = session->wait_for(kClientCheck);
       output.append(std::move(update.delta));
       outcome = std::move(update.outcome);
+      if (outcome || std::chrono::steady_clock::now() < look_from) continue;
+      if (!client) {
+        client.emplace(http_request.local_addr, http_request.local_port, http_request.remote_addr,
+                       http_request.remote_port);
+      }
+      if (client->gone()) session->cancel();
     }
     forget(session);
     if (outcome->kind == GenerationOutcome::Kind::Error) throw outcome_error(*outcome);

@@ -541,6 +541,19 @@ TEST_F(ApiServerTest, ClosingTheStreamStopsTheGeneration) {
   EXPECT_TRUE(generator_->wait_for_refusal(std::chrono::seconds(10)));
 }
 
+// Without streaming nothing is written until the end, so the server must notice the closed
+// connection itself.
+TEST_F(ApiServerTest, AClientThatGivesUpOnAWholeAnswerStopsTheGeneration) {
+  auto fake = fake_options();
+  fake.token_delay = std::chrono::milliseconds(50);
+  start(fake);
+  auto c = client();
+  c.set_read_timeout(std::chrono::milliseconds(300));  // then the client closes the connection
+  const auto result = c.Post("/v1/chat/completions", chat_body("A long story", 60).dump(), "application/json");
+  EXPECT_FALSE(result) << "the answer should have taken 3 s: " << (result ? result->body : "");
+  EXPECT_TRUE(generator_->wait_for_refusal(std::chrono::seconds(5)));
+}
+
 TEST_F(ApiServerTest, SixteenParallelRequestsAllComplete) {
   auto fake = fake_options();
   fake.token_delay = std::chrono::milliseconds(2);
