@@ -17,6 +17,7 @@
 #include "tensor/interleaved.h"
 #include "tensor/matmul_kernels.h"
 #include "tensor/quant_blocks.h"
+#include "tensor/vector_ops.h"
 
 namespace strata::tensor {
 namespace {
@@ -67,17 +68,6 @@ bool quantized_activations(DType type) {
   return type != DType::F32 && type != DType::F16 && type != DType::BF16;
 }
 
-int round_to_int(float v) { return static_cast<int>(v + (v >= 0.0f ? 0.5f : -0.5f)); }
-
-// qs = round(v / d) with d = amax / 127, returned.
-float quantize_block(const float* v, int n, int8_t* qs) {
-  float amax = 0.0f;
-  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
-  const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
-  for (int i = 0; i < n; ++i) qs[i] = static_cast<int8_t>(std::clamp(round_to_int(v[i] * inverse), -127, 127));
-  return amax / 127.0f;
-}
-
 int sum_of(const int8_t* qs, int n) {
   int sum = 0;
   for (int i = 0; i < n; ++i) sum += qs[i];
@@ -87,7 +77,7 @@ int sum_of(const int8_t* qs, int n) {
 void quantize_activations(const float* x, int64_t cols, ActivationBlock32* out) {
   for (int64_t b = 0; b < cols / kQK; ++b) {
     ActivationBlock32& a = out[b];
-    a.d = quantize_block(x + b * kQK, kQK, a.qs);
+    a.d = quantize_int8(x + b * kQK, kQK, a.qs);
     for (int k = 0; k < 2; ++k) a.sums[k] = static_cast<int16_t>(sum_of(a.qs + 16 * k, 16));
   }
 }
@@ -97,7 +87,7 @@ void quantize_interleaved(const float* x, int64_t cols, int offset, Activation* 
   constexpr int kBlock = static_cast<int>(sizeof(Activation::qs));
   for (int64_t b = 0; b < cols / kBlock; ++b) {
     Activation& a = out[b];
-    a.d = quantize_block(x + b * kBlock, kBlock, a.qs);
+    a.d = quantize_int8(x + b * kBlock, kBlock, a.qs);
     if constexpr (kBlock == kQK) {
       a.start = -offset * sum_of(a.qs, kBlock);
     } else {

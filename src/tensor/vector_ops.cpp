@@ -193,6 +193,37 @@ STRATA_VECTOR_CLONES float softmax_numerators(float* x, int64_t n, float scale) 
   return sum_lanes(sum, tail);
 }
 
+STRATA_VECTOR_CLONES float quantize_int8(const float* x, int64_t n, int8_t* qs) {
+  using i8x8 = int8_t __attribute__((vector_size(8)));
+  const int64_t full = n / 8 * 8;
+  const i32x8 sign_bit = i32x8{} + static_cast<int32_t>(0x80000000u);
+  f32x8 lane_max{};
+  for (int64_t i = 0; i < full; i += 8) {
+    const f32x8 magnitude = std::bit_cast<f32x8>(std::bit_cast<i32x8>(load(x + i)) & ~sign_bit);
+    lane_max = magnitude > lane_max ? magnitude : lane_max;
+  }
+  float amax = 0.0f;
+  for (int k = 0; k < 8; ++k) amax = lane_max[k] > amax ? lane_max[k] : amax;
+  for (int64_t i = full; i < n; ++i) amax = std::fabs(x[i]) > amax ? std::fabs(x[i]) : amax;
+  const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
+  const auto clamp = [](i32x8 v) {
+    v = v < -127 ? i32x8{} - 127 : v;
+    return v > 127 ? i32x8{} + 127 : v;
+  };
+  for (int64_t i = 0; i < full; i += 8) {
+    const f32x8 scaled = load(x + i) * splat(inverse);
+    const f32x8 rounded = scaled + (scaled >= splat(0.0f) ? splat(0.5f) : splat(-0.5f));
+    const i8x8 q = __builtin_convertvector(clamp(__builtin_convertvector(rounded, i32x8)), i8x8);
+    std::memcpy(qs + i, &q, sizeof q);
+  }
+  for (int64_t i = full; i < n; ++i) {
+    const float scaled = x[i] * inverse;
+    const int rounded = static_cast<int>(scaled + (scaled >= 0.0f ? 0.5f : -0.5f));
+    qs[i] = static_cast<int8_t>(rounded < -127 ? -127 : rounded > 127 ? 127 : rounded);
+  }
+  return amax / 127.0f;
+}
+
 STRATA_VECTOR_CLONES void silu_times(float* gate, const float* up, int64_t n) {
   for_each_block(n, [&](int64_t i, int64_t count) {
     float g[8] = {}, u[8] = {};

@@ -1,6 +1,7 @@
 // Float vector operations for the parts of a layer that are not matrix products (attention
-// scores, softmax, SiLU). Each result depends only on its inputs and length, never on
-// alignment, threads or batch, so they keep the engine bit-exact.
+// scores, softmax, SiLU) and for quantizing activations. Each result depends only on its
+// inputs and length, never on alignment, threads, batch or CPU, so they keep the engine
+// bit-exact.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,9 @@ void add_scaled_rows(const float* alphas, const float* rows, int64_t row_stride,
 // within 3e-7 relative (the exponent is clamped to -87). Returns their sum, added in 8
 // fixed lanes (attention: scores in, unnormalized weights and their total out).
 float softmax_numerators(float* x, int64_t n, float scale);
+// qs[i] = round(x[i] / d), halves away from zero, clamped to [-127, 127], with
+// d = max |x| / 127 (returned; 0 for all zeros): an activation block for integer dot products.
+float quantize_int8(const float* x, int64_t n, int8_t* qs);
 // gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)).
 void silu_times(float* gate, const float* up, int64_t n);
 

@@ -80,6 +80,44 @@ TEST(VectorOps, SoftmaxNumeratorsAreExpWithinAFewUlps) {
   EXPECT_EQ(softmax_numerators(extremes.data(), 0, 1.0f), 0.0f);
 }
 
+// The plain definition, element by element.
+float quantize_reference(const float* x, int64_t n, int8_t* qs) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float scaled = x[i] * inverse;
+    qs[i] = static_cast<int8_t>(std::clamp(static_cast<int>(scaled + (scaled >= 0.0f ? 0.5f : -0.5f)), -127, 127));
+  }
+  return amax / 127.0f;
+}
+
+TEST(VectorOps, QuantizeInt8MatchesThePlainDefinitionBitForBit) {
+  for (int64_t n : {1, 7, 8, 32, 37, 256}) {
+    auto x = random_values(n, 3.0f, 9);
+    // Exact halves after scaling (amax 127 makes the scale 1) and a zero.
+    x[0] = n > 1 ? 127.0f : x[0];
+    if (n > 3) {
+      x[1] = 2.5f;
+      x[2] = -2.5f;
+      x[3] = 0.0f;
+    }
+    std::vector<int8_t> q(static_cast<size_t>(n)), expected(static_cast<size_t>(n));
+    const float d = quantize_int8(x.data(), n, q.data());
+    const float expected_d = quantize_reference(x.data(), n, expected.data());
+    EXPECT_EQ(std::memcmp(&d, &expected_d, sizeof d), 0) << n;
+    EXPECT_EQ(q, expected) << n;
+    if (n > 3) {
+      EXPECT_EQ(q[1], 3) << "halves round away from zero";
+      EXPECT_EQ(q[2], -3);
+    }
+  }
+  std::vector<float> zeros(40, 0.0f);
+  std::vector<int8_t> q(40, 1);
+  EXPECT_EQ(quantize_int8(zeros.data(), 40, q.data()), 0.0f);
+  EXPECT_EQ(q, std::vector<int8_t>(40, 0));
+}
+
 TEST(VectorOps, SiluTimesAndAddScaledRows) {
   for (int64_t n : {1, 5, 8, 13, 64}) {
     auto gate = random_values(n, 8.0f, 5);
