@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "gguf/gguf.h"
+#include "dreams_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::api {
@@ -91,19 +91,11 @@ TEST(ChatTemplateTest, OnlyClientTextIsMarkedAsContent) {
 
 class ChatTokensTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    model_ = gguf::File::open(std::string(STRATA_SHARED_DIR) + "/models/aidreams260K.gguf");
-    tokenizer_ = tokenizer::Tokenizer::from_gguf(*model_);
-  }
-  static void TearDownTestSuite() {
-    tokenizer_.reset();
-    model_.reset();
-  }
+  static void SetUpTestSuite() { tokenizer_ = &testing::dreams_tokenizer(); }
   static long count(const std::vector<engine::Token>& tokens, engine::Token token) {
     return std::count(tokens.begin(), tokens.end(), token);
   }
-  static inline std::unique_ptr<gguf::File> model_;
-  static inline std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  static inline const tokenizer::Tokenizer* tokenizer_ = nullptr;
 };
 
 TEST_F(ChatTokensTest, BeginsWithExactlyOneBos) {

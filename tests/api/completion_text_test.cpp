@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "gguf/gguf.h"
+#include "dreams_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::api {
@@ -11,17 +11,12 @@ namespace {
 class CompletionTextTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    model_ = gguf::File::open(std::string(STRATA_SHARED_DIR) + "/models/aidreams260K.gguf");
-    tokenizer_ = tokenizer::Tokenizer::from_gguf(*model_);
+    tokenizer_ = &testing::dreams_tokenizer();
     tokens_ =
         tokenizer_->encode("the little cat dreamed of pixels unfolding like petals", false, false);
     tokenizer::StreamDecoder decoder(*tokenizer_);
     for (auto token : tokens_) pieces_.push_back(decoder.push(token));
     pieces_.back() += decoder.finish();
-  }
-  static void TearDownTestSuite() {
-    tokenizer_.reset();
-    model_.reset();
   }
 
   static engine::GeneratedToken generated(size_t index) {
@@ -33,8 +28,7 @@ class CompletionTextTest : public ::testing::Test {
     return text;
   }
 
-  static inline std::unique_ptr<gguf::File> model_;
-  static inline std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  static inline const tokenizer::Tokenizer* tokenizer_ = nullptr;
   static inline std::vector<engine::Token> tokens_;
   static inline std::vector<std::string> pieces_;
 };

@@ -13,7 +13,7 @@
 #include "api/chat_template.h"
 #include "fake_generator.h"
 #include "http_test_support.h"
-#include "gguf/gguf.h"
+#include "dreams_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::api {
@@ -46,14 +46,7 @@ std::vector<std::string> sse_payloads(const std::string& body) {
 
 class ApiServerTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    model_ = gguf::File::open(std::string(STRATA_SHARED_DIR) + "/models/aidreams260K.gguf");
-    tokenizer_ = tokenizer::Tokenizer::from_gguf(*model_);
-  }
-  static void TearDownTestSuite() {
-    tokenizer_.reset();
-    model_.reset();
-  }
+  static void SetUpTestSuite() { tokenizer_ = &testing::dreams_tokenizer(); }
 
   void TearDown() override {
     server_.reset();
@@ -157,8 +150,7 @@ class ApiServerTest : public ::testing::Test {
     EXPECT_EQ(error["code"], code.empty() ? json(nullptr) : json(code)) << error.dump();
   }
 
-  static inline std::unique_ptr<gguf::File> model_;
-  static inline std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  static inline const tokenizer::Tokenizer* tokenizer_ = nullptr;
   std::unique_ptr<FakeGenerator> generator_;
   std::unique_ptr<Server> server_;
 };
