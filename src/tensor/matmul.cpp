@@ -272,7 +272,9 @@ void interleaved_matmul(std::span<const Product> products, const float* x, int64
     InterleavedKernels kernel;
     float* y;
   };
-  std::vector<Part> parts;
+  thread_local std::vector<Part> part_buffer;  // reused: this runs once per matmul
+  std::vector<Part>& parts = part_buffer;
+  parts.clear();
   int64_t n_groups = 0;
   for (const Product& p : products) {
     const Matrix& w = p.w.source();
