@@ -3,8 +3,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdint>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <unordered_set>

@@ -18,6 +18,10 @@ std::string shape_text(const std::vector<uint64_t>& dims) {
   return s + "]";
 }
 
+uint64_t matrix_bytes(const tensor::Matrix& m) {
+  return *tensor::row_bytes(m.type, static_cast<uint64_t>(m.cols)) * static_cast<uint64_t>(m.rows);
+}
+
 class TensorBinder {
  public:
   explicit TensorBinder(const gguf::File& file) : file_(file) {}
@@ -45,8 +49,7 @@ class TensorBinder {
     const tensor::Matrix source = matrix(name, cols, rows);
     tensor::PreparedMatrix prepared(source);
     if (prepared.interleaved() != nullptr) {
-      file_.release_pages(static_cast<const uint8_t*>(source.data),
-                          *tensor::row_bytes(source.type, static_cast<uint64_t>(cols)) * static_cast<uint64_t>(rows));
+      file_.release_pages(static_cast<const uint8_t*>(source.data), matrix_bytes(source));
     }
     return prepared;
   }
@@ -73,10 +76,6 @@ class TensorBinder {
 
   const gguf::File& file_;
 };
-
-uint64_t matrix_bytes(const tensor::Matrix& m) {
-  return *tensor::row_bytes(m.type, static_cast<uint64_t>(m.cols)) * static_cast<uint64_t>(m.rows);
-}
 
 void rms_norm(const float* x, const float* weight, int dim, float epsilon, float* out) {
   double sum_squares = 0.0;
