@@ -1,11 +1,10 @@
 #include "tensor/matmul.h"
 
-#include <algorithm>
-#include <atomic>
-#include <cmath>
-#include <cstddef>
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <new>
