@@ -42,19 +42,13 @@ f32x8 splat(float x) { return f32x8{} + x; }
   return p * std::bit_cast<f32x8>(exponent);
 }
 
-// The tail of an array shorter than a vector goes through the same lanes, padded.
-template <typename Op>
-void for_each_block(int64_t n, Op op) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) op(i, 8);
-  if (i < n) op(i, n - i);
-}
-
 }  // namespace
 
 // Each public function is built twice, for AVX2 and for baseline x86-64, and the loader picks
 // one for the CPU. The lanes compute the same arithmetic in both (contraction is off), so the
-// choice changes the speed, never a bit of the result.
+// choice changes the speed, never a bit of the result. Their loops are written out and their
+// helpers always inlined: a lambda or a called function would be compiled once, for the
+// baseline, and run from both clones. A ragged tail goes through the same lanes, padded.
 #define STRATA_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 
 namespace {
@@ -158,8 +152,6 @@ STRATA_VECTOR_CLONES void add_scaled_rows(const float* alphas, const float* rows
   }
 }
 
-// Loops written out rather than through for_each_block: a lambda's body would be compiled
-// once, for the baseline, and called from both clones.
 STRATA_VECTOR_CLONES float softmax_numerators(float* x, int64_t n, float scale) {
   if (n <= 0) return 0.0f;
   const int64_t full = n / 8 * 8;
@@ -206,7 +198,7 @@ STRATA_VECTOR_CLONES float quantize_int8(const float* x, int64_t n, int8_t* qs) 
   for (int k = 0; k < 8; ++k) amax = lane_max[k] > amax ? lane_max[k] : amax;
   for (int64_t i = full; i < n; ++i) amax = std::fabs(x[i]) > amax ? std::fabs(x[i]) : amax;
   const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
-  const auto clamp = [](i32x8 v) {
+  const auto clamp = [](i32x8 v) __attribute__((always_inline)) {
     v = v < -127 ? i32x8{} - 127 : v;
     return v > 127 ? i32x8{} + 127 : v;
   };
@@ -225,14 +217,19 @@ STRATA_VECTOR_CLONES float quantize_int8(const float* x, int64_t n, int8_t* qs) 
 }
 
 STRATA_VECTOR_CLONES void silu_times(float* gate, const float* up, int64_t n) {
-  for_each_block(n, [&](int64_t i, int64_t count) {
+  const auto silu_product = [](f32x8 g, f32x8 u) __attribute__((always_inline)) {
+    return g / (splat(1.0f) + exp8(-g)) * u;
+  };
+  const int64_t full = n / 8 * 8;
+  for (int64_t i = 0; i < full; i += 8) store(gate + i, silu_product(load(gate + i), load(up + i)));
+  if (full < n) {
+    const auto count = static_cast<size_t>(n - full);
     float g[8] = {}, u[8] = {};
-    std::memcpy(g, gate + i, static_cast<size_t>(count) * sizeof(float));
-    std::memcpy(u, up + i, static_cast<size_t>(count) * sizeof(float));
-    const f32x8 gv = load(g);
-    const f32x8 result = gv / (splat(1.0f) + exp8(-gv)) * load(u);
-    std::memcpy(gate + i, &result, static_cast<size_t>(count) * sizeof(float));
-  });
+    std::memcpy(g, gate + full, count * sizeof(float));
+    std::memcpy(u, up + full, count * sizeof(float));
+    const f32x8 result = silu_product(load(g), load(u));
+    std::memcpy(gate + full, &result, count * sizeof(float));
+  }
 }
 
 }  // namespace strata::tensor
