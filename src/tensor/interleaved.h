@@ -34,6 +34,10 @@
 //               min pairs[4][16][2] (u8, min[2k] and min[2k + 1] of row r at 32k + 2r);
 //   Q6_K:       d[16] (fp16), scale[16][16] (s8, row r of group j at 16j + r), then 32
 //               bytes of padding to a whole cache line.
+//
+// Float formats: F32, F16 and BF16, one element per block and no meta: block k holds
+// column k of the 16 rows in their stored type, so that one vector load takes a column
+// (F16 and BF16 two blocks per unit). Any number of columns fits, ragged ones included.
 #pragma once
 
 #include <cstddef>
@@ -72,6 +76,8 @@ inline constexpr int kMetaScales6 = 2 * kRows;
     case DType::Q4_K: return {256, 2048, kMetaMins + 8 * kRows, 1, 0, 0, 32, true};
     case DType::Q5_K: return {256, 2048 + 8 * 64, kMetaMins + 8 * kRows, 1, 0, 1, 32, true};
     case DType::Q6_K: return {256, 2048 + 16 * 64, kMetaScales6 + 16 * kRows + 32, 1, 32, 2, 16, false};
+    case DType::F32: return {1, 4 * kRows, 0, 1};
+    case DType::F16: case DType::BF16: return {1, 2 * kRows, 0, 2};
     default: return {};
   }
 }
@@ -84,7 +90,8 @@ inline constexpr int kMetaScales6 = 2 * kRows;
 
 static_assert(unit_bytes(format_of(DType::Q4_0)) % 64 == 0 && unit_bytes(format_of(DType::Q8_0)) % 64 == 0 &&
               unit_bytes(format_of(DType::Q4_K)) % 64 == 0 && unit_bytes(format_of(DType::Q5_K)) % 64 == 0 &&
-              unit_bytes(format_of(DType::Q6_K)) % 64 == 0);
+              unit_bytes(format_of(DType::Q6_K)) % 64 == 0 && unit_bytes(format_of(DType::F32)) % 64 == 0 &&
+              unit_bytes(format_of(DType::F16)) % 64 == 0 && unit_bytes(format_of(DType::BF16)) % 64 == 0);
 
 [[maybe_unused]] size_t group_bytes(Format f, int64_t n_blocks) {
   return static_cast<size_t>((n_blocks + f.blocks_per_unit - 1) / f.blocks_per_unit) * unit_bytes(f);

@@ -11,6 +11,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tensor/interleaved.h"
@@ -228,6 +229,13 @@ void pack_interleaved(const Matrix& m, interleaved::Format f, std::byte* out) {
     auto* group = reinterpret_cast<uint8_t*>(out) + static_cast<size_t>(r / interleaved::kRows) * group_size;
     const int lane = static_cast<int>(r % interleaved::kRows);
     const auto* row = static_cast<const uint8_t*>(m.data) + static_cast<size_t>(r) * row_size;
+    if (f.block == 1) {  // a float: its element as stored
+      const size_t element = row_size / static_cast<size_t>(m.cols);
+      for (int64_t k = 0; k < m.cols; ++k) {
+        std::memcpy(interleaved::levels_at(f, group, k) + element * lane, row + element * k, element);
+      }
+      continue;
+    }
     for (int64_t b = 0; b < n_blocks; ++b) {
       const auto pack = f.block == kQK ? pack_block32 : pack_k_block;
       pack(m.type, row, b, lane, f, interleaved::levels_at(f, group, b), interleaved::meta_at(f, group, b));
@@ -244,22 +252,26 @@ void interleaved_matmul(std::span<const Product> products, const float* x, int64
 
   // Buffers reused between calls; the lambdas below run on other threads, so they must
   // reach them through these plain pointers, not the thread_local names.
-  thread_local std::vector<Activation> activation_buffer;
   thread_local std::vector<const void*> token_buffer;
-  activation_buffer.resize(static_cast<size_t>(n_tokens * n_blocks));
   token_buffer.resize(static_cast<size_t>(n_tokens));
-  Activation* activations = activation_buffer.data();
   const void** token_rows = token_buffer.data();
-  for (int64_t t = 0; t < n_tokens; ++t) token_rows[t] = activations + t * n_blocks;
-  const auto quantize_rows = [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      quantize_interleaved(x + t * first.cols, first.cols, format.offset, activations + t * n_blocks);
-    }
-  };
-  if (n_tokens < pool.size()) {
-    quantize_rows(0, n_tokens);
+  if constexpr (std::is_same_v<Activation, float>) {  // float weights take x as it is
+    for (int64_t t = 0; t < n_tokens; ++t) token_rows[t] = x + t * first.cols;
   } else {
-    pool.parallel_for(n_tokens, quantize_rows);
+    thread_local std::vector<Activation> activation_buffer;
+    activation_buffer.resize(static_cast<size_t>(n_tokens * n_blocks));
+    Activation* activations = activation_buffer.data();
+    for (int64_t t = 0; t < n_tokens; ++t) token_rows[t] = activations + t * n_blocks;
+    const auto quantize_rows = [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        quantize_interleaved(x + t * first.cols, first.cols, format.offset, activations + t * n_blocks);
+      }
+    };
+    if (n_tokens < pool.size()) {
+      quantize_rows(0, n_tokens);
+    } else {
+      pool.parallel_for(n_tokens, quantize_rows);
+    }
   }
 
   // One loop over the groups of all products, product after product.
@@ -311,8 +323,11 @@ bool interleaved_compatible(const PreparedMatrix& a, const PreparedMatrix& b) {
 }
 
 void interleaved_matmul(std::span<const Product> products, const float* x, int64_t n_tokens, ThreadPool& pool) {
-  if (interleaved::format_of(products.front().w.source().type).block == kQK) {
+  const int block = interleaved::format_of(products.front().w.source().type).block;
+  if (block == kQK) {
     interleaved_matmul<InterleavedActivation>(products, x, n_tokens, pool);
+  } else if (block == 1) {
+    interleaved_matmul<float>(products, x, n_tokens, pool);
   } else {
     interleaved_matmul<InterleavedActivation256>(products, x, n_tokens, pool);
   }

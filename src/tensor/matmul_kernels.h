@@ -90,6 +90,10 @@ inline constexpr int kMaxInterleavedTokens = 8;
 //   K-quants: exact integers isum = sum_j scale[j] * sum_{i in j} (u - offset) * qs and
 //     msum = sum_j min[j] * sum_{i in j} qs, then acc = fma(float(isum), d * dx, acc),
 //     and for the formats with mins acc = fma(-float(msum), dmin * dx, acc).
+// Float formats take tokens[t] as the token's fp32 row, n_blocks long: column k adds to one
+// of four partial sums, p[k % 4] = fma(w[k], x[k], p[k % 4]) in column order from 0, and
+// the result is (p[0] + p[1]) + (p[2] + p[3]). Four chains keep a lone token's FMAs from
+// waiting on each other's latency.
 using InterleavedKernel = void (*)(const uint8_t* group, int64_t n_blocks, const void* const* tokens,
                                    int n_tokens, float* out);
 

@@ -33,24 +33,6 @@ void dot_quantized(const void* weight_row, size_t, int, int64_t cols, const Toke
   for (int t = 0; t < tile.n_tokens; ++t) out[t] = acc[t];
 }
 
-template <DType kType>
-float weight_at(const void* row, int64_t i) {
-  if constexpr (kType == DType::F32) return static_cast<const float*>(row)[i];
-  if constexpr (kType == DType::F16) return fp16_to_fp32(static_cast<const uint16_t*>(row)[i]);
-  if constexpr (kType == DType::BF16) return bf16_to_fp32(static_cast<const uint16_t*>(row)[i]);
-}
-
-template <DType kType>
-void dot_float(const void* weight_row, size_t, int, int64_t cols, const TokenTile& tile,
-               float* out) {
-  for (int t = 0; t < tile.n_tokens; ++t) {
-    const auto* x = static_cast<const float*>(tile.rows[t]);
-    float acc = 0.0f;
-    for (int64_t i = 0; i < cols; ++i) acc += weight_at<kType>(weight_row, i) * x[i];
-    out[t] = acc;
-  }
-}
-
 // Element i of row r in a block of the interleaved layout, as the signed value u - offset.
 template <DType kType>
 int interleaved_value(const uint8_t* block, int r, int i) {
@@ -134,6 +116,37 @@ void interleaved_dot(const uint8_t* group, int64_t n_blocks, const void* const* 
   }
 }
 
+// Column k of row r, read from the layout in interleaved.h by its own arithmetic.
+template <DType kType>
+float interleaved_float(const uint8_t* group, int r, int64_t k) {
+  constexpr interleaved::Format kFormat = interleaved::format_of(kType);
+  const uint8_t* column = interleaved::levels_at(kFormat, group, k);
+  if constexpr (kType == DType::F32) {
+    float w;
+    std::memcpy(&w, column + 4 * r, sizeof w);
+    return w;
+  } else {
+    uint16_t h;
+    std::memcpy(&h, column + 2 * r, sizeof h);
+    return kType == DType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+  }
+}
+
+template <DType kType>
+void interleaved_float_dot(const uint8_t* group, int64_t cols, const void* const* tokens, int n_tokens,
+                           float* out) {
+  for (int t = 0; t < n_tokens; ++t) {
+    const auto* x = static_cast<const float*>(tokens[t]);
+    for (int r = 0; r < interleaved::kRows; ++r) {
+      float partial[4] = {};
+      for (int64_t k = 0; k < cols; ++k) {
+        partial[k % 4] = std::fma(interleaved_float<kType>(group, r, k), x[k], partial[k % 4]);
+      }
+      out[t * interleaved::kRows + r] = (partial[0] + partial[1]) + (partial[2] + partial[3]);
+    }
+  }
+}
+
 }  // namespace
 
 InterleavedKernels scalar_interleaved(DType type) {
@@ -143,6 +156,9 @@ InterleavedKernels scalar_interleaved(DType type) {
     case DType::Q4_K: return {interleaved_dot<DType::Q4_K>, 1};
     case DType::Q5_K: return {interleaved_dot<DType::Q5_K>, 1};
     case DType::Q6_K: return {interleaved_dot<DType::Q6_K>, 1};
+    case DType::F32: return {interleaved_float_dot<DType::F32>, 1};
+    case DType::F16: return {interleaved_float_dot<DType::F16>, 1};
+    case DType::BF16: return {interleaved_float_dot<DType::BF16>, 1};
     default: return {};
   }
 }
@@ -151,9 +167,6 @@ InterleavedKernels scalar_interleaved(DType type) {
 Kernel scalar_kernel(DType type) {
   const auto make = [](DotKernel dot) { return Kernel{dot, 1, 1}; };
   switch (type) {
-    case DType::F32: return make(dot_float<DType::F32>);
-    case DType::F16: return make(dot_float<DType::F16>);
-    case DType::BF16: return make(dot_float<DType::BF16>);
     case DType::Q4_1: return make(dot_quantized<DType::Q4_1>);
     case DType::Q5_0: return make(dot_quantized<DType::Q5_0>);
     case DType::Q5_1: return make(dot_quantized<DType::Q5_1>);

@@ -179,12 +179,22 @@ TEST_P(MatmulTypeTest, ResultsAreBitIdenticalAcrossBatchingAndThreads) {
 
 // Puts the extremes the kernels' integer paths must hold exactly into the first block of
 // rows 0 and 1: the largest levels, scales and mins, and for the signed formats the most
-// negative level and scale.
+// negative level and scale; for the float formats, subnormal, -0 and large weights in row 0.
 void set_extreme_blocks(TestMatrix& m) {
   const size_t row_size = *row_bytes(m.type, static_cast<uint64_t>(m.cols));
   uint8_t* row0 = m.bytes.data();
   uint8_t* row1 = row0 + row_size;
   switch (m.type) {
+    case DType::F32: {
+      const float values[] = {1e-45f, -1e-45f, -0.0f, 6e4f, -3e30f};  // subnormals, -0, large
+      std::memcpy(row0, values, sizeof values);
+      break;
+    }
+    case DType::F16: case DType::BF16: {
+      const uint16_t bits[] = {0x0001, 0x8001, 0x8000, 0x7BFF, 0xFBFF};  // subnormals, -0, +-65504 (F16)
+      std::memcpy(row0, bits, sizeof bits);
+      break;
+    }
     case DType::Q8_0:
       reinterpret_cast<BlockQ8_0*>(row0)->qs[0] = -128;
       reinterpret_cast<BlockQ8_0*>(row0)->qs[5] = 127;
@@ -214,9 +224,10 @@ void set_extreme_blocks(TestMatrix& m) {
 // bit, which lets nodes with different CPUs share a model of these types.
 TEST(Matmul, InterleavedTypesGiveTheSameBitsOnEveryIsa) {
   ThreadPool pool(2);
-  for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F32, DType::F16,
+                     DType::BF16}) {
     SCOPED_TRACE(dtype_name(type));
-    const int64_t cols = activation_block(type) == 32 ? 480 : 768;
+    const int64_t cols = activation_block(type) == 0 ? 483 : activation_block(type) == 32 ? 480 : 768;
     TestMatrix m = make_matrix(type, 37, cols, 11);  // a partial last group of 16 rows
     set_extreme_blocks(m);
     const int64_t n_tokens = 11;
