@@ -106,17 +106,45 @@ void add_in_place(std::vector<float>& x, const std::vector<float>& delta, size_t
 
 KvState::KvState(const Config& config, LayerRange range, int capacity)
     : layer_count_(range.size()),
+      head_dim_(config.head_dim),
       kv_dim_(config.kv_dim()),
       capacity_(capacity),
       keys_(static_cast<size_t>(range.size())),
       values_(static_cast<size_t>(range.size())) {}
 
-float* KvState::keys(int layer, int position) {
-  return keys_[static_cast<size_t>(layer)].data() + static_cast<size_t>(position) * kv_dim_;
+int64_t KvState::block_floats() const { return int64_t{kv_dim_} * tensor::kKeyBlock; }
+
+int64_t KvState::head_offset(int block, int kv_head) const {
+  return block * block_floats() + int64_t{kv_head} * head_dim_ * tensor::kKeyBlock;
 }
 
-float* KvState::values(int layer, int position) {
-  return values_[static_cast<size_t>(layer)].data() + static_cast<size_t>(position) * kv_dim_;
+const float* KvState::key_block(int layer, int block, int kv_head) const {
+  return keys_[static_cast<size_t>(layer)].data() + head_offset(block, kv_head);
+}
+
+const float* KvState::value_block(int layer, int block, int kv_head) const {
+  return values_[static_cast<size_t>(layer)].data() + head_offset(block, kv_head);
+}
+
+void KvState::reserve(int positions) {
+  const int64_t blocks = (positions + tensor::kKeyBlock - 1) / tensor::kKeyBlock;
+  for (int l = 0; l < layer_count_; ++l) {
+    keys_[static_cast<size_t>(l)].resize(static_cast<size_t>(blocks * block_floats()));
+    values_[static_cast<size_t>(l)].resize(static_cast<size_t>(blocks * block_floats()));
+  }
+}
+
+void KvState::store(int layer, int position, const float* k, const float* v) {
+  const int block = position / tensor::kKeyBlock;
+  const int lane = position % tensor::kKeyBlock;
+  for (int h = 0; h < kv_dim_ / head_dim_; ++h) {
+    float* keys = keys_[static_cast<size_t>(layer)].data() + head_offset(block, h);
+    float* values = values_[static_cast<size_t>(layer)].data() + head_offset(block, h) + int64_t{lane} * head_dim_;
+    for (int d = 0; d < head_dim_; ++d) {
+      keys[d * tensor::kKeyBlock + lane] = k[h * head_dim_ + d];
+      values[d] = v[h * head_dim_ + d];
+    }
+  }
 }
 
 std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file) {
@@ -249,32 +277,41 @@ void Model::rope(float* rows, int row_count, int heads) const {
 void Model::attention(int layer_index, tensor::ThreadPool& pool) {
   const Config& c = config_;
   const int heads = c.head_count;
-  const int group = c.head_count / c.kv_head_count;
+  const int kv_heads = c.kv_head_count;
+  const int group = heads / kv_heads;
   const int head_dim = c.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-
-  const int64_t items = static_cast<int64_t>(row_kv_.size()) * heads;
+  // Work items of up to four query heads that share a KV head: they share each read of its
+  // keys (key_scores takes four at a time), and a lone token still splits over threads.
+  constexpr int kQueriesPerItem = 4;
+  const int items_per_kv_head = (group + kQueriesPerItem - 1) / kQueriesPerItem;
+  const int64_t items = static_cast<int64_t>(row_kv_.size()) * kv_heads * items_per_kv_head;
   pool.parallel_for(items, [&](int64_t begin, int64_t end) {
     std::vector<float> weights;
     for (int64_t item = begin; item < end; ++item) {
-      const size_t row = static_cast<size_t>(item / heads);
-      const int h = static_cast<int>(item % heads);
-      KvState& kv = *row_kv_[row];
-      const int position = positions_[row];
-      const float* q = q_.data() + (row * heads + static_cast<size_t>(h)) * head_dim;
-      const int kv_offset = (h / group) * head_dim;
-      const size_t span = static_cast<size_t>(position) + 1;
-      weights.resize(span);
-      // Positions are consecutive rows of kv_dim floats in the cache.
-      const float* keys = kv.keys(layer_index, 0) + kv_offset;
-      const float* values = kv.values(layer_index, 0) + kv_offset;
-      tensor::dot_rows(q, keys, c.kv_dim(), static_cast<int64_t>(span), head_dim, weights.data());
-      const float total = tensor::softmax_numerators(weights.data(), static_cast<int64_t>(span), scale);
-      float* out = attn_out_.data() + (row * heads + static_cast<size_t>(h)) * head_dim;
-      std::fill(out, out + head_dim, 0.0f);
-      tensor::add_scaled_rows(weights.data(), values, c.kv_dim(), static_cast<int64_t>(span), head_dim, out);
-      const float inv_total = 1.0f / total;
-      for (int d = 0; d < head_dim; ++d) out[d] *= inv_total;
+      const size_t row = static_cast<size_t>(item / (kv_heads * items_per_kv_head));
+      const int kv_head = static_cast<int>(item / items_per_kv_head % kv_heads);
+      const int first_head = kv_head * group + static_cast<int>(item % items_per_kv_head) * kQueriesPerItem;
+      const int n_heads = std::min(kQueriesPerItem, (kv_head + 1) * group - first_head);
+      const KvState& kv = *row_kv_[row];
+      const int64_t span = positions_[row] + 1;
+      weights.resize(static_cast<size_t>(n_heads * span));
+      const float* q = q_.data() + (row * heads + static_cast<size_t>(first_head)) * head_dim;
+      tensor::key_scores(q, head_dim, n_heads, kv.key_block(layer_index, 0, kv_head), kv.block_floats(), head_dim,
+                         span, weights.data(), span);
+      for (int j = 0; j < n_heads; ++j) {
+        float* w = weights.data() + j * span;
+        const float total = tensor::softmax_numerators(w, span, scale);
+        float* out = attn_out_.data() + (row * heads + static_cast<size_t>(first_head + j)) * head_dim;
+        std::fill(out, out + head_dim, 0.0f);
+        for (int64_t first = 0; first < span; first += tensor::kKeyBlock) {
+          const float* values = kv.value_block(layer_index, static_cast<int>(first / tensor::kKeyBlock), kv_head);
+          tensor::add_scaled_rows(w + first, values, head_dim, std::min<int64_t>(tensor::kKeyBlock, span - first),
+                                  head_dim, out);
+        }
+        const float inv_total = 1.0f / total;
+        for (int d = 0; d < head_dim; ++d) out[d] *= inv_total;
+      }
     }
   });
 }
@@ -317,13 +354,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
   gate_.resize(n * c.ffn_dim);
   up_.resize(n * c.ffn_dim);
   proj_.resize(n * dim);
-  for (const SequenceSlice& s : slices) {
-    const size_t needed = static_cast<size_t>(s.kv->size() + s.token_count) * c.kv_dim();
-    for (int l = 0; l < range_.size(); ++l) {
-      s.kv->keys_[static_cast<size_t>(l)].resize(needed);
-      s.kv->values_[static_cast<size_t>(l)].resize(needed);
-    }
-  }
+  for (const SequenceSlice& s : slices) s.kv->reserve(s.kv->size() + s.token_count);
 
   for (int l = 0; l < range_.size(); ++l) {
     const Layer& layer = layers_[static_cast<size_t>(l)];
@@ -335,8 +366,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
     rope(q_.data(), rows, c.head_count);
     rope(k_.data(), rows, c.kv_head_count);
     for (size_t row = 0; row < n; ++row) {
-      std::copy_n(k_.data() + row * c.kv_dim(), c.kv_dim(), row_kv_[row]->keys(l, positions_[row]));
-      std::copy_n(v_.data() + row * c.kv_dim(), c.kv_dim(), row_kv_[row]->values(l, positions_[row]));
+      row_kv_[row]->store(l, positions_[row], k_.data() + row * c.kv_dim(), v_.data() + row * c.kv_dim());
     }
     attention(l, pool);
     tensor::matmul(layer.o, attn_out_.data(), rows, proj_.data(), pool);

@@ -31,15 +31,23 @@ class KvState {
 
  private:
   friend class Model;
-  float* keys(int layer, int position);
-  float* values(int layer, int position);
+  // Positions come in blocks of tensor::kKeyBlock. In each layer's block, per KV head: its
+  // keys dimension-major (the layout tensor::key_scores reads), its values position-major.
+  int64_t block_floats() const;
+  int64_t head_offset(int block, int kv_head) const;  // of a KV head's part of a block
+  const float* key_block(int layer, int block, int kv_head) const;
+  const float* value_block(int layer, int block, int kv_head) const;
+  // Grows every layer to hold `positions` positions.
+  void reserve(int positions);
+  // Writes position `position` of `layer`: k and v are kv_dim floats each.
+  void store(int layer, int position, const float* k, const float* v);
 
   int layer_count_;
+  int head_dim_;
   int kv_dim_;
   int capacity_;
   int size_ = 0;
-  // Per layer: positions x kv_dim, grown as the sequence grows.
-  std::vector<std::vector<float>> keys_;
+  std::vector<std::vector<float>> keys_;  // per layer, whole blocks
   std::vector<std::vector<float>> values_;
 };
 

@@ -55,70 +55,60 @@ namespace {
 
 // Inlined into each clone: a 32-byte vector crosses a call differently with and without AVX.
 
-// The lanes of a dot product before they are summed: sum over 16-element steps in two
-// vectors, then 8-element steps into the first; elements past the last 8 go to `tail`.
-[[gnu::always_inline]] inline f32x8 dot_lanes(const float* a, const float* b, int64_t n, float& tail) {
-  f32x8 sum0{}, sum1{};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    sum0 += load(a + i) * load(b + i);
-    sum1 += load(a + i + 8) * load(b + i + 8);
-  }
-  for (; i + 8 <= n; i += 8) sum0 += load(a + i) * load(b + i);
-  tail = 0.0f;
-  for (; i < n; ++i) tail += a[i] * b[i];
-  return sum0 + sum1;
-}
-
-// Every dot product ends with ((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7)) + tail.
+// A sum kept in 8 lanes ends as ((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7)) + tail.
 [[gnu::always_inline]] inline float sum_lanes(f32x8 s, float tail) {
   return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])) + tail;
 }
 
-// sum_lanes of eight vectors at once, lane j of the result for s[j]: the same additions in
-// the same order, done across vectors instead of within one.
-[[gnu::always_inline]] inline f32x8 sum_lanes8(const f32x8 (&s)[8], f32x8 tails) {
-  using Index = i32x8;
-  // halves[k] = [lanes 0..3 + lanes 4..7 of s[2k] | the same of s[2k + 1]]
-  f32x8 halves[4];
-  for (int k = 0; k < 4; ++k) {
-    halves[k] = __builtin_shuffle(s[2 * k], s[2 * k + 1], Index{0, 1, 2, 3, 8, 9, 10, 11}) +
-                __builtin_shuffle(s[2 * k], s[2 * k + 1], Index{4, 5, 6, 7, 12, 13, 14, 15});
+// The scores of NQ queries against the 16 keys of one block (two vectors of 8): each lane
+// runs one (query, key) sum in dimension order.
+template <int NQ>
+[[gnu::always_inline]] inline void key_block_scores(const float* queries, int64_t query_stride, const float* block,
+                                                    int64_t n, f32x8 (&acc)[NQ][2]) {
+  for (int j = 0; j < NQ; ++j) acc[j][0] = acc[j][1] = f32x8{};
+  for (int64_t d = 0; d < n; ++d) {
+    const f32x8 low = load(block + d * kKeyBlock), high = load(block + d * kKeyBlock + 8);
+    for (int j = 0; j < NQ; ++j) {
+      const f32x8 q = splat(queries[j * query_stride + d]);
+      acc[j][0] += q * low;
+      acc[j][1] += q * high;
+    }
   }
-  // Adjacent lanes of those: per vector, (h0 + h1) then (h2 + h3), in the vector order
-  // s[4k], s[4k + 2], s[4k + 1], s[4k + 3].
-  f32x8 pairs[2];
-  for (int k = 0; k < 2; ++k) {
-    pairs[k] = __builtin_shuffle(halves[2 * k], halves[2 * k + 1], Index{0, 2, 8, 10, 4, 6, 12, 14}) +
-               __builtin_shuffle(halves[2 * k], halves[2 * k + 1], Index{1, 3, 9, 11, 5, 7, 13, 15});
+}
+
+template <int NQ>
+[[gnu::always_inline]] inline void store_key_scores(const f32x8 (&acc)[NQ][2], int64_t count, float* scores,
+                                                    int64_t score_stride) {
+  for (int j = 0; j < NQ; ++j) {
+    float lanes[kKeyBlock];
+    store(lanes, acc[j][0]);
+    store(lanes + 8, acc[j][1]);
+    std::memcpy(scores + j * score_stride, lanes, static_cast<size_t>(count) * sizeof(float));
   }
-  // The last addition, then back into the order of s.
-  const f32x8 sums = __builtin_shuffle(pairs[0], pairs[1], Index{0, 2, 4, 6, 8, 10, 12, 14}) +
-                     __builtin_shuffle(pairs[0], pairs[1], Index{1, 3, 5, 7, 9, 11, 13, 15});
-  return __builtin_shuffle(sums, Index{0, 2, 1, 3, 4, 6, 5, 7}) + tails;
 }
 
 }  // namespace
 
-// Rows go eight at a time, whose lanes are summed across vectors, then one by one; either
-// way each result is the same sequence of additions.
-STRATA_VECTOR_CLONES void dot_rows(const float* x, const float* rows, int64_t row_stride,
-                                   int64_t row_count, int64_t n, float* out) {
-  int64_t r = 0;
-  for (; r + 8 <= row_count; r += 8) {
-    f32x8 lanes[8];
-    f32x8 tails;
-    for (int j = 0; j < 8; ++j) {
-      float tail;
-      lanes[j] = dot_lanes(x, rows + (r + j) * row_stride, n, tail);
-      tails[j] = tail;
+// Four queries at a time share each load of a key block (eight accumulators and the block's
+// two vectors fit AVX2's 16 registers); the rest go one by one, through the same lanes.
+STRATA_VECTOR_CLONES void key_scores(const float* queries, int64_t query_stride, int query_count, const float* blocks,
+                                     int64_t block_stride, int64_t n, int64_t key_count, float* scores,
+                                     int64_t score_stride) {
+  static_assert(kKeyBlock == 16);
+  for (int64_t first = 0; first < key_count; first += kKeyBlock) {
+    const float* block = blocks + first / kKeyBlock * block_stride;
+    const int64_t count = key_count - first < kKeyBlock ? key_count - first : kKeyBlock;
+    int q = 0;
+    for (; q + 4 <= query_count; q += 4) {
+      f32x8 acc[4][2];
+      key_block_scores<4>(queries + q * query_stride, query_stride, block, n, acc);
+      store_key_scores<4>(acc, count, scores + q * score_stride + first, score_stride);
     }
-    store(out + r, sum_lanes8(lanes, tails));
-  }
-  for (; r < row_count; ++r) {
-    float tail;
-    const f32x8 lanes = dot_lanes(x, rows + r * row_stride, n, tail);
-    out[r] = sum_lanes(lanes, tail);
+    for (; q < query_count; ++q) {
+      f32x8 acc[1][2];
+      key_block_scores<1>(queries + q * query_stride, query_stride, block, n, acc);
+      store_key_scores<1>(acc, count, scores + q * score_stride + first, score_stride);
+    }
   }
 }
 

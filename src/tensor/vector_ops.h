@@ -8,10 +8,16 @@
 
 namespace strata::tensor {
 
-// out[r] = sum over i < n of x[i] * rows[r * row_stride + i], for r < row_count; each sum in
-// 16 fixed lanes reduced in a fixed order (attention scores: one query against its keys).
-void dot_rows(const float* x, const float* rows, int64_t row_stride, int64_t row_count, int64_t n,
-              float* out);
+// Attention keys are stored in blocks of kKeyBlock positions, dimension-major within a
+// block: element d of key i is at blocks[(i / kKeyBlock) * block_stride + d * kKeyBlock +
+// i % kKeyBlock]. One vector load then takes a dimension of many keys, and no dot product
+// needs a horizontal sum.
+inline constexpr int kKeyBlock = 16;
+// scores[q * score_stride + i] = sum over d < n of queries[q * query_stride + d] * (element d
+// of key i), each product rounded and added in dimension order from 0, for i < key_count and
+// q < query_count (attention: the query heads that share one key head, against its keys).
+void key_scores(const float* queries, int64_t query_stride, int query_count, const float* blocks,
+                int64_t block_stride, int64_t n, int64_t key_count, float* scores, int64_t score_stride);
 // y[i] += alphas[r] * rows[r * row_stride + i], row after row (attention: weighted values).
 void add_scaled_rows(const float* alphas, const float* rows, int64_t row_stride, int64_t row_count,
                      int64_t n, float* y);

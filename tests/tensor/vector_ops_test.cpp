@@ -19,36 +19,45 @@ std::vector<float> random_values(int64_t n, float scale, uint32_t seed) {
   return v;
 }
 
-TEST(VectorOps, DotRowsMatchDoubleOnRaggedLengths) {
-  for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 31, 64, 100, 128, 1000}) {
-    const int64_t stride = n + 3, count = 5;
-    const auto x = random_values(n, 1.0f, 1), rows = random_values(stride * count, 1.0f, 2);
-    std::vector<float> out(static_cast<size_t>(count));
-    dot_rows(x.data(), rows.data(), stride, count, n, out.data());
-    for (int64_t r = 0; r < count; ++r) {
-      double expected = 0.0, magnitude = 0.0;
-      for (int64_t i = 0; i < n; ++i) {
-        const double term = static_cast<double>(x[static_cast<size_t>(i)]) * rows[static_cast<size_t>(r * stride + i)];
-        expected += term;
-        magnitude += std::abs(term);
-      }
-      EXPECT_NEAR(out[static_cast<size_t>(r)], expected, 1e-6 * magnitude + 1e-30) << n << " row " << r;
+// Keys as rows of n floats, in key_scores' block layout with `stride` floats per block
+// (more than a block needs, as when other KV heads share it); unused lanes hold garbage.
+std::vector<float> key_blocks(const std::vector<float>& keys, int64_t n, int64_t key_count, int64_t stride) {
+  const int64_t blocks = (key_count + kKeyBlock - 1) / kKeyBlock;
+  std::vector<float> out = random_values(blocks * stride, 1e30f, 5);
+  for (int64_t i = 0; i < key_count; ++i) {
+    for (int64_t d = 0; d < n; ++d) {
+      out[static_cast<size_t>(i / kKeyBlock * stride + d * kKeyBlock + i % kKeyBlock)] = keys[static_cast<size_t>(i * n + d)];
     }
   }
+  return out;
 }
 
-// Rows are summed eight at a time and the rest one by one; a row's result must not depend on
-// which way it went, nor on alignment.
-TEST(VectorOps, DotRowsDoNotDependOnAlignmentOrNeighbours) {
-  for (int64_t n : {64, 80, 83}) {
-    const int64_t count = 19;
-    const auto x = random_values(n, 1.0f, 3), rows = random_values(n * count, 1.0f, 4);
-    std::vector<float> all(count), shifted(static_cast<size_t>(n) + 1), alone(1);
-    dot_rows(x.data(), rows.data(), n, count, n, all.data());
-    for (int64_t r = 0; r < count; ++r) {
-      std::copy_n(rows.begin() + r * n, n, shifted.begin() + 1);
-      dot_rows(x.data(), shifted.data() + 1, n, 1, n, alone.data());
-      EXPECT_EQ(std::memcmp(&alone[0], &all[static_cast<size_t>(r)], sizeof(float)), 0) << "n " << n << " row " << r;
+// Each score is the plain sum in dimension order (this file is built without FMA, so the
+// loop below rounds each product, as key_scores promises), whatever the number of queries
+// sharing the call, the key count, or the garbage in a last block's unused lanes.
+TEST(VectorOps, KeyScoresAreSequentialSumsWhateverTheQueryCount) {
+  for (int64_t n : {1, 7, 64, 100}) {
+    for (int64_t key_count : {1, 15, 16, 17, 40}) {
+      const int queries = 6;
+      const int64_t stride = n * kKeyBlock + 32;
+      const auto q = random_values(queries * n, 1.0f, 1), keys = random_values(key_count * n, 1.0f, 2);
+      const std::vector<float> blocks = key_blocks(keys, n, key_count, stride);
+      std::vector<float> scores(static_cast<size_t>(queries * key_count));
+      key_scores(q.data(), n, queries, blocks.data(), stride, n, key_count, scores.data(), key_count);
+      for (int j = 0; j < queries; ++j) {
+        std::vector<float> alone(static_cast<size_t>(key_count));
+        key_scores(q.data() + j * n, n, 1, blocks.data(), stride, n, key_count, alone.data(), key_count);
+        for (int64_t i = 0; i < key_count; ++i) {
+          float expected = 0.0f;
+          for (int64_t d = 0; d < n; ++d) {
+            const float product = q[static_cast<size_t>(j * n + d)] * keys[static_cast<size_t>(i * n + d)];
+            expected = expected + product;
+          }
+          const float batched = scores[static_cast<size_t>(j * key_count + i)];
+          EXPECT_EQ(std::memcmp(&batched, &expected, sizeof expected), 0) << n << " dims, key " << i << " query " << j;
+          EXPECT_EQ(std::memcmp(&alone[static_cast<size_t>(i)], &expected, sizeof expected), 0) << n << " dims, key " << i;
+        }
+      }
     }
   }
 }
