@@ -299,18 +299,22 @@ void Model::attention(int layer_index, tensor::ThreadPool& pool) {
       const float* q = q_.data() + (row * heads + static_cast<size_t>(first_head)) * head_dim;
       tensor::key_scores(q, head_dim, n_heads, kv.key_block(layer_index, 0, kv_head), kv.block_floats(), head_dim,
                          span, weights.data(), span);
-      for (int j = 0; j < n_heads; ++j) {
-        float* w = weights.data() + j * span;
-        const float total = tensor::softmax_numerators(w, span, scale);
-        float* out = attn_out_.data() + (row * heads + static_cast<size_t>(first_head + j)) * head_dim;
-        std::fill(out, out + head_dim, 0.0f);
-        for (int64_t first = 0; first < span; first += tensor::kKeyBlock) {
-          const float* values = kv.value_block(layer_index, static_cast<int>(first / tensor::kKeyBlock), kv_head);
-          tensor::add_scaled_rows(w + first, values, head_dim, std::min<int64_t>(tensor::kKeyBlock, span - first),
-                                  head_dim, out);
+      float totals[kQueriesPerItem];
+      float* out = attn_out_.data() + (row * heads + static_cast<size_t>(first_head)) * head_dim;
+      for (int j = 0; j < n_heads; ++j) totals[j] = tensor::softmax_numerators(weights.data() + j * span, span, scale);
+      std::fill(out, out + n_heads * head_dim, 0.0f);
+      // Block by block, so that the heads after the first read its values from L1.
+      for (int64_t first = 0; first < span; first += tensor::kKeyBlock) {
+        const float* values = kv.value_block(layer_index, static_cast<int>(first / tensor::kKeyBlock), kv_head);
+        const int64_t count = std::min<int64_t>(tensor::kKeyBlock, span - first);
+        for (int j = 0; j < n_heads; ++j) {
+          tensor::add_scaled_rows(weights.data() + j * span + first, values, head_dim, count, head_dim,
+                                  out + j * head_dim);
         }
-        const float inv_total = 1.0f / total;
-        for (int d = 0; d < head_dim; ++d) out[d] *= inv_total;
+      }
+      for (int j = 0; j < n_heads; ++j) {
+        const float inv_total = 1.0f / totals[j];
+        for (int d = 0; d < head_dim; ++d) out[j * head_dim + d] *= inv_total;
       }
     }
   });

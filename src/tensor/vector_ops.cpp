@@ -20,7 +20,9 @@ f32x8 load(const float* p) {
 
 void store(float* p, f32x8 v) { std::memcpy(p, &v, sizeof v); }
 
-f32x8 splat(float x) { return f32x8{} + x; }
+// Lane 0's x shuffled into every lane: one broadcast. (f32x8{} + x costs an addition and
+// turns -0 into +0; an initializer list of eight x compiled to seven inserts.)
+f32x8 splat(float x) { return __builtin_shuffle(f32x8{x}, i32x8{}); }
 
 [[gnu::always_inline]] inline f32x8 exp8(f32x8 x) {
   x = x < splat(-87.0f) ? splat(-87.0f) : x;
@@ -60,25 +62,25 @@ namespace {
   return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])) + tail;
 }
 
-// The scores of NQ queries against the 16 keys of one block (two vectors of 8): each lane
-// runs one (query, key) sum in dimension order.
+// The scores of NQ queries against the first `count` keys of one block of 16 (two vectors
+// of 8): each lane runs one (query, key) sum in dimension order. Unrolled over the queries,
+// so that the accumulators stay in registers.
 template <int NQ>
 [[gnu::always_inline]] inline void key_block_scores(const float* queries, int64_t query_stride, const float* block,
-                                                    int64_t n, f32x8 (&acc)[NQ][2]) {
+                                                    int64_t n, int64_t count, float* scores, int64_t score_stride) {
+  f32x8 acc[NQ][2];
+#pragma GCC unroll 4
   for (int j = 0; j < NQ; ++j) acc[j][0] = acc[j][1] = f32x8{};
   for (int64_t d = 0; d < n; ++d) {
     const f32x8 low = load(block + d * kKeyBlock), high = load(block + d * kKeyBlock + 8);
+#pragma GCC unroll 4
     for (int j = 0; j < NQ; ++j) {
       const f32x8 q = splat(queries[j * query_stride + d]);
       acc[j][0] += q * low;
       acc[j][1] += q * high;
     }
   }
-}
-
-template <int NQ>
-[[gnu::always_inline]] inline void store_key_scores(const f32x8 (&acc)[NQ][2], int64_t count, float* scores,
-                                                    int64_t score_stride) {
+#pragma GCC unroll 4
   for (int j = 0; j < NQ; ++j) {
     float lanes[kKeyBlock];
     store(lanes, acc[j][0]);
@@ -100,43 +102,41 @@ STRATA_VECTOR_CLONES void key_scores(const float* queries, int64_t query_stride,
     const int64_t count = key_count - first < kKeyBlock ? key_count - first : kKeyBlock;
     int q = 0;
     for (; q + 4 <= query_count; q += 4) {
-      f32x8 acc[4][2];
-      key_block_scores<4>(queries + q * query_stride, query_stride, block, n, acc);
-      store_key_scores<4>(acc, count, scores + q * score_stride + first, score_stride);
+      key_block_scores<4>(queries + q * query_stride, query_stride, block, n, count, scores + q * score_stride + first,
+                          score_stride);
     }
     for (; q < query_count; ++q) {
-      f32x8 acc[1][2];
-      key_block_scores<1>(queries + q * query_stride, query_stride, block, n, acc);
-      store_key_scores<1>(acc, count, scores + q * score_stride + first, score_stride);
+      key_block_scores<1>(queries + q * query_stride, query_stride, block, n, count, scores + q * score_stride + first,
+                          score_stride);
     }
   }
 }
 
-// y stays in registers, 32 floats at a time, while every row passes; each element still
-// adds the rows' terms in row order.
+// y[0 .. 8 * kVectors) stays in registers while every row passes. Eight vectors give eight
+// independent additions per row, enough to cover the add latency (four were measured to
+// wait on it).
+template <int kVectors>
+[[gnu::always_inline]] inline void add_scaled_chunk(const float* alphas, const float* rows, int64_t row_stride,
+                                                    int64_t row_count, float* y) {
+  f32x8 sum[kVectors];
+#pragma GCC unroll 8
+  for (int v = 0; v < kVectors; ++v) sum[v] = load(y + 8 * v);
+  for (int64_t r = 0; r < row_count; ++r) {
+    const f32x8 a = splat(alphas[r]);
+    const float* x = rows + r * row_stride;
+#pragma GCC unroll 8
+    for (int v = 0; v < kVectors; ++v) sum[v] += a * load(x + 8 * v);
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < kVectors; ++v) store(y + 8 * v, sum[v]);
+}
+
+// Each element adds the rows' terms in row order, whichever chunk it falls in.
 STRATA_VECTOR_CLONES void add_scaled_rows(const float* alphas, const float* rows, int64_t row_stride,
                                           int64_t row_count, int64_t n, float* y) {
   int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    f32x8 sum0 = load(y + i), sum1 = load(y + i + 8), sum2 = load(y + i + 16), sum3 = load(y + i + 24);
-    for (int64_t r = 0; r < row_count; ++r) {
-      const float* x = rows + r * row_stride + i;
-      const f32x8 a = splat(alphas[r]);
-      sum0 += a * load(x);
-      sum1 += a * load(x + 8);
-      sum2 += a * load(x + 16);
-      sum3 += a * load(x + 24);
-    }
-    store(y + i, sum0);
-    store(y + i + 8, sum1);
-    store(y + i + 16, sum2);
-    store(y + i + 24, sum3);
-  }
-  for (; i + 8 <= n; i += 8) {
-    f32x8 sum = load(y + i);
-    for (int64_t r = 0; r < row_count; ++r) sum += splat(alphas[r]) * load(rows + r * row_stride + i);
-    store(y + i, sum);
-  }
+  for (; i + 64 <= n; i += 64) add_scaled_chunk<8>(alphas, rows + i, row_stride, row_count, y + i);
+  for (; i + 8 <= n; i += 8) add_scaled_chunk<1>(alphas, rows + i, row_stride, row_count, y + i);
   for (; i < n; ++i) {
     for (int64_t r = 0; r < row_count; ++r) y[i] += alphas[r] * rows[r * row_stride + i];
   }
