@@ -88,7 +88,9 @@ void quantize_interleaved(const float* x, int64_t cols, int offset, Activation* 
     Activation& a = out[b];
     a.d = quantize_int8(x + b * kBlock, kBlock, a.qs);
     if constexpr (kBlock == kQK) {
-      a.start = -offset * sum_of(a.qs, kBlock);
+      const int sum = sum_of(a.qs, kBlock);
+      a.start = -offset * sum;
+      a.sum = static_cast<float>(sum);
     } else {
       for (int j = 0; j < 16; ++j) a.starts[j] = -offset * sum_of(a.qs + 16 * j, 16);
       for (int s = 0; s < 8; ++s) a.sums[s] = static_cast<int16_t>(sum_of(a.qs + 32 * s, 32));
@@ -168,20 +170,36 @@ PreparedActivations prepare_activations(const Matrix& w, const Kernel& kernel, c
   return {base, row_stride, scales.data(), tile_stride};
 }
 
-// Block b of one row into lane `lane` of its group; the layout is described in
-// interleaved.h.
+// A block's levels u = q + offset into lane `lane` of its group's levels (interleaved.h):
+// bytes for Q8_0, else nibbles and high-bit planes. Into zeroed memory: fields are ORed.
+void pack_levels(DType type, interleaved::Format f, const UnpackedBlock& w, int lane, uint8_t* levels) {
+  const int planes_per_chunk = f.high_bits == 0 ? 0 : 4 / f.high_bits;
+  for (int i = 0; i < w.elements; ++i) {
+    const int u = w.q[i] + f.offset;
+    if (type == DType::Q8_0) {
+      levels[i / 4 * 64 + 4 * lane + i % 4] = static_cast<uint8_t>(u);
+      continue;
+    }
+    const int s = i / 32, half = i % 32 / 16, m = i % 16 / 4, k = i % 4;
+    uint8_t* sub_block = levels + interleaved::sub_block_bytes(f) * s;
+    sub_block[64 * m + 4 * lane + k] |= static_cast<uint8_t>((u & 0x0F) << (4 * half));
+    if (f.high_bits != 0) {
+      const int bit = 2 * f.high_bits * (m % planes_per_chunk) + f.high_bits * half;
+      sub_block[256 + 64 * (m / planes_per_chunk) + 4 * lane + k] |= static_cast<uint8_t>((u >> 4) << bit);
+    }
+  }
+}
+
+// Block b of one row into lane `lane` of its group.
 void pack_block32(DType type, const uint8_t* row, int64_t b, int lane, interleaved::Format f, uint8_t* levels,
                   uint8_t* meta) {
-  auto* d = reinterpret_cast<uint16_t*>(meta);
-  if (type == DType::Q4_0) {
-    const auto& block = reinterpret_cast<const BlockQ4_0*>(row)[b];
-    d[lane] = block.d;
-    for (int chunk = 0; chunk < 4; ++chunk) std::memcpy(levels + 64 * chunk + 4 * lane, block.qs + 4 * chunk, 4);
-  } else {
-    const auto& block = reinterpret_cast<const BlockQ8_0*>(row)[b];
-    d[lane] = block.d;
-    for (int i = 0; i < kQK; ++i) levels[i / 4 * 64 + 4 * lane + i % 4] = static_cast<uint8_t>(block.qs[i] + f.offset);
-  }
+  const uint8_t* source = row + static_cast<size_t>(b) * info(type).block_bytes;
+  // Every 32-element block begins with its fp16 d, and Q4_1/Q5_1 follow it with m.
+  std::memcpy(meta + 2 * lane, source, 2);
+  if (f.has_min) std::memcpy(meta + interleaved::kMetaMinFactor + 2 * lane, source + 2, 2);
+  UnpackedBlock w;
+  unpack_block(type, source, w);
+  pack_levels(type, f, w, lane, levels);
 }
 
 void pack_k_block(DType type, const uint8_t* row, int64_t b, int lane, interleaved::Format f, uint8_t* levels,
@@ -206,20 +224,10 @@ void pack_k_block(DType type, const uint8_t* row, int64_t b, int lane, interleav
       meta[interleaved::kMetaScales6 + interleaved::kRows * j + lane] = static_cast<uint8_t>(w.scale[j]);
     }
   }
-  const int planes_per_chunk = f.high_bits == 0 ? 0 : 4 / f.high_bits;
-  for (int i = 0; i < kQK_K; ++i) {
-    const int u = w.q[i] + f.offset;
-    const int s = i / 32, half = i % 32 / 16, m = i % 16 / 4, k = i % 4;
-    uint8_t* sub_block = levels + interleaved::sub_block_bytes(f) * s;
-    sub_block[64 * m + 4 * lane + k] |= static_cast<uint8_t>((u & 0x0F) << (4 * half));
-    if (f.high_bits != 0) {
-      const int bit = 2 * f.high_bits * (m % planes_per_chunk) + f.high_bits * half;
-      sub_block[256 + 64 * (m / planes_per_chunk) + 4 * lane + k] |= static_cast<uint8_t>((u >> 4) << bit);
-    }
-  }
+  pack_levels(type, f, w, lane, levels);
 }
 
-// Into zeroed memory: the K-quant packer ORs bit fields together.
+// Into zeroed memory: pack_levels ORs bit fields together.
 void pack_interleaved(const Matrix& m, interleaved::Format f, std::byte* out) {
   const int64_t n_blocks = m.cols / f.block;
   const size_t group_size = interleaved::group_bytes(f, n_blocks);

@@ -19,8 +19,8 @@ struct Matrix {
   const void* data;
 };
 
-// A weight matrix in the layout its kernels read, prepared once (at model load). Q4_0,
-// Q8_0 and the K-quants are copied into groups of 16 interleaved rows; other types are read
+// A weight matrix in the layout its kernels read, prepared once (at model load). The
+// quantized types are copied into groups of 16 interleaved rows; F32, F16 and BF16 are read
 // in place, so the source's memory must outlive this object.
 class PreparedMatrix {
  public:
@@ -47,7 +47,7 @@ class PreparedMatrix {
 // thread count are: each token row of x is quantized on its own (Q8-like blocks for
 // quantized weights, kept fp32 otherwise) and every (row, token) dot product runs one
 // fixed sequence of operations for the active ISA. Different ISAs give different bits,
-// except for the interleaved types (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K),
+// except for the interleaved types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K),
 // which give the same bits on every ISA.
 void matmul(const PreparedMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
 

@@ -4,10 +4,6 @@
 namespace strata::tensor::kernels {
 namespace {
 
-__m256i dot_u8_s8(__m256i acc, __m256i u, __m256i s) {
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
-}
-
 // Tiles sized so that accumulators and weights fit the 16 ymm registers.
 constexpr int kTokenTile = 4;
 constexpr int kRowTile = 2;

@@ -59,14 +59,17 @@ struct Kernel {
   bool paired_activations = false;
 };
 
-// One token's block for the interleaved kernels (interleaved.h): start = -offset * sum(qs),
-// the integer the dot product starts from so that it sums (u - offset) * qs.
+// One token's block of x quantized for the interleaved kernels (interleaved.h): qs =
+// round(x / d), |qs| <= 127; start = -offset * sum(qs), the integer the dot product starts
+// from so that it sums (u - offset) * qs; sum = sum(qs) (exact as a float), which the
+// formats with a min multiply by m.
 struct InterleavedActivation {
   float d;
   int32_t start;
+  float sum;
   int8_t qs[32];
 };
-static_assert(sizeof(InterleavedActivation) == 40);
+static_assert(sizeof(InterleavedActivation) == 44);
 
 // The same for the K-quants' 256-element super-blocks. starts[j] = -offset * (sum of
 // qs[16j .. 16j + 15]) starts the dot of scale group j (Q6_K); sums[s] is the sum of
@@ -86,7 +89,8 @@ inline constexpr int kMaxInterleavedTokens = 8;
 // InterleavedActivation256 (K-quants). Every (row, token) runs the same arithmetic on every
 // ISA, so all give the same bits. Blocks are added in order from acc = 0:
 //   32-element formats: an exact integer dot = sum (u - offset) * qs, then
-//     acc = fma(float(dot), dw * dx, acc);
+//     acc = fma(float(dot), dw * dx, acc), and for the formats with a min (Q4_1, Q5_1)
+//     acc = fma(float(sum qs), m * dx, acc);
 //   K-quants: exact integers isum = sum_j scale[j] * sum_{i in j} (u - offset) * qs and
 //     msum = sum_j min[j] * sum_{i in j} qs, then acc = fma(float(isum), d * dx, acc),
 //     and for the formats with mins acc = fma(-float(msum), dmin * dx, acc).

@@ -242,7 +242,7 @@ TEST(BitExactAcrossIsas, InterleavedTypesGiveTheSameLogitsOnEveryIsa) {
   std::vector<Isa> isas{Isa::Scalar};
   if (tensor::detected_isa() >= Isa::Avx2) isas.push_back(Isa::Avx2);
   if (tensor::detected_isa() >= Isa::Avx512) isas.push_back(Isa::Avx512);
-  for (const char* type : {"Q4_0", "Q8_0", "Q4_K_M", "Q5_K_M"}) {
+  for (const char* type : {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_M", "Q5_K_M"}) {
     SCOPED_TRACE(type);
     auto model = Model::load(open_model(synthetic_model("demo", type)));
     const auto tokens = sample_tokens(7, model->config().vocab_size);
