@@ -21,8 +21,6 @@
 namespace strata::tensor {
 namespace {
 
-using kernels::ActivationBlock32;
-using kernels::ActivationPair64;
 using kernels::InterleavedActivation;
 using kernels::InterleavedActivation256;
 using kernels::InterleavedKernels;
@@ -62,23 +60,10 @@ KernelTable kernels_for(Isa isa) {
   return {kernels::scalar_kernel, kernels::scalar_interleaved};
 }
 
-// false for weights whose activations stay fp32.
-bool quantized_activations(DType type) {
-  return type != DType::F32 && type != DType::F16 && type != DType::BF16;
-}
-
 int sum_of(const int8_t* qs, int n) {
   int sum = 0;
   for (int i = 0; i < n; ++i) sum += qs[i];
   return sum;
-}
-
-void quantize_activations(const float* x, int64_t cols, ActivationBlock32* out) {
-  for (int64_t b = 0; b < cols / kQK; ++b) {
-    ActivationBlock32& a = out[b];
-    a.d = quantize_int8(x + b * kQK, kQK, a.qs);
-    for (int k = 0; k < 2; ++k) a.sums[k] = static_cast<int16_t>(sum_of(a.qs + 16 * k, 16));
-  }
 }
 
 template <class Activation>
@@ -96,78 +81,6 @@ void quantize_interleaved(const float* x, int64_t cols, int offset, Activation* 
       for (int s = 0; s < 8; ++s) a.sums[s] = static_cast<int16_t>(sum_of(a.qs + 32 * s, 32));
     }
   }
-}
-
-// Repacks a row of n_blocks ActivationBlock32 into ceil(n_blocks / 2) ActivationPair64.
-void pair_activations(const ActivationBlock32* blocks, int64_t n_blocks, ActivationPair64* out) {
-  for (int64_t p = 0; p < (n_blocks + 1) / 2; ++p) {
-    ActivationPair64& pair = out[p];
-    pair = {};
-    for (int k = 0; k < 2 && 2 * p + k < n_blocks; ++k) {
-      const ActivationBlock32& a = blocks[2 * p + k];
-      pair.d[k] = a.d;
-      pair.neg_sums[k] = -(a.sums[0] + a.sums[1]);
-      for (int i = 0; i < 8; ++i) std::memcpy(pair.qs + 4 * (2 * i + k), a.qs + 4 * i, 4);
-    }
-  }
-}
-
-struct PreparedActivations {
-  const std::byte* rows;
-  size_t row_stride;
-  const float* block_scales;  // TokenTile::block_scales of tile 0, if the format has them
-  size_t tile_scales_stride;
-};
-
-// Quantizes every token row; buffers are reused between calls to spare allocations.
-PreparedActivations prepare_activations(const Matrix& w, const Kernel& kernel, const float* x,
-                                        int64_t n_tokens, ThreadPool& pool) {
-  if (!quantized_activations(w.type)) {
-    return {reinterpret_cast<const std::byte*>(x), static_cast<size_t>(w.cols) * sizeof(float),
-            nullptr, 0};
-  }
-  const int64_t n_blocks = w.cols / kQK;
-  const bool paired = kernel.paired_activations;
-  const size_t row_stride = paired ? static_cast<size_t>((n_blocks + 1) / 2) * sizeof(ActivationPair64)
-                                   : static_cast<size_t>(n_blocks) * sizeof(ActivationBlock32);
-  thread_local std::vector<std::byte> buffer;
-  buffer.resize(row_stride * static_cast<size_t>(n_tokens));
-  std::byte* base = buffer.data();
-  const auto quantize_rows = [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      void* row = base + static_cast<size_t>(t) * row_stride;
-      const float* source = x + t * w.cols;
-      if (paired) {
-        thread_local std::vector<ActivationBlock32> blocks;
-        blocks.resize(static_cast<size_t>(n_blocks));
-        quantize_activations(source, w.cols, blocks.data());
-        pair_activations(blocks.data(), n_blocks, static_cast<ActivationPair64*>(row));
-      } else {
-        quantize_activations(source, w.cols, static_cast<ActivationBlock32*>(row));
-      }
-    }
-  };
-  if (n_tokens < pool.size()) {
-    quantize_rows(0, n_tokens);
-  } else {
-    pool.parallel_for(n_tokens, quantize_rows);
-  }
-
-  const int64_t tile = kernel.max_tokens;
-  const int64_t n_tiles = (n_tokens + tile - 1) / tile;
-  const auto tile_stride = static_cast<size_t>(n_blocks * tile);
-  thread_local std::vector<float> scales;
-  scales.assign(tile_stride * static_cast<size_t>(n_tiles), 0.0f);
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    const std::byte* row = base + static_cast<size_t>(t) * row_stride;
-    float* tile_scales = scales.data() + static_cast<size_t>(t / tile) * tile_stride;
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      tile_scales[b * tile + t % tile] =
-          paired ? reinterpret_cast<const ActivationPair64*>(row)[b / 2].d[b % 2]
-                 : reinterpret_cast<const ActivationBlock32*>(row)[b].d;
-    }
-  }
-  return {base, row_stride, scales.data(), tile_stride};
 }
 
 // A block's levels u = q + offset into lane `lane` of its group's levels (interleaved.h):
@@ -331,8 +244,6 @@ void row_matmul(const PreparedMatrix& prepared, const float* x, int64_t n_tokens
   if (w.rows == 0) return;
   const Kernel kernel = kernels_for(active_isa()).rows(w.type);
   const auto weight_row_bytes = row_bytes(w.type, static_cast<uint64_t>(w.cols));
-
-  const PreparedActivations activations = prepare_activations(w, kernel, x, n_tokens, pool);
   const auto* weights = static_cast<const std::byte*>(w.data);
 
   pool.parallel_for(w.rows, [&](int64_t row_begin, int64_t row_end) {
@@ -342,13 +253,7 @@ void row_matmul(const PreparedMatrix& prepared, const float* x, int64_t n_tokens
       const int64_t r1 = std::min(row_end, r0 + kRowBlock);
       for (int64_t t0 = 0; t0 < n_tokens; t0 += kernel.max_tokens) {
         tile.n_tokens = static_cast<int>(std::min<int64_t>(kernel.max_tokens, n_tokens - t0));
-        for (int i = 0; i < tile.n_tokens; ++i) {
-          tile.rows[i] = activations.rows + static_cast<size_t>(t0 + i) * activations.row_stride;
-        }
-        if (activations.block_scales != nullptr) {
-          tile.block_scales = activations.block_scales +
-                              static_cast<size_t>(t0 / kernel.max_tokens) * activations.tile_scales_stride;
-        }
+        for (int i = 0; i < tile.n_tokens; ++i) tile.rows[i] = x + (t0 + i) * w.cols;
         for (int64_t r = r0; r < r1; r += kernel.max_rows) {
           const int n_rows = static_cast<int>(std::min<int64_t>(kernel.max_rows, r1 - r));
           kernel.dot(weights + static_cast<size_t>(r) * *weight_row_bytes, *weight_row_bytes, n_rows,

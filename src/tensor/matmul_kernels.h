@@ -9,41 +9,13 @@
 
 namespace strata::tensor::kernels {
 
-// One token row of x quantized for integer dot products: qs = round(x / d), |qs| <= 127,
-// one d per block; sums[k] is the sum of qs[16k .. 16k + 15], for the weight formats
-// whose value has a min term or an offset.
-struct ActivationBlock32 {
-  float d;
-  int16_t sums[2];
-  int8_t qs[32];
-};
-static_assert(sizeof(ActivationBlock32) == 40);
-
-// Blocks 2p and 2p + 1 of a row of ActivationBlock32, for kernels that take two blocks per
-// 512-bit vector (Kernel::paired_activations): dword lane 2i of qs holds elements
-// 4i .. 4i + 3 of block 2p, lane 2i + 1 the same of block 2p + 1, so that the pair is one
-// 64-byte operand; d[k] is block k's d and neg_sums[k] = -(sums[0] + sums[1]). An odd last
-// block is paired with an all-zero one.
-struct ActivationPair64 {
-  float d[2];
-  int32_t neg_sums[2];
-  int8_t qs[64];
-};
-static_assert(sizeof(ActivationPair64) == 80);
-
 inline constexpr int kMaxTokenTile = 4;
 inline constexpr int kMaxRowTile = 4;
 
-// The activations of the tokens one kernel call handles.
+// The activations of the tokens one kernel call handles: per token, a row of fp32 values.
 struct TokenTile {
-  // Per token, a row of ActivationBlock32 (or ActivationPair64, see Kernel) for quantized
-  // weights, of fp32 values for F32/F16/BF16.
   const void* rows[kMaxTokenTile];
   int n_tokens;  // 1 .. Kernel::max_tokens
-  // For the 32-element formats, ActivationBlock32::d of every block of the tile's tokens,
-  // block-major: block_scales[b * Kernel::max_tokens + t], zero past n_tokens. Lets a
-  // kernel scale a weight block for all tokens with one vector multiply.
-  const float* block_scales;
 };
 
 // out[r * kMaxTokenTile + t] = dot(weight row r, token t of tile) over cols elements, for
@@ -55,8 +27,6 @@ struct Kernel {
   DotKernel dot = nullptr;  // nullptr for types without kernels
   int max_rows = 1;
   int max_tokens = 1;  // <= kMaxTokenTile
-  // For the 32-element formats: token rows are ActivationPair64 rather than ActivationBlock32.
-  bool paired_activations = false;
 };
 
 // One token's block of x quantized for the interleaved kernels (interleaved.h): qs =
