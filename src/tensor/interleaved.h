@@ -10,12 +10,21 @@
 // (measured, one token: Q4_K_M decode about 15% faster than with all meta after all
 // levels; software prefetching only slowed it down).
 //
-// 32-element formats: Q4_0 and Q8_0, whose element value is d * (u - offset) for an
-// unsigned level u; two blocks per unit. A block's meta is its 16 rows' fp16 d. A block's
-// levels are 64-byte chunks whose dword lane r is row r's 4 bytes:
-//   Q4_0: chunk m (0..3) holds row r's qs[4m .. 4m + 3] as stored by ggml: low nibbles are
-//         elements 4m .. 4m + 3, high nibbles elements 16 + 4m .. 16 + 4m + 3 (offset 8).
-//   Q8_0: chunk j (0..7) holds elements 4j .. 4j + 3 as u = q + 128 (offset 128).
+// 32-element formats: Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0, whose element value is
+// d * (u - offset) + m for an unsigned level u (m only for Q4_1 and Q5_1; offset 8 for
+// Q4_0, 16 for Q5_0, 128 for Q8_0, else 0). A block's meta is its 16 rows' fp16 d, then
+// for Q4_1/Q5_1 their fp16 m. A block's levels are 64-byte chunks whose dword lane r is
+// row r's 4 bytes:
+//   Q4_0, Q4_1, Q5_0, Q5_1: chunk m (0..3) holds row r's qs[4m .. 4m + 3] as stored by
+//         ggml: low nibbles are elements 4m .. 4m + 3, high nibbles 16 + 4m .. 16 + 4m + 3.
+//         Q5_0/Q5_1 follow with one plane of fifth bits laid out as a K-quant's (below,
+//         high_bits = 1): byte k of lane r holds at bit 2m the fifth bit of element 4m + k
+//         and at bit 2m + 1 that of element 16 + 4m + k. Such a block is thus laid out as
+//         one K-quant sub-block, and the kernels decode both with the same code.
+//   Q8_0: chunk j (0..7) holds elements 4j .. 4j + 3 as u = q + 128.
+// Two blocks per unit, which makes a unit a whole number of cache lines for each. (One
+// block would do for Q4_1 and Q5_1, but Q5_1's 6-line units measured half as fast as
+// 12-line ones in one-token decode from DRAM: 11.5 against 24.6 GB/s on one thread.)
 //
 // K-quants: Q4_K, Q5_K and Q6_K, 256-element super-blocks in the same group layout. Element
 // value is d * scale[j] * (u - offset) - dmin * min[j] over scale groups j of `group`
@@ -42,6 +51,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include "tensor/dtype.h"
 
@@ -57,14 +67,14 @@ struct Format {
   int meta_bytes = 0;    // per block of a group
   int blocks_per_unit = 1;
   int offset = 0;        // subtracted from every level
-  // K-quants only:
-  int high_bits = 0;     // bits of a level above its nibble
-  int group = 0;         // elements per scale
+  int high_bits = 0;     // bits of a level above its nibble (not Q8_0, whose levels are bytes)
+  int group = 0;         // elements per scale, K-quants only
   bool has_min = false;
 };
 
-// Offsets within a K-quant super-block's meta.
-inline constexpr int kMetaDmin = 2 * kRows;
+// Offsets within a block's meta. After d[16], the formats with a min term keep the fp16
+// factor of that term: m of Q4_1/Q5_1, dmin of Q4_K/Q5_K.
+inline constexpr int kMetaMinFactor = 2 * kRows;
 inline constexpr int kMetaScales45 = 4 * kRows;
 inline constexpr int kMetaMins = kMetaScales45 + 8 * kRows;
 inline constexpr int kMetaScales6 = 2 * kRows;
@@ -72,6 +82,9 @@ inline constexpr int kMetaScales6 = 2 * kRows;
 [[maybe_unused]] constexpr Format format_of(DType type) {
   switch (type) {
     case DType::Q4_0: return {32, 256, 2 * kRows, 2, 8};
+    case DType::Q4_1: return {32, 256, 4 * kRows, 2, 0, 0, 0, true};
+    case DType::Q5_0: return {32, 256 + 64, 2 * kRows, 2, 16, 1};
+    case DType::Q5_1: return {32, 256 + 64, 4 * kRows, 2, 0, 1, 0, true};
     case DType::Q8_0: return {32, 512, 2 * kRows, 2, 128};
     case DType::Q4_K: return {256, 2048, kMetaMins + 8 * kRows, 1, 0, 0, 32, true};
     case DType::Q5_K: return {256, 2048 + 8 * 64, kMetaMins + 8 * kRows, 1, 0, 1, 32, true};
@@ -88,10 +101,14 @@ inline constexpr int kMetaScales6 = 2 * kRows;
   return static_cast<size_t>(f.blocks_per_unit) * static_cast<size_t>(f.levels_bytes + f.meta_bytes);
 }
 
-static_assert(unit_bytes(format_of(DType::Q4_0)) % 64 == 0 && unit_bytes(format_of(DType::Q8_0)) % 64 == 0 &&
-              unit_bytes(format_of(DType::Q4_K)) % 64 == 0 && unit_bytes(format_of(DType::Q5_K)) % 64 == 0 &&
-              unit_bytes(format_of(DType::Q6_K)) % 64 == 0 && unit_bytes(format_of(DType::F32)) % 64 == 0 &&
-              unit_bytes(format_of(DType::F16)) % 64 == 0 && unit_bytes(format_of(DType::BF16)) % 64 == 0);
+constexpr bool units_are_whole_lines() {
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K,
+                     DType::Q6_K, DType::F32, DType::F16, DType::BF16}) {
+    if (unit_bytes(format_of(type)) % 64 != 0) return false;
+  }
+  return true;
+}
+static_assert(units_are_whole_lines());
 
 [[maybe_unused]] size_t group_bytes(Format f, int64_t n_blocks) {
   return static_cast<size_t>((n_blocks + f.blocks_per_unit - 1) / f.blocks_per_unit) * unit_bytes(f);

@@ -22,16 +22,9 @@
 namespace strata::tensor {
 namespace {
 
-using kernels::ActivationBlock32;
-using kernels::ActivationPair64;
 using kernels::InterleavedActivation;
 using kernels::InterleavedActivation256;
 using kernels::InterleavedKernels;
-using kernels::Kernel;
-using kernels::kMaxTokenTile;
-
-// Rows whose weights stay in L2 while every token tile streams past them.
-constexpr int64_t kRowBlock = 16;
 
 Isa probe_isa() {
   __builtin_cpu_init();
@@ -48,38 +41,19 @@ std::atomic<Isa>& active() {
   return isa;
 }
 
-// Each ISA's kernels for the row layout and the interleaved one.
-struct KernelTable {
-  Kernel (*rows)(DType);
-  InterleavedKernels (*interleaved)(DType);
-};
-
-KernelTable kernels_for(Isa isa) {
+InterleavedKernels kernels_for(Isa isa, DType type) {
   switch (isa) {
-    case Isa::Avx512: return {kernels::avx512_kernel, kernels::avx512_interleaved};
-    case Isa::Avx2: return {kernels::avx2_kernel, kernels::avx2_interleaved};
+    case Isa::Avx512: return kernels::avx512_interleaved(type);
+    case Isa::Avx2: return kernels::avx2_interleaved(type);
     case Isa::Scalar: break;
   }
-  return {kernels::scalar_kernel, kernels::scalar_interleaved};
-}
-
-// false for weights whose activations stay fp32.
-bool quantized_activations(DType type) {
-  return type != DType::F32 && type != DType::F16 && type != DType::BF16;
+  return kernels::scalar_interleaved(type);
 }
 
 int sum_of(const int8_t* qs, int n) {
   int sum = 0;
   for (int i = 0; i < n; ++i) sum += qs[i];
   return sum;
-}
-
-void quantize_activations(const float* x, int64_t cols, ActivationBlock32* out) {
-  for (int64_t b = 0; b < cols / kQK; ++b) {
-    ActivationBlock32& a = out[b];
-    a.d = quantize_int8(x + b * kQK, kQK, a.qs);
-    for (int k = 0; k < 2; ++k) a.sums[k] = static_cast<int16_t>(sum_of(a.qs + 16 * k, 16));
-  }
 }
 
 template <class Activation>
@@ -89,7 +63,9 @@ void quantize_interleaved(const float* x, int64_t cols, int offset, Activation* 
     Activation& a = out[b];
     a.d = quantize_int8(x + b * kBlock, kBlock, a.qs);
     if constexpr (kBlock == kQK) {
-      a.start = -offset * sum_of(a.qs, kBlock);
+      const int sum = sum_of(a.qs, kBlock);
+      a.start = -offset * sum;
+      a.sum = static_cast<float>(sum);
     } else {
       for (int j = 0; j < 16; ++j) a.starts[j] = -offset * sum_of(a.qs + 16 * j, 16);
       for (int s = 0; s < 8; ++s) a.sums[s] = static_cast<int16_t>(sum_of(a.qs + 32 * s, 32));
@@ -97,92 +73,36 @@ void quantize_interleaved(const float* x, int64_t cols, int offset, Activation* 
   }
 }
 
-// Repacks a row of n_blocks ActivationBlock32 into ceil(n_blocks / 2) ActivationPair64.
-void pair_activations(const ActivationBlock32* blocks, int64_t n_blocks, ActivationPair64* out) {
-  for (int64_t p = 0; p < (n_blocks + 1) / 2; ++p) {
-    ActivationPair64& pair = out[p];
-    pair = {};
-    for (int k = 0; k < 2 && 2 * p + k < n_blocks; ++k) {
-      const ActivationBlock32& a = blocks[2 * p + k];
-      pair.d[k] = a.d;
-      pair.neg_sums[k] = -(a.sums[0] + a.sums[1]);
-      for (int i = 0; i < 8; ++i) std::memcpy(pair.qs + 4 * (2 * i + k), a.qs + 4 * i, 4);
+// A block's levels u = q + offset into lane `lane` of its group's levels (interleaved.h):
+// bytes for Q8_0, else nibbles and high-bit planes. Into zeroed memory: fields are ORed.
+void pack_levels(DType type, interleaved::Format f, const UnpackedBlock& w, int lane, uint8_t* levels) {
+  const int planes_per_chunk = f.high_bits == 0 ? 0 : 4 / f.high_bits;
+  for (int i = 0; i < w.elements; ++i) {
+    const int u = w.q[i] + f.offset;
+    if (type == DType::Q8_0) {
+      levels[i / 4 * 64 + 4 * lane + i % 4] = static_cast<uint8_t>(u);
+      continue;
+    }
+    const int s = i / 32, half = i % 32 / 16, m = i % 16 / 4, k = i % 4;
+    uint8_t* sub_block = levels + interleaved::sub_block_bytes(f) * s;
+    sub_block[64 * m + 4 * lane + k] |= static_cast<uint8_t>((u & 0x0F) << (4 * half));
+    if (f.high_bits != 0) {
+      const int bit = 2 * f.high_bits * (m % planes_per_chunk) + f.high_bits * half;
+      sub_block[256 + 64 * (m / planes_per_chunk) + 4 * lane + k] |= static_cast<uint8_t>((u >> 4) << bit);
     }
   }
 }
 
-struct PreparedActivations {
-  const std::byte* rows;
-  size_t row_stride;
-  const float* block_scales;  // TokenTile::block_scales of tile 0, if the format has them
-  size_t tile_scales_stride;
-};
-
-// Quantizes every token row; buffers are reused between calls to spare allocations.
-PreparedActivations prepare_activations(const Matrix& w, const Kernel& kernel, const float* x,
-                                        int64_t n_tokens, ThreadPool& pool) {
-  if (!quantized_activations(w.type)) {
-    return {reinterpret_cast<const std::byte*>(x), static_cast<size_t>(w.cols) * sizeof(float),
-            nullptr, 0};
-  }
-  const int64_t n_blocks = w.cols / kQK;
-  const bool paired = kernel.paired_activations;
-  const size_t row_stride = paired ? static_cast<size_t>((n_blocks + 1) / 2) * sizeof(ActivationPair64)
-                                   : static_cast<size_t>(n_blocks) * sizeof(ActivationBlock32);
-  thread_local std::vector<std::byte> buffer;
-  buffer.resize(row_stride * static_cast<size_t>(n_tokens));
-  std::byte* base = buffer.data();
-  const auto quantize_rows = [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      void* row = base + static_cast<size_t>(t) * row_stride;
-      const float* source = x + t * w.cols;
-      if (paired) {
-        thread_local std::vector<ActivationBlock32> blocks;
-        blocks.resize(static_cast<size_t>(n_blocks));
-        quantize_activations(source, w.cols, blocks.data());
-        pair_activations(blocks.data(), n_blocks, static_cast<ActivationPair64*>(row));
-      } else {
-        quantize_activations(source, w.cols, static_cast<ActivationBlock32*>(row));
-      }
-    }
-  };
-  if (n_tokens < pool.size()) {
-    quantize_rows(0, n_tokens);
-  } else {
-    pool.parallel_for(n_tokens, quantize_rows);
-  }
-
-  const int64_t tile = kernel.max_tokens;
-  const int64_t n_tiles = (n_tokens + tile - 1) / tile;
-  const auto tile_stride = static_cast<size_t>(n_blocks * tile);
-  thread_local std::vector<float> scales;
-  scales.assign(tile_stride * static_cast<size_t>(n_tiles), 0.0f);
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    const std::byte* row = base + static_cast<size_t>(t) * row_stride;
-    float* tile_scales = scales.data() + static_cast<size_t>(t / tile) * tile_stride;
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      tile_scales[b * tile + t % tile] =
-          paired ? reinterpret_cast<const ActivationPair64*>(row)[b / 2].d[b % 2]
-                 : reinterpret_cast<const ActivationBlock32*>(row)[b].d;
-    }
-  }
-  return {base, row_stride, scales.data(), tile_stride};
-}
-
-// Block b of one row into lane `lane` of its group; the layout is described in
-// interleaved.h.
+// Block b of one row into lane `lane` of its group.
 void pack_block32(DType type, const uint8_t* row, int64_t b, int lane, interleaved::Format f, uint8_t* levels,
                   uint8_t* meta) {
-  auto* d = reinterpret_cast<uint16_t*>(meta);
-  if (type == DType::Q4_0) {
-    const auto& block = reinterpret_cast<const BlockQ4_0*>(row)[b];
-    d[lane] = block.d;
-    for (int chunk = 0; chunk < 4; ++chunk) std::memcpy(levels + 64 * chunk + 4 * lane, block.qs + 4 * chunk, 4);
-  } else {
-    const auto& block = reinterpret_cast<const BlockQ8_0*>(row)[b];
-    d[lane] = block.d;
-    for (int i = 0; i < kQK; ++i) levels[i / 4 * 64 + 4 * lane + i % 4] = static_cast<uint8_t>(block.qs[i] + f.offset);
-  }
+  const uint8_t* source = row + static_cast<size_t>(b) * info(type).block_bytes;
+  // Every 32-element block begins with its fp16 d, and Q4_1/Q5_1 follow it with m.
+  std::memcpy(meta + 2 * lane, source, 2);
+  if (f.has_min) std::memcpy(meta + interleaved::kMetaMinFactor + 2 * lane, source + 2, 2);
+  UnpackedBlock w;
+  unpack_block(type, source, w);
+  pack_levels(type, f, w, lane, levels);
 }
 
 void pack_k_block(DType type, const uint8_t* row, int64_t b, int lane, interleaved::Format f, uint8_t* levels,
@@ -207,17 +127,7 @@ void pack_k_block(DType type, const uint8_t* row, int64_t b, int lane, interleav
       meta[interleaved::kMetaScales6 + interleaved::kRows * j + lane] = static_cast<uint8_t>(w.scale[j]);
     }
   }
-  const int planes_per_chunk = f.high_bits == 0 ? 0 : 4 / f.high_bits;
-  for (int i = 0; i < kQK_K; ++i) {
-    const int u = w.q[i] + f.offset;
-    const int s = i / 32, half = i % 32 / 16, m = i % 16 / 4, k = i % 4;
-    uint8_t* sub_block = levels + interleaved::sub_block_bytes(f) * s;
-    sub_block[64 * m + 4 * lane + k] |= static_cast<uint8_t>((u & 0x0F) << (4 * half));
-    if (f.high_bits != 0) {
-      const int bit = 2 * f.high_bits * (m % planes_per_chunk) + f.high_bits * half;
-      sub_block[256 + 64 * (m / planes_per_chunk) + 4 * lane + k] |= static_cast<uint8_t>((u >> 4) << bit);
-    }
-  }
+  pack_levels(type, f, w, lane, levels);
 }
 
 // A float row's elements, as stored, into lane `lane` of its group's columns; float groups
@@ -233,7 +143,7 @@ void pack_float_row(const uint8_t* row, int64_t cols, int lane, uint8_t* group) 
   }
 }
 
-// Into zeroed memory: the K-quant packer ORs bit fields together.
+// Into zeroed memory: pack_levels ORs bit fields together.
 void pack_interleaved(const Matrix& m, interleaved::Format f, std::byte* out) {
   const int64_t n_blocks = m.cols / f.block;
   const size_t group_size = interleaved::group_bytes(f, n_blocks);
@@ -305,7 +215,7 @@ void interleaved_matmul(std::span<const Product> products, const float* x, int64
     const Matrix& w = p.w.source();
     const interleaved::Format f = interleaved::format_of(w.type);
     parts.push_back({reinterpret_cast<const uint8_t*>(p.w.interleaved()), interleaved::group_bytes(f, n_blocks),
-                     w.rows, n_groups, kernels_for(active_isa()).interleaved(w.type), p.y});
+                     w.rows, n_groups, kernels_for(active_isa(), w.type), p.y});
     n_groups += (w.rows + interleaved::kRows - 1) / interleaved::kRows;
   }
   pool.parallel_for(n_groups, [&](int64_t group_begin, int64_t group_end) {
@@ -347,42 +257,6 @@ void interleaved_matmul(std::span<const Product> products, const float* x, int64
   }
 }
 
-void row_matmul(const PreparedMatrix& prepared, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
-  const Matrix& w = prepared.source();
-  if (w.rows == 0) return;
-  const Kernel kernel = kernels_for(active_isa()).rows(w.type);
-  const auto weight_row_bytes = row_bytes(w.type, static_cast<uint64_t>(w.cols));
-
-  const PreparedActivations activations = prepare_activations(w, kernel, x, n_tokens, pool);
-  const auto* weights = static_cast<const std::byte*>(w.data);
-
-  pool.parallel_for(w.rows, [&](int64_t row_begin, int64_t row_end) {
-    kernels::TokenTile tile{};
-    float out[kernels::kMaxRowTile * kMaxTokenTile];
-    for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowBlock) {
-      const int64_t r1 = std::min(row_end, r0 + kRowBlock);
-      for (int64_t t0 = 0; t0 < n_tokens; t0 += kernel.max_tokens) {
-        tile.n_tokens = static_cast<int>(std::min<int64_t>(kernel.max_tokens, n_tokens - t0));
-        for (int i = 0; i < tile.n_tokens; ++i) {
-          tile.rows[i] = activations.rows + static_cast<size_t>(t0 + i) * activations.row_stride;
-        }
-        if (activations.block_scales != nullptr) {
-          tile.block_scales = activations.block_scales +
-                              static_cast<size_t>(t0 / kernel.max_tokens) * activations.tile_scales_stride;
-        }
-        for (int64_t r = r0; r < r1; r += kernel.max_rows) {
-          const int n_rows = static_cast<int>(std::min<int64_t>(kernel.max_rows, r1 - r));
-          kernel.dot(weights + static_cast<size_t>(r) * *weight_row_bytes, *weight_row_bytes, n_rows,
-                     w.cols, tile, out);
-          for (int j = 0; j < n_rows; ++j) {
-            for (int i = 0; i < tile.n_tokens; ++i) y[(t0 + i) * w.rows + r + j] = out[j * kMaxTokenTile + i];
-          }
-        }
-      }
-    }
-  });
-}
-
 }  // namespace
 
 void PreparedMatrix::FreeAligned::operator()(std::byte* p) const { std::free(p); }
@@ -390,7 +264,7 @@ void PreparedMatrix::FreeAligned::operator()(std::byte* p) const { std::free(p);
 PreparedMatrix::PreparedMatrix(const Matrix& source) : source_(source) {
   const auto weight_row_bytes = row_bytes(source.type, static_cast<uint64_t>(source.cols));
   const interleaved::Format format = interleaved::format_of(source.type);
-  if (format.block == 0 && kernels::scalar_kernel(source.type).dot == nullptr) {
+  if (format.block == 0) {
     throw std::invalid_argument("matmul: unsupported weight type " + std::string(dtype_name(source.type)));
   }
   if (source.rows < 0 || source.cols < 0 || !weight_row_bytes) {
@@ -398,7 +272,7 @@ PreparedMatrix::PreparedMatrix(const Matrix& source) : source_(source) {
                                 std::to_string(source.cols) + " " + std::string(dtype_name(source.type)) +
                                 " matrix is not a whole number of blocks per row");
   }
-  if (format.block == 0 || source.rows == 0) return;
+  if (source.rows == 0) return;
   const int64_t n_groups = (source.rows + interleaved::kRows - 1) / interleaved::kRows;
   const size_t bytes =
       static_cast<size_t>(n_groups) * interleaved::group_bytes(format, source.cols / format.block);
@@ -444,11 +318,9 @@ void matmul(std::initializer_list<Product> products, const float* x, int64_t n_t
   // Runs of neighbours that can share the quantized input go together.
   for (size_t begin = 0; begin < all.size();) {
     size_t end = begin + 1;
-    if (all[begin].w.interleaved() != nullptr) {
+    if (all[begin].w.interleaved() != nullptr) {  // else a matrix without rows: nothing to do
       while (end < all.size() && interleaved_compatible(all[begin].w, all[end].w)) ++end;
       interleaved_matmul(all.subspan(begin, end - begin), x, n_tokens, pool);
-    } else {
-      row_matmul(all[begin].w, x, n_tokens, all[begin].y, pool);
     }
     begin = end;
   }

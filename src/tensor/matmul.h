@@ -19,9 +19,8 @@ struct Matrix {
   const void* data;
 };
 
-// A weight matrix in the layout its kernels read, prepared once (at model load). Q4_0,
-// Q8_0, the K-quants and the float types are copied into groups of 16 interleaved rows;
-// other types are read in place, so the source's memory must outlive this object.
+// A weight matrix in the layout its kernels read, prepared once (at model load): a copy in
+// groups of 16 interleaved rows, so the source's memory may be let go afterwards.
 class PreparedMatrix {
  public:
   PreparedMatrix() = default;
@@ -30,7 +29,7 @@ class PreparedMatrix {
   explicit PreparedMatrix(const Matrix& source);
 
   const Matrix& source() const { return source_; }
-  // The interleaved copy, or nullptr for types read in place.
+  // The interleaved copy (nullptr for a matrix without rows).
   const std::byte* interleaved() const { return interleaved_.get(); }
 
  private:
@@ -44,11 +43,9 @@ class PreparedMatrix {
 // y[t * rows + r] = sum_k W[r][k] * x[t * cols + k] for t in [0, n_tokens).
 //
 // Determinism: y[t][r] is bit-identical whatever n_tokens, the other rows of x and the
-// thread count are: each token row of x is quantized on its own (Q8-like blocks for
-// quantized weights, kept fp32 otherwise) and every (row, token) dot product runs one
-// fixed sequence of operations for the active ISA. Different ISAs give different bits,
-// except for the interleaved types (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, F32, F16, BF16),
-// which give the same bits on every ISA.
+// thread count are, and whatever the ISA: each token row of x is quantized on its own
+// (Q8-like blocks for quantized weights, kept fp32 otherwise) and every (row, token) dot
+// product runs one fixed sequence of operations, the same on every ISA.
 void matmul(const PreparedMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
 
 // y = W x for several matrices with the same input and cols (a layer's q, k and v; gate and

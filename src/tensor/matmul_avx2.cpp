@@ -1,23 +1,6 @@
 // Built with -mavx2 -mfma -mf16c; only called when the CPU has them.
-#include <immintrin.h>
-
-namespace strata::tensor::kernels {
-namespace {
-
-__m256i dot_u8_s8(__m256i acc, __m256i u, __m256i s) {
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
-}
-
-// Tiles sized so that accumulators and weights fit the 16 ymm registers.
-constexpr int kTokenTile = 4;
-constexpr int kRowTile = 2;
-
-}  // namespace
-}  // namespace strata::tensor::kernels
-
 #include "tensor/matmul_x86.inc"
 
 namespace strata::tensor::kernels {
-Kernel avx2_kernel(DType type) { return kernel_for(type); }
 InterleavedKernels avx2_interleaved(DType type) { return interleaved_for(type); }
 }  // namespace strata::tensor::kernels

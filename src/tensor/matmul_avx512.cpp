@@ -1,28 +1,14 @@
 // Built with AVX-512 F/BW/VL/VNNI on top of the AVX2 flags; only called when the CPU has
 // them. VNNI's dpbusd does the u8 x s8 dot in one instruction, without the int16 step.
 // GCC 12 flags the deliberately undefined pass-through operands inside the 512-bit
-// intrinsics (_mm512_undefined_*, e.g. in srlv_epi64 and cvtepi32_ps) as uninitialized
+// intrinsics (_mm512_undefined_*, e.g. in cvtepi32_ps) as uninitialized
 // (GCC bug 105593); the diagnostic points into the header, so it is turned off before it.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
-namespace strata::tensor::kernels {
-namespace {
-
-// For Blocks32, which Blocks32Pairs replaces in this build.
-[[maybe_unused]] __m256i dot_u8_s8(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
-
-// Tiles sized so that accumulators and weights fit the 32 vector registers.
-constexpr int kTokenTile = 4;
-constexpr int kRowTile = 4;
-
-}  // namespace
-}  // namespace strata::tensor::kernels
-
 #include "tensor/matmul_x86.inc"
 
 namespace strata::tensor::kernels {
-Kernel avx512_kernel(DType type) { return kernel_for(type); }
 InterleavedKernels avx512_interleaved(DType type) { return interleaved_for(type); }
 }  // namespace strata::tensor::kernels

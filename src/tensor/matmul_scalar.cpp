@@ -12,27 +12,6 @@
 namespace strata::tensor::kernels {
 namespace {
 
-// The 32-element formats read in place: one scale group per block.
-template <DType kType>
-void dot_quantized(const void* weight_row, size_t, int, int64_t cols, const TokenTile& tile,
-                   float* out) {
-  const auto* bytes = static_cast<const uint8_t*>(weight_row);
-  const uint32_t block_bytes = info(kType).block_bytes;
-  float acc[kMaxTokenTile] = {};
-  UnpackedBlock w;
-  for (int64_t b = 0; b < cols / kQK; ++b) {
-    unpack_block(kType, bytes + b * block_bytes, w);
-    for (int t = 0; t < tile.n_tokens; ++t) {
-      const auto& x = static_cast<const ActivationBlock32*>(tile.rows[t])[b];
-      int32_t dot = 0;
-      for (int i = 0; i < kQK; ++i) dot += w.q[i] * x.qs[i];
-      acc[t] += (w.d * x.d) * static_cast<float>(w.scale[0] * dot) +
-                (w.dm * x.d) * static_cast<float>(w.min[0] * (x.sums[0] + x.sums[1]));
-    }
-  }
-  for (int t = 0; t < tile.n_tokens; ++t) out[t] = acc[t];
-}
-
 // Element i of row r in a block of the interleaved layout, as the signed value u - offset.
 template <DType kType>
 int interleaved_value(const uint8_t* block, int r, int i) {
@@ -40,7 +19,7 @@ int interleaved_value(const uint8_t* block, int r, int i) {
   if constexpr (kType == DType::Q8_0) {
     return block[i / 4 * 64 + 4 * r + i % 4] - kFormat.offset;
   } else {
-    // A nibble as in a Q4_0 block of 32, sub-block s of a K-quant's 256.
+    // A level as in a Q4_x/Q5_x block of 32, or sub-block s of a K-quant's 256.
     const int s = i / 32, half = i % 32 / 16, m = i % 16 / 4, k = i % 4;
     const uint8_t* sub_block = block + interleaved::sub_block_bytes(kFormat) * s;
     int u = (sub_block[64 * m + 4 * r + k] >> (4 * half)) & 0x0F;
@@ -66,8 +45,16 @@ template <DType kType>
 float interleaved_block(const uint8_t* block, const uint8_t* meta, int r, const InterleavedActivation& x,
                         float acc) {
   int32_t dot = 0;
-  for (int i = 0; i < kQK; ++i) dot += interleaved_value<kType>(block, r, i) * x.qs[i];
-  return std::fma(static_cast<float>(dot), half_at(meta, r) * x.d, acc);
+  int32_t x_sum = 0;
+  for (int i = 0; i < kQK; ++i) {
+    dot += interleaved_value<kType>(block, r, i) * x.qs[i];
+    x_sum += x.qs[i];
+  }
+  acc = std::fma(static_cast<float>(dot), half_at(meta, r) * x.d, acc);
+  if constexpr (interleaved::format_of(kType).has_min) {
+    acc = std::fma(static_cast<float>(x_sum), half_at(meta + interleaved::kMetaMinFactor, r) * x.d, acc);
+  }
+  return acc;
 }
 
 template <DType kType>
@@ -94,7 +81,7 @@ float interleaved_block(const uint8_t* block, const uint8_t* meta, int r, const 
   }
   acc = std::fma(static_cast<float>(isum), half_at(meta, r) * x.d, acc);
   if constexpr (kFormat.has_min) {
-    acc = std::fma(-static_cast<float>(msum), half_at(meta + interleaved::kMetaDmin, r) * x.d, acc);
+    acc = std::fma(-static_cast<float>(msum), half_at(meta + interleaved::kMetaMinFactor, r) * x.d, acc);
   }
   return acc;
 }
@@ -152,6 +139,9 @@ void interleaved_float_dot(const uint8_t* group, int64_t cols, const void* const
 InterleavedKernels scalar_interleaved(DType type) {
   switch (type) {
     case DType::Q4_0: return {interleaved_dot<DType::Q4_0>, 1};
+    case DType::Q4_1: return {interleaved_dot<DType::Q4_1>, 1};
+    case DType::Q5_0: return {interleaved_dot<DType::Q5_0>, 1};
+    case DType::Q5_1: return {interleaved_dot<DType::Q5_1>, 1};
     case DType::Q8_0: return {interleaved_dot<DType::Q8_0>, 1};
     case DType::Q4_K: return {interleaved_dot<DType::Q4_K>, 1};
     case DType::Q5_K: return {interleaved_dot<DType::Q5_K>, 1};
@@ -159,17 +149,6 @@ InterleavedKernels scalar_interleaved(DType type) {
     case DType::F32: return {interleaved_float_dot<DType::F32>, 1};
     case DType::F16: return {interleaved_float_dot<DType::F16>, 1};
     case DType::BF16: return {interleaved_float_dot<DType::BF16>, 1};
-    default: return {};
-  }
-}
-
-// One row and one token at a time: the scalar path gains nothing from tiles.
-Kernel scalar_kernel(DType type) {
-  const auto make = [](DotKernel dot) { return Kernel{dot, 1, 1}; };
-  switch (type) {
-    case DType::Q4_1: return make(dot_quantized<DType::Q4_1>);
-    case DType::Q5_0: return make(dot_quantized<DType::Q5_0>);
-    case DType::Q5_1: return make(dot_quantized<DType::Q5_1>);
     default: return {};
   }
 }

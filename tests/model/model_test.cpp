@@ -237,12 +237,12 @@ INSTANTIATE_TEST_SUITE_P(Models, BitExact, ::testing::Values("dreams", "Q4_0", "
 
 // With the interleaved weight types every kernel path computes the same bits, and the
 // rest of the forward pass does too, so nodes with different CPUs can share such a model.
-TEST(BitExactAcrossIsas, InterleavedTypesGiveTheSameLogitsOnEveryIsa) {
+TEST(BitExactAcrossIsas, EveryTypeGivesTheSameLogitsOnEveryIsa) {
   using tensor::Isa;
   std::vector<Isa> isas{Isa::Scalar};
   if (tensor::detected_isa() >= Isa::Avx2) isas.push_back(Isa::Avx2);
   if (tensor::detected_isa() >= Isa::Avx512) isas.push_back(Isa::Avx512);
-  for (const char* type : {"Q4_0", "Q8_0", "Q4_K_M", "Q5_K_M", "F32", "F16", "BF16"}) {
+  for (const char* type : {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_M", "Q5_K_M", "F32", "F16", "BF16"}) {
     SCOPED_TRACE(type);
     auto model = Model::load(open_model(synthetic_model("demo", type)));
     const auto tokens = sample_tokens(7, model->config().vocab_size);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tensor/fp16.h"
 #include "tensor/quant_blocks.h"
 #include "test_util.h"
 
@@ -177,6 +178,21 @@ TEST_P(MatmulTypeTest, ResultsAreBitIdenticalAcrossBatchingAndThreads) {
   }
 }
 
+// Row 0's first Q4_x/Q5_x block at the largest levels, row 1's at the smallest (for Q5_0
+// -16); the formats with a min get a negative m in both.
+template <class Block>
+void set_extreme_levels(uint8_t* row0, uint8_t* row1) {
+  auto& highest = *reinterpret_cast<Block*>(row0);
+  auto& lowest = *reinterpret_cast<Block*>(row1);
+  std::memset(highest.qs, 0xFF, sizeof highest.qs);
+  std::memset(lowest.qs, 0, sizeof lowest.qs);
+  if constexpr (requires { highest.qh; }) {
+    std::memset(highest.qh, 0xFF, sizeof highest.qh);
+    std::memset(lowest.qh, 0, sizeof lowest.qh);
+  }
+  if constexpr (requires { highest.m; }) highest.m = lowest.m = fp32_to_fp16(-0.75f);
+}
+
 // Puts the extremes the kernels' integer paths must hold exactly into the first block of
 // rows 0 and 1: the largest levels, scales and mins, and for the signed formats the most
 // negative level and scale; for the float formats, subnormal, -0 and large weights in row 0.
@@ -195,6 +211,9 @@ void set_extreme_blocks(TestMatrix& m) {
       std::memcpy(row0, bits, sizeof bits);
       break;
     }
+    case DType::Q4_1: set_extreme_levels<BlockQ4_1>(row0, row1); break;
+    case DType::Q5_0: set_extreme_levels<BlockQ5_0>(row0, row1); break;
+    case DType::Q5_1: set_extreme_levels<BlockQ5_1>(row0, row1); break;
     case DType::Q8_0:
       reinterpret_cast<BlockQ8_0*>(row0)->qs[0] = -128;
       reinterpret_cast<BlockQ8_0*>(row0)->qs[5] = 127;
@@ -221,11 +240,10 @@ void set_extreme_blocks(TestMatrix& m) {
 }
 
 // The interleaved layout promises more than one ISA's determinism: all ISAs agree bit for
-// bit, which lets nodes with different CPUs share a model of these types.
-TEST(Matmul, InterleavedTypesGiveTheSameBitsOnEveryIsa) {
+// bit, which lets nodes with different CPUs share a model.
+TEST(Matmul, EveryTypeGivesTheSameBitsOnEveryIsa) {
   ThreadPool pool(2);
-  for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F32, DType::F16,
-                     DType::BF16}) {
+  for (DType type : kSupportedTypes) {
     SCOPED_TRACE(dtype_name(type));
     const int64_t cols = activation_block(type) == 0 ? 483 : activation_block(type) == 32 ? 480 : 768;
     TestMatrix m = make_matrix(type, 37, cols, 11);  // a partial last group of 16 rows
@@ -255,6 +273,8 @@ TEST(Matmul, ProductsSharingAnInputEqualSeparateProducts) {
   const int64_t cols = 512, n_tokens = 5;
   const std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * cols), 21);
   for (const auto& types : std::vector<std::vector<DType>>{{DType::Q4_0, DType::Q4_0, DType::Q4_0},
+                                                           {DType::Q4_1, DType::Q5_0, DType::Q8_0},
+                                                           {DType::Q5_1, DType::Q4_0, DType::Q5_1},
                                                            {DType::Q4_K, DType::Q5_K, DType::Q6_K},
                                                            {DType::Q8_0, DType::F16, DType::Q8_0}}) {
     std::vector<TestMatrix> matrices;
