@@ -96,7 +96,9 @@ TEST_F(IsolationTest, ARequestAfterACancelledStreamIsUnaffected) {
     json streamed = request("The robot looked at the sky", 100, 0.0, 1);
     streamed["stream"] = true;
     auto c = client();
-    EXPECT_EQ(testing::post_and_hang_up(c, "/v1/completions", streamed.dump(), 3), 3);
+    // Hangs up at the first chunk: the whole answer takes this tiny model only milliseconds,
+    // and after a few chunks it could be over (coalesced chunks made a wait for three flaky).
+    EXPECT_EQ(testing::post_and_hang_up(c, "/v1/completions", streamed.dump(), 1), 1);
   }
   EXPECT_EQ(complete(plain), before);
 }
