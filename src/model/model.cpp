@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "tensor/dtype.h"
 #include "tensor/quant.h"
@@ -173,30 +174,39 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
   if (range.has_embedding()) {
     m->embedding_ = bind.matrix("token_embd.weight", c.embedding_dim, c.vocab_size);
   }
-  if (range.has_head(c)) {
-    m->output_norm_ = bind.vector("output_norm.weight", c.embedding_dim);
-    m->output_ = bind.prepared(bind.find("output.weight") ? "output.weight" : "token_embd.weight",
-                               c.embedding_dim, c.vocab_size);
-  }
-  for (int i = range.first; i < range.last; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    Layer l;
-    l.attn_norm = bind.vector(p + "attn_norm.weight", c.embedding_dim);
-    l.q = bind.prepared(p + "attn_q.weight", c.embedding_dim, c.q_dim());
-    l.k = bind.prepared(p + "attn_k.weight", c.embedding_dim, c.kv_dim());
-    l.v = bind.prepared(p + "attn_v.weight", c.embedding_dim, c.kv_dim());
-    l.o = bind.prepared(p + "attn_output.weight", c.q_dim(), c.embedding_dim);
-    if (c.has_qkv_bias) {
-      l.q_bias = bind.vector(p + "attn_q.bias", c.q_dim());
-      l.k_bias = bind.vector(p + "attn_k.bias", c.kv_dim());
-      l.v_bias = bind.vector(p + "attn_v.bias", c.kv_dim());
+  if (range.has_head(c)) m->output_norm_ = bind.vector("output_norm.weight", c.embedding_dim);
+  // Repacking the weights is most of a load, and most of that is the kernel handing out fresh
+  // pages, which scales with cores: the layers (and the head, the last item) are bound in
+  // parallel on every core the machine has.
+  m->layers_.resize(static_cast<size_t>(range.size()));
+  tensor::ThreadPool load_pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  load_pool.parallel_for(range.size() + 1, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      if (item == range.size()) {
+        if (range.has_head(c)) {
+          m->output_ = bind.prepared(bind.find("output.weight") ? "output.weight" : "token_embd.weight",
+                                     c.embedding_dim, c.vocab_size);
+        }
+        continue;
+      }
+      const std::string p = "blk." + std::to_string(range.first + item) + ".";
+      Layer& l = m->layers_[static_cast<size_t>(item)];
+      l.attn_norm = bind.vector(p + "attn_norm.weight", c.embedding_dim);
+      l.q = bind.prepared(p + "attn_q.weight", c.embedding_dim, c.q_dim());
+      l.k = bind.prepared(p + "attn_k.weight", c.embedding_dim, c.kv_dim());
+      l.v = bind.prepared(p + "attn_v.weight", c.embedding_dim, c.kv_dim());
+      l.o = bind.prepared(p + "attn_output.weight", c.q_dim(), c.embedding_dim);
+      if (c.has_qkv_bias) {
+        l.q_bias = bind.vector(p + "attn_q.bias", c.q_dim());
+        l.k_bias = bind.vector(p + "attn_k.bias", c.kv_dim());
+        l.v_bias = bind.vector(p + "attn_v.bias", c.kv_dim());
+      }
+      l.ffn_norm = bind.vector(p + "ffn_norm.weight", c.embedding_dim);
+      l.gate = bind.prepared(p + "ffn_gate.weight", c.embedding_dim, c.ffn_dim);
+      l.up = bind.prepared(p + "ffn_up.weight", c.embedding_dim, c.ffn_dim);
+      l.down = bind.prepared(p + "ffn_down.weight", c.ffn_dim, c.embedding_dim);
     }
-    l.ffn_norm = bind.vector(p + "ffn_norm.weight", c.embedding_dim);
-    l.gate = bind.prepared(p + "ffn_gate.weight", c.embedding_dim, c.ffn_dim);
-    l.up = bind.prepared(p + "ffn_up.weight", c.embedding_dim, c.ffn_dim);
-    l.down = bind.prepared(p + "ffn_down.weight", c.ffn_dim, c.embedding_dim);
-    m->layers_.push_back(std::move(l));
-  }
+  });
 
   // Llama 3.1-style scaling ships per-pair frequency divisors as a tensor.
   const int pairs = c.rope_dim / 2;
