@@ -13,23 +13,34 @@
 
 namespace strata::cli {
 
-ReadBandwidth measure_read_bandwidth(int threads) {
-  // Far larger than any cache, so every pass streams from memory like a decode step does.
-  constexpr size_t kBytes = size_t{1} << 30;
-  constexpr size_t kWords = kBytes / sizeof(uint64_t);
-  std::unique_ptr<uint64_t[]> buffer(new uint64_t[kWords]);
-  tensor::ThreadPool pool(threads);
-  pool.parallel_for(static_cast<int64_t>(kWords), [&](int64_t begin, int64_t end) {
+// Far larger than any cache, so every pass streams from memory like a decode step does.
+constexpr size_t kBytes = size_t{1} << 30;
+constexpr size_t kWords = kBytes / sizeof(uint64_t);
+
+struct BandwidthProbe::State {
+  explicit State(int threads) : buffer(new uint64_t[kWords]), pool(threads) {}
+  std::unique_ptr<uint64_t[]> buffer;
+  tensor::ThreadPool pool;
+};
+
+BandwidthProbe::BandwidthProbe(int threads) : state_(std::make_unique<State>(threads)) {
+  uint64_t* buffer = state_->buffer.get();
+  state_->pool.parallel_for(static_cast<int64_t>(kWords), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) buffer[static_cast<size_t>(i)] = static_cast<uint64_t>(i);
   });
+}
+
+BandwidthProbe::~BandwidthProbe() = default;
+
+ReadBandwidth BandwidthProbe::measure(int passes) {
   std::atomic<uint64_t> checksum{0};
   std::vector<double> rates;
-  for (int pass = 0; pass < 7; ++pass) {
+  const auto* lines = reinterpret_cast<const __m128i*>(state_->buffer.get());
+  for (int pass = 0; pass < passes; ++pass) {
     const auto start = std::chrono::steady_clock::now();
-    pool.parallel_for(static_cast<int64_t>(kWords / 8), [&](int64_t begin, int64_t end) {
+    state_->pool.parallel_for(static_cast<int64_t>(kWords / 8), [&](int64_t begin, int64_t end) {
       // 64 bytes per iteration into four independent 128-bit sums (SSE2 is baseline x86-64),
       // so the probe is limited by memory, not by the adds; the sums are kept so the reads stay.
-      const auto* lines = reinterpret_cast<const __m128i*>(buffer.get());
       __m128i a = _mm_setzero_si128(), b = a, c = a, d = a;
       for (int64_t line = begin; line < end; ++line) {
         const __m128i* p = lines + line * 4;

@@ -3,6 +3,9 @@
 #include <cstdio>
 #include <future>
 #include <latch>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/model_source.h"
@@ -28,6 +31,12 @@ double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const size_t n = values.size();
   return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+std::string fixed(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", value);
+  return text;
 }
 
 // The type most of the model's bytes are stored in, for the report.
@@ -96,13 +105,21 @@ int bench(const BenchOptions& o) {
   auto seconds_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
-  std::vector<double> prefill_rates, decode_rates;
+  const double weight_gb = static_cast<double>(model->weight_bytes()) / 1e9;
+  // The bandwidth is measured right before and after each decode run: on a shared VM it can
+  // change by half within a minute, and a probe minutes away would misstate the share.
+  std::optional<BandwidthProbe> probe;
+  if (o.bandwidth) probe.emplace(o.threads);
+  constexpr int kProbePasses = 3;
+  std::vector<double> prefill_rates, decode_rates, shares;
+  std::vector<std::string> run_reports;
   for (int rep = 0; rep < o.repetitions + 1; ++rep) {  // the first run only warms up
     auto kv = model->new_sequence(o.prompt_tokens + o.generated_tokens);
     model::SequenceSlice slice{kv.get(), o.prompt_tokens, false};
     auto start = std::chrono::steady_clock::now();
     std::vector<float> logits = model->forward({&slice, 1}, prompt, {}, pool);
     const double prefill_s = seconds_since(start);
+    const double bandwidth_before = probe && rep > 0 ? probe->measure(kProbePasses).median : 0;
     start = std::chrono::steady_clock::now();
     for (int i = 0; i < o.generated_tokens; ++i) {
       const model::Token next = static_cast<model::Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -113,10 +130,19 @@ int bench(const BenchOptions& o) {
     if (rep == 0) continue;
     prefill_rates.push_back(o.prompt_tokens / prefill_s);
     decode_rates.push_back(o.generated_tokens / decode_s);
+    if (probe) {
+      const double bandwidth_after = probe->measure(kProbePasses).median;
+      const double share = weight_gb * 1e9 * decode_rates.back() / ((bandwidth_before + bandwidth_after) / 2);
+      // A run whose bandwidth moved by more than 15% from before to after cannot be compared with it.
+      const bool steady = std::max(bandwidth_before, bandwidth_after) < 1.15 * std::min(bandwidth_before, bandwidth_after);
+      if (steady) shares.push_back(share);
+      run_reports.push_back(std::to_string(rep) + ": decode " + fixed(decode_rates.back()) + " tokens/s, bandwidth " +
+                            fixed(bandwidth_before / 1e9) + " before and " + fixed(bandwidth_after / 1e9) + " GB/s after" +
+                            (steady ? ", share " + fixed(100 * share) + "%" : ", changed during the run"));
+    }
   }
   const double prefill = median(prefill_rates);
   const double decode = median(decode_rates);
-  const double weight_gb = static_cast<double>(model->weight_bytes()) / 1e9;
   std::printf("model: %s\n", path.c_str());
   std::printf("shape: %s, %d layers, dim %d, vocab %d; weights %s, %.3f GB read per token\n",
               c.arch_name.c_str(), c.layer_count, c.embedding_dim, c.vocab_size, dominant_type(*file).c_str(), weight_gb);
@@ -135,12 +161,16 @@ int bench(const BenchOptions& o) {
       std::printf("engine, time to first token for a %d-token prompt: %.2f s\n", o.ttft_prompt, run.first_token_seconds);
     }
   }
-  if (o.bandwidth) {
-    const ReadBandwidth bandwidth = measure_read_bandwidth(o.threads);
-    std::printf("memory read bandwidth (%d threads): %.1f GB/s sustained (median pass; best %.1f); "
-                "decode reads %.1f GB/s = %.0f%% of it\n",
-                o.threads, bandwidth.median / 1e9, bandwidth.best / 1e9, weight_gb * decode,
-                100.0 * weight_gb * 1e9 * decode / bandwidth.median);
+  if (probe) {
+    std::printf("memory read bandwidth (%d threads, median of %d passes) before and after each decode run:\n",
+                o.threads, kProbePasses);
+    for (const std::string& report : run_reports) std::printf("  run %s\n", report.c_str());
+    if (shares.empty()) {
+      std::printf("decode reads %.1f GB/s; the bandwidth changed during every run, so no share\n", weight_gb * decode);
+    } else {
+      std::printf("decode reads %.1f GB/s = %.0f%% of the bandwidth around it (median of %zu steady runs' shares)\n",
+                  weight_gb * decode, 100.0 * median(shares), shares.size());
+    }
   }
   return 0;
 }

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <memory>
 
 namespace strata::cli {
 
@@ -14,13 +15,23 @@ void add_bench_command(CLI::App& app, Action& action);
 void add_gguf_commands(CLI::App& app, Action& action);
 void add_serve_command(CLI::App& app, Action& action);
 
-// Memory read bandwidth with `threads` threads, in bytes per second, over several 1 GiB
-// passes: the median is what a long read sustains; the best pass can be a short burst
-// (on shared VMs it has read up to 1.7x the median).
+// Memory read bandwidth with `threads` threads, in bytes per second, over 1 GiB passes: the
+// median pass is what a long read sustains; the best can be a short burst (on shared VMs it
+// has read up to 1.7x the median). A shared VM's bandwidth also changes over time, so a
+// benchmark measures it right around what it compares with it.
 struct ReadBandwidth {
   double median;
   double best;
 };
-ReadBandwidth measure_read_bandwidth(int threads);
+class BandwidthProbe {
+ public:
+  explicit BandwidthProbe(int threads);  // allocates and fills the 1 GiB buffer
+  ~BandwidthProbe();
+  ReadBandwidth measure(int passes);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace strata::cli

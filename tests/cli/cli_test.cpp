@@ -118,6 +118,19 @@ TEST(Cli, PromptLongerThanTheContext) {
   expect_one_line_error(strata("run -m " + kDreams + " -p '" + prompt + "'"), "context");
 }
 
+// Each decode run is reported with the bandwidth measured right before and after it, and a
+// share only where that bandwidth held still.
+TEST(Cli, BenchReportsSpeedAndTheBandwidthAroundEachDecodeRun) {
+  const Result r = strata("bench -m " + kDreams + " -p 16 -n 8 -r 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* line : {"prefill pp16: ", "decode  tg8: ", "  run 1: decode ", "  run 2: decode "}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << " in\n" << r.out;
+  }
+  const bool share = r.out.find("of the bandwidth around it (median of ") != std::string::npos;
+  const bool none = r.out.find("the bandwidth changed during every run, so no share") != std::string::npos;
+  EXPECT_TRUE(share != none) << r.out;
+}
+
 TEST(Cli, InspectListsMetadataAndTensors) {
   const Result r = strata("gguf inspect " + kDreams);
   ASSERT_EQ(r.exit_code, 0) << r.err;
