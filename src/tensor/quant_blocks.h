@@ -1,10 +1,9 @@
 // Byte layouts of the ggml block formats (ggml-common.h), and one integer view of all of
-// them shared by dequantization and the scalar kernels. This header is also included by
-// translation units built with AVX flags, so its only function body has internal linkage.
+// them shared by dequantization and the interleaved packing. Declarations only: translation
+// units built with AVX flags include it too.
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
 #include "tensor/dtype.h"
 
@@ -43,30 +42,5 @@ struct UnpackedBlock {
 
 // type must be one of the quantized types above.
 void unpack_block(DType type, const void* block, UnpackedBlock& out);
-
-// Internal linkage on purpose: the AVX translation units get their own copy, where a
-// shared inline function would let the linker hand one ISA's build to everyone.
-namespace {
-
-// Q4_K/Q5_K sub-blocks 0..3 keep scale and min in the low 6 bits of bytes 0..3 and 4..7;
-// sub-blocks 4..7 keep their low 4 bits in bytes 8..11 and their top 2 bits in the spare
-// top bits of bytes 0..7 (ggml's get_scale_min_k4). Done four bytes at a time: each
-// word holds the values of four sub-blocks, one per byte, little-endian.
-struct KScaleWords {
-  uint32_t scales_0_3;
-  uint32_t scales_4_7;
-  uint32_t mins_0_3;
-  uint32_t mins_4_7;
-};
-
-[[maybe_unused]] inline KScaleWords unpack_k_scales(const uint8_t* packed) {
-  uint32_t word[3];
-  std::memcpy(word, packed, sizeof word);
-  constexpr uint32_t kLow6 = 0x3F3F3F3F, kLow4 = 0x0F0F0F0F, kLow2 = 0x03030303;
-  return {word[0] & kLow6, (word[2] & kLow4) | (((word[0] >> 6) & kLow2) << 4), word[1] & kLow6,
-          ((word[2] >> 4) & kLow4) | (((word[1] >> 6) & kLow2) << 4)};
-}
-
-}  // namespace
 
 }  // namespace strata::tensor
