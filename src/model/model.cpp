@@ -297,7 +297,7 @@ void Model::attention(int layer_index, tensor::ThreadPool& pool) {
   const int items_per_kv_head = (group + kQueriesPerItem - 1) / kQueriesPerItem;
   const int64_t items = static_cast<int64_t>(row_kv_.size()) * kv_heads * items_per_kv_head;
   pool.parallel_for(items, [&](int64_t begin, int64_t end) {
-    std::vector<float> weights;
+    thread_local std::vector<float> weights;  // kept by the pool's threads: no allocation per call
     for (int64_t item = begin; item < end; ++item) {
       const size_t row = static_cast<size_t>(item / (kv_heads * items_per_kv_head));
       const int kv_head = static_cast<int>(item / items_per_kv_head % kv_heads);

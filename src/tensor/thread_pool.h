@@ -13,7 +13,7 @@ namespace strata::tensor {
 
 class ThreadPool {
  public:
-  // n_threads counts the calling thread, which always takes the first share.
+  // n_threads counts the calling thread, which works on each loop alongside the workers.
   explicit ThreadPool(int n_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
