@@ -93,41 +93,29 @@ void pack_levels(DType type, interleaved::Format f, const UnpackedBlock& w, int 
   }
 }
 
-// Block b of one row into lane `lane` of its group.
-void pack_block32(DType type, const uint8_t* row, int64_t b, int lane, interleaved::Format f, uint8_t* levels,
-                  uint8_t* meta) {
-  const uint8_t* source = row + static_cast<size_t>(b) * info(type).block_bytes;
-  // Every 32-element block begins with its fp16 d, and Q4_1/Q5_1 follow it with m.
-  std::memcpy(meta + 2 * lane, source, 2);
-  if (f.has_min) std::memcpy(meta + interleaved::kMetaMinFactor + 2 * lane, source + 2, 2);
-  UnpackedBlock w;
-  unpack_block(type, source, w);
-  pack_levels(type, f, w, lane, levels);
-}
-
-void pack_k_block(DType type, const uint8_t* row, int64_t b, int lane, interleaved::Format f, uint8_t* levels,
-                  uint8_t* meta) {
-  const uint32_t block_bytes = info(type).block_bytes;
-  const uint8_t* source = row + static_cast<size_t>(b) * block_bytes;
-  UnpackedBlock w;
-  unpack_block(type, source, w);
-  auto* d = reinterpret_cast<uint16_t*>(meta);
+// The scales of a block, from its source bytes and unpacked view, into lane `lane` of its
+// group's meta (interleaved.h).
+void pack_meta(DType type, interleaved::Format f, const uint8_t* source, const UnpackedBlock& w, int lane,
+               uint8_t* meta) {
+  // Every block but Q6_K's begins with its fp16 d, then for the formats with a min term
+  // the fp16 factor of that term (Q4_1/Q5_1 m, Q4_K/Q5_K dmin).
+  if (type == DType::Q6_K) {
+    std::memcpy(meta + 2 * lane, &reinterpret_cast<const BlockQ6_K*>(source)->d, 2);
+  } else {
+    std::memcpy(meta + 2 * lane, source, 2);
+    if (f.has_min) std::memcpy(meta + interleaved::kMetaMinFactor + 2 * lane, source + 2, 2);
+  }
+  if (f.block != kQK_K) return;
   if (f.has_min) {
-    // Q4_K and Q5_K begin with d and dmin.
-    const auto& block = *reinterpret_cast<const BlockQ4_K*>(source);
-    d[lane] = block.d;
-    d[interleaved::kRows + lane] = block.dmin;
     for (int s = 0; s < 8; ++s) {
       meta[interleaved::kMetaScales45 + interleaved::kRows * s + lane] = static_cast<uint8_t>(w.scale[s]);
       meta[interleaved::kMetaMins + 2 * interleaved::kRows * (s / 2) + 2 * lane + s % 2] = w.min[s];
     }
   } else {
-    d[lane] = reinterpret_cast<const BlockQ6_K*>(source)->d;
     for (int j = 0; j < 16; ++j) {
       meta[interleaved::kMetaScales6 + interleaved::kRows * j + lane] = static_cast<uint8_t>(w.scale[j]);
     }
   }
-  pack_levels(type, f, w, lane, levels);
 }
 
 // A float row's elements, as stored, into lane `lane` of its group's columns; float groups
@@ -160,9 +148,13 @@ void pack_interleaved(const Matrix& m, interleaved::Format f, std::byte* out) {
       }
       continue;
     }
+    const uint32_t block_bytes = info(m.type).block_bytes;
     for (int64_t b = 0; b < n_blocks; ++b) {
-      const auto pack = f.block == kQK ? pack_block32 : pack_k_block;
-      pack(m.type, row, b, lane, f, interleaved::levels_at(f, group, b), interleaved::meta_at(f, group, b));
+      const uint8_t* source = row + static_cast<size_t>(b) * block_bytes;
+      UnpackedBlock w;
+      unpack_block(m.type, source, w);
+      pack_meta(m.type, f, source, w, lane, interleaved::meta_at(f, group, b));
+      pack_levels(m.type, f, w, lane, interleaved::levels_at(f, group, b));
     }
   }
 }
