@@ -201,6 +201,22 @@ std::vector<Token> greedy(const std::shared_ptr<const gguf::File>& file, std::ve
   return out;
 }
 
+// The check: greedy output on the shared model, token for token, against the
+// independent double-precision reference deciding each next token from its own logits.
+TEST(ModelVsReference, DreamsGreedyTokensEqualTheReferenceTokens) {
+  auto file = open_model(kDreams);
+  // "Once upon a time" after BOS, as the tokenizer encodes it.
+  const std::vector<Token> prompt{1, 429, 491, 433, 295, 429, 444, 445, 265, 262, 263, 342, 430};
+  constexpr int kSteps = 64;
+  std::vector<Token> sequence = prompt;
+  for (int step = 0; step < kSteps; ++step) {
+    const std::vector<double> last = reference::forward_all(*file, sequence).back();
+    sequence.push_back(static_cast<Token>(std::max_element(last.begin(), last.end()) - last.begin()));
+  }
+  const std::vector<Token> expected(sequence.begin() + static_cast<std::ptrdiff_t>(prompt.size()), sequence.end());
+  EXPECT_EQ(greedy(file, {{0, Config::from_gguf(*file).layer_count}}, prompt, kSteps, 2, 100), expected);
+}
+
 class BitExact : public ::testing::TestWithParam<std::string> {
  protected:
   std::shared_ptr<const gguf::File> file() {
