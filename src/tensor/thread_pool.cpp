@@ -29,6 +29,13 @@ T spin_then_wait(const std::atomic<T>& value, Pred done) {
   }
 }
 
+constexpr uint64_t pack(uint32_t begin, uint32_t end) { return uint64_t{end} << 32 | begin; }
+constexpr uint32_t begin_of(uint64_t bounds) { return static_cast<uint32_t>(bounds); }
+constexpr uint32_t end_of(uint64_t bounds) { return static_cast<uint32_t>(bounds >> 32); }
+
+// The most items one pass of the runs covers; longer loops take several passes.
+constexpr int64_t kMaxRunItems = UINT32_MAX;
+
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads) {
@@ -36,8 +43,9 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads) {
     throw std::invalid_argument("ThreadPool needs at least one thread, got " +
                                 std::to_string(n_threads));
   }
+  runs_ = std::make_unique<Run[]>(static_cast<size_t>(n_threads));
   workers_.reserve(static_cast<size_t>(n_threads - 1));
-  for (int i = 1; i < n_threads; ++i) workers_.emplace_back(&ThreadPool::worker_main, this);
+  for (int i = 1; i < n_threads; ++i) workers_.emplace_back(&ThreadPool::worker_main, this, i);
 }
 
 ThreadPool::~ThreadPool() {
@@ -47,29 +55,54 @@ ThreadPool::~ThreadPool() {
   for (auto& worker : workers_) worker.join();
 }
 
-void ThreadPool::run_chunks() {
-  int64_t begin = next_item_.load(std::memory_order_relaxed);
-  while (begin < job_items_) {
-    // Guided: a share of what is left, so chunks shrink towards the end and the threads finish
-    // together, while the first ones stay long runs of neighbouring items.
-    const int64_t size = std::max<int64_t>(1, (job_items_ - begin) / (kShareDivisor * n_threads_));
-    if (!next_item_.compare_exchange_weak(begin, begin + size, std::memory_order_relaxed)) continue;
-    try {
-      (*job_)(begin, begin + size);
-    } catch (...) {
-      std::lock_guard lock(error_mutex_);
-      if (!error_) error_ = std::current_exception();
-    }
-    begin = next_item_.load(std::memory_order_relaxed);
+void ThreadPool::call(int64_t begin, int64_t end) {
+  try {
+    (*job_)(job_offset_ + begin, job_offset_ + end);
+  } catch (...) {
+    std::lock_guard lock(error_mutex_);
+    if (!error_) error_ = std::current_exception();
   }
 }
 
-void ThreadPool::worker_main() {
+void ThreadPool::run_chunks(int thread) {
+  std::atomic<uint64_t>& own = runs_[thread].bounds;
+  do {
+    uint64_t bounds = own.load(std::memory_order_relaxed);
+    while (begin_of(bounds) < end_of(bounds)) {
+      const uint32_t begin = begin_of(bounds);
+      const uint32_t size = std::max<uint32_t>(1, (end_of(bounds) - begin) / kShareDivisor);
+      if (!own.compare_exchange_weak(bounds, pack(begin + size, end_of(bounds)), std::memory_order_relaxed)) {
+        continue;
+      }
+      call(begin, begin + size);
+      bounds = own.load(std::memory_order_relaxed);
+    }
+  } while (steal_into(thread));
+}
+
+bool ThreadPool::steal_into(int thread) {
+  for (int k = 1; k < n_threads_; ++k) {
+    std::atomic<uint64_t>& victim = runs_[(thread + k) % n_threads_].bounds;
+    uint64_t bounds = victim.load(std::memory_order_relaxed);
+    while (begin_of(bounds) < end_of(bounds)) {
+      const uint32_t end = end_of(bounds);
+      const uint32_t split = end - (end - begin_of(bounds) + 1) / 2;
+      if (victim.compare_exchange_weak(bounds, pack(begin_of(bounds), split), std::memory_order_relaxed)) {
+        // Only this thread stores into its own run, and only when the run is empty.
+        runs_[thread].bounds.store(pack(split, end), std::memory_order_relaxed);
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+void ThreadPool::worker_main(int thread) {
   uint32_t seen = 0;
   for (;;) {
     seen = spin_then_wait(generation_, [seen](uint32_t g) { return g != seen; });
     if (stopping_) return;
-    run_chunks();
+    run_chunks(thread);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
   }
 }
@@ -82,14 +115,20 @@ void ThreadPool::parallel_for(int64_t n_items,
     return;
   }
   job_ = &fn;
-  job_items_ = n_items;
-  next_item_.store(0, std::memory_order_relaxed);
   error_ = nullptr;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);
-  generation_.notify_all();
-  run_chunks();
-  spin_then_wait(pending_, [](int p) { return p == 0; });
+  for (job_offset_ = 0; job_offset_ < n_items; job_offset_ += kMaxRunItems) {
+    const int64_t items = std::min(kMaxRunItems, n_items - job_offset_);
+    for (int t = 0; t < n_threads_; ++t) {
+      runs_[t].bounds.store(pack(static_cast<uint32_t>(items * t / n_threads_),
+                                 static_cast<uint32_t>(items * (t + 1) / n_threads_)),
+                            std::memory_order_relaxed);
+    }
+    pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
+    generation_.notify_all();
+    run_chunks(0);
+    spin_then_wait(pending_, [](int p) { return p == 0; });
+  }
   job_ = nullptr;
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -21,26 +22,36 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
-  // Small chunks at the end let a thread slowed by the serial work before a loop, or by
-  // uneven items (causal attention rows), hand its tail to the others.
-  static constexpr int kShareDivisor = 2;
+  // A thread claims this share of what is left of its run at a time, so that a thread that
+  // runs out of work early still finds something to take.
+  static constexpr int kShareDivisor = 4;
 
-  // Calls fn on contiguous chunks that cover [0, n_items) once, in parallel: each thread
-  // claims the next chunk when it is done with the last, 1 / (kShareDivisor * size()) of the
-  // items left (at least one), so chunks shrink towards the end. Which thread runs which chunk
-  // varies from call to call, so fn's result must not depend on it. Returns when all are
-  // done; rethrows the first exception fn threw. Not reentrant.
+  // Calls fn on contiguous chunks that cover [0, n_items) once, in parallel. Each thread
+  // starts on its own equal run of neighbouring items and works through it front to back, so
+  // it reads one stream of memory that the hardware prefetcher can follow. A thread that
+  // finishes its run takes the back half of what another has left, which then becomes its
+  // own run. Which thread runs which chunk varies from call to call, so fn's result must not
+  // depend on it. Returns when all are done; rethrows the first exception fn threw.
+  // Not reentrant.
   void parallel_for(int64_t n_items, const std::function<void(int64_t begin, int64_t end)>& fn);
 
  private:
-  void worker_main();
-  void run_chunks();
+  // The items a thread has yet to claim, [begin, end) in one word so that its owner (taking
+  // from the front) and the others (taking from the back) claim with one compare-exchange.
+  struct alignas(64) Run {
+    std::atomic<uint64_t> bounds{0};
+  };
+
+  void worker_main(int thread);
+  void run_chunks(int thread);
+  bool steal_into(int thread);
+  void call(int64_t begin, int64_t end);
 
   const int n_threads_;
+  std::unique_ptr<Run[]> runs_;
   std::vector<std::thread> workers_;
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
-  int64_t job_items_ = 0;
-  std::atomic<int64_t> next_item_{0};
+  int64_t job_offset_ = 0;  // added to the claimed items, for loops longer than a Run holds
   std::atomic<uint32_t> generation_{0};  // bumped to publish a job (or shutdown)
   std::atomic<int> pending_{0};          // workers still running the current job
   bool stopping_ = false;

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -28,31 +30,70 @@ TEST(ThreadPool, SingleThreadRunsInlineOnce) {
   EXPECT_EQ(calls[0], std::make_pair(int64_t{0}, int64_t{10}));
 }
 
-TEST(ThreadPool, ShrinkingChunksCoverEveryItemOnce) {
+// The chunks of one parallel_for, in any order.
+using Chunks = std::vector<std::pair<int64_t, int64_t>>;
+
+Chunks chunks_of_loop(ThreadPool& pool, int64_t n) {
+  std::mutex mutex;
+  Chunks chunks;
+  pool.parallel_for(n, [&](int64_t begin, int64_t end) {
+    std::lock_guard lock(mutex);
+    chunks.emplace_back(begin, end);
+  });
+  return chunks;
+}
+
+void expect_each_item_once(Chunks chunks, int64_t n) {
+  std::sort(chunks.begin(), chunks.end());
+  ASSERT_FALSE(chunks.empty());
+  EXPECT_EQ(chunks.front().first, 0);
+  EXPECT_EQ(chunks.back().second, n);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    EXPECT_LT(chunks[i].first, chunks[i].second);
+    if (i > 0) {
+      EXPECT_EQ(chunks[i].first, chunks[i - 1].second) << "a gap or an overlap";
+    }
+  }
+}
+
+TEST(ThreadPool, ChunksCoverEveryItemOnce) {
   for (int threads : {2, 3, 4}) {
     ThreadPool pool(threads);
-    for (int64_t n : {1, 2, 3, 7, 100, 5000}) {
-      std::mutex mutex;
-      std::vector<std::pair<int64_t, int64_t>> ranges;
-      pool.parallel_for(n, [&](int64_t begin, int64_t end) {
+    for (int64_t n : {1, 2, 3, 7, 100, 5000}) expect_each_item_once(chunks_of_loop(pool, n), n);
+  }
+}
+
+// More items than one pass of the threads' runs holds (2^32 - 1) take several passes.
+TEST(ThreadPool, LoopsLongerThanOnePassCoverEveryItemOnce) {
+  ThreadPool pool(2);
+  const int64_t n = (int64_t{1} << 32) + 5;
+  expect_each_item_once(chunks_of_loop(pool, n), n);
+}
+
+// A matmul's threads each stream their rows from memory; every jump to items that do not
+// follow the thread's last chunk starts a new stream, which the prefetcher must learn again.
+// With two threads a jump happens at the start and once per steal, and each steal halves
+// what is left, so there are only a few.
+TEST(ThreadPool, EachThreadMostlyContinuesWhereItsLastChunkEnded) {
+  ThreadPool pool(2);
+  for (int64_t n : {64, 1000, 100000}) {
+    std::mutex mutex;
+    std::map<std::thread::id, std::vector<std::pair<int64_t, int64_t>>> chunks_by_thread;
+    std::atomic<uint64_t> sink{0};
+    pool.parallel_for(n, [&](int64_t begin, int64_t end) {
+      {
         std::lock_guard lock(mutex);
-        ranges.emplace_back(begin, end);
-      });
-      std::sort(ranges.begin(), ranges.end());
-      ASSERT_FALSE(ranges.empty());
-      EXPECT_EQ(ranges.front().first, 0);
-      EXPECT_EQ(ranges.back().second, n);
-      for (size_t i = 0; i < ranges.size(); ++i) {
-        EXPECT_LT(ranges[i].first, ranges[i].second);
-        if (i > 0) {
-          EXPECT_EQ(ranges[i].first, ranges[i - 1].second) << "a gap or an overlap";
-        }
-        // Each chunk is a share of what was left when it was claimed.
-        const int64_t left = n - ranges[i].first;
-        EXPECT_EQ(ranges[i].second - ranges[i].first,
-                  std::max<int64_t>(1, left / (ThreadPool::kShareDivisor * threads)));
+        chunks_by_thread[std::this_thread::get_id()].emplace_back(begin, end);
       }
+      uint64_t work = 0;  // some work per item, so that both threads take part
+      for (int64_t i = begin * 200; i < end * 200; ++i) work += static_cast<uint64_t>(i) * 2654435761u;
+      sink.fetch_add(work, std::memory_order_relaxed);
+    });
+    int jumps = 0;
+    for (const auto& [thread, chunks] : chunks_by_thread) {
+      for (size_t i = 0; i < chunks.size(); ++i) jumps += i == 0 || chunks[i].first != chunks[i - 1].second;
     }
+    EXPECT_LE(jumps, 2 + std::bit_width(static_cast<uint64_t>(n))) << n << " items";
   }
 }
 
