@@ -20,6 +20,7 @@ struct BenchOptions {
   std::string model;
   int prompt_tokens = 128;
   int generated_tokens = 64;
+  int depth = 0;  // tokens already in the context when each prefill and decode run starts
   int threads = 2;
   int repetitions = 3;
   bool bandwidth = true;
@@ -95,12 +96,28 @@ int bench(const BenchOptions& o) {
   std::shared_ptr<const gguf::File> file = gguf::File::open(path);
   std::shared_ptr<model::Model> model = model::Model::load(file);
   const model::Config& c = model->config();
-  if (o.prompt_tokens + o.generated_tokens > c.context_length) {
-    throw std::invalid_argument("-p plus -n exceeds the model's context of " + std::to_string(c.context_length));
+  if (o.depth + std::max(o.prompt_tokens, o.generated_tokens) > c.context_length) {
+    throw std::invalid_argument("--depth plus -p or -n exceeds the model's context of " +
+                                std::to_string(c.context_length));
   }
   tensor::ThreadPool pool(o.threads);
-  std::vector<model::Token> prompt(static_cast<size_t>(o.prompt_tokens));
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<model::Token>((i * 7919 + 3) % c.vocab_size);
+  auto tokens = [&](int count) {
+    std::vector<model::Token> t(static_cast<size_t>(count));
+    for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<model::Token>((i * 7919 + 3) % c.vocab_size);
+    return t;
+  };
+  const std::vector<model::Token> prompt = tokens(o.prompt_tokens);
+  const std::vector<model::Token> context = tokens(o.depth);
+  // A fresh sequence holding --depth tokens, as the prefill and the decode run each start
+  // from (llama-bench's pp and tg tests, and its -d).
+  auto sequence_at_depth = [&](int more_tokens) {
+    auto kv = model->new_sequence(o.depth + more_tokens);
+    if (o.depth > 0) {
+      model::SequenceSlice slice{kv.get(), o.depth, false};
+      model->forward({&slice, 1}, context, {}, pool);
+    }
+    return kv;
+  };
 
   auto seconds_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -114,17 +131,20 @@ int bench(const BenchOptions& o) {
   std::vector<double> prefill_rates, decode_rates, shares;
   std::vector<std::string> run_reports;
   for (int rep = 0; rep < o.repetitions + 1; ++rep) {  // the first run only warms up
-    auto kv = model->new_sequence(o.prompt_tokens + o.generated_tokens);
+    auto kv = sequence_at_depth(o.prompt_tokens);
     model::SequenceSlice slice{kv.get(), o.prompt_tokens, false};
     auto start = std::chrono::steady_clock::now();
     std::vector<float> logits = model->forward({&slice, 1}, prompt, {}, pool);
     const double prefill_s = seconds_since(start);
+
+    kv = sequence_at_depth(o.generated_tokens);
+    model::Token next = prompt.front();
     const double bandwidth_before = probe && rep > 0 ? probe->measure(kProbePasses).median : 0;
     start = std::chrono::steady_clock::now();
     for (int i = 0; i < o.generated_tokens; ++i) {
-      const model::Token next = static_cast<model::Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       model::SequenceSlice step{kv.get(), 1, false};
       logits = model->forward({&step, 1}, {&next, 1}, {}, pool);
+      next = static_cast<model::Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     }
     const double decode_s = seconds_since(start);
     if (rep == 0) continue;
@@ -148,8 +168,9 @@ int bench(const BenchOptions& o) {
               c.arch_name.c_str(), c.layer_count, c.embedding_dim, c.vocab_size, dominant_type(*file).c_str(), weight_gb);
   std::printf("kernels: %s, %d threads, median of %d runs\n", tensor::isa_name(tensor::detected_isa()),
               o.threads, o.repetitions);
-  std::printf("prefill pp%d: %.1f tokens/s\n", o.prompt_tokens, prefill);
-  std::printf("decode  tg%d: %.1f tokens/s\n", o.generated_tokens, decode);
+  const std::string at_depth = o.depth > 0 ? " @ d" + std::to_string(o.depth) : "";
+  std::printf("prefill pp%d%s: %.1f tokens/s\n", o.prompt_tokens, at_depth.c_str(), prefill);
+  std::printf("decode  tg%d%s: %.1f tokens/s\n", o.generated_tokens, at_depth.c_str(), decode);
   if (!o.streams.empty() || o.ttft_prompt > 0) {
     for (int count : o.streams) {
       const EngineRun run = run_engine(model, count, 16, o.generated_tokens, o.threads);
@@ -183,6 +204,9 @@ void add_bench_command(CLI::App& app, Action& action) {
   cmd->add_option("-m,--model", options->model, "GGUF model file (default: the generated demo model)");
   cmd->add_option("-p,--prompt-tokens", options->prompt_tokens, "Prompt length for prefill")->check(CLI::PositiveNumber);
   cmd->add_option("-n,--gen-tokens", options->generated_tokens, "Tokens to decode")->check(CLI::PositiveNumber);
+  cmd->add_option("-d,--depth", options->depth,
+                  "Tokens already in the context when each prefill and decode run starts (as llama-bench's -d)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("-t,--threads", options->threads, "Threads")->check(CLI::PositiveNumber);
   cmd->add_option("-r,--repetitions", options->repetitions, "Measured runs (the median is reported)")->check(CLI::PositiveNumber);
   cmd->add_flag("!--no-bandwidth", options->bandwidth, "Skip the memory bandwidth probe");

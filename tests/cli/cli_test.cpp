@@ -131,6 +131,16 @@ TEST(Cli, BenchReportsSpeedAndTheBandwidthAroundEachDecodeRun) {
   EXPECT_TRUE(share != none) << r.out;
 }
 
+// --depth puts that many tokens in the context before each run, as llama-bench's -d does.
+TEST(Cli, BenchAtADepthSaysSoAndKeepsToTheContext) {
+  const Result r = strata("bench -m " + kDreams + " -d 100 -p 16 -n 8 -r 1 --no-bandwidth");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* line : {"prefill pp16 @ d100: ", "decode  tg8 @ d100: "}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << " in\n" << r.out;
+  }
+  expect_one_line_error(strata("bench -m " + kDreams + " -d 120 -p 16 -n 8 -r 1 --no-bandwidth"), "context of 128");
+}
+
 TEST(Cli, InspectListsMetadataAndTensors) {
   const Result r = strata("gguf inspect " + kDreams);
   ASSERT_EQ(r.exit_code, 0) << r.err;
