@@ -13,8 +13,9 @@
 
 namespace strata::cli {
 
-// Far larger than any cache, so every pass streams from memory like a decode step does.
-constexpr size_t kBytes = size_t{1} << 30;
+// Eight times a 32 MiB L3, so that every pass streams from memory like a decode step does, and
+// short enough (5-8 ms) to measure between a few decode tokens.
+constexpr size_t kBytes = size_t{256} << 20;
 constexpr size_t kWords = kBytes / sizeof(uint64_t);
 
 struct BandwidthProbe::State {

@@ -123,43 +123,57 @@ int bench(const BenchOptions& o) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
   const double weight_gb = static_cast<double>(model->weight_bytes()) / 1e9;
-  // The bandwidth is measured right before and after each decode run: on a shared VM it can
-  // change by half within a minute, and a probe minutes away would misstate the share.
+  // The bandwidth is measured between every kSegmentTokens decode tokens: on a shared VM it
+  // can change by half within a second, and a probe further away would misstate the share.
   std::optional<BandwidthProbe> probe;
   if (o.bandwidth) probe.emplace(o.threads);
   constexpr int kProbePasses = 3;
+  constexpr int kSegmentTokens = 16;
   std::vector<double> prefill_rates, decode_rates, shares;
   std::vector<std::string> run_reports;
   for (int rep = 0; rep < o.repetitions + 1; ++rep) {  // the first run only warms up
+    const bool measured = rep > 0;
     auto kv = sequence_at_depth(o.prompt_tokens);
     model::SequenceSlice slice{kv.get(), o.prompt_tokens, false};
-    auto start = std::chrono::steady_clock::now();
+    const auto start = std::chrono::steady_clock::now();
     std::vector<float> logits = model->forward({&slice, 1}, prompt, {}, pool);
     const double prefill_s = seconds_since(start);
 
     kv = sequence_at_depth(o.generated_tokens);
     model::Token next = prompt.front();
-    const double bandwidth_before = probe && rep > 0 ? probe->measure(kProbePasses).median : 0;
-    start = std::chrono::steady_clock::now();
-    for (int i = 0; i < o.generated_tokens; ++i) {
-      model::SequenceSlice step{kv.get(), 1, false};
-      logits = model->forward({&step, 1}, {&next, 1}, {}, pool);
-      next = static_cast<model::Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    const bool probing = probe && measured;
+    double bandwidth_before = probing ? probe->measure(kProbePasses).median : 0;
+    double decode_s = 0;
+    std::string segments;
+    for (int done = 0; done < o.generated_tokens;) {
+      const int count = std::min(kSegmentTokens, o.generated_tokens - done);
+      const auto segment_start = std::chrono::steady_clock::now();
+      for (int i = 0; i < count; ++i) {
+        model::SequenceSlice step{kv.get(), 1, false};
+        logits = model->forward({&step, 1}, {&next, 1}, {}, pool);
+        next = static_cast<model::Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      }
+      const double segment_s = seconds_since(segment_start);
+      decode_s += segment_s;
+      done += count;
+      if (!probing) continue;
+      const double bandwidth_after = probe->measure(kProbePasses).median;
+      const double low = std::min(bandwidth_before, bandwidth_after);
+      const double high = std::max(bandwidth_before, bandwidth_after);
+      // A segment whose bandwidth moved by more than 15% from before to after cannot be compared with it.
+      if (high < 1.15 * low) {
+        const double share = weight_gb * 1e9 * count / segment_s / ((low + high) / 2);
+        shares.push_back(share);
+        segments += ", " + fixed(100 * share) + "% at " + fixed((low + high) / 2e9);
+      } else {
+        segments += ", moved " + fixed(bandwidth_before / 1e9) + "->" + fixed(bandwidth_after / 1e9);
+      }
+      bandwidth_before = bandwidth_after;
     }
-    const double decode_s = seconds_since(start);
-    if (rep == 0) continue;
+    if (!measured) continue;
     prefill_rates.push_back(o.prompt_tokens / prefill_s);
     decode_rates.push_back(o.generated_tokens / decode_s);
-    if (probe) {
-      const double bandwidth_after = probe->measure(kProbePasses).median;
-      const double share = weight_gb * 1e9 * decode_rates.back() / ((bandwidth_before + bandwidth_after) / 2);
-      // A run whose bandwidth moved by more than 15% from before to after cannot be compared with it.
-      const bool steady = std::max(bandwidth_before, bandwidth_after) < 1.15 * std::min(bandwidth_before, bandwidth_after);
-      if (steady) shares.push_back(share);
-      run_reports.push_back(std::to_string(rep) + ": decode " + fixed(decode_rates.back()) + " tokens/s, bandwidth " +
-                            fixed(bandwidth_before / 1e9) + " before and " + fixed(bandwidth_after / 1e9) + " GB/s after" +
-                            (steady ? ", share " + fixed(100 * share) + "%" : ", changed during the run"));
-    }
+    if (probing) run_reports.push_back(std::to_string(rep) + ": decode " + fixed(decode_rates.back()) + " tokens/s" + segments);
   }
   const double prefill = median(prefill_rates);
   const double decode = median(decode_rates);
@@ -183,13 +197,14 @@ int bench(const BenchOptions& o) {
     }
   }
   if (probe) {
-    std::printf("memory read bandwidth (%d threads, median of %d passes) before and after each decode run:\n",
-                o.threads, kProbePasses);
+    std::printf("share of the memory read bandwidth (GB/s; %d threads, median of %d passes) measured before and\n"
+                "after each %d decode tokens:\n",
+                o.threads, kProbePasses, kSegmentTokens);
     for (const std::string& report : run_reports) std::printf("  run %s\n", report.c_str());
     if (shares.empty()) {
-      std::printf("decode reads %.1f GB/s; the bandwidth changed during every run, so no share\n", weight_gb * decode);
+      std::printf("decode reads %.1f GB/s; the bandwidth moved during every segment, so no share\n", weight_gb * decode);
     } else {
-      std::printf("decode reads %.1f GB/s = %.0f%% of the bandwidth around it (median of %zu steady runs' shares)\n",
+      std::printf("decode reads %.1f GB/s = %.0f%% of the bandwidth around it (median of %zu steady segments' shares)\n",
                   weight_gb * decode, 100.0 * median(shares), shares.size());
     }
   }

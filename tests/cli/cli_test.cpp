@@ -118,17 +118,25 @@ TEST(Cli, PromptLongerThanTheContext) {
   expect_one_line_error(strata("run -m " + kDreams + " -p '" + prompt + "'"), "context");
 }
 
-// Each decode run is reported with the bandwidth measured right before and after it, and a
-// share only where that bandwidth held still.
-TEST(Cli, BenchReportsSpeedAndTheBandwidthAroundEachDecodeRun) {
-  const Result r = strata("bench -m " + kDreams + " -p 16 -n 8 -r 2");
+// Each decode run is reported with the bandwidth measured between its segments of 16 tokens,
+// and a share only where that bandwidth held still.
+TEST(Cli, BenchReportsSpeedAndTheBandwidthAroundEachDecodeSegment) {
+  const Result r = strata("bench -m " + kDreams + " -p 16 -n 20 -r 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* line : {"prefill pp16: ", "decode  tg8: ", "  run 1: decode ", "  run 2: decode "}) {
+  for (const char* line : {"prefill pp16: ", "decode  tg20: ", "  run 1: decode ", "  run 2: decode "}) {
     EXPECT_NE(r.out.find(line), std::string::npos) << line << " in\n" << r.out;
   }
   const bool share = r.out.find("of the bandwidth around it (median of ") != std::string::npos;
-  const bool none = r.out.find("the bandwidth changed during every run, so no share") != std::string::npos;
+  const bool none = r.out.find("the bandwidth moved during every segment, so no share") != std::string::npos;
   EXPECT_TRUE(share != none) << r.out;
+  // 20 tokens are two segments (16 and 4), each with a share or the bandwidth's move.
+  const size_t run_1 = r.out.find("  run 1: decode ");
+  const std::string run_1_line = r.out.substr(run_1, r.out.find('\n', run_1) - run_1);
+  int segments = 0;
+  for (const char* mark : {"% at ", ", moved "}) {
+    for (size_t at = run_1_line.find(mark); at != std::string::npos; at = run_1_line.find(mark, at + 1)) ++segments;
+  }
+  EXPECT_EQ(segments, 2) << run_1_line;
 }
 
 // --depth puts that many tokens in the context before each run, as llama-bench's -d does.
