@@ -1,6 +1,5 @@
 #include "tensor/vector_ops.h"
 
-#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -12,17 +11,19 @@ namespace {
 using f32x8 = float __attribute__((vector_size(32)));
 using i32x8 = int32_t __attribute__((vector_size(32)));
 
-f32x8 load(const float* p) {
+// These helpers are always inlined, and the clones below use __builtin_bit_cast, not
+// std::bit_cast, for the reason given at STRATA_VECTOR_CLONES (seen in a -O0 build).
+[[gnu::always_inline]] inline f32x8 load(const float* p) {
   f32x8 v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
 
-void store(float* p, f32x8 v) { std::memcpy(p, &v, sizeof v); }
+[[gnu::always_inline]] inline void store(float* p, f32x8 v) { std::memcpy(p, &v, sizeof v); }
 
 // Lane 0's x shuffled into every lane: one broadcast. (f32x8{} + x costs an addition and
 // turns -0 into +0; an initializer list of eight x compiled to seven inserts.)
-f32x8 splat(float x) { return __builtin_shuffle(f32x8{x}, i32x8{}); }
+[[gnu::always_inline]] inline f32x8 splat(float x) { return __builtin_shuffle(f32x8{x}, i32x8{}); }
 
 [[gnu::always_inline]] inline f32x8 exp8(f32x8 x) {
   x = x < splat(-87.0f) ? splat(-87.0f) : x;
@@ -41,7 +42,7 @@ f32x8 splat(float x) { return __builtin_shuffle(f32x8{x}, i32x8{}); }
   p = p * r + splat(1.0f);
   p = p * r + splat(1.0f);
   const i32x8 exponent = (__builtin_convertvector(k, i32x8) + 127) << 23;
-  return p * std::bit_cast<f32x8>(exponent);
+  return p * __builtin_bit_cast(f32x8, exponent);
 }
 
 }  // namespace
@@ -181,7 +182,7 @@ STRATA_VECTOR_CLONES float quantize_int8(const float* x, int64_t n, int8_t* qs) 
   const i32x8 sign_bit = i32x8{} + static_cast<int32_t>(0x80000000u);
   f32x8 lane_max{};
   for (int64_t i = 0; i < full; i += 8) {
-    const f32x8 magnitude = std::bit_cast<f32x8>(std::bit_cast<i32x8>(load(x + i)) & ~sign_bit);
+    const f32x8 magnitude = __builtin_bit_cast(f32x8, __builtin_bit_cast(i32x8, load(x + i)) & ~sign_bit);
     lane_max = magnitude > lane_max ? magnitude : lane_max;
   }
   float amax = 0.0f;
