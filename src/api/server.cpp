@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -88,9 +89,14 @@ class Server::Impl {
 
   void stop() {
     {
-      std::lock_guard lock(sessions_mutex_);
+      std::unique_lock lock(sessions_mutex_);
       stopping_ = true;
       for (const auto& session : sessions_) session->abandon();
+      // Let each answer in flight end with its error before the sockets close: once stopped,
+      // httplib no longer calls a stream's provider, and a stream that had not sent its first
+      // event yet would end empty. A client that does not read gets kStopGrace.
+      constexpr std::chrono::seconds kStopGrace{5};
+      sessions_ended_.wait_for(lock, kStopGrace, [&] { return sessions_.empty(); });
     }
     http_.stop();
     if (listener_.joinable()) listener_.join();
@@ -382,8 +388,11 @@ class Server::Impl {
   }
 
   void forget(const std::shared_ptr<GenerationSession>& session) {
-    std::lock_guard lock(sessions_mutex_);
-    sessions_.erase(session);
+    {
+      std::lock_guard lock(sessions_mutex_);
+      sessions_.erase(session);
+    }
+    sessions_ended_.notify_all();
   }
 
   engine::Generator& generator_;
@@ -399,6 +408,7 @@ class Server::Impl {
   std::atomic<bool> stopping_{false};
   std::mutex sessions_mutex_;
   std::set<std::shared_ptr<GenerationSession>> sessions_;
+  std::condition_variable sessions_ended_;
 };
 
 Server::Server(engine::Generator& generator, const tokenizer::Tokenizer& tokenizer,

@@ -13,9 +13,13 @@ bool FakeGenerator::submit(engine::GenerationRequest request, engine::RequestCal
   if (request.prompt.size() + size_t(request.max_tokens) > size_t(options_.limits.context_size)) {
     throw std::invalid_argument("the request does not fit the context");
   }
-  std::lock_guard lock(mutex_);
-  last_request_ = request;
-  workers_.emplace_back(&FakeGenerator::generate, this, std::move(request), std::move(callbacks));
+  {
+    std::lock_guard lock(mutex_);
+    last_request_ = request;
+    workers_.emplace_back(&FakeGenerator::generate, this, std::move(request), std::move(callbacks));
+    ++submissions_;
+  }
+  submitted_.notify_all();
   return true;
 }
 
@@ -39,6 +43,11 @@ std::vector<engine::Token> FakeGenerator::tokens_for(std::span<const engine::Tok
     tokens.push_back(options_.vocabulary[(hash >> 33) % options_.vocabulary.size()]);
   }
   return tokens;
+}
+
+bool FakeGenerator::wait_for_submissions(int count, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  return submitted_.wait_for(lock, timeout, [&] { return submissions_ >= count; });
 }
 
 bool FakeGenerator::wait_for_refusal(std::chrono::milliseconds timeout) {

@@ -37,6 +37,9 @@ class FakeGenerator : public engine::Generator {
   std::vector<engine::Token> tokens_for(std::span<const engine::Token> prompt, int count) const;
   static float logprob_at(int index) { return -0.25f * float(1 + index % 4); }
 
+  // Waits until `count` requests have been submitted in all.
+  bool wait_for_submissions(int count, std::chrono::milliseconds timeout);
+
   // How many times on_token returned false.
   int refusals() const { return refusals_; }
   bool wait_for_refusal(std::chrono::milliseconds timeout);
@@ -48,6 +51,8 @@ class FakeGenerator : public engine::Generator {
   const Options options_;
   mutable std::mutex mutex_;
   std::condition_variable refused_;
+  std::condition_variable submitted_;
+  int submissions_ = 0;
   std::atomic<int> refusals_{0};
   std::atomic<bool> shutting_down_{false};
   engine::GenerationRequest last_request_;

@@ -577,7 +577,8 @@ TEST_F(ApiServerTest, StopEndsInFlightRequestsWithoutHanging) {
     auto result = client().Post("/v1/chat/completions", body.dump(), "application/json");
     return result ? result->body : std::string();
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Both in flight, however slowly this machine got them there (a fixed wait was not always enough).
+  ASSERT_TRUE(generator_->wait_for_submissions(2, std::chrono::seconds(10)));
   const auto began = std::chrono::steady_clock::now();
   server_->stop();
   EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::seconds(10));
