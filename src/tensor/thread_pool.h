@@ -22,10 +22,6 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
-  // A thread claims this share of what is left of its run at a time, so that a thread that
-  // runs out of work early still finds something to take.
-  static constexpr int kShareDivisor = 4;
-
   // Calls fn on contiguous chunks that cover [0, n_items) once, in parallel. Each thread
   // starts on its own equal run of neighbouring items and works through it front to back, so
   // it reads one stream of memory that the hardware prefetcher can follow. A thread that
@@ -36,6 +32,10 @@ class ThreadPool {
   void parallel_for(int64_t n_items, const std::function<void(int64_t begin, int64_t end)>& fn);
 
  private:
+  // A thread claims this share of what is left of its run at a time, so that a thread that
+  // runs out of work early still finds something to take.
+  static constexpr int kShareDivisor = 4;
+
   // The items a thread has yet to claim, [begin, end) in one word so that its owner (taking
   // from the front) and the others (taking from the back) claim with one compare-exchange.
   struct alignas(64) Run {
