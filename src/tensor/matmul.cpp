@@ -50,6 +50,21 @@ InterleavedKernels kernels_for(Isa isa, DType type) {
   return kernels::scalar_interleaved(type);
 }
 
+}  // namespace
+
+namespace kernels {
+AttentionKernels active_attention() {
+  switch (active_isa()) {
+    case Isa::Avx512: return avx512_attention();
+    case Isa::Avx2: return avx2_attention();
+    case Isa::Scalar: break;
+  }
+  return scalar_attention();
+}
+}  // namespace kernels
+
+namespace {
+
 int sum_of(const int8_t* qs, int n) {
   int sum = 0;
   for (int i = 0; i < n; ++i) sum += qs[i];

@@ -11,4 +11,5 @@
 
 namespace strata::tensor::kernels {
 InterleavedKernels avx512_interleaved(DType type) { return interleaved_for(type); }
+AttentionKernels avx512_attention() { return attention_for(); }
 }  // namespace strata::tensor::kernels

@@ -60,4 +60,19 @@ InterleavedKernels scalar_interleaved(DType type);
 InterleavedKernels avx2_interleaved(DType type);
 InterleavedKernels avx512_interleaved(DType type);
 
+// Attention's two float loops, as vector_ops.h defines them (key_scores, add_scaled_rows):
+// chains of fused multiply-adds, which every ISA rounds alike (the scalar path with fmaf).
+struct AttentionKernels {
+  void (*key_scores)(const float* queries, int64_t query_stride, int query_count, const float* blocks,
+                     int64_t block_stride, int64_t n, int64_t key_count, float* scores, int64_t score_stride);
+  void (*add_scaled_rows)(const float* alphas, const float* rows, int64_t row_stride, int64_t row_count,
+                          int64_t n, float* y);
+};
+
+AttentionKernels scalar_attention();
+AttentionKernels avx2_attention();
+AttentionKernels avx512_attention();
+// The kernels of the active ISA (matmul.h: active_isa).
+AttentionKernels active_attention();
+
 }  // namespace strata::tensor::kernels

@@ -136,6 +136,32 @@ void interleaved_float_dot(const uint8_t* group, int64_t cols, const void* const
 
 }  // namespace
 
+namespace {
+
+void scalar_key_scores(const float* queries, int64_t query_stride, int query_count, const float* blocks,
+                       int64_t block_stride, int64_t n, int64_t key_count, float* scores, int64_t score_stride) {
+  constexpr int kKeyBlock = 16;  // vector_ops.h
+  for (int q = 0; q < query_count; ++q) {
+    for (int64_t i = 0; i < key_count; ++i) {
+      const float* key = blocks + i / kKeyBlock * block_stride + i % kKeyBlock;
+      float acc = 0.0f;
+      for (int64_t d = 0; d < n; ++d) acc = std::fma(queries[q * query_stride + d], key[d * kKeyBlock], acc);
+      scores[q * score_stride + i] = acc;
+    }
+  }
+}
+
+void scalar_add_scaled_rows(const float* alphas, const float* rows, int64_t row_stride, int64_t row_count, int64_t n,
+                            float* y) {
+  for (int64_t r = 0; r < row_count; ++r) {
+    for (int64_t i = 0; i < n; ++i) y[i] = std::fma(alphas[r], rows[r * row_stride + i], y[i]);
+  }
+}
+
+}  // namespace
+
+AttentionKernels scalar_attention() { return {scalar_key_scores, scalar_add_scaled_rows}; }
+
 InterleavedKernels scalar_interleaved(DType type) {
   switch (type) {
     case DType::Q4_0: return {interleaved_dot<DType::Q4_0>, 1};

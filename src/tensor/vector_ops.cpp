@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "tensor/matmul_kernels.h"
+
 namespace strata::tensor {
 namespace {
 
@@ -63,84 +65,19 @@ namespace {
   return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])) + tail;
 }
 
-// The scores of NQ queries against the first `count` keys of one block of 16 (two vectors
-// of 8): each lane runs one (query, key) sum in dimension order. Unrolled over the queries,
-// so that the accumulators stay in registers.
-template <int NQ>
-[[gnu::always_inline]] inline void key_block_scores(const float* queries, int64_t query_stride, const float* block,
-                                                    int64_t n, int64_t count, float* scores, int64_t score_stride) {
-  f32x8 acc[NQ][2];
-#pragma GCC unroll 4
-  for (int j = 0; j < NQ; ++j) acc[j][0] = acc[j][1] = f32x8{};
-  for (int64_t d = 0; d < n; ++d) {
-    const f32x8 low = load(block + d * kKeyBlock), high = load(block + d * kKeyBlock + 8);
-#pragma GCC unroll 4
-    for (int j = 0; j < NQ; ++j) {
-      const f32x8 q = splat(queries[j * query_stride + d]);
-      acc[j][0] += q * low;
-      acc[j][1] += q * high;
-    }
-  }
-#pragma GCC unroll 4
-  for (int j = 0; j < NQ; ++j) {
-    float lanes[kKeyBlock];
-    store(lanes, acc[j][0]);
-    store(lanes + 8, acc[j][1]);
-    std::memcpy(scores + j * score_stride, lanes, static_cast<size_t>(count) * sizeof(float));
-  }
-}
-
 }  // namespace
 
-// Four queries at a time share each load of a key block (eight accumulators and the block's
-// two vectors fit AVX2's 16 registers); the rest go one by one, through the same lanes.
-STRATA_VECTOR_CLONES void key_scores(const float* queries, int64_t query_stride, int query_count, const float* blocks,
-                                     int64_t block_stride, int64_t n, int64_t key_count, float* scores,
-                                     int64_t score_stride) {
-  static_assert(kKeyBlock == 16);
-  for (int64_t first = 0; first < key_count; first += kKeyBlock) {
-    const float* block = blocks + first / kKeyBlock * block_stride;
-    const int64_t count = key_count - first < kKeyBlock ? key_count - first : kKeyBlock;
-    int q = 0;
-    for (; q + 4 <= query_count; q += 4) {
-      key_block_scores<4>(queries + q * query_stride, query_stride, block, n, count, scores + q * score_stride + first,
-                          score_stride);
-    }
-    for (; q < query_count; ++q) {
-      key_block_scores<1>(queries + q * query_stride, query_stride, block, n, count, scores + q * score_stride + first,
-                          score_stride);
-    }
-  }
+// Per ISA with FMA chains, which the baseline build could only run through a library fmaf.
+static_assert(kKeyBlock == 16, "the attention kernels take a block as 16 lanes");
+void key_scores(const float* queries, int64_t query_stride, int query_count, const float* blocks, int64_t block_stride,
+                int64_t n, int64_t key_count, float* scores, int64_t score_stride) {
+  kernels::active_attention().key_scores(queries, query_stride, query_count, blocks, block_stride, n, key_count,
+                                         scores, score_stride);
 }
 
-// y[0 .. 8 * kVectors) stays in registers while every row passes. Eight vectors give eight
-// independent additions per row, enough to cover the add latency (four were measured to
-// wait on it).
-template <int kVectors>
-[[gnu::always_inline]] inline void add_scaled_chunk(const float* alphas, const float* rows, int64_t row_stride,
-                                                    int64_t row_count, float* y) {
-  f32x8 sum[kVectors];
-#pragma GCC unroll 8
-  for (int v = 0; v < kVectors; ++v) sum[v] = load(y + 8 * v);
-  for (int64_t r = 0; r < row_count; ++r) {
-    const f32x8 a = splat(alphas[r]);
-    const float* x = rows + r * row_stride;
-#pragma GCC unroll 8
-    for (int v = 0; v < kVectors; ++v) sum[v] += a * load(x + 8 * v);
-  }
-#pragma GCC unroll 8
-  for (int v = 0; v < kVectors; ++v) store(y + 8 * v, sum[v]);
-}
-
-// Each element adds the rows' terms in row order, whichever chunk it falls in.
-STRATA_VECTOR_CLONES void add_scaled_rows(const float* alphas, const float* rows, int64_t row_stride,
-                                          int64_t row_count, int64_t n, float* y) {
-  int64_t i = 0;
-  for (; i + 64 <= n; i += 64) add_scaled_chunk<8>(alphas, rows + i, row_stride, row_count, y + i);
-  for (; i + 8 <= n; i += 8) add_scaled_chunk<1>(alphas, rows + i, row_stride, row_count, y + i);
-  for (; i < n; ++i) {
-    for (int64_t r = 0; r < row_count; ++r) y[i] += alphas[r] * rows[r * row_stride + i];
-  }
+void add_scaled_rows(const float* alphas, const float* rows, int64_t row_stride, int64_t row_count, int64_t n,
+                     float* y) {
+  kernels::active_attention().add_scaled_rows(alphas, rows, row_stride, row_count, n, y);
 }
 
 STRATA_VECTOR_CLONES float softmax_numerators(float* x, int64_t n, float scale) {

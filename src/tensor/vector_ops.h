@@ -13,12 +13,14 @@ namespace strata::tensor {
 // i % kKeyBlock]. One vector load then takes a dimension of many keys, and no dot product
 // needs a horizontal sum.
 inline constexpr int kKeyBlock = 16;
-// scores[q * score_stride + i] = sum over d < n of queries[q * query_stride + d] * (element d
-// of key i), each product rounded and added in dimension order from 0, for i < key_count and
-// q < query_count (attention: the query heads that share one key head, against its keys).
+// scores[q * score_stride + i] = the sum over d < n of queries[q * query_stride + d] *
+// (element d of key i) as a chain of fused multiply-adds in dimension order from 0, for
+// i < key_count and q < query_count (attention: the query heads that share one key head,
+// against its keys). On the active ISA (matmul.h), with the same bits on every one.
 void key_scores(const float* queries, int64_t query_stride, int query_count, const float* blocks,
                 int64_t block_stride, int64_t n, int64_t key_count, float* scores, int64_t score_stride);
-// y[i] += alphas[r] * rows[r * row_stride + i], row after row (attention: weighted values).
+// y[i] = fma(alphas[r], rows[r * row_stride + i], y[i]), row after row (attention: weighted
+// values). On the active ISA, with the same bits on every one.
 void add_scaled_rows(const float* alphas, const float* rows, int64_t row_stride, int64_t row_count,
                      int64_t n, float* y);
 // The numerators of softmax(scale * x): x[i] = exp(scale * x[i] - max_j scale * x[j]),

@@ -8,6 +8,8 @@
 #include <random>
 #include <vector>
 
+#include "tensor/matmul.h"
+
 namespace strata::tensor {
 namespace {
 
@@ -32,32 +34,73 @@ std::vector<float> key_blocks(const std::vector<float>& keys, int64_t n, int64_t
   return out;
 }
 
-// Each score is the plain sum in dimension order (this file is built without FMA, so the
-// loop below rounds each product, as key_scores promises), whatever the number of queries
-// sharing the call, the key count, or the garbage in a last block's unused lanes.
-TEST(VectorOps, KeyScoresAreSequentialSumsWhateverTheQueryCount) {
-  for (int64_t n : {1, 7, 64, 100}) {
-    for (int64_t key_count : {1, 15, 16, 17, 40}) {
-      const int queries = 6;
-      const int64_t stride = n * kKeyBlock + 32;
-      const auto q = random_values(queries * n, 1.0f, 1), keys = random_values(key_count * n, 1.0f, 2);
-      const std::vector<float> blocks = key_blocks(keys, n, key_count, stride);
-      std::vector<float> scores(static_cast<size_t>(queries * key_count));
-      key_scores(q.data(), n, queries, blocks.data(), stride, n, key_count, scores.data(), key_count);
-      for (int j = 0; j < queries; ++j) {
-        std::vector<float> alone(static_cast<size_t>(key_count));
-        key_scores(q.data() + j * n, n, 1, blocks.data(), stride, n, key_count, alone.data(), key_count);
-        for (int64_t i = 0; i < key_count; ++i) {
-          float expected = 0.0f;
-          for (int64_t d = 0; d < n; ++d) {
-            const float product = q[static_cast<size_t>(j * n + d)] * keys[static_cast<size_t>(i * n + d)];
-            expected = expected + product;
+std::vector<Isa> available_isas() {
+  std::vector<Isa> isas{Isa::Scalar};
+  if (detected_isa() >= Isa::Avx2) isas.push_back(Isa::Avx2);
+  if (detected_isa() >= Isa::Avx512) isas.push_back(Isa::Avx512);
+  return isas;
+}
+
+// Restores the detected ISA when a test that forces one ends.
+struct IsaScope {
+  explicit IsaScope(Isa isa) { force_isa(isa); }
+  ~IsaScope() { force_isa(detected_isa()); }
+};
+
+// Each score is a chain of fused multiply-adds in dimension order, on every ISA, whatever the
+// number of queries sharing the call, the key count, or the garbage in a last block's unused
+// lanes.
+TEST(VectorOps, KeyScoresAreFmaChainsOnEveryIsaWhateverTheQueryCount) {
+  for (Isa isa : available_isas()) {
+    IsaScope scope(isa);
+    for (int64_t n : {1, 7, 64, 100}) {
+      for (int64_t key_count : {1, 15, 16, 17, 40}) {
+        const int queries = 6;
+        const int64_t stride = n * kKeyBlock + 32;
+        const auto q = random_values(queries * n, 1.0f, 1), keys = random_values(key_count * n, 1.0f, 2);
+        const std::vector<float> blocks = key_blocks(keys, n, key_count, stride);
+        std::vector<float> scores(static_cast<size_t>(queries * key_count));
+        key_scores(q.data(), n, queries, blocks.data(), stride, n, key_count, scores.data(), key_count);
+        for (int j = 0; j < queries; ++j) {
+          std::vector<float> alone(static_cast<size_t>(key_count));
+          key_scores(q.data() + j * n, n, 1, blocks.data(), stride, n, key_count, alone.data(), key_count);
+          for (int64_t i = 0; i < key_count; ++i) {
+            float expected = 0.0f;
+            for (int64_t d = 0; d < n; ++d) {
+              expected = std::fma(q[static_cast<size_t>(j * n + d)], keys[static_cast<size_t>(i * n + d)], expected);
+            }
+            const float batched = scores[static_cast<size_t>(j * key_count + i)];
+            EXPECT_EQ(std::memcmp(&batched, &expected, sizeof expected), 0)
+                << isa_name(isa) << ", " << n << " dims, key " << i << " query " << j;
+            EXPECT_EQ(std::memcmp(&alone[static_cast<size_t>(i)], &expected, sizeof expected), 0)
+                << isa_name(isa) << ", " << n << " dims, key " << i;
           }
-          const float batched = scores[static_cast<size_t>(j * key_count + i)];
-          EXPECT_EQ(std::memcmp(&batched, &expected, sizeof expected), 0) << n << " dims, key " << i << " query " << j;
-          EXPECT_EQ(std::memcmp(&alone[static_cast<size_t>(i)], &expected, sizeof expected), 0) << n << " dims, key " << i;
         }
       }
+    }
+  }
+}
+
+// y[i] takes one FMA per row, in row order, on every ISA and for every length (whole vectors,
+// chunks of four and a ragged tail).
+TEST(VectorOps, AddScaledRowsIsAnFmaChainOnEveryIsa) {
+  for (Isa isa : available_isas()) {
+    IsaScope scope(isa);
+    for (int64_t n : {1, 5, 8, 13, 16, 64, 100}) {
+      const int64_t row_count = 5, row_stride = n + 3;
+      const auto rows = random_values(row_count * row_stride, 1.0f, 8);
+      const auto alphas = random_values(row_count, 2.0f, 9);
+      auto y = random_values(n, 1.0f, 7);
+      std::vector<float> expected = y;
+      add_scaled_rows(alphas.data(), rows.data(), row_stride, row_count, n, y.data());
+      for (int64_t r = 0; r < row_count; ++r) {
+        for (int64_t i = 0; i < n; ++i) {
+          expected[static_cast<size_t>(i)] = std::fma(alphas[static_cast<size_t>(r)],
+                                                      rows[static_cast<size_t>(r * row_stride + i)],
+                                                      expected[static_cast<size_t>(i)]);
+        }
+      }
+      EXPECT_EQ(std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)), 0) << isa_name(isa) << ", n " << n;
     }
   }
 }
@@ -127,7 +170,7 @@ TEST(VectorOps, QuantizeInt8MatchesThePlainDefinitionBitForBit) {
   EXPECT_EQ(q, std::vector<int8_t>(40, 0));
 }
 
-TEST(VectorOps, SiluTimesAndAddScaledRows) {
+TEST(VectorOps, SiluTimes) {
   for (int64_t n : {1, 5, 8, 13, 64}) {
     auto gate = random_values(n, 8.0f, 5);
     const auto up = random_values(n, 2.0f, 6);
@@ -136,14 +179,6 @@ TEST(VectorOps, SiluTimesAndAddScaledRows) {
     for (size_t i = 0; i < gate.size(); ++i) {
       const double g = original[i];
       EXPECT_NEAR(gate[i], g / (1.0 + std::exp(-g)) * up[i], 1e-5) << i;
-    }
-    auto y = random_values(n, 1.0f, 7);
-    const auto y0 = y;
-    const auto rows = random_values(2 * n, 1.0f, 8);
-    const float alphas[2] = {0.5f, -2.0f};
-    add_scaled_rows(alphas, rows.data(), n, 2, n, y.data());
-    for (size_t i = 0; i < y.size(); ++i) {
-      EXPECT_EQ(y[i], (y0[i] + 0.5f * rows[i]) + -2.0f * rows[static_cast<size_t>(n) + i]);
     }
   }
 }
