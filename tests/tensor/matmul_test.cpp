@@ -17,6 +17,8 @@ namespace strata::tensor {
 namespace {
 
 using testing::kSupportedTypes;
+using testing::available_isas;
+using testing::IsaScope;
 using testing::random_floats;
 
 struct TestMatrix {
@@ -40,19 +42,6 @@ TestMatrix make_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed) {
   }
   return m;
 }
-
-std::vector<Isa> available_isas() {
-  std::vector<Isa> isas{Isa::Scalar};
-  if (detected_isa() >= Isa::Avx2) isas.push_back(Isa::Avx2);
-  if (detected_isa() >= Isa::Avx512) isas.push_back(Isa::Avx512);
-  return isas;
-}
-
-// Restores the detected ISA when a test that forces one ends.
-struct IsaScope {
-  explicit IsaScope(Isa isa) { force_isa(isa); }
-  ~IsaScope() { force_isa(detected_isa()); }
-};
 
 int activation_block(DType type) {
   switch (type) {

@@ -9,9 +9,13 @@
 #include <vector>
 
 #include "tensor/matmul.h"
+#include "test_util.h"
 
 namespace strata::tensor {
 namespace {
+
+using testing::available_isas;
+using testing::IsaScope;
 
 std::vector<float> random_values(int64_t n, float scale, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -33,19 +37,6 @@ std::vector<float> key_blocks(const std::vector<float>& keys, int64_t n, int64_t
   }
   return out;
 }
-
-std::vector<Isa> available_isas() {
-  std::vector<Isa> isas{Isa::Scalar};
-  if (detected_isa() >= Isa::Avx2) isas.push_back(Isa::Avx2);
-  if (detected_isa() >= Isa::Avx512) isas.push_back(Isa::Avx512);
-  return isas;
-}
-
-// Restores the detected ISA when a test that forces one ends.
-struct IsaScope {
-  explicit IsaScope(Isa isa) { force_isa(isa); }
-  ~IsaScope() { force_isa(detected_isa()); }
-};
 
 // Each score is a chain of fused multiply-adds in dimension order, on every ISA, whatever the
 // number of queries sharing the call, the key count, or the garbage in a last block's unused
