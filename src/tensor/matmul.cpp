@@ -41,29 +41,20 @@ std::atomic<Isa>& active() {
   return isa;
 }
 
-InterleavedKernels kernels_for(Isa isa, DType type) {
+// The kernel entry points of one ISA's build.
+struct IsaKernels {
+  InterleavedKernels (*interleaved)(DType);
+  kernels::AttentionKernels (*attention)();
+};
+
+IsaKernels kernels_of(Isa isa) {
   switch (isa) {
-    case Isa::Avx512: return kernels::avx512_interleaved(type);
-    case Isa::Avx2: return kernels::avx2_interleaved(type);
+    case Isa::Avx512: return {kernels::avx512_interleaved, kernels::avx512_attention};
+    case Isa::Avx2: return {kernels::avx2_interleaved, kernels::avx2_attention};
     case Isa::Scalar: break;
   }
-  return kernels::scalar_interleaved(type);
+  return {kernels::scalar_interleaved, kernels::scalar_attention};
 }
-
-}  // namespace
-
-namespace kernels {
-AttentionKernels active_attention() {
-  switch (active_isa()) {
-    case Isa::Avx512: return avx512_attention();
-    case Isa::Avx2: return avx2_attention();
-    case Isa::Scalar: break;
-  }
-  return scalar_attention();
-}
-}  // namespace kernels
-
-namespace {
 
 int sum_of(const int8_t* qs, int n) {
   int sum = 0;
@@ -222,7 +213,7 @@ void interleaved_matmul(std::span<const Product> products, const float* x, int64
     const Matrix& w = p.w.source();
     const interleaved::Format f = interleaved::format_of(w.type);
     parts.push_back({reinterpret_cast<const uint8_t*>(p.w.interleaved()), interleaved::group_bytes(f, n_blocks),
-                     w.rows, n_groups, kernels_for(active_isa(), w.type), p.y});
+                     w.rows, n_groups, kernels_of(active_isa()).interleaved(w.type), p.y});
     n_groups += (w.rows + interleaved::kRows - 1) / interleaved::kRows;
   }
   pool.parallel_for(n_groups, [&](int64_t group_begin, int64_t group_end) {
@@ -301,6 +292,8 @@ Isa detected_isa() {
 }
 
 Isa active_isa() { return active().load(std::memory_order_relaxed); }
+
+kernels::AttentionKernels kernels::active_attention() { return kernels_of(active_isa()).attention(); }
 
 void force_isa(Isa isa) {
   active().store(std::min(isa, detected_isa()), std::memory_order_relaxed);

@@ -8,6 +8,7 @@
 #include "tensor/interleaved.h"
 #include "tensor/matmul_kernels.h"
 #include "tensor/quant_blocks.h"
+#include "tensor/vector_ops.h"
 
 namespace strata::tensor::kernels {
 namespace {
@@ -134,13 +135,8 @@ void interleaved_float_dot(const uint8_t* group, int64_t cols, const void* const
   }
 }
 
-}  // namespace
-
-namespace {
-
 void scalar_key_scores(const float* queries, int64_t query_stride, int query_count, const float* blocks,
                        int64_t block_stride, int64_t n, int64_t key_count, float* scores, int64_t score_stride) {
-  constexpr int kKeyBlock = 16;  // vector_ops.h
   for (int q = 0; q < query_count; ++q) {
     for (int64_t i = 0; i < key_count; ++i) {
       const float* key = blocks + i / kKeyBlock * block_stride + i % kKeyBlock;

@@ -68,7 +68,6 @@ namespace {
 }  // namespace
 
 // Per ISA with FMA chains, which the baseline build could only run through a library fmaf.
-static_assert(kKeyBlock == 16, "the attention kernels take a block as 16 lanes");
 void key_scores(const float* queries, int64_t query_stride, int query_count, const float* blocks, int64_t block_stride,
                 int64_t n, int64_t key_count, float* scores, int64_t score_stride) {
   kernels::active_attention().key_scores(queries, query_stride, query_count, blocks, block_stride, n, key_count,
