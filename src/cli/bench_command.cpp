@@ -142,7 +142,7 @@ int bench(const BenchOptions& o) {
     kv = sequence_at_depth(o.generated_tokens);
     model::Token next = prompt.front();
     const bool probing = probe && measured;
-    double bandwidth_before = probing ? probe->measure(kProbePasses).median : 0;
+    double bandwidth_before = probing ? probe->median_of(kProbePasses) : 0;
     double decode_s = 0;
     std::string segments;
     for (int done = 0; done < o.generated_tokens;) {
@@ -157,7 +157,7 @@ int bench(const BenchOptions& o) {
       decode_s += segment_s;
       done += count;
       if (!probing) continue;
-      const double bandwidth_after = probe->measure(kProbePasses).median;
+      const double bandwidth_after = probe->median_of(kProbePasses);
       const double low = std::min(bandwidth_before, bandwidth_after);
       const double high = std::max(bandwidth_before, bandwidth_after);
       // A segment whose bandwidth moved by more than 15% from before to after cannot be compared with it.

@@ -15,19 +15,15 @@ void add_bench_command(CLI::App& app, Action& action);
 void add_gguf_commands(CLI::App& app, Action& action);
 void add_serve_command(CLI::App& app, Action& action);
 
-// Memory read bandwidth with `threads` threads, in bytes per second, over 256 MiB passes: the
-// median pass is what a long read sustains; the best can be a short burst (on shared VMs it
-// has read up to 1.7x the median). A shared VM's bandwidth also changes over time, so a
-// benchmark measures it right around what it compares with it.
-struct ReadBandwidth {
-  double median;
-  double best;
-};
+// Memory read bandwidth with `threads` threads, in bytes per second, over 256 MiB passes. The
+// median pass is what a long read sustains (on shared VMs the best one has read up to 1.7x
+// it, a short burst). A shared VM's bandwidth also changes over time, so a benchmark
+// measures it right around what it compares with it.
 class BandwidthProbe {
  public:
   explicit BandwidthProbe(int threads);  // allocates and fills the 256 MiB buffer
   ~BandwidthProbe();
-  ReadBandwidth measure(int passes);
+  double median_of(int passes);  // passes >= 1
 
  private:
   struct State;
