@@ -3,38 +3,79 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "engine/local_stage.h"
 #include "sampling/sampler.h"
 
 namespace strata::engine {
 
 struct Engine::Sequence {
-  Sequence(GenerationRequest r, RequestCallbacks c, const model::Model& model, int capacity)
-      : request(std::move(r)),
+  Sequence(SequenceId id, GenerationRequest r, RequestCallbacks c, int vocab_size, int capacity)
+      : id(id),
+        request(std::move(r)),
         callbacks(std::move(c)),
-        kv(model.new_sequence(capacity)),
-        sampler(request.sampling, model.config().vocab_size),
-        history(request.prompt) {}
+        sampler(request.sampling, vocab_size),
+        history(request.prompt),
+        capacity(capacity) {}
 
-  bool prefilling() const { return prompt_done < request.prompt.size(); }
+  // Inputs not yet through the pipeline: the prompt's rest, or the last sampled token.
+  int pending() const { return static_cast<int>(history.size()) - fed; }
 
+  SequenceId id;
   GenerationRequest request;
   RequestCallbacks callbacks;
-  std::unique_ptr<model::KvState> kv;
   sampling::Sampler sampler;
   std::vector<Token> history;  // prompt, then generated tokens
-  size_t prompt_done = 0;
+  int capacity;
+  int fed = 0;  // inputs whose keys and values the stages hold
   int generated = 0;
+  bool launched = false;  // the stages may hold state for it
+  bool in_flight = false;
   bool finished = false;
 };
 
+namespace {
+
+int default_threads(int threads) {
+  return threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+EngineOptions with_model_context(EngineOptions options, const model::Model& model) {
+  if (options.context_size <= 0) options.context_size = model.config().context_length;
+  return options;
+}
+
+}  // namespace
+
 Engine::Engine(std::shared_ptr<model::Model> model, std::function<bool(Token)> is_end_of_generation,
                EngineOptions options)
-    : model_(std::move(model)),
+    : own_pool_(std::make_unique<tensor::ThreadPool>(default_threads(options.threads))),
+      vocab_size_(model->config().vocab_size),
+      is_end_of_generation_(std::move(is_end_of_generation)),
+      options_(with_model_context(options, *model)),
+      sampling_pool_(own_pool_.get()) {
+  start({std::make_shared<LocalStage>(std::move(model), *own_pool_)});
+}
+
+Engine::Engine(std::vector<std::shared_ptr<Stage>> stages, int vocab_size,
+               std::function<bool(Token)> is_end_of_generation, EngineOptions options,
+               tensor::ThreadPool* sampling_pool)
+    : vocab_size_(vocab_size),
       is_end_of_generation_(std::move(is_end_of_generation)),
       options_(options),
-      pool_(options.threads > 0 ? options.threads
-                                : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
-  if (options_.context_size <= 0) options_.context_size = model_->config().context_length;
+      sampling_pool_(sampling_pool) {
+  if (options_.context_size <= 0) throw std::invalid_argument("a pipeline engine needs a context size");
+  start(std::move(stages));
+}
+
+void Engine::start(std::vector<std::shared_ptr<Stage>> stages) {
+  if (stages.empty()) throw std::invalid_argument("a pipeline needs at least one stage");
+  pipeline_ = std::make_unique<Pipeline>(std::move(stages), [this](Pipeline::Result r) {
+    {
+      std::lock_guard lock(mutex_);
+      results_.push_back(std::move(r));
+    }
+    wake_.notify_one();
+  });
   options_.max_parallel = std::max(1, options_.max_parallel);
   options_.max_queued = std::max(0, options_.max_queued);
   options_.prefill_chunk = std::max(1, options_.prefill_chunk);
@@ -48,10 +89,9 @@ ModelLimits Engine::limits() const {
 }
 
 bool Engine::submit(GenerationRequest request, RequestCallbacks callbacks) {
-  const int vocab = model_->config().vocab_size;
   if (request.prompt.empty()) throw std::invalid_argument("the prompt has no tokens");
   for (Token t : request.prompt) {
-    if (t < 0 || t >= vocab) throw std::invalid_argument("prompt token " + std::to_string(t) + " is outside the vocabulary");
+    if (t < 0 || t >= vocab_size_) throw std::invalid_argument("prompt token " + std::to_string(t) + " is outside the vocabulary");
   }
   if (request.max_tokens < 1) throw std::invalid_argument("max_tokens must be at least 1");
   const long long needed = static_cast<long long>(request.prompt.size()) + request.max_tokens;
@@ -68,8 +108,8 @@ bool Engine::submit(GenerationRequest request, RequestCallbacks callbacks) {
     if (stopping_ || waiting_or_running >= options_.max_queued + options_.max_parallel) {
       return false;
     }
-    const int capacity = static_cast<int>(needed);
-    queue_.push_back(std::make_unique<Sequence>(std::move(request), std::move(callbacks), *model_, capacity));
+    queue_.push_back(std::make_unique<Sequence>(0, std::move(request), std::move(callbacks), vocab_size_,
+                                                static_cast<int>(needed)));
   }
   wake_.notify_one();
   return true;
@@ -82,20 +122,27 @@ void Engine::shutdown() {
   }
   wake_.notify_all();
   if (loop_.joinable()) loop_.join();
+  pipeline_.reset();
 }
 
 void Engine::finish(Sequence& seq, FinishReason reason, const std::string& error) {
   seq.finished = true;
-  seq.kv.reset();  // the sequence's state goes with it
+  if (seq.launched) pipeline_->release({seq.id});  // the sequence's state goes with it
   if (seq.callbacks.on_finish) seq.callbacks.on_finish(reason, error);
 }
 
 void Engine::run_loop() {
   std::vector<std::unique_ptr<Sequence>> active;
   while (true) {
+    std::deque<Pipeline::Result> results;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || !active.empty(); });
+      const auto can_launch = [&] {
+        if (static_cast<int>(in_flight_.size()) >= pipeline_->depth()) return false;
+        if (!queue_.empty() && static_cast<int>(active.size()) < options_.max_parallel) return true;
+        return std::any_of(active.begin(), active.end(), [](const auto& s) { return !s->in_flight; });
+      };
+      wake_.wait(lock, [&] { return stopping_ || !results_.empty() || can_launch(); });
       if (stopping_) {
         for (auto& seq : queue_) active.push_back(std::move(seq));
         queue_.clear();
@@ -105,66 +152,77 @@ void Engine::run_loop() {
       }
       while (!queue_.empty() && static_cast<int>(active.size()) < options_.max_parallel) {
         active.push_back(std::move(queue_.front()));
+        active.back()->id = next_sequence_id_++;
         queue_.pop_front();
       }
+      results.swap(results_);
       running_ = static_cast<int>(active.size());
     }
-    step(active);
+    for (Pipeline::Result& result : results) {
+      auto batch = in_flight_.extract(result.ticket);
+      complete(batch.mapped(), result);
+    }
     std::erase_if(active, [](const std::unique_ptr<Sequence>& s) { return s->finished; });
+    while (static_cast<int>(in_flight_.size()) < pipeline_->depth() && launch_batch(active)) {
+    }
     std::lock_guard lock(mutex_);
     running_ = static_cast<int>(active.size());
   }
 }
 
-void Engine::step(std::vector<std::unique_ptr<Sequence>>& active) {
-  std::vector<model::SequenceSlice> slices;
-  std::vector<Sequence*> owners;
-  std::vector<Token> tokens;
+bool Engine::launch_batch(const std::vector<std::unique_ptr<Sequence>>& active) {
+  // Up to an even share of the sequences per batch, so that every stage gets a group.
+  const int depth = pipeline_->depth();
+  const size_t share = (active.size() + static_cast<size_t>(depth) - 1) / static_cast<size_t>(depth);
+  StageBatch batch;
+  InFlight flight;
   int prefill_budget = options_.prefill_chunk;
-  for (auto& seq : active) {
-    int count = 1;
-    if (seq->prefilling()) {
-      const size_t left = seq->request.prompt.size() - seq->prompt_done;
-      count = static_cast<int>(std::min<size_t>(left, static_cast<size_t>(prefill_budget)));
+  for (const auto& seq : active) {
+    if (seq->in_flight || seq->finished || flight.owners.size() >= share) continue;
+    int count = seq->pending();
+    if (count > 1) {
+      count = std::min(count, prefill_budget);
       if (count == 0) continue;
       prefill_budget -= count;
-      const auto from = seq->request.prompt.begin() + static_cast<long>(seq->prompt_done);
-      tokens.insert(tokens.end(), from, from + count);
-    } else {
-      tokens.push_back(seq->history.back());
     }
-    slices.push_back({seq->kv.get(), count, false});
-    owners.push_back(seq.get());
+    const auto from = seq->history.begin() + seq->fed;
+    batch.tokens.insert(batch.tokens.end(), from, from + count);
+    batch.sequences.push_back({seq->id, seq->fed, count, seq->capacity});
+    flight.owners.push_back(seq.get());
+    flight.counts.push_back(count);
+    seq->in_flight = true;
+    seq->launched = true;
   }
-  if (slices.empty()) return;
+  if (flight.owners.empty()) return false;
+  const uint64_t ticket = next_ticket_++;
+  in_flight_.emplace(ticket, std::move(flight));
+  pipeline_->submit(ticket, std::move(batch));
+  return true;
+}
 
-  std::vector<float> logits;
-  try {
-    logits = model_->forward(slices, tokens, {}, pool_);
-  } catch (const std::exception& e) {
-    for (Sequence* seq : owners) finish(*seq, FinishReason::Error, e.what());
+void Engine::complete(const InFlight& batch, const Pipeline::Result& result) {
+  const std::vector<Sequence*>& owners = batch.owners;
+  for (Sequence* seq : owners) seq->in_flight = false;
+  if (!result.error.empty()) {
+    for (Sequence* seq : owners) finish(*seq, FinishReason::Error, result.error);
     return;
   }
-
-  const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
+  const size_t vocab = static_cast<size_t>(vocab_size_);
   std::vector<size_t> sampled;  // owners whose logits row yields a token this step
   for (size_t i = 0; i < owners.size(); ++i) {
     Sequence& seq = *owners[i];
-    if (seq.prefilling()) {
-      seq.prompt_done += static_cast<size_t>(slices[i].token_count);
-      if (seq.prefilling()) continue;
-    }
-    sampled.push_back(i);
+    seq.fed += batch.counts[i];
+    if (seq.pending() == 0) sampled.push_back(i);
   }
   // Each sequence samples from its own logits with its own generator, so the sequences can
-  // sample in parallel; the callbacks then run in order on this thread.
+  // sample in parallel when the pool is free; the callbacks then run in order on this thread.
   std::vector<GeneratedToken> tokens_out(sampled.size());
   std::vector<std::string> errors(sampled.size());  // e.g. logits that are NaN
-  pool_.parallel_for(static_cast<int64_t>(sampled.size()), [&](int64_t begin, int64_t end) {
+  const auto sample = [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       const size_t i = sampled[static_cast<size_t>(k)];
       Sequence& seq = *owners[i];
-      const std::span<const float> row(logits.data() + i * vocab, vocab);
+      const std::span<const float> row(result.rows.data() + i * vocab, vocab);
       GeneratedToken& out = tokens_out[static_cast<size_t>(k)];
       try {
         out.token = seq.sampler.sample(row, seq.history);
@@ -177,7 +235,16 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& active) {
         errors[static_cast<size_t>(k)] = std::string("sampling failed: ") + e.what();
       }
     }
-  });
+  };
+  if (result.rows.size() != owners.size() * vocab) {
+    for (Sequence* seq : owners) finish(*seq, FinishReason::Error, "the pipeline returned malformed logits");
+    return;
+  }
+  if (sampling_pool_ != nullptr && in_flight_.empty()) {
+    sampling_pool_->parallel_for(static_cast<int64_t>(sampled.size()), sample);
+  } else {
+    sample(0, static_cast<int64_t>(sampled.size()));
+  }
   for (size_t k = 0; k < sampled.size(); ++k) {
     Sequence& seq = *owners[sampled[k]];
     if (!errors[k].empty()) {

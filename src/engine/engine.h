@@ -1,34 +1,45 @@
-// Runs a whole model on this node with continuous batching: every step is one batched forward
-// over all active sequences (prompt chunks and single decode tokens together), and new
-// requests join between steps.
+// Runs a model with continuous batching over a pipeline of stages: the whole model on this
+// node is the one-stage case; a cluster's stages are layer ranges on several nodes. Each step
+// of a group of sequences is one batched pass through every stage (prompt chunks and single
+// decode tokens together), new requests join between steps, and with S stages up to S groups
+// are in flight at once, so every stage has work.
 #pragma once
 
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
 
 #include "engine/generator.h"
+#include "engine/pipeline.h"
 #include "model/model.h"
 #include "tensor/thread_pool.h"
 
 namespace strata::engine {
 
 struct EngineOptions {
-  int context_size = 0;       // 0: the model's trained context
+  int context_size = 0;       // 0: the model's trained context (required with stages)
   int max_parallel = 4;       // sequences decoded together
   int max_queued = 64;        // waiting requests beyond that are refused
-  int threads = 0;            // 0: all cores
+  int threads = 0;            // 0: all cores (the whole-model engine's pool)
   int prefill_chunk = 256;    // prompt tokens per step, so long prompts do not stall decoding
 };
 
 class Engine final : public Generator {
  public:
+  // The whole model on this node: one local stage, on a pool of `options.threads`.
   // `is_end_of_generation` tells which sampled tokens end a request (EOS, EOT, ...).
   Engine(std::shared_ptr<model::Model> model, std::function<bool(Token)> is_end_of_generation,
          EngineOptions options);
+  // A pipeline: the first stage embeds tokens, the last returns logits over `vocab_size`.
+  // `sampling_pool` (may be null) is shared with a local stage, so the engine samples on it
+  // only while no batch is in flight.
+  Engine(std::vector<std::shared_ptr<Stage>> stages, int vocab_size,
+         std::function<bool(Token)> is_end_of_generation, EngineOptions options,
+         tensor::ThreadPool* sampling_pool);
   ~Engine() override;
 
   ModelLimits limits() const override;
@@ -37,21 +48,37 @@ class Engine final : public Generator {
 
  private:
   struct Sequence;
+  // A batch in the pipeline: its sequences and how many inputs each fed.
+  struct InFlight {
+    std::vector<Sequence*> owners;
+    std::vector<int> counts;
+  };
+  void start(std::vector<std::shared_ptr<Stage>> stages);
   void run_loop();
-  void step(std::vector<std::unique_ptr<Sequence>>& active);
+  // Packs ready sequences into one batch for the pipeline; false when none is ready.
+  bool launch_batch(const std::vector<std::unique_ptr<Sequence>>& active);
+  void complete(const InFlight& batch, const Pipeline::Result& result);
   void finish(Sequence& seq, FinishReason reason, const std::string& error = {});
 
-  std::shared_ptr<model::Model> model_;
+  std::unique_ptr<tensor::ThreadPool> own_pool_;  // the whole-model engine's
+  int vocab_size_;
   std::function<bool(Token)> is_end_of_generation_;
   EngineOptions options_;
-  tensor::ThreadPool pool_;
+  tensor::ThreadPool* sampling_pool_;
+  std::unique_ptr<Pipeline> pipeline_;
 
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::unique_ptr<Sequence>> queue_;
+  std::deque<Pipeline::Result> results_;
   int running_ = 0;  // sequences the loop holds, finished ones excluded
   bool stopping_ = false;
   std::thread loop_;
+
+  // Owned by the loop thread.
+  SequenceId next_sequence_id_ = 1;
+  uint64_t next_ticket_ = 1;
+  std::map<uint64_t, InFlight> in_flight_;
 };
 
 }  // namespace strata::engine

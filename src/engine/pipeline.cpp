@@ -1,0 +1,85 @@
+#include "engine/pipeline.h"
+
+#include <exception>
+
+namespace strata::engine {
+
+Pipeline::Pipeline(std::vector<std::shared_ptr<Stage>> stages, OnResult on_result)
+    : stages_(std::move(stages)), on_result_(std::move(on_result)) {
+  for (size_t i = 0; i < stages_.size(); ++i) workers_.push_back(std::make_unique<Worker>());
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    workers_[i]->thread = std::thread([this, i] { work(i); });
+  }
+}
+
+Pipeline::~Pipeline() {
+  for (auto& w : workers_) {
+    std::lock_guard lock(w->mutex);
+    w->stopping = true;
+  }
+  for (auto& w : workers_) w->wake.notify_all();
+  for (auto& w : workers_) w->thread.join();
+}
+
+void Pipeline::submit(uint64_t ticket, StageBatch batch) {
+  Item item;
+  item.ticket = ticket;
+  item.batch = std::move(batch);
+  push(0, std::move(item));
+}
+
+void Pipeline::release(std::vector<SequenceId> ids) {
+  if (ids.empty()) return;
+  Item item;
+  item.release = true;
+  item.ids = std::move(ids);
+  push(0, std::move(item));
+}
+
+void Pipeline::push(size_t stage, Item item) {
+  Worker& w = *workers_[stage];
+  {
+    std::lock_guard lock(w.mutex);
+    w.queue.push_back(std::move(item));
+  }
+  w.wake.notify_one();
+}
+
+void Pipeline::work(size_t stage) {
+  Worker& w = *workers_[stage];
+  const bool last = stage + 1 == stages_.size();
+  while (true) {
+    Item item;
+    {
+      std::unique_lock lock(w.mutex);
+      w.wake.wait(lock, [&] { return w.stopping || !w.queue.empty(); });
+      if (w.stopping) return;
+      item = std::move(w.queue.front());
+      w.queue.pop_front();
+    }
+    if (item.release) {
+      try {
+        stages_[stage]->release(item.ids);
+      } catch (const std::exception&) {
+        // A stage that cannot be reached drops its sequences when it leaves the placement.
+      }
+      if (!last) push(stage + 1, std::move(item));
+      continue;
+    }
+    Result result{item.ticket, {}, {}};
+    try {
+      result.rows = stages_[stage]->forward(item.batch);
+    } catch (const std::exception& e) {
+      result.error = e.what();
+    }
+    if (last || !result.error.empty()) {
+      on_result_(std::move(result));
+      continue;
+    }
+    item.batch.tokens.clear();
+    item.batch.hidden = std::move(result.rows);
+    push(stage + 1, std::move(item));
+  }
+}
+
+}  // namespace strata::engine

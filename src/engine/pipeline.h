@@ -1,0 +1,63 @@
+// Runs batches through an ordered list of stages with one worker thread per stage, so that
+// several batches are in flight at once, each at a different stage: with S stages on S nodes,
+// all S compute at the same time.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/stage.h"
+
+namespace strata::engine {
+
+class Pipeline {
+ public:
+  // What the last stage returned for a batch, or why a stage failed it.
+  struct Result {
+    uint64_t ticket = 0;
+    std::vector<float> rows;
+    std::string error;  // empty on success
+  };
+  // Called on a worker thread once per submitted batch.
+  using OnResult = std::function<void(Result)>;
+
+  Pipeline(std::vector<std::shared_ptr<Stage>> stages, OnResult on_result);
+  ~Pipeline();  // waits for the work each stage has started, drops what is queued
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  int depth() const { return static_cast<int>(stages_.size()); }
+  void submit(uint64_t ticket, StageBatch batch);
+  // Releases the sequences on every stage, after the work already queued there.
+  void release(std::vector<SequenceId> ids);
+
+ private:
+  struct Item {
+    bool release = false;
+    uint64_t ticket = 0;
+    StageBatch batch;
+    std::vector<SequenceId> ids;
+  };
+  struct Worker {
+    std::mutex mutex;
+    std::condition_variable wake;
+    std::deque<Item> queue;
+    bool stopping = false;
+    std::thread thread;
+  };
+
+  void push(size_t stage, Item item);
+  void work(size_t stage);
+
+  std::vector<std::shared_ptr<Stage>> stages_;
+  OnResult on_result_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+};
+
+}  // namespace strata::engine

@@ -1,0 +1,158 @@
+// A pipeline of stages gives the same tokens as the whole model on one stage, whatever the
+// number of stages and however the requests are grouped, and leaves no sequence state behind.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+
+#include "engine/engine.h"
+#include "engine/local_stage.h"
+
+namespace strata::engine {
+namespace {
+
+const std::string kDreams = STRATA_SHARED_DIR "/models/aidreams260K.gguf";
+
+struct Outcome {
+  std::vector<Token> tokens;
+  std::vector<float> logprobs;
+  FinishReason reason = FinishReason::Error;
+  std::string error;
+};
+
+std::future<Outcome> submit(Generator& engine, GenerationRequest request) {
+  auto promise = std::make_shared<std::promise<Outcome>>();
+  auto outcome = std::make_shared<Outcome>();
+  RequestCallbacks callbacks;
+  callbacks.on_token = [outcome](const GeneratedToken& t) {
+    outcome->tokens.push_back(t.token);
+    outcome->logprobs.push_back(t.logprob);
+    return true;
+  };
+  callbacks.on_finish = [promise, outcome](FinishReason reason, const std::string& error) {
+    outcome->reason = reason;
+    outcome->error = error;
+    promise->set_value(*outcome);
+  };
+  EXPECT_TRUE(engine.submit(std::move(request), std::move(callbacks)));
+  return promise->get_future();
+}
+
+GenerationRequest request(int i) {
+  GenerationRequest r;
+  r.prompt = {1};
+  for (int j = 0; j < 3 + i % 7; ++j) r.prompt.push_back(static_cast<Token>(259 + (i * 41 + j * 13) % 250));
+  r.max_tokens = 20 + i % 13;
+  r.sampling.temperature = i % 2 ? 0.9f : 0.0f;
+  r.sampling.seed = 500 + static_cast<uint64_t>(i);
+  r.logprobs = true;
+  return r;
+}
+
+// Layer ranges over the shared model's 4 layers, each on its own stage with its own pool.
+struct Stages {
+  explicit Stages(const std::vector<int>& cuts) {
+    auto file = std::shared_ptr<const gguf::File>(gguf::File::open(kDreams));
+    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+      pools.push_back(std::make_unique<tensor::ThreadPool>(1));
+      local.push_back(std::make_shared<LocalStage>(
+          model::Model::load(file, model::LayerRange{cuts[i], cuts[i + 1]}), *pools.back()));
+    }
+  }
+  std::vector<std::shared_ptr<Stage>> list() const { return {local.begin(), local.end()}; }
+  size_t held() const {
+    size_t n = 0;
+    for (const auto& s : local) n += s->sequence_count();
+    return n;
+  }
+  std::vector<std::unique_ptr<tensor::ThreadPool>> pools;
+  std::vector<std::shared_ptr<LocalStage>> local;
+};
+
+std::vector<Outcome> alone_on_whole_model(int count) {
+  auto file = std::shared_ptr<const gguf::File>(gguf::File::open(kDreams));
+  Engine engine(model::Model::load(file), [](Token t) { return t == 2; }, {.max_parallel = 1, .threads = 1});
+  std::vector<Outcome> outcomes;
+  for (int i = 0; i < count; ++i) outcomes.push_back(submit(engine, request(i)).get());
+  return outcomes;
+}
+
+TEST(Pipeline, StagesGiveTheWholeModelsTokensAndLogprobsConcurrently) {
+  constexpr int kRequests = 12;
+  const std::vector<Outcome> alone = alone_on_whole_model(kRequests);
+  for (const std::vector<int>& cuts : {std::vector<int>{0, 2, 4}, {0, 1, 3, 4}, {0, 1, 2, 3, 4}}) {
+    Stages stages(cuts);
+    {
+      Engine engine(stages.list(), 512, [](Token t) { return t == 2; },
+                    {.context_size = 128, .max_parallel = 8, .max_queued = 16}, nullptr);
+      std::vector<std::future<Outcome>> futures;
+      for (int i = 0; i < kRequests; ++i) futures.push_back(submit(engine, request(i)));
+      for (int i = 0; i < kRequests; ++i) {
+        const Outcome got = futures[static_cast<size_t>(i)].get();
+        const Outcome& want = alone[static_cast<size_t>(i)];
+        EXPECT_EQ(got.tokens, want.tokens) << cuts.size() - 1 << " stages, request " << i;
+        EXPECT_EQ(got.logprobs, want.logprobs) << cuts.size() - 1 << " stages, request " << i;
+        EXPECT_EQ(got.reason, want.reason);
+      }
+    }
+    EXPECT_EQ(stages.held(), 0u) << "sequence state left on a stage";
+  }
+}
+
+// Fails on the stage that holds layer 2, after some calls: every request in that batch ends
+// with the error, the others go on, and no state is left anywhere.
+class FailingStage final : public Stage {
+ public:
+  FailingStage(std::shared_ptr<LocalStage> inner, int fail_at) : inner_(std::move(inner)), fail_at_(fail_at) {}
+  std::vector<float> forward(const StageBatch& batch) override {
+    if (++calls_ == fail_at_) throw std::runtime_error("peer lost");
+    return inner_->forward(batch);
+  }
+  void release(std::span<const SequenceId> ids) override { inner_->release(ids); }
+
+ private:
+  std::shared_ptr<LocalStage> inner_;
+  int fail_at_;
+  std::atomic<int> calls_{0};
+};
+
+TEST(Pipeline, AFailingStageEndsItsBatchWithAnErrorAndLeavesNoState) {
+  Stages stages({0, 2, 4});
+  std::vector<std::shared_ptr<Stage>> list{stages.local[0], std::make_shared<FailingStage>(stages.local[1], 5)};
+  {
+    Engine engine(list, 512, [](Token t) { return t == 2; },
+                  {.context_size = 128, .max_parallel = 4, .max_queued = 8}, nullptr);
+    std::vector<std::future<Outcome>> futures;
+    for (int i = 0; i < 4; ++i) futures.push_back(submit(engine, request(i)));
+    int errors = 0;
+    for (auto& f : futures) {
+      const Outcome o = f.get();
+      if (o.reason == FinishReason::Error) {
+        ++errors;
+        EXPECT_EQ(o.error, "peer lost");
+      }
+    }
+    EXPECT_GE(errors, 1);
+    EXPECT_LT(errors, 4) << "only the failed batch's requests end with the error";
+    const Outcome after = submit(engine, request(1)).get();
+    EXPECT_EQ(after.tokens, alone_on_whole_model(2)[1].tokens);
+  }
+  EXPECT_EQ(stages.held(), 0u);
+}
+
+TEST(LocalStage, RefusesBatchesOutOfStep) {
+  Stages stages({0, 4});
+  LocalStage& stage = *stages.local[0];
+  StageBatch start{{{7, 0, 2, 16}}, {1, 300}, {}};
+  EXPECT_EQ(stage.forward(start).size(), 512u);
+  EXPECT_THROW(stage.forward(start), std::invalid_argument);  // started twice
+  EXPECT_THROW(stage.forward({{{7, 5, 1, 16}}, {300}, {}}), std::invalid_argument);  // skips positions
+  EXPECT_THROW(stage.forward({{{8, 3, 1, 16}}, {300}, {}}), std::invalid_argument);  // unknown sequence
+  EXPECT_EQ(stage.forward({{{7, 2, 1, 16}}, {300}, {}}).size(), 512u);
+  const SequenceId id = 7;
+  stage.release({&id, 1});
+  EXPECT_EQ(stage.sequence_count(), 0u);
+}
+
+}  // namespace
+}  // namespace strata::engine
