@@ -13,12 +13,15 @@ Pipeline::Pipeline(std::vector<std::shared_ptr<Stage>> stages, OnResult on_resul
 }
 
 Pipeline::~Pipeline() {
+  // Front to back, so that the releases a stage still passes on find the next one running.
   for (auto& w : workers_) {
-    std::lock_guard lock(w->mutex);
-    w->stopping = true;
+    {
+      std::lock_guard lock(w->mutex);
+      w->stopping = true;
+    }
+    w->wake.notify_all();
+    w->thread.join();
   }
-  for (auto& w : workers_) w->wake.notify_all();
-  for (auto& w : workers_) w->thread.join();
 }
 
 void Pipeline::submit(uint64_t ticket, StageBatch batch) {
@@ -53,9 +56,11 @@ void Pipeline::work(size_t stage) {
     {
       std::unique_lock lock(w.mutex);
       w.wake.wait(lock, [&] { return w.stopping || !w.queue.empty(); });
-      if (w.stopping) return;
+      if (w.queue.empty()) return;
       item = std::move(w.queue.front());
       w.queue.pop_front();
+      // A stopping pipeline still releases every sequence's state, but computes nothing more.
+      if (w.stopping && !item.release) continue;
     }
     if (item.release) {
       try {

@@ -28,7 +28,7 @@ class Pipeline {
   using OnResult = std::function<void(Result)>;
 
   Pipeline(std::vector<std::shared_ptr<Stage>> stages, OnResult on_result);
-  ~Pipeline();  // waits for the work each stage has started, drops what is queued
+  ~Pipeline();  // waits for the batches being computed, drops queued ones, completes releases
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
 
