@@ -17,6 +17,7 @@ struct ApiError : std::runtime_error {
         type(type.empty() ? default_type(status) : std::move(type)) {}
 
   int status;
+  int retry_after_seconds = 0;  // sent as Retry-After when positive
   std::string param;  // empty: null in the JSON
   std::string code;   // empty: null in the JSON
   std::string type;

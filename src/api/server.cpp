@@ -45,6 +45,9 @@ bool same_secret(std::string_view given, std::string_view expected) {
 void send_error(const httplib::Request& request, httplib::Response& response,
                 const ApiError& error) {
   response.status = error.status;
+  if (error.retry_after_seconds > 0) {
+    response.set_header("Retry-After", std::to_string(error.retry_after_seconds));
+  }
   const bool ollama = request.path.starts_with("/api/");
   response.set_content(ollama ? ollama_error_body(error) : openai_error_body(error),
                        "application/json");
@@ -143,9 +146,20 @@ class Server::Impl {
           send_error(request, response, ApiError(500, message));
         });
 
-    http_.Get("/health", [](const httplib::Request&, httplib::Response& response) {
-      response.set_content(R"({"status":"ok"})", "application/json");
+    http_.Get("/health", [this](const httplib::Request&, httplib::Response& response) {
+      if (!options_.health) {
+        response.set_content(R"({"status":"ok"})", "application/json");
+        return;
+      }
+      const auto [status, body] = options_.health();
+      response.status = status;
+      response.set_content(body, "application/json");
     });
+    if (options_.cluster_status) {
+      http_.Get("/cluster", [this](const httplib::Request&, httplib::Response& response) {
+        response.set_content(options_.cluster_status(), "application/json");
+      });
+    }
     http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& response) {
       response.set_content(openai_models_body(model_name_, created_), "application/json");
     });
@@ -298,6 +312,11 @@ class Server::Impl {
     } catch (const std::invalid_argument& error) {
       forget(session);
       throw ApiError(400, error.what(), {}, "context_length_exceeded");
+    } catch (const engine::Unavailable& error) {
+      forget(session);
+      ApiError unavailable(503, error.what(), {}, "model_unavailable");
+      unavailable.retry_after_seconds = error.retry_after_seconds;
+      throw unavailable;
     } catch (...) {
       forget(session);
       throw;
@@ -438,6 +457,7 @@ void serve_until_signal(engine::Generator& generator, const tokenizer::Tokenizer
   server.start();
   std::fprintf(stderr, "strata: serving %s on http://%s:%d\n",
                model_name_from_path(model.path()).c_str(), options.host.c_str(), server.port());
+  if (options.on_listening) options.on_listening(server.port());
   received_signal = 0;
   auto previous_interrupt = std::signal(SIGINT, remember_signal);
   auto previous_terminate = std::signal(SIGTERM, remember_signal);

@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace strata::engine {
 class Generator;
@@ -25,6 +27,12 @@ struct ServerOptions {
   std::optional<std::string> api_key;
   size_t max_body_bytes = size_t{8} << 20;
   bool log_requests = false;  // one line per answered request on stderr
+  // What GET /health answers (status code, JSON body); unset: 200 {"status":"ok"}.
+  std::function<std::pair<int, std::string>()> health;
+  // GET /cluster's JSON body, behind the API key like every endpoint but /health; unset: 404.
+  std::function<std::string()> cluster_status;
+  // serve_until_signal calls it with the bound port once the server listens.
+  std::function<void(int port)> on_listening;
 };
 
 class Server {

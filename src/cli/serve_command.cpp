@@ -3,7 +3,7 @@
 #include "api/server.h"
 #include "cli/commands.h"
 #include "cli/model_source.h"
-#include "engine/engine.h"
+#include "cluster/node.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::cli {
@@ -14,18 +14,70 @@ struct ServeOptions {
   api::ServerOptions server;
   std::string api_key;
   engine::EngineOptions engine;
+  int node_port = -1;  // -1: --port + 1 (0 when --port is 0)
+  std::string node_host;
+  std::vector<std::string> peers;
+  std::string node_id;
+  std::string state_dir;
+  std::string cluster_key;
+  std::string memory_limit;
+  std::string placement = "speed";
+  std::string stages;
+  double startup_wait_seconds = 60;
 };
 
+// "a:0-11,b:11-22" -> stages in pipeline order.
+std::vector<cluster::Stage> parse_stages(const std::string& text) {
+  std::vector<cluster::Stage> stages;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    const std::string item = text.substr(begin, end - begin);
+    const size_t colon = item.rfind(':');
+    const size_t dash = item.find('-', colon == std::string::npos ? 0 : colon);
+    if (colon == std::string::npos || dash == std::string::npos || colon == 0) {
+      throw std::invalid_argument("--stages item '" + item + "' is not NODE:FIRST-LAST (e.g. a:0-11)");
+    }
+    try {
+      stages.push_back({item.substr(0, colon), std::stoi(item.substr(colon + 1, dash - colon - 1)),
+                        std::stoi(item.substr(dash + 1))});
+    } catch (const std::logic_error&) {
+      throw std::invalid_argument("--stages item '" + item + "' has a layer that is not a number");
+    }
+    begin = end + 1;
+  }
+  return stages;
+}
+
 int serve(const ServeOptions& o) {
-  const LoadedModel loaded = load_for_generation(o.model, o.engine);
-  engine::Engine& engine = *loaded.engine;
+  auto file = std::shared_ptr<const gguf::File>(gguf::File::open(model_path_or_demo(o.model)));
+  const std::unique_ptr<tokenizer::Tokenizer> tokenizer = tokenizer::Tokenizer::from_gguf(*file);
+
+  cluster::NodeOptions node;
+  node.node_id = cluster::resolve_node_id(o.node_id, o.state_dir);
+  node.cluster_key = o.cluster_key;
+  node.host = !o.node_host.empty() ? o.node_host : (o.cluster_key.empty() ? "127.0.0.1" : "0.0.0.0");
+  node.node_port = o.node_port >= 0 ? o.node_port : (o.server.port == 0 ? 0 : o.server.port + 1);
+  node.api_address = o.server.host + ":" + std::to_string(o.server.port);
+  node.peers = o.peers;
+  node.memory_limit = o.memory_limit.empty() ? 0 : cluster::parse_byte_size(o.memory_limit);
+  node.strategy = o.placement == "memory" ? cluster::Strategy::Memory : cluster::Strategy::Speed;
+  node.fixed_stages = parse_stages(o.stages);
+  node.startup_wait = std::chrono::milliseconds(static_cast<int64_t>(o.startup_wait_seconds * 1000));
+  node.engine = o.engine;
+  node.log = [id = node.node_id](const std::string& line) { std::fprintf(stderr, "strata[%s]: %s\n", id.c_str(), line.c_str()); };
+  const tokenizer::Tokenizer* tok = tokenizer.get();
+  cluster::ClusterNode cluster_node(file, [tok](engine::Token t) { return tok->is_end_of_generation(t); }, node);
+
   api::ServerOptions server = o.server;
   if (!o.api_key.empty()) server.api_key = o.api_key;
-  const engine::ModelLimits limits = engine.limits();
-  std::fprintf(stderr, "strata: context %d tokens, %d parallel sequences, queue of %d\n", limits.context_size,
-               limits.max_parallel, limits.max_queued);
-  api::serve_until_signal(engine, *loaded.tokenizer, *loaded.file, server);
-  engine.shutdown();
+  server.health = [&cluster_node] { return cluster_node.health(); };
+  server.cluster_status = [&cluster_node] { return cluster_node.status_json(); };
+  const engine::ModelLimits limits = cluster_node.limits();
+  std::fprintf(stderr, "strata: context %d tokens, %d parallel sequences, queue of %d; node port %d\n",
+               limits.context_size, limits.max_parallel, limits.max_queued, cluster_node.node_port());
+  api::serve_until_signal(cluster_node, *tokenizer, *file, server);
+  cluster_node.shutdown();
   return 0;
 }
 
@@ -33,7 +85,7 @@ int serve(const ServeOptions& o) {
 
 void add_serve_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<ServeOptions>();
-  CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible API");
+  CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible API, alone or as one node of a cluster");
   cmd->add_option("-m,--model", o->model, "GGUF model file (default: the generated demo model)");
   cmd->add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o->server.port, "Port (0: any free port)")->capture_default_str();
@@ -47,6 +99,22 @@ void add_serve_command(CLI::App& app, Action& action) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("-t,--threads", o->engine.threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_flag("--log-requests", o->server.log_requests, "Print one line per answered request to stderr");
+  cmd->add_option("--peers", o->peers, "Nodes to join, host:node-port (comma-separated)")->delimiter(',');
+  cmd->add_option("--node-port", o->node_port, "Port for other nodes (default: --port + 1; 0 with --port 0)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--node-host", o->node_host,
+                  "Address the node service listens on (default: 127.0.0.1, or 0.0.0.0 with a cluster key)");
+  cmd->add_option("--node-id", o->node_id, "This node's id (default: generated once, kept in --state-dir)");
+  cmd->add_option("--state-dir", o->state_dir, "Where the node id is kept (default: ~/.local/state/strata)");
+  cmd->add_option("--cluster-key", o->cluster_key, "Secret every node of the cluster shares (also STRATA_CLUSTER_KEY)")
+      ->envname("STRATA_CLUSTER_KEY");
+  cmd->add_option("--memory-limit", o->memory_limit, "Memory this node may use, e.g. 12GiB (default: detected)");
+  cmd->add_option("--placement", o->placement, "How layers are split: speed (least time per token) or memory")
+      ->check(CLI::IsMember({"speed", "memory"}))->capture_default_str();
+  cmd->add_option("--stages", o->stages, "A placement fixed by hand: NODE:FIRST-LAST,... in pipeline order");
+  cmd->add_option("--startup-wait", o->startup_wait_seconds,
+                  "Seconds a request waits for the cluster to form before a 503")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->callback([&action, o] { action = [o] { return serve(*o); }; });
 }
 

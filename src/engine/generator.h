@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,14 @@ struct RequestCallbacks {
   std::function<void(FinishReason reason, const std::string& error)> on_finish;
 };
 
+// Thrown by submit when no request can run now or for a while (a cluster still forming, a
+// model that does not fit the cluster's memory): the API answers 503 with Retry-After.
+struct Unavailable : std::runtime_error {
+  explicit Unavailable(const std::string& why, int retry_after_seconds = 5)
+      : std::runtime_error(why), retry_after_seconds(retry_after_seconds) {}
+  int retry_after_seconds;
+};
+
 struct ModelLimits {
   int context_size = 0;   // prompt + generated tokens must fit
   int max_parallel = 0;   // sequences decoded together
@@ -59,7 +68,8 @@ class Generator {
   virtual ~Generator() = default;
   virtual ModelLimits limits() const = 0;
   // Queues the request. Returns false (calling nothing) when the queue is full.
-  // Throws std::invalid_argument when the request cannot fit the context.
+  // Throws std::invalid_argument when the request cannot fit the context, Unavailable when
+  // nothing can run it now.
   virtual bool submit(GenerationRequest request, RequestCallbacks callbacks) = 0;
   // Finishes in-flight requests with Cancelled and refuses new ones; returns when all are done.
   virtual void shutdown() = 0;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -99,6 +100,8 @@ class File {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(std::string_view name) const;
   const uint8_t* tensor_data(const TensorInfo& info) const { return data_ + info.offset; }
+  // The header, metadata and tensor table: everything before the tensor data.
+  std::span<const uint8_t> header_bytes() const { return {map_, static_cast<size_t>(data_ - map_)}; }
   // Says that [begin, begin + bytes) of the mapping will not be read soon, e.g. after its
   // tensor was copied into another layout: the whole pages inside it leave this process's
   // resident memory (the kernel's page cache may keep them). Reading them again still

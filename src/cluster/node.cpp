@@ -1,0 +1,696 @@
+#include "cluster/node.h"
+
+#include <openssl/sha.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "cluster/node_resources.h"
+#include "engine/local_stage.h"
+#include "rpc/channel.h"
+#include "rpc/node_service.h"
+#include "rpc/remote_generator.h"
+#include "rpc/remote_stage.h"
+
+namespace strata::cluster {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+constexpr auto kGossipInterval = std::chrono::milliseconds(500);
+constexpr auto kHelloDeadline = std::chrono::milliseconds(1000);
+// A peer not heard from for this long has left; keepalive and deadlines see it sooner on
+// the links that carry requests.
+constexpr auto kPeerTimeout = std::chrono::milliseconds(3000);
+// Members must stay the same this long before the leader places the model over them, so that
+// nodes starting together are placed once.
+constexpr auto kSettle = std::chrono::milliseconds(1000);
+// How long a leader waits for peers named with --peers that have never answered.
+constexpr auto kSeedWait = std::chrono::milliseconds(5000);
+
+bool is_loopback(const std::string& address) {
+  const std::string host = address.substr(0, address.rfind(':'));
+  return host == "localhost" || host.starts_with("127.") || host == "[::1]" || host == "::1";
+}
+
+// "ipv4:10.0.0.2:43122" -> "10.0.0.2"
+std::string host_of_peer(const std::string& peer) {
+  std::string rest = peer;
+  for (const char* scheme : {"ipv4:", "ipv6:"}) {
+    if (rest.starts_with(scheme)) rest = rest.substr(std::string_view(scheme).size());
+  }
+  return rest.substr(0, rest.rfind(':'));
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+std::string model_hash(const gguf::File& file) {
+  const std::span<const uint8_t> header = file.header_bytes();
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(header.data(), header.size(), digest);
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : digest) {
+    out += kDigits[b >> 4];
+    out += kDigits[b & 15];
+  }
+  return out;
+}
+
+std::string resolve_node_id(const std::string& given, const std::string& state_dir) {
+  if (!given.empty()) return given;
+  fs::path dir = state_dir;
+  if (dir.empty()) {
+    if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && *xdg != '\0') {
+      dir = fs::path(xdg) / "strata";
+    } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+      dir = fs::path(home) / ".local" / "state" / "strata";
+    } else {
+      throw std::runtime_error("no --node-id, --state-dir, XDG_STATE_HOME or HOME to keep this node's id in");
+    }
+  }
+  const fs::path file = dir / "node-id";
+  if (std::ifstream in(file); in) {
+    std::string id;
+    std::getline(in, id);
+    if (!id.empty()) return id;
+  }
+  std::random_device random;
+  char id[17];
+  std::snprintf(id, sizeof id, "%08x%08x", random(), random());
+  fs::create_directories(dir);
+  const fs::path partial = file.string() + ".partial";
+  {
+    std::ofstream out(partial);
+    out << id << "\n";
+    if (!out) throw std::runtime_error("cannot write the node id to " + file.string());
+  }
+  fs::rename(partial, file);
+  return id;
+}
+
+class ClusterNode::Impl final : public rpc::NodeHandler {
+ public:
+  Impl(std::shared_ptr<const gguf::File> file, std::function<bool(engine::Token)> eog, NodeOptions options)
+      : file_(std::move(file)),
+        eog_(std::move(eog)),
+        options_(std::move(options)),
+        config_(model::Config::from_gguf(*file_)),
+        footprint_(footprint_of(*file_)),
+        key_(std::make_shared<rpc::ClusterKey>(options_.cluster_key)),
+        remote_(rpc::Caller{options_.node_id, 0, key_}) {
+    if (options_.engine.context_size <= 0) options_.engine.context_size = config_.context_length;
+    if (options_.engine.threads <= 0) {
+      options_.engine.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    }
+    if (!key_->enabled()) {
+      for (const std::string& peer : options_.peers) {
+        if (!is_loopback(peer)) {
+          throw std::runtime_error("peer " + peer + " is not on this machine: a cluster across machines needs "
+                                   "--cluster-key (or STRATA_CLUSTER_KEY) on every node");
+        }
+      }
+      if (!is_loopback(options_.host + ":0")) {
+        throw std::runtime_error("without --cluster-key the node service listens on this machine only; "
+                                 "--node-host " + options_.host + " needs a key");
+      }
+    }
+    self_.set_node_id(options_.node_id);
+    self_.set_api_address(options_.api_address);
+    self_.set_model_hash(model_hash(*file_));
+    self_.set_protocol_version(rpc::kProtocolVersion);
+    self_.set_model_name(fs::path(file_->path()).stem().string());
+    self_.set_memory_bytes(options_.memory_limit > 0 ? options_.memory_limit : detect_usable_memory());
+    self_.set_weight_bytes_per_second(measure_weight_speed(options_.engine.threads));
+    self_.set_state("starting");
+    for (const std::string& peer : options_.peers) seeds_[peer] = false;
+
+    server_ = std::make_unique<rpc::NodeServer>(*this, key_, options_.host, options_.node_port,
+                                                [this](const std::string& line) { log(line); });
+    const std::string advertised_host = options_.host == "0.0.0.0" ? "" : options_.host;
+    self_.set_node_address(advertised_host + ":" + std::to_string(server_->port()));
+    log("node " + options_.node_id + " listens for nodes on " + options_.host + ":" +
+        std::to_string(server_->port()) + " (" + describe(self_.memory_bytes()) + " usable, " +
+        describe(static_cast<uint64_t>(self_.weight_bytes_per_second())) + "/s of weights)" +
+        (key_->enabled() ? "" : "; no --cluster-key: it forms a cluster only with nodes on this machine"));
+    started_ = Clock::now();
+    gossip_ = std::thread([this] { gossip_loop(); });
+  }
+
+  ~Impl() override { shutdown(); }
+
+  int node_port() const { return server_->port(); }
+
+  void shutdown() {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    changed_.notify_all();
+    if (gossip_.joinable()) gossip_.join();
+    std::shared_ptr<engine::Engine> scheduler;
+    {
+      std::lock_guard lock(mutex_);
+      scheduler = std::move(scheduler_);
+    }
+    if (scheduler) scheduler->shutdown();
+    for (std::thread& t : retiring_) t.join();
+    remote_.shutdown();
+    server_->stop();
+    if (loader_.joinable()) loader_.join();
+  }
+
+  engine::ModelLimits limits() const {
+    return {options_.engine.context_size, options_.engine.max_parallel, options_.engine.max_queued};
+  }
+
+  bool submit(engine::GenerationRequest request, engine::RequestCallbacks callbacks) {
+    std::shared_ptr<engine::Engine> local;
+    std::shared_ptr<grpc::Channel> leader;
+    {
+      std::unique_lock lock(mutex_);
+      const auto deadline = Clock::now() + options_.startup_wait;
+      while (true) {
+        if (stopping_) throw engine::Unavailable("the node is shutting down");
+        if (!placement_.error().empty()) throw engine::Unavailable(placement_.error(), 30);
+        if (scheduler_ && scheduler_epoch_ == placement_.epoch()) {
+          local = scheduler_;
+          break;
+        }
+        if (const Peer* l = serving_leader()) {
+          leader = channel(l->info.node_address());
+          break;
+        }
+        if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
+          throw engine::Unavailable("the cluster is not serving yet: " + waiting_for(), 5);
+        }
+      }
+    }
+    if (local) return local->submit(std::move(request), std::move(callbacks));
+    return remote_.submit(leader, std::move(request), std::move(callbacks));
+  }
+
+  // NodeHandler
+  rpc::HelloReply hello(const rpc::HelloRequest& request, const std::string& peer) override {
+    rpc::HelloReply reply;
+    rpc::NodeInfo sender = request.sender();
+    // A node listening on every interface is reached at the host its call came from.
+    if (sender.node_address().starts_with(":")) sender.set_node_address(host_of_peer(peer) + sender.node_address());
+    {
+      std::lock_guard lock(mutex_);
+      learn(sender, true, 0.0);
+      for (const rpc::NodeInfo& info : request.known()) learn(info, false, 0.0);
+      adopt(request.placement());
+      *reply.mutable_node() = self_info();
+      for (const auto& [id, peer] : peers_) *reply.add_known() = peer.info;
+      *reply.mutable_placement() = placement_;
+    }
+    changed_.notify_all();
+    return reply;
+  }
+
+  std::shared_ptr<engine::Stage> stage(uint64_t epoch, std::string& why) override {
+    std::lock_guard lock(mutex_);
+    if (!stage_ || stage_epoch_ != epoch) {
+      why = "node " + options_.node_id + " runs no stage of placement " + std::to_string(epoch) +
+            " (its placement is " + std::to_string(placement_.epoch()) + ")";
+      return nullptr;
+    }
+    return std::shared_ptr<engine::Stage>(stage_, stage_->stage.get());
+  }
+
+  std::shared_ptr<engine::Generator> scheduler(std::string& why) override {
+    std::lock_guard lock(mutex_);
+    if (!scheduler_ || scheduler_epoch_ != placement_.epoch()) {
+      why = "node " + options_.node_id + " does not schedule requests now: " + waiting_for();
+      return nullptr;
+    }
+    return scheduler_;
+  }
+
+  std::pair<int, std::string> health() const {
+    std::lock_guard lock(mutex_);
+    if ((scheduler_ && scheduler_epoch_ == placement_.epoch()) || serving_leader() != nullptr) {
+      return {200, R"({"status":"ok"})"};
+    }
+    const json body{{"status", loading_ ? "loading" : "waiting"}, {"waiting_for", waiting_for()}};
+    return {503, body.dump()};
+  }
+
+  std::string status_json() const {
+    std::lock_guard lock(mutex_);
+    json nodes = json::array();
+    const auto describe_node = [&](const rpc::NodeInfo& info, bool self, const Peer* peer) {
+      json n{{"id", info.node_id()},
+             {"self", self},
+             {"node_address", info.node_address()},
+             {"api_address", info.api_address()},
+             {"memory_bytes", info.memory_bytes()},
+             {"memory", describe(info.memory_bytes())},
+             {"weight_bytes_per_second", info.weight_bytes_per_second()},
+             {"state", info.state()},
+             {"ready_epoch", info.ready_epoch()},
+             {"held_sequences", info.held_sequences()}};
+      if (peer != nullptr) {
+        n["alive"] = alive(*peer);
+        n["last_seen_seconds"] = peer->seen ? seconds_since(peer->last_seen) : -1.0;
+        n["rtt_ms"] = peer->rtt_ms;
+        if (!peer->problem.empty()) n["problem"] = peer->problem;
+      }
+      return n;
+    };
+    nodes.push_back(describe_node(self_info(), true, nullptr));
+    for (const auto& [id, peer] : peers_) nodes.push_back(describe_node(peer.info, false, &peer));
+    json stages = json::array();
+    for (const rpc::Stage& s : placement_.stages()) {
+      stages.push_back({{"node", s.node_id()}, {"node_address", s.node_address()},
+                        {"first_layer", s.first_layer()}, {"last_layer", s.last_layer()}});
+    }
+    json body{{"node_id", options_.node_id},
+              {"model", {{"name", self_.model_name()}, {"hash", self_.model_hash()}, {"layers", config_.layer_count}}},
+              {"protocol_version", rpc::kProtocolVersion},
+              {"leader", leader_id()},
+              {"serving", (scheduler_ && scheduler_epoch_ == placement_.epoch()) || serving_leader() != nullptr},
+              {"nodes", nodes},
+              {"placement",
+               {{"epoch", placement_.epoch()},
+                {"leader", placement_.leader_id()},
+                {"strategy", placement_.strategy()},
+                {"stages", stages},
+                {"reason", placement_.reason()},
+                {"error", placement_.error()}}}};
+    if (!placement_.error().empty() || placement_.stages_size() == 0) body["waiting_for"] = waiting_for();
+    return body.dump();
+  }
+
+ private:
+  struct Peer {
+    rpc::NodeInfo info;
+    Clock::time_point last_seen{};
+    bool seen = false;  // reached directly, not only heard of
+    double rtt_ms = 0.0;
+    std::string problem;  // why it cannot take part
+    bool gone_logged = false;
+  };
+  // This node's stage for one placement epoch, with its own pool: a forward of an older
+  // epoch that is still running never shares threads with the new one.
+  struct StageRuntime {
+    StageRuntime(std::shared_ptr<model::Model> model, int threads)
+        : pool(threads), stage(std::make_shared<engine::LocalStage>(std::move(model), pool)) {}
+    tensor::ThreadPool pool;
+    std::shared_ptr<engine::LocalStage> stage;
+  };
+
+  void log(const std::string& line) const {
+    if (options_.log) options_.log(line);
+  }
+
+  rpc::NodeInfo self_info() const {
+    rpc::NodeInfo info = self_;
+    info.set_ready_epoch(stage_ ? stage_epoch_ : 0);
+    info.set_held_sequences(stage_ ? stage_->stage->sequence_count() : 0);
+    info.set_state(scheduler_ && scheduler_epoch_ == placement_.epoch() ? "serving"
+                   : loading_                                           ? "loading"
+                   : stage_                                             ? "ready"
+                   : placement_.stages_size() > 0                       ? "idle"
+                                                                        : "starting");
+    return info;
+  }
+
+  bool alive(const Peer& peer) const { return peer.seen && Clock::now() - peer.last_seen < kPeerTimeout; }
+  bool compatible(const Peer& peer) const { return peer.problem.empty(); }
+
+  // Takes in what a node says about itself (direct) or what another said about it.
+  void learn(const rpc::NodeInfo& info, bool direct, double rtt_ms) {
+    if (info.node_id().empty() || info.node_id() == options_.node_id) return;
+    auto [it, inserted] = peers_.try_emplace(info.node_id());
+    Peer& peer = it->second;
+    if (direct || inserted) peer.info = info;
+    if (direct) {
+      peer.seen = true;
+      peer.last_seen = Clock::now();
+      if (rtt_ms > 0) peer.rtt_ms = rtt_ms;
+    }
+    std::string problem;
+    if (info.protocol_version() != rpc::kProtocolVersion) {
+      problem = "speaks protocol " + std::to_string(info.protocol_version()) + ", this node " +
+                std::to_string(rpc::kProtocolVersion);
+    } else if (info.model_hash() != self_.model_hash()) {
+      problem = "runs another model (" + info.model_name() + ", hash " + info.model_hash().substr(0, 12) + ")";
+    }
+    if (problem != peer.problem && !problem.empty()) log("node " + info.node_id() + " is left out: it " + problem);
+    if (inserted) log("node " + info.node_id() + " at " + info.node_address() + " is known");
+    peer.problem = problem;
+  }
+
+  // A newer placement wins; at the same epoch, the one of the lower leader id.
+  void adopt(const rpc::Placement& p) {
+    if (p.leader_id().empty()) return;
+    const bool newer = p.epoch() > placement_.epoch() ||
+                       (p.epoch() == placement_.epoch() && p.leader_id() < placement_.leader_id());
+    if (!newer) return;
+    placement_ = p;
+    log("placement " + std::to_string(p.epoch()) + " from " + p.leader_id() + ": " + stages_text(p));
+  }
+
+  static std::string stages_text(const rpc::Placement& p) {
+    if (!p.error().empty()) return p.error();
+    std::string text;
+    for (const rpc::Stage& s : p.stages()) {
+      text += (text.empty() ? "" : ", ") + s.node_id() + " [" + std::to_string(s.first_layer()) + ", " +
+              std::to_string(s.last_layer()) + ")";
+    }
+    return text;
+  }
+
+  std::vector<std::string> members() const {
+    std::vector<std::string> ids{options_.node_id};
+    for (const auto& [id, peer] : peers_) {
+      if (alive(peer) && compatible(peer)) ids.push_back(id);
+    }
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  }
+
+  std::string leader_id() const { return members().front(); }
+
+  const Peer* serving_leader() const {
+    if (placement_.leader_id().empty() || placement_.leader_id() == options_.node_id) return nullptr;
+    const auto found = peers_.find(placement_.leader_id());
+    if (found == peers_.end() || !alive(found->second)) return nullptr;
+    const rpc::NodeInfo& info = found->second.info;
+    return info.state() == "serving" && info.ready_epoch() <= placement_.epoch() ? &found->second : nullptr;
+  }
+
+  std::string waiting_for() const {
+    if (!placement_.error().empty()) return placement_.error();
+    if (placement_.stages_size() == 0) {
+      return "a placement (" + std::to_string(members().size()) + " node(s) known; the leader places the model "
+             "once the members have settled)";
+    }
+    std::string missing;
+    for (const rpc::Stage& s : placement_.stages()) {
+      const bool ready = s.node_id() == options_.node_id ? (stage_ && stage_epoch_ == placement_.epoch())
+                                                         : peer_ready(s.node_id(), placement_.epoch());
+      if (!ready) missing += (missing.empty() ? "" : ", ") + s.node_id();
+    }
+    if (!missing.empty()) return "nodes loading their layers of placement " + std::to_string(placement_.epoch()) + ": " + missing;
+    return "the leader " + placement_.leader_id() + " to start its scheduler";
+  }
+
+  bool peer_ready(const std::string& id, uint64_t epoch) const {
+    const auto found = peers_.find(id);
+    return found != peers_.end() && alive(found->second) && found->second.info.ready_epoch() == epoch;
+  }
+
+  std::shared_ptr<grpc::Channel> channel(const std::string& address) {
+    auto& ch = channels_[address];
+    if (!ch) ch = rpc::make_channel(address);
+    return ch;
+  }
+
+  void gossip_loop() {
+    while (true) {
+      std::vector<std::string> addresses;
+      rpc::HelloRequest request;
+      {
+        std::unique_lock lock(mutex_);
+        if (stopping_) return;
+        for (const auto& [address, answered] : seeds_) addresses.push_back(address);
+        for (const auto& [id, peer] : peers_) {
+          if (!peer.info.node_address().empty() &&
+              std::find(addresses.begin(), addresses.end(), peer.info.node_address()) == addresses.end()) {
+            addresses.push_back(peer.info.node_address());
+          }
+        }
+        *request.mutable_sender() = self_info();
+        for (const auto& [id, peer] : peers_) {
+          if (alive(peer)) *request.add_known() = peer.info;
+        }
+        *request.mutable_placement() = placement_;
+      }
+      for (const std::string& address : addresses) say_hello(address, request);
+      {
+        std::lock_guard lock(mutex_);
+        if (stopping_) return;
+        drop_departed();
+        if (leader_id() == options_.node_id) place();
+        apply();
+        if (leader_id() == options_.node_id) start_scheduler();
+      }
+      changed_.notify_all();
+      std::unique_lock lock(mutex_);
+      changed_.wait_for(lock, kGossipInterval, [&] { return stopping_; });
+      if (stopping_) return;
+    }
+  }
+
+  void say_hello(const std::string& address, const rpc::HelloRequest& request) {
+    std::shared_ptr<grpc::Channel> ch;
+    {
+      std::lock_guard lock(mutex_);
+      ch = channel(address);
+    }
+    auto stub = rpc::Node::NewStub(ch);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + kHelloDeadline);
+    key_->sign(context, options_.node_id, "Hello");
+    rpc::HelloReply reply;
+    const auto sent = Clock::now();
+    const grpc::Status status = stub->Hello(&context, request, &reply);
+    const double rtt_ms = std::chrono::duration<double, std::milli>(Clock::now() - sent).count();
+    std::lock_guard lock(mutex_);
+    if (!status.ok()) {
+      if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+          status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+        if (refusals_.insert(address + status.error_message()).second) {
+          log("node at " + address + " refused this node: " + status.error_message());
+        }
+      }
+      return;
+    }
+    if (seeds_.contains(address)) seeds_[address] = true;
+    rpc::NodeInfo info = reply.node();
+    if (info.node_address().starts_with(":")) info.set_node_address(address.substr(0, address.rfind(':')) + info.node_address());
+    learn(info, true, rtt_ms);
+    for (const rpc::NodeInfo& known : reply.known()) learn(known, false, 0.0);
+    adopt(reply.placement());
+  }
+
+  void drop_departed() {
+    for (auto& [id, peer] : peers_) {
+      if (peer.seen && !alive(peer) && !peer.gone_logged) {
+        log("node " + id + " has not answered for " + std::to_string(kPeerTimeout.count() / 1000) + " s: left");
+        peer.gone_logged = true;
+      } else if (alive(peer)) {
+        peer.gone_logged = false;
+      }
+    }
+  }
+
+  // Leader only: a new placement when the members changed and have settled.
+  void place() {
+    const std::vector<std::string> now = members();
+    if (now != last_members_) {
+      last_members_ = now;
+      members_changed_at_ = Clock::now();
+    }
+    if (now == placed_members_ && placement_.leader_id() == options_.node_id) return;
+    if (Clock::now() - members_changed_at_ < kSettle) return;
+    const bool seeds_unanswered = std::any_of(seeds_.begin(), seeds_.end(), [](const auto& s) { return !s.second; });
+    if (seeds_unanswered && Clock::now() - started_ < kSeedWait) return;
+
+    std::vector<NodeCapacity> nodes;
+    for (const std::string& id : now) {
+      const rpc::NodeInfo info = id == options_.node_id ? self_ : peers_.at(id).info;
+      nodes.push_back({id, info.memory_bytes(), info.weight_bytes_per_second()});
+    }
+    const uint64_t kv_tokens = static_cast<uint64_t>(options_.engine.context_size) *
+                               static_cast<uint64_t>(std::max(1, options_.engine.max_parallel));
+    rpc::Placement next;
+    next.set_epoch(max_epoch() + 1);
+    next.set_leader_id(options_.node_id);
+    next.set_strategy(options_.fixed_stages.empty() ? (options_.strategy == Strategy::Memory ? "memory" : "speed")
+                                                    : "fixed");
+    try {
+      Placement p;
+      if (options_.fixed_stages.empty()) {
+        p = place_layers(nodes, footprint_, {kv_tokens, options_.strategy, kDefaultHopSeconds});
+      } else {
+        p.stages = options_.fixed_stages;
+        p.reason = "fixed by hand (--stages)";
+        check_placement(p, nodes, footprint_, kv_tokens);
+      }
+      for (const Stage& s : p.stages) {
+        rpc::Stage* out = next.add_stages();
+        out->set_node_id(s.node_id);
+        out->set_node_address(s.node_id == options_.node_id ? self_.node_address()
+                                                             : peers_.at(s.node_id).info.node_address());
+        out->set_first_layer(s.first_layer);
+        out->set_last_layer(s.last_layer);
+      }
+      next.set_reason(p.reason);
+    } catch (const std::exception& e) {
+      if (!options_.fixed_stages.empty() && dynamic_cast<const DoesNotFit*>(&e) == nullptr) {
+        // A hand-made placement may name nodes that have not joined yet: wait for them.
+        if (waiting_logged_.insert(e.what()).second) log(std::string("the fixed placement waits: ") + e.what());
+        return;
+      }
+      next.set_error(std::string("the model does not fit this cluster: ") + e.what());
+    }
+    placed_members_ = now;
+    placement_ = next;
+    log("placement " + std::to_string(next.epoch()) + " over " + std::to_string(now.size()) + " node(s): " +
+        stages_text(next) + (next.reason().empty() ? "" : "\n  " + next.reason()));
+  }
+
+  uint64_t max_epoch() const {
+    uint64_t epoch = placement_.epoch();
+    for (const auto& [id, peer] : peers_) epoch = std::max(epoch, peer.info.ready_epoch());
+    return epoch;
+  }
+
+  // Every node: hold the layers the current placement gives this node, for its epoch.
+  void apply() {
+    const rpc::Stage* mine = nullptr;
+    for (const rpc::Stage& s : placement_.stages()) {
+      if (s.node_id() == options_.node_id) mine = &s;
+    }
+    if (mine == nullptr) {
+      if (stage_ || model_) log("this node holds no layers in placement " + std::to_string(placement_.epoch()));
+      stage_.reset();
+      model_.reset();
+      return;
+    }
+    const model::LayerRange range{mine->first_layer(), mine->last_layer()};
+    if (model_ && model_->range().first == range.first && model_->range().last == range.last) {
+      if (stage_epoch_ != placement_.epoch() || !stage_) {
+        stage_ = std::make_shared<StageRuntime>(model_, options_.engine.threads);
+        stage_epoch_ = placement_.epoch();
+      }
+      return;
+    }
+    if (loading_) return;
+    loading_ = true;
+    stage_.reset();
+    model_.reset();  // its memory goes before the new range's comes
+    if (loader_.joinable()) loader_.join();
+    const uint64_t epoch = placement_.epoch();
+    log("loading layers [" + std::to_string(range.first) + ", " + std::to_string(range.last) + ") for placement " +
+        std::to_string(epoch));
+    loader_ = std::thread([this, range] {
+      std::shared_ptr<model::Model> model;
+      std::string error;
+      try {
+        model = model::Model::load(file_, range);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      {
+        std::lock_guard lock(mutex_);
+        loading_ = false;
+        if (model) {
+          model_ = std::move(model);
+          log("loaded layers [" + std::to_string(range.first) + ", " + std::to_string(range.last) + ")");
+        } else {
+          log("loading layers failed: " + error);
+        }
+      }
+      changed_.notify_all();
+    });
+  }
+
+  // Leader only: once every stage holds its layers of the current placement, run requests.
+  void start_scheduler() {
+    if (placement_.leader_id() != options_.node_id || placement_.stages_size() == 0) return;
+    if (scheduler_ && scheduler_epoch_ == placement_.epoch()) return;
+    std::vector<std::shared_ptr<engine::Stage>> stages;
+    for (const rpc::Stage& s : placement_.stages()) {
+      if (s.node_id() == options_.node_id) {
+        if (!stage_ || stage_epoch_ != placement_.epoch()) return;
+        stages.push_back(std::shared_ptr<engine::Stage>(stage_, stage_->stage.get()));
+      } else {
+        if (!peer_ready(s.node_id(), placement_.epoch())) return;
+        stages.push_back(std::make_shared<rpc::RemoteStage>(
+            s.node_id(), channel(s.node_address()), rpc::Caller{options_.node_id, placement_.epoch(), key_}));
+      }
+    }
+    if (scheduler_) retire(std::move(scheduler_));
+    // The local stage's pool samples when it is free; a leader without a stage samples alone.
+    tensor::ThreadPool* pool = stage_ ? &stage_->pool : nullptr;
+    scheduler_ = std::make_shared<engine::Engine>(std::move(stages), config_.vocab_size, eog_, options_.engine, pool);
+    scheduler_epoch_ = placement_.epoch();
+    log("serving placement " + std::to_string(scheduler_epoch_) + " (" + std::to_string(placement_.stages_size()) +
+        " stage(s))");
+  }
+
+  // An old scheduler ends its requests off the gossip thread, which holds the lock and must
+  // go on answering peers meanwhile.
+  void retire(std::shared_ptr<engine::Engine> old) {
+    log("placement " + std::to_string(scheduler_epoch_) + " is replaced: its requests end");
+    retiring_.emplace_back([old = std::move(old)] { old->shutdown(); });
+  }
+
+  std::shared_ptr<const gguf::File> file_;
+  std::function<bool(engine::Token)> eog_;
+  NodeOptions options_;
+  model::Config config_;
+  ModelFootprint footprint_;
+  std::shared_ptr<rpc::ClusterKey> key_;
+  rpc::RemoteGenerator remote_;
+  std::unique_ptr<rpc::NodeServer> server_;
+  Clock::time_point started_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  bool stopping_ = false;
+  rpc::NodeInfo self_;
+  std::map<std::string, Peer> peers_;
+  std::map<std::string, bool> seeds_;  // address -> answered once
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
+  std::set<std::string> refusals_;
+  std::set<std::string> waiting_logged_;
+  rpc::Placement placement_;
+  std::vector<std::string> last_members_;
+  std::vector<std::string> placed_members_;
+  Clock::time_point members_changed_at_;
+  std::shared_ptr<model::Model> model_;
+  std::shared_ptr<StageRuntime> stage_;
+  uint64_t stage_epoch_ = 0;
+  bool loading_ = false;
+  std::thread loader_;
+  std::shared_ptr<engine::Engine> scheduler_;
+  uint64_t scheduler_epoch_ = 0;
+  std::vector<std::thread> retiring_;
+  std::thread gossip_;
+};
+
+ClusterNode::ClusterNode(std::shared_ptr<const gguf::File> file, std::function<bool(engine::Token)> eog,
+                         NodeOptions options)
+    : impl_(std::make_unique<Impl>(std::move(file), std::move(eog), std::move(options))) {}
+ClusterNode::~ClusterNode() = default;
+int ClusterNode::node_port() const { return impl_->node_port(); }
+engine::ModelLimits ClusterNode::limits() const { return impl_->limits(); }
+bool ClusterNode::submit(engine::GenerationRequest request, engine::RequestCallbacks callbacks) {
+  return impl_->submit(std::move(request), std::move(callbacks));
+}
+void ClusterNode::shutdown() { impl_->shutdown(); }
+std::pair<int, std::string> ClusterNode::health() const { return impl_->health(); }
+std::string ClusterNode::status_json() const { return impl_->status_json(); }
+
+}  // namespace strata::cluster

@@ -1,0 +1,70 @@
+// One Strata node of a cluster: it finds its peers, agrees with them on a placement of the
+// model's layers, loads its own layers, and answers requests from its API whichever node
+// they entered at. The node with the lowest id among the live members that run the same model
+// leads: it decides the placement (a new epoch each time the members change) and schedules
+// every request through the pipeline; the others run their stage and forward their API's
+// requests to it. A node alone is a cluster of one.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cluster/placement.h"
+#include "engine/engine.h"
+#include "gguf/gguf.h"
+
+namespace strata::cluster {
+
+struct NodeOptions {
+  std::string node_id;             // see resolve_node_id
+  std::string host = "127.0.0.1";  // where the node service listens
+  int node_port = 0;               // 0: any free port
+  std::string api_address;         // shown to peers and in /cluster
+  std::vector<std::string> peers;  // host:node-port of nodes to join
+  std::string cluster_key;         // empty: a cluster on this machine only
+  uint64_t memory_limit = 0;       // 0: detected
+  Strategy strategy = Strategy::Speed;
+  std::vector<Stage> fixed_stages;  // a placement fixed by hand, validated like a computed one
+  std::chrono::milliseconds startup_wait{60'000};
+  engine::EngineOptions engine;
+  std::function<void(const std::string&)> log;  // one line per event (joins, placements, refusals)
+};
+
+class ClusterNode final : public engine::Generator {
+ public:
+  // Measures this machine, starts the node service and begins to look for peers. Throws
+  // std::runtime_error when the options cannot work (a peer off this machine without a key).
+  ClusterNode(std::shared_ptr<const gguf::File> file, std::function<bool(engine::Token)> is_end_of_generation,
+              NodeOptions options);
+  ~ClusterNode() override;
+
+  int node_port() const;
+
+  // Waits up to the startup wait for the cluster to serve; throws engine::Unavailable then.
+  engine::ModelLimits limits() const override;
+  bool submit(engine::GenerationRequest request, engine::RequestCallbacks callbacks) override;
+  void shutdown() override;
+
+  // GET /health: 200 {"status":"ok"} once requests can run, else 503 saying what it waits for.
+  std::pair<int, std::string> health() const;
+  // GET /cluster: nodes, placement, links and model hash as JSON.
+  std::string status_json() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// SHA-256 of the GGUF's header, metadata and tensor table, as hex: nodes with the same model
+// file, whatever its name, have the same hash.
+std::string model_hash(const gguf::File& file);
+
+// `given` when set; otherwise the id kept in `state_dir`/node-id, created there (random) the
+// first time. An empty state_dir means $XDG_STATE_HOME/strata or ~/.local/state/strata.
+std::string resolve_node_id(const std::string& given, const std::string& state_dir);
+
+}  // namespace strata::cluster

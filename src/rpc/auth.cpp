@@ -1,0 +1,102 @@
+#include "rpc/auth.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <stdexcept>
+
+namespace strata::rpc {
+namespace {
+
+constexpr int64_t kWindowMs = 60'000;
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string hex(const unsigned char* bytes, size_t size) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(size * 2, '0');
+  for (size_t i = 0; i < size; ++i) {
+    out[2 * i] = kDigits[bytes[i] >> 4];
+    out[2 * i + 1] = kDigits[bytes[i] & 15];
+  }
+  return out;
+}
+
+std::string signed_text(std::string_view sender, std::string_view method, std::string_view time,
+                        std::string_view nonce) {
+  std::string text;
+  for (std::string_view part : {sender, method, time, nonce}) {
+    text += part;
+    text += '\n';
+  }
+  return text;
+}
+
+}  // namespace
+
+ClusterKey::ClusterKey(std::string key) : key_(std::move(key)) {}
+
+std::string ClusterKey::mac(std::string_view message) const {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()),
+           reinterpret_cast<const unsigned char*>(message.data()), message.size(), digest, &length) == nullptr) {
+    throw std::runtime_error("HMAC-SHA256 failed");
+  }
+  return hex(digest, length);
+}
+
+void ClusterKey::sign(grpc::ClientContext& context, std::string_view sender_id, std::string_view method) const {
+  context.AddMetadata("x-strata-sender", std::string(sender_id));
+  if (!enabled()) return;
+  unsigned char nonce_bytes[16];
+  if (RAND_bytes(nonce_bytes, sizeof nonce_bytes) != 1) throw std::runtime_error("no random bytes for a nonce");
+  const std::string nonce = hex(nonce_bytes, sizeof nonce_bytes);
+  const std::string time = std::to_string(now_ms());
+  context.AddMetadata("x-strata-time", time);
+  context.AddMetadata("x-strata-nonce", nonce);
+  context.AddMetadata("x-strata-mac", mac(signed_text(sender_id, method, time, nonce)));
+}
+
+std::optional<std::string> ClusterKey::refusal(const grpc::ServerContext& context, std::string_view method) {
+  if (!enabled()) return std::nullopt;
+  const std::string sender = metadata(context, "x-strata-sender");
+  const std::string time = metadata(context, "x-strata-time");
+  const std::string nonce = metadata(context, "x-strata-nonce");
+  const std::string given = metadata(context, "x-strata-mac");
+  if (given.empty()) return "the call carries no cluster-key proof (does the peer have --cluster-key?)";
+  const std::string expected = mac(signed_text(sender, method, time, nonce));
+  if (given.size() != expected.size() || CRYPTO_memcmp(given.data(), expected.data(), given.size()) != 0) {
+    return "the call's cluster-key proof is wrong (the peer has another key)";
+  }
+  int64_t sent = 0;
+  try {
+    sent = std::stoll(time);
+  } catch (const std::exception&) {
+    return "the call's time is not a number";
+  }
+  const int64_t now = now_ms();
+  if (sent < now - kWindowMs || sent > now + kWindowMs) {
+    return "the call's time is more than a minute from this node's clock";
+  }
+  std::lock_guard lock(mutex_);
+  seen_nonces_.erase(seen_nonces_.begin(), seen_nonces_.lower_bound(now - 2 * kWindowMs));
+  for (auto [it, end] = seen_nonces_.equal_range(sent); it != end; ++it) {
+    if (it->second == nonce) return "the call is a replay";
+  }
+  seen_nonces_.emplace(sent, nonce);
+  return std::nullopt;
+}
+
+std::string metadata(const grpc::ServerContext& context, std::string_view name) {
+  const auto& entries = context.client_metadata();
+  const auto found = entries.find(grpc::string_ref(name.data(), name.size()));
+  return found == entries.end() ? std::string() : std::string(found->second.data(), found->second.size());
+}
+
+}  // namespace strata::rpc

@@ -1,0 +1,41 @@
+// Proves that a node-to-node call comes from a holder of the cluster key: every call carries
+// its sender, a time, a fresh nonce and an HMAC-SHA256 of them and the method under the key.
+// The receiver refuses a wrong or missing MAC, a time more than a minute away from its own,
+// and a nonce it has already seen. Bodies are not encrypted: the key keeps strangers out of
+// the cluster, it does not hide activations on the wire.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace strata::rpc {
+
+class ClusterKey {
+ public:
+  explicit ClusterKey(std::string key = {});
+  bool enabled() const { return !key_.empty(); }
+
+  // Adds the sender's id and, with a key, its proof to an outgoing call.
+  void sign(grpc::ClientContext& context, std::string_view sender_id, std::string_view method) const;
+  // Why an incoming call is refused, or nullopt when it is accepted.
+  std::optional<std::string> refusal(const grpc::ServerContext& context, std::string_view method);
+
+  // HMAC-SHA256 of `message` under the key, as lowercase hex.
+  std::string mac(std::string_view message) const;
+
+ private:
+  std::string key_;
+  std::mutex mutex_;
+  std::multimap<int64_t, std::string> seen_nonces_;  // by time, pruned past the window
+};
+
+// The metadata value of `name` on an incoming call, empty when absent.
+std::string metadata(const grpc::ServerContext& context, std::string_view name);
+
+}  // namespace strata::rpc

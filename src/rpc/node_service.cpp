@@ -1,0 +1,221 @@
+#include "rpc/node_service.h"
+
+#include <bit>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+
+#include "rpc/channel.h"
+
+namespace strata::rpc {
+
+static_assert(std::endian::native == std::endian::little, "activations travel as little-endian floats");
+
+namespace {
+
+constexpr int kMaxSequencesPerBatch = 4096;
+constexpr int64_t kMaxRowsPerBatch = 1 << 16;
+constexpr int kMaxCapacity = 1 << 20;
+
+engine::GenerationRequest to_engine(const GenerateRequest& r) {
+  engine::GenerationRequest out;
+  out.prompt.assign(r.prompt().begin(), r.prompt().end());
+  out.max_tokens = r.max_tokens();
+  const SamplingParams& s = r.sampling();
+  out.sampling = {s.temperature(), s.top_k(), s.top_p(), s.min_p(), s.repetition_penalty(),
+                  s.presence_penalty(), s.frequency_penalty(), s.penalty_last_n(), s.seed()};
+  out.logprobs = r.logprobs();
+  out.top_logprobs = r.top_logprobs();
+  return out;
+}
+
+}  // namespace
+
+std::string malformed(const ForwardRequest& request) {
+  if (request.sequences_size() == 0) return "the batch has no sequences";
+  if (request.sequences_size() > kMaxSequencesPerBatch) return "the batch has too many sequences";
+  int64_t rows = 0;
+  for (const SequenceWork& w : request.sequences()) {
+    if (w.token_count() <= 0) return "a sequence has no inputs";
+    if (w.first_position() < 0) return "a sequence starts at a negative position";
+    if (w.capacity() <= 0 || w.capacity() > kMaxCapacity) return "a sequence asks for an impossible capacity";
+    if (int64_t{w.first_position()} + w.token_count() > w.capacity()) return "a sequence runs past its capacity";
+    rows += w.token_count();
+  }
+  if (rows > kMaxRowsPerBatch) return "the batch has too many rows";
+  const bool tokens = request.tokens_size() > 0;
+  const bool hidden = !request.hidden().empty();
+  if (tokens == hidden) return "the batch must carry either tokens or hidden rows";
+  if (tokens && request.tokens_size() != rows) return "the token count does not match the sequences";
+  if (hidden && (request.hidden().size() % (static_cast<size_t>(rows) * sizeof(float)) != 0)) {
+    return "the hidden rows do not match the sequences";
+  }
+  return {};
+}
+
+class NodeServer::Service final : public Node::Service {
+ public:
+  Service(NodeHandler& handler, std::shared_ptr<ClusterKey> key, std::function<void(const std::string&)> log)
+      : handler_(handler), key_(std::move(key)), log_(std::move(log)) {}
+
+  grpc::Status Hello(grpc::ServerContext* context, const HelloRequest* request, HelloReply* reply) override {
+    if (auto refused = check(*context, "Hello")) return *refused;
+    if (request->sender().protocol_version() != kProtocolVersion) {
+      return {grpc::StatusCode::FAILED_PRECONDITION,
+              "protocol version " + std::to_string(request->sender().protocol_version()) + " is not this node's " +
+                  std::to_string(kProtocolVersion)};
+    }
+    *reply = handler_.hello(*request, context->peer());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Forward(grpc::ServerContext* context, const ForwardRequest* request, ForwardReply* reply) override {
+    if (auto refused = check(*context, "Forward")) return *refused;
+    if (const std::string why = malformed(*request); !why.empty()) {
+      return {grpc::StatusCode::INVALID_ARGUMENT, why};
+    }
+    std::string why;
+    const std::shared_ptr<engine::Stage> stage = handler_.stage(request->epoch(), why);
+    if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
+    engine::StageBatch batch;
+    for (const SequenceWork& w : request->sequences()) {
+      batch.sequences.push_back({w.sequence_id(), w.first_position(), w.token_count(), w.capacity()});
+    }
+    batch.tokens.assign(request->tokens().begin(), request->tokens().end());
+    batch.hidden.resize(request->hidden().size() / sizeof(float));
+    std::memcpy(batch.hidden.data(), request->hidden().data(), request->hidden().size());
+    try {
+      const std::vector<float> rows = stage->forward(batch);
+      reply->set_rows(rows.data(), rows.size() * sizeof(float));
+    } catch (const std::invalid_argument& e) {
+      return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
+    } catch (const std::exception& e) {
+      return {grpc::StatusCode::INTERNAL, e.what()};
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Release(grpc::ServerContext* context, const ReleaseRequest* request, ReleaseReply*) override {
+    if (auto refused = check(*context, "Release")) return *refused;
+    std::string why;
+    const std::shared_ptr<engine::Stage> stage = handler_.stage(request->epoch(), why);
+    if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
+    const std::vector<engine::SequenceId> ids(request->sequence_ids().begin(), request->sequence_ids().end());
+    stage->release(ids);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Generate(grpc::ServerContext* context, const GenerateRequest* request,
+                        grpc::ServerWriter<GenerateEvent>* writer) override {
+    if (auto refused = check(*context, "Generate")) return *refused;
+    std::string why;
+    const std::shared_ptr<engine::Generator> scheduler = handler_.scheduler(why);
+    if (!scheduler) return {grpc::StatusCode::UNAVAILABLE, why};
+
+    struct Events {
+      std::mutex mutex;
+      std::condition_variable ready;
+      std::deque<GenerateEvent> queue;
+      bool finished = false;
+      bool cancelled = false;
+    };
+    auto events = std::make_shared<Events>();
+    const auto push = [events](GenerateEvent event, bool last) {
+      {
+        std::lock_guard lock(events->mutex);
+        events->queue.push_back(std::move(event));
+        events->finished = events->finished || last;
+      }
+      events->ready.notify_one();
+    };
+    engine::RequestCallbacks callbacks;
+    callbacks.on_token = [events, push](const engine::GeneratedToken& t) {
+      GenerateEvent event;
+      event.set_kind(GenerateEvent::TOKEN);
+      event.set_token(t.token);
+      event.set_logprob(t.logprob);
+      event.set_end_of_generation(t.end_of_generation);
+      for (const engine::TokenLogprob& alt : t.top) {
+        TokenLogprob* out = event.add_top();
+        out->set_token(alt.token);
+        out->set_logprob(alt.logprob);
+      }
+      push(std::move(event), false);
+      std::lock_guard lock(events->mutex);
+      return !events->cancelled;
+    };
+    callbacks.on_finish = [push](engine::FinishReason reason, const std::string& error) {
+      GenerateEvent event;
+      event.set_kind(GenerateEvent::FINISHED);
+      event.set_finish_reason(static_cast<int32_t>(reason));
+      event.set_error(error);
+      push(std::move(event), true);
+    };
+    try {
+      if (!scheduler->submit(to_engine(*request), std::move(callbacks))) {
+        return {grpc::StatusCode::RESOURCE_EXHAUSTED, "too many requests are waiting for the model"};
+      }
+    } catch (const engine::Unavailable& e) {
+      return {grpc::StatusCode::UNAVAILABLE, e.what()};
+    } catch (const std::invalid_argument& e) {
+      return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
+    }
+    GenerateEvent accepted;
+    accepted.set_kind(GenerateEvent::ACCEPTED);
+    bool writable = writer->Write(accepted);
+    while (true) {
+      std::deque<GenerateEvent> batch;
+      bool done = false;
+      {
+        std::unique_lock lock(events->mutex);
+        events->ready.wait_for(lock, std::chrono::milliseconds(200), [&] { return !events->queue.empty(); });
+        batch.swap(events->queue);
+        done = events->finished;
+        // The entry node or its client went away: the scheduler ends the request at its next token.
+        if (!writable || context->IsCancelled()) events->cancelled = true;
+      }
+      for (const GenerateEvent& event : batch) writable = writable && writer->Write(event);
+      if (done) return grpc::Status::OK;
+    }
+  }
+
+ private:
+  std::optional<grpc::Status> check(grpc::ServerContext& context, std::string_view method) {
+    if (auto refusal = key_->refusal(context, method)) {
+      if (log_) log_("refused a " + std::string(method) + " call from " + context.peer() + " (node '" +
+                     metadata(context, "x-strata-sender") + "'): " + *refusal);
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, *refusal);
+    }
+    return std::nullopt;
+  }
+
+  NodeHandler& handler_;
+  std::shared_ptr<ClusterKey> key_;
+  std::function<void(const std::string&)> log_;
+};
+
+NodeServer::NodeServer(NodeHandler& handler, std::shared_ptr<ClusterKey> key, const std::string& host, int port,
+                       std::function<void(const std::string&)> log)
+    : service_(std::make_unique<Service>(handler, std::move(key), std::move(log))) {
+  grpc::ServerBuilder builder;
+  configure_server(builder);
+  builder.AddListeningPort(host + ":" + std::to_string(port), grpc::InsecureServerCredentials(), &port_);
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) {
+    throw std::runtime_error("cannot listen for nodes on " + host + ":" + std::to_string(port));
+  }
+}
+
+NodeServer::~NodeServer() { stop(); }
+
+void NodeServer::stop() {
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server_->Wait();
+    server_.reset();
+  }
+}
+
+}  // namespace strata::rpc

@@ -1,0 +1,51 @@
+// The gRPC service every node runs on its node port: membership (Hello), its pipeline stage
+// (Forward, Release) and, on the leader, the scheduler that runs requests entering at other
+// nodes (Generate). Every call must pass the cluster key's check; refused calls are logged.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "engine/generator.h"
+#include "engine/stage.h"
+#include "rpc/auth.h"
+#include "node.grpc.pb.h"
+
+namespace strata::rpc {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+
+// What the service asks of the node behind it.
+class NodeHandler {
+ public:
+  virtual ~NodeHandler() = default;
+  // `peer` is the caller's transport address ("ipv4:10.0.0.2:43122").
+  virtual HelloReply hello(const HelloRequest& request, const std::string& peer) = 0;
+  // The stage this node runs in placement `epoch`, or null with the reason in `why`.
+  virtual std::shared_ptr<engine::Stage> stage(uint64_t epoch, std::string& why) = 0;
+  // The scheduler for requests from other nodes (this node leads), or null with `why`.
+  virtual std::shared_ptr<engine::Generator> scheduler(std::string& why) = 0;
+};
+
+// Checks what a peer sent before any of it is used; the reason, or empty when well-formed.
+std::string malformed(const ForwardRequest& request);
+
+class NodeServer {
+ public:
+  // Listens on host:port (0: any free port). Throws std::runtime_error when it cannot bind.
+  NodeServer(NodeHandler& handler, std::shared_ptr<ClusterKey> key, const std::string& host, int port,
+             std::function<void(const std::string&)> log);
+  ~NodeServer();
+  int port() const { return port_; }
+  // Ends open calls and stops listening.
+  void stop();
+
+ private:
+  class Service;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+}  // namespace strata::rpc

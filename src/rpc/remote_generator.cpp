@@ -1,0 +1,156 @@
+#include "rpc/remote_generator.h"
+
+#include <atomic>
+#include <thread>
+
+namespace strata::rpc {
+
+struct RemoteGenerator::Call {
+  grpc::ClientContext context;
+  std::unique_ptr<Node::Stub> stub;
+  std::unique_ptr<grpc::ClientReader<GenerateEvent>> reader;
+  std::thread thread;
+  std::atomic<bool> ended{false};
+};
+
+namespace {
+
+GenerateRequest to_wire(const std::string& sender, const engine::GenerationRequest& r) {
+  GenerateRequest out;
+  out.set_sender_id(sender);
+  out.mutable_prompt()->Add(r.prompt.begin(), r.prompt.end());
+  out.set_max_tokens(r.max_tokens);
+  SamplingParams* s = out.mutable_sampling();
+  s->set_temperature(r.sampling.temperature);
+  s->set_top_k(r.sampling.top_k);
+  s->set_top_p(r.sampling.top_p);
+  s->set_min_p(r.sampling.min_p);
+  s->set_repetition_penalty(r.sampling.repetition_penalty);
+  s->set_presence_penalty(r.sampling.presence_penalty);
+  s->set_frequency_penalty(r.sampling.frequency_penalty);
+  s->set_penalty_last_n(r.sampling.penalty_last_n);
+  s->set_seed(r.sampling.seed);
+  out.set_logprobs(r.logprobs);
+  out.set_top_logprobs(r.top_logprobs);
+  return out;
+}
+
+engine::GeneratedToken from_wire(const GenerateEvent& e) {
+  engine::GeneratedToken t;
+  t.token = e.token();
+  t.logprob = e.logprob();
+  t.end_of_generation = e.end_of_generation();
+  for (const TokenLogprob& alt : e.top()) t.top.push_back({alt.token(), alt.logprob()});
+  return t;
+}
+
+}  // namespace
+
+void RemoteGenerator::relay(Call& call, engine::RequestCallbacks& callbacks) {
+  GenerateEvent event;
+  bool cancelled = false;
+  while (call.reader->Read(&event)) {
+    if (event.kind() == GenerateEvent::FINISHED) {
+      call.reader->Finish();
+      if (callbacks.on_finish) {
+        callbacks.on_finish(static_cast<engine::FinishReason>(event.finish_reason()), event.error());
+      }
+      return;
+    }
+    if (event.kind() != GenerateEvent::TOKEN || cancelled) continue;
+    bool keep_going = true;
+    try {
+      if (callbacks.on_token) keep_going = callbacks.on_token(from_wire(event));
+    } catch (const std::exception& e) {
+      call.context.TryCancel();
+      call.reader->Finish();
+      if (callbacks.on_finish) callbacks.on_finish(engine::FinishReason::Error, std::string("token callback failed: ") + e.what());
+      return;
+    }
+    if (!keep_going) {
+      cancelled = true;
+      call.context.TryCancel();
+    }
+  }
+  const grpc::Status status = call.reader->Finish();
+  if (!callbacks.on_finish) return;
+  if (cancelled || status.error_code() == grpc::StatusCode::CANCELLED) {
+    callbacks.on_finish(engine::FinishReason::Cancelled, {});
+  } else {
+    callbacks.on_finish(engine::FinishReason::Error,
+                        "the node running the request was lost: " + status.error_message());
+  }
+}
+
+RemoteGenerator::RemoteGenerator(Caller caller) : caller_(std::move(caller)) {}
+
+RemoteGenerator::~RemoteGenerator() { shutdown(); }
+
+bool RemoteGenerator::submit(const std::shared_ptr<grpc::Channel>& channel, engine::GenerationRequest request,
+                             engine::RequestCallbacks callbacks) {
+  reap();
+  auto call = std::make_unique<Call>();
+  call->stub = Node::NewStub(channel);
+  caller_.key->sign(call->context, caller_.node_id, "Generate");
+  // Waiting for the first event only: the leader queues the request or says why not.
+  call->context.set_wait_for_ready(false);
+  call->reader = call->stub->Generate(&call->context, to_wire(caller_.node_id, request));
+  GenerateEvent first;
+  if (!call->reader->Read(&first)) {
+    const grpc::Status status = call->reader->Finish();
+    switch (status.error_code()) {
+      case grpc::StatusCode::RESOURCE_EXHAUSTED:
+        return false;
+      case grpc::StatusCode::INVALID_ARGUMENT:
+        throw std::invalid_argument(status.error_message());
+      default:
+        throw engine::Unavailable("the cluster's scheduler cannot take the request: " + status.error_message());
+    }
+  }
+  Call* raw = call.get();
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) {
+      raw->context.TryCancel();
+      raw->reader->Finish();
+      return false;
+    }
+    calls_.push_back(std::move(call));
+  }
+  raw->thread = std::thread([raw, callbacks = std::move(callbacks)]() mutable {
+    relay(*raw, callbacks);
+    raw->ended = true;
+  });
+  return true;
+}
+
+void RemoteGenerator::reap() {
+  std::list<std::unique_ptr<Call>> ended;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = calls_.begin(); it != calls_.end();) {
+      if ((*it)->ended) {
+        ended.push_back(std::move(*it));
+        it = calls_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& call : ended) call->thread.join();
+}
+
+void RemoteGenerator::shutdown() {
+  std::list<std::unique_ptr<Call>> calls;
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    calls.swap(calls_);
+  }
+  for (auto& call : calls) call->context.TryCancel();
+  for (auto& call : calls) {
+    if (call->thread.joinable()) call->thread.join();
+  }
+}
+
+}  // namespace strata::rpc

@@ -1,0 +1,39 @@
+// Runs requests that entered at this node on the leader's scheduler, over the leader's node
+// service: tokens stream back as the leader samples them. When the caller's on_token returns
+// false the call is cancelled, and the leader drops the request at its next token.
+#pragma once
+
+#include <list>
+#include <memory>
+#include <mutex>
+
+#include "engine/generator.h"
+#include "rpc/remote_stage.h"
+
+namespace strata::rpc {
+
+class RemoteGenerator {
+ public:
+  explicit RemoteGenerator(Caller caller);
+  ~RemoteGenerator();  // shutdown()
+
+  // Generator::submit's contract, on the scheduler behind `channel`; throws
+  // engine::Unavailable when it cannot be reached or has no placement.
+  bool submit(const std::shared_ptr<grpc::Channel>& channel, engine::GenerationRequest request,
+              engine::RequestCallbacks callbacks);
+  // Cancels the calls in flight and waits until each has called its on_finish.
+  void shutdown();
+
+ private:
+  struct Call;
+  // Reads the rest of an accepted call's stream into its callbacks.
+  static void relay(Call& call, engine::RequestCallbacks& callbacks);
+  void reap();  // joins the threads of calls that have ended
+
+  Caller caller_;
+  std::mutex mutex_;
+  std::list<std::unique_ptr<Call>> calls_;
+  bool stopping_ = false;
+};
+
+}  // namespace strata::rpc
