@@ -168,12 +168,15 @@ std::optional<Split> best_split(std::span<const size_t> order, const std::vector
   return split;
 }
 
-// Only the first stage (embedding) and the last (head) differ from the others, so the pipeline
-// order matters through which nodes are first and last: every (first, last) pair is tried,
-// the nodes between in id order (in that order, not the sorted one, the id-sorted pipeline
-// first so that it wins ties). With layers of equal size this covers every order: a middle
-// stage's time and memory depend only on its node and layer count, not its position. The
-// search is O(n³ · L²) in the worst case: well under a second for 16 nodes and 200 layers.
+// The search behind both strategies. Only the first stage (embedding) and the last (head)
+// differ from the others, so a pipeline order matters mostly through which nodes are first and
+// last: best_split runs for every (first, last) pair of nodes with the others between them in
+// id order, the plain id order first so that it wins ties; the lowest score wins. When the
+// layers have equal sizes this is the optimum over every order and every subset of nodes: a
+// middle stage's time and memory depend only on its node and its layer count, not on its
+// position. With unequal layers (mixes such as Q4_K_M) another order of the middle nodes could
+// fit a little differently; that is not searched. O(n³ · L²) at worst: about 0.3 s for 16
+// nodes and 200 layers.
 template <typename StageScore, typename SkipScore>
 std::optional<Split> best_split_over_orders(const std::vector<size_t>& candidates,
                                             const std::vector<NodeCapacity>& nodes, const Layers& layers,
@@ -300,6 +303,8 @@ Placement place_layers(std::span<const NodeCapacity> input_nodes, const ModelFoo
 
   std::optional<Split> split;
   if (!candidates.empty() && request.strategy == Strategy::Speed) {
+    // Time per token of one stream: each stage streams its weights at its node's speed, and
+    // every stage after the first waits one hop. Equal times go to the faster slowest stage.
     split = best_split_over_orders(
         candidates, nodes, layers,
         [&](size_t node, int first, int last) {

@@ -1,5 +1,6 @@
 // Which node runs which layers: a pure, deterministic function of the nodes' capacities and the
-// model's footprint. No I/O; the same inputs (in any order) give the same placement.
+// model's footprint. No I/O. The pipeline order is the placement's own choice, searched in
+// node-id order, so the same nodes in any input order give the same placement.
 #pragma once
 
 #include <cstdint>
@@ -33,8 +34,13 @@ struct ModelFootprint {
 ModelFootprint footprint_of(const gguf::File& file);
 
 enum class Strategy {
-  Memory,  // every node that can hold a layer, layers in proportion to usable memory
-  Speed,   // the fastest pipeline for one stream; nodes not needed stay out
+  // Every node that can hold a layer takes part, with layers in proportion to its usable memory
+  // (largest remainder), moved as little as the memory rule needs.
+  Memory,
+  // The least predicted time per token for one stream: Σ stage weight bytes / node speed + hop
+  // × (stages − 1). Nodes not needed stay out. Ties go to the faster slowest stage, then to
+  // the first pipeline found, the search going in node-id order.
+  Speed,
 };
 
 inline constexpr double kDefaultHopSeconds = 0.0003;
