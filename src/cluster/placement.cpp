@@ -236,6 +236,65 @@ double predicted_seconds(const std::vector<PlannedStage>& stages, const std::vec
   return seconds;
 }
 
+bool holds_a_layer(const NodeCapacity& node, const Layers& layers) {
+  return node.memory_bytes >= layers.smallest_stage_bytes();
+}
+
+std::string too_small(const Layers& layers) {
+  return "too small for one layer and its KV share (needs " + describe(layers.smallest_stage_bytes()) + ")";
+}
+
+[[noreturn]] void throw_does_not_fit(const std::vector<NodeCapacity>& nodes, const Layers& layers,
+                                     uint64_t kv_tokens, uint64_t usable) {
+  const uint64_t needed = layers.memory_bytes(0, layers.count());
+  std::string message = "the model needs " + describe(needed) + " with a KV reserve of " +
+                        describe(layers.kv_reserve()) + " (" + std::to_string(kv_tokens) +
+                        " tokens per layer); the cluster has " + describe(usable) + " usable";
+  uint64_t missing = 0;
+  if (needed > usable) {
+    missing = needed - usable;
+    message += ": " + describe(missing) + " missing";
+  } else {
+    message += ", but no split into whole layers fits its nodes";
+  }
+  for (const NodeCapacity& node : nodes) {
+    if (!holds_a_layer(node, layers)) {
+      message += "; node '" + node.id + "' (" + describe(node.memory_bytes) + ") is " + too_small(layers);
+    }
+  }
+  throw DoesNotFit(message, missing);
+}
+
+// The placement's reason: the strategy and prediction, then a line per node.
+std::string explain(const Split& split, const std::vector<NodeCapacity>& nodes, const Layers& layers,
+                    const PlacementRequest& request, double predicted) {
+  std::string reason = std::string(request.strategy == Strategy::Speed
+                                       ? "speed strategy (fastest pipeline for one stream)"
+                                       : "memory strategy (layers in proportion to usable memory)") +
+                       ": " + std::to_string(split.stages.size()) + " of " + std::to_string(nodes.size()) +
+                       " nodes, predicted " + milliseconds(predicted) + " per token with " +
+                       milliseconds(request.hop_seconds) + " per hop";
+  std::set<size_t> used;
+  for (const PlannedStage& s : split.stages) {
+    used.insert(s.node);
+    reason += "\n  " + nodes[s.node].id + ": layers " + std::to_string(s.first) + ".." + std::to_string(s.last - 1) +
+              ", " + describe(layers.memory_bytes(s.first, s.last)) + " of " + describe(nodes[s.node].memory_bytes) +
+              " usable, " + milliseconds(stage_seconds(nodes[s.node], layers, s.first, s.last)) + " per token";
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (used.contains(i)) continue;
+    reason += "\n  " + nodes[i].id + " (" + describe(nodes[i].memory_bytes) + "): left out, ";
+    if (!holds_a_layer(nodes[i], layers)) {
+      reason += too_small(layers);
+    } else if (request.strategy == Strategy::Speed) {
+      reason += "not needed: the pipeline is faster without it";
+    } else {
+      reason += "no split that includes it obeys the memory rule";
+    }
+  }
+  return reason;
+}
+
 void check_hop(double hop_seconds) {
   if (!std::isfinite(hop_seconds) || hop_seconds < 0.0) {
     throw std::invalid_argument("the hop cost must be a non-negative number of seconds, not " +
@@ -295,7 +354,7 @@ Placement place_layers(std::span<const NodeCapacity> input_nodes, const ModelFoo
   std::vector<size_t> candidates;  // nodes that can hold at least one layer, in id order
   uint64_t usable = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
-    if (nodes[i].memory_bytes >= layers.smallest_stage_bytes()) {
+    if (holds_a_layer(nodes[i], layers)) {
       candidates.push_back(i);
       usable = saturating_add(usable, nodes[i].memory_bytes);
     }
@@ -327,56 +386,12 @@ Placement place_layers(std::span<const NodeCapacity> input_nodes, const ModelFoo
         [&](size_t) { return Score{leave_out_penalty, 0.0}; });
   }
 
-  const std::string too_small = "too small for one layer and its KV share (needs " +
-                                describe(layers.smallest_stage_bytes()) + ")";
-  if (!split) {
-    const uint64_t needed = layers.memory_bytes(0, layer_count);
-    std::string message = "the model needs " + describe(needed) + " with a KV reserve of " +
-                          describe(layers.kv_reserve()) + " (" + std::to_string(request.kv_tokens) +
-                          " tokens per layer); the cluster has " + describe(usable) + " usable";
-    uint64_t missing = 0;
-    if (needed > usable) {
-      missing = needed - usable;
-      message += ": " + describe(missing) + " missing";
-    } else {
-      message += ", but no split into whole layers fits its nodes";
-    }
-    for (const NodeCapacity& node : nodes) {
-      if (node.memory_bytes < layers.smallest_stage_bytes()) {
-        message += "; node '" + node.id + "' (" + describe(node.memory_bytes) + ") is " + too_small;
-      }
-    }
-    throw DoesNotFit(message, missing);
-  }
+  if (!split) throw_does_not_fit(nodes, layers, request.kv_tokens, usable);
 
   Placement placement;
   placement.predicted_seconds_per_token = predicted_seconds(split->stages, nodes, layers, request.hop_seconds);
-  placement.reason = std::string(request.strategy == Strategy::Speed
-                                     ? "speed strategy (fastest pipeline for one stream)"
-                                     : "memory strategy (layers in proportion to usable memory)") +
-                     ": " + std::to_string(split->stages.size()) + " of " + std::to_string(nodes.size()) +
-                     " nodes, predicted " + milliseconds(placement.predicted_seconds_per_token) +
-                     " per token with " + milliseconds(request.hop_seconds) + " per hop";
-  std::set<size_t> used;
-  for (const PlannedStage& s : split->stages) {
-    placement.stages.push_back({nodes[s.node].id, s.first, s.last});
-    used.insert(s.node);
-    placement.reason += "\n  " + nodes[s.node].id + ": layers " + std::to_string(s.first) + ".." +
-                        std::to_string(s.last - 1) + ", " + describe(layers.memory_bytes(s.first, s.last)) +
-                        " of " + describe(nodes[s.node].memory_bytes) + " usable, " +
-                        milliseconds(stage_seconds(nodes[s.node], layers, s.first, s.last)) + " per token";
-  }
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    if (used.contains(i)) continue;
-    placement.reason += "\n  " + nodes[i].id + " (" + describe(nodes[i].memory_bytes) + "): left out, ";
-    if (nodes[i].memory_bytes < layers.smallest_stage_bytes()) {
-      placement.reason += too_small;
-    } else if (request.strategy == Strategy::Speed) {
-      placement.reason += "not needed: the pipeline is faster without it";
-    } else {
-      placement.reason += "no split that includes it obeys the memory rule";
-    }
-  }
+  for (const PlannedStage& s : split->stages) placement.stages.push_back({nodes[s.node].id, s.first, s.last});
+  placement.reason = explain(*split, nodes, layers, request, placement.predicted_seconds_per_token);
   return placement;
 }
 

@@ -123,6 +123,17 @@ TEST(Placement, SeedClusterMemoryStrategyIsMemoryWeighted) {
   EXPECT_NEAR(p.predicted_seconds_per_token, pipeline_seconds(p.stages, nodes, k70B, kDefaultHopSeconds), 1e-12);
 }
 
+TEST(Placement, MemoryStrategyMovesLayersOnlyAsFarAsTheMemoryRuleNeeds) {
+  // Proportionally 5 and 5 layers, but whichever node is first also holds the 150 B embedding:
+  // with 600 B it takes at most 4 layers, and the other takes 6.
+  const ModelFootprint m = uniform_model(10, 100, 150, 0, 0);
+  const std::vector<NodeCapacity> nodes = {{"a", 600, 1e9}, {"b", 600, 1e9}};
+  const Placement p = place_layers(nodes, m, {0, Strategy::Memory});
+  expect_valid(p, nodes, m, 0);
+  ASSERT_EQ(p.stages.size(), 2u);
+  EXPECT_EQ(p.stages[0].last_layer, 4);
+}
+
 TEST(Placement, SeedClusterSpeedStrategyUsesFewestStagesThatFit) {
   const auto nodes = seed_cluster();
   const uint64_t total = stage_need(k70B, kContext4096, 0, 80);
