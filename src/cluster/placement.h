@@ -1,0 +1,100 @@
+// Which node runs which layers: a pure, deterministic function of the nodes' capacities and the
+// model's footprint. No I/O. The pipeline order is the placement's own choice, searched in
+// node-id order, so the same nodes in any input order give the same placement.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+
+namespace strata::cluster {
+
+// What a node offers, as it reports it (see node_resources.h).
+struct NodeCapacity {
+  std::string id;
+  uint64_t memory_bytes = 0;             // usable for weights and KV cache
+  double weight_bytes_per_second = 0.0;  // quantized weights streamed through a mat-vec
+};
+
+// What a model needs, per part that a stage may hold.
+struct ModelFootprint {
+  int layer_count = 0;
+  std::vector<uint64_t> layer_weight_bytes;  // one entry per layer
+  uint64_t embedding_bytes = 0;              // token embedding: first stage only
+  uint64_t head_bytes = 0;                   // output norm and matrix: last stage only
+  uint64_t kv_bytes_per_layer_per_token = 0;
+};
+
+// Sizes from the file's tensor table (blk.N.* per layer; a head tied to token_embd still costs
+// its bytes on the last stage). Throws std::runtime_error for a file that is not a model.
+ModelFootprint footprint_of(const gguf::File& file);
+
+enum class Strategy {
+  // Every node that can hold a layer takes part, with layers in proportion to its usable memory
+  // (largest remainder), moved as little as the memory rule needs.
+  Memory,
+  // The least predicted time per token for one stream: Σ stage weight bytes / node speed + hop
+  // × (stages − 1). Nodes not needed stay out. Ties go to the faster slowest stage, then to
+  // the first pipeline found, the search going in node-id order.
+  Speed,
+};
+
+inline constexpr double kDefaultHopSeconds = 0.0003;
+
+struct PlacementRequest {
+  uint64_t kv_tokens = 0;  // KV positions reserved per layer: ctx_size × parallel
+  Strategy strategy = Strategy::Speed;
+  double hop_seconds = kDefaultHopSeconds;  // added per hand-over between stages
+};
+
+struct Stage {
+  std::string node_id;
+  int first_layer = 0;
+  int last_layer = 0;  // exclusive
+  bool operator==(const Stage&) const = default;
+};
+
+struct Placement {
+  uint64_t epoch = 0;  // set by the caller; place_layers leaves it 0
+  std::vector<Stage> stages;  // pipeline order, contiguous, covering [0, layer_count)
+  std::string reason;         // for people: per node memory used/usable and time per token
+  double predicted_seconds_per_token = 0.0;
+};
+
+// The model cannot be placed on the nodes: missing_bytes() more usable memory would be needed
+// in total (0 when there is enough in total but no contiguous split fits).
+class DoesNotFit : public std::runtime_error {
+ public:
+  DoesNotFit(const std::string& message, uint64_t missing_bytes)
+      : std::runtime_error(message), missing_bytes_(missing_bytes) {}
+  uint64_t missing_bytes() const { return missing_bytes_; }
+
+ private:
+  uint64_t missing_bytes_;
+};
+
+// Memory rule, for every stage: its layers' weights + kv_tokens × kv bytes per layer per token
+// × its layer count (+ embedding when first, + head when last) ≤ its node's memory_bytes.
+// Throws DoesNotFit, or std::invalid_argument for unusable input (no layers, duplicate or
+// empty node ids, a speed that is not positive and finite).
+Placement place_layers(std::span<const NodeCapacity> nodes, const ModelFootprint& model,
+                       const PlacementRequest& request);
+
+// For a placement fixed by hand: throws std::invalid_argument naming the first problem (gap,
+// overlap, layers not covered, unknown or repeated node, memory rule broken).
+void check_placement(const Placement& placement, std::span<const NodeCapacity> nodes,
+                     const ModelFootprint& model, uint64_t kv_tokens);
+
+// "512 B", "1.5 KiB", "41.2 GiB".
+std::string describe(uint64_t bytes);
+
+// "12GiB", "1.5 GB", "800M", "4096": B, K/KiB (1024), KB (1000), and so on up to T/TiB/TB;
+// K, M, G and T alone are binary. Units are case-insensitive. Throws std::invalid_argument
+// quoting the input.
+uint64_t parse_byte_size(const std::string& text);
+
+}  // namespace strata::cluster

@@ -1,0 +1,424 @@
+// The placement's promises, checked against computations made here, apart from its code: the
+// memory rule, contiguity, fewest and fastest stages, order independence, and the true optimum
+// of the speed strategy found by enumerating every pipeline of small clusters.
+#include "cluster/placement.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <random>
+
+#include "model/model.h"
+
+namespace strata::cluster {
+namespace {
+
+constexpr uint64_t kGB = 1'000'000'000;
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+ModelFootprint uniform_model(int layers, uint64_t layer_bytes, uint64_t embedding_bytes, uint64_t head_bytes,
+                             uint64_t kv_bytes_per_layer_per_token) {
+  return {layers, std::vector<uint64_t>(static_cast<size_t>(layers), layer_bytes), embedding_bytes, head_bytes,
+          kv_bytes_per_layer_per_token};
+}
+
+// A 70B model in Q4_K_M: 80 layers of 490 MB, embedding and head of 0.5 GB each, kv_dim 1024.
+const ModelFootprint k70B = uniform_model(80, 490'000'000, 500'000'000, 500'000'000, 2 * 1024 * sizeof(float));
+constexpr uint64_t kContext4096 = 4096;
+
+// The memory rule, written out again.
+uint64_t stage_need(const ModelFootprint& m, uint64_t kv_tokens, int first, int last) {
+  uint64_t need = 0;
+  for (int layer = first; layer < last; ++layer) {
+    need += m.layer_weight_bytes[static_cast<size_t>(layer)] + kv_tokens * m.kv_bytes_per_layer_per_token;
+  }
+  if (first == 0) need += m.embedding_bytes;
+  if (last == m.layer_count) need += m.head_bytes;
+  return need;
+}
+
+const NodeCapacity& node_named(const std::vector<NodeCapacity>& nodes, const std::string& id) {
+  return *std::find_if(nodes.begin(), nodes.end(), [&](const auto& n) { return n.id == id; });
+}
+
+// Contiguous, complete, each node once, memory rule: checked here without check_placement.
+void expect_valid(const Placement& p, const std::vector<NodeCapacity>& nodes, const ModelFootprint& m,
+                  uint64_t kv_tokens) {
+  ASSERT_FALSE(p.stages.empty());
+  EXPECT_EQ(p.epoch, 0u);
+  int next = 0;
+  std::map<std::string, int> uses;
+  for (const Stage& s : p.stages) {
+    EXPECT_EQ(s.first_layer, next);
+    EXPECT_LT(s.first_layer, s.last_layer);
+    EXPECT_LE(stage_need(m, kv_tokens, s.first_layer, s.last_layer), node_named(nodes, s.node_id).memory_bytes)
+        << s.node_id;
+    EXPECT_EQ(++uses[s.node_id], 1) << s.node_id;
+    next = s.last_layer;
+  }
+  EXPECT_EQ(next, m.layer_count);
+  EXPECT_NO_THROW(check_placement(p, nodes, m, kv_tokens));
+}
+
+std::map<std::string, int> layers_per_node(const Placement& p) {
+  std::map<std::string, int> counts;
+  for (const Stage& s : p.stages) counts[s.node_id] = s.last_layer - s.first_layer;
+  return counts;
+}
+
+// Predicted time of a pipeline, from the definition.
+double pipeline_seconds(const std::vector<Stage>& stages, const std::vector<NodeCapacity>& nodes,
+                        const ModelFootprint& m, double hop_seconds) {
+  double seconds = hop_seconds * static_cast<double>(stages.size() - 1);
+  for (const Stage& s : stages) {
+    double bytes = 0;
+    for (int layer = s.first_layer; layer < s.last_layer; ++layer) bytes += m.layer_weight_bytes[layer];
+    if (s.last_layer == m.layer_count) bytes += static_cast<double>(m.head_bytes);
+    seconds += bytes / node_named(nodes, s.node_id).weight_bytes_per_second;
+  }
+  return seconds;
+}
+
+std::vector<NodeCapacity> seed_cluster() {
+  return {{"a", 16 * kGB, 20e9}, {"b", 16 * kGB, 20e9}, {"c", 32 * kGB, 20e9}, {"d", 32 * kGB, 20e9}};
+}
+
+TEST(Placement, EqualNodesSplitEvenlyInBothStrategies) {
+  // Each node holds at most 12 of the 30 layers: every strategy needs all three.
+  const ModelFootprint m = uniform_model(30, 100 * kMiB, 10 * kMiB, 10 * kMiB, 1024);
+  const std::vector<NodeCapacity> nodes = {{"x", 1300 * kMiB, 10e9}, {"y", 1300 * kMiB, 10e9}, {"z", 1300 * kMiB, 10e9}};
+  for (Strategy strategy : {Strategy::Memory, Strategy::Speed}) {
+    const Placement p = place_layers(nodes, m, {1000, strategy});
+    expect_valid(p, nodes, m, 1000);
+    ASSERT_EQ(p.stages.size(), 3u);
+    for (const auto& [id, count] : layers_per_node(p)) {
+      EXPECT_GE(count, 9) << id;
+      EXPECT_LE(count, 11) << id;
+    }
+  }
+}
+
+TEST(Placement, SeedClusterMemoryStrategyIsMemoryWeighted) {
+  const auto nodes = seed_cluster();
+  const Placement p = place_layers(nodes, k70B, {kContext4096, Strategy::Memory});
+  expect_valid(p, nodes, k70B, kContext4096);
+  auto counts = layers_per_node(p);
+  ASSERT_EQ(counts.size(), 4u);
+  // 80 layers over 16:16:32:32 is 13.3 : 13.3 : 26.7 : 26.7.
+  for (const char* small : {"a", "b"}) {
+    EXPECT_GE(counts[small], 13);
+    EXPECT_LE(counts[small], 14);
+  }
+  for (const char* big : {"c", "d"}) {
+    EXPECT_GE(counts[big], 26);
+    EXPECT_LE(counts[big], 27);
+  }
+  EXPECT_NEAR(p.predicted_seconds_per_token, pipeline_seconds(p.stages, nodes, k70B, kDefaultHopSeconds), 1e-12);
+}
+
+TEST(Placement, MemoryStrategyMovesLayersOnlyAsFarAsTheMemoryRuleNeeds) {
+  // Proportionally 5 and 5 layers, but whichever node is first also holds the 150 B embedding:
+  // with 600 B it takes at most 4 layers, and the other takes 6.
+  const ModelFootprint m = uniform_model(10, 100, 150, 0, 0);
+  const std::vector<NodeCapacity> nodes = {{"a", 600, 1e9}, {"b", 600, 1e9}};
+  const Placement p = place_layers(nodes, m, {0, Strategy::Memory});
+  expect_valid(p, nodes, m, 0);
+  ASSERT_EQ(p.stages.size(), 2u);
+  EXPECT_EQ(p.stages[0].last_layer, 4);
+}
+
+TEST(Placement, SeedClusterSpeedStrategyUsesFewestStagesThatFit) {
+  const auto nodes = seed_cluster();
+  const uint64_t total = stage_need(k70B, kContext4096, 0, 80);
+  ASSERT_GT(total, 32 * kGB) << "no node holds the model alone";
+  const Placement p = place_layers(nodes, k70B, {kContext4096, Strategy::Speed});
+  expect_valid(p, nodes, k70B, kContext4096);
+  // Equal speeds stream the same bytes whatever the split, so only hops differ: two stages.
+  ASSERT_EQ(p.stages.size(), 2u);
+  // Among two-stage splits the tie goes to the lowest slowest stage: the two big nodes, the
+  // head (about one layer) on the one with fewer layers.
+  auto counts = layers_per_node(p);
+  EXPECT_EQ(counts.count("c") + counts.count("d"), 2u);
+  auto slowest_stage_bytes = [&](int split) {
+    return std::max(split * k70B.layer_weight_bytes[0], (80 - split) * k70B.layer_weight_bytes[0] + k70B.head_bytes);
+  };
+  uint64_t best_slowest = std::numeric_limits<uint64_t>::max();
+  for (int split = 1; split < 80; ++split) {
+    if (stage_need(k70B, kContext4096, 0, split) <= 32 * kGB && stage_need(k70B, kContext4096, split, 80) <= 32 * kGB) {
+      best_slowest = std::min(best_slowest, slowest_stage_bytes(split));
+    }
+  }
+  EXPECT_EQ(slowest_stage_bytes(p.stages[0].last_layer), best_slowest);
+  EXPECT_NEAR(p.predicted_seconds_per_token, pipeline_seconds(p.stages, nodes, k70B, kDefaultHopSeconds), 1e-12);
+  EXPECT_NE(p.reason.find("not needed"), std::string::npos) << p.reason;
+}
+
+TEST(Placement, SpeedPutsMoreLayersOnTheFastNode) {
+  const std::vector<NodeCapacity> nodes = {{"fast", 32 * kGB, 40e9}, {"slow", 32 * kGB, 10e9}};
+  const Placement p = place_layers(nodes, k70B, {kContext4096, Strategy::Speed});
+  expect_valid(p, nodes, k70B, kContext4096);
+  auto counts = layers_per_node(p);
+  ASSERT_EQ(counts.size(), 2u);
+  EXPECT_GT(counts["fast"], counts["slow"]);
+  // The fast node is full: one more layer on it would break the memory rule.
+  const Stage& fast = p.stages[0].node_id == "fast" ? p.stages[0] : p.stages[1];
+  const Stage grown = fast.first_layer == 0 ? Stage{"fast", 0, fast.last_layer + 1}
+                                            : Stage{"fast", fast.first_layer - 1, 80};
+  EXPECT_GT(stage_need(k70B, kContext4096, grown.first_layer, grown.last_layer), 32 * kGB);
+}
+
+TEST(Placement, SlowNodeStaysOutWhenTheFastOneHoldsEverything) {
+  const ModelFootprint small = uniform_model(32, 200'000'000, 250'000'000, 250'000'000, 8192);
+  const std::vector<NodeCapacity> nodes = {{"slow", 32 * kGB, 10e9}, {"fast", 32 * kGB, 40e9}};
+  const Placement p = place_layers(nodes, small, {kContext4096, Strategy::Speed});
+  expect_valid(p, nodes, small, kContext4096);
+  ASSERT_EQ(p.stages.size(), 1u);
+  EXPECT_EQ(p.stages[0].node_id, "fast");
+  EXPECT_NE(p.reason.find("slow"), std::string::npos) << p.reason;
+}
+
+TEST(Placement, NodeTooSmallForOneLayerIsLeftOutAndNamed) {
+  auto nodes = seed_cluster();
+  // One layer and its KV share is 490 MB + 32 MiB.
+  nodes.push_back({"tiny", 500'000'000, 80e9});
+  for (Strategy strategy : {Strategy::Memory, Strategy::Speed}) {
+    const Placement p = place_layers(nodes, k70B, {kContext4096, strategy});
+    expect_valid(p, nodes, k70B, kContext4096);
+    EXPECT_EQ(layers_per_node(p).count("tiny"), 0u);
+    const size_t line = p.reason.find("tiny");
+    ASSERT_NE(line, std::string::npos) << p.reason;
+    EXPECT_NE(p.reason.find("too small for one layer", line), std::string::npos) << p.reason;
+  }
+}
+
+TEST(Placement, ModelThatDoesNotFitReportsTheMissingBytes) {
+  const std::vector<NodeCapacity> nodes = {{"a", 16 * kGB, 20e9}, {"b", 16 * kGB, 20e9}};
+  uint64_t needed = k70B.embedding_bytes + k70B.head_bytes;
+  for (uint64_t layer : k70B.layer_weight_bytes) needed += layer + kContext4096 * k70B.kv_bytes_per_layer_per_token;
+  const uint64_t missing = needed - 32 * kGB;
+  for (Strategy strategy : {Strategy::Memory, Strategy::Speed}) {
+    try {
+      place_layers(nodes, k70B, {kContext4096, strategy});
+      FAIL() << "a 43 GB model does not fit in 32 GB";
+    } catch (const DoesNotFit& e) {
+      EXPECT_EQ(e.missing_bytes(), missing);
+      EXPECT_NE(std::string(e.what()).find(describe(missing) + " missing"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(describe(needed)), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Placement, EnoughMemoryInTotalButNoWholeLayerSplitFits) {
+  // 3 layers of 600: two nodes of 1000 hold 1 layer each, so 2000 does not hold 1800.
+  const ModelFootprint m = uniform_model(3, 600, 0, 0, 0);
+  const std::vector<NodeCapacity> nodes = {{"a", 1000, 1e9}, {"b", 1000, 1e9}};
+  try {
+    place_layers(nodes, m, {0, Strategy::Speed});
+    FAIL() << "no split fits";
+  } catch (const DoesNotFit& e) {
+    EXPECT_EQ(e.missing_bytes(), 0u);
+    EXPECT_NE(std::string(e.what()).find("no split into whole layers"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Placement, InputOrderDoesNotMatter) {
+  auto nodes = seed_cluster();
+  nodes.push_back({"e", 24 * kGB, 35e9});
+  std::sort(nodes.begin(), nodes.end(), [](const auto& x, const auto& y) { return x.id < y.id; });
+  for (Strategy strategy : {Strategy::Memory, Strategy::Speed}) {
+    const Placement first = place_layers(nodes, k70B, {kContext4096, strategy});
+    auto shuffled = nodes;
+    while (std::next_permutation(shuffled.begin(), shuffled.end(),
+                                 [](const auto& x, const auto& y) { return x.id < y.id; })) {
+      const Placement p = place_layers(shuffled, k70B, {kContext4096, strategy});
+      EXPECT_EQ(p.stages, first.stages);
+      EXPECT_EQ(p.reason, first.reason);
+      EXPECT_EQ(p.predicted_seconds_per_token, first.predicted_seconds_per_token);
+    }
+  }
+}
+
+// The least predicted time over every pipeline: each ordered choice of distinct nodes and each
+// split of the layers into that many non-empty contiguous stages. nullopt when none fits.
+std::optional<double> brute_force_fastest(const std::vector<NodeCapacity>& nodes, const ModelFootprint& m,
+                                          uint64_t kv_tokens, double hop_seconds) {
+  std::optional<double> best;
+  std::vector<Stage> stages;
+  std::vector<bool> used(nodes.size(), false);
+  std::function<void(int)> extend = [&](int first) {
+    if (first == m.layer_count) {
+      const double seconds = pipeline_seconds(stages, nodes, m, hop_seconds);
+      if (!best || seconds < *best) best = seconds;
+      return;
+    }
+    for (size_t n = 0; n < nodes.size(); ++n) {
+      if (used[n]) continue;
+      for (int last = first + 1; last <= m.layer_count; ++last) {
+        if (stage_need(m, kv_tokens, first, last) > nodes[n].memory_bytes) continue;
+        used[n] = true;
+        stages.push_back({nodes[n].id, first, last});
+        extend(last);
+        stages.pop_back();
+        used[n] = false;
+      }
+    }
+  };
+  extend(0);
+  return best;
+}
+
+void expect_speed_matches_brute_force(const std::vector<NodeCapacity>& nodes, const ModelFootprint& m,
+                                      uint64_t kv_tokens, double hop_seconds) {
+  const std::optional<double> fastest = brute_force_fastest(nodes, m, kv_tokens, hop_seconds);
+  if (!fastest) {
+    EXPECT_THROW(place_layers(nodes, m, {kv_tokens, Strategy::Speed, hop_seconds}), DoesNotFit);
+    return;
+  }
+  const Placement p = place_layers(nodes, m, {kv_tokens, Strategy::Speed, hop_seconds});
+  expect_valid(p, nodes, m, kv_tokens);
+  EXPECT_NEAR(p.predicted_seconds_per_token, pipeline_seconds(p.stages, nodes, m, hop_seconds), 1e-12);
+  EXPECT_NEAR(p.predicted_seconds_per_token, *fastest, 1e-9 * *fastest) << p.reason;
+}
+
+TEST(Placement, SpeedIsTheBruteForceOptimumForThreeNodesSixUnequalLayers) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<uint64_t> layer_bytes(50, 150), extra_bytes(0, 200), memory(150, 700);
+  std::uniform_real_distribution<double> speed(1e3, 8e3), hop(0.0, 0.05);
+  for (int scenario = 0; scenario < 300; ++scenario) {
+    ModelFootprint m{6, {}, extra_bytes(rng), extra_bytes(rng), 1};
+    for (int layer = 0; layer < 6; ++layer) m.layer_weight_bytes.push_back(layer_bytes(rng));
+    std::vector<NodeCapacity> nodes;
+    for (const char* id : {"n1", "n2", "n3"}) nodes.push_back({id, memory(rng), speed(rng)});
+    SCOPED_TRACE("scenario " + std::to_string(scenario));
+    expect_speed_matches_brute_force(nodes, m, 10, hop(rng));
+  }
+}
+
+TEST(Placement, SpeedIsTheBruteForceOptimumForFourNodesEqualLayers) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<uint64_t> extra_bytes(0, 300), memory(150, 900);
+  std::uniform_real_distribution<double> speed(1e3, 8e3), hop(0.0, 0.05);
+  for (int scenario = 0; scenario < 100; ++scenario) {
+    const ModelFootprint m = uniform_model(7, 100, extra_bytes(rng), extra_bytes(rng), 2);
+    std::vector<NodeCapacity> nodes;
+    for (const char* id : {"p", "q", "r", "s"}) nodes.push_back({id, memory(rng), speed(rng)});
+    SCOPED_TRACE("scenario " + std::to_string(scenario));
+    expect_speed_matches_brute_force(nodes, m, 5, hop(rng));
+  }
+}
+
+TEST(Placement, SixteenNodesAndTwoHundredLayersArePlacedQuickly) {
+  const ModelFootprint m = uniform_model(200, 400'000'000, 1'000'000'000, 1'000'000'000, 16384);
+  std::vector<NodeCapacity> nodes;
+  for (int i = 0; i < 16; ++i) {
+    nodes.push_back({"node-" + std::to_string(i), (8 + static_cast<uint64_t>(i % 5) * 4) * kGB, (10 + i) * 1e9});
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const Placement p = place_layers(nodes, m, {4096, Strategy::Speed});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  expect_valid(p, nodes, m, 4096);
+  EXPECT_LT(seconds, 10.0);
+}
+
+TEST(Placement, RejectsUnusableInput) {
+  const ModelFootprint m = uniform_model(4, 100, 0, 0, 0);
+  const std::vector<NodeCapacity> twice = {{"a", 1000, 1e9}, {"a", 1000, 1e9}};
+  EXPECT_THROW(place_layers(twice, m, {}), std::invalid_argument);
+  const std::vector<NodeCapacity> no_speed = {{"a", 1000, 0.0}};
+  EXPECT_THROW(place_layers(no_speed, m, {}), std::invalid_argument);
+  const std::vector<NodeCapacity> fine = {{"a", 1000, 1e9}};
+  EXPECT_THROW(place_layers(fine, uniform_model(0, 100, 0, 0, 0), {}), std::invalid_argument);
+  EXPECT_THROW(place_layers(fine, m, {0, Strategy::Speed, -1.0}), std::invalid_argument);
+}
+
+TEST(CheckPlacement, AcceptsValidAndRejectsEachKindOfInvalid) {
+  const ModelFootprint m = uniform_model(4, 100, 10, 20, 1);
+  const std::vector<NodeCapacity> nodes = {{"a", 300, 1e9}, {"b", 300, 1e9}};
+  const uint64_t kv = 5;  // stage [0, 2): 2 × 105 + 10; stage [2, 4): 2 × 105 + 20
+  auto placement = [](std::vector<Stage> stages) { return Placement{0, std::move(stages), "", 0.0}; };
+  EXPECT_NO_THROW(check_placement(placement({{"a", 0, 2}, {"b", 2, 4}}), nodes, m, kv));
+
+  auto expect_rejected = [&](const Placement& p, const std::string& says) {
+    try {
+      check_placement(p, nodes, m, kv);
+      ADD_FAILURE() << "accepted; expected: " << says;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  expect_rejected(placement({}), "no stages");
+  expect_rejected(placement({{"a", 0, 1}, {"b", 2, 4}}), "left out");       // gap
+  expect_rejected(placement({{"a", 0, 2}, {"b", 1, 4}}), "overlap");
+  expect_rejected(placement({{"a", 0, 2}, {"b", 2, 3}}), "left out");       // end not covered
+  expect_rejected(placement({{"a", 1, 2}, {"b", 2, 4}}), "left out");       // start not covered
+  expect_rejected(placement({{"a", 0, 2}, {"b", 2, 2}, {"b", 2, 4}}), "no layers");
+  expect_rejected(placement({{"a", 0, 2}, {"b", 2, 5}}), "past the model");
+  expect_rejected(placement({{"a", 0, 2}, {"zz", 2, 4}}), "no such node");
+  expect_rejected(placement({{"a", 0, 2}, {"a", 2, 4}}), "already has a stage");
+  expect_rejected(placement({{"a", 0, 3}, {"b", 3, 4}}), "needs 325 B");  // 3 × 105 + 10 > 300
+}
+
+TEST(ByteSizes, ParseAcceptsUnitsAndDecimals) {
+  EXPECT_EQ(parse_byte_size("4096"), 4096u);
+  EXPECT_EQ(parse_byte_size("10B"), 10u);
+  EXPECT_EQ(parse_byte_size("2K"), 2048u);
+  EXPECT_EQ(parse_byte_size("2KB"), 2000u);
+  EXPECT_EQ(parse_byte_size("2KiB"), 2048u);
+  EXPECT_EQ(parse_byte_size("800M"), 800 * kMiB);
+  EXPECT_EQ(parse_byte_size("800MB"), 800'000'000u);
+  EXPECT_EQ(parse_byte_size("12GiB"), 12 * kGiB);
+  EXPECT_EQ(parse_byte_size("12gib"), 12 * kGiB);
+  EXPECT_EQ(parse_byte_size("1.5GiB"), 3 * kGiB / 2);
+  EXPECT_EQ(parse_byte_size(" 1.5 GB "), 1'500'000'000u);
+  EXPECT_EQ(parse_byte_size("1T"), uint64_t{1} << 40);
+  EXPECT_EQ(parse_byte_size("2TB"), 2'000'000'000'000u);
+}
+
+TEST(ByteSizes, ParseRejectsBadInputQuotingIt) {
+  for (const char* bad : {"", "  ", "GiB", "12XB", "12 GiBs", "-1G", "1.2.3G", "1e3", ".", "99999999999T"}) {
+    try {
+      parse_byte_size(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("'" + std::string(bad) + "'"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(ByteSizes, DescribeUsesBinaryUnits) {
+  EXPECT_EQ(describe(0), "0 B");
+  EXPECT_EQ(describe(1023), "1023 B");
+  EXPECT_EQ(describe(1536), "1.5 KiB");
+  EXPECT_EQ(describe(512 * kMiB), "512.0 MiB");
+  EXPECT_EQ(describe(41 * kGiB + kGiB / 5), "41.2 GiB");
+}
+
+TEST(Footprint, FromTheSharedModelsTensorTable) {
+  auto file = std::shared_ptr<const gguf::File>(gguf::File::open(STRATA_SHARED_DIR "/models/aidreams260K.gguf"));
+  const ModelFootprint f = footprint_of(*file);
+  const model::Config config = model::Config::from_gguf(*file);
+  ASSERT_EQ(f.layer_count, 4);
+  ASSERT_EQ(f.layer_weight_bytes.size(), 4u);
+  EXPECT_EQ(f.kv_bytes_per_layer_per_token, 2u * static_cast<uint64_t>(config.kv_dim()) * sizeof(float));
+  const uint64_t norm_bytes = static_cast<uint64_t>(config.embedding_dim) * sizeof(float);
+  // All F32: the embedding is vocab × dim floats; the tied head is the output norm plus it.
+  EXPECT_EQ(f.embedding_bytes, static_cast<uint64_t>(config.vocab_size) * norm_bytes);
+  EXPECT_EQ(f.head_bytes, norm_bytes + f.embedding_bytes);
+  // A layer is the matrices a one-layer Model streams, plus its two norms; the last layer's
+  // Model also streams the head's matrix (token_embd, tied).
+  for (int layer = 0; layer < 4; ++layer) {
+    const auto one_layer = model::Model::load(file, {layer, layer + 1});
+    const uint64_t head_matrix = layer == 3 ? f.embedding_bytes : 0;
+    EXPECT_EQ(f.layer_weight_bytes[static_cast<size_t>(layer)] + head_matrix, one_layer->weight_bytes() + 2 * norm_bytes);
+  }
+}
+
+}  // namespace
+}  // namespace strata::cluster
