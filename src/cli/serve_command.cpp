@@ -24,6 +24,7 @@ struct ServeOptions {
   std::string placement = "speed";
   std::string stages;
   double startup_wait_seconds = 60;
+  int test_link_delay_ms = 0;
 };
 
 // "a:0-11,b:11-22" -> stages in pipeline order.
@@ -65,6 +66,7 @@ int serve(const ServeOptions& o) {
   node.fixed_stages = parse_stages(o.stages);
   node.startup_wait = std::chrono::milliseconds(static_cast<int64_t>(o.startup_wait_seconds * 1000));
   node.engine = o.engine;
+  node.test_link_delay = std::chrono::milliseconds(o.test_link_delay_ms);
   node.log = [id = node.node_id](const std::string& line) { std::fprintf(stderr, "strata[%s]: %s\n", id.c_str(), line.c_str()); };
   const tokenizer::Tokenizer* tok = tokenizer.get();
   cluster::ClusterNode cluster_node(file, [tok](engine::Token t) { return tok->is_end_of_generation(t); }, node);
@@ -115,6 +117,8 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--startup-wait", o->startup_wait_seconds,
                   "Seconds a request waits for the cluster to form before a 503")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--test-link-delay-ms", o->test_link_delay_ms, "Tests only: delay added to every stage call")
+      ->check(CLI::NonNegativeNumber)->group("");
   cmd->callback([&action, o] { action = [o] { return serve(*o); }; });
 }
 

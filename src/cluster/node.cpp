@@ -627,7 +627,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       } else {
         if (!peer_ready(s.node_id(), placement_.epoch())) return;
         stages.push_back(std::make_shared<rpc::RemoteStage>(
-            s.node_id(), channel(s.node_address()), rpc::Caller{options_.node_id, placement_.epoch(), key_}));
+            s.node_id(), channel(s.node_address()), rpc::Caller{options_.node_id, placement_.epoch(), key_, options_.test_link_delay}));
       }
     }
     if (scheduler_) retire(std::move(scheduler_));

@@ -31,6 +31,7 @@ struct NodeOptions {
   std::vector<Stage> fixed_stages;  // a placement fixed by hand, validated like a computed one
   std::chrono::milliseconds startup_wait{60'000};
   engine::EngineOptions engine;
+  std::chrono::milliseconds test_link_delay{0};  // tests only: latency added to every stage call
   std::function<void(const std::string&)> log;  // one line per event (joins, placements, refusals)
 };
 

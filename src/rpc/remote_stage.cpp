@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 
 namespace strata::rpc {
 
@@ -29,6 +30,7 @@ std::vector<float> RemoteStage::forward(const engine::StageBatch& batch) {
   request.mutable_tokens()->Add(batch.tokens.begin(), batch.tokens.end());
   request.set_hidden(batch.hidden.data(), batch.hidden.size() * sizeof(float));
 
+  if (caller_.link_delay.count() > 0) std::this_thread::sleep_for(caller_.link_delay);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + base_deadline_ + per_row_ * rows);
   caller_.key->sign(context, caller_.node_id, "Forward");

@@ -17,6 +17,9 @@ struct Caller {
   std::string node_id;
   uint64_t epoch = 0;
   std::shared_ptr<ClusterKey> key;
+  // Tests only: added before every call, as a LAN link's latency would be (netem, which
+  // would add it on the wire, is not available everywhere).
+  std::chrono::milliseconds link_delay{0};
 };
 
 class RemoteStage final : public engine::Stage {

@@ -22,7 +22,12 @@ done
 [ -n "$port" ] || { echo "server did not start"; cat "$log"; exit 1; }
 base=http://127.0.0.1:$port
 
-# curl, as a user would try it first.
+# curl, as a user would try it first: /health answers 503 while the node places and loads
+# the model, then 200.
+for _ in $(seq 1 300); do
+  curl -sf "$base/health" >/dev/null && break
+  sleep 0.1
+done
 curl -sf "$base/health" >/dev/null
 body=$(curl -sf "$base/v1/completions" -H "Authorization: Bearer $key" -H 'Content-Type: application/json' \
   -d '{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}')

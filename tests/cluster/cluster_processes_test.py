@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Real `strata serve` processes on 127.0.0.1 form clusters of 1 to 4 nodes; every node's
+answers equal one whole-model node's, bit for bit (text and logprobs), alone and concurrently;
+no node keeps sequence state afterwards; a node killed mid-stream ends that stream with an
+error within seconds and the cluster re-forms and answers correctly; a node with the wrong
+cluster key is refused.
+
+usage: cluster_processes_test.py STRATA MODEL.gguf
+"""
+import concurrent.futures
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+STRATA, MODEL = sys.argv[1], sys.argv[2]
+FAILURES = []
+
+
+def check(condition, message):
+    if not condition:
+        FAILURES.append(message)
+        print("FAIL " + message, flush=True)
+    return condition
+
+
+class Node:
+    def __init__(self, node_id, *extra):
+        self.id = node_id
+        self.log = tempfile.NamedTemporaryFile(prefix=f"strata-{node_id}-", suffix=".log", delete=False)
+        args = [STRATA, "serve", "-m", MODEL, "--port", "0", "--node-id", node_id, "-t", "1",
+                "--parallel", "8", "--startup-wait", "20"] + list(extra)
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self.log)
+        self.port = self.node_port = None
+        deadline = time.time() + 20
+        while time.time() < deadline and (self.port is None or self.node_port is None):
+            text = self.text()
+            if m := re.search(r"serving \S+ on http://127.0.0.1:(\d+)", text):
+                self.port = int(m.group(1))
+            if m := re.search(r"listens for nodes on [0-9.]+:(\d+)", text):
+                self.node_port = int(m.group(1))
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        if self.port is None or self.node_port is None:
+            raise RuntimeError(f"node {node_id} did not start:\n{self.text()}")
+
+    def text(self):
+        with open(self.log.name, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    @property
+    def address(self):
+        return f"127.0.0.1:{self.node_port}"
+
+    def get(self, path):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=30) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
+
+    def complete(self, body, timeout=60):
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/completions",
+                                         data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
+
+    def wait_healthy(self, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                if self.get("/health")[0] == 200:
+                    return True
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            time.sleep(0.1)
+        return False
+
+    def held_sequences(self):
+        return next(n["held_sequences"] for n in self.get("/cluster")[1]["nodes"] if n["self"])
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        os.unlink(self.log.name)
+
+
+def start_cluster(ids, *extra):
+    """The first node alone, then the others naming only it: membership spreads from there."""
+    first = Node(ids[0], *extra)
+    nodes = [first] + [Node(i, "--peers", first.address, *extra) for i in ids[1:]]
+    for n in nodes:
+        if not check(n.wait_healthy(), f"node {n.id} of {len(ids)} became healthy"):
+            print(n.text())
+    return nodes
+
+
+def stop_all(nodes):
+    for n in nodes:
+        n.stop()
+
+
+# Greedy and seeded requests, each with logprobs, so that any difference in the logits shows.
+REQUESTS = [
+    {"prompt": p, "max_tokens": 24, "temperature": t, "seed": s, "logprobs": 2}
+    for p, t, s in [("Once upon a time", 0, 1), ("The robot", 0.9, 7), ("In a dream I saw", 1.2, 99),
+                    ("Colours", 0, 3), ("A city of glass", 0.7, 11), ("The moon", 0.8, 5),
+                    ("Silence", 0, 8), ("My cat", 1.0, 42)]
+]
+
+
+def answer(status_body):
+    status, body = status_body
+    if status != 200:
+        return ("error", status, body)
+    choice = body["choices"][0]
+    return (choice["text"], choice["finish_reason"], choice["logprobs"])
+
+
+def check_no_state(nodes, label):
+    deadline = time.time() + 5
+    while time.time() < deadline and any(n.held_sequences() for n in nodes):
+        time.sleep(0.1)
+    for n in nodes:
+        check(n.held_sequences() == 0, f"{label}: node {n.id} holds no sequence state after the requests")
+
+
+def main():
+    solo = start_cluster(["solo"])
+    reference = [answer(solo[0].complete(r)) for r in REQUESTS]
+    stop_all(solo)
+    check(all(r[0] != "error" for r in reference), f"the single node answers: {reference}")
+
+    for count in (2, 3, 4):
+        nodes = start_cluster([f"n{i}" for i in range(count)], "--placement", "memory")
+        stages = nodes[0].get("/cluster")[1]["placement"]["stages"]
+        check(len(stages) == count, f"{count} nodes: memory placement uses every node ({stages})")
+        for n in nodes:
+            for i, r in enumerate(REQUESTS[:4]):
+                check(answer(n.complete(r)) == reference[i], f"{count} nodes: request {i} at {n.id} equals one node's")
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            futures = [pool.submit(nodes[i % count].complete, r) for i, r in enumerate(REQUESTS)]
+            for i, f in enumerate(futures):
+                check(answer(f.result()) == reference[i],
+                      f"{count} nodes: concurrent request {i} at {nodes[i % count].id} equals one node's")
+        check_no_state(nodes, f"{count} nodes")
+        stop_all(nodes)
+
+    # The seed's four Mac minis in miniature: usable memory 16:16:32:32, none able to hold the
+    # model (3 MiB with the KV reserve of 8 sequences of 128 tokens) alone.
+    for strategy in ("memory", "speed"):
+        limits = ["1200KiB", "1200KiB", "2400KiB", "2400KiB"]
+        first = Node("m0", "--placement", strategy, "--memory-limit", limits[0])
+        nodes = [first] + [Node(f"m{i}", "--peers", first.address, "--placement", strategy, "--memory-limit", limits[i])
+                           for i in range(1, 4)]
+        healthy = all(n.wait_healthy() for n in nodes)
+        placement = nodes[0].get("/cluster")[1]["placement"]
+        check(healthy and len(placement["stages"]) >= 2,
+              f"seed cluster, {strategy}: placed over several nodes: {placement}")
+        if not healthy:
+            print(nodes[0].text())
+        for i, r in enumerate(REQUESTS[:3]):
+            check(answer(nodes[3].complete(r)) == reference[i], f"seed cluster, {strategy}: request {i} equals one node's")
+        stop_all(nodes)
+
+    # A model that cannot fit: 503 with Retry-After and the missing memory named.
+    small = Node("small", "--memory-limit", "300KiB")
+    status, body = small.complete(REQUESTS[0], timeout=30)
+    check(status == 503 and "missing" in json.dumps(body), f"a model that does not fit: 503 naming what is missing ({status} {body})")
+    check(small.get("/health")[0] == 503, "a node whose model does not fit is not healthy")
+    small.stop()
+
+    # A stage lost mid-stream: the stream ends with an error within seconds; the rest re-forms.
+    nodes = start_cluster(["k0", "k1", "k2"], "--placement", "memory", "--test-link-delay-ms", "20")
+    stream = subprocess.Popen(["curl", "-sN", "--max-time", "60", f"http://127.0.0.1:{nodes[0].port}/v1/completions",
+                               "-H", "Content-Type: application/json",
+                               "-d", json.dumps({"prompt": "Once upon a time", "max_tokens": 100, "temperature": 0,
+                                                 "stream": True})],
+                              stdout=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    killed_at = time.time()
+    nodes[2].process.send_signal(signal.SIGKILL)
+    out, _ = stream.communicate(timeout=60)
+    ended_after = time.time() - killed_at
+    check(ended_after < 10, f"the stream ended {ended_after:.1f} s after the kill")
+    check('"error"' in out, f"the stream's client hears an error: ...{out[-300:]}")
+    check(nodes[1].get("/health")[0] in (200, 503), "the other nodes keep answering the API")
+    deadline = time.time() + 30
+    result = None
+    while time.time() < deadline:
+        result = answer(nodes[1].complete(REQUESTS[0], timeout=30))
+        if result[0] != "error":
+            break
+        time.sleep(0.5)
+    check(result == reference[0], f"after the cluster re-formed, a new request equals one node's ({result})")
+    stop_all(nodes)
+
+    # Only holders of the cluster key take part.
+    keyed = start_cluster(["c0", "c1"], "--cluster-key", "right", "--placement", "memory")
+    stranger = Node("c2", "--peers", keyed[0].address, "--cluster-key", "wrong")
+    time.sleep(3)
+    members = [n["id"] for n in keyed[0].get("/cluster")[1]["nodes"]]
+    check("c2" not in members, f"a node with the wrong key is not a member ({members})")
+    check("refused" in keyed[0].text() or "refused" in stranger.text(), "the refusal is logged")
+    check(answer(keyed[1].complete(REQUESTS[1])) == reference[1], "the keyed cluster answers as one node")
+    stranger.stop()
+    stop_all(keyed)
+
+    print(f"{len(FAILURES)} failed" if FAILURES else "cluster processes: all checks passed")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
