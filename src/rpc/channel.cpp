@@ -3,7 +3,8 @@
 namespace strata::rpc {
 namespace {
 
-constexpr int kMaxMessageBytes = 512 << 20;
+// A prompt chunk of 256 tokens of an 8192-wide model is 8 MiB of activations.
+constexpr int kMaxMessageBytes = 64 << 20;
 constexpr int kKeepaliveMs = 1000;
 constexpr int kKeepaliveTimeoutMs = 2000;
 

@@ -1,0 +1,16 @@
+// Bytes from the network as node-to-node messages: decoding and the batch check must reject
+// anything malformed without crashing, whatever the bytes.
+#include <cstddef>
+#include <cstdint>
+
+#include "rpc/node_service.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  strata::rpc::ForwardRequest forward;
+  if (forward.ParseFromArray(data, static_cast<int>(size))) (void)strata::rpc::malformed(forward);
+  strata::rpc::HelloRequest hello;
+  (void)hello.ParseFromArray(data, static_cast<int>(size));
+  strata::rpc::GenerateRequest generate;
+  (void)generate.ParseFromArray(data, static_cast<int>(size));
+  return 0;
+}

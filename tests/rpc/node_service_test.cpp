@@ -1,0 +1,193 @@
+// The node service refuses what it must not act on: calls without the cluster key's proof or
+// with a wrong one, replays, messages of another placement epoch or protocol, malformed and
+// oversized batches. Every refusal is an error status; the service keeps serving.
+#include <gtest/gtest.h>
+
+#include "engine/local_stage.h"
+#include "rpc/channel.h"
+#include "rpc/node_service.h"
+
+namespace strata::rpc {
+namespace {
+
+const std::string kDreams = STRATA_SHARED_DIR "/models/aidreams260K.gguf";
+constexpr uint64_t kEpoch = 5;
+
+class OneStageNode final : public NodeHandler {
+ public:
+  OneStageNode() : pool_(1) {
+    auto file = std::shared_ptr<const gguf::File>(gguf::File::open(kDreams));
+    stage_ = std::make_shared<engine::LocalStage>(model::Model::load(file), pool_);
+  }
+  HelloReply hello(const HelloRequest& request, const std::string&) override {
+    HelloReply reply;
+    reply.mutable_node()->set_node_id("server");
+    reply.mutable_node()->set_state(request.sender().node_id());
+    return reply;
+  }
+  std::shared_ptr<engine::Stage> stage(uint64_t epoch, std::string& why) override {
+    if (epoch != kEpoch) {
+      why = "another epoch";
+      return nullptr;
+    }
+    return stage_;
+  }
+  std::shared_ptr<engine::Generator> scheduler(std::string& why) override {
+    why = "not the leader";
+    return nullptr;
+  }
+  size_t held() const { return stage_->sequence_count(); }
+
+ private:
+  tensor::ThreadPool pool_;
+  std::shared_ptr<engine::LocalStage> stage_;
+};
+
+class NodeServiceTest : public ::testing::Test {
+ protected:
+  NodeServiceTest()
+      : server_(node_, std::make_shared<ClusterKey>("secret"), "127.0.0.1", 0, [this](const std::string& line) {
+          log_.push_back(line);
+        }),
+        stub_(Node::NewStub(make_channel("127.0.0.1:" + std::to_string(server_.port())))) {}
+
+  grpc::Status forward(const ForwardRequest& request, const ClusterKey& key, ForwardReply* reply = nullptr) {
+    grpc::ClientContext context;
+    key.sign(context, "client", "Forward");
+    ForwardReply ignored;
+    return stub_->Forward(&context, request, reply ? reply : &ignored);
+  }
+
+  static ForwardRequest start_sequence(uint64_t id, uint64_t epoch = kEpoch) {
+    ForwardRequest r;
+    r.set_sender_id("client");
+    r.set_epoch(epoch);
+    SequenceWork* w = r.add_sequences();
+    w->set_sequence_id(id);
+    w->set_first_position(0);
+    w->set_token_count(2);
+    w->set_capacity(16);
+    r.add_tokens(1);
+    r.add_tokens(300);
+    return r;
+  }
+
+  OneStageNode node_;
+  std::vector<std::string> log_;
+  NodeServer server_;
+  std::unique_ptr<Node::Stub> stub_;
+  ClusterKey key_{"secret"};
+};
+
+TEST_F(NodeServiceTest, AcceptsASignedBatchOfTheCurrentEpoch) {
+  ForwardReply reply;
+  ASSERT_TRUE(forward(start_sequence(1), key_, &reply).ok());
+  EXPECT_EQ(reply.rows().size(), 512 * sizeof(float));  // one logits row
+  EXPECT_EQ(node_.held(), 1u);
+}
+
+TEST_F(NodeServiceTest, RefusesCallsWithoutTheKeyOrWithAnother) {
+  EXPECT_EQ(forward(start_sequence(1), ClusterKey("")).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(forward(start_sequence(1), ClusterKey("guess")).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(node_.held(), 0u);
+  ASSERT_EQ(log_.size(), 2u);
+  EXPECT_NE(log_[0].find("refused a Forward call"), std::string::npos) << log_[0];
+}
+
+TEST_F(NodeServiceTest, RefusesAReplayedCall) {
+  // The proof of one call, sent twice: sender, method, time and nonce under the key.
+  const std::string time = std::to_string(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  const std::string nonce = "00112233445566778899aabbccddeeff";
+  const std::string mac = key_.mac("client\nForward\n" + time + "\n" + nonce + "\n");
+  for (bool first : {true, false}) {
+    grpc::ClientContext context;
+    context.AddMetadata("x-strata-sender", "client");
+    context.AddMetadata("x-strata-time", time);
+    context.AddMetadata("x-strata-nonce", nonce);
+    context.AddMetadata("x-strata-mac", mac);
+    ForwardReply reply;
+    const grpc::Status status = stub_->Forward(&context, start_sequence(first ? 1 : 2), &reply);
+    EXPECT_EQ(status.ok(), first) << status.error_message();
+  }
+  EXPECT_EQ(node_.held(), 1u);
+}
+
+TEST_F(NodeServiceTest, RefusesAnotherEpoch) {
+  const grpc::Status status = forward(start_sequence(1, kEpoch + 1), key_);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(node_.held(), 0u);
+}
+
+TEST_F(NodeServiceTest, RefusesAnotherProtocolVersion) {
+  HelloRequest hello;
+  hello.mutable_sender()->set_node_id("old");
+  hello.mutable_sender()->set_protocol_version(kProtocolVersion + 1);
+  grpc::ClientContext context;
+  key_.sign(context, "old", "Hello");
+  HelloReply reply;
+  EXPECT_EQ(stub_->Hello(&context, hello, &reply).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(NodeServiceTest, RefusesMalformedBatchesAndKeepsServing) {
+  std::vector<std::pair<std::string, ForwardRequest>> cases;
+  ForwardRequest r = start_sequence(1);
+  r.clear_sequences();
+  cases.emplace_back("no sequences", r);
+  r = start_sequence(1);
+  r.add_tokens(5);
+  cases.emplace_back("token count", r);
+  r = start_sequence(1);
+  r.set_hidden(std::string(8, '\0'));
+  cases.emplace_back("tokens and hidden", r);
+  r = start_sequence(1);
+  r.mutable_sequences(0)->set_capacity(1 << 30);
+  cases.emplace_back("capacity", r);
+  r = start_sequence(1);
+  r.mutable_sequences(0)->set_first_position(-3);
+  cases.emplace_back("negative position", r);
+  r = start_sequence(1);
+  r.mutable_sequences(0)->set_token_count(0);
+  cases.emplace_back("no inputs", r);
+  r = start_sequence(1);
+  r.clear_tokens();
+  r.set_hidden(std::string(2 * 64 * sizeof(float), '\0'));  // hidden rows to the stage that embeds
+  cases.emplace_back("hidden to the first stage", r);
+  r = start_sequence(1);
+  r.mutable_sequences(0)->set_first_position(7);  // skips positions of an unknown sequence
+  cases.emplace_back("unknown sequence", r);
+  for (const auto& [name, request] : cases) {
+    EXPECT_EQ(forward(request, key_).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name;
+  }
+  EXPECT_TRUE(forward(start_sequence(9), key_).ok());
+}
+
+TEST_F(NodeServiceTest, RefusesAnOversizedMessage) {
+  ForwardRequest r = start_sequence(1);
+  r.clear_tokens();
+  r.set_hidden(std::string(size_t{65} << 20, '\0'));
+  // A sender without the client-side limit, so that the server's own limit is what refuses.
+  grpc::ChannelArguments unlimited;
+  unlimited.SetMaxSendMessageSize(-1);
+  auto stub = Node::NewStub(grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server_.port()),
+                                                      grpc::InsecureChannelCredentials(), unlimited));
+  grpc::ClientContext context;
+  key_.sign(context, "client", "Forward");
+  ForwardReply reply;
+  EXPECT_EQ(stub->Forward(&context, r, &reply).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(forward(start_sequence(2), key_).ok());
+}
+
+TEST_F(NodeServiceTest, GenerateNeedsTheLeader) {
+  grpc::ClientContext context;
+  key_.sign(context, "client", "Generate");
+  GenerateRequest request;
+  request.add_prompt(1);
+  auto reader = stub_->Generate(&context, request);
+  GenerateEvent event;
+  EXPECT_FALSE(reader->Read(&event));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+}  // namespace
+}  // namespace strata::rpc
