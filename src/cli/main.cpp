@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "strata 0.1.0");
   strata::cli::Action action;
   strata::cli::add_serve_command(app, action);
+  strata::cli::add_cluster_command(app, action);
   strata::cli::add_run_command(app, action);
   strata::cli::add_bench_command(app, action);
   strata::cli::add_gguf_commands(app, action);

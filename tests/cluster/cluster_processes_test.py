@@ -160,6 +160,9 @@ def main():
                 check(answer(f.result()) == reference[i],
                       f"{count} nodes: concurrent request {i} at {nodes[i % count].id} equals one node's")
         check_no_state(nodes, f"{count} nodes")
+        table = subprocess.run([STRATA, "cluster", "--port", str(nodes[-1].port)], capture_output=True, text=True)
+        check(table.returncode == 0 and all(n.id in table.stdout for n in nodes) and "serving" in table.stdout,
+              f"{count} nodes: `strata cluster` lists every node:\n{table.stdout}{table.stderr}")
         stop_all(nodes)
 
     # The seed's four Mac minis in miniature: usable memory 16:16:32:32, none able to hold the
