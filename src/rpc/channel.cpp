@@ -25,6 +25,8 @@ std::shared_ptr<grpc::Channel> make_channel(const std::string& address) {
 }
 
 void configure_server(grpc::ServerBuilder& builder) {
+  // Two nodes given the same port must not share it silently: the second one fails to start.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveMs);

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Decode speed of a Strata cluster of local `strata serve` processes, end to end through the
+HTTP API (streamed), as a user sees it.
+
+  bench/cluster_bench.py --strata build/strata -m /tmp/tinyllama-q4_0.gguf
+
+For each layout (nodes x threads per node) it starts the nodes on 127.0.0.1 with
+--placement memory (so every node holds layers), waits until they serve, and measures:
+- one stream's decode tokens/s: tokens after the first / time from the first to the last token;
+- the aggregate decode tokens/s of N concurrent streams (every stream's tokens after its first,
+  over the time from the first stream's first token to the last stream's last token).
+Medians of --repeat runs. The threads of all nodes of a layout add up to the machine's cores
+in the default layouts, so that the layouts compare at equal compute.
+"""
+import argparse
+import concurrent.futures
+import json
+import re
+import statistics
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+
+def start(strata, model, node_id, threads, peers, ctx, parallel):
+    log = tempfile.NamedTemporaryFile(prefix=f"bench-{node_id}-", suffix=".log", delete=False)
+    args = [strata, "serve", "-m", model, "--port", "0", "--node-id", node_id, "-t", str(threads),
+            "--placement", "memory", "-c", str(ctx), "--parallel", str(parallel)]
+    if peers:
+        args += ["--peers", peers]
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)
+    port = node_port = None
+    deadline = time.time() + 120
+    while time.time() < deadline and (port is None or node_port is None):
+        text = open(log.name, encoding="utf-8", errors="replace").read()
+        if m := re.search(r"serving \S+ on http://127.0.0.1:(\d+)", text):
+            port = int(m.group(1))
+        if m := re.search(r"listens for nodes on [0-9.]+:(\d+)", text):
+            node_port = int(m.group(1))
+        time.sleep(0.05)
+    if port is None:
+        raise RuntimeError(f"{node_id} did not start:\n{open(log.name).read()}")
+    return process, port, node_port
+
+
+def wait_healthy(port, timeout=300):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except Exception:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("the cluster did not become healthy")
+
+
+def stream(port, prompt, max_tokens, seed):
+    """Times of each streamed token."""
+    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "seed": seed,
+                       "stream": True}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    times = []
+    with urllib.request.urlopen(request, timeout=600) as r:
+        for line in r:
+            if line.startswith(b"data: {"):
+                times.append(time.perf_counter())
+    return times
+
+
+def measure(port, streams, max_tokens):
+    prompts = [f"Story number {i}: once upon a time" for i in range(streams)]
+    with concurrent.futures.ThreadPoolExecutor(streams) as pool:
+        results = list(pool.map(lambda i: stream(port, prompts[i], max_tokens, i), range(streams)))
+    decoded = sum(len(t) - 1 for t in results)
+    span = max(t[-1] for t in results) - min(t[0] for t in results)
+    return decoded / span
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--strata", default="build/strata")
+    parser.add_argument("-m", "--model", required=True)
+    parser.add_argument("-n", "--tokens", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--layouts", default="1x2,1x1,2x1,4x1", help="NODESxTHREADS,...")
+    parser.add_argument("--streams", default="1,2,4,8", help="concurrent streams, measured on 2x1")
+    args = parser.parse_args()
+    streams = [int(s) for s in args.streams.split(",")]
+
+    for layout in args.layouts.split(","):
+        count, threads = (int(x) for x in layout.split("x"))
+        nodes = []
+        try:
+            first = start(args.strata, args.model, "b0", threads, None, 512, 8)
+            nodes.append(first)
+            for i in range(1, count):
+                nodes.append(start(args.strata, args.model, f"b{i}", threads, f"127.0.0.1:{first[2]}", 512, 8))
+            wait_healthy(first[1])
+            measure(first[1], 1, 8)  # warm-up
+            counts = streams if layout == "2x1" else [1]
+            for n in counts:
+                runs = [measure(first[1], n, args.tokens) for _ in range(args.repeat)]
+                print(f"{count} node(s) x {threads} thread(s), {n} stream(s): "
+                      f"{statistics.median(runs):6.1f} tokens/s decode (runs: {', '.join(f'{r:.1f}' for r in runs)})",
+                      flush=True)
+        finally:
+            for process, _, _ in nodes:
+                process.terminate()
+            for process, _, _ in nodes:
+                process.wait()
+
+
+if __name__ == "__main__":
+    main()
