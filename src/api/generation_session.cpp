@@ -20,6 +20,7 @@ bool GenerationSession::on_token(const engine::GeneratedToken& token) {
   std::lock_guard lock(mutex_);
   if (cancelled_ || text_.stopped() || outcome_) return false;
   ++completion_tokens_;
+  if (!first_token_at_) first_token_at_ = std::chrono::steady_clock::now();
   unsent_.append(text_.push(token));
   changed_.notify_all();
   return !text_.stopped();
@@ -76,6 +77,11 @@ void GenerationSession::abandon() {
 int GenerationSession::completion_tokens() const {
   std::lock_guard lock(mutex_);
   return completion_tokens_;
+}
+
+std::optional<std::chrono::steady_clock::time_point> GenerationSession::first_token_at() const {
+  std::lock_guard lock(mutex_);
+  return first_token_at_;
 }
 
 }  // namespace strata::api

@@ -42,6 +42,8 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
   void abandon();
 
   int completion_tokens() const;
+  // When the engine gave the first token; unset before.
+  std::optional<std::chrono::steady_clock::time_point> first_token_at() const;
 
  private:
   bool on_token(const engine::GeneratedToken& token);
@@ -54,6 +56,7 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
   std::optional<GenerationOutcome> outcome_;
   bool cancelled_ = false;
   int completion_tokens_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> first_token_at_;
 };
 
 }  // namespace strata::api

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cctype>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
@@ -41,6 +42,18 @@ bool same_secret(std::string_view given, std::string_view expected) {
   return difference == 0 && !expected.empty();
 }
 
+// The credentials of "Bearer <key>"; the scheme is case-insensitive and may be followed by
+// several spaces (RFC 7235). Empty for any other scheme.
+std::string_view bearer_credentials(std::string_view authorization) {
+  constexpr std::string_view kScheme = "bearer";
+  if (authorization.size() <= kScheme.size() || authorization[kScheme.size()] != ' ') return {};
+  for (size_t i = 0; i < kScheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kScheme[i]) return {};
+  }
+  const size_t key = authorization.find_first_not_of(' ', kScheme.size());
+  return key == std::string_view::npos ? std::string_view() : authorization.substr(key);
+}
+
 // Ollama's clients expect its error shape on its endpoints.
 void send_error(const httplib::Request& request, httplib::Response& response,
                 const ApiError& error) {
@@ -48,6 +61,23 @@ void send_error(const httplib::Request& request, httplib::Response& response,
   const bool ollama = request.path.starts_with("/api/");
   response.set_content(ollama ? ollama_error_body(error) : openai_error_body(error),
                        "application/json");
+}
+
+// The most bytes of text one token can stand for: the longest piece in the vocabulary, or a
+// control token's name written out in a prompt (token_piece does not show those; none is near
+// 128 bytes).
+size_t longest_token_bytes(const tokenizer::Tokenizer& tokenizer) {
+  size_t longest = 128;
+  for (int token = 0; token < tokenizer.vocab_size(); ++token) {
+    longest = std::max(longest, tokenizer.token_piece(token).size());
+  }
+  return longest;
+}
+
+size_t prompt_text_bytes(const CompletionRequest& request) {
+  size_t bytes = request.prompt.size();
+  for (const auto& message : request.messages) bytes += message.content.size();
+  return bytes;
 }
 
 std::string_view finish_reason(const GenerationOutcome& outcome) {
@@ -64,8 +94,12 @@ class Server::Impl {
         tokenizer_(tokenizer),
         model_name_(std::move(model_name)),
         template_family_(detect_template_family(chat_template)),
+        longest_token_bytes_(longest_token_bytes(tokenizer)),
         options_(std::move(options)),
         created_(unix_time()) {
+    if (options_.api_key && options_.api_key->empty()) {
+      throw std::invalid_argument("The API key is empty; leave it unset to serve without one.");
+    }
     configure();
   }
 
@@ -194,12 +228,8 @@ class Server::Impl {
       return httplib::Server::HandlerResponse::Handled;
     }
     if (options_.api_key && request.path != "/health") {
-      const std::string authorization = request.get_header_value("Authorization");
-      constexpr std::string_view kBearer = "Bearer ";
-      bool authorized =
-          authorization.starts_with(kBearer) &&
-          same_secret(std::string_view(authorization).substr(kBearer.size()), *options_.api_key);
-      if (!authorized) {
+      if (!same_secret(bearer_credentials(request.get_header_value("Authorization")),
+                       *options_.api_key)) {
         send_error(request, response,
                    ApiError(401,
                             "Incorrect or missing API key. Send it as "
@@ -236,6 +266,21 @@ class Server::Impl {
     }
   }
 
+  // Text that cannot fit the context whatever its tokens is refused before it is tokenized, which
+  // for megabytes of text would take seconds.
+  void check_prompt_size(const CompletionRequest& request) const {
+    const int context = generator_.limits().context_size;
+    const size_t bytes = prompt_text_bytes(request);
+    if (bytes <= size_t(context) * longest_token_bytes_) return;
+    const std::string input = request.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt";
+    throw ApiError(400,
+                   "This model's maximum context length is " + std::to_string(context) +
+                       " tokens, and the " + input + " hold " + std::to_string(bytes) +
+                       " bytes of text, more than that many tokens can stand for. Please reduce "
+                       "the length of the " + input + ".",
+                   input, "context_length_exceeded");
+  }
+
   // The completion budget: what the client asked for, or else what is left of the context.
   int completion_budget(Endpoint endpoint, int prompt_tokens, std::optional<int> requested) const {
     const int context = generator_.limits().context_size;
@@ -266,6 +311,7 @@ class Server::Impl {
     try {
       auto [request, writer] = parse();
       check_model(request.model);
+      check_prompt_size(request);
       const bool chat = request.endpoint == Endpoint::ChatCompletions;
       std::vector<engine::Token> prompt =
           chat ? chat_prompt_tokens(tokenizer_, template_family_, request.messages)
@@ -338,6 +384,7 @@ class Server::Impl {
     forget(session);
     if (outcome->kind == GenerationOutcome::Kind::Error) throw outcome_error(*outcome);
     usage.completion_tokens = session->completion_tokens();
+    usage.first_token_at = session->first_token_at();
     response.set_content(writer.whole(output, finish_reason(*outcome), usage),
                          std::string(writer.content_type(false)));
   }
@@ -363,6 +410,7 @@ class Server::Impl {
                 events += writer->stream_error(outcome_error(*update.outcome));
               } else {
                 usage.completion_tokens = session->completion_tokens();
+    usage.first_token_at = session->first_token_at();
                 events += writer->stream_end(finish_reason(*update.outcome), usage);
               }
             }
@@ -399,6 +447,7 @@ class Server::Impl {
   const tokenizer::Tokenizer& tokenizer_;
   const std::string model_name_;
   const TemplateFamily template_family_;
+  const size_t longest_token_bytes_;
   const ServerOptions options_;
   const int64_t created_;
   httplib::Server http_;

@@ -487,6 +487,18 @@ TEST_F(ApiServerTest, PromptAndCompletionOverTheContextAre400WithCounts) {
   EXPECT_EQ(generator_->last_request().max_tokens + generator_->last_request().prompt.size(), 128u);
 }
 
+// Megabytes of text are refused by their size, without tokenizing them.
+TEST_F(ApiServerTest, AHugePromptIsRefusedBeforeTokenizing) {
+  start();
+  const std::string huge(size_t{4} << 20, 'a');
+  auto reply = post("/v1/completions", json{{"prompt", huge}, {"max_tokens", 1}});
+  expect_error(reply, 400, "prompt", "context_length_exceeded");
+  EXPECT_NE(reply.body["error"]["message"].get<std::string>().find(std::to_string(huge.size()) + " bytes"),
+            std::string::npos) << reply.body.dump();
+  reply = post("/api/chat", json{{"messages", {{{"role", "user"}, {"content", huge}}}}, {"stream", false}});
+  EXPECT_EQ(reply.status, 400) << reply.body.dump();
+}
+
 TEST_F(ApiServerTest, BodyTooLargeIs413) {
   ServerOptions options;
   options.max_body_bytes = 1024;
@@ -506,8 +518,21 @@ TEST_F(ApiServerTest, ApiKeyIsRequiredWhenSet) {
   expect_error(post("/v1/chat/completions", body, {{"Authorization", "sesame"}}), 401, "",
                "invalid_api_key");
   EXPECT_EQ(post("/v1/chat/completions", body, {{"Authorization", "Bearer sesame"}}).status, 200);
+  // RFC 7235: the scheme is case-insensitive.
+  EXPECT_EQ(post("/v1/chat/completions", body, {{"Authorization", "bearer sesame"}}).status, 200);
+  EXPECT_EQ(post("/v1/chat/completions", body, {{"Authorization", "BEARER  sesame"}}).status, 200);
+  expect_error(post("/v1/chat/completions", body, {{"Authorization", "Basic sesame"}}), 401, "",
+               "invalid_api_key");
+  expect_error(post("/v1/chat/completions", body, {{"Authorization", "Bearersesame"}}), 401, "",
+               "invalid_api_key");
   EXPECT_EQ(get("/health").status, 200);
   EXPECT_EQ(get("/v1/models").status, 401);
+}
+
+TEST_F(ApiServerTest, AnEmptyApiKeyIsRefused) {
+  ServerOptions options;
+  options.api_key = "";
+  EXPECT_THROW(start(fake_options(), options), std::invalid_argument);
 }
 
 TEST_F(ApiServerTest, FullQueueIs429) {
@@ -621,6 +646,21 @@ TEST_F(ApiServerTest, OllamaChatWhole) {
   EXPECT_EQ(r["prompt_eval_count"], request.prompt.size());
   EXPECT_EQ(r["eval_count"], 5);
   EXPECT_TRUE(r["total_duration"].is_number_integer());
+}
+
+// Prompt evaluation lasts until the first token, evaluation from there to the end.
+TEST_F(ApiServerTest, OllamaWholeAnswerTimings) {
+  auto fake = fake_options();
+  fake.token_delay = std::chrono::milliseconds(30);
+  start(fake);
+  json body = {{"prompt", "Time it"}, {"stream", false}, {"options", {{"num_predict", 5}}}};
+  auto reply = post("/api/generate", body);
+  ASSERT_EQ(reply.status, 200) << reply.body.dump();
+  const int64_t total = reply.body["total_duration"], eval = reply.body["eval_duration"],
+                prompt_eval = reply.body["prompt_eval_duration"];
+  EXPECT_GE(eval, 4 * 30'000'000) << reply.body.dump();  // four delays after the first token
+  EXPECT_GE(prompt_eval, 30'000'000) << reply.body.dump();
+  EXPECT_EQ(prompt_eval + eval, total) << reply.body.dump();
 }
 
 TEST_F(ApiServerTest, OllamaChatStreamsNdjsonByDefault) {
