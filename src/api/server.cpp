@@ -1,7 +1,5 @@
 #include "api/server.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -12,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 #include <mutex>
+#include <regex>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -20,6 +19,7 @@
 #include "api/chat_template.h"
 #include "api/client_watch.h"
 #include "api/generation_session.h"
+#include "api/http_server.h"
 #include "api/request.h"
 #include "api/responses.h"
 #include "engine/generator.h"
@@ -54,15 +54,6 @@ std::string_view bearer_credentials(std::string_view authorization) {
   return key == std::string_view::npos ? std::string_view() : authorization.substr(key);
 }
 
-// Ollama's clients expect its error shape on its endpoints.
-void send_error(const httplib::Request& request, httplib::Response& response,
-                const ApiError& error) {
-  response.status = error.status;
-  const bool ollama = request.path.starts_with("/api/");
-  response.set_content(ollama ? ollama_error_body(error) : openai_error_body(error),
-                       "application/json");
-}
-
 // The most bytes of text one token can stand for: the longest piece in the vocabulary, or a
 // control token's name written out in a prompt (token_piece does not show those; none is near
 // 128 bytes).
@@ -86,7 +77,7 @@ std::string_view finish_reason(const GenerationOutcome& outcome) {
 
 }  // namespace
 
-class Server::Impl {
+class Server::Impl final : public http::Service {
  public:
   Impl(engine::Generator& generator, const tokenizer::Tokenizer& tokenizer, std::string model_name,
        std::string_view chat_template, ServerOptions options)
@@ -96,28 +87,17 @@ class Server::Impl {
         template_family_(detect_template_family(chat_template)),
         longest_token_bytes_(longest_token_bytes(tokenizer)),
         options_(std::move(options)),
-        created_(unix_time()) {
+        created_(unix_time()),
+        http_(http_options(options_, generator.limits()), *this) {
     if (options_.api_key && options_.api_key->empty()) {
       throw std::invalid_argument("The API key is empty; leave it unset to serve without one.");
     }
-    configure();
+    add_routes();
   }
 
-  ~Impl() { stop(); }
+  ~Impl() override { stop(); }
 
-  void start() {
-    port_ = options_.port == 0
-                ? http_.bind_to_any_port(options_.host)
-                : (http_.bind_to_port(options_.host, options_.port) ? options_.port : -1);
-    if (port_ <= 0) {
-      throw std::runtime_error("cannot listen on " + options_.host + ":" +
-                               std::to_string(options_.port));
-    }
-    // httplib listens with a backlog of 5, which drops connections when many clients arrive at
-    // once; listening again on the same socket raises it.
-    if (listening_socket_ != INVALID_SOCKET) ::listen(listening_socket_, SOMAXCONN);
-    listener_ = std::thread([this] { http_.listen_after_bind(); });
-  }
+  void start() { port_ = http_.start(); }
 
   int port() const { return port_; }
 
@@ -126,135 +106,171 @@ class Server::Impl {
       std::unique_lock lock(sessions_mutex_);
       stopping_ = true;
       for (const auto& session : sessions_) session->abandon();
-      // Let each answer in flight end with its error before the sockets close: once stopped,
-      // httplib no longer calls a stream's provider, and a stream that had not sent its first
-      // event yet would end empty. A client that does not read gets kStopGrace.
-      constexpr std::chrono::seconds kStopGrace{5};
-      sessions_ended_.wait_for(lock, kStopGrace, [&] { return sessions_.empty(); });
+      // Let each answer in flight end with its error before the connections close. A client
+      // that does not read gets kSessionsGrace, then kAnswerGrace for what is being written.
+      constexpr std::chrono::seconds kSessionsGrace{5};
+      sessions_ended_.wait_for(lock, kSessionsGrace, [&] { return sessions_.empty(); });
     }
-    http_.stop();
-    if (listener_.joinable()) listener_.join();
+    constexpr std::chrono::seconds kAnswerGrace{2};
+    http_.stop(kAnswerGrace);
+  }
+
+  http::Response handle(const http::Request& request) override {
+    http::Response response = answer(request);
+    if (const auto origin = cors_origin(request)) {
+      response.headers.emplace_back("Access-Control-Allow-Origin", *origin);
+      if (*origin != "*") response.headers.emplace_back("Vary", "Origin");
+    }
+    if (options_.log_requests) {
+      std::fprintf(stderr, "strata: %s %s %s %d\n", request.remote_address.c_str(),
+                   request.method.c_str(), request.path.c_str(), response.status);
+    }
+    return response;
+  }
+
+  http::Response refuse(const http::Request& request, int status,
+                        const std::string& message) override {
+    return error_response(request, ApiError(status, message, {}, refusal_code(status)));
   }
 
  private:
-  void configure() {
-    // Every running or queued request holds an HTTP thread while it waits for tokens; the spare
-    // ones keep /health and errors answering when the engine is full.
-    const auto limits = generator_.limits();
-    const auto threads = std::clamp<int64_t>(int64_t{limits.max_parallel} + limits.max_queued + 4,
+  using RouteHandler = std::function<http::Response(const http::Request&, const std::smatch&)>;
+  struct Route {
+    std::string method;
+    std::regex path;
+    RouteHandler handler;
+  };
+
+  static http::Options http_options(const ServerOptions& options, engine::ModelLimits limits) {
+    // Every running or queued request holds a worker while it waits for tokens; the spare ones
+    // keep /health and errors answering when the engine is full.
+    const auto workers = std::clamp<int64_t>(int64_t{limits.max_parallel} + limits.max_queued + 4,
                                              kMinHttpThreads, kMaxHttpThreads);
-    http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-    http_.set_payload_max_length(options_.max_body_bytes);
-    http_.set_socket_options([this](socket_t socket) {
-      httplib::default_socket_options(socket);
-      listening_socket_ = socket;
+    return {options.host, options.port, options.limits, options.host_names, size_t(workers)};
+  }
+
+  void route(std::string method, const std::string& path, RouteHandler handler) {
+    routes_.push_back({std::move(method), std::regex(path), std::move(handler)});
+  }
+
+  static http::Response json_response(std::string body) {
+    http::Response response;
+    response.body = std::move(body);
+    return response;
+  }
+
+  void add_routes() {
+    route("GET", "/health", [](const http::Request&, const std::smatch&) {
+      return json_response(R"({"status":"ok"})");
     });
-    if (options_.log_requests) {
-      http_.set_logger([](const httplib::Request& request, const httplib::Response& response) {
-        std::fprintf(stderr, "strata: %s %s %s %d\n", request.remote_addr.c_str(),
-                     request.method.c_str(), request.path.c_str(), response.status);
+    route("GET", "/v1/models", [this](const http::Request&, const std::smatch&) {
+      return json_response(openai_models_body(model_name_, created_));
+    });
+    route("GET", "/v1/models/(.+)", [this](const http::Request&, const std::smatch& match) {
+      check_model(match[1].str());
+      return json_response(openai_model_body(model_name_, created_));
+    });
+    for (auto [path, endpoint] : {std::pair("/v1/chat/completions", Endpoint::ChatCompletions),
+                                  std::pair("/v1/completions", Endpoint::Completions)}) {
+      route("POST", path, [this, endpoint](const http::Request& request, const std::smatch&) {
+        return handle_completion(request, [&] {
+          auto parsed = parse_completion_request(endpoint, request.body);
+          return std::pair(parsed, openai_writer(parsed));
+        });
       });
     }
-    http_.set_pre_routing_handler(
-        [this](const httplib::Request& request, httplib::Response& response) {
-          return admit(request, response);
-        });
-    http_.set_error_handler(httplib::Server::HandlerWithResponse(
-        [this](const httplib::Request& request, httplib::Response& response) {
-          if (!response.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-          send_error(request, response, status_error(request, response.status));
-          return httplib::Server::HandlerResponse::Handled;
-        }));
-    http_.set_exception_handler(
-        [](const httplib::Request& request, httplib::Response& response, std::exception_ptr error) {
-          std::string message = "Internal error.";
-          try {
-            std::rethrow_exception(error);
-          } catch (const std::exception& e) {
-            message = std::string("Internal error: ") + e.what();
-          } catch (...) {
-          }
-          send_error(request, response, ApiError(500, message));
-        });
-
-    http_.Get("/health", [](const httplib::Request&, httplib::Response& response) {
-      response.set_content(R"({"status":"ok"})", "application/json");
-    });
-    http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& response) {
-      response.set_content(openai_models_body(model_name_, created_), "application/json");
-    });
-    http_.Get(
-        R"(/v1/models/(.+))", [this](const httplib::Request& request, httplib::Response& response) {
-          try {
-            check_model(request.matches[1].str());
-            response.set_content(openai_model_body(model_name_, created_), "application/json");
-          } catch (const ApiError& error) {
-            send_error(request, response, error);
-          }
-        });
-    http_.Post("/v1/chat/completions",
-               [this](const httplib::Request& request, httplib::Response& response) {
-                 handle_completion(request, response, [&] {
-                   auto parsed = parse_completion_request(Endpoint::ChatCompletions, request.body);
-                   return std::pair(parsed, openai_writer(parsed));
-                 });
-               });
-    http_.Post("/v1/completions",
-               [this](const httplib::Request& request, httplib::Response& response) {
-                 handle_completion(request, response, [&] {
-                   auto parsed = parse_completion_request(Endpoint::Completions, request.body);
-                   return std::pair(parsed, openai_writer(parsed));
-                 });
-               });
-    http_.Get("/api/tags", [this](const httplib::Request&, httplib::Response& response) {
-      response.set_content(ollama_tags_body(model_name_), "application/json");
+    route("GET", "/api/tags", [this](const http::Request&, const std::smatch&) {
+      return json_response(ollama_tags_body(model_name_));
     });
     for (auto [path, endpoint] : {std::pair("/api/chat", OllamaEndpoint::Chat),
                                   std::pair("/api/generate", OllamaEndpoint::Generate)}) {
-      http_.Post(path,
-                 [this, endpoint](const httplib::Request& request, httplib::Response& response) {
-                   handle_completion(request, response, [&] {
-                     auto parsed = parse_ollama_request(endpoint, request.body);
-                     return std::pair(parsed, ollama_response_writer(endpoint, model_name_));
-                   });
-                 });
+      route("POST", path, [this, endpoint](const http::Request& request, const std::smatch&) {
+        return handle_completion(request, [&] {
+          auto parsed = parse_ollama_request(endpoint, request.body);
+          return std::pair(parsed, ollama_response_writer(endpoint, model_name_));
+        });
+      });
     }
   }
 
-  httplib::Server::HandlerResponse admit(const httplib::Request& request,
-                                         httplib::Response& response) {
-    if (stopping_) {
-      send_error(request, response, ApiError(503, "The server is shutting down."));
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (options_.api_key && request.path != "/health") {
-      if (!same_secret(bearer_credentials(request.get_header_value("Authorization")),
-                       *options_.api_key)) {
-        send_error(request, response,
-                   ApiError(401,
-                            "Incorrect or missing API key. Send it as "
-                            "\"Authorization: Bearer <key>\".",
-                            {}, "invalid_api_key"));
-        return httplib::Server::HandlerResponse::Handled;
+  http::Response answer(const http::Request& request) {
+    try {
+      if (is_cors_preflight(request)) return cors_preflight();
+      admit(request);
+      for (const auto& route : routes_) {
+        std::smatch match;
+        if (route.method == request.method && std::regex_match(request.path, match, route.path)) {
+          return route.handler(request, match);
+        }
       }
+      throw ApiError(404, "Unknown endpoint: " + request.method + " " + request.path, {},
+                     "unknown_url");
+    } catch (const ApiError& error) {
+      return error_response(request, error);
+    } catch (const std::exception& error) {
+      return error_response(request, ApiError(500, std::string("Internal error: ") + error.what()));
     }
-    return httplib::Server::HandlerResponse::Unhandled;
   }
 
-  ApiError status_error(const httplib::Request& request, int status) const {
-    switch (status) {
-      case 404:
-        return ApiError(404, "Unknown endpoint: " + request.method + " " + request.path, {},
-                        "unknown_url");
-      case 413:
-        return ApiError(413,
-                        "The request body is larger than " +
-                            std::to_string(options_.max_body_bytes) + " bytes.",
-                        {}, "request_too_large");
-      default:
-        return ApiError(status,
-                        "The request could not be handled (HTTP " + std::to_string(status) + ").");
+  void admit(const http::Request& request) const {
+    if (stopping_) throw ApiError(503, "The server is shutting down.");
+    if (options_.api_key && request.path != "/health" &&
+        !same_secret(bearer_credentials(request.header("Authorization")), *options_.api_key)) {
+      throw ApiError(401,
+                     "Incorrect or missing API key. Send it as \"Authorization: Bearer <key>\".",
+                     {}, "invalid_api_key");
     }
+  }
+
+  // Ollama's clients expect its error shape on its endpoints.
+  static http::Response error_response(const http::Request& request, const ApiError& error) {
+    http::Response response;
+    response.status = error.status;
+    const bool ollama = request.path.starts_with("/api/");
+    response.body = ollama ? ollama_error_body(error) : openai_error_body(error);
+    if (error.status == 429 || error.status == 503) response.headers.emplace_back("Retry-After", "1");
+    return response;
+  }
+
+  static std::string refusal_code(int status) {
+    switch (status) {
+      case 403:
+        return "host_not_allowed";
+      case 413:
+        return "request_too_large";
+      case 415:
+        return "unsupported_media_type";
+      case 431:
+        return "request_header_too_large";
+      case 503:
+        return "too_many_connections";
+      default:
+        return "invalid_request";
+    }
+  }
+
+  // The Access-Control-Allow-Origin value for the request's Origin, when it is allowed.
+  std::optional<std::string> cors_origin(const http::Request& request) const {
+    const std::string origin = request.header("Origin");
+    if (origin.empty()) return std::nullopt;
+    for (const auto& allowed : options_.cors_origins) {
+      if (allowed == "*" || allowed == origin) return allowed;
+    }
+    return std::nullopt;
+  }
+
+  bool is_cors_preflight(const http::Request& request) const {
+    return request.method == "OPTIONS" && cors_origin(request) &&
+           !request.header("Access-Control-Request-Method").empty();
+  }
+
+  static http::Response cors_preflight() {
+    http::Response response;
+    response.status = 204;
+    response.headers = {{"Access-Control-Allow-Methods", "GET, POST"},
+                        {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
+                        {"Access-Control-Max-Age", "600"}};
+    return response;
   }
 
   void check_model(const std::optional<std::string>& model) const {
@@ -306,33 +322,25 @@ class Server::Impl {
   // `parse` reads the body in one of the dialects and picks the writer for its answer.
   using Parse = std::function<std::pair<CompletionRequest, std::unique_ptr<ResponseWriter>>()>;
 
-  void handle_completion(const httplib::Request& http_request, httplib::Response& response,
-                         const Parse& parse) {
-    try {
-      auto [request, writer] = parse();
-      check_model(request.model);
-      check_prompt_size(request);
-      const bool chat = request.endpoint == Endpoint::ChatCompletions;
-      std::vector<engine::Token> prompt =
-          chat ? chat_prompt_tokens(tokenizer_, template_family_, request.messages)
-               : completion_prompt_tokens(tokenizer_, request.prompt);
-      const Usage prompt_usage{static_cast<int>(prompt.size()), 0};
-      engine::GenerationRequest generation{
-          std::move(prompt),
-          completion_budget(request.endpoint, prompt_usage.prompt_tokens, request.max_tokens),
-          request.sampling, request.logprobs, request.logprobs ? request.top_logprobs : 0};
+  http::Response handle_completion(const http::Request& http_request, const Parse& parse) {
+    auto [request, writer] = parse();
+    check_model(request.model);
+    check_prompt_size(request);
+    const bool chat = request.endpoint == Endpoint::ChatCompletions;
+    std::vector<engine::Token> prompt =
+        chat ? chat_prompt_tokens(tokenizer_, template_family_, request.messages)
+             : completion_prompt_tokens(tokenizer_, request.prompt);
+    const Usage prompt_usage{static_cast<int>(prompt.size()), 0, std::nullopt};
+    engine::GenerationRequest generation{
+        std::move(prompt),
+        completion_budget(request.endpoint, prompt_usage.prompt_tokens, request.max_tokens),
+        request.sampling, request.logprobs, request.logprobs ? request.top_logprobs : 0};
 
-      auto session = std::make_shared<GenerationSession>(tokenizer_, std::move(request.stop),
-                                                         request.logprobs);
-      submit(std::move(generation), session);
-      if (request.stream) {
-        stream(std::move(writer), prompt_usage, session, response);
-      } else {
-        respond_when_done(http_request, *writer, prompt_usage, session, response);
-      }
-    } catch (const ApiError& error) {
-      send_error(http_request, response, error);
-    }
+    auto session = std::make_shared<GenerationSession>(tokenizer_, std::move(request.stop),
+                                                       request.logprobs);
+    submit(std::move(generation), session);
+    if (request.stream) return stream(std::move(writer), prompt_usage, session);
+    return respond_when_done(http_request, *writer, prompt_usage, session);
   }
 
   void submit(engine::GenerationRequest generation,
@@ -362,71 +370,60 @@ class Server::Impl {
   // Nothing is written before the answer is whole, so a client that goes away is only seen
   // by looking at its connection: within kClientCheck the generation is cancelled and its
   // sequence released, as a closed stream's is.
-  void respond_when_done(const httplib::Request& http_request, ResponseWriter& writer, Usage usage,
-                         const std::shared_ptr<GenerationSession>& session,
-                         httplib::Response& response) {
+  http::Response respond_when_done(const http::Request& http_request, ResponseWriter& writer,
+                                   Usage usage, const std::shared_ptr<GenerationSession>& session) {
     constexpr std::chrono::milliseconds kClientCheck{100};
-    const auto look_from = std::chrono::steady_clock::now() + kClientCheck;
-    std::optional<ClientWatch> client;  // found only for answers that take a while
+    const ClientWatch client(http_request.socket);
     TextDelta output;
     std::optional<GenerationOutcome> outcome;
     while (!outcome) {
       auto update = session->wait_for(kClientCheck);
       output.append(std::move(update.delta));
       outcome = std::move(update.outcome);
-      if (outcome || std::chrono::steady_clock::now() < look_from) continue;
-      if (!client) {
-        client.emplace(http_request.local_addr, http_request.local_port, http_request.remote_addr,
-                       http_request.remote_port);
-      }
-      if (client->gone()) session->cancel();
+      if (!outcome && client.gone()) session->cancel();
     }
     forget(session);
     if (outcome->kind == GenerationOutcome::Kind::Error) throw outcome_error(*outcome);
     usage.completion_tokens = session->completion_tokens();
     usage.first_token_at = session->first_token_at();
-    response.set_content(writer.whole(output, finish_reason(*outcome), usage),
-                         std::string(writer.content_type(false)));
+    http::Response response;
+    response.content_type = writer.content_type(false);
+    response.body = writer.whole(output, finish_reason(*outcome), usage);
+    return response;
   }
 
-  void stream(std::shared_ptr<ResponseWriter> writer, Usage usage,
-              const std::shared_ptr<GenerationSession>& session, httplib::Response& response) {
-    auto started = std::make_shared<bool>(false);
-    response.set_header("Cache-Control", "no-cache");
-    response.set_chunked_content_provider(
-        std::string(writer->content_type(true)),
-        [this, writer, usage, session, started](size_t, httplib::DataSink& sink) mutable {
-          std::string events;
-          bool done = false;
-          if (!*started) {
-            events = writer->stream_start();
-            *started = true;
-          } else {
-            auto update = session->wait();
-            if (!update.delta.empty()) events += writer->stream_delta(update.delta);
-            if (update.outcome) {
-              done = true;
-              if (update.outcome->kind == GenerationOutcome::Kind::Error) {
-                events += writer->stream_error(outcome_error(*update.outcome));
-              } else {
-                usage.completion_tokens = session->completion_tokens();
-    usage.first_token_at = session->first_token_at();
-                events += writer->stream_end(finish_reason(*update.outcome), usage);
-              }
-            }
-          }
-          // An empty write would end the chunked body early.
-          if (!events.empty() && !sink.write(events.data(), events.size())) {
-            session->cancel();
-            return false;
-          }
-          if (done) sink.done();
-          return true;
-        },
-        [this, session](bool success) {
-          if (!success) session->cancel();
-          forget(session);
-        });
+  http::Response stream(std::shared_ptr<ResponseWriter> writer, Usage usage,
+                        const std::shared_ptr<GenerationSession>& session) {
+    http::Response response;
+    response.content_type = writer->content_type(true);
+    response.headers.emplace_back("Cache-Control", "no-cache");
+    response.next_piece = [this, writer, usage, session, started = false,
+                           done = false]() mutable -> std::optional<std::string> {
+      if (done) return std::nullopt;
+      if (!started) {
+        started = true;
+        return writer->stream_start();
+      }
+      auto update = session->wait();
+      std::string events;
+      if (!update.delta.empty()) events += writer->stream_delta(update.delta);
+      if (update.outcome) {
+        done = true;
+        if (update.outcome->kind == GenerationOutcome::Kind::Error) {
+          events += writer->stream_error(outcome_error(*update.outcome));
+        } else {
+          usage.completion_tokens = session->completion_tokens();
+          usage.first_token_at = session->first_token_at();
+          events += writer->stream_end(finish_reason(*update.outcome), usage);
+        }
+      }
+      return events;
+    };
+    response.on_stream_end = [this, session](bool whole) {
+      if (!whole) session->cancel();
+      forget(session);
+    };
+    return response;
   }
 
   void track(const std::shared_ptr<GenerationSession>& session) {
@@ -450,14 +447,13 @@ class Server::Impl {
   const size_t longest_token_bytes_;
   const ServerOptions options_;
   const int64_t created_;
-  httplib::Server http_;
-  std::thread listener_;
-  int port_ = -1;
-  socket_t listening_socket_ = INVALID_SOCKET;
+  std::vector<Route> routes_;
   std::atomic<bool> stopping_{false};
   std::mutex sessions_mutex_;
   std::set<std::shared_ptr<GenerationSession>> sessions_;
   std::condition_variable sessions_ended_;
+  int port_ = -1;
+  http::Server http_;  // last: its threads call into everything above
 };
 
 Server::Server(engine::Generator& generator, const tokenizer::Tokenizer& tokenizer,

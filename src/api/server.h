@@ -5,6 +5,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "api/http_limits.h"
 
 namespace strata::engine {
 class Generator;
@@ -23,9 +26,16 @@ struct ServerOptions {
   int port = 8080;  // 0: any free port; Server::port() tells which
   // When set, every endpoint but /health needs "Authorization: Bearer <api_key>".
   std::optional<std::string> api_key;
-  size_t max_body_bytes = size_t{8} << 20;
+  http::Limits limits;  // sizes, deadlines and connection caps for clients
+  // Host names the server answers to besides IP literals and "localhost" (DNS rebinding).
+  std::vector<std::string> host_names;
+  // Origins that browsers may call the API from ("*": any); none by default.
+  std::vector<std::string> cors_origins;
   bool log_requests = false;  // one line per answered request on stderr
 };
+
+// The longest Server::stop() takes.
+inline constexpr int kStopGraceSeconds = 10;
 
 class Server {
  public:
@@ -40,8 +50,9 @@ class Server {
   // Binds and serves on background threads. Throws std::runtime_error when it cannot bind.
   void start();
   int port() const;
-  // Requests still in flight end with an error; returns once every connection is done. The
-  // generator is left running: shut it down afterwards.
+  // Requests still in flight end with an error; returns once every connection is closed, within
+  // kStopGraceSeconds whatever the clients do. The generator is left running: shut it down
+  // afterwards.
   void stop();
 
  private:

@@ -501,7 +501,7 @@ TEST_F(ApiServerTest, AHugePromptIsRefusedBeforeTokenizing) {
 
 TEST_F(ApiServerTest, BodyTooLargeIs413) {
   ServerOptions options;
-  options.max_body_bytes = 1024;
+  options.limits.max_body_bytes = 1024;
   start(fake_options(), options);
   json body = chat_body(std::string(4096, 'a'), 2);
   expect_error(post("/v1/chat/completions", body), 413, "", "request_too_large");
