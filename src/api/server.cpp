@@ -1,5 +1,7 @@
 #include "api/server.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -146,7 +148,9 @@ class Server::Impl final : public http::Service {
     // keep /health and errors answering when the engine is full.
     const auto workers = std::clamp<int64_t>(int64_t{limits.max_parallel} + limits.max_queued + 4,
                                              kMinHttpThreads, kMaxHttpThreads);
-    return {options.host, options.port, options.limits, options.host_names, size_t(workers)};
+    std::vector<std::string> host_names = options.host_names;
+    host_names.push_back(options.host);  // when it is a name, clients use it
+    return {options.host, options.port, options.limits, std::move(host_names), size_t(workers)};
   }
 
   void route(std::string method, const std::string& path, RouteHandler handler) {
@@ -472,12 +476,16 @@ std::string model_name_from_path(const std::string& model_path) {
 }
 
 namespace {
+constexpr int kMmapThresholdBytes = 256 << 10;
 std::atomic<int> received_signal{0};
 extern "C" void remember_signal(int signal) { received_signal = signal; }
 }  // namespace
 
 void serve_until_signal(engine::Generator& generator, const tokenizer::Tokenizer& tokenizer,
                         const gguf::File& model, const ServerOptions& options) {
+  // Request bodies of megabytes are freed back to the system when a request ends: without a
+  // fixed threshold glibc raises it after the first such free and keeps the memory.
+  mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
   Server server(generator, tokenizer, model_name_from_path(model.path()),
                 model.get_string("tokenizer.chat_template").value_or(""), options);
   server.start();

@@ -59,6 +59,10 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("-c,--ctx-size", o->engine.context_size, "Context size per request (default: the model's)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("-t,--threads", o->engine.threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--allowed-host", o->server.host_names,
+                  "Host name clients may reach the server by, besides IP addresses and localhost (repeatable)");
+  cmd->add_option("--cors-origin", o->server.cors_origins,
+                  "Origin browsers may call the API from, or '*' (repeatable; default: none)");
   cmd->add_flag("--log-requests", o->server.log_requests, "Print one line per answered request to stderr");
   cmd->callback([&action, o] { action = [o] { return serve(*o); }; });
 }
