@@ -8,6 +8,7 @@
 #include <boost/beast/http.hpp>
 #include <condition_variable>
 #include <list>
+#include <future>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -106,11 +107,16 @@ class Server::Impl {
   }
 
   void stop(std::chrono::milliseconds grace) {
+    if (io_threads_.empty() || stopping_.exchange(true)) return;
+    // On the acceptor's strand, after which every accepted connection is registered.
+    std::promise<void> acceptor_closed;
+    net::post(acceptor_.get_executor(), [&] {
+      acceptor_.close();
+      acceptor_closed.set_value();
+    });
+    acceptor_closed.get_future().wait();
     {
       std::unique_lock lock(mutex_);
-      if (io_threads_.empty() || stopped_) return;
-      stopping_ = true;
-      net::post(acceptor_.get_executor(), [this] { acceptor_.close(); });
       for (const auto& connection : connections_) {
         if (!connection->answering) close(connection);
       }
@@ -118,7 +124,6 @@ class Server::Impl {
       for (const auto& connection : connections_) close(connection);
       // A closed socket fails its next read or write at once.
       changed_.wait_for(lock, std::chrono::seconds(2), [&] { return connections_.empty(); });
-      stopped_ = true;
     }
     io_.stop();
     for (auto& thread : io_threads_) thread.join();
@@ -147,20 +152,20 @@ class Server::Impl {
   }
 
   // Registers the connection, making room by closing the oldest connections that have no
-  // request being answered. False when there is no room.
+  // request being answered. False when there is no room: the connection is then registered as
+  // closing, so that stop() waits for its refusal but no cap counts it.
   bool admit(const std::shared_ptr<Connection>& connection) {
     std::lock_guard lock(mutex_);
-    if (stopping_) return false;
     const auto same_client = [&](const Connection& other) {
       return other.client == connection->client;
     };
     const auto anyone = [](const Connection&) { return true; };
-    if (!make_room(options_.limits.max_connections_per_client, same_client) ||
-        !make_room(options_.limits.max_connections, anyone)) {
-      return false;
-    }
+    const bool room = !stopping_ &&
+                      make_room(options_.limits.max_connections_per_client, same_client) &&
+                      make_room(options_.limits.max_connections, anyone);
+    connection->closing = !room;
     connections_.push_back(connection);
-    return true;
+    return room;
   }
 
   template <class Predicate>
@@ -257,6 +262,7 @@ class Server::Impl {
   }
 
   net::awaitable<void> refuse_connection(std::shared_ptr<Connection> connection) {
+    Registration registration{*this, connection};
     Request request;
     request.remote_address = connection->client;
     co_await send(*connection,
@@ -380,7 +386,6 @@ class Server::Impl {
   std::condition_variable changed_;
   std::list<std::shared_ptr<Connection>> connections_;  // oldest first
   std::atomic<bool> stopping_{false};
-  bool stopped_ = false;
   // Destroyed before the registry above: the coroutines they end unregister themselves.
   net::io_context io_;
   tcp::acceptor acceptor_;
