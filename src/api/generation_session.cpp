@@ -13,6 +13,10 @@ engine::RequestCallbacks GenerationSession::callbacks() {
       [self](engine::FinishReason reason, const std::string& error) {
         self->on_finish(reason, error);
       },
+      [self] {
+        std::lock_guard lock(self->mutex_);
+        return self->cancelled_;
+      },
   };
 }
 
@@ -42,14 +46,6 @@ void GenerationSession::on_finish(engine::FinishReason reason, const std::string
                                                   : "The generation was cancelled."};
   }
   changed_.notify_all();
-}
-
-GenerationSession::Update GenerationSession::wait() {
-  std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] { return !unsent_.empty() || outcome_; });
-  Update update{std::move(unsent_), outcome_};
-  unsent_ = {};
-  return update;
 }
 
 GenerationSession::Update GenerationSession::wait_for(std::chrono::milliseconds timeout) {

@@ -343,7 +343,7 @@ class Server::Impl final : public http::Service {
     auto session = std::make_shared<GenerationSession>(tokenizer_, std::move(request.stop),
                                                        request.logprobs);
     submit(std::move(generation), session);
-    if (request.stream) return stream(std::move(writer), prompt_usage, session);
+    if (request.stream) return stream(http_request, std::move(writer), prompt_usage, session);
     return respond_when_done(http_request, *writer, prompt_usage, session);
   }
 
@@ -371,20 +371,28 @@ class Server::Impl final : public http::Service {
     return ApiError(stopping_ ? 503 : 500, outcome.error, {}, "generation_failed");
   }
 
-  // Nothing is written before the answer is whole, so a client that goes away is only seen
-  // by looking at its connection: within kClientCheck the generation is cancelled and its
-  // sequence released, as a closed stream's is.
+  // Nothing is written while a request waits for the model, so a client that goes away is only
+  // seen by looking at its connection: within kClientCheck the generation is cancelled, and its
+  // sequence released or its place in the queue given up.
+  static GenerationSession::Update next_update(GenerationSession& session,
+                                               const ClientWatch& client) {
+    constexpr std::chrono::milliseconds kClientCheck{100};
+    while (true) {
+      auto update = session.wait_for(kClientCheck);
+      if (!update.outcome && client.gone()) session.cancel();
+      if (!update.delta.empty() || update.outcome) return update;
+    }
+  }
+
   http::Response respond_when_done(const http::Request& http_request, ResponseWriter& writer,
                                    Usage usage, const std::shared_ptr<GenerationSession>& session) {
-    constexpr std::chrono::milliseconds kClientCheck{100};
     const ClientWatch client(http_request.socket);
     TextDelta output;
     std::optional<GenerationOutcome> outcome;
     while (!outcome) {
-      auto update = session->wait_for(kClientCheck);
+      auto update = next_update(*session, client);
       output.append(std::move(update.delta));
       outcome = std::move(update.outcome);
-      if (!outcome && client.gone()) session->cancel();
     }
     forget(session);
     if (outcome->kind == GenerationOutcome::Kind::Error) throw outcome_error(*outcome);
@@ -396,19 +404,19 @@ class Server::Impl final : public http::Service {
     return response;
   }
 
-  http::Response stream(std::shared_ptr<ResponseWriter> writer, Usage usage,
-                        const std::shared_ptr<GenerationSession>& session) {
+  http::Response stream(const http::Request& http_request, std::shared_ptr<ResponseWriter> writer,
+                        Usage usage, const std::shared_ptr<GenerationSession>& session) {
     http::Response response;
     response.content_type = writer->content_type(true);
     response.headers.emplace_back("Cache-Control", "no-cache");
-    response.next_piece = [this, writer, usage, session, started = false,
-                           done = false]() mutable -> std::optional<std::string> {
+    response.next_piece = [this, writer, usage, session, client = ClientWatch(http_request.socket),
+                           started = false, done = false]() mutable -> std::optional<std::string> {
       if (done) return std::nullopt;
       if (!started) {
         started = true;
         return writer->stream_start();
       }
-      auto update = session->wait();
+      auto update = next_update(*session, client);
       std::string events;
       if (!update.delta.empty()) events += writer->stream_delta(update.delta);
       if (update.outcome) {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "engine/generator.h"
 #include "model/model.h"
@@ -40,6 +41,9 @@ class Engine final : public Generator {
   void run_loop();
   void step(std::vector<std::unique_ptr<Sequence>>& active);
   void finish(Sequence& seq, FinishReason reason, const std::string& error = {});
+  // Takes the queued sequences whose request was cancelled out of the queue (mutex_ held).
+  std::vector<std::unique_ptr<Sequence>> take_cancelled();
+  void finish_cancelled(std::vector<std::unique_ptr<Sequence>> cancelled);
 
   std::shared_ptr<model::Model> model_;
   std::function<bool(Token)> is_end_of_generation_;

@@ -1013,6 +1013,31 @@ TEST_F(ApiServerTest, AnyContentTypeIsReadAsJson) {
   EXPECT_EQ(reply.status, 200) << reply.body.dump();
 }
 
+// A stream whose client leaves while it waits in the queue gives its place up at once, not when
+// the engine would have reached it.
+TEST_F(ApiServerTest, ADroppedQueuedStreamFreesItsPlaceAtOnce) {
+  auto fake = fake_options();
+  fake.limits = {128, 1, 1};
+  fake.token_delay = milliseconds(50);
+  start(fake);
+  auto busy = std::async(std::launch::async,
+                         [this] { return post("/v1/chat/completions", chat_body("Busy", 60)); });
+  ASSERT_TRUE(generator_->wait_for_submissions(1, seconds(10)));
+  {
+    RawConnection queued(server_->port());
+    json body = chat_body("Queued", 4);
+    body["stream"] = true;
+    queued.send(raw_request("POST", "/v1/chat/completions", body.dump()));
+    const std::string start = queued.read_until_closed(milliseconds(500));
+    EXPECT_EQ(raw_status(start), 200) << start;
+    ASSERT_TRUE(generator_->wait_for_submissions(2, seconds(10)));
+  }  // the client goes away
+  EXPECT_TRUE(generator_->wait_for_queue_drop(seconds(2)));
+  EXPECT_EQ(busy.wait_for(milliseconds(0)), std::future_status::timeout) << "the busy request ended first";
+  EXPECT_EQ(post("/v1/chat/completions", chat_body("Next", 2)).status, 200);
+  EXPECT_EQ(busy.get().status, 200);
+}
+
 TEST_F(ApiServerTest, StopDoesNotWaitForSlowClients) {
   ServerOptions options;
   start(fake_options(), options);
