@@ -16,8 +16,10 @@ struct Limits {
   std::chrono::milliseconds write_timeout{30'000};  // for each write of an answer
   // Beyond these a new connection takes the place of the oldest one that has no request being
   // answered; when every one has, the new one gets 503.
-  size_t max_connections = 512;
-  size_t max_connections_per_client = 64;  // per client IP address
+  // Well above what one busy client machine opens (a load test of 64 clients, whose closed
+  // connections the server may not have seen end yet), well below the descriptors there are.
+  size_t max_connections = 1024;
+  size_t max_connections_per_client = 256;  // per client IP address
 };
 
 }  // namespace strata::api::http

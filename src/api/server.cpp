@@ -1,6 +1,7 @@
 #include "api/server.h"
 
 #include <malloc.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -494,6 +495,12 @@ void serve_until_signal(engine::Generator& generator, const tokenizer::Tokenizer
   // Request bodies of megabytes are freed back to the system when a request ends: without a
   // fixed threshold glibc raises it after the first such free and keeps the memory.
   mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
+  // Every connection is a descriptor; the usual soft limit of 1024 is below the connection cap.
+  rlimit descriptors{};
+  if (getrlimit(RLIMIT_NOFILE, &descriptors) == 0 && descriptors.rlim_cur < descriptors.rlim_max) {
+    descriptors.rlim_cur = descriptors.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &descriptors);
+  }
   Server server(generator, tokenizer, model_name_from_path(model.path()),
                 model.get_string("tokenizer.chat_template").value_or(""), options);
   server.start();
