@@ -13,6 +13,10 @@ engine::RequestCallbacks GenerationSession::callbacks() {
       [self](engine::FinishReason reason, const std::string& error) {
         self->on_finish(reason, error);
       },
+      [self] {
+        std::lock_guard lock(self->mutex_);
+        return self->cancelled_;
+      },
   };
 }
 
@@ -20,6 +24,7 @@ bool GenerationSession::on_token(const engine::GeneratedToken& token) {
   std::lock_guard lock(mutex_);
   if (cancelled_ || text_.stopped() || outcome_) return false;
   ++completion_tokens_;
+  if (!first_token_at_) first_token_at_ = std::chrono::steady_clock::now();
   unsent_.append(text_.push(token));
   changed_.notify_all();
   return !text_.stopped();
@@ -41,14 +46,6 @@ void GenerationSession::on_finish(engine::FinishReason reason, const std::string
                                                   : "The generation was cancelled."};
   }
   changed_.notify_all();
-}
-
-GenerationSession::Update GenerationSession::wait() {
-  std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] { return !unsent_.empty() || outcome_; });
-  Update update{std::move(unsent_), outcome_};
-  unsent_ = {};
-  return update;
 }
 
 GenerationSession::Update GenerationSession::wait_for(std::chrono::milliseconds timeout) {
@@ -76,6 +73,11 @@ void GenerationSession::abandon() {
 int GenerationSession::completion_tokens() const {
   std::lock_guard lock(mutex_);
   return completion_tokens_;
+}
+
+std::optional<std::chrono::steady_clock::time_point> GenerationSession::first_token_at() const {
+  std::lock_guard lock(mutex_);
+  return first_token_at_;
 }
 
 }  // namespace strata::api

@@ -31,17 +31,18 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
     TextDelta delta;
     std::optional<GenerationOutcome> outcome;  // set once generation is over
   };
-  // Blocks until there is new text or the generation is over.
-  Update wait();
-  // The same, but returns an empty update after `timeout` without either.
+  // Blocks until there is new text or the generation is over, or returns an empty update after
+  // `timeout` without either.
   Update wait_for(std::chrono::milliseconds timeout);
 
-  // The client went away: the engine hears it at its next token.
+  // The client went away: the engine hears it at its next token, or drops it from its queue.
   void cancel();
   // The server is stopping: waiters return at once with an error and the engine is told to stop.
   void abandon();
 
   int completion_tokens() const;
+  // When the engine gave the first token; unset before.
+  std::optional<std::chrono::steady_clock::time_point> first_token_at() const;
 
  private:
   bool on_token(const engine::GeneratedToken& token);
@@ -54,6 +55,7 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
   std::optional<GenerationOutcome> outcome_;
   bool cancelled_ = false;
   int completion_tokens_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> first_token_at_;
 };
 
 }  // namespace strata::api

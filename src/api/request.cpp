@@ -14,6 +14,9 @@ namespace {
 using json = nlohmann::json;
 
 constexpr size_t kMaxStopStrings = 4;
+// Deeper nesting is never a real request; refusing it while parsing keeps a body of brackets
+// from costing seconds and hundreds of megabytes.
+constexpr int kMaxJsonDepth = 64;
 constexpr int kMaxTopLogprobs = 20;
 
 [[noreturn]] void invalid_type(const std::string& param, const char* expected) {
@@ -199,7 +202,15 @@ bool read_sampling_field(const std::string& key, const json& value, const std::s
 json parse_json_object(std::string_view body) {
   json root;
   try {
-    root = json::parse(body);
+    root = json::parse(body, [](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxJsonDepth) {
+        throw ApiError(400,
+                       "The request body is nested more than " + std::to_string(kMaxJsonDepth) +
+                           " levels deep.",
+                       {}, "invalid_json");
+      }
+      return true;
+    });
   } catch (const json::exception& error) {  // parse_error, or out_of_range for huge numbers
     throw ApiError(400, std::string("The request body is not valid JSON: ") + error.what(), {},
                    "invalid_json");

@@ -201,7 +201,6 @@ class OllamaWriter final : public ResponseWriter {
   std::string stream_start() override { return {}; }
 
   std::string stream_delta(const TextDelta& delta) override {
-    if (!first_token_) first_token_ = Clock::now();
     return line(message(delta.text, false));
   }
 
@@ -240,7 +239,7 @@ class OllamaWriter final : public ResponseWriter {
       return std::chrono::duration_cast<std::chrono::nanoseconds>(duration).count();
     };
     const auto end = Clock::now();
-    const auto first_token = first_token_.value_or(end);
+    const auto first_token = usage.first_token_at.value_or(end);
     json body = message(text, true);
     body["done_reason"] = finish_reason;
     body["total_duration"] = nanoseconds(end - start_);
@@ -255,7 +254,6 @@ class OllamaWriter final : public ResponseWriter {
   const bool chat_;
   const std::string model_;
   const Clock::time_point start_ = Clock::now();
-  std::optional<Clock::time_point> first_token_;
 };
 
 }  // namespace

@@ -1,8 +1,10 @@
 // How answers are written: OpenAI's JSON and server-sent events here, Ollama's in ollama.h.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -12,9 +14,11 @@
 
 namespace strata::api {
 
+// What a generation used: its tokens, and when its first token came (Ollama's timings).
 struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  std::optional<std::chrono::steady_clock::time_point> first_token_at;
 };
 
 // Writes one request's answer, whole or as a stream.

@@ -1,16 +1,19 @@
 #include "api/server.h"
 
-#include <httplib.h>
+#include <malloc.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cctype>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <mutex>
+#include <regex>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -19,6 +22,7 @@
 #include "api/chat_template.h"
 #include "api/client_watch.h"
 #include "api/generation_session.h"
+#include "api/http_server.h"
 #include "api/request.h"
 #include "api/responses.h"
 #include "engine/generator.h"
@@ -41,16 +45,33 @@ bool same_secret(std::string_view given, std::string_view expected) {
   return difference == 0 && !expected.empty();
 }
 
-// Ollama's clients expect its error shape on its endpoints.
-void send_error(const httplib::Request& request, httplib::Response& response,
-                const ApiError& error) {
-  response.status = error.status;
-  if (error.retry_after_seconds > 0) {
-    response.set_header("Retry-After", std::to_string(error.retry_after_seconds));
+// The credentials of "Bearer <key>"; the scheme is case-insensitive and may be followed by
+// several spaces (RFC 7235). Empty for any other scheme.
+std::string_view bearer_credentials(std::string_view authorization) {
+  constexpr std::string_view kScheme = "bearer";
+  if (authorization.size() <= kScheme.size() || authorization[kScheme.size()] != ' ') return {};
+  for (size_t i = 0; i < kScheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kScheme[i]) return {};
   }
-  const bool ollama = request.path.starts_with("/api/");
-  response.set_content(ollama ? ollama_error_body(error) : openai_error_body(error),
-                       "application/json");
+  const size_t key = authorization.find_first_not_of(' ', kScheme.size());
+  return key == std::string_view::npos ? std::string_view() : authorization.substr(key);
+}
+
+// The most bytes of text one token can stand for: the longest piece in the vocabulary, or a
+// control token's name written out in a prompt (token_piece does not show those; none is near
+// 128 bytes).
+size_t longest_token_bytes(const tokenizer::Tokenizer& tokenizer) {
+  size_t longest = 128;
+  for (int token = 0; token < tokenizer.vocab_size(); ++token) {
+    longest = std::max(longest, tokenizer.token_piece(token).size());
+  }
+  return longest;
+}
+
+size_t prompt_text_bytes(const CompletionRequest& request) {
+  size_t bytes = request.prompt.size();
+  for (const auto& message : request.messages) bytes += message.content.size();
+  return bytes;
 }
 
 std::string_view finish_reason(const GenerationOutcome& outcome) {
@@ -59,7 +80,7 @@ std::string_view finish_reason(const GenerationOutcome& outcome) {
 
 }  // namespace
 
-class Server::Impl {
+class Server::Impl final : public http::Service {
  public:
   Impl(engine::Generator& generator, const tokenizer::Tokenizer& tokenizer, std::string model_name,
        std::string_view chat_template, ServerOptions options)
@@ -67,26 +88,19 @@ class Server::Impl {
         tokenizer_(tokenizer),
         model_name_(std::move(model_name)),
         template_family_(detect_template_family(chat_template)),
+        longest_token_bytes_(longest_token_bytes(tokenizer)),
         options_(std::move(options)),
-        created_(unix_time()) {
-    configure();
-  }
-
-  ~Impl() { stop(); }
-
-  void start() {
-    port_ = options_.port == 0
-                ? http_.bind_to_any_port(options_.host)
-                : (http_.bind_to_port(options_.host, options_.port) ? options_.port : -1);
-    if (port_ <= 0) {
-      throw std::runtime_error("cannot listen on " + options_.host + ":" +
-                               std::to_string(options_.port));
+        created_(unix_time()),
+        http_(http_options(options_, generator.limits()), *this) {
+    if (options_.api_key && options_.api_key->empty()) {
+      throw std::invalid_argument("The API key is empty; leave it unset to serve without one.");
     }
-    // httplib listens with a backlog of 5, which drops connections when many clients arrive at
-    // once; listening again on the same socket raises it.
-    if (listening_socket_ != INVALID_SOCKET) ::listen(listening_socket_, SOMAXCONN);
-    listener_ = std::thread([this] { http_.listen_after_bind(); });
+    add_routes();
   }
+
+  ~Impl() override { stop(); }
+
+  void start() { port_ = http_.start(); }
 
   int port() const { return port_; }
 
@@ -95,150 +109,184 @@ class Server::Impl {
       std::unique_lock lock(sessions_mutex_);
       stopping_ = true;
       for (const auto& session : sessions_) session->abandon();
-      // Let each answer in flight end with its error before the sockets close: once stopped,
-      // httplib no longer calls a stream's provider, and a stream that had not sent its first
-      // event yet would end empty. A client that does not read gets kStopGrace.
-      constexpr std::chrono::seconds kStopGrace{5};
-      sessions_ended_.wait_for(lock, kStopGrace, [&] { return sessions_.empty(); });
+      // Let each answer in flight end with its error before the connections close. A client
+      // that does not read gets kSessionsGrace, then kAnswerGrace for what is being written.
+      constexpr std::chrono::seconds kSessionsGrace{5};
+      sessions_ended_.wait_for(lock, kSessionsGrace, [&] { return sessions_.empty(); });
     }
-    http_.stop();
-    if (listener_.joinable()) listener_.join();
+    constexpr std::chrono::seconds kAnswerGrace{2};
+    http_.stop(kAnswerGrace);
+  }
+
+  http::Response handle(const http::Request& request) override {
+    http::Response response = answer(request);
+    if (const auto origin = cors_origin(request)) {
+      response.headers.emplace_back("Access-Control-Allow-Origin", *origin);
+      if (*origin != "*") response.headers.emplace_back("Vary", "Origin");
+    }
+    if (options_.log_requests) {
+      std::fprintf(stderr, "strata: %s %s %s %d\n", request.remote_address.c_str(),
+                   request.method.c_str(), request.path.c_str(), response.status);
+    }
+    return response;
+  }
+
+  http::Response refuse(const http::Request& request, int status,
+                        const std::string& message) override {
+    return error_response(request, ApiError(status, message, {}, refusal_code(status)));
   }
 
  private:
-  void configure() {
-    // Every running or queued request holds an HTTP thread while it waits for tokens; the spare
-    // ones keep /health and errors answering when the engine is full.
-    const auto limits = generator_.limits();
-    const auto threads = std::clamp<int64_t>(int64_t{limits.max_parallel} + limits.max_queued + 4,
-                                             kMinHttpThreads, kMaxHttpThreads);
-    http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-    http_.set_payload_max_length(options_.max_body_bytes);
-    http_.set_socket_options([this](socket_t socket) {
-      httplib::default_socket_options(socket);
-      listening_socket_ = socket;
-    });
-    if (options_.log_requests) {
-      http_.set_logger([](const httplib::Request& request, const httplib::Response& response) {
-        std::fprintf(stderr, "strata: %s %s %s %d\n", request.remote_addr.c_str(),
-                     request.method.c_str(), request.path.c_str(), response.status);
-      });
-    }
-    http_.set_pre_routing_handler(
-        [this](const httplib::Request& request, httplib::Response& response) {
-          return admit(request, response);
-        });
-    http_.set_error_handler(httplib::Server::HandlerWithResponse(
-        [this](const httplib::Request& request, httplib::Response& response) {
-          if (!response.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-          send_error(request, response, status_error(request, response.status));
-          return httplib::Server::HandlerResponse::Handled;
-        }));
-    http_.set_exception_handler(
-        [](const httplib::Request& request, httplib::Response& response, std::exception_ptr error) {
-          std::string message = "Internal error.";
-          try {
-            std::rethrow_exception(error);
-          } catch (const std::exception& e) {
-            message = std::string("Internal error: ") + e.what();
-          } catch (...) {
-          }
-          send_error(request, response, ApiError(500, message));
-        });
+  using RouteHandler = std::function<http::Response(const http::Request&, const std::smatch&)>;
+  struct Route {
+    std::string method;
+    std::regex path;
+    RouteHandler handler;
+  };
 
-    http_.Get("/health", [this](const httplib::Request&, httplib::Response& response) {
-      if (!options_.health) {
-        response.set_content(R"({"status":"ok"})", "application/json");
-        return;
-      }
-      const auto [status, body] = options_.health();
+  static http::Options http_options(const ServerOptions& options, engine::ModelLimits limits) {
+    // Every running or queued request holds a worker while it waits for tokens; the spare ones
+    // keep /health and errors answering when the engine is full.
+    const auto workers = std::clamp<int64_t>(int64_t{limits.max_parallel} + limits.max_queued + 4,
+                                             kMinHttpThreads, kMaxHttpThreads);
+    std::vector<std::string> host_names = options.host_names;
+    host_names.push_back(options.host);  // when it is a name, clients use it
+    return {options.host, options.port, options.limits, std::move(host_names), size_t(workers)};
+  }
+
+  void route(std::string method, const std::string& path, RouteHandler handler) {
+    routes_.push_back({std::move(method), std::regex(path), std::move(handler)});
+  }
+
+  static http::Response json_response(std::string body) {
+    http::Response response;
+    response.body = std::move(body);
+    return response;
+  }
+
+  void add_routes() {
+    route("GET", "/health", [this](const http::Request&, const std::smatch&) {
+      if (!options_.health) return json_response(R"({"status":"ok"})");
+      auto [status, body] = options_.health();
+      http::Response response = json_response(std::move(body));
       response.status = status;
-      response.set_content(body, "application/json");
+      return response;
     });
     if (options_.cluster_status) {
-      http_.Get("/cluster", [this](const httplib::Request&, httplib::Response& response) {
-        response.set_content(options_.cluster_status(), "application/json");
+      route("GET", "/cluster", [this](const http::Request&, const std::smatch&) {
+        return json_response(options_.cluster_status());
       });
     }
-    http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& response) {
-      response.set_content(openai_models_body(model_name_, created_), "application/json");
+    route("GET", "/v1/models", [this](const http::Request&, const std::smatch&) {
+      return json_response(openai_models_body(model_name_, created_));
     });
-    http_.Get(
-        R"(/v1/models/(.+))", [this](const httplib::Request& request, httplib::Response& response) {
-          try {
-            check_model(request.matches[1].str());
-            response.set_content(openai_model_body(model_name_, created_), "application/json");
-          } catch (const ApiError& error) {
-            send_error(request, response, error);
-          }
+    route("GET", "/v1/models/(.+)", [this](const http::Request&, const std::smatch& match) {
+      check_model(match[1].str());
+      return json_response(openai_model_body(model_name_, created_));
+    });
+    for (auto [path, endpoint] : {std::pair("/v1/chat/completions", Endpoint::ChatCompletions),
+                                  std::pair("/v1/completions", Endpoint::Completions)}) {
+      route("POST", path, [this, endpoint](const http::Request& request, const std::smatch&) {
+        return handle_completion(request, [&] {
+          auto parsed = parse_completion_request(endpoint, request.body);
+          return std::pair(parsed, openai_writer(parsed));
         });
-    http_.Post("/v1/chat/completions",
-               [this](const httplib::Request& request, httplib::Response& response) {
-                 handle_completion(request, response, [&] {
-                   auto parsed = parse_completion_request(Endpoint::ChatCompletions, request.body);
-                   return std::pair(parsed, openai_writer(parsed));
-                 });
-               });
-    http_.Post("/v1/completions",
-               [this](const httplib::Request& request, httplib::Response& response) {
-                 handle_completion(request, response, [&] {
-                   auto parsed = parse_completion_request(Endpoint::Completions, request.body);
-                   return std::pair(parsed, openai_writer(parsed));
-                 });
-               });
-    http_.Get("/api/tags", [this](const httplib::Request&, httplib::Response& response) {
-      response.set_content(ollama_tags_body(model_name_), "application/json");
+      });
+    }
+    route("GET", "/api/tags", [this](const http::Request&, const std::smatch&) {
+      return json_response(ollama_tags_body(model_name_));
     });
     for (auto [path, endpoint] : {std::pair("/api/chat", OllamaEndpoint::Chat),
                                   std::pair("/api/generate", OllamaEndpoint::Generate)}) {
-      http_.Post(path,
-                 [this, endpoint](const httplib::Request& request, httplib::Response& response) {
-                   handle_completion(request, response, [&] {
-                     auto parsed = parse_ollama_request(endpoint, request.body);
-                     return std::pair(parsed, ollama_response_writer(endpoint, model_name_));
-                   });
-                 });
+      route("POST", path, [this, endpoint](const http::Request& request, const std::smatch&) {
+        return handle_completion(request, [&] {
+          auto parsed = parse_ollama_request(endpoint, request.body);
+          return std::pair(parsed, ollama_response_writer(endpoint, model_name_));
+        });
+      });
     }
   }
 
-  httplib::Server::HandlerResponse admit(const httplib::Request& request,
-                                         httplib::Response& response) {
-    if (stopping_) {
-      send_error(request, response, ApiError(503, "The server is shutting down."));
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (options_.api_key && request.path != "/health") {
-      const std::string authorization = request.get_header_value("Authorization");
-      constexpr std::string_view kBearer = "Bearer ";
-      bool authorized =
-          authorization.starts_with(kBearer) &&
-          same_secret(std::string_view(authorization).substr(kBearer.size()), *options_.api_key);
-      if (!authorized) {
-        send_error(request, response,
-                   ApiError(401,
-                            "Incorrect or missing API key. Send it as "
-                            "\"Authorization: Bearer <key>\".",
-                            {}, "invalid_api_key"));
-        return httplib::Server::HandlerResponse::Handled;
+  http::Response answer(const http::Request& request) {
+    try {
+      if (is_cors_preflight(request)) return cors_preflight();
+      admit(request);
+      for (const auto& route : routes_) {
+        std::smatch match;
+        if (route.method == request.method && std::regex_match(request.path, match, route.path)) {
+          return route.handler(request, match);
+        }
       }
+      throw ApiError(404, "Unknown endpoint: " + request.method + " " + request.path, {},
+                     "unknown_url");
+    } catch (const ApiError& error) {
+      return error_response(request, error);
+    } catch (const std::exception& error) {
+      return error_response(request, ApiError(500, std::string("Internal error: ") + error.what()));
     }
-    return httplib::Server::HandlerResponse::Unhandled;
   }
 
-  ApiError status_error(const httplib::Request& request, int status) const {
-    switch (status) {
-      case 404:
-        return ApiError(404, "Unknown endpoint: " + request.method + " " + request.path, {},
-                        "unknown_url");
-      case 413:
-        return ApiError(413,
-                        "The request body is larger than " +
-                            std::to_string(options_.max_body_bytes) + " bytes.",
-                        {}, "request_too_large");
-      default:
-        return ApiError(status,
-                        "The request could not be handled (HTTP " + std::to_string(status) + ").");
+  void admit(const http::Request& request) const {
+    if (stopping_) throw ApiError(503, "The server is shutting down.");
+    if (options_.api_key && request.path != "/health" &&
+        !same_secret(bearer_credentials(request.header("Authorization")), *options_.api_key)) {
+      throw ApiError(401,
+                     "Incorrect or missing API key. Send it as \"Authorization: Bearer <key>\".",
+                     {}, "invalid_api_key");
     }
+  }
+
+  // Ollama's clients expect its error shape on its endpoints.
+  static http::Response error_response(const http::Request& request, const ApiError& error) {
+    http::Response response;
+    response.status = error.status;
+    const bool ollama = request.path.starts_with("/api/");
+    response.body = ollama ? ollama_error_body(error) : openai_error_body(error);
+    if (error.status == 429 || error.status == 503) {
+      response.headers.emplace_back("Retry-After", std::to_string(std::max(1, error.retry_after_seconds)));
+    }
+    return response;
+  }
+
+  static std::string refusal_code(int status) {
+    switch (status) {
+      case 403:
+        return "host_not_allowed";
+      case 413:
+        return "request_too_large";
+      case 415:
+        return "unsupported_media_type";
+      case 431:
+        return "request_header_too_large";
+      case 503:
+        return "too_many_connections";
+      default:
+        return "invalid_request";
+    }
+  }
+
+  // The Access-Control-Allow-Origin value for the request's Origin, when it is allowed.
+  std::optional<std::string> cors_origin(const http::Request& request) const {
+    const std::string origin = request.header("Origin");
+    if (origin.empty()) return std::nullopt;
+    for (const auto& allowed : options_.cors_origins) {
+      if (allowed == "*" || allowed == origin) return allowed;
+    }
+    return std::nullopt;
+  }
+
+  bool is_cors_preflight(const http::Request& request) const {
+    return request.method == "OPTIONS" && cors_origin(request) &&
+           !request.header("Access-Control-Request-Method").empty();
+  }
+
+  static http::Response cors_preflight() {
+    http::Response response;
+    response.status = 204;
+    response.headers = {{"Access-Control-Allow-Methods", "GET, POST"},
+                        {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
+                        {"Access-Control-Max-Age", "600"}};
+    return response;
   }
 
   void check_model(const std::optional<std::string>& model) const {
@@ -248,6 +296,21 @@ class Server::Impl {
           "The model '" + *model + "' does not exist; this server serves '" + model_name_ + "'.",
           "model", "model_not_found");
     }
+  }
+
+  // Text that cannot fit the context whatever its tokens is refused before it is tokenized, which
+  // for megabytes of text would take seconds.
+  void check_prompt_size(const CompletionRequest& request) const {
+    const int context = generator_.limits().context_size;
+    const size_t bytes = prompt_text_bytes(request);
+    if (bytes <= size_t(context) * longest_token_bytes_) return;
+    const std::string input = request.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt";
+    throw ApiError(400,
+                   "This model's maximum context length is " + std::to_string(context) +
+                       " tokens, and the " + input + " hold " + std::to_string(bytes) +
+                       " bytes of text, more than that many tokens can stand for. Please reduce "
+                       "the length of the " + input + ".",
+                   input, "context_length_exceeded");
   }
 
   // The completion budget: what the client asked for, or else what is left of the context.
@@ -275,32 +338,25 @@ class Server::Impl {
   // `parse` reads the body in one of the dialects and picks the writer for its answer.
   using Parse = std::function<std::pair<CompletionRequest, std::unique_ptr<ResponseWriter>>()>;
 
-  void handle_completion(const httplib::Request& http_request, httplib::Response& response,
-                         const Parse& parse) {
-    try {
-      auto [request, writer] = parse();
-      check_model(request.model);
-      const bool chat = request.endpoint == Endpoint::ChatCompletions;
-      std::vector<engine::Token> prompt =
-          chat ? chat_prompt_tokens(tokenizer_, template_family_, request.messages)
-               : completion_prompt_tokens(tokenizer_, request.prompt);
-      const Usage prompt_usage{static_cast<int>(prompt.size()), 0};
-      engine::GenerationRequest generation{
-          std::move(prompt),
-          completion_budget(request.endpoint, prompt_usage.prompt_tokens, request.max_tokens),
-          request.sampling, request.logprobs, request.logprobs ? request.top_logprobs : 0};
+  http::Response handle_completion(const http::Request& http_request, const Parse& parse) {
+    auto [request, writer] = parse();
+    check_model(request.model);
+    check_prompt_size(request);
+    const bool chat = request.endpoint == Endpoint::ChatCompletions;
+    std::vector<engine::Token> prompt =
+        chat ? chat_prompt_tokens(tokenizer_, template_family_, request.messages)
+             : completion_prompt_tokens(tokenizer_, request.prompt);
+    const Usage prompt_usage{static_cast<int>(prompt.size()), 0, std::nullopt};
+    engine::GenerationRequest generation{
+        std::move(prompt),
+        completion_budget(request.endpoint, prompt_usage.prompt_tokens, request.max_tokens),
+        request.sampling, request.logprobs, request.logprobs ? request.top_logprobs : 0};
 
-      auto session = std::make_shared<GenerationSession>(tokenizer_, std::move(request.stop),
-                                                         request.logprobs);
-      submit(std::move(generation), session);
-      if (request.stream) {
-        stream(std::move(writer), prompt_usage, session, response);
-      } else {
-        respond_when_done(http_request, *writer, prompt_usage, session, response);
-      }
-    } catch (const ApiError& error) {
-      send_error(http_request, response, error);
-    }
+    auto session = std::make_shared<GenerationSession>(tokenizer_, std::move(request.stop),
+                                                       request.logprobs);
+    submit(std::move(generation), session);
+    if (request.stream) return stream(http_request, std::move(writer), prompt_usage, session);
+    return respond_when_done(http_request, *writer, prompt_usage, session);
   }
 
   void submit(engine::GenerationRequest generation,
@@ -332,72 +388,71 @@ class Server::Impl {
     return ApiError(stopping_ ? 503 : 500, outcome.error, {}, "generation_failed");
   }
 
-  // Nothing is written before the answer is whole, so a client that goes away is only seen
-  // by looking at its connection: within kClientCheck the generation is cancelled and its
-  // sequence released, as a closed stream's is.
-  void respond_when_done(const httplib::Request& http_request, ResponseWriter& writer, Usage usage,
-                         const std::shared_ptr<GenerationSession>& session,
-                         httplib::Response& response) {
+  // Nothing is written while a request waits for the model, so a client that goes away is only
+  // seen by looking at its connection: within kClientCheck the generation is cancelled, and its
+  // sequence released or its place in the queue given up.
+  static GenerationSession::Update next_update(GenerationSession& session,
+                                               const ClientWatch& client) {
     constexpr std::chrono::milliseconds kClientCheck{100};
-    const auto look_from = std::chrono::steady_clock::now() + kClientCheck;
-    std::optional<ClientWatch> client;  // found only for answers that take a while
+    while (true) {
+      auto update = session.wait_for(kClientCheck);
+      if (!update.outcome && client.gone()) session.cancel();
+      if (!update.delta.empty() || update.outcome) return update;
+    }
+  }
+
+  http::Response respond_when_done(const http::Request& http_request, ResponseWriter& writer,
+                                   Usage usage, const std::shared_ptr<GenerationSession>& session) {
+    const ClientWatch client(http_request.socket);
     TextDelta output;
     std::optional<GenerationOutcome> outcome;
     while (!outcome) {
-      auto update = session->wait_for(kClientCheck);
+      auto update = next_update(*session, client);
       output.append(std::move(update.delta));
       outcome = std::move(update.outcome);
-      if (outcome || std::chrono::steady_clock::now() < look_from) continue;
-      if (!client) {
-        client.emplace(http_request.local_addr, http_request.local_port, http_request.remote_addr,
-                       http_request.remote_port);
-      }
-      if (client->gone()) session->cancel();
     }
     forget(session);
     if (outcome->kind == GenerationOutcome::Kind::Error) throw outcome_error(*outcome);
     usage.completion_tokens = session->completion_tokens();
-    response.set_content(writer.whole(output, finish_reason(*outcome), usage),
-                         std::string(writer.content_type(false)));
+    usage.first_token_at = session->first_token_at();
+    http::Response response;
+    response.content_type = writer.content_type(false);
+    response.body = writer.whole(output, finish_reason(*outcome), usage);
+    return response;
   }
 
-  void stream(std::shared_ptr<ResponseWriter> writer, Usage usage,
-              const std::shared_ptr<GenerationSession>& session, httplib::Response& response) {
-    auto started = std::make_shared<bool>(false);
-    response.set_header("Cache-Control", "no-cache");
-    response.set_chunked_content_provider(
-        std::string(writer->content_type(true)),
-        [this, writer, usage, session, started](size_t, httplib::DataSink& sink) mutable {
-          std::string events;
-          bool done = false;
-          if (!*started) {
-            events = writer->stream_start();
-            *started = true;
-          } else {
-            auto update = session->wait();
-            if (!update.delta.empty()) events += writer->stream_delta(update.delta);
-            if (update.outcome) {
-              done = true;
-              if (update.outcome->kind == GenerationOutcome::Kind::Error) {
-                events += writer->stream_error(outcome_error(*update.outcome));
-              } else {
-                usage.completion_tokens = session->completion_tokens();
-                events += writer->stream_end(finish_reason(*update.outcome), usage);
-              }
-            }
-          }
-          // An empty write would end the chunked body early.
-          if (!events.empty() && !sink.write(events.data(), events.size())) {
-            session->cancel();
-            return false;
-          }
-          if (done) sink.done();
-          return true;
-        },
-        [this, session](bool success) {
-          if (!success) session->cancel();
-          forget(session);
-        });
+  http::Response stream(const http::Request& http_request, std::shared_ptr<ResponseWriter> writer,
+                        Usage usage, const std::shared_ptr<GenerationSession>& session) {
+    http::Response response;
+    response.content_type = writer->content_type(true);
+    response.headers.emplace_back("Cache-Control", "no-cache");
+    response.next_piece = [this, writer, usage, session, client = ClientWatch(http_request.socket),
+                           started = false, done = false]() mutable -> std::optional<std::string> {
+      if (done) return std::nullopt;
+      if (!started) {
+        started = true;
+        return writer->stream_start();
+      }
+      auto update = next_update(*session, client);
+      std::string events;
+      if (!update.delta.empty()) events += writer->stream_delta(update.delta);
+      if (update.outcome) {
+        done = true;
+        if (update.outcome->kind == GenerationOutcome::Kind::Error) {
+          events += writer->stream_error(outcome_error(*update.outcome));
+        } else {
+          usage.completion_tokens = session->completion_tokens();
+          usage.first_token_at = session->first_token_at();
+          events += writer->stream_end(finish_reason(*update.outcome), usage);
+        }
+      }
+      return events;
+    };
+    response.on_stream_end = [this, session](bool whole) {
+      if (!whole) session->cancel();
+      forget(session);
+    };
+    return response;
   }
 
   void track(const std::shared_ptr<GenerationSession>& session) {
@@ -418,16 +473,16 @@ class Server::Impl {
   const tokenizer::Tokenizer& tokenizer_;
   const std::string model_name_;
   const TemplateFamily template_family_;
+  const size_t longest_token_bytes_;
   const ServerOptions options_;
   const int64_t created_;
-  httplib::Server http_;
-  std::thread listener_;
-  int port_ = -1;
-  socket_t listening_socket_ = INVALID_SOCKET;
+  std::vector<Route> routes_;
   std::atomic<bool> stopping_{false};
   std::mutex sessions_mutex_;
   std::set<std::shared_ptr<GenerationSession>> sessions_;
   std::condition_variable sessions_ended_;
+  int port_ = -1;
+  http::Server http_;  // last: its threads call into everything above
 };
 
 Server::Server(engine::Generator& generator, const tokenizer::Tokenizer& tokenizer,
@@ -446,12 +501,22 @@ std::string model_name_from_path(const std::string& model_path) {
 }
 
 namespace {
+constexpr int kMmapThresholdBytes = 256 << 10;
 std::atomic<int> received_signal{0};
 extern "C" void remember_signal(int signal) { received_signal = signal; }
 }  // namespace
 
 void serve_until_signal(engine::Generator& generator, const tokenizer::Tokenizer& tokenizer,
                         const gguf::File& model, const ServerOptions& options) {
+  // Request bodies of megabytes are freed back to the system when a request ends: without a
+  // fixed threshold glibc raises it after the first such free and keeps the memory.
+  mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
+  // Every connection is a descriptor; the usual soft limit of 1024 is below the connection cap.
+  rlimit descriptors{};
+  if (getrlimit(RLIMIT_NOFILE, &descriptors) == 0 && descriptors.rlim_cur < descriptors.rlim_max) {
+    descriptors.rlim_cur = descriptors.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &descriptors);
+  }
   Server server(generator, tokenizer, model_name_from_path(model.path()),
                 model.get_string("tokenizer.chat_template").value_or(""), options);
   server.start();

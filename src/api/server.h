@@ -7,6 +7,9 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include "api/http_limits.h"
 
 namespace strata::engine {
 class Generator;
@@ -25,7 +28,11 @@ struct ServerOptions {
   int port = 8080;  // 0: any free port; Server::port() tells which
   // When set, every endpoint but /health needs "Authorization: Bearer <api_key>".
   std::optional<std::string> api_key;
-  size_t max_body_bytes = size_t{8} << 20;
+  http::Limits limits;  // sizes, deadlines and connection caps for clients
+  // Host names the server answers to besides IP literals and "localhost" (DNS rebinding).
+  std::vector<std::string> host_names;
+  // Origins that browsers may call the API from ("*": any); none by default.
+  std::vector<std::string> cors_origins;
   bool log_requests = false;  // one line per answered request on stderr
   // What GET /health answers (status code, JSON body); unset: 200 {"status":"ok"}.
   std::function<std::pair<int, std::string>()> health;
@@ -34,6 +41,9 @@ struct ServerOptions {
   // serve_until_signal calls it with the bound port once the server listens.
   std::function<void(int port)> on_listening;
 };
+
+// The longest Server::stop() takes.
+inline constexpr int kStopGraceSeconds = 10;
 
 class Server {
  public:
@@ -48,8 +58,9 @@ class Server {
   // Binds and serves on background threads. Throws std::runtime_error when it cannot bind.
   void start();
   int port() const;
-  // Requests still in flight end with an error; returns once every connection is done. The
-  // generator is left running: shut it down afterwards.
+  // Requests still in flight end with an error; returns once every connection is closed, within
+  // kStopGraceSeconds whatever the clients do. The generator is left running: shut it down
+  // afterwards.
   void stop();
 
  private:

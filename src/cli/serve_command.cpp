@@ -1,4 +1,7 @@
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <stdexcept>
 
 #include "api/server.h"
 #include "cli/commands.h"
@@ -12,7 +15,7 @@ namespace {
 struct ServeOptions {
   std::string model;
   api::ServerOptions server;
-  std::string api_key;
+  std::optional<std::string> api_key;
   engine::EngineOptions engine;
   int node_port = -1;  // -1: --port + 1 (0 when --port is 0)
   std::string node_host;
@@ -50,7 +53,20 @@ std::vector<cluster::Stage> parse_stages(const std::string& text) {
   return stages;
 }
 
+// CLI11 skips an empty environment variable, which would turn authentication off unnoticed.
+std::optional<std::string> api_key_from(const ServeOptions& o) {
+  if (o.api_key) return o.api_key;
+  if (const char* key = std::getenv("STRATA_API_KEY")) return key;
+  return std::nullopt;
+}
+
 int serve(const ServeOptions& o) {
+  api::ServerOptions server = o.server;
+  server.api_key = api_key_from(o);
+  if (server.api_key && server.api_key->empty()) {
+    throw std::runtime_error("the API key is empty; give a key with --api-key or STRATA_API_KEY, "
+                             "or set neither to serve without one");
+  }
   auto file = std::shared_ptr<const gguf::File>(gguf::File::open(model_path_or_demo(o.model)));
   const std::unique_ptr<tokenizer::Tokenizer> tokenizer = tokenizer::Tokenizer::from_gguf(*file);
 
@@ -71,8 +87,6 @@ int serve(const ServeOptions& o) {
   const tokenizer::Tokenizer* tok = tokenizer.get();
   cluster::ClusterNode cluster_node(file, [tok](engine::Token t) { return tok->is_end_of_generation(t); }, node);
 
-  api::ServerOptions server = o.server;
-  if (!o.api_key.empty()) server.api_key = o.api_key;
   server.health = [&cluster_node] { return cluster_node.health(); };
   server.cluster_status = [&cluster_node] { return cluster_node.status_json(); };
   const engine::ModelLimits limits = cluster_node.limits();
@@ -91,8 +105,7 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("-m,--model", o->model, "GGUF model file (default: the generated demo model)");
   cmd->add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o->server.port, "Port (0: any free port)")->capture_default_str();
-  cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (also from STRATA_API_KEY)")
-      ->envname("STRATA_API_KEY");
+  cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (also from STRATA_API_KEY)");
   cmd->add_option("--parallel", o->engine.max_parallel, "Sequences decoded together")
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--queue", o->engine.max_queued, "Requests that may wait for a slot; more get HTTP 429")
@@ -100,6 +113,10 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("-c,--ctx-size", o->engine.context_size, "Context size per request (default: the model's)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("-t,--threads", o->engine.threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--allowed-host", o->server.host_names,
+                  "Host name clients may reach the server by, besides IP addresses and localhost (repeatable)");
+  cmd->add_option("--cors-origin", o->server.cors_origins,
+                  "Origin browsers may call the API from, or '*' (repeatable; default: none)");
   cmd->add_flag("--log-requests", o->server.log_requests, "Print one line per answered request to stderr");
   cmd->add_option("--peers", o->peers, "Nodes to join, host:node-port (comma-separated)")->delimiter(',');
   cmd->add_option("--node-port", o->node_port, "Port for other nodes (default: --port + 1; 0 with --port 0)")

@@ -102,17 +102,35 @@ bool Engine::submit(GenerationRequest request, RequestCallbacks callbacks) {
                                 std::to_string(request.max_tokens) + " to generate)");
   }
   request.top_logprobs = std::clamp(request.top_logprobs, 0, 20);
+  std::vector<std::unique_ptr<Sequence>> cancelled;
+  bool accepted = false;
   {
     std::lock_guard lock(mutex_);
+    cancelled = take_cancelled();
     const int waiting_or_running = static_cast<int>(queue_.size()) + running_;
-    if (stopping_ || waiting_or_running >= options_.max_queued + options_.max_parallel) {
-      return false;
+    accepted = !stopping_ && waiting_or_running < options_.max_queued + options_.max_parallel;
+    if (accepted) {
+      queue_.push_back(std::make_unique<Sequence>(0, std::move(request), std::move(callbacks), vocab_size_,
+                                                  static_cast<int>(needed)));
     }
-    queue_.push_back(std::make_unique<Sequence>(0, std::move(request), std::move(callbacks), vocab_size_,
-                                                static_cast<int>(needed)));
   }
-  wake_.notify_one();
-  return true;
+  finish_cancelled(std::move(cancelled));
+  if (accepted) wake_.notify_one();
+  return accepted;
+}
+
+std::vector<std::unique_ptr<Engine::Sequence>> Engine::take_cancelled() {
+  std::vector<std::unique_ptr<Sequence>> cancelled;
+  std::erase_if(queue_, [&](std::unique_ptr<Sequence>& seq) {
+    if (!seq->callbacks.cancelled || !seq->callbacks.cancelled()) return false;
+    cancelled.push_back(std::move(seq));
+    return true;
+  });
+  return cancelled;
+}
+
+void Engine::finish_cancelled(std::vector<std::unique_ptr<Sequence>> cancelled) {
+  for (auto& seq : cancelled) finish(*seq, FinishReason::Cancelled);
 }
 
 void Engine::shutdown() {
@@ -135,6 +153,7 @@ void Engine::run_loop() {
   std::vector<std::unique_ptr<Sequence>> active;
   while (true) {
     std::deque<Pipeline::Result> results;
+    std::vector<std::unique_ptr<Sequence>> cancelled;
     {
       std::unique_lock lock(mutex_);
       const auto can_launch = [&] {
@@ -150,6 +169,7 @@ void Engine::run_loop() {
         for (auto& seq : active) finish(*seq, FinishReason::Cancelled, "the server is shutting down");
         return;
       }
+      cancelled = take_cancelled();
       while (!queue_.empty() && static_cast<int>(active.size()) < options_.max_parallel) {
         active.push_back(std::move(queue_.front()));
         active.back()->id = next_sequence_id_++;
@@ -158,6 +178,7 @@ void Engine::run_loop() {
       results.swap(results_);
       running_ = static_cast<int>(active.size());
     }
+    finish_cancelled(std::move(cancelled));
     for (Pipeline::Result& result : results) {
       auto batch = in_flight_.extract(result.ticket);
       complete(batch.mapped(), result);

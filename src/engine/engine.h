@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "engine/generator.h"
 #include "engine/pipeline.h"
@@ -59,6 +60,9 @@ class Engine final : public Generator {
   bool launch_batch(const std::vector<std::unique_ptr<Sequence>>& active);
   void complete(const InFlight& batch, const Pipeline::Result& result);
   void finish(Sequence& seq, FinishReason reason, const std::string& error = {});
+  // Takes the queued sequences whose request was cancelled out of the queue (mutex_ held).
+  std::vector<std::unique_ptr<Sequence>> take_cancelled();
+  void finish_cancelled(std::vector<std::unique_ptr<Sequence>> cancelled);
 
   std::unique_ptr<tensor::ThreadPool> own_pool_;  // the whole-model engine's
   int vocab_size_;

@@ -47,6 +47,9 @@ struct RequestCallbacks {
   // Runs exactly once, last. `error` is set when reason is Error. After on_token returned
   // false the reason is Cancelled.
   std::function<void(FinishReason reason, const std::string& error)> on_finish;
+  // Optional. Asked while the request waits in the queue: true drops it (finishing Cancelled)
+  // and frees its place before it ever runs, e.g. when its client went away.
+  std::function<bool()> cancelled;
 };
 
 // Thrown by submit when no request can run now or for a while (a cluster still forming, a

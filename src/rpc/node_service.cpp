@@ -145,6 +145,10 @@ class NodeServer::Service final : public Node::Service {
       std::lock_guard lock(events->mutex);
       return !events->cancelled;
     };
+    callbacks.cancelled = [events] {
+      std::lock_guard lock(events->mutex);
+      return events->cancelled;
+    };
     callbacks.on_finish = [push](engine::FinishReason reason, const std::string& error) {
       GenerateEvent event;
       event.set_kind(GenerateEvent::FINISHED);

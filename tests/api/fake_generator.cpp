@@ -15,6 +15,8 @@ bool FakeGenerator::submit(engine::GenerationRequest request, engine::RequestCal
   }
   {
     std::lock_guard lock(mutex_);
+    if (in_flight_ >= options_.limits.max_parallel + options_.limits.max_queued) return false;
+    ++in_flight_;
     last_request_ = request;
     workers_.emplace_back(&FakeGenerator::generate, this, std::move(request), std::move(callbacks));
     ++submissions_;
@@ -55,6 +57,26 @@ bool FakeGenerator::wait_for_refusal(std::chrono::milliseconds timeout) {
   return refused_.wait_for(lock, timeout, [&] { return refusals_ > 0; });
 }
 
+bool FakeGenerator::wait_for_queue_drop(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  return refused_.wait_for(lock, timeout, [&] { return queue_drops_ > 0; });
+}
+
+bool FakeGenerator::wait_for_slot(const engine::RequestCallbacks& callbacks) {
+  std::unique_lock lock(mutex_);
+  while (running_ >= options_.limits.max_parallel) {
+    if (shutting_down_ || (callbacks.cancelled && callbacks.cancelled())) {
+      ++queue_drops_;
+      --in_flight_;
+      refused_.notify_all();
+      return false;
+    }
+    slot_freed_.wait_for(lock, std::chrono::milliseconds(5));
+  }
+  ++running_;
+  return true;
+}
+
 engine::GenerationRequest FakeGenerator::last_request() const {
   std::lock_guard lock(mutex_);
   return last_request_;
@@ -62,6 +84,21 @@ engine::GenerationRequest FakeGenerator::last_request() const {
 
 void FakeGenerator::generate(engine::GenerationRequest request,
                              engine::RequestCallbacks callbacks) {
+  if (!wait_for_slot(callbacks)) {
+    callbacks.on_finish(engine::FinishReason::Cancelled, {});
+    return;
+  }
+  struct SlotRelease {
+    FakeGenerator& fake;
+    ~SlotRelease() {
+      {
+        std::lock_guard lock(fake.mutex_);
+        --fake.running_;
+        --fake.in_flight_;
+      }
+      fake.slot_freed_.notify_all();
+    }
+  } release{*this};
   const auto tokens = tokens_for(request.prompt, request.max_tokens);
   for (int i = 0; i < request.max_tokens; ++i) {
     if (options_.token_delay.count() > 0) std::this_thread::sleep_for(options_.token_delay);

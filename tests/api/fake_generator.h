@@ -1,5 +1,6 @@
 // A deterministic stand-in for the engine: the tokens it emits depend only on the prompt, so tests
-// know the expected output without a model.
+// know the expected output without a model. Like the engine it runs limits.max_parallel requests
+// at once, queues limits.max_queued more and refuses the rest.
 #pragma once
 
 #include <atomic>
@@ -43,16 +44,24 @@ class FakeGenerator : public engine::Generator {
   // How many times on_token returned false.
   int refusals() const { return refusals_; }
   bool wait_for_refusal(std::chrono::milliseconds timeout);
+  // Waits until a queued request has been dropped because it was cancelled.
+  bool wait_for_queue_drop(std::chrono::milliseconds timeout);
   engine::GenerationRequest last_request() const;
 
  private:
   void generate(engine::GenerationRequest request, engine::RequestCallbacks callbacks);
+  // Waits for a running slot; false when the request was cancelled or shut down meanwhile.
+  bool wait_for_slot(const engine::RequestCallbacks& callbacks);
 
   const Options options_;
   mutable std::mutex mutex_;
   std::condition_variable refused_;
   std::condition_variable submitted_;
+  std::condition_variable slot_freed_;
   int submissions_ = 0;
+  int in_flight_ = 0;  // running or queued
+  int running_ = 0;
+  int queue_drops_ = 0;
   std::atomic<int> refusals_{0};
   std::atomic<bool> shutting_down_{false};
   engine::GenerationRequest last_request_;

@@ -72,5 +72,23 @@ TEST(RequestTest, DeepOrHugeInputIsRejectedNotFatal) {
   EXPECT_THROW(chat("{\"messages\":\"\xff\"}"), ApiError);
 }
 
+TEST(RequestTest, DeepNestingIsRefusedWhileParsing) {
+  const auto nested = [](int depth) {
+    return R"({"prompt":"x","user":)" + std::string(depth, '[') + std::string(depth, ']') + "}";
+  };
+  EXPECT_NO_THROW(parse_completion_request(Endpoint::Completions, nested(60)));
+  try {
+    parse_completion_request(Endpoint::Completions, nested(65));
+    ADD_FAILURE() << "65 levels were accepted";
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.status, 400);
+    EXPECT_EQ(error.code, "invalid_json");
+    EXPECT_NE(std::string(error.what()).find("nested"), std::string::npos) << error.what();
+  }
+  // 8 MB of brackets: refused at the limit, long before the end of the body.
+  const std::string brackets(size_t{8} << 20, '[');
+  EXPECT_THROW(parse_ollama_request(OllamaEndpoint::Generate, brackets), ApiError);
+}
+
 }  // namespace
 }  // namespace strata::api

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -487,9 +489,21 @@ TEST_F(ApiServerTest, PromptAndCompletionOverTheContextAre400WithCounts) {
   EXPECT_EQ(generator_->last_request().max_tokens + generator_->last_request().prompt.size(), 128u);
 }
 
+// Megabytes of text are refused by their size, without tokenizing them.
+TEST_F(ApiServerTest, AHugePromptIsRefusedBeforeTokenizing) {
+  start();
+  const std::string huge(size_t{4} << 20, 'a');
+  auto reply = post("/v1/completions", json{{"prompt", huge}, {"max_tokens", 1}});
+  expect_error(reply, 400, "prompt", "context_length_exceeded");
+  EXPECT_NE(reply.body["error"]["message"].get<std::string>().find(std::to_string(huge.size()) + " bytes"),
+            std::string::npos) << reply.body.dump();
+  reply = post("/api/chat", json{{"messages", {{{"role", "user"}, {"content", huge}}}}, {"stream", false}});
+  EXPECT_EQ(reply.status, 400) << reply.body.dump();
+}
+
 TEST_F(ApiServerTest, BodyTooLargeIs413) {
   ServerOptions options;
-  options.max_body_bytes = 1024;
+  options.limits.max_body_bytes = 1024;
   start(fake_options(), options);
   json body = chat_body(std::string(4096, 'a'), 2);
   expect_error(post("/v1/chat/completions", body), 413, "", "request_too_large");
@@ -506,8 +520,21 @@ TEST_F(ApiServerTest, ApiKeyIsRequiredWhenSet) {
   expect_error(post("/v1/chat/completions", body, {{"Authorization", "sesame"}}), 401, "",
                "invalid_api_key");
   EXPECT_EQ(post("/v1/chat/completions", body, {{"Authorization", "Bearer sesame"}}).status, 200);
+  // RFC 7235: the scheme is case-insensitive.
+  EXPECT_EQ(post("/v1/chat/completions", body, {{"Authorization", "bearer sesame"}}).status, 200);
+  EXPECT_EQ(post("/v1/chat/completions", body, {{"Authorization", "BEARER  sesame"}}).status, 200);
+  expect_error(post("/v1/chat/completions", body, {{"Authorization", "Basic sesame"}}), 401, "",
+               "invalid_api_key");
+  expect_error(post("/v1/chat/completions", body, {{"Authorization", "Bearersesame"}}), 401, "",
+               "invalid_api_key");
   EXPECT_EQ(get("/health").status, 200);
   EXPECT_EQ(get("/v1/models").status, 401);
+}
+
+TEST_F(ApiServerTest, AnEmptyApiKeyIsRefused) {
+  ServerOptions options;
+  options.api_key = "";
+  EXPECT_THROW(start(fake_options(), options), std::invalid_argument);
 }
 
 TEST_F(ApiServerTest, FullQueueIs429) {
@@ -623,6 +650,21 @@ TEST_F(ApiServerTest, OllamaChatWhole) {
   EXPECT_TRUE(r["total_duration"].is_number_integer());
 }
 
+// Prompt evaluation lasts until the first token, evaluation from there to the end.
+TEST_F(ApiServerTest, OllamaWholeAnswerTimings) {
+  auto fake = fake_options();
+  fake.token_delay = std::chrono::milliseconds(30);
+  start(fake);
+  json body = {{"prompt", "Time it"}, {"stream", false}, {"options", {{"num_predict", 5}}}};
+  auto reply = post("/api/generate", body);
+  ASSERT_EQ(reply.status, 200) << reply.body.dump();
+  const int64_t total = reply.body["total_duration"], eval = reply.body["eval_duration"],
+                prompt_eval = reply.body["prompt_eval_duration"];
+  EXPECT_GE(eval, 4 * 30'000'000) << reply.body.dump();  // four delays after the first token
+  EXPECT_GE(prompt_eval, 30'000'000) << reply.body.dump();
+  EXPECT_EQ(prompt_eval + eval, total) << reply.body.dump();
+}
+
 TEST_F(ApiServerTest, OllamaChatStreamsNdjsonByDefault) {
   start();
   json body = {{"messages", {{{"role", "user"}, {"content", "Stream it"}}}},
@@ -719,6 +761,304 @@ TEST_F(ApiServerTest, BrokenUtf8FromTheModelStillGivesValidJson) {
   body["stream"] = true;
   auto events = post_stream("/v1/chat/completions", body);
   EXPECT_EQ(events.back(), "[DONE]");
+}
+
+// Hostile and careless clients (issue 12). Raw connections send what an HTTP library would not.
+
+using testing::RawConnection;
+using testing::raw_status;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// Generous for a loaded 2-core machine; the server's own deadlines in these tests are 1 s.
+constexpr milliseconds kPromptly{5000};
+
+std::string raw_request(const std::string& method, const std::string& path, const std::string& body,
+                        const std::string& extra_headers = "") {
+  return method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+         extra_headers + "Content-Length: " + std::to_string(body.size()) +
+         "\r\nConnection: close\r\n\r\n" + body;
+}
+
+// Sends one byte every 200 ms until the server closes the connection or `give_up` passes.
+bool trickle_until_closed(RawConnection& connection, milliseconds give_up) {
+  const auto until = std::chrono::steady_clock::now() + give_up;
+  while (std::chrono::steady_clock::now() < until) {
+    if (!connection.send("x") || connection.closed_within(milliseconds(200))) return true;
+  }
+  return false;
+}
+
+TEST_F(ApiServerTest, ASlowHeaderIsCutOffAtItsDeadline) {
+  ServerOptions options;
+  options.limits.header_timeout = seconds(1);
+  start(fake_options(), options);
+  RawConnection slow(server_->port());
+  ASSERT_TRUE(slow.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "));
+  EXPECT_TRUE(trickle_until_closed(slow, seconds(8)));
+}
+
+TEST_F(ApiServerTest, ASlowBodyIsCutOffAtItsDeadline) {
+  ServerOptions options;
+  options.limits.body_timeout = seconds(1);
+  start(fake_options(), options);
+  RawConnection slow(server_->port());
+  ASSERT_TRUE(slow.send("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        "Content-Length: 1000\r\n\r\n{"));
+  EXPECT_TRUE(trickle_until_closed(slow, seconds(8)));
+}
+
+// 200 connections that send half a header or nothing at all, from the same address as everyone.
+TEST_F(ApiServerTest, SlowAndSilentConnectionsDoNotDelayOthers) {
+  start();
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < 200; ++i) {
+    idle.push_back(std::make_unique<RawConnection>(server_->port()));
+    if (i % 2 == 0) idle.back()->send("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX: ");
+  }
+  const auto began = std::chrono::steady_clock::now();
+  EXPECT_EQ(get("/health").status, 200);
+  EXPECT_EQ(post("/v1/chat/completions", chat_body("Still here?", 4)).status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - began, kPromptly);
+}
+
+TEST_F(ApiServerTest, ConnectionsPerClientAreCapped) {
+  ServerOptions options;
+  options.limits.max_connections_per_client = 8;
+  start(fake_options(), options);
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < 20; ++i) idle.push_back(std::make_unique<RawConnection>(server_->port()));
+  EXPECT_EQ(get("/health").status, 200);  // takes the place of the oldest idle one
+  int closed = 0;
+  for (auto& connection : idle) closed += connection->closed_within(milliseconds(100));
+  EXPECT_GE(closed, 20 - 8 + 1);
+}
+
+// When every connection of a client is busy with an answer, a new one is refused, not queued.
+TEST_F(ApiServerTest, ConnectionsBeyondTheCapWhileAllAreAnsweringGet503) {
+  auto fake = fake_options();
+  fake.token_delay = milliseconds(50);
+  ServerOptions options;
+  options.limits.max_connections_per_client = 1;
+  start(fake, options);
+  auto busy = std::async(std::launch::async,
+                         [this] { return post("/v1/chat/completions", chat_body("Slow", 20)); });
+  ASSERT_TRUE(generator_->wait_for_submissions(1, seconds(10)));
+  RawConnection refused(server_->port());
+  const std::string answer = refused.read_until_closed(seconds(10));
+  EXPECT_EQ(raw_status(answer), 503) << answer;
+  EXPECT_NE(answer.find("Retry-After: 1"), std::string::npos) << answer;
+  EXPECT_EQ(busy.get().status, 200);
+}
+
+TEST_F(ApiServerTest, TheBodyLimitHoldsForChunkedBodies) {
+  ServerOptions options;
+  options.limits.max_body_bytes = 1024;
+  start(fake_options(), options);
+  const auto chunked = [&](const std::string& body) {
+    std::string request =
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
+        "Connection: close\r\n\r\n";
+    for (size_t at = 0; at < body.size(); at += 100) {
+      const std::string piece = body.substr(at, 100);
+      char size[16];
+      std::snprintf(size, sizeof size, "%zx\r\n", piece.size());
+      request += size + piece + "\r\n";
+    }
+    RawConnection connection(server_->port());
+    connection.send(request + "0\r\n\r\n");
+    return connection.read_until_closed(seconds(10));
+  };
+  const std::string fits = json{{"prompt", "Once"}, {"max_tokens", 2}}.dump();
+  EXPECT_EQ(raw_status(chunked(fits)), 200);
+  const std::string over = json{{"prompt", std::string(4096, 'a')}}.dump();
+  const std::string refused = chunked(over);
+  EXPECT_EQ(raw_status(refused), 413) << refused;
+  EXPECT_NE(refused.find("request_too_large"), std::string::npos) << refused;
+}
+
+TEST_F(ApiServerTest, CompressedBodiesAre415) {
+  start();
+  RawConnection connection(server_->port());
+  connection.send(raw_request("POST", "/v1/completions", std::string("\x1f\x8b\x08\x00", 4),
+                              "Content-Encoding: gzip\r\n"));
+  const std::string answer = connection.read_until_closed(seconds(10));
+  EXPECT_EQ(raw_status(answer), 415) << answer;
+  EXPECT_NE(answer.find("unsupported_media_type"), std::string::npos) << answer;
+}
+
+TEST_F(ApiServerTest, HeaderFloodsAre431) {
+  start();
+  const auto flood = [&](int fields, const std::string& field) {
+    std::string request = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+    for (int i = 0; i < fields; ++i) request += field;
+    RawConnection connection(server_->port());
+    connection.send(request + "\r\n");
+    return connection.read_until_closed(seconds(10));
+  };
+  EXPECT_EQ(raw_status(flood(3000, "X-Flood: 1234567890\r\n")), 431);  // too many bytes
+  EXPECT_EQ(raw_status(flood(150, "X: y\r\n")), 431);                 // too many fields
+  EXPECT_EQ(raw_status(flood(20, "X: y\r\n")), 200);
+}
+
+TEST_F(ApiServerTest, TwoDifferentContentLengthsAre400) {
+  start();
+  RawConnection connection(server_->port());
+  connection.send(
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n"
+      "Content-Length: 30\r\n\r\n{}");
+  EXPECT_EQ(raw_status(connection.read_until_closed(seconds(10))), 400);
+}
+
+TEST_F(ApiServerTest, PipelinedRequestsAreAnsweredInOrder) {
+  start();
+  RawConnection connection(server_->port());
+  connection.send(
+      "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+      "GET /api/tags HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+      "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  const std::string answers = connection.read_until_closed(seconds(10));
+  const size_t health = answers.find(R"({"status":"ok"})");
+  const size_t tags = answers.find(R"({"models")");
+  const size_t models = answers.find(R"("object":"list")");
+  ASSERT_NE(health, std::string::npos) << answers;
+  ASSERT_NE(tags, std::string::npos) << answers;
+  ASSERT_NE(models, std::string::npos) << answers;
+  EXPECT_LT(health, tags);
+  EXPECT_LT(tags, models);
+}
+
+TEST_F(ApiServerTest, RangeIsIgnored) {
+  start();
+  auto whole = post("/v1/completions", json{{"prompt", "Once"}, {"max_tokens", 3}}.dump(),
+                    {{"Range", "bytes=0-5"}});
+  EXPECT_EQ(whole.status, 200);
+  EXPECT_TRUE(whole.body.is_object()) << whole.body.dump();
+  auto result = client().Post("/v1/completions", {{"Range", "bytes=0-5"}},
+                              json{{"prompt", "Once"}, {"max_tokens", 3}, {"stream", true}}.dump(),
+                              "application/json");
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 200);
+  EXPECT_NE(result->body.find("[DONE]"), std::string::npos) << result->body;
+}
+
+// A page on another site that rebinds its name to 127.0.0.1 sends its own name as Host.
+TEST_F(ApiServerTest, OnlyKnownHostNamesAreAnswered) {
+  ServerOptions options;
+  options.host_names = {"strata.lan"};
+  start(fake_options(), options);
+  const auto status_for = [&](const std::string& host) {
+    RawConnection connection(server_->port());
+    connection.send("GET /health HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n");
+    return raw_status(connection.read_until_closed(seconds(10)));
+  };
+  EXPECT_EQ(status_for("evil.example"), 403);
+  EXPECT_EQ(status_for("evil.example:8080"), 403);
+  EXPECT_EQ(status_for("127.0.0.1:8080"), 200);
+  EXPECT_EQ(status_for("localhost:8080"), 200);
+  EXPECT_EQ(status_for("[::1]:8080"), 200);
+  EXPECT_EQ(status_for("STRATA.LAN:8080"), 200);
+}
+
+TEST_F(ApiServerTest, NoCorsHeadersUnlessConfigured) {
+  start();
+  auto plain = client().Get("/health", {{"Origin", "http://app.example"}});
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE(plain->has_header("Access-Control-Allow-Origin"));
+}
+
+TEST_F(ApiServerTest, ConfiguredCorsOriginsAreAllowed) {
+  ServerOptions options;
+  options.cors_origins = {"http://app.example"};
+  options.api_key = "sesame";
+  start(fake_options(), options);
+  auto allowed = client().Get("/health", {{"Origin", "http://app.example"}});
+  ASSERT_TRUE(allowed);
+  EXPECT_EQ(allowed->get_header_value("Access-Control-Allow-Origin"), "http://app.example");
+  auto other = client().Get("/health", {{"Origin", "http://other.example"}});
+  ASSERT_TRUE(other);
+  EXPECT_FALSE(other->has_header("Access-Control-Allow-Origin"));
+  // Browsers send the preflight without the key.
+  auto preflight = client().Options("/v1/chat/completions",
+                                    {{"Origin", "http://app.example"},
+                                     {"Access-Control-Request-Method", "POST"},
+                                     {"Access-Control-Request-Headers", "authorization"}});
+  ASSERT_TRUE(preflight);
+  EXPECT_EQ(preflight->status, 204);
+  EXPECT_EQ(preflight->get_header_value("Access-Control-Allow-Origin"), "http://app.example");
+  EXPECT_NE(preflight->get_header_value("Access-Control-Allow-Headers").find("Authorization"),
+            std::string::npos);
+}
+
+TEST_F(ApiServerTest, AFullQueueSaysWhenToRetry) {
+  auto fake = fake_options();
+  fake.queue_full = true;
+  start(fake);
+  auto result = client().Post("/v1/chat/completions", chat_body("Hi", 2).dump(), "application/json");
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 429);
+  EXPECT_EQ(result->get_header_value("Retry-After"), "1");
+}
+
+// curl -d sends form encoding; Ollama reads any body as JSON, and so does Strata.
+TEST_F(ApiServerTest, AnyContentTypeIsReadAsJson) {
+  auto fake = fake_options();
+  fake.limits.context_size = 1 << 16;
+  start(fake);
+  std::string prompt;
+  while (prompt.size() < 20000) prompt += "dream ";
+  auto reply = post("/api/generate",
+                    json{{"prompt", prompt}, {"stream", false}, {"options", {{"num_predict", 2}}}}.dump(),
+                    {{"Content-Type", "application/x-www-form-urlencoded"}});
+  EXPECT_EQ(reply.status, 200) << reply.body.dump();
+}
+
+// A stream whose client leaves while it waits in the queue gives its place up at once, not when
+// the engine would have reached it.
+TEST_F(ApiServerTest, ADroppedQueuedStreamFreesItsPlaceAtOnce) {
+  auto fake = fake_options();
+  fake.limits = {1024, 1, 1};
+  fake.token_delay = milliseconds(50);
+  start(fake);
+  auto busy = std::async(std::launch::async,
+                         [this] { return post("/v1/chat/completions", chat_body("Busy", 120)); });
+  ASSERT_TRUE(generator_->wait_for_submissions(1, seconds(10)));
+  {
+    RawConnection queued(server_->port());
+    json body = chat_body("Queued", 4);
+    body["stream"] = true;
+    queued.send(raw_request("POST", "/v1/chat/completions", body.dump()));
+    const std::string start = queued.read_until_closed(seconds(1));
+    EXPECT_EQ(raw_status(start), 200) << start;
+    ASSERT_TRUE(generator_->wait_for_submissions(2, seconds(10)));
+  }  // the client goes away
+  EXPECT_TRUE(generator_->wait_for_queue_drop(seconds(5)));
+  EXPECT_EQ(busy.wait_for(milliseconds(0)), std::future_status::timeout) << "the busy request ended first";
+  // The freed place takes the next request rather than a 429.
+  auto next = std::async(std::launch::async,
+                         [this] { return post("/v1/chat/completions", chat_body("Next", 2)); });
+  EXPECT_TRUE(generator_->wait_for_submissions(3, seconds(5)));
+  server_->stop();
+  busy.get();
+  EXPECT_NE(next.get().status, 429);
+}
+
+TEST_F(ApiServerTest, StopDoesNotWaitForSlowClients) {
+  ServerOptions options;
+  start(fake_options(), options);
+  RawConnection trickling(server_->port()), silent(server_->port()), slow_body(server_->port());
+  trickling.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ");
+  slow_body.send("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{");
+  std::atomic<bool> stopped{false};
+  std::thread trickle([&] {
+    while (!stopped && trickling.send("x")) std::this_thread::sleep_for(milliseconds(100));
+  });
+  const auto began = std::chrono::steady_clock::now();
+  server_->stop();
+  stopped = true;
+  trickle.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - began, seconds(kStopGraceSeconds));
+  EXPECT_TRUE(silent.closed_within(seconds(1)));
 }
 
 TEST(ModelNameTest, IsTheFileNameWithoutGguf) {

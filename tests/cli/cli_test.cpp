@@ -118,6 +118,19 @@ TEST(Cli, PromptLongerThanTheContext) {
   expect_one_line_error(strata("run -m " + kDreams + " -p '" + prompt + "'"), "context");
 }
 
+// An empty key must not quietly serve everything without authentication.
+TEST(Cli, ServeRefusesAnEmptyApiKey) {
+  expect_one_line_error(strata("serve -m " + kDreams + " --port 0 --api-key ''"), "API key is empty");
+  const Result no_value = strata("serve -m " + kDreams + " --port 0 --api-key=");  // CLI11 refuses it
+  EXPECT_FALSE(no_value.crashed);
+  EXPECT_NE(no_value.exit_code, 0);
+  EXPECT_NE(no_value.err.find("--api-key"), std::string::npos) << no_value.err;
+  ASSERT_EQ(::setenv("STRATA_API_KEY", "", 1), 0);
+  const Result from_environment = strata("serve -m " + kDreams + " --port 0");
+  ::unsetenv("STRATA_API_KEY");
+  expect_one_line_error(from_environment, "API key is empty");
+}
+
 // Each decode run is reported with the bandwidth measured between its segments of 16 tokens,
 // and a share only where that bandwidth held still.
 TEST(Cli, BenchReportsSpeedAndTheBandwidthAroundEachDecodeSegment) {

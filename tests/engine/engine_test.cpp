@@ -2,6 +2,7 @@
 // before it or beside it.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
 #include <latch>
 #include <thread>
@@ -172,6 +173,36 @@ TEST_F(EngineTest, RefusesWhenSlotsAndQueueAreFull) {
   release.count_down();
   first_done.get_future().get();
   EXPECT_EQ(queued.get().tokens.size() > 0, true);
+}
+
+// A queued request whose client went away gives its place up at once, even while the engine is
+// busy with another.
+TEST_F(EngineTest, ACancelledQueuedRequestFreesItsPlaceAtOnce) {
+  start({.max_parallel = 1, .max_queued = 1});
+  std::latch release(1);
+  RequestCallbacks blocking;
+  std::promise<void> first_done;
+  blocking.on_token = [&](const GeneratedToken&) {
+    release.wait();
+    return false;
+  };
+  blocking.on_finish = [&](FinishReason, const std::string&) { first_done.set_value(); };
+  ASSERT_TRUE(engine_->submit(request(prompt(1), 5, 0.0f, 1), blocking));
+
+  std::atomic<bool> gone{false};
+  std::promise<FinishReason> dropped;
+  RequestCallbacks queued;
+  queued.on_token = [](const GeneratedToken&) { return true; };
+  queued.on_finish = [&](FinishReason reason, const std::string&) { dropped.set_value(reason); };
+  queued.cancelled = [&] { return gone.load(); };
+  ASSERT_TRUE(engine_->submit(request(prompt(2), 5, 0.0f, 1), queued));
+  EXPECT_FALSE(engine_->submit(request(prompt(3), 5, 0.0f, 1), {}));  // full
+  gone = true;
+  auto next = submit(request(prompt(3), 5, 0.0f, 1));  // takes the freed place
+  EXPECT_EQ(dropped.get_future().get(), FinishReason::Cancelled);
+  release.count_down();
+  first_done.get_future().get();
+  EXPECT_FALSE(next.get().tokens.empty());
 }
 
 TEST_F(EngineTest, ShutdownCancelsWhatIsInFlight) {
