@@ -3,6 +3,7 @@
 #include <openssl/sha.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -248,7 +249,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if ((scheduler_ && scheduler_epoch_ == placement_.epoch()) || serving_leader() != nullptr) {
       return {200, R"({"status":"ok"})"};
     }
-    const json body{{"status", loading_ ? "loading" : "waiting"}, {"waiting_for", waiting_for()}};
+    json body{{"status", loading_ ? "loading" : "waiting"}, {"waiting_for", waiting_for()}};
+    if (loading_) body["progress"] = load_progress_.load();
     return {503, body.dump()};
   }
 
@@ -265,7 +267,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
              {"weight_bytes_per_second", info.weight_bytes_per_second()},
              {"state", info.state()},
              {"ready_epoch", info.ready_epoch()},
-             {"held_sequences", info.held_sequences()}};
+             {"held_sequences", info.held_sequences()},
+             {"load_progress", info.load_progress()}};
       if (peer != nullptr) {
         n["alive"] = alive(*peer);
         n["last_seen_seconds"] = peer->seen ? seconds_since(peer->last_seen) : -1.0;
@@ -324,6 +327,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     rpc::NodeInfo info = self_;
     info.set_ready_epoch(stage_ ? stage_epoch_ : 0);
     info.set_held_sequences(stage_ ? stage_->stage->sequence_count() : 0);
+    info.set_load_progress(loading_ ? load_progress_.load() : (stage_ ? 1.0 : 0.0));
     info.set_state(scheduler_ && scheduler_epoch_ == placement_.epoch() ? "serving"
                    : loading_                                           ? "loading"
                    : stage_                                             ? "ready"
@@ -587,6 +591,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
     if (loading_) return;
     loading_ = true;
+    load_progress_ = 0.0;
     stage_.reset();
     model_.reset();  // its memory goes before the new range's comes
     if (loader_.joinable()) loader_.join();
@@ -597,7 +602,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       std::shared_ptr<model::Model> model;
       std::string error;
       try {
-        model = model::Model::load(file_, range);
+        model = model::Model::load(file_, range, [this](double share) { load_progress_ = share; });
       } catch (const std::exception& e) {
         error = e.what();
       }
@@ -673,6 +678,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   std::shared_ptr<StageRuntime> stage_;
   uint64_t stage_epoch_ = 0;
   bool loading_ = false;
+  std::atomic<double> load_progress_{0.0};  // of the layers being loaded
   std::thread loader_;
   std::shared_ptr<engine::Engine> scheduler_;
   uint64_t scheduler_epoch_ = 0;

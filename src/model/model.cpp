@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -153,7 +154,8 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file) {
   return load(std::move(file), LayerRange{0, config.layer_count});
 }
 
-std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, LayerRange range) {
+std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, LayerRange range,
+                                   const std::function<void(double)>& progress) {
   std::unique_ptr<Model> m(new Model());
   m->config_ = Config::from_gguf(*file);
   const Config& c = m->config_;
@@ -180,31 +182,37 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
   // parallel on every core the machine has.
   m->layers_.resize(static_cast<size_t>(range.size()));
   tensor::ThreadPool load_pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  load_pool.parallel_for(range.size() + 1, [&](int64_t begin, int64_t end) {
+  const auto bind_item = [&](int64_t item) {
+    if (item == range.size()) {
+      if (range.has_head(c)) {
+        m->output_ = bind.prepared(bind.find("output.weight") ? "output.weight" : "token_embd.weight",
+                                   c.embedding_dim, c.vocab_size);
+      }
+      return;
+    }
+    const std::string p = "blk." + std::to_string(range.first + item) + ".";
+    Layer& l = m->layers_[static_cast<size_t>(item)];
+    l.attn_norm = bind.vector(p + "attn_norm.weight", c.embedding_dim);
+    l.q = bind.prepared(p + "attn_q.weight", c.embedding_dim, c.q_dim());
+    l.k = bind.prepared(p + "attn_k.weight", c.embedding_dim, c.kv_dim());
+    l.v = bind.prepared(p + "attn_v.weight", c.embedding_dim, c.kv_dim());
+    l.o = bind.prepared(p + "attn_output.weight", c.q_dim(), c.embedding_dim);
+    if (c.has_qkv_bias) {
+      l.q_bias = bind.vector(p + "attn_q.bias", c.q_dim());
+      l.k_bias = bind.vector(p + "attn_k.bias", c.kv_dim());
+      l.v_bias = bind.vector(p + "attn_v.bias", c.kv_dim());
+    }
+    l.ffn_norm = bind.vector(p + "ffn_norm.weight", c.embedding_dim);
+    l.gate = bind.prepared(p + "ffn_gate.weight", c.embedding_dim, c.ffn_dim);
+    l.up = bind.prepared(p + "ffn_up.weight", c.embedding_dim, c.ffn_dim);
+    l.down = bind.prepared(p + "ffn_down.weight", c.ffn_dim, c.embedding_dim);
+  };
+  const int64_t items = range.size() + 1;
+  std::atomic<int64_t> bound{0};
+  load_pool.parallel_for(items, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
-      if (item == range.size()) {
-        if (range.has_head(c)) {
-          m->output_ = bind.prepared(bind.find("output.weight") ? "output.weight" : "token_embd.weight",
-                                     c.embedding_dim, c.vocab_size);
-        }
-        continue;
-      }
-      const std::string p = "blk." + std::to_string(range.first + item) + ".";
-      Layer& l = m->layers_[static_cast<size_t>(item)];
-      l.attn_norm = bind.vector(p + "attn_norm.weight", c.embedding_dim);
-      l.q = bind.prepared(p + "attn_q.weight", c.embedding_dim, c.q_dim());
-      l.k = bind.prepared(p + "attn_k.weight", c.embedding_dim, c.kv_dim());
-      l.v = bind.prepared(p + "attn_v.weight", c.embedding_dim, c.kv_dim());
-      l.o = bind.prepared(p + "attn_output.weight", c.q_dim(), c.embedding_dim);
-      if (c.has_qkv_bias) {
-        l.q_bias = bind.vector(p + "attn_q.bias", c.q_dim());
-        l.k_bias = bind.vector(p + "attn_k.bias", c.kv_dim());
-        l.v_bias = bind.vector(p + "attn_v.bias", c.kv_dim());
-      }
-      l.ffn_norm = bind.vector(p + "ffn_norm.weight", c.embedding_dim);
-      l.gate = bind.prepared(p + "ffn_gate.weight", c.embedding_dim, c.ffn_dim);
-      l.up = bind.prepared(p + "ffn_up.weight", c.embedding_dim, c.ffn_dim);
-      l.down = bind.prepared(p + "ffn_down.weight", c.ffn_dim, c.embedding_dim);
+      bind_item(item);
+      if (progress) progress(static_cast<double>(++bound) / static_cast<double>(items));
     }
   });
 

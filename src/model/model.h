@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -62,7 +63,10 @@ class Model {
  public:
   // Binds the tensors of `range` from `file` (kept alive by the model). Throws
   // std::runtime_error naming a missing tensor, a wrong shape or an unsupported type.
-  static std::unique_ptr<Model> load(std::shared_ptr<const gguf::File> file, LayerRange range);
+  // `progress`, when given, is called from loading threads with the share of the range's
+  // layers (and head) bound so far, 0..1.
+  static std::unique_ptr<Model> load(std::shared_ptr<const gguf::File> file, LayerRange range,
+                                     const std::function<void(double)>& progress = {});
   static std::unique_ptr<Model> load(std::shared_ptr<const gguf::File> file);  // all layers
 
   const Config& config() const { return config_; }

@@ -26,7 +26,7 @@ class RemoteStage final : public engine::Stage {
  public:
   // `base_deadline` bounds a call; every input row adds `per_row` (prompt chunks take longer).
   RemoteStage(std::string peer_id, std::shared_ptr<grpc::Channel> channel, Caller caller,
-              std::chrono::milliseconds base_deadline = std::chrono::seconds(10),
+              std::chrono::milliseconds base_deadline = std::chrono::seconds(5),
               std::chrono::milliseconds per_row = std::chrono::milliseconds(100));
 
   std::vector<float> forward(const engine::StageBatch& batch) override;
