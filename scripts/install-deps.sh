@@ -6,7 +6,7 @@ packages=(build-essential cmake ninja-build clang libclang-rt-14-dev
           libgtest-dev libgmock-dev libbenchmark-dev
           libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libboost1.81-dev pkg-config
           libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libssl-dev
-          curl python3)
+          curl python3 iproute2)
 
 missing=()
 for p in "${packages[@]}"; do

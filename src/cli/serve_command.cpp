@@ -23,6 +23,9 @@ struct ServeOptions {
   std::string node_id;
   std::string state_dir;
   std::string cluster_key;
+  bool no_discovery = false;
+  int discovery_port = cluster::kDefaultDiscoveryPort;
+  std::string discovery_interface;
   std::string memory_limit;
   std::string placement = "speed";
   std::string stages;
@@ -77,6 +80,9 @@ int serve(const ServeOptions& o) {
   node.node_port = o.node_port >= 0 ? o.node_port : (o.server.port == 0 ? 0 : o.server.port + 1);
   node.api_address = o.server.host + ":" + std::to_string(o.server.port);
   node.peers = o.peers;
+  node.discovery = !o.no_discovery;
+  node.discovery_port = o.discovery_port;
+  node.discovery_interface = o.discovery_interface;
   node.memory_limit = o.memory_limit.empty() ? 0 : cluster::parse_byte_size(o.memory_limit);
   node.strategy = o.placement == "memory" ? cluster::Strategy::Memory : cluster::Strategy::Speed;
   node.fixed_stages = parse_stages(o.stages);
@@ -127,6 +133,11 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--state-dir", o->state_dir, "Where the node id is kept (default: ~/.local/state/strata)");
   cmd->add_option("--cluster-key", o->cluster_key, "Secret every node of the cluster shares (also STRATA_CLUSTER_KEY)")
       ->envname("STRATA_CLUSTER_KEY");
+  cmd->add_flag("--no-discovery", o->no_discovery, "Do not find nodes on the LAN by multicast (only --peers)");
+  cmd->add_option("--discovery-port", o->discovery_port, "UDP port of the discovery multicast group")
+      ->check(CLI::Range(1, 65535))->capture_default_str();
+  cmd->add_option("--discovery-interface", o->discovery_interface,
+                  "Announce and listen only on this interface (default: every one that can multicast)");
   cmd->add_option("--memory-limit", o->memory_limit, "Memory this node may use, e.g. 12GiB (default: detected)");
   cmd->add_option("--placement", o->placement, "How layers are split: speed (least time per token) or memory")
       ->check(CLI::IsMember({"speed", "memory"}))->capture_default_str();

@@ -149,6 +149,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         describe(static_cast<uint64_t>(self_.weight_bytes_per_second())) + "/s of weights)" +
         (key_->enabled() ? "" : "; no --cluster-key: it forms a cluster only with nodes on this machine"));
     started_ = Clock::now();
+    start_discovery();
     gossip_ = std::thread([this] { gossip_loop(); });
   }
 
@@ -163,6 +164,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       stopping_ = true;
     }
     changed_.notify_all();
+    discovery_.reset();  // its callback takes the lock: never reset it while holding the lock
     if (gossip_.joinable()) gossip_.join();
     std::shared_ptr<engine::Engine> scheduler;
     {
@@ -323,6 +325,38 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (options_.log) options_.log(line);
   }
 
+  void start_discovery() {
+    if (!options_.discovery) return;
+    if (!key_->enabled()) {
+      log("discovery is off: without --cluster-key a node forms a cluster only with nodes on this machine, "
+          "named with --peers");
+      return;
+    }
+    if (is_loopback(options_.host + ":0")) {
+      log("discovery is off: the node service listens on " + options_.host + " only, out of reach of other machines");
+      return;
+    }
+    Announcement self;
+    self.node_id = options_.node_id;
+    self.node_port = server_->port();
+    self.model_hash = self_.model_hash();
+    self.protocol_version = rpc::kProtocolVersion;
+    discovery_ = std::make_unique<Discovery>(DiscoveryOptions{
+        .self = self,
+        .port = options_.discovery_port,
+        .interface_name = options_.discovery_interface,
+        .key = key_,
+        .on_found = [this](const std::string& node_id, const std::string& address) { found(node_id, address); },
+        .log = [this](const std::string& line) { log(line); }});
+  }
+
+  void found(const std::string& node_id, const std::string& address) {
+    std::lock_guard lock(mutex_);
+    const bool known = discovered_.contains(address);
+    discovered_[address] = Clock::now();
+    if (!known) log("discovery found node " + node_id + " at " + address);
+  }
+
   rpc::NodeInfo self_info() const {
     rpc::NodeInfo info = self_;
     info.set_ready_epoch(stage_ ? stage_epoch_ : 0);
@@ -436,6 +470,10 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         std::unique_lock lock(mutex_);
         if (stopping_) return;
         for (const auto& [address, answered] : seeds_) addresses.push_back(address);
+        forget_silent_discoveries();
+        for (const auto& [address, found_at] : discovered_) {
+          if (!seeds_.contains(address)) addresses.push_back(address);
+        }
         for (const auto& [id, peer] : peers_) {
           if (!peer.info.node_address().empty() &&
               std::find(addresses.begin(), addresses.end(), peer.info.node_address()) == addresses.end()) {
@@ -494,6 +532,12 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     learn(info, true, rtt_ms);
     for (const rpc::NodeInfo& known : reply.known()) learn(known, false, 0.0);
     adopt(reply.placement());
+  }
+
+  // A node that stopped announcing is reached through peers_ while it is a member; its old
+  // address, perhaps reused by another port, is not tried forever.
+  void forget_silent_discoveries() {
+    std::erase_if(discovered_, [](const auto& entry) { return Clock::now() - entry.second > kPeerTimeout; });
   }
 
   void drop_departed() {
@@ -667,6 +711,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   rpc::NodeInfo self_;
   std::map<std::string, Peer> peers_;
   std::map<std::string, bool> seeds_;  // address -> answered once
+  // address -> last announcement heard: said Hello to like seeds_, but a leader never waits for them
+  std::map<std::string, Clock::time_point> discovered_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
   std::set<std::string> refusals_;
   std::set<std::string> waiting_logged_;
@@ -683,6 +729,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   std::shared_ptr<engine::Engine> scheduler_;
   uint64_t scheduler_epoch_ = 0;
   std::vector<std::thread> retiring_;
+  std::unique_ptr<Discovery> discovery_;
   std::thread gossip_;
 };
 

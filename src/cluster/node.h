@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "cluster/discovery.h"
 #include "cluster/placement.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
@@ -26,6 +27,9 @@ struct NodeOptions {
   std::string api_address;         // shown to peers and in /cluster
   std::vector<std::string> peers;  // host:node-port of nodes to join
   std::string cluster_key;         // empty: a cluster on this machine only
+  bool discovery = true;           // find nodes on the LAN by multicast (needs a cluster key)
+  int discovery_port = kDefaultDiscoveryPort;
+  std::string discovery_interface;  // empty: every interface that can multicast
   uint64_t memory_limit = 0;       // 0: detected
   Strategy strategy = Strategy::Speed;
   std::vector<Stage> fixed_stages;  // a placement fixed by hand, validated like a computed one

@@ -54,9 +54,7 @@ std::string ClusterKey::mac(std::string_view message) const {
 void ClusterKey::sign(grpc::ClientContext& context, std::string_view sender_id, std::string_view method) const {
   context.AddMetadata("x-strata-sender", std::string(sender_id));
   if (!enabled()) return;
-  unsigned char nonce_bytes[16];
-  if (RAND_bytes(nonce_bytes, sizeof nonce_bytes) != 1) throw std::runtime_error("no random bytes for a nonce");
-  const std::string nonce = hex(nonce_bytes, sizeof nonce_bytes);
+  const std::string nonce = fresh_nonce();
   const std::string time = std::to_string(now_ms());
   context.AddMetadata("x-strata-time", time);
   context.AddMetadata("x-strata-nonce", nonce);
@@ -91,6 +89,12 @@ std::optional<std::string> ClusterKey::refusal(const grpc::ServerContext& contex
   }
   seen_nonces_.emplace(sent, nonce);
   return std::nullopt;
+}
+
+std::string fresh_nonce() {
+  unsigned char bytes[16];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) throw std::runtime_error("no random bytes for a nonce");
+  return hex(bytes, sizeof bytes);
 }
 
 std::string metadata(const grpc::ServerContext& context, std::string_view name) {

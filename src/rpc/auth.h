@@ -35,6 +35,9 @@ class ClusterKey {
   std::multimap<int64_t, std::string> seen_nonces_;  // by time, pruned past the window
 };
 
+// 16 random bytes as lowercase hex, for a message that must differ from every other.
+std::string fresh_nonce();
+
 // The metadata value of `name` on an incoming call, empty when absent.
 std::string metadata(const grpc::ServerContext& context, std::string_view name);
 

@@ -215,8 +215,10 @@ def main():
     stop_all(nodes)
 
     # Only holders of the cluster key take part.
-    keyed = start_cluster(["c0", "c1"], "--cluster-key", "right", "--placement", "memory")
-    stranger = Node("c2", "--peers", keyed[0].address, "--cluster-key", "wrong")
+    # No discovery: keyed nodes would announce on this machine's LAN, where another run of
+    # this test could join them.
+    keyed = start_cluster(["c0", "c1"], "--cluster-key", "right", "--placement", "memory", "--no-discovery")
+    stranger = Node("c2", "--peers", keyed[0].address, "--cluster-key", "wrong", "--no-discovery")
     time.sleep(3)
     members = [n["id"] for n in keyed[0].get("/cluster")[1]["nodes"]]
     check("c2" not in members, f"a node with the wrong key is not a member ({members})")
