@@ -33,7 +33,8 @@ struct ServeOptions {
   int test_link_delay_ms = 0;
 };
 
-// "a:0-11,b:11-22" -> stages in pipeline order.
+// "a:0-10,b:11-21" (inclusive layer numbers, as `strata cluster` shows them) -> stages in
+// pipeline order.
 std::vector<cluster::Stage> parse_stages(const std::string& text) {
   std::vector<cluster::Stage> stages;
   size_t begin = 0;
@@ -43,11 +44,11 @@ std::vector<cluster::Stage> parse_stages(const std::string& text) {
     const size_t colon = item.rfind(':');
     const size_t dash = item.find('-', colon == std::string::npos ? 0 : colon);
     if (colon == std::string::npos || dash == std::string::npos || colon == 0) {
-      throw std::invalid_argument("--stages item '" + item + "' is not NODE:FIRST-LAST (e.g. a:0-11)");
+      throw std::invalid_argument("--stages item '" + item + "' is not NODE:FIRST-LAST (e.g. a:0-10)");
     }
     try {
       stages.push_back({item.substr(0, colon), std::stoi(item.substr(colon + 1, dash - colon - 1)),
-                        std::stoi(item.substr(dash + 1))});
+                        std::stoi(item.substr(dash + 1)) + 1});
     } catch (const std::logic_error&) {
       throw std::invalid_argument("--stages item '" + item + "' has a layer that is not a number");
     }
@@ -141,7 +142,7 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--memory-limit", o->memory_limit, "Memory this node may use, e.g. 12GiB (default: detected)");
   cmd->add_option("--placement", o->placement, "How layers are split: speed (least time per token) or memory")
       ->check(CLI::IsMember({"speed", "memory"}))->capture_default_str();
-  cmd->add_option("--stages", o->stages, "A placement fixed by hand: NODE:FIRST-LAST,... in pipeline order");
+  cmd->add_option("--stages", o->stages, "A placement fixed by hand: NODE:FIRST-LAST,... (layers inclusive) in pipeline order");
   cmd->add_option("--startup-wait", o->startup_wait_seconds,
                   "Seconds a request waits for the cluster to form before a 503")
       ->check(CLI::NonNegativeNumber)->capture_default_str();

@@ -182,6 +182,15 @@ def main():
             check(answer(nodes[3].complete(r)) == reference[i], f"seed cluster, {strategy}: request {i} equals one node's")
         stop_all(nodes)
 
+    # A placement fixed by hand, in an order that is not the ids' order.
+    first = Node("f0", "--stages", "f1:0-2,f0:3-3")
+    second = Node("f1", "--peers", first.address, "--stages", "f1:0-2,f0:3-3")
+    check(first.wait_healthy() and second.wait_healthy(), "a fixed placement serves")
+    stages = [(s["node"], s["first_layer"], s["last_layer"]) for s in first.get("/cluster")[1]["placement"]["stages"]]
+    check(stages == [("f1", 0, 3), ("f0", 3, 4)], f"the fixed placement is the one given ({stages})")
+    check(answer(first.complete(REQUESTS[2])) == reference[2], "the fixed placement answers as one node")
+    stop_all([first, second])
+
     # A model that cannot fit: 503 with Retry-After and the missing memory named.
     small = Node("small", "--memory-limit", "300KiB")
     status, body = small.complete(REQUESTS[0], timeout=30)
