@@ -183,29 +183,37 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   bool submit(engine::GenerationRequest request, engine::RequestCallbacks callbacks) {
-    std::shared_ptr<engine::Engine> local;
-    std::shared_ptr<grpc::Channel> leader;
-    {
-      std::unique_lock lock(mutex_);
-      const auto deadline = Clock::now() + options_.startup_wait;
-      while (true) {
-        if (stopping_) throw engine::Unavailable("the node is shutting down");
-        if (!placement_.error().empty()) throw engine::Unavailable(placement_.error(), 30);
-        if (scheduler_ && scheduler_epoch_ == placement_.epoch()) {
-          local = scheduler_;
-          break;
-        }
-        if (const Peer* l = serving_leader()) {
-          leader = channel(l->info.node_address());
-          break;
-        }
-        if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
-          throw engine::Unavailable("the cluster is not serving yet: " + waiting_for(), 5);
+    const auto deadline = Clock::now() + options_.startup_wait;
+    while (true) {
+      std::shared_ptr<engine::Engine> local;
+      std::shared_ptr<grpc::Channel> leader;
+      {
+        std::unique_lock lock(mutex_);
+        while (true) {
+          if (stopping_) throw engine::Unavailable("the node is shutting down");
+          if (!placement_.error().empty()) throw engine::Unavailable(placement_.error(), 30);
+          if (scheduler_ && scheduler_epoch_ == placement_.epoch()) {
+            local = scheduler_;
+            break;
+          }
+          if (const Peer* l = serving_leader()) {
+            leader = channel(l->info.node_address());
+            break;
+          }
+          if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
+            throw engine::Unavailable("the cluster is not serving yet: " + waiting_for(), 5);
+          }
         }
       }
+      if (local) return local->submit(std::move(request), std::move(callbacks));
+      try {
+        return remote_.submit(leader, request, callbacks);
+      } catch (const engine::Unavailable&) {
+        // The leader is between placements: wait for the next one, up to the startup wait.
+        std::unique_lock lock(mutex_);
+        if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) throw;
+      }
     }
-    if (local) return local->submit(std::move(request), std::move(callbacks));
-    return remote_.submit(leader, std::move(request), std::move(callbacks));
   }
 
   // NodeHandler

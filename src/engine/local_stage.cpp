@@ -24,6 +24,7 @@ std::vector<float> LocalStage::forward(const StageBatch& batch) {
                                     std::to_string(work.capacity) + " positions");
       }
       found = sequences_.emplace(work.id, model_->new_sequence(work.capacity)).first;
+      sequence_count_ = sequences_.size();
     } else if (found == sequences_.end()) {
       throw std::invalid_argument("sequence " + std::to_string(work.id) + " is unknown to this stage");
     } else if (found->second->size() != work.first_position) {
@@ -39,11 +40,7 @@ std::vector<float> LocalStage::forward(const StageBatch& batch) {
 void LocalStage::release(std::span<const SequenceId> ids) {
   std::lock_guard lock(mutex_);
   for (SequenceId id : ids) sequences_.erase(id);
-}
-
-size_t LocalStage::sequence_count() const {
-  std::lock_guard lock(mutex_);
-  return sequences_.size();
+  sequence_count_ = sequences_.size();
 }
 
 }  // namespace strata::engine

@@ -2,6 +2,7 @@
 // KvState for those layers, keyed by sequence id.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,14 +23,16 @@ class LocalStage final : public Stage {
   void release(std::span<const SequenceId> ids) override;
 
   const model::Model& model() const { return *model_; }
-  // Sequences whose state this stage holds: zero once every request has ended.
-  size_t sequence_count() const;
+  // Sequences whose state this stage holds: zero once every request has ended. Does not wait
+  // for a forward that is running.
+  size_t sequence_count() const { return sequence_count_; }
 
  private:
   std::shared_ptr<model::Model> model_;
   tensor::ThreadPool& pool_;
   mutable std::mutex mutex_;  // one forward or release at a time
   std::map<SequenceId, std::unique_ptr<model::KvState>> sequences_;
+  std::atomic<size_t> sequence_count_{0};
 };
 
 }  // namespace strata::engine
