@@ -8,19 +8,10 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "outcome.h"
 
 namespace strata::engine {
 namespace {
-
-const std::string kDreams = STRATA_SHARED_DIR "/models/aidreams260K.gguf";
-
-struct Outcome {
-  std::vector<Token> tokens;
-  std::vector<GeneratedToken> generated;
-  FinishReason reason = FinishReason::Error;
-  std::string error;
-  bool operator==(const Outcome& o) const { return tokens == o.tokens && reason == o.reason; }
-};
 
 class EngineTest : public ::testing::Test {
  protected:
@@ -29,26 +20,24 @@ class EngineTest : public ::testing::Test {
     engine_ = std::make_unique<Engine>(model::Model::load(file), [](Token t) { return t == 2; }, options);
   }
 
-  // Submits and returns a future for the outcome; `stop_after` ends the request early.
   std::future<Outcome> submit(GenerationRequest request, int stop_after = -1) {
-    auto promise = std::make_shared<std::promise<Outcome>>();
-    auto outcome = std::make_shared<Outcome>();
-    RequestCallbacks callbacks;
-    callbacks.on_token = [outcome, stop_after](const GeneratedToken& t) {
-      outcome->tokens.push_back(t.token);
-      outcome->generated.push_back(t);
-      return stop_after < 0 || static_cast<int>(outcome->tokens.size()) < stop_after;
-    };
-    callbacks.on_finish = [promise, outcome](FinishReason reason, const std::string& error) {
-      outcome->reason = reason;
-      outcome->error = error;
-      promise->set_value(*outcome);
-    };
-    EXPECT_TRUE(engine_->submit(std::move(request), std::move(callbacks)));
-    return promise->get_future();
+    return submit_for_outcome(*engine_, std::move(request), stop_after);
   }
 
   Outcome run(GenerationRequest request) { return submit(std::move(request)).get(); }
+
+  // Submits a request whose first token waits for `release`, then ends it.
+  std::future<void> submit_blocked_until(std::latch& release, GenerationRequest request) {
+    auto done = std::make_shared<std::promise<void>>();
+    RequestCallbacks blocking;
+    blocking.on_token = [&release](const GeneratedToken&) {
+      release.wait();
+      return false;
+    };
+    blocking.on_finish = [done](FinishReason, const std::string&) { done->set_value(); };
+    EXPECT_TRUE(engine_->submit(std::move(request), blocking));
+    return done->get_future();
+  }
 
   std::unique_ptr<Engine> engine_;
 };
@@ -160,18 +149,11 @@ TEST_F(EngineTest, RefusesWhatCannotFitTheContext) {
 TEST_F(EngineTest, RefusesWhenSlotsAndQueueAreFull) {
   start({.max_parallel = 1, .max_queued = 1});
   std::latch release(1);
-  RequestCallbacks blocking;
-  std::promise<void> first_done;
-  blocking.on_token = [&](const GeneratedToken&) {
-    release.wait();
-    return false;
-  };
-  blocking.on_finish = [&](FinishReason, const std::string&) { first_done.set_value(); };
-  ASSERT_TRUE(engine_->submit(request(prompt(1), 5, 0.0f, 1), blocking));
+  std::future<void> first_done = submit_blocked_until(release, request(prompt(1), 5, 0.0f, 1));
   auto queued = submit(request(prompt(2), 5, 0.0f, 1));
   EXPECT_FALSE(engine_->submit(request(prompt(3), 5, 0.0f, 1), {}));
   release.count_down();
-  first_done.get_future().get();
+  first_done.get();
   EXPECT_EQ(queued.get().tokens.size() > 0, true);
 }
 
@@ -180,14 +162,7 @@ TEST_F(EngineTest, RefusesWhenSlotsAndQueueAreFull) {
 TEST_F(EngineTest, ACancelledQueuedRequestFreesItsPlaceAtOnce) {
   start({.max_parallel = 1, .max_queued = 1});
   std::latch release(1);
-  RequestCallbacks blocking;
-  std::promise<void> first_done;
-  blocking.on_token = [&](const GeneratedToken&) {
-    release.wait();
-    return false;
-  };
-  blocking.on_finish = [&](FinishReason, const std::string&) { first_done.set_value(); };
-  ASSERT_TRUE(engine_->submit(request(prompt(1), 5, 0.0f, 1), blocking));
+  std::future<void> first_done = submit_blocked_until(release, request(prompt(1), 5, 0.0f, 1));
 
   std::atomic<bool> gone{false};
   std::promise<FinishReason> dropped;
@@ -201,7 +176,7 @@ TEST_F(EngineTest, ACancelledQueuedRequestFreesItsPlaceAtOnce) {
   auto next = submit(request(prompt(3), 5, 0.0f, 1));  // takes the freed place
   EXPECT_EQ(dropped.get_future().get(), FinishReason::Cancelled);
   release.count_down();
-  first_done.get_future().get();
+  first_done.get();
   EXPECT_FALSE(next.get().tokens.empty());
 }
 

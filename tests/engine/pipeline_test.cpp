@@ -7,35 +7,13 @@
 
 #include "engine/engine.h"
 #include "engine/local_stage.h"
+#include "outcome.h"
 
 namespace strata::engine {
 namespace {
 
-const std::string kDreams = STRATA_SHARED_DIR "/models/aidreams260K.gguf";
-
-struct Outcome {
-  std::vector<Token> tokens;
-  std::vector<float> logprobs;
-  FinishReason reason = FinishReason::Error;
-  std::string error;
-};
-
 std::future<Outcome> submit(Generator& engine, GenerationRequest request) {
-  auto promise = std::make_shared<std::promise<Outcome>>();
-  auto outcome = std::make_shared<Outcome>();
-  RequestCallbacks callbacks;
-  callbacks.on_token = [outcome](const GeneratedToken& t) {
-    outcome->tokens.push_back(t.token);
-    outcome->logprobs.push_back(t.logprob);
-    return true;
-  };
-  callbacks.on_finish = [promise, outcome](FinishReason reason, const std::string& error) {
-    outcome->reason = reason;
-    outcome->error = error;
-    promise->set_value(*outcome);
-  };
-  EXPECT_TRUE(engine.submit(std::move(request), std::move(callbacks)));
-  return promise->get_future();
+  return submit_for_outcome(engine, std::move(request));
 }
 
 GenerationRequest request(int i) {
@@ -91,7 +69,7 @@ TEST(Pipeline, StagesGiveTheWholeModelsTokensAndLogprobsConcurrently) {
         const Outcome got = futures[static_cast<size_t>(i)].get();
         const Outcome& want = alone[static_cast<size_t>(i)];
         EXPECT_EQ(got.tokens, want.tokens) << cuts.size() - 1 << " stages, request " << i;
-        EXPECT_EQ(got.logprobs, want.logprobs) << cuts.size() - 1 << " stages, request " << i;
+        EXPECT_EQ(got.logprobs(), want.logprobs()) << cuts.size() - 1 << " stages, request " << i;
         EXPECT_EQ(got.reason, want.reason);
       }
     }

@@ -1,0 +1,54 @@
+// The transport's cost per pipeline hop: a RemoteStage call over loopback gRPC to a stage that
+// computes nothing and returns its input, with the activations of TinyLlama (2048 floats per
+// row), signed with a cluster key as in a cluster. Rows: 1 (one decode stream) to 256 (a
+// prompt chunk).
+//   hop_bench [benchmark flags]
+#include <benchmark/benchmark.h>
+
+#include "rpc/channel.h"
+#include "rpc/node_service.h"
+#include "rpc/remote_stage.h"
+
+namespace strata::rpc {
+namespace {
+
+constexpr int kHidden = 2048;
+
+class EchoStage final : public engine::Stage {
+ public:
+  std::vector<float> forward(const engine::StageBatch& batch) override { return batch.hidden; }
+  void release(std::span<const engine::SequenceId>) override {}
+};
+
+class EchoNode final : public NodeHandler {
+ public:
+  HelloReply hello(const HelloRequest&, const std::string&) override { return {}; }
+  std::shared_ptr<engine::Stage> stage(uint64_t, std::string&) override { return stage_; }
+  std::shared_ptr<engine::Generator> scheduler(std::string& why) override {
+    why = "no scheduler";
+    return nullptr;
+  }
+
+ private:
+  std::shared_ptr<EchoStage> stage_ = std::make_shared<EchoStage>();
+};
+
+void BM_Hop(benchmark::State& state) {
+  const int rows = static_cast<int>(state.range(0));
+  auto key = std::make_shared<ClusterKey>("bench");
+  EchoNode node;
+  NodeServer server(node, key, "127.0.0.1", 0, {});
+  RemoteStage stage("echo", make_channel("127.0.0.1:" + std::to_string(server.port())), Caller{"bench", 1, key});
+  engine::StageBatch batch;
+  for (int s = 0; s < rows; ++s) batch.sequences.push_back({static_cast<engine::SequenceId>(s + 1), 5, 1, 64});
+  batch.hidden.assign(static_cast<size_t>(rows) * kHidden, 0.5f);
+  stage.forward(batch);  // connect
+  for (auto _ : state) benchmark::DoNotOptimize(stage.forward(batch));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * rows * kHidden * 4 * 2);
+}
+BENCHMARK(BM_Hop)->Arg(1)->Arg(8)->Arg(256)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+}  // namespace strata::rpc
+
+BENCHMARK_MAIN();
