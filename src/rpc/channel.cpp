@@ -6,6 +6,9 @@ namespace {
 // A prompt chunk of 256 tokens of an 8192-wide model is 8 MiB of activations.
 constexpr int kMaxMessageBytes = 64 << 20;
 constexpr int kKeepaliveMs = 1000;
+// HTTP/2's default 64 KiB window makes a batch of a few rows wait a round trip for a window
+// update; a window of a whole prompt chunk's activations lets every message go at once.
+constexpr int kWindowBytes = 16 << 20;
 constexpr int kKeepaliveTimeoutMs = 2000;
 
 }  // namespace
@@ -18,6 +21,7 @@ std::shared_ptr<grpc::Channel> make_channel(const std::string& address) {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWindowBytes);
   // A peer that comes back is tried again soon, not after gRPC's default back-off of minutes.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
@@ -34,6 +38,7 @@ void configure_server(grpc::ServerBuilder& builder) {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, kKeepaliveMs / 2);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWindowBytes);
 }
 
 }  // namespace strata::rpc
