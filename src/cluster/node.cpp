@@ -501,7 +501,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         drop_departed();
         if (leader_id() == options_.node_id) place();
         apply();
-        if (leader_id() == options_.node_id) start_scheduler();
+        start_scheduler();
       }
       changed_.notify_all();
       std::unique_lock lock(mutex_);
@@ -673,9 +673,11 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   // Leader only: once every stage holds its layers of the current placement, run requests.
+  // A scheduler of an older placement ends its requests: its stages are gone or going.
   void start_scheduler() {
+    if (scheduler_ && scheduler_epoch_ != placement_.epoch()) retire(std::move(scheduler_));
     if (placement_.leader_id() != options_.node_id || placement_.stages_size() == 0) return;
-    if (scheduler_ && scheduler_epoch_ == placement_.epoch()) return;
+    if (scheduler_) return;
     std::vector<std::shared_ptr<engine::Stage>> stages;
     for (const rpc::Stage& s : placement_.stages()) {
       if (s.node_id() == options_.node_id) {
@@ -687,7 +689,6 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
             s.node_id(), channel(s.node_address()), rpc::Caller{options_.node_id, placement_.epoch(), key_, options_.test_link_delay}));
       }
     }
-    if (scheduler_) retire(std::move(scheduler_));
     // The local stage's pool samples when it is free; a leader without a stage samples alone.
     tensor::ThreadPool* pool = stage_ ? &stage_->pool : nullptr;
     scheduler_ = std::make_shared<engine::Engine>(std::move(stages), config_.vocab_size, eog_, options_.engine, pool);
@@ -700,7 +701,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // go on answering peers meanwhile.
   void retire(std::shared_ptr<engine::Engine> old) {
     log("placement " + std::to_string(scheduler_epoch_) + " is replaced: its requests end");
-    retiring_.emplace_back([old = std::move(old)] { old->shutdown(); });
+    retiring_.emplace_back([old = std::move(old)] {
+      old->abort("the cluster changed (a node joined or left) while the request ran; send it again");
+    });
   }
 
   std::shared_ptr<const gguf::File> file_;

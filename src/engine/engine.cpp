@@ -133,10 +133,13 @@ void Engine::finish_cancelled(std::vector<std::unique_ptr<Sequence>> cancelled) 
   for (auto& seq : cancelled) finish(*seq, FinishReason::Cancelled);
 }
 
-void Engine::shutdown() {
+void Engine::shutdown() { abort({}); }
+
+void Engine::abort(const std::string& why) {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
+    abort_reason_ = why;
   }
   wake_.notify_all();
   if (loop_.joinable()) loop_.join();
@@ -166,7 +169,13 @@ void Engine::run_loop() {
         for (auto& seq : queue_) active.push_back(std::move(seq));
         queue_.clear();
         lock.unlock();
-        for (auto& seq : active) finish(*seq, FinishReason::Cancelled, "the server is shutting down");
+        for (auto& seq : active) {
+          if (abort_reason_.empty()) {
+            finish(*seq, FinishReason::Cancelled, "the server is shutting down");
+          } else {
+            finish(*seq, FinishReason::Error, abort_reason_);
+          }
+        }
         return;
       }
       cancelled = take_cancelled();

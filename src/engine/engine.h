@@ -46,6 +46,8 @@ class Engine final : public Generator {
   ModelLimits limits() const override;
   bool submit(GenerationRequest request, RequestCallbacks callbacks) override;
   void shutdown() override;
+  // Like shutdown, but the requests in flight end with the error `why`.
+  void abort(const std::string& why);
 
  private:
   struct Sequence;
@@ -77,6 +79,7 @@ class Engine final : public Generator {
   std::deque<Pipeline::Result> results_;
   int running_ = 0;  // sequences the loop holds, finished ones excluded
   bool stopping_ = false;
+  std::string abort_reason_;  // set with stopping_ by abort
   std::thread loop_;
 
   // Owned by the loop thread.
