@@ -70,28 +70,14 @@ class NodeServer::Service final : public Node::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Forward(grpc::ServerContext* context, const ForwardRequest* request, ForwardReply* reply) override {
+  grpc::Status Forward(grpc::ServerContext* context,
+                       grpc::ServerReaderWriter<ForwardReply, ForwardRequest>* stream) override {
     if (auto refused = check(*context, "Forward")) return *refused;
-    if (const std::string why = malformed(*request); !why.empty()) {
-      return {grpc::StatusCode::INVALID_ARGUMENT, why};
-    }
-    std::string why;
-    const std::shared_ptr<engine::Stage> stage = handler_.stage(request->epoch(), why);
-    if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
-    engine::StageBatch batch;
-    for (const SequenceWork& w : request->sequences()) {
-      batch.sequences.push_back({w.sequence_id(), w.first_position(), w.token_count(), w.capacity()});
-    }
-    batch.tokens.assign(request->tokens().begin(), request->tokens().end());
-    batch.hidden.resize(request->hidden().size() / sizeof(float));
-    std::memcpy(batch.hidden.data(), request->hidden().data(), request->hidden().size());
-    try {
-      const std::vector<float> rows = stage->forward(batch);
-      reply->set_rows(rows.data(), rows.size() * sizeof(float));
-    } catch (const std::invalid_argument& e) {
-      return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
-    } catch (const std::exception& e) {
-      return {grpc::StatusCode::INTERNAL, e.what()};
+    ForwardRequest request;
+    while (stream->Read(&request)) {
+      ForwardReply reply;
+      if (grpc::Status status = forward(request, reply); !status.ok()) return status;
+      if (!stream->Write(reply)) break;
     }
     return grpc::Status::OK;
   }
@@ -185,6 +171,31 @@ class NodeServer::Service final : public Node::Service {
   }
 
  private:
+  grpc::Status forward(const ForwardRequest& request, ForwardReply& reply) {
+    if (const std::string why = malformed(request); !why.empty()) {
+      return {grpc::StatusCode::INVALID_ARGUMENT, why};
+    }
+    std::string why;
+    const std::shared_ptr<engine::Stage> stage = handler_.stage(request.epoch(), why);
+    if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
+    engine::StageBatch batch;
+    for (const SequenceWork& w : request.sequences()) {
+      batch.sequences.push_back({w.sequence_id(), w.first_position(), w.token_count(), w.capacity()});
+    }
+    batch.tokens.assign(request.tokens().begin(), request.tokens().end());
+    batch.hidden.resize(request.hidden().size() / sizeof(float));
+    std::memcpy(batch.hidden.data(), request.hidden().data(), request.hidden().size());
+    try {
+      const std::vector<float> rows = stage->forward(batch);
+      reply.set_rows(rows.data(), rows.size() * sizeof(float));
+    } catch (const std::invalid_argument& e) {
+      return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
+    } catch (const std::exception& e) {
+      return {grpc::StatusCode::INTERNAL, e.what()};
+    }
+    return grpc::Status::OK;
+  }
+
   std::optional<grpc::Status> check(grpc::ServerContext& context, std::string_view method) {
     if (auto refusal = key_->refusal(context, method)) {
       if (log_) log_("refused a " + std::string(method) + " call from " + context.peer() + " (node '" +

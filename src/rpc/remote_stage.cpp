@@ -12,7 +12,58 @@ RemoteStage::RemoteStage(std::string peer_id, std::shared_ptr<grpc::Channel> cha
       stub_(Node::NewStub(std::move(channel))),
       caller_(std::move(caller)),
       base_deadline_(base_deadline),
-      per_row_(per_row) {}
+      per_row_(per_row),
+      watchdog_([this] { watch(); }) {}
+
+RemoteStage::~RemoteStage() {
+  {
+    std::lock_guard lock(watch_mutex_);
+    stopping_ = true;
+  }
+  watch_wake_.notify_all();
+  watchdog_.join();
+  if (stream_) {
+    context_->TryCancel();
+    stream_->Finish();
+  }
+}
+
+void RemoteStage::watch() {
+  std::unique_lock lock(watch_mutex_);
+  while (!stopping_) {
+    if (std::chrono::steady_clock::now() >= reply_due_) {
+      late_ = true;
+      reply_due_ = std::chrono::steady_clock::time_point::max();
+      context_->TryCancel();
+      continue;
+    }
+    if (reply_due_ == std::chrono::steady_clock::time_point::max()) {
+      watch_wake_.wait(lock);
+    } else {
+      watch_wake_.wait_until(lock, reply_due_);
+    }
+  }
+}
+
+void RemoteStage::fail(const std::string& what) {
+  bool late = false;
+  {
+    std::lock_guard lock(watch_mutex_);
+    reply_due_ = std::chrono::steady_clock::time_point::max();
+    late = late_;
+    late_ = false;
+  }
+  stream_->WritesDone();
+  const grpc::Status status = stream_->Finish();
+  {
+    std::lock_guard lock(watch_mutex_);
+    stream_.reset();
+    context_.reset();
+  }
+  std::string why = status.ok() ? what : status.error_message();
+  if (late) why = "no reply within its deadline";
+  throw std::runtime_error("node " + peer_id_ + " failed the batch: " + why);
+}
 
 std::vector<float> RemoteStage::forward(const engine::StageBatch& batch) {
   ForwardRequest request;
@@ -31,13 +82,24 @@ std::vector<float> RemoteStage::forward(const engine::StageBatch& batch) {
   request.set_hidden(batch.hidden.data(), batch.hidden.size() * sizeof(float));
 
   if (caller_.link_delay.count() > 0) std::this_thread::sleep_for(caller_.link_delay);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + base_deadline_ + per_row_ * rows);
-  caller_.key->sign(context, caller_.node_id, "Forward");
+  if (!stream_) {
+    auto context = std::make_unique<grpc::ClientContext>();
+    caller_.key->sign(*context, caller_.node_id, "Forward");
+    std::lock_guard lock(watch_mutex_);  // the watchdog reads context_
+    context_ = std::move(context);
+    stream_ = stub_->Forward(context_.get());
+  }
+  {
+    std::lock_guard lock(watch_mutex_);
+    reply_due_ = std::chrono::steady_clock::now() + base_deadline_ + per_row_ * rows;
+  }
+  watch_wake_.notify_all();
   ForwardReply reply;
-  const grpc::Status status = stub_->Forward(&context, request, &reply);
-  if (!status.ok()) {
-    throw std::runtime_error("node " + peer_id_ + " failed the batch: " + status.error_message());
+  if (!stream_->Write(request)) fail("the stream closed");
+  if (!stream_->Read(&reply)) fail("the stream closed");
+  {
+    std::lock_guard lock(watch_mutex_);
+    reply_due_ = std::chrono::steady_clock::time_point::max();
   }
   const std::string& bytes = reply.rows();
   if (bytes.size() % sizeof(float) != 0) throw std::runtime_error("node " + peer_id_ + " sent a malformed reply");

@@ -1,10 +1,15 @@
-// A pipeline stage on another node, reached over its node service. A failed or late call
-// becomes an exception for the batch's requests, never a hang.
+// A pipeline stage on another node, reached over its node service through one Forward stream
+// that stays open between batches. A failed or late batch becomes an exception for its
+// requests, never a hang: a watchdog cancels the stream when a reply is late, and the next
+// batch opens a new one.
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "engine/stage.h"
 #include "rpc/auth.h"
@@ -28,16 +33,32 @@ class RemoteStage final : public engine::Stage {
   RemoteStage(std::string peer_id, std::shared_ptr<grpc::Channel> channel, Caller caller,
               std::chrono::milliseconds base_deadline = std::chrono::seconds(5),
               std::chrono::milliseconds per_row = std::chrono::milliseconds(100));
+  ~RemoteStage() override;
 
+  // Not reentrant: one batch at a time, as a pipeline's stage worker sends them.
   std::vector<float> forward(const engine::StageBatch& batch) override;
   void release(std::span<const engine::SequenceId> ids) override;
 
  private:
+  using Stream = grpc::ClientReaderWriter<ForwardRequest, ForwardReply>;
+  // Ends the stream and says why it failed.
+  [[noreturn]] void fail(const std::string& what);
+  void watch();
+
   std::string peer_id_;
   std::unique_ptr<Node::Stub> stub_;
   Caller caller_;
   std::chrono::milliseconds base_deadline_;
   std::chrono::milliseconds per_row_;
+  std::unique_ptr<grpc::ClientContext> context_;  // of the open stream
+  std::unique_ptr<Stream> stream_;
+
+  std::mutex watch_mutex_;
+  std::condition_variable watch_wake_;
+  std::chrono::steady_clock::time_point reply_due_ = std::chrono::steady_clock::time_point::max();
+  bool late_ = false;  // the watchdog cancelled the stream
+  bool stopping_ = false;
+  std::thread watchdog_;
 };
 
 }  // namespace strata::rpc

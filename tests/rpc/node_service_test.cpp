@@ -51,11 +51,20 @@ class NodeServiceTest : public ::testing::Test {
         }),
         stub_(Node::NewStub(make_channel("127.0.0.1:" + std::to_string(server_.port())))) {}
 
+  // One batch on a stream of its own.
+  static grpc::Status forward_on(Node::Stub& stub, grpc::ClientContext& context, const ForwardRequest& request,
+                                 ForwardReply* reply) {
+    auto stream = stub.Forward(&context);
+    ForwardReply ignored;
+    if (stream->Write(request)) stream->Read(reply ? reply : &ignored);
+    stream->WritesDone();
+    return stream->Finish();
+  }
+
   grpc::Status forward(const ForwardRequest& request, const ClusterKey& key, ForwardReply* reply = nullptr) {
     grpc::ClientContext context;
     key.sign(context, "client", "Forward");
-    ForwardReply ignored;
-    return stub_->Forward(&context, request, reply ? reply : &ignored);
+    return forward_on(*stub_, context, request, reply);
   }
 
   static ForwardRequest start_sequence(uint64_t id, uint64_t epoch = kEpoch) {
@@ -106,11 +115,25 @@ TEST_F(NodeServiceTest, RefusesAReplayedCall) {
     context.AddMetadata("x-strata-time", time);
     context.AddMetadata("x-strata-nonce", nonce);
     context.AddMetadata("x-strata-mac", mac);
-    ForwardReply reply;
-    const grpc::Status status = stub_->Forward(&context, start_sequence(first ? 1 : 2), &reply);
+    const grpc::Status status = forward_on(*stub_, context, start_sequence(first ? 1 : 2), nullptr);
     EXPECT_EQ(status.ok(), first) << status.error_message();
   }
   EXPECT_EQ(node_.held(), 1u);
+}
+
+TEST_F(NodeServiceTest, OneStreamCarriesBatchAfterBatch) {
+  grpc::ClientContext context;
+  key_.sign(context, "client", "Forward");
+  auto stream = stub_->Forward(&context);
+  for (uint64_t id = 1; id <= 3; ++id) {
+    ForwardReply reply;
+    ASSERT_TRUE(stream->Write(start_sequence(id)));
+    ASSERT_TRUE(stream->Read(&reply));
+    EXPECT_EQ(reply.rows().size(), 512 * sizeof(float));
+  }
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(node_.held(), 3u);
 }
 
 TEST_F(NodeServiceTest, RefusesAnotherEpoch) {
@@ -173,8 +196,7 @@ TEST_F(NodeServiceTest, RefusesAnOversizedMessage) {
                                                       grpc::InsecureChannelCredentials(), unlimited));
   grpc::ClientContext context;
   key_.sign(context, "client", "Forward");
-  ForwardReply reply;
-  EXPECT_EQ(stub->Forward(&context, r, &reply).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(forward_on(*stub, context, r, nullptr).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_TRUE(forward(start_sequence(2), key_).ok());
 }
 
