@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "rpc/node_service.h"
+#include "rpc/messages.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   strata::rpc::ForwardRequest forward;

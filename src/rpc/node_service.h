@@ -10,6 +10,7 @@
 #include "engine/generator.h"
 #include "engine/stage.h"
 #include "rpc/auth.h"
+#include "rpc/messages.h"
 #include "node.grpc.pb.h"
 
 namespace strata::rpc {
@@ -27,9 +28,6 @@ class NodeHandler {
   // The scheduler for requests from other nodes (this node leads), or null with `why`.
   virtual std::shared_ptr<engine::Generator> scheduler(std::string& why) = 0;
 };
-
-// Checks what a peer sent before any of it is used; the reason, or empty when well-formed.
-std::string malformed(const ForwardRequest& request);
 
 class NodeServer {
  public:
