@@ -200,6 +200,23 @@ def main():
 
     # A stage lost mid-stream: the stream ends with an error within seconds; the rest re-forms.
     nodes = start_cluster(["k0", "k1", "k2"], "--placement", "memory", "--test-link-delay-ms", "20")
+    # A client that goes away mid-stream at a node that is not the leader: every stage lets its
+    # sequence go.
+    import http.client
+    connection = http.client.HTTPConnection("127.0.0.1", nodes[2].port, timeout=30)
+    connection.request("POST", "/v1/completions", json.dumps({"prompt": "Once upon a time", "max_tokens": 100,
+                                                                "stream": True}), {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    tokens = 0
+    while tokens < 2:  # the first event may come before the first token
+        line = response.readline()
+        if not line:
+            break
+        tokens += line.startswith(b"data: ") and b'"text":""' not in line
+    check(tokens == 2, "a stream starts at a node that is not the leader")
+    check(any(n.held_sequences() for n in nodes), "while it runs, the stages hold its sequence")
+    connection.close()
+    check_no_state(nodes, "a client gone mid-stream")
     stream = subprocess.Popen(["curl", "-sN", "--max-time", "60", f"http://127.0.0.1:{nodes[0].port}/v1/completions",
                                "-H", "Content-Type: application/json",
                                "-d", json.dumps({"prompt": "Once upon a time", "max_tokens": 100, "temperature": 0,
