@@ -672,12 +672,13 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     });
   }
 
-  // Leader only: once every stage holds its layers of the current placement, run requests.
-  // A scheduler of an older placement ends its requests: its stages are gone or going.
+  // Leader only: once every stage holds its layers of the current placement, run requests
+  // there. Requests of an older placement go on in the new one, computed again from their
+  // tokens; a node that stops leading ends its requests.
   void start_scheduler() {
-    if (scheduler_ && scheduler_epoch_ != placement_.epoch()) retire(std::move(scheduler_));
+    if (scheduler_ && placement_.leader_id() != options_.node_id) retire(std::move(scheduler_));
     if (placement_.leader_id() != options_.node_id || placement_.stages_size() == 0) return;
-    if (scheduler_) return;
+    if (scheduler_ && scheduler_epoch_ == placement_.epoch()) return;
     std::vector<std::shared_ptr<engine::Stage>> stages;
     for (const rpc::Stage& s : placement_.stages()) {
       if (s.node_id() == options_.node_id) {
@@ -691,7 +692,13 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
     // The local stage's pool samples when it is free; a leader without a stage samples alone.
     tensor::ThreadPool* pool = stage_ ? &stage_->pool : nullptr;
-    scheduler_ = std::make_shared<engine::Engine>(std::move(stages), config_.vocab_size, eog_, options_.engine, pool);
+    if (scheduler_) {
+      scheduler_->replace_pipeline(std::move(stages), pool);
+    } else {
+      engine::EngineOptions options = options_.engine;
+      options.replay_wait = options_.startup_wait;
+      scheduler_ = std::make_shared<engine::Engine>(std::move(stages), config_.vocab_size, eog_, options, pool);
+    }
     scheduler_epoch_ = placement_.epoch();
     log("serving placement " + std::to_string(scheduler_epoch_) + " (" + std::to_string(placement_.stages_size()) +
         " stage(s))");
@@ -700,9 +707,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // An old scheduler ends its requests off the gossip thread, which holds the lock and must
   // go on answering peers meanwhile.
   void retire(std::shared_ptr<engine::Engine> old) {
-    log("placement " + std::to_string(scheduler_epoch_) + " is replaced: its requests end");
+    log("another node leads now: the requests scheduled here end");
     retiring_.emplace_back([old = std::move(old)] {
-      old->abort("the cluster changed (a node joined or left) while the request ran; send it again");
+      old->abort("this node no longer leads the cluster; send the request again");
     });
   }
 

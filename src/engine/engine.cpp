@@ -69,20 +69,50 @@ Engine::Engine(std::vector<std::shared_ptr<Stage>> stages, int vocab_size,
 
 void Engine::start(std::vector<std::shared_ptr<Stage>> stages) {
   if (stages.empty()) throw std::invalid_argument("a pipeline needs at least one stage");
-  pipeline_ = std::make_unique<Pipeline>(std::move(stages), [this](Pipeline::Result r) {
-    {
-      std::lock_guard lock(mutex_);
-      results_.push_back(std::move(r));
-    }
-    wake_.notify_one();
-  });
+  pipeline_ = make_pipeline(std::move(stages));
   options_.max_parallel = std::max(1, options_.max_parallel);
   options_.max_queued = std::max(0, options_.max_queued);
   options_.prefill_chunk = std::max(1, options_.prefill_chunk);
   loop_ = std::thread([this] { run_loop(); });
 }
 
+std::unique_ptr<Pipeline> Engine::make_pipeline(std::vector<std::shared_ptr<Stage>> stages) {
+  return std::make_unique<Pipeline>(std::move(stages), [this](Pipeline::Result r) {
+    {
+      std::lock_guard lock(mutex_);
+      results_.push_back(std::move(r));
+    }
+    wake_.notify_one();
+  });
+}
+
 Engine::~Engine() { shutdown(); }
+
+void Engine::replace_pipeline(std::vector<std::shared_ptr<Stage>> stages, tensor::ThreadPool* sampling_pool) {
+  if (stages.empty()) throw std::invalid_argument("a pipeline needs at least one stage");
+  {
+    std::lock_guard lock(mutex_);
+    next_pipeline_.emplace(std::move(stages), sampling_pool);
+  }
+  wake_.notify_one();
+}
+
+void Engine::switch_pipeline(std::vector<std::unique_ptr<Sequence>>& active,
+                             std::vector<std::shared_ptr<Stage>> stages) {
+  pipeline_.reset();  // waits for the batches it is computing; their results are dropped below
+  in_flight_.clear();
+  {
+    std::lock_guard lock(mutex_);
+    results_.clear();
+  }
+  for (auto& seq : active) {
+    seq->fed = 0;
+    seq->launched = false;
+    seq->in_flight = false;
+  }
+  broken_ = false;
+  pipeline_ = make_pipeline(std::move(stages));
+}
 
 ModelLimits Engine::limits() const {
   return {options_.context_size, options_.max_parallel, options_.max_queued};
@@ -157,14 +187,21 @@ void Engine::run_loop() {
   while (true) {
     std::deque<Pipeline::Result> results;
     std::vector<std::unique_ptr<Sequence>> cancelled;
+    std::optional<std::pair<std::vector<std::shared_ptr<Stage>>, tensor::ThreadPool*>> next;
+    bool waited_too_long = false;
     {
       std::unique_lock lock(mutex_);
       const auto can_launch = [&] {
-        if (static_cast<int>(in_flight_.size()) >= pipeline_->depth()) return false;
+        if (broken_ || static_cast<int>(in_flight_.size()) >= pipeline_->depth()) return false;
         if (!queue_.empty() && static_cast<int>(active.size()) < options_.max_parallel) return true;
         return std::any_of(active.begin(), active.end(), [](const auto& s) { return !s->in_flight; });
       };
-      wake_.wait(lock, [&] { return stopping_ || !results_.empty() || can_launch(); });
+      const auto woken = [&] { return stopping_ || next_pipeline_ || !results_.empty() || can_launch(); };
+      if (broken_) {
+        waited_too_long = !wake_.wait_until(lock, broken_since_ + options_.replay_wait, woken);
+      } else {
+        wake_.wait(lock, woken);
+      }
       if (stopping_) {
         for (auto& seq : queue_) active.push_back(std::move(seq));
         queue_.clear();
@@ -178,6 +215,7 @@ void Engine::run_loop() {
         }
         return;
       }
+      next.swap(next_pipeline_);
       cancelled = take_cancelled();
       while (!queue_.empty() && static_cast<int>(active.size()) < options_.max_parallel) {
         active.push_back(std::move(queue_.front()));
@@ -188,12 +226,36 @@ void Engine::run_loop() {
       running_ = static_cast<int>(active.size());
     }
     finish_cancelled(std::move(cancelled));
+    if (next) {
+      results.clear();
+      switch_pipeline(active, std::move(next->first));
+      sampling_pool_ = next->second;
+    }
     for (Pipeline::Result& result : results) {
       auto batch = in_flight_.extract(result.ticket);
+      if (batch.empty()) continue;  // of a pipeline that was replaced
+      if (result.lost && options_.replay_wait.count() > 0) {
+        // Kept for the next pipeline, which computes them again from their tokens.
+        for (Sequence* seq : batch.mapped().owners) seq->in_flight = false;
+        if (!broken_) {
+          broken_ = true;
+          broken_since_ = std::chrono::steady_clock::now();
+          broken_error_ = result.error;
+        }
+        continue;
+      }
       complete(batch.mapped(), result);
     }
+    if (waited_too_long) {
+      for (auto& seq : active) {
+        if (!seq->finished && !seq->in_flight) {
+          finish(*seq, FinishReason::Error, broken_error_ + " (no new pipeline within the wait)");
+        }
+      }
+      broken_since_ = std::chrono::steady_clock::now();
+    }
     std::erase_if(active, [](const std::unique_ptr<Sequence>& s) { return s->finished; });
-    while (static_cast<int>(in_flight_.size()) < pipeline_->depth() && launch_batch(active)) {
+    while (!broken_ && static_cast<int>(in_flight_.size()) < pipeline_->depth() && launch_batch(active)) {
     }
     std::lock_guard lock(mutex_);
     running_ = static_cast<int>(active.size());

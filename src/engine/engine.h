@@ -5,12 +5,14 @@
 // are in flight at once, so every stage has work.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -27,6 +29,9 @@ struct EngineOptions {
   int max_queued = 64;        // waiting requests beyond that are refused
   int threads = 0;            // 0: all cores (the whole-model engine's pool)
   int prefill_chunk = 256;    // prompt tokens per step, so long prompts do not stall decoding
+  // How long requests wait for a new pipeline (replace_pipeline) when a stage is lost before
+  // they end with its error; 0: they end at once.
+  std::chrono::milliseconds replay_wait{0};
 };
 
 class Engine final : public Generator {
@@ -48,6 +53,11 @@ class Engine final : public Generator {
   void shutdown() override;
   // Like shutdown, but the requests in flight end with the error `why`.
   void abort(const std::string& why);
+  // Runs every request from now on through `stages`, between steps. The new stages hold no
+  // state: each running request is computed again there from its prompt and the tokens it
+  // has generated, and goes on with the same sampler, so its text is the same as if nothing
+  // had changed. Batches still in the old pipeline are dropped.
+  void replace_pipeline(std::vector<std::shared_ptr<Stage>> stages, tensor::ThreadPool* sampling_pool);
 
  private:
   struct Sequence;
@@ -57,6 +67,10 @@ class Engine final : public Generator {
     std::vector<int> counts;
   };
   void start(std::vector<std::shared_ptr<Stage>> stages);
+  std::unique_ptr<Pipeline> make_pipeline(std::vector<std::shared_ptr<Stage>> stages);
+  // Loop thread: takes a replacement pipeline, and ends requests that waited too long for one.
+  void switch_pipeline(std::vector<std::unique_ptr<Sequence>>& active,
+                       std::vector<std::shared_ptr<Stage>> stages);
   void run_loop();
   // Packs ready sequences into one batch for the pipeline; false when none is ready.
   bool launch_batch(const std::vector<std::unique_ptr<Sequence>>& active);
@@ -80,12 +94,17 @@ class Engine final : public Generator {
   int running_ = 0;  // sequences the loop holds, finished ones excluded
   bool stopping_ = false;
   std::string abort_reason_;  // set with stopping_ by abort
+  std::optional<std::pair<std::vector<std::shared_ptr<Stage>>, tensor::ThreadPool*>> next_pipeline_;
   std::thread loop_;
 
   // Owned by the loop thread.
   SequenceId next_sequence_id_ = 1;
   uint64_t next_ticket_ = 1;
   std::map<uint64_t, InFlight> in_flight_;
+  // A stage was lost: nothing is launched until a new pipeline comes or the wait is over.
+  bool broken_ = false;
+  std::chrono::steady_clock::time_point broken_since_;
+  std::string broken_error_;
 };
 
 }  // namespace strata::engine

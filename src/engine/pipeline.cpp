@@ -74,6 +74,9 @@ void Pipeline::work(size_t stage) {
     Result result{item.ticket, {}, {}};
     try {
       result.rows = stages_[stage]->forward(item.batch);
+    } catch (const StageLost& e) {
+      result.error = e.what();
+      result.lost = true;
     } catch (const std::exception& e) {
       result.error = e.what();
     }

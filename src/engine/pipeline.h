@@ -23,6 +23,7 @@ class Pipeline {
     uint64_t ticket = 0;
     std::vector<float> rows;
     std::string error;  // empty on success
+    bool lost = false;  // a stage is gone (StageLost): the batch may be run again elsewhere
   };
   // Called on a worker thread once per submitted batch.
   using OnResult = std::function<void(Result)>;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 namespace strata::engine {
@@ -28,12 +29,19 @@ struct StageBatch {
   std::vector<float> hidden;
 };
 
+// A stage that can no longer be reached, or that has moved to another placement: its
+// sequences' state there is gone, but the requests can be run again on a new pipeline.
+struct StageLost : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 class Stage {
  public:
   virtual ~Stage() = default;
   // Runs the batch through this stage's layers. Returns the hidden rows for the next stage
   // or, from the stage that holds the head, one logits row per sequence (for its last
-  // input). Throws std::exception on failure: a malformed batch, a lost peer.
+  // input). Throws StageLost when the stage is gone, std::exception on other failures (a
+  // malformed batch).
   virtual std::vector<float> forward(const StageBatch& batch) = 0;
   // Drops the state of these sequences; unknown ids are ignored.
   virtual void release(std::span<const SequenceId> ids) = 0;

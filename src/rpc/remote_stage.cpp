@@ -62,7 +62,15 @@ void RemoteStage::fail(const std::string& what) {
   }
   std::string why = status.ok() ? what : status.error_message();
   if (late) why = "no reply within its deadline";
-  throw std::runtime_error("node " + peer_id_ + " failed the batch: " + why);
+  const std::string message = "node " + peer_id_ + " failed the batch: " + why;
+  // A batch the stage refused as malformed, or failed computing, would fail anywhere; any
+  // other end of the stream (a peer gone, late, or moved to another placement) loses only
+  // the state the stage held.
+  if (!late && (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+                status.error_code() == grpc::StatusCode::INTERNAL)) {
+    throw std::runtime_error(message);
+  }
+  throw engine::StageLost(message);
 }
 
 std::vector<float> RemoteStage::forward(const engine::StageBatch& batch) {

@@ -52,6 +52,11 @@ bool FakeGenerator::wait_for_submissions(int count, std::chrono::milliseconds ti
   return submitted_.wait_for(lock, timeout, [&] { return submissions_ >= count; });
 }
 
+bool FakeGenerator::wait_for_running(int count, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  return submitted_.wait_for(lock, timeout, [&] { return running_ >= count; });
+}
+
 bool FakeGenerator::wait_for_refusal(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
   return refused_.wait_for(lock, timeout, [&] { return refusals_ > 0; });
@@ -74,6 +79,7 @@ bool FakeGenerator::wait_for_slot(const engine::RequestCallbacks& callbacks) {
     slot_freed_.wait_for(lock, std::chrono::milliseconds(5));
   }
   ++running_;
+  submitted_.notify_all();
   return true;
 }
 

@@ -40,6 +40,8 @@ class FakeGenerator : public engine::Generator {
 
   // Waits until `count` requests have been submitted in all.
   bool wait_for_submissions(int count, std::chrono::milliseconds timeout);
+  // Waits until `count` requests hold a running slot.
+  bool wait_for_running(int count, std::chrono::milliseconds timeout);
 
   // How many times on_token returned false.
   int refusals() const { return refusals_; }

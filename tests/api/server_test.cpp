@@ -1022,7 +1022,7 @@ TEST_F(ApiServerTest, ADroppedQueuedStreamFreesItsPlaceAtOnce) {
   start(fake);
   auto busy = std::async(std::launch::async,
                          [this] { return post("/v1/chat/completions", chat_body("Busy", 120)); });
-  ASSERT_TRUE(generator_->wait_for_submissions(1, seconds(10)));
+  ASSERT_TRUE(generator_->wait_for_running(1, seconds(10)));  // so that the next one queues
   {
     RawConnection queued(server_->port());
     json body = chat_body("Queued", 4);

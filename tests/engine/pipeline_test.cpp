@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <future>
+#include <thread>
 
 #include "engine/engine.h"
 #include "engine/local_stage.h"
@@ -116,6 +117,58 @@ TEST(Pipeline, AFailingStageEndsItsBatchWithAnErrorAndLeavesNoState) {
     EXPECT_EQ(after.tokens, alone_on_whole_model(2)[1].tokens);
   }
   EXPECT_EQ(stages.held(), 0u);
+}
+
+// A stage that is gone after some calls, as a killed node is.
+class VanishingStage final : public Stage {
+ public:
+  VanishingStage(std::shared_ptr<LocalStage> inner, int lost_at) : inner_(std::move(inner)), lost_at_(lost_at) {}
+  std::vector<float> forward(const StageBatch& batch) override {
+    if (++calls_ >= lost_at_) throw StageLost("node lost");
+    return inner_->forward(batch);
+  }
+  void release(std::span<const SequenceId> ids) override { inner_->release(ids); }
+  int calls() const { return calls_; }
+
+ private:
+  std::shared_ptr<LocalStage> inner_;
+  int lost_at_;
+  std::atomic<int> calls_{0};
+};
+
+TEST(Pipeline, RequestsWaitForANewPipelineWhenAStageIsLostAndGiveTheSameTokens) {
+  constexpr int kRequests = 6;
+  const std::vector<Outcome> alone = alone_on_whole_model(kRequests);
+  Stages before({0, 2, 4});
+  auto vanishing = std::make_shared<VanishingStage>(before.local[1], 12);
+  Stages after({0, 1, 4});
+  {
+    Engine engine({before.local[0], vanishing}, 512, [](Token t) { return t == 2; },
+                  {.context_size = 128, .max_parallel = 8, .max_queued = 8, .replay_wait = std::chrono::seconds(30)},
+                  nullptr);
+    std::vector<std::future<Outcome>> futures;
+    for (int i = 0; i < kRequests; ++i) futures.push_back(submit(engine, request(i)));
+    while (vanishing->calls() < 12) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the requests wait, none ends
+    for (auto& f : futures) EXPECT_EQ(f.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+    engine.replace_pipeline(after.list(), nullptr);
+    for (int i = 0; i < kRequests; ++i) {
+      const Outcome got = futures[static_cast<size_t>(i)].get();
+      EXPECT_EQ(got.tokens, alone[static_cast<size_t>(i)].tokens) << "request " << i;
+      EXPECT_EQ(got.logprobs(), alone[static_cast<size_t>(i)].logprobs()) << "request " << i;
+    }
+  }
+  EXPECT_EQ(after.held(), 0u);
+}
+
+TEST(Pipeline, WithoutANewPipelineRequestsEndWithTheLossAfterTheWait) {
+  Stages stages({0, 2, 4});
+  auto vanishing = std::make_shared<VanishingStage>(stages.local[1], 3);
+  Engine engine({stages.local[0], vanishing}, 512, [](Token t) { return t == 2; },
+                {.context_size = 128, .max_parallel = 4, .replay_wait = std::chrono::milliseconds(200)}, nullptr);
+  const Outcome o = submit(engine, request(1)).get();
+  EXPECT_EQ(o.reason, FinishReason::Error);
+  EXPECT_NE(o.error.find("node lost"), std::string::npos) << o.error;
 }
 
 TEST(LocalStage, RefusesBatchesOutOfStep) {
