@@ -131,6 +131,16 @@ TEST(Cli, ServeRefusesAnEmptyApiKey) {
   expect_one_line_error(from_environment, "API key is empty");
 }
 
+// Cluster flags that cannot work are refused before the node listens or sends anything.
+TEST(Cli, ServeRefusesClusterFlagsThatCannotWork) {
+  const std::string serve = "serve -m " + kDreams + " --port 0 --no-discovery ";
+  expect_one_line_error(strata(serve + "--memory-limit 12XB"), "12XB");
+  expect_one_line_error(strata(serve + "--stages a:1"), "NODE:FIRST-LAST");
+  expect_one_line_error(strata(serve + "--stages a:x-3"), "not a number");
+  // 192.0.2.0/24 is reserved for documentation: nothing is sent there, the flag is refused.
+  expect_one_line_error(strata(serve + "--peers 192.0.2.1:8081"), "needs --cluster-key");
+}
+
 // Each decode run is reported with the bandwidth measured between its segments of 16 tokens,
 // and a share only where that bandwidth held still.
 TEST(Cli, BenchReportsSpeedAndTheBandwidthAroundEachDecodeSegment) {
