@@ -207,13 +207,57 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       }
       if (local) return local->submit(std::move(request), std::move(callbacks));
       try {
-        return remote_.submit(leader, request, callbacks);
+        return remote_.submit(leader, request, resumable(request, callbacks));
       } catch (const engine::Unavailable&) {
         // The leader is between placements: wait for the next one, up to the startup wait.
         std::unique_lock lock(mutex_);
         if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) throw;
       }
     }
+  }
+
+  // Callbacks that pass everything on to `client`, except the loss of the scheduler mid-way:
+  // then the request goes on at the next one from the tokens it has, with the same text.
+  engine::RequestCallbacks resumable(const engine::GenerationRequest& request, engine::RequestCallbacks client) {
+    struct Progress {
+      engine::GenerationRequest request;  // its prompt grows by each token received
+      engine::RequestCallbacks client;
+      int generated = 0;
+      bool ended = false;  // its last token ended the generation
+    };
+    auto progress = std::make_shared<Progress>(Progress{request, std::move(client), 0, false});
+    engine::RequestCallbacks callbacks;
+    callbacks.cancelled = progress->client.cancelled;
+    callbacks.on_token = [progress](const engine::GeneratedToken& token) {
+      progress->request.prompt.push_back(token.token);
+      ++progress->generated;
+      progress->ended = token.end_of_generation;
+      return progress->client.on_token ? progress->client.on_token(token) : true;
+    };
+    callbacks.on_finish = [this, progress](engine::FinishReason reason, const std::string& error) {
+      if (reason != engine::FinishReason::Error || !error.starts_with(rpc::kSchedulerLost)) {
+        if (progress->client.on_finish) progress->client.on_finish(reason, error);
+        return;
+      }
+      engine::GenerationRequest rest = progress->request;
+      rest.max_tokens -= progress->generated;
+      if (progress->ended || rest.max_tokens == 0) {  // only the news of its end was lost
+        const auto reason = progress->ended ? engine::FinishReason::Stop : engine::FinishReason::Length;
+        if (progress->client.on_finish) progress->client.on_finish(reason, {});
+        return;
+      }
+      rest.resumed_after += progress->generated;
+      log("the node scheduling a request was lost; it resumes after " + std::to_string(rest.resumed_after) +
+          " generated tokens");
+      std::string why = "too many requests are waiting";
+      try {
+        if (submit(rest, resumable(rest, progress->client))) return;
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+      if (progress->client.on_finish) progress->client.on_finish(engine::FinishReason::Error, error + "; " + why);
+    };
+    return callbacks;
   }
 
   // NodeHandler

@@ -15,7 +15,9 @@ struct Engine::Sequence {
         callbacks(std::move(c)),
         sampler(request.sampling, vocab_size),
         history(request.prompt),
-        capacity(capacity) {}
+        capacity(capacity) {
+    sampler.skip(request.resumed_after);
+  }
 
   // Inputs not yet through the pipeline: the prompt's rest, or the last sampled token.
   int pending() const { return static_cast<int>(history.size()) - fed; }
@@ -124,6 +126,9 @@ bool Engine::submit(GenerationRequest request, RequestCallbacks callbacks) {
     if (t < 0 || t >= vocab_size_) throw std::invalid_argument("prompt token " + std::to_string(t) + " is outside the vocabulary");
   }
   if (request.max_tokens < 1) throw std::invalid_argument("max_tokens must be at least 1");
+  if (request.resumed_after < 0 || static_cast<size_t>(request.resumed_after) >= request.prompt.size()) {
+    throw std::invalid_argument("a resumed request must keep some of its prompt");
+  }
   const long long needed = static_cast<long long>(request.prompt.size()) + request.max_tokens;
   if (needed > options_.context_size) {
     throw std::invalid_argument("this model's context is " + std::to_string(options_.context_size) +

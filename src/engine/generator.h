@@ -24,6 +24,10 @@ struct GenerationRequest {
   // when nobody asked for it.
   bool logprobs = false;
   int top_logprobs = 0;  // how many alternatives to report per token (0..20), with logprobs
+  // A request that moves to another scheduler part-way (its node was lost) goes on there: its
+  // prompt then ends with the tokens it had generated, this many, and the sampler skips the
+  // random draws that chose them, so that what follows is what would have followed.
+  int resumed_after = 0;
 };
 
 struct TokenLogprob {

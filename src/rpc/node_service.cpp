@@ -23,6 +23,7 @@ engine::GenerationRequest to_engine(const GenerateRequest& r) {
                   s.presence_penalty(), s.frequency_penalty(), s.penalty_last_n(), s.seed()};
   out.logprobs = r.logprobs();
   out.top_logprobs = r.top_logprobs();
+  out.resumed_after = r.resumed_after();
   return out;
 }
 

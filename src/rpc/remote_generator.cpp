@@ -32,6 +32,7 @@ GenerateRequest to_wire(const std::string& sender, const engine::GenerationReque
   s->set_seed(r.sampling.seed);
   out.set_logprobs(r.logprobs);
   out.set_top_logprobs(r.top_logprobs);
+  out.set_resumed_after(r.resumed_after);
   return out;
 }
 
@@ -77,8 +78,7 @@ void RemoteGenerator::relay(Call& call, engine::RequestCallbacks& callbacks) {
   if (cancelled || status.error_code() == grpc::StatusCode::CANCELLED) {
     callbacks.on_finish(engine::FinishReason::Cancelled, {});
   } else {
-    callbacks.on_finish(engine::FinishReason::Error,
-                        "the node running the request was lost: " + status.error_message());
+    callbacks.on_finish(engine::FinishReason::Error, std::string(kSchedulerLost) + status.error_message());
   }
 }
 

@@ -6,11 +6,15 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <string_view>
 
 #include "engine/generator.h"
 #include "rpc/remote_stage.h"
 
 namespace strata::rpc {
+
+// How the error of a request whose scheduler was lost mid-way begins.
+inline constexpr std::string_view kSchedulerLost = "the node running the request was lost: ";
 
 class RemoteGenerator {
  public:

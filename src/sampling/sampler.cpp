@@ -139,6 +139,11 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   return pick_at_random(candidates_);
 }
 
+void Sampler::skip(int count) {
+  if (params_.temperature <= 0.0f) return;
+  for (int i = 0; i < count; ++i) random_.next_unit();
+}
+
 int32_t Sampler::pick_at_random(const std::vector<Candidate>& candidates) {
   double max_logit = -INFINITY;
   for (const Candidate& c : candidates) max_logit = std::max(max_logit, double{c.logit});

@@ -48,6 +48,9 @@ class Sampler {
   // (highest penalized logit, ties to the lowest id). Throws std::invalid_argument for logits of
   // the wrong size, NaN or +inf logits, or when every logit is -inf.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+  // Moves on as `count` calls of sample would have (each draws once unless greedy), for a
+  // request that resumes elsewhere after `count` tokens.
+  void skip(int count);
 
  private:
   int32_t pick_at_random(const std::vector<Candidate>& candidates);

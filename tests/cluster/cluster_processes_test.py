@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Real `strata serve` processes on 127.0.0.1 form clusters of 1 to 4 nodes; every node's
 answers equal one whole-model node's, bit for bit (text and logprobs), alone and concurrently;
-no node keeps sequence state afterwards, also when a client leaves mid-stream; a stage killed
-mid-stream pauses the stream while the others re-form, and its whole text is still the fault-free
-one; a node with the wrong cluster key is refused.
+no node keeps sequence state afterwards, also when a client leaves mid-stream; a stage or the
+leader killed mid-stream pauses the stream while the others re-form, and its whole text is still
+the fault-free one; a node with the wrong cluster key is refused.
 
 usage: cluster_processes_test.py STRATA MODEL.gguf
 """
@@ -126,6 +126,23 @@ REQUESTS = [
 
 
 LONG_REQUEST = {"prompt": "Once upon a time", "max_tokens": 100, "temperature": 0}
+LONG_SEEDED = {"prompt": "The robot", "max_tokens": 100, "temperature": 0.9, "seed": 7}
+
+
+def stream_through_a_kill(entry, victim, request):
+    """Streams `request` from `entry`, SIGKILLs `victim` a second in; the text and whether an
+    error event came."""
+    stream = subprocess.Popen(["curl", "-sN", "--max-time", "90", f"http://127.0.0.1:{entry.port}/v1/completions",
+                               "-H", "Content-Type: application/json", "-d", json.dumps(request | {"stream": True})],
+                              stdout=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    killed_at = time.time()
+    victim.process.send_signal(signal.SIGKILL)
+    out, _ = stream.communicate(timeout=120)
+    print(f"stream finished {time.time() - killed_at:.1f} s after node {victim.id} was killed", flush=True)
+    events = [json.loads(line[6:]) for line in out.splitlines() if line.startswith("data: {")]
+    text = "".join(e["choices"][0]["text"] for e in events if "choices" in e)
+    return text, any("error" in e for e in events), out
 
 
 def answer(status_body):
@@ -148,6 +165,7 @@ def main():
     solo = start_cluster(["solo"])
     reference = [answer(solo[0].complete(r)) for r in REQUESTS]
     long_reference = solo[0].complete(LONG_REQUEST)[1]["choices"][0]["text"]
+    seeded_reference = solo[0].complete(LONG_SEEDED)[1]["choices"][0]["text"]
     stop_all(solo)
     check(all(r[0] != "error" for r in reference), f"the single node answers: {reference}")
 
@@ -223,19 +241,9 @@ def main():
     check_no_state(nodes, "a client gone mid-stream")
     # The last stage killed mid-stream: the stream pauses while the others place the model anew,
     # then goes on there, recomputed from its tokens, and its whole text is the fault-free one.
-    stream = subprocess.Popen(["curl", "-sN", "--max-time", "90", f"http://127.0.0.1:{nodes[1].port}/v1/completions",
-                               "-H", "Content-Type: application/json", "-d", json.dumps(LONG_REQUEST | {"stream": True})],
-                              stdout=subprocess.PIPE, text=True)
-    time.sleep(1.0)
-    killed_at = time.time()
-    nodes[2].process.send_signal(signal.SIGKILL)
-    out, _ = stream.communicate(timeout=120)
-    ended_after = time.time() - killed_at
-    events = [json.loads(line[6:]) for line in out.splitlines() if line.startswith("data: {")]
-    text = "".join(e["choices"][0]["text"] for e in events if "choices" in e)
-    check(not any("error" in e for e in events), f"the stream's client hears no error: ...{out[-300:]}")
-    check(text == long_reference, f"the stream's whole text equals the fault-free run's ({text!r})")
-    print(f"stream finished {ended_after:.1f} s after its last stage was killed", flush=True)
+    text, error, out = stream_through_a_kill(nodes[1], nodes[2], LONG_REQUEST)
+    check(not error, f"a stage lost: the stream's client hears no error: ...{out[-300:]}")
+    check(text == long_reference, f"a stage lost: the stream's whole text equals the fault-free run's ({text!r})")
     check(nodes[1].get("/health")[0] in (200, 503), "the other nodes keep answering the API")
     deadline = time.time() + 30
     result = None
@@ -245,6 +253,14 @@ def main():
             break
         time.sleep(0.5)
     check(result == reference[0], f"after the cluster re-formed, a new request equals one node's ({result})")
+    stop_all(nodes)
+
+    # The leader killed mid-stream, with seeded sampling: the request entered elsewhere resumes at
+    # the next leader from the tokens it has, with the same text.
+    nodes = start_cluster(["l0", "l1", "l2"], "--placement", "memory", "--test-link-delay-ms", "20")
+    text, error, out = stream_through_a_kill(nodes[2], nodes[0], LONG_SEEDED)
+    check(not error, f"the leader lost: the stream's client hears no error: ...{out[-300:]}")
+    check(text == seeded_reference, f"the leader lost: the whole text equals the fault-free run's ({text!r})")
     stop_all(nodes)
 
     # Only holders of the cluster key take part.

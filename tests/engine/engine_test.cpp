@@ -102,6 +102,29 @@ TEST_F(EngineTest, AFailingCallbackEndsOnlyItsOwnRequest) {
   EXPECT_EQ(run(request(prompt(6), 20, 0.0f, 1)), clean);
 }
 
+// A request that resumes elsewhere after k tokens, with them appended to its prompt, goes on with
+// exactly the tokens it would have generated.
+TEST_F(EngineTest, AResumedRequestGoesOnWithTheSameTokens) {
+  start({.max_parallel = 2});
+  for (float temperature : {0.0f, 0.9f}) {
+    GenerationRequest whole = request(prompt(2), 30, temperature, 77);
+    const auto all = run(whole);
+    ASSERT_EQ(all.tokens.size(), 30u);
+    for (int k : {1, 13, 29}) {
+      GenerationRequest rest = whole;
+      rest.prompt.insert(rest.prompt.end(), all.tokens.begin(), all.tokens.begin() + k);
+      rest.max_tokens -= k;
+      rest.resumed_after = k;
+      const auto resumed = run(rest);
+      EXPECT_EQ(resumed.tokens, std::vector<Token>(all.tokens.begin() + k, all.tokens.end()))
+          << "temperature " << temperature << ", resumed after " << k;
+    }
+  }
+  GenerationRequest nothing_left = request(prompt(2), 5, 0.9f, 1);
+  nothing_left.resumed_after = static_cast<int>(nothing_left.prompt.size());
+  EXPECT_THROW(engine_->submit(nothing_left, {}), std::invalid_argument);
+}
+
 TEST_F(EngineTest, FinishesWithLengthOrStop) {
   start({});
   const auto out = run(request(prompt(5), 7, 0.0f, 1));
