@@ -363,6 +363,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     double rtt_ms = 0.0;
     std::string problem;  // why it cannot take part
     bool gone_logged = false;
+    int refused_hellos = 0;  // in a row
   };
   // This node's stage for one placement epoch, with its own pool: a forward of an older
   // epoch that is still running never shares threads with the new one.
@@ -434,6 +435,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (direct) {
       peer.seen = true;
       peer.last_seen = Clock::now();
+      peer.refused_hellos = 0;
       if (rtt_ms > 0) peer.rtt_ms = rtt_ms;
     }
     std::string problem;
@@ -570,6 +572,15 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     const double rtt_ms = std::chrono::duration<double, std::milli>(Clock::now() - sent).count();
     std::lock_guard lock(mutex_);
     if (!status.ok()) {
+      // A refused connection twice in a row: the node's process is gone, no need to wait for
+      // the timeout that a silent (unplugged) node needs.
+      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+        for (auto& [id, peer] : peers_) {
+          if (peer.info.node_address() == address && ++peer.refused_hellos >= 2 && alive(peer)) {
+            peer.last_seen = Clock::now() - kPeerTimeout;
+          }
+        }
+      }
       if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
           status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
         if (refusals_.insert(address + status.error_message()).second) {
@@ -611,7 +622,13 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       members_changed_at_ = Clock::now();
     }
     if (now == placed_members_ && placement_.leader_id() == options_.node_id) return;
-    if (Clock::now() - members_changed_at_ < kSettle) return;
+    // Nodes that join may come in a group, so the leader waits for them to settle; nodes that
+    // left are gone, and the requests they carried wait for a new placement.
+    std::vector<std::string> before = placed_members_;
+    for (const rpc::Stage& stage : placement_.stages()) before.push_back(stage.node_id());
+    std::sort(before.begin(), before.end());
+    const bool only_left = std::includes(before.begin(), before.end(), now.begin(), now.end());
+    if (Clock::now() - members_changed_at_ < kSettle && !only_left) return;
     const bool seeds_unanswered = std::any_of(seeds_.begin(), seeds_.end(), [](const auto& s) { return !s.second; });
     if (seeds_unanswered && Clock::now() - started_ < kSeedWait) return;
 

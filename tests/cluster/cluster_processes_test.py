@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -135,14 +136,19 @@ def stream_through_a_kill(entry, victim, request):
     stream = subprocess.Popen(["curl", "-sN", "--max-time", "90", f"http://127.0.0.1:{entry.port}/v1/completions",
                                "-H", "Content-Type: application/json", "-d", json.dumps(request | {"stream": True})],
                               stdout=subprocess.PIPE, text=True)
+    lines = []
+    reader = threading.Thread(target=lambda: [lines.append((time.time(), line)) for line in stream.stdout])
+    reader.start()
     time.sleep(1.0)
     killed_at = time.time()
     victim.process.send_signal(signal.SIGKILL)
-    out, _ = stream.communicate(timeout=120)
-    print(f"stream finished {time.time() - killed_at:.1f} s after node {victim.id} was killed", flush=True)
-    events = [json.loads(line[6:]) for line in out.splitlines() if line.startswith("data: {")]
+    stream.wait(timeout=120)
+    reader.join()
+    after = [t for t, line in lines if line.startswith("data: {") and t > killed_at]
+    print(f"node {victim.id} killed: the next token came {after[0] - killed_at if after else -1:.2f} s later", flush=True)
+    events = [json.loads(line[6:]) for _, line in lines if line.startswith("data: {")]
     text = "".join(e["choices"][0]["text"] for e in events if "choices" in e)
-    return text, any("error" in e for e in events), out
+    return text, any("error" in e for e in events), "".join(line for _, line in lines)
 
 
 def answer(status_body):
