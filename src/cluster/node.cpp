@@ -706,16 +706,18 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     loading_ = true;
     load_progress_ = 0.0;
     stage_.reset();
-    model_.reset();  // its memory goes before the new range's comes
+    // The layers it keeps are shared with the new range's model, the others go with this one.
+    std::shared_ptr<model::Model> previous = std::move(model_);
     if (loader_.joinable()) loader_.join();
     const uint64_t epoch = placement_.epoch();
     log("loading layers [" + std::to_string(range.first) + ", " + std::to_string(range.last) + ") for placement " +
         std::to_string(epoch));
-    loader_ = std::thread([this, range] {
+    loader_ = std::thread([this, range, previous = std::move(previous)]() mutable {
       std::shared_ptr<model::Model> model;
       std::string error;
       try {
-        model = model::Model::load(file_, range, [this](double share) { load_progress_ = share; });
+        model = model::Model::load(file_, range, [this](double share) { load_progress_ = share; }, previous.get());
+        previous.reset();
       } catch (const std::exception& e) {
         error = e.what();
       }

@@ -155,7 +155,7 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file) {
 }
 
 std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, LayerRange range,
-                                   const std::function<void(double)>& progress) {
+                                   const std::function<void(double)>& progress, const Model* reuse) {
   std::unique_ptr<Model> m(new Model());
   m->config_ = Config::from_gguf(*file);
   const Config& c = m->config_;
@@ -165,6 +165,7 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
                              std::to_string(c.layer_count) + " layers");
   }
   m->range_ = range;
+  if (reuse != nullptr && reuse->file_ != file) reuse = nullptr;
   TensorBinder bind(*file);
 
   const gguf::TensorInfo* embd = bind.find("token_embd.weight");
@@ -184,14 +185,25 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
   tensor::ThreadPool load_pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   const auto bind_item = [&](int64_t item) {
     if (item == range.size()) {
-      if (range.has_head(c)) {
-        m->output_ = bind.prepared(bind.find("output.weight") ? "output.weight" : "token_embd.weight",
-                                   c.embedding_dim, c.vocab_size);
+      if (!range.has_head(c)) return;
+      if (reuse != nullptr && reuse->output_) {
+        m->output_ = reuse->output_;
+        return;
       }
+      m->output_ = std::make_shared<const tensor::PreparedMatrix>(
+          bind.prepared(bind.find("output.weight") ? "output.weight" : "token_embd.weight", c.embedding_dim,
+                        c.vocab_size));
       return;
     }
-    const std::string p = "blk." + std::to_string(range.first + item) + ".";
-    Layer& l = m->layers_[static_cast<size_t>(item)];
+    const int global = range.first + static_cast<int>(item);
+    if (reuse != nullptr && global >= reuse->range_.first && global < reuse->range_.last) {
+      m->layers_[static_cast<size_t>(item)] = reuse->layers_[static_cast<size_t>(global - reuse->range_.first)];
+      return;
+    }
+    const std::string p = "blk." + std::to_string(global) + ".";
+    auto layer = std::make_shared<Layer>();
+    Layer& l = *layer;
+    m->layers_[static_cast<size_t>(item)] = layer;
     l.attn_norm = bind.vector(p + "attn_norm.weight", c.embedding_dim);
     l.q = bind.prepared(p + "attn_q.weight", c.embedding_dim, c.q_dim());
     l.k = bind.prepared(p + "attn_k.weight", c.embedding_dim, c.kv_dim());
@@ -236,12 +248,12 @@ std::unique_ptr<KvState> Model::new_sequence(int capacity) const {
 
 uint64_t Model::weight_bytes() const {
   uint64_t total = 0;
-  for (const Layer& l : layers_) {
-    for (const tensor::PreparedMatrix* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
+  for (const auto& l : layers_) {
+    for (const tensor::PreparedMatrix* m : {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down}) {
       total += matrix_bytes(m->source());
     }
   }
-  if (range_.has_head(config_)) total += matrix_bytes(output_.source());
+  if (output_) total += matrix_bytes(output_->source());
   return total;
 }
 
@@ -379,7 +391,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
   for (const SequenceSlice& s : slices) s.kv->reserve(s.kv->size() + s.token_count);
 
   for (int l = 0; l < range_.size(); ++l) {
-    const Layer& layer = layers_[static_cast<size_t>(l)];
+    const Layer& layer = *layers_[static_cast<size_t>(l)];
     rms_norm_rows(x_.data(), layer.attn_norm, rows, dim, c.rms_epsilon, normed_.data());
     tensor::matmul({{layer.q, q_.data()}, {layer.k, k_.data()}, {layer.v, v_.data()}}, normed_.data(), rows, pool);
     add_bias(q_.data(), layer.q_bias, rows, c.q_dim());
@@ -419,7 +431,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
   }
   const int64_t selected_rows = static_cast<int64_t>(selected.size() / dim);
   std::vector<float> logits(static_cast<size_t>(selected_rows) * c.vocab_size);
-  tensor::matmul(output_, selected.data(), selected_rows, logits.data(), pool);
+  tensor::matmul(*output_, selected.data(), selected_rows, logits.data(), pool);
   return logits;
 }
 

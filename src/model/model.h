@@ -64,9 +64,11 @@ class Model {
   // Binds the tensors of `range` from `file` (kept alive by the model). Throws
   // std::runtime_error naming a missing tensor, a wrong shape or an unsupported type.
   // `progress`, when given, is called from loading threads with the share of the range's
-  // layers (and head) bound so far, 0..1.
+  // layers (and head) bound so far, 0..1. The layers (and head) that `reuse`, a model of the
+  // same file, already holds are shared with it rather than prepared again.
   static std::unique_ptr<Model> load(std::shared_ptr<const gguf::File> file, LayerRange range,
-                                     const std::function<void(double)>& progress = {});
+                                     const std::function<void(double)>& progress = {},
+                                     const Model* reuse = nullptr);
   static std::unique_ptr<Model> load(std::shared_ptr<const gguf::File> file);  // all layers
 
   const Config& config() const { return config_; }
@@ -108,8 +110,8 @@ class Model {
   LayerRange range_;
   tensor::Matrix embedding_{};
   const float* output_norm_ = nullptr;
-  tensor::PreparedMatrix output_;
-  std::vector<Layer> layers_;
+  std::shared_ptr<const tensor::PreparedMatrix> output_;
+  std::vector<std::shared_ptr<const Layer>> layers_;
   std::vector<float> rope_inverse_freq_;  // per rotated pair
 
   // Scratch rows for the current batch, reused between calls.

@@ -288,6 +288,24 @@ TEST(BitExactAcrossIsas, EveryTypeGivesTheSameLogitsOnEveryIsa) {
   }
 }
 
+// A node that gains layers keeps the ones it holds: a model loaded reusing another's layers and
+// head computes the same logits as one loaded from scratch.
+TEST(ModelLoad, ReusingAnotherRangesLayersGivesTheSameLogits) {
+  auto f = open_model(kDreams);
+  const std::vector<Token> tokens = sample_tokens(12, 512);
+  auto whole = Model::load(f);
+  const std::vector<float> expected = engine_logits(*whole, tokens, 1);
+  for (LayerRange held : {LayerRange{0, 2}, LayerRange{2, 4}, LayerRange{1, 3}}) {
+    auto previous = Model::load(f, held);
+    auto grown = Model::load(f, {0, 4}, {}, previous.get());
+    EXPECT_EQ(engine_logits(*grown, tokens, 1), expected) << "reusing [" << held.first << ", " << held.last << ")";
+  }
+  // Another file's model is not reused.
+  auto other = Model::load(open_model(kDreams), {0, 4});
+  auto fresh = Model::load(f, {0, 4}, {}, other.get());
+  EXPECT_EQ(engine_logits(*fresh, tokens, 1), expected);
+}
+
 TEST(ModelErrors, RejectsBadRangesTokensAndOverflow) {
   auto f = open_model(kDreams);
   EXPECT_THROW(Model::load(f, {2, 2}), std::runtime_error);
