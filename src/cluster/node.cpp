@@ -205,7 +205,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
           }
         }
       }
-      if (local) return local->submit(std::move(request), std::move(callbacks));
+      if (local) return local->submit(request, resumable(request, std::move(callbacks)));
       try {
         return remote_.submit(leader, request, resumable(request, callbacks));
       } catch (const engine::Unavailable&) {
@@ -216,8 +216,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
   }
 
-  // Callbacks that pass everything on to `client`, except the loss of the scheduler mid-way:
-  // then the request goes on at the next one from the tokens it has, with the same text.
+  // Callbacks that pass everything on to `client`, except the loss of the scheduler mid-way (its
+  // node was lost, or no longer leads): then the request goes on at the next one from the
+  // tokens it has, with the same text.
   engine::RequestCallbacks resumable(const engine::GenerationRequest& request, engine::RequestCallbacks client) {
     struct Progress {
       engine::GenerationRequest request;  // its prompt grows by each token received
@@ -770,9 +771,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // An old scheduler ends its requests off the gossip thread, which holds the lock and must
   // go on answering peers meanwhile.
   void retire(std::shared_ptr<engine::Engine> old) {
-    log("another node leads now: the requests scheduled here end");
+    log("another node leads now: the requests scheduled here move to it");
     retiring_.emplace_back([old = std::move(old)] {
-      old->abort("this node no longer leads the cluster; send the request again");
+      old->abort(std::string(rpc::kSchedulerLost) + "this node no longer leads the cluster");
     });
   }
 

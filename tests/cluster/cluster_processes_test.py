@@ -269,6 +269,23 @@ def main():
     check(text == seeded_reference, f"the leader lost: the whole text equals the fault-free run's ({text!r})")
     stop_all(nodes)
 
+    # A node with a lower id joins mid-stream: it becomes the leader, and the request scheduled by
+    # the old leader moves to it and goes on with the same text.
+    nodes = start_cluster(["j1", "j2"], "--placement", "memory", "--test-link-delay-ms", "60")
+    stream = subprocess.Popen(["curl", "-sN", "--max-time", "90", f"http://127.0.0.1:{nodes[0].port}/v1/completions",
+                               "-H", "Content-Type: application/json", "-d", json.dumps(LONG_SEEDED | {"stream": True})],
+                              stdout=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    newcomer = Node("j0", "--peers", nodes[0].address, "--placement", "memory", "--test-link-delay-ms", "60")
+    out, _ = stream.communicate(timeout=120)
+    events = [json.loads(line[6:]) for line in out.splitlines() if line.startswith("data: {")]
+    text = "".join(e["choices"][0]["text"] for e in events if "choices" in e)
+    check(not any("error" in e for e in events), f"a node joined: no error: ...{out[-300:]}")
+    check(text == seeded_reference, f"a node joined: the whole text equals the fault-free run's ({text!r})")
+    check(newcomer.get("/cluster")[1]["leader"] == "j0", "the newcomer with the lowest id leads")
+    check("resumes after" in nodes[0].text(), "the request moved to the new leader mid-stream")
+    stop_all(nodes + [newcomer])
+
     # Only holders of the cluster key take part.
     # No discovery: keyed nodes would announce on this machine's LAN, where another run of
     # this test could join them.
