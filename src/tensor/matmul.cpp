@@ -306,7 +306,8 @@ Isa active_isa() { return active().load(std::memory_order_relaxed); }
 kernels::VectorKernels kernels::active_vector_ops() { return kernels_of(active_isa()).vector_ops(); }
 
 void force_isa(Isa isa) {
-  const bool available = std::ranges::find(available_isas(), isa) != available_isas().end();
+  const std::span<const Isa> isas = available_isas();
+  const bool available = std::find(isas.begin(), isas.end(), isa) != isas.end();
   active().store(available ? isa : detected_isa(), std::memory_order_relaxed);
 }
 

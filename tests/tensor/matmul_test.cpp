@@ -315,7 +315,8 @@ TEST(Matmul, ForcingAnUnavailableIsaGivesTheDetectedOne) {
 #endif
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
     IsaScope scope(isa);
-    const bool available = std::ranges::find(available_isas(), isa) != available_isas().end();
+    const std::span<const Isa> isas = available_isas();
+    const bool available = std::find(isas.begin(), isas.end(), isa) != isas.end();
     EXPECT_EQ(active_isa(), available ? isa : detected_isa()) << isa_name(isa);
   }
   EXPECT_STREQ(isa_name(Isa::Avx2), "avx2");
