@@ -1,5 +1,8 @@
-// The one place that knows compilers and CPU architectures: builtins, attributes and
-// instructions that GCC and clang spell differently or that exist on one architecture only.
+// The one place outside the kernel files that knows CPU architectures: instructions and
+// feature probes that exist on one architecture only. The compiler builtins used elsewhere
+// (__builtin_shufflevector, __builtin_convertvector, __builtin_bit_cast, __builtin_fmaf,
+// __builtin_fabsf, __builtin_mul_overflow) are spelled alike by GCC 12 and clang 14, so none
+// needs a wrapper; the other architectures' kernel files are not compiled at all.
 #pragma once
 
 #if defined(__x86_64__)
