@@ -18,7 +18,6 @@
 #include "tensor/matmul_kernels.h"
 #include "tensor/platform.h"
 #include "tensor/quant_blocks.h"
-#include "tensor/vector_ops.h"
 
 namespace strata::tensor {
 namespace {
@@ -73,9 +72,11 @@ int sum_of(const int8_t* qs, int n) {
 template <class Activation>
 void quantize_interleaved(const float* x, int64_t cols, int offset, Activation* out) {
   constexpr int kBlock = static_cast<int>(sizeof(Activation::qs));
+  // Looked up once per row: the public quantize_int8 would look up the active ISA per block.
+  const auto quantize_block = kernels::active_vector_ops().quantize_int8;
   for (int64_t b = 0; b < cols / kBlock; ++b) {
     Activation& a = out[b];
-    a.d = quantize_int8(x + b * kBlock, kBlock, a.qs);
+    a.d = quantize_block(x + b * kBlock, kBlock, a.qs);
     if constexpr (kBlock == kQK) {
       const int sum = sum_of(a.qs, kBlock);
       a.start = -offset * sum;
