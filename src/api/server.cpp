@@ -184,9 +184,11 @@ class Server::Impl final : public http::Service {
       check_model(match[1].str());
       return json_response(openai_model_body(model_name_, created_));
     });
-    for (auto [path, endpoint] : {std::pair("/v1/chat/completions", Endpoint::ChatCompletions),
-                                  std::pair("/v1/completions", Endpoint::Completions)}) {
-      route("POST", path, [this, endpoint](const http::Request& request, const std::smatch&) {
+    // Lambdas capture the pair's member, not a structured binding: clang 14 cannot capture those.
+    for (const auto& path_and_endpoint : {std::pair("/v1/chat/completions", Endpoint::ChatCompletions),
+                                          std::pair("/v1/completions", Endpoint::Completions)}) {
+      route("POST", path_and_endpoint.first, [this, endpoint = path_and_endpoint.second](
+                                                 const http::Request& request, const std::smatch&) {
         return handle_completion(request, [&] {
           auto parsed = parse_completion_request(endpoint, request.body);
           return std::pair(parsed, openai_writer(parsed));
@@ -196,9 +198,10 @@ class Server::Impl final : public http::Service {
     route("GET", "/api/tags", [this](const http::Request&, const std::smatch&) {
       return json_response(ollama_tags_body(model_name_));
     });
-    for (auto [path, endpoint] : {std::pair("/api/chat", OllamaEndpoint::Chat),
-                                  std::pair("/api/generate", OllamaEndpoint::Generate)}) {
-      route("POST", path, [this, endpoint](const http::Request& request, const std::smatch&) {
+    for (const auto& path_and_endpoint : {std::pair("/api/chat", OllamaEndpoint::Chat),
+                                          std::pair("/api/generate", OllamaEndpoint::Generate)}) {
+      route("POST", path_and_endpoint.first, [this, endpoint = path_and_endpoint.second](
+                                                 const http::Request& request, const std::smatch&) {
         return handle_completion(request, [&] {
           auto parsed = parse_ollama_request(endpoint, request.body);
           return std::pair(parsed, ollama_response_writer(endpoint, model_name_));

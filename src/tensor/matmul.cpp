@@ -16,8 +16,8 @@
 
 #include "tensor/interleaved.h"
 #include "tensor/matmul_kernels.h"
+#include "tensor/platform.h"
 #include "tensor/quant_blocks.h"
-#include "tensor/vector_ops.h"
 
 namespace strata::tensor {
 namespace {
@@ -26,14 +26,15 @@ using kernels::InterleavedActivation;
 using kernels::InterleavedActivation256;
 using kernels::InterleavedKernels;
 
-Isa probe_isa() {
-  __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
-  if (!avx2) return Isa::Scalar;
-  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-  return avx512 ? Isa::Avx512 : Isa::Avx2;
+// Scalar first, the fastest last.
+std::vector<Isa> probe_isas() {
+  std::vector<Isa> isas{Isa::Scalar};
+#if defined(__x86_64__)
+  const platform::X86Features x86 = platform::x86_features();
+  if (x86.avx2_fma_f16c) isas.push_back(Isa::Avx2);
+  if (x86.avx512_f_bw_vl_vnni) isas.push_back(Isa::Avx512);
+#endif
+  return isas;
 }
 
 std::atomic<Isa>& active() {
@@ -44,16 +45,22 @@ std::atomic<Isa>& active() {
 // The kernel entry points of one ISA's build.
 struct IsaKernels {
   InterleavedKernels (*interleaved)(DType);
-  kernels::AttentionKernels (*attention)();
+  kernels::VectorKernels (*vector_ops)();
 };
 
+// Only the ISAs that available_isas() can return are compiled for the target.
 IsaKernels kernels_of(Isa isa) {
   switch (isa) {
-    case Isa::Avx512: return {kernels::avx512_interleaved, kernels::avx512_attention};
-    case Isa::Avx2: return {kernels::avx2_interleaved, kernels::avx2_attention};
+#if defined(__x86_64__)
+    case Isa::Avx512: return {kernels::avx512_interleaved, kernels::avx512_vector_ops};
+    case Isa::Avx2: return {kernels::avx2_interleaved, kernels::avx2_vector_ops};
+#else
+    case Isa::Avx512:
+    case Isa::Avx2:
+#endif
     case Isa::Scalar: break;
   }
-  return {kernels::scalar_interleaved, kernels::scalar_attention};
+  return {kernels::scalar_interleaved, kernels::scalar_vector_ops};
 }
 
 int sum_of(const int8_t* qs, int n) {
@@ -65,9 +72,11 @@ int sum_of(const int8_t* qs, int n) {
 template <class Activation>
 void quantize_interleaved(const float* x, int64_t cols, int offset, Activation* out) {
   constexpr int kBlock = static_cast<int>(sizeof(Activation::qs));
+  // Looked up once per row: the public quantize_int8 would look up the active ISA per block.
+  const auto quantize_block = kernels::active_vector_ops().quantize_int8;
   for (int64_t b = 0; b < cols / kBlock; ++b) {
     Activation& a = out[b];
-    a.d = quantize_int8(x + b * kBlock, kBlock, a.qs);
+    a.d = quantize_block(x + b * kBlock, kBlock, a.qs);
     if constexpr (kBlock == kQK) {
       const int sum = sum_of(a.qs, kBlock);
       a.start = -offset * sum;
@@ -286,17 +295,21 @@ PreparedMatrix::PreparedMatrix(const Matrix& source) : source_(source) {
   pack_interleaved(source, format, interleaved_.get());
 }
 
-Isa detected_isa() {
-  static const Isa isa = probe_isa();
-  return isa;
+std::span<const Isa> available_isas() {
+  static const std::vector<Isa> isas = probe_isas();
+  return isas;
 }
+
+Isa detected_isa() { return available_isas().back(); }
 
 Isa active_isa() { return active().load(std::memory_order_relaxed); }
 
-kernels::AttentionKernels kernels::active_attention() { return kernels_of(active_isa()).attention(); }
+kernels::VectorKernels kernels::active_vector_ops() { return kernels_of(active_isa()).vector_ops(); }
 
 void force_isa(Isa isa) {
-  active().store(std::min(isa, detected_isa()), std::memory_order_relaxed);
+  const std::span<const Isa> isas = available_isas();
+  const bool available = std::find(isas.begin(), isas.end(), isa) != isas.end();
+  active().store(available ? isa : detected_isa(), std::memory_order_relaxed);
 }
 
 const char* isa_name(Isa isa) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <span>
 
 #include "tensor/dtype.h"
 #include "tensor/thread_pool.h"
@@ -59,10 +60,15 @@ void matmul(std::initializer_list<Product> products, const float* x, int64_t n_t
 
 enum class Isa { Scalar, Avx2, Avx512 };
 
-// Avx2 needs AVX2+FMA+F16C; Avx512 needs AVX-512 F/BW/VL/VNNI on top of that.
+// The paths this build has and this CPU runs, Scalar first and the fastest last. Avx2 needs
+// AVX2+FMA+F16C; Avx512 needs AVX-512 F/BW/VL/VNNI on top of that; only x86-64 builds have
+// them.
+std::span<const Isa> available_isas();
+// The fastest available.
 Isa detected_isa();
 Isa active_isa();
-// For tests and benchmarks; clamps to detected_isa(). Not safe during a matmul.
+// For tests and benchmarks; an ISA that is not available gives detected_isa(). Not safe
+// during a matmul.
 void force_isa(Isa isa);
 const char* isa_name(Isa isa);
 

@@ -3,5 +3,5 @@
 
 namespace strata::tensor::kernels {
 InterleavedKernels avx2_interleaved(DType type) { return interleaved_for(type); }
-AttentionKernels avx2_attention() { return attention_for(); }
+VectorKernels avx2_vector_ops() { return vector_ops_for(); }
 }  // namespace strata::tensor::kernels

@@ -3,13 +3,16 @@
 // GCC 12 flags the deliberately undefined pass-through operands inside the 512-bit
 // intrinsics (_mm512_undefined_*, e.g. in cvtepi32_ps) as uninitialized
 // (GCC bug 105593); the diagnostic points into the header, so it is turned off before it.
+// Clang has neither the bug nor the warning group.
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include "tensor/matmul_x86.inc"
 
 namespace strata::tensor::kernels {
 InterleavedKernels avx512_interleaved(DType type) { return interleaved_for(type); }
-AttentionKernels avx512_attention() { return attention_for(); }
+VectorKernels avx512_vector_ops() { return vector_ops_for(); }
 }  // namespace strata::tensor::kernels

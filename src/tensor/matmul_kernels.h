@@ -60,19 +60,23 @@ InterleavedKernels scalar_interleaved(DType type);
 InterleavedKernels avx2_interleaved(DType type);
 InterleavedKernels avx512_interleaved(DType type);
 
-// Attention's two float loops, as vector_ops.h defines them (key_scores, add_scaled_rows):
-// chains of fused multiply-adds, which every ISA rounds alike (the scalar path with fmaf).
-struct AttentionKernels {
+// The float operations of vector_ops.h. Attention's two loops (key_scores, add_scaled_rows)
+// are chains of fused multiply-adds, which every ISA rounds alike (the scalar path with
+// fmaf); the others are the same lane arithmetic on every ISA (vector_lanes.inc).
+struct VectorKernels {
   void (*key_scores)(const float* queries, int64_t query_stride, int query_count, const float* blocks,
                      int64_t block_stride, int64_t n, int64_t key_count, float* scores, int64_t score_stride);
   void (*add_scaled_rows)(const float* alphas, const float* rows, int64_t row_stride, int64_t row_count,
                           int64_t n, float* y);
+  float (*softmax_numerators)(float* x, int64_t n, float scale);
+  float (*quantize_int8)(const float* x, int64_t n, int8_t* qs);
+  void (*silu_times)(float* gate, const float* up, int64_t n);
 };
 
-AttentionKernels scalar_attention();
-AttentionKernels avx2_attention();
-AttentionKernels avx512_attention();
+VectorKernels scalar_vector_ops();
+VectorKernels avx2_vector_ops();
+VectorKernels avx512_vector_ops();
 // The kernels of the active ISA (matmul.h: active_isa).
-AttentionKernels active_attention();
+VectorKernels active_vector_ops();
 
 }  // namespace strata::tensor::kernels

@@ -8,6 +8,7 @@
 #include "tensor/interleaved.h"
 #include "tensor/matmul_kernels.h"
 #include "tensor/quant_blocks.h"
+#include "tensor/vector_lanes.inc"
 #include "tensor/vector_ops.h"
 
 namespace strata::tensor::kernels {
@@ -156,7 +157,9 @@ void scalar_add_scaled_rows(const float* alphas, const float* rows, int64_t row_
 
 }  // namespace
 
-AttentionKernels scalar_attention() { return {scalar_key_scores, scalar_add_scaled_rows}; }
+VectorKernels scalar_vector_ops() {
+  return {scalar_key_scores, scalar_add_scaled_rows, lanes_softmax_numerators, lanes_quantize_int8, lanes_silu_times};
+}
 
 InterleavedKernels scalar_interleaved(DType type) {
   switch (type) {

@@ -1,11 +1,11 @@
 #include "tensor/thread_pool.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <utility>
+
+#include "tensor/platform.h"
 
 namespace strata::tensor {
 namespace {
@@ -20,7 +20,7 @@ T spin_then_wait(const std::atomic<T>& value, Pred done) {
   for (int i = 0; i < kSpinIterations; ++i) {
     const T now = value.load(std::memory_order_acquire);
     if (done(now)) return now;
-    _mm_pause();
+    platform::cpu_relax();
   }
   for (;;) {
     const T now = value.load(std::memory_order_acquire);

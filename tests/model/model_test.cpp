@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "dreams.h"
 #include "model/model.h"
 #include "model/synthetic.h"
 #include "reference/reference.h"
@@ -16,8 +17,8 @@ namespace strata::model {
 namespace {
 
 namespace fs = std::filesystem;
-
-const std::string kDreams = STRATA_SHARED_DIR "/models/aidreams260K.gguf";
+using testing::kDreams;
+using testing::kOnceUponATime;
 
 std::shared_ptr<const gguf::File> open_model(const std::string& path) { return gguf::File::open(path); }
 
@@ -205,8 +206,7 @@ std::vector<Token> greedy(const std::shared_ptr<const gguf::File>& file, std::ve
 // independent double-precision reference deciding each next token from its own logits.
 TEST(ModelVsReference, DreamsGreedyTokensEqualTheReferenceTokens) {
   auto file = open_model(kDreams);
-  // "Once upon a time" after BOS, as the tokenizer encodes it.
-  const std::vector<Token> prompt{1, 429, 491, 433, 295, 429, 444, 445, 265, 262, 263, 342, 430};
+  const std::vector<Token>& prompt = kOnceUponATime;
   constexpr int kSteps = 64;
   std::vector<Token> sequence = prompt;
   for (int step = 0; step < kSteps; ++step) {
@@ -266,15 +266,12 @@ INSTANTIATE_TEST_SUITE_P(Models, BitExact, ::testing::Values("dreams", "Q4_0", "
 // rest of the forward pass does too, so nodes with different CPUs can share such a model.
 TEST(BitExactAcrossIsas, EveryTypeGivesTheSameLogitsOnEveryIsa) {
   using tensor::Isa;
-  std::vector<Isa> isas{Isa::Scalar};
-  if (tensor::detected_isa() >= Isa::Avx2) isas.push_back(Isa::Avx2);
-  if (tensor::detected_isa() >= Isa::Avx512) isas.push_back(Isa::Avx512);
   for (const char* type : {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_M", "Q5_K_M", "F32", "F16", "BF16"}) {
     SCOPED_TRACE(type);
     auto model = Model::load(open_model(synthetic_model("demo", type)));
     const auto tokens = sample_tokens(7, model->config().vocab_size);
     std::vector<float> scalar;
-    for (Isa isa : isas) {
+    for (Isa isa : tensor::available_isas()) {
       tensor::force_isa(isa);
       const auto logits = engine_logits(*model, tokens, 2);
       tensor::force_isa(tensor::detected_isa());

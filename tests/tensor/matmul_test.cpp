@@ -17,7 +17,6 @@ namespace strata::tensor {
 namespace {
 
 using testing::kSupportedTypes;
-using testing::available_isas;
 using testing::IsaScope;
 using testing::random_floats;
 
@@ -308,12 +307,18 @@ TEST(Matmul, RaggedBlockColumnsThrow) {
   EXPECT_THROW(PreparedMatrix({DType::Q6_K, 1, 128, bytes}), std::invalid_argument);
 }
 
-TEST(Matmul, ForceIsaClampsToDetected) {
-  force_isa(Isa::Avx512);
-  EXPECT_EQ(active_isa(), detected_isa());
-  force_isa(Isa::Scalar);
-  EXPECT_EQ(active_isa(), Isa::Scalar);
-  force_isa(detected_isa());
+TEST(Matmul, ForcingAnUnavailableIsaGivesTheDetectedOne) {
+  ASSERT_EQ(available_isas().front(), Isa::Scalar);
+  EXPECT_EQ(available_isas().back(), detected_isa());
+#if !defined(__x86_64__)
+  EXPECT_EQ(available_isas().size(), 1u) << "the x86 paths are not compiled for this architecture";
+#endif
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    IsaScope scope(isa);
+    const std::span<const Isa> isas = available_isas();
+    const bool available = std::find(isas.begin(), isas.end(), isa) != isas.end();
+    EXPECT_EQ(active_isa(), available ? isa : detected_isa()) << isa_name(isa);
+  }
   EXPECT_STREQ(isa_name(Isa::Avx2), "avx2");
 }
 

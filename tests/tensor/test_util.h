@@ -15,14 +15,6 @@ inline constexpr DType kSupportedTypes[] = {DType::F32,  DType::F16,  DType::BF1
                                             DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
                                             DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
-// The kernel paths this CPU can run, scalar first.
-inline std::vector<Isa> available_isas() {
-  std::vector<Isa> isas{Isa::Scalar};
-  if (detected_isa() >= Isa::Avx2) isas.push_back(Isa::Avx2);
-  if (detected_isa() >= Isa::Avx512) isas.push_back(Isa::Avx512);
-  return isas;
-}
-
 // Restores the detected ISA when a test that forces one ends.
 struct IsaScope {
   explicit IsaScope(Isa isa) { force_isa(isa); }

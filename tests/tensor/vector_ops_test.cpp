@@ -14,7 +14,6 @@
 namespace strata::tensor {
 namespace {
 
-using testing::available_isas;
 using testing::IsaScope;
 
 std::vector<float> random_values(int64_t n, float scale, uint32_t seed) {
