@@ -33,11 +33,6 @@ constexpr size_t kMaxLoggedSenders = 1024;
 // Keeps a discovery MAC apart from every other message the cluster key signs.
 constexpr std::string_view kMacDomain = "strata-discovery\n";
 
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 std::string system_error(const std::string& what) { return what + ": " + std::strerror(errno); }
 
 std::string mac_of(const json& unsigned_message, const rpc::ClusterKey& key) {
@@ -177,7 +172,7 @@ Verdict judge_announcement(std::string_view datagram, std::string_view source_ho
         static_cast<uint32_t>(integer_field(message, "protocol_version", 0, std::numeric_limits<uint32_t>::max()));
     const int64_t time = integer_field(message, "time", 0, std::numeric_limits<int64_t>::max());
     string_field(message, "nonce");
-    if (time < now_ms - kAnnouncementWindowMs || time > now_ms + kAnnouncementWindowMs) {
+    if (time < now_ms - rpc::kClockSkewMs || time > now_ms + rpc::kClockSkewMs) {
       return refused("an announcement whose time is more than a minute from this node's clock (a replay, or "
                      "clocks that disagree)");
     }
@@ -228,7 +223,7 @@ Discovery::Discovery(DiscoveryOptions options) : options_(std::move(options)) {
   if (!options_.key || !options_.key->enabled()) throw std::runtime_error("discovery needs a cluster key");
   Announcement longest = options_.self;
   longest.host = "255.255.255.255";
-  if (encode_announcement(longest, *options_.key, now_ms(), rpc::fresh_nonce()).size() > kMaxAnnouncementBytes) {
+  if (encode_announcement(longest, *options_.key, rpc::unix_time_ms(), rpc::fresh_nonce()).size() > kMaxAnnouncementBytes) {
     throw std::runtime_error("node id " + options_.self.node_id.substr(0, 32) + "... is too long to announce");
   }
   const std::vector<MulticastInterface> candidates = multicast_interfaces(options_.interface_name);
@@ -299,7 +294,7 @@ void Discovery::announce() {
     Announcement self = options_.self;
     self.host = interface.address;
     try {
-      const std::string datagram = encode_announcement(self, *options_.key, now_ms(), rpc::fresh_nonce());
+      const std::string datagram = encode_announcement(self, *options_.key, rpc::unix_time_ms(), rpc::fresh_nonce());
       // The source address of a datagram sent through an interface is that interface's address,
       // which receivers compare with the announced host.
       if (setsockopt(send_fd_.get(), IPPROTO_IP, IP_MULTICAST_IF, &from, sizeof from) != 0 ||
@@ -322,7 +317,7 @@ void Discovery::receive() {
   if (size < 0 || source.sin_family != AF_INET) return;
   const std::string source_host = text_of(source.sin_addr);
   const Verdict verdict = judge_announcement(std::string_view(buffer, static_cast<size_t>(size)), source_host,
-                                             options_.self, *options_.key, now_ms());
+                                             options_.self, *options_.key, rpc::unix_time_ms());
   switch (verdict.kind) {
     case Verdict::Kind::Found:
       if (options_.on_found) options_.on_found(verdict.announcement.node_id, verdict.address);

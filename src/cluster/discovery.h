@@ -33,8 +33,6 @@ inline constexpr int kDefaultDiscoveryPort = 7947;
 inline constexpr const char* kDiscoveryGroup = "239.255.77.77";
 // Far above a real announcement (~400 bytes); a bigger datagram is refused unread.
 inline constexpr size_t kMaxAnnouncementBytes = 2048;
-// An announcement's time may differ from the receiver's clock by this much.
-inline constexpr int64_t kAnnouncementWindowMs = 60'000;
 
 struct Announcement {
   std::string node_id;

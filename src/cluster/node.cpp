@@ -1,7 +1,5 @@
 #include "cluster/node.h"
 
-#include <openssl/sha.h>
-
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -41,10 +39,12 @@ constexpr auto kSettle = std::chrono::milliseconds(1000);
 // How long a leader waits for peers named with --peers that have never answered.
 constexpr auto kSeedWait = std::chrono::milliseconds(5000);
 
-bool is_loopback(const std::string& address) {
-  const std::string host = address.substr(0, address.rfind(':'));
+bool is_loopback_host(const std::string& host) {
   return host == "localhost" || host.starts_with("127.") || host == "[::1]" || host == "::1";
 }
+
+// "host:port"
+bool is_loopback(const std::string& address) { return is_loopback_host(address.substr(0, address.rfind(':'))); }
 
 // "ipv4:10.0.0.2:43122" -> "10.0.0.2"
 std::string host_of_peer(const std::string& peer) {
@@ -59,18 +59,7 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 }  // namespace
 
-std::string model_hash(const gguf::File& file) {
-  const std::span<const uint8_t> header = file.header_bytes();
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(header.data(), header.size(), digest);
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : digest) {
-    out += kDigits[b >> 4];
-    out += kDigits[b & 15];
-  }
-  return out;
-}
+std::string model_hash(const gguf::File& file) { return rpc::sha256_hex(file.header_bytes()); }
 
 std::string resolve_node_id(const std::string& given, const std::string& state_dir) {
   if (!given.empty()) return given;
@@ -125,7 +114,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
                                    "--cluster-key (or STRATA_CLUSTER_KEY) on every node");
         }
       }
-      if (!is_loopback(options_.host + ":0")) {
+      if (!is_loopback_host(options_.host)) {
         throw std::runtime_error("without --cluster-key the node service listens on this machine only; "
                                  "--node-host " + options_.host + " needs a key");
       }
@@ -192,7 +181,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         while (true) {
           if (stopping_) throw engine::Unavailable("the node is shutting down");
           if (!placement_.error().empty()) throw engine::Unavailable(placement_.error(), 30);
-          if (scheduler_ && scheduler_epoch_ == placement_.epoch()) {
+          if (scheduling()) {
             local = scheduler_;
             break;
           }
@@ -292,7 +281,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   std::shared_ptr<engine::Generator> scheduler(std::string& why) override {
     std::lock_guard lock(mutex_);
-    if (!scheduler_ || scheduler_epoch_ != placement_.epoch()) {
+    if (!scheduling()) {
       why = "node " + options_.node_id + " does not schedule requests now: " + waiting_for();
       return nullptr;
     }
@@ -301,7 +290,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   std::pair<int, std::string> health() const {
     std::lock_guard lock(mutex_);
-    if ((scheduler_ && scheduler_epoch_ == placement_.epoch()) || serving_leader() != nullptr) {
+    if (serving()) {
       return {200, R"({"status":"ok"})"};
     }
     json body{{"status", loading_ ? "loading" : "waiting"}, {"waiting_for", waiting_for()}};
@@ -343,7 +332,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
               {"model", {{"name", self_.model_name()}, {"hash", self_.model_hash()}, {"layers", config_.layer_count}}},
               {"protocol_version", rpc::kProtocolVersion},
               {"leader", leader_id()},
-              {"serving", (scheduler_ && scheduler_epoch_ == placement_.epoch()) || serving_leader() != nullptr},
+              {"serving", serving()},
               {"nodes", nodes},
               {"placement",
                {{"epoch", placement_.epoch()},
@@ -386,7 +375,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
           "named with --peers");
       return;
     }
-    if (is_loopback(options_.host + ":0")) {
+    if (is_loopback_host(options_.host)) {
       log("discovery is off: the node service listens on " + options_.host + " only, out of reach of other machines");
       return;
     }
@@ -416,13 +405,18 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     info.set_ready_epoch(stage_ ? stage_epoch_ : 0);
     info.set_held_sequences(stage_ ? stage_->stage->sequence_count() : 0);
     info.set_load_progress(loading_ ? load_progress_.load() : (stage_ ? 1.0 : 0.0));
-    info.set_state(scheduler_ && scheduler_epoch_ == placement_.epoch() ? "serving"
+    info.set_state(scheduling() ? "serving"
                    : loading_                                           ? "loading"
                    : stage_                                             ? "ready"
                    : placement_.stages_size() > 0                       ? "idle"
                                                                         : "starting");
     return info;
   }
+
+  // This node schedules the requests of the current placement.
+  bool scheduling() const { return scheduler_ && scheduler_epoch_ == placement_.epoch(); }
+  // Requests can run now: here, or at a leader that serves.
+  bool serving() const { return scheduling() || serving_leader() != nullptr; }
 
   bool alive(const Peer& peer) const { return peer.seen && Clock::now() - peer.last_seen < kPeerTimeout; }
   bool compatible(const Peer& peer) const { return peer.problem.empty(); }
@@ -742,7 +736,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   void start_scheduler() {
     if (scheduler_ && placement_.leader_id() != options_.node_id) retire(std::move(scheduler_));
     if (placement_.leader_id() != options_.node_id || placement_.stages_size() == 0) return;
-    if (scheduler_ && scheduler_epoch_ == placement_.epoch()) return;
+    if (scheduling()) return;
     std::vector<std::shared_ptr<engine::Stage>> stages;
     for (const rpc::Stage& s : placement_.stages()) {
       if (s.node_id() == options_.node_id) {

@@ -4,18 +4,12 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
+#include <openssl/sha.h>
 
 #include <stdexcept>
 
 namespace strata::rpc {
 namespace {
-
-constexpr int64_t kWindowMs = 60'000;
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string hex(const unsigned char* bytes, size_t size) {
   static constexpr char kDigits[] = "0123456789abcdef";
@@ -55,7 +49,7 @@ void ClusterKey::sign(grpc::ClientContext& context, std::string_view sender_id, 
   context.AddMetadata("x-strata-sender", std::string(sender_id));
   if (!enabled()) return;
   const std::string nonce = fresh_nonce();
-  const std::string time = std::to_string(now_ms());
+  const std::string time = std::to_string(unix_time_ms());
   context.AddMetadata("x-strata-time", time);
   context.AddMetadata("x-strata-nonce", nonce);
   context.AddMetadata("x-strata-mac", mac(signed_text(sender_id, method, time, nonce)));
@@ -78,12 +72,12 @@ std::optional<std::string> ClusterKey::refusal(const grpc::ServerContext& contex
   } catch (const std::exception&) {
     return "the call's time is not a number";
   }
-  const int64_t now = now_ms();
-  if (sent < now - kWindowMs || sent > now + kWindowMs) {
+  const int64_t now = unix_time_ms();
+  if (sent < now - kClockSkewMs || sent > now + kClockSkewMs) {
     return "the call's time is more than a minute from this node's clock";
   }
   std::lock_guard lock(mutex_);
-  seen_nonces_.erase(seen_nonces_.begin(), seen_nonces_.lower_bound(now - 2 * kWindowMs));
+  seen_nonces_.erase(seen_nonces_.begin(), seen_nonces_.lower_bound(now - 2 * kClockSkewMs));
   for (auto [it, end] = seen_nonces_.equal_range(sent); it != end; ++it) {
     if (it->second == nonce) return "the call is a replay";
   }
@@ -95,6 +89,17 @@ std::string fresh_nonce() {
   unsigned char bytes[16];
   if (RAND_bytes(bytes, sizeof bytes) != 1) throw std::runtime_error("no random bytes for a nonce");
   return hex(bytes, sizeof bytes);
+}
+
+std::string sha256_hex(std::span<const uint8_t> bytes) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(bytes.data(), bytes.size(), digest);
+  return hex(digest, sizeof digest);
+}
+
+int64_t unix_time_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 std::string metadata(const grpc::ServerContext& context, std::string_view name) {

@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -37,6 +38,14 @@ class ClusterKey {
 
 // 16 random bytes as lowercase hex, for a message that must differ from every other.
 std::string fresh_nonce();
+
+// SHA-256 of `bytes`, as lowercase hex.
+std::string sha256_hex(std::span<const uint8_t> bytes);
+
+// Milliseconds since the Unix epoch, the time signed messages carry.
+int64_t unix_time_ms();
+// How far a signed message's time may be from the receiver's clock.
+inline constexpr int64_t kClockSkewMs = 60'000;
 
 // The metadata value of `name` on an incoming call, empty when absent.
 std::string metadata(const grpc::ServerContext& context, std::string_view name);

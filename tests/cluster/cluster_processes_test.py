@@ -130,9 +130,9 @@ LONG_REQUEST = {"prompt": "Once upon a time", "max_tokens": 100, "temperature": 
 LONG_SEEDED = {"prompt": "The robot", "max_tokens": 100, "temperature": 0.9, "seed": 7}
 
 
-def stream_through_a_kill(entry, victim, request):
-    """Streams `request` from `entry`, SIGKILLs `victim` a second in; the text and whether an
-    error event came."""
+def stream_through(entry, request, event):
+    """Streams `request` from `entry` and calls `event` a second in; the whole text, whether an
+    error event came, the raw stream, and how long after the event the next token came."""
     stream = subprocess.Popen(["curl", "-sN", "--max-time", "90", f"http://127.0.0.1:{entry.port}/v1/completions",
                                "-H", "Content-Type: application/json", "-d", json.dumps(request | {"stream": True})],
                               stdout=subprocess.PIPE, text=True)
@@ -140,15 +140,23 @@ def stream_through_a_kill(entry, victim, request):
     reader = threading.Thread(target=lambda: [lines.append((time.time(), line)) for line in stream.stdout])
     reader.start()
     time.sleep(1.0)
-    killed_at = time.time()
-    victim.process.send_signal(signal.SIGKILL)
+    event_at = time.time()
+    event()
     stream.wait(timeout=120)
     reader.join()
-    after = [t for t, line in lines if line.startswith("data: {") and t > killed_at]
-    print(f"node {victim.id} killed: the next token came {after[0] - killed_at if after else -1:.2f} s later", flush=True)
+    after = [t for t, line in lines if line.startswith("data: {") and t > event_at]
     events = [json.loads(line[6:]) for _, line in lines if line.startswith("data: {")]
     text = "".join(e["choices"][0]["text"] for e in events if "choices" in e)
-    return text, any("error" in e for e in events), "".join(line for _, line in lines)
+    return (text, any("error" in e for e in events), "".join(line for _, line in lines),
+            after[0] - event_at if after else -1.0)
+
+
+def stream_through_a_kill(entry, victim, request):
+    """Streams `request` from `entry`, SIGKILLs `victim` a second in; the text and whether an
+    error event came."""
+    text, error, out, pause = stream_through(entry, request, lambda: victim.process.send_signal(signal.SIGKILL))
+    print(f"node {victim.id} killed: the next token came {pause:.2f} s later", flush=True)
+    return text, error, out
 
 
 def answer(status_body):
@@ -272,15 +280,11 @@ def main():
     # A node with a lower id joins mid-stream: it becomes the leader, and the request scheduled by
     # the old leader moves to it and goes on with the same text.
     nodes = start_cluster(["j1", "j2"], "--placement", "memory", "--test-link-delay-ms", "60")
-    stream = subprocess.Popen(["curl", "-sN", "--max-time", "90", f"http://127.0.0.1:{nodes[0].port}/v1/completions",
-                               "-H", "Content-Type: application/json", "-d", json.dumps(LONG_SEEDED | {"stream": True})],
-                              stdout=subprocess.PIPE, text=True)
-    time.sleep(1.0)
-    newcomer = Node("j0", "--peers", nodes[0].address, "--placement", "memory", "--test-link-delay-ms", "60")
-    out, _ = stream.communicate(timeout=120)
-    events = [json.loads(line[6:]) for line in out.splitlines() if line.startswith("data: {")]
-    text = "".join(e["choices"][0]["text"] for e in events if "choices" in e)
-    check(not any("error" in e for e in events), f"a node joined: no error: ...{out[-300:]}")
+    joined = []
+    text, error, out, _ = stream_through(nodes[0], LONG_SEEDED, lambda: joined.append(
+        Node("j0", "--peers", nodes[0].address, "--placement", "memory", "--test-link-delay-ms", "60")))
+    newcomer = joined[0]
+    check(not error, f"a node joined: no error: ...{out[-300:]}")
     check(text == seeded_reference, f"a node joined: the whole text equals the fault-free run's ({text!r})")
     check(newcomer.get("/cluster")[1]["leader"] == "j0", "the newcomer with the lowest id leads")
     check("resumes after" in nodes[0].text(), "the request moved to the new leader mid-stream")
