@@ -1,5 +1,7 @@
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <optional>
 #include <stdexcept>
 
@@ -90,7 +92,17 @@ int serve(const ServeOptions& o) {
   node.startup_wait = std::chrono::milliseconds(static_cast<int64_t>(o.startup_wait_seconds * 1000));
   node.engine = o.engine;
   node.test_link_delay = std::chrono::milliseconds(o.test_link_delay_ms);
-  node.log = [id = node.node_id](const std::string& line) { std::fprintf(stderr, "strata[%s]: %s\n", id.c_str(), line.c_str()); };
+  // The time of day (UTC, to the millisecond) on every line, so that the logs of several
+  // nodes tell what happened when (a loss, a placement, a load) and how long it took.
+  node.log = [id = node.node_id](const std::string& line) {
+    const auto now = std::chrono::system_clock::now();
+    const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+    const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+    std::tm utc{};
+    gmtime_r(&seconds, &utc);
+    std::fprintf(stderr, "strata[%s] %02d:%02d:%02d.%03d: %s\n", id.c_str(), utc.tm_hour, utc.tm_min, utc.tm_sec,
+                 static_cast<int>(millis), line.c_str());
+  };
   const tokenizer::Tokenizer* tok = tokenizer.get();
   cluster::ClusterNode cluster_node(file, [tok](engine::Token t) { return tok->is_end_of_generation(t); }, node);
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -30,6 +31,8 @@ using json = nlohmann::json;
 
 constexpr auto kGossipInterval = std::chrono::milliseconds(500);
 constexpr auto kHelloDeadline = std::chrono::milliseconds(1000);
+// How long a gossip round waits for its Hellos' answers before it acts on what it knows.
+constexpr auto kHelloWait = std::chrono::milliseconds(200);
 // A peer not heard from for this long has left; keepalive and deadlines see it sooner on
 // the links that carry requests.
 constexpr auto kPeerTimeout = std::chrono::milliseconds(3000);
@@ -258,9 +261,10 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (sender.node_address().starts_with(":")) sender.set_node_address(host_of_peer(peer) + sender.node_address());
     {
       std::lock_guard lock(mutex_);
-      learn(sender, true, 0.0);
+      // A new placement to load, or a peer now ready for it: act at once, not a gossip round later.
+      if (learn(sender, true, 0.0)) act_now_ = true;
       for (const rpc::NodeInfo& info : request.known()) learn(info, false, 0.0);
-      adopt(request.placement());
+      if (adopt(request.placement())) act_now_ = true;
       *reply.mutable_node() = self_info();
       for (const auto& [id, peer] : peers_) *reply.add_known() = peer.info;
       *reply.mutable_placement() = placement_;
@@ -422,10 +426,13 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   bool compatible(const Peer& peer) const { return peer.problem.empty(); }
 
   // Takes in what a node says about itself (direct) or what another said about it.
-  void learn(const rpc::NodeInfo& info, bool direct, double rtt_ms) {
-    if (info.node_id().empty() || info.node_id() == options_.node_id) return;
+  // Returns whether the peer's readiness or serving state changed, which a leader acts on.
+  bool learn(const rpc::NodeInfo& info, bool direct, double rtt_ms) {
+    if (info.node_id().empty() || info.node_id() == options_.node_id) return false;
     auto [it, inserted] = peers_.try_emplace(info.node_id());
     Peer& peer = it->second;
+    const bool news = direct && (inserted || peer.info.ready_epoch() != info.ready_epoch() ||
+                                 peer.info.state() != info.state());
     if (direct || inserted) peer.info = info;
     if (direct) {
       peer.seen = true;
@@ -443,16 +450,19 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (problem != peer.problem && !problem.empty()) log("node " + info.node_id() + " is left out: it " + problem);
     if (inserted) log("node " + info.node_id() + " at " + info.node_address() + " is known");
     peer.problem = problem;
+    return news;
   }
 
   // A newer placement wins; at the same epoch, the one of the lower leader id.
-  void adopt(const rpc::Placement& p) {
-    if (p.leader_id().empty()) return;
+  // Returns whether `p` replaced this node's placement.
+  bool adopt(const rpc::Placement& p) {
+    if (p.leader_id().empty()) return false;
     const bool newer = p.epoch() > placement_.epoch() ||
                        (p.epoch() == placement_.epoch() && p.leader_id() < placement_.leader_id());
-    if (!newer) return;
+    if (!newer) return false;
     placement_ = p;
     log("placement " + std::to_string(p.epoch()) + " from " + p.leader_id() + ": " + stages_text(p));
+    return true;
   }
 
   static std::string stages_text(const rpc::Placement& p) {
@@ -512,6 +522,10 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   void gossip_loop() {
+    // address -> its Hello in flight. A peer that does not answer (a cable cut) holds up only
+    // its own Hellos for their deadline, never the round, so that news of the others (a new
+    // placement, a node ready for it) goes on at once.
+    std::map<std::string, std::future<void>> hellos;
     while (true) {
       std::vector<std::string> addresses;
       rpc::HelloRequest request;
@@ -535,9 +549,28 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         }
         *request.mutable_placement() = placement_;
       }
-      for (const std::string& address : addresses) say_hello(address, request);
+      std::erase_if(hellos, [&](const auto& entry) {
+        return std::find(addresses.begin(), addresses.end(), entry.first) == addresses.end() &&
+               entry.second.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+      });
+      auto unanswered = std::make_shared<std::atomic<int>>(0);  // of this round's Hellos
+      for (const std::string& address : addresses) {
+        std::future<void>& pending = hellos[address];
+        if (pending.valid() && pending.wait_for(std::chrono::seconds(0)) != std::future_status::ready) continue;
+        ++*unanswered;
+        pending = std::async(std::launch::async, [this, address, request, unanswered] {
+          say_hello(address, request);
+          {
+            std::lock_guard lock(mutex_);  // not between the round's look at the count and its wait
+            --*unanswered;
+          }
+          changed_.notify_all();
+        });
+      }
       {
-        std::lock_guard lock(mutex_);
+        std::unique_lock lock(mutex_);
+        changed_.wait_for(lock, kHelloWait, [&] { return stopping_ || act_now_ || *unanswered == 0; });
+        act_now_ = false;
         if (stopping_) return;
         drop_departed();
         if (leader_id() == options_.node_id) place();
@@ -546,7 +579,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       }
       changed_.notify_all();
       std::unique_lock lock(mutex_);
-      changed_.wait_for(lock, kGossipInterval, [&] { return stopping_; });
+      changed_.wait_for(lock, kGossipInterval, [&] { return stopping_ || act_now_; });
+      act_now_ = false;
       if (stopping_) return;
     }
   }
@@ -573,6 +607,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         for (auto& [id, peer] : peers_) {
           if (peer.info.node_address() == address && ++peer.refused_hellos >= 2 && alive(peer)) {
             peer.last_seen = Clock::now() - kPeerTimeout;
+            act_now_ = true;
+            changed_.notify_all();
           }
         }
       }
@@ -587,9 +623,11 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (seeds_.contains(address)) seeds_[address] = true;
     rpc::NodeInfo info = reply.node();
     if (info.node_address().starts_with(":")) info.set_node_address(address.substr(0, address.rfind(':')) + info.node_address());
-    learn(info, true, rtt_ms);
+    // The answer may come after its round has acted: news in it starts the next one now.
+    if (learn(info, true, rtt_ms)) act_now_ = true;
     for (const rpc::NodeInfo& known : reply.known()) learn(known, false, 0.0);
-    adopt(reply.placement());
+    if (adopt(reply.placement())) act_now_ = true;
+    if (act_now_) changed_.notify_all();
   }
 
   // A node that stopped announcing is reached through peers_ while it is a member; its old
@@ -667,6 +705,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
     placed_members_ = now;
     placement_ = next;
+    act_now_ = true;  // tell the members now
     log("placement " + std::to_string(next.epoch()) + " over " + std::to_string(now.size()) + " node(s): " +
         stages_text(next) + (next.reason().empty() ? "" : "\n  " + next.reason()));
   }
@@ -694,6 +733,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       if (stage_epoch_ != placement_.epoch() || !stage_) {
         stage_ = std::make_shared<StageRuntime>(model_, options_.engine.threads);
         stage_epoch_ = placement_.epoch();
+        act_now_ = true;  // tell the leader it is ready
       }
       return;
     }
@@ -725,6 +765,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         } else {
           log("loading layers failed: " + error);
         }
+        act_now_ = true;  // serve, and tell the leader, without waiting for the next round
       }
       changed_.notify_all();
     });
@@ -745,7 +786,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       } else {
         if (!peer_ready(s.node_id(), placement_.epoch())) return;
         stages.push_back(std::make_shared<rpc::RemoteStage>(
-            s.node_id(), channel(s.node_address()), rpc::Caller{options_.node_id, placement_.epoch(), key_, options_.test_link_delay}));
+            s.node_id(), channel(s.node_address()),
+            rpc::Caller{options_.node_id, placement_.epoch(), key_, options_.test_link_delay,
+                        [this](const std::string& peer_id, bool unreachable) { stage_lost(peer_id, unreachable); }}));
       }
     }
     // The local stage's pool samples when it is free; a leader without a stage samples alone.
@@ -760,6 +803,18 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     scheduler_epoch_ = placement_.epoch();
     log("serving placement " + std::to_string(scheduler_epoch_) + " (" + std::to_string(placement_.stages_size()) +
         " stage(s))");
+  }
+
+  // A stage's connection that failed counts as the first refused Hello: the one said at once
+  // then decides whether its node is gone, and the new placement follows in the same round.
+  void stage_lost(const std::string& peer_id, bool unreachable) {
+    {
+      std::lock_guard lock(mutex_);
+      const auto found = peers_.find(peer_id);
+      if (found != peers_.end() && unreachable) found->second.refused_hellos = std::max(found->second.refused_hellos, 1);
+      act_now_ = true;
+    }
+    changed_.notify_all();
   }
 
   // An old scheduler ends its requests off the gossip thread, which holds the lock and must
@@ -784,6 +839,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   bool stopping_ = false;
+  bool act_now_ = false;  // something changed that the gossip loop acts on: run it now
   rpc::NodeInfo self_;
   std::map<std::string, Peer> peers_;
   std::map<std::string, bool> seeds_;  // address -> answered once

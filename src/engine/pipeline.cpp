@@ -13,12 +13,17 @@ Pipeline::Pipeline(std::vector<std::shared_ptr<Stage>> stages, OnResult on_resul
 }
 
 Pipeline::~Pipeline() {
-  // Front to back, so that the releases a stage still passes on find the next one running.
-  for (auto& w : workers_) {
+  // Every stage is told first: a batch waiting on a node that is gone ends now, not at its
+  // deadline. Then front to back, so that the releases a stage still passes on find the next
+  // one running.
+  for (size_t i = 0; i < workers_.size(); ++i) {
     {
-      std::lock_guard lock(w->mutex);
-      w->stopping = true;
+      std::lock_guard lock(workers_[i]->mutex);
+      workers_[i]->stopping = true;
     }
+    stages_[i]->cancel();
+  }
+  for (auto& w : workers_) {
     w->wake.notify_all();
     w->thread.join();
   }

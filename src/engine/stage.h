@@ -45,6 +45,10 @@ class Stage {
   virtual std::vector<float> forward(const StageBatch& batch) = 0;
   // Drops the state of these sequences; unknown ids are ignored.
   virtual void release(std::span<const SequenceId> ids) = 0;
+  // The stage's pipeline is being replaced: a forward running on another thread may end now
+  // with StageLost rather than wait for a node that may be gone, and later calls may fail at
+  // once. The stage is not used for new work afterwards.
+  virtual void cancel() {}
 };
 
 }  // namespace strata::engine

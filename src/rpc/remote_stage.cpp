@@ -45,13 +45,21 @@ void RemoteStage::watch() {
   }
 }
 
+void RemoteStage::cancel() {
+  std::lock_guard lock(watch_mutex_);
+  cancelled_ = true;
+  if (context_) context_->TryCancel();
+}
+
 void RemoteStage::fail(const std::string& what) {
   bool late = false;
+  bool cancelled = false;
   {
     std::lock_guard lock(watch_mutex_);
     reply_due_ = std::chrono::steady_clock::time_point::max();
     late = late_;
     late_ = false;
+    cancelled = cancelled_;
   }
   stream_->WritesDone();
   const grpc::Status status = stream_->Finish();
@@ -60,6 +68,7 @@ void RemoteStage::fail(const std::string& what) {
     stream_.reset();
     context_.reset();
   }
+  if (cancelled) throw engine::StageLost("node " + peer_id_ + "'s stage was replaced by a new placement");
   std::string why = status.ok() ? what : status.error_message();
   if (late) why = "no reply within its deadline";
   const std::string message = "node " + peer_id_ + " failed the batch: " + why;
@@ -70,6 +79,7 @@ void RemoteStage::fail(const std::string& what) {
                 status.error_code() == grpc::StatusCode::INTERNAL)) {
     throw std::runtime_error(message);
   }
+  if (caller_.on_lost) caller_.on_lost(peer_id_, !late && status.error_code() == grpc::StatusCode::UNAVAILABLE);
   throw engine::StageLost(message);
 }
 
@@ -93,7 +103,8 @@ std::vector<float> RemoteStage::forward(const engine::StageBatch& batch) {
   if (!stream_) {
     auto context = std::make_unique<grpc::ClientContext>();
     caller_.key->sign(*context, caller_.node_id, "Forward");
-    std::lock_guard lock(watch_mutex_);  // the watchdog reads context_
+    std::lock_guard lock(watch_mutex_);  // the watchdog and cancel() read context_
+    if (cancelled_) throw engine::StageLost("node " + peer_id_ + "'s stage was replaced by a new placement");
     context_ = std::move(context);
     stream_ = stub_->Forward(context_.get());
   }
@@ -117,6 +128,10 @@ std::vector<float> RemoteStage::forward(const engine::StageBatch& batch) {
 }
 
 void RemoteStage::release(std::span<const engine::SequenceId> ids) {
+  {
+    std::lock_guard lock(watch_mutex_);
+    if (cancelled_) return;
+  }
   ReleaseRequest request;
   request.set_sender_id(caller_.node_id);
   request.set_epoch(caller_.epoch);

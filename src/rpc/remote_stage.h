@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,6 +26,9 @@ struct Caller {
   // Tests only: added before every call, as a LAN link's latency would be (netem, which
   // would add it on the wire, is not available everywhere).
   std::chrono::milliseconds link_delay{0};
+  // Told when a stage is lost, before the batch's StageLost is thrown: `unreachable` when its
+  // connection failed (a process gone), not when it was late or moved on.
+  std::function<void(const std::string& peer_id, bool unreachable)> on_lost;
 };
 
 class RemoteStage final : public engine::Stage {
@@ -38,6 +42,9 @@ class RemoteStage final : public engine::Stage {
   // Not reentrant: one batch at a time, as a pipeline's stage worker sends them.
   std::vector<float> forward(const engine::StageBatch& batch) override;
   void release(std::span<const engine::SequenceId> ids) override;
+  // Cancels the open stream; later calls throw StageLost, releases do nothing (the node drops
+  // an old placement's state itself).
+  void cancel() override;
 
  private:
   using Stream = grpc::ClientReaderWriter<ForwardRequest, ForwardReply>;
@@ -58,6 +65,7 @@ class RemoteStage final : public engine::Stage {
   std::chrono::steady_clock::time_point reply_due_ = std::chrono::steady_clock::time_point::max();
   bool late_ = false;  // the watchdog cancelled the stream
   bool stopping_ = false;
+  bool cancelled_ = false;
   std::thread watchdog_;
 };
 

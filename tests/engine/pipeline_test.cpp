@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "engine/engine.h"
@@ -169,6 +172,69 @@ TEST(Pipeline, WithoutANewPipelineRequestsEndWithTheLossAfterTheWait) {
   const Outcome o = submit(engine, request(1)).get();
   EXPECT_EQ(o.reason, FinishReason::Error);
   EXPECT_NE(o.error.find("node lost"), std::string::npos) << o.error;
+}
+
+// A stage whose node stopped answering (a cable cut): from the given call on, a forward waits
+// until the stage is cancelled, or gives up after a minute, as a deadline would.
+class SilentStage final : public Stage {
+ public:
+  SilentStage(std::shared_ptr<LocalStage> inner, int silent_at) : inner_(std::move(inner)), silent_at_(silent_at) {}
+  std::vector<float> forward(const StageBatch& batch) override {
+    if (++calls_ < silent_at_) return inner_->forward(batch);
+    std::unique_lock lock(mutex_);
+    waiting_ = true;
+    woken_.notify_all();
+    woken_.wait_for(lock, std::chrono::minutes(1), [&] { return cancelled_; });
+    throw StageLost(cancelled_ ? "cancelled" : "no reply within its deadline");
+  }
+  void release(std::span<const SequenceId> ids) override { inner_->release(ids); }
+  void cancel() override {
+    std::lock_guard lock(mutex_);
+    cancelled_ = true;
+    woken_.notify_all();
+  }
+  void wait_until_silent() {
+    std::unique_lock lock(mutex_);
+    woken_.wait(lock, [&] { return waiting_; });
+  }
+  bool cancelled() {
+    std::lock_guard lock(mutex_);
+    return cancelled_;
+  }
+
+ private:
+  std::shared_ptr<LocalStage> inner_;
+  int silent_at_;
+  std::atomic<int> calls_{0};
+  std::mutex mutex_;
+  std::condition_variable woken_;
+  bool waiting_ = false;
+  bool cancelled_ = false;
+};
+
+TEST(Pipeline, ANewPipelineCancelsABatchWaitingOnASilentStageAndTheRequestsGoOn) {
+  constexpr int kRequests = 4;
+  const std::vector<Outcome> alone = alone_on_whole_model(kRequests);
+  Stages before({0, 2, 4});
+  auto silent = std::make_shared<SilentStage>(before.local[1], 6);
+  Stages after({0, 3, 4});
+  const auto started = std::chrono::steady_clock::now();
+  {
+    Engine engine({before.local[0], silent}, 512, [](Token t) { return t == 2; },
+                  {.context_size = 128, .max_parallel = 8, .max_queued = 8, .replay_wait = std::chrono::minutes(2)},
+                  nullptr);
+    std::vector<std::future<Outcome>> futures;
+    for (int i = 0; i < kRequests; ++i) futures.push_back(submit(engine, request(i)));
+    silent->wait_until_silent();
+    engine.replace_pipeline(after.list(), nullptr);
+    for (int i = 0; i < kRequests; ++i) {
+      EXPECT_EQ(futures[static_cast<size_t>(i)].get().tokens, alone[static_cast<size_t>(i)].tokens) << "request " << i;
+    }
+  }
+  EXPECT_TRUE(silent->cancelled()) << "the old pipeline told its stages";
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(50))
+      << "the requests waited for the silent stage's deadline";
+  EXPECT_EQ(after.held(), 0u);
 }
 
 TEST(LocalStage, RefusesBatchesOutOfStep) {
