@@ -117,6 +117,9 @@ class OpenAiWriter final : public ResponseWriter {
     return "data: " + openai_error_body(error) + "\n\n";
   }
 
+  // An SSE comment line: clients skip it, and neither they nor a proxy take the wait for a hang.
+  std::string stream_waiting(const std::string& why) override { return ": waiting for " + why + "\n\n"; }
+
   std::string whole(const TextDelta& output, std::string_view finish_reason,
                     const Usage& usage) override {
     json choice = {{"index", 0}};
@@ -211,6 +214,10 @@ class OllamaWriter final : public ResponseWriter {
   std::string stream_error(const ApiError& error) override {
     return ollama_error_body(error) + "\n";
   }
+
+  // Newline-delimited JSON has no comments, and Ollama's clients take every line for an answer
+  // chunk: its streams say nothing while they wait, as Ollama's own do while a model loads.
+  std::string stream_waiting(const std::string&) override { return {}; }
 
   std::string whole(const TextDelta& output, std::string_view finish_reason,
                     const Usage& usage) override {

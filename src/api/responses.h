@@ -28,6 +28,8 @@ class ResponseWriter {
   virtual std::string_view content_type(bool stream) const = 0;
   // What a stream starts with, sent before the first token so clients see it has begun.
   virtual std::string stream_start() = 0;
+  // Sent about once a second while the request waits for the model to be ready: what for.
+  virtual std::string stream_waiting(const std::string& why) = 0;
   virtual std::string stream_delta(const TextDelta& delta) = 0;
   virtual std::string stream_end(std::string_view finish_reason, const Usage& usage) = 0;
   // Once a stream has started its status cannot change, so errors travel inside it.

@@ -357,6 +357,9 @@ class Server::Impl final : public http::Service {
 
     auto session = std::make_shared<GenerationSession>(tokenizer_, std::move(request.stop),
                                                        request.logprobs);
+    if (request.stream && !generator_.waiting_for().empty()) {
+      return stream(http_request, std::move(writer), prompt_usage, session, std::move(generation));
+    }
     submit(std::move(generation), session);
     if (request.stream) return stream(http_request, std::move(writer), prompt_usage, session);
     return respond_when_done(http_request, *writer, prompt_usage, session);
@@ -424,14 +427,48 @@ class Server::Impl final : public http::Service {
     return response;
   }
 
+  // `unsubmitted`: a request that waits for the model to be ready. Meanwhile the stream sends
+  // an SSE comment line a second saying what it waits for, so that neither the client nor a
+  // proxy takes the silence for a hang; after the startup wait it ends with a 503 error event.
   http::Response stream(const http::Request& http_request, std::shared_ptr<ResponseWriter> writer,
-                        Usage usage, const std::shared_ptr<GenerationSession>& session) {
+                        Usage usage, const std::shared_ptr<GenerationSession>& session,
+                        std::optional<engine::GenerationRequest> unsubmitted = std::nullopt) {
     http::Response response;
     response.content_type = writer->content_type(true);
     response.headers.emplace_back("Cache-Control", "no-cache");
+    if (unsubmitted) track(session);  // a server that stops ends the wait too
     response.next_piece = [this, writer, usage, session, client = ClientWatch(http_request.socket),
+                           unsubmitted = std::move(unsubmitted),
+                           wait_ends = std::chrono::steady_clock::now() + options_.startup_wait,
                            started = false, done = false]() mutable -> std::optional<std::string> {
       if (done) return std::nullopt;
+      if (unsubmitted) {
+        std::string why = generator_.waiting_for();
+        // A line a second, but the request goes on as soon as the model can run it.
+        for (int tick = 0; started && tick < 10 && !why.empty(); ++tick) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          why = generator_.waiting_for();
+        }
+        if (!why.empty() && !stopping_) {
+          if (client.gone()) return std::nullopt;
+          if (std::chrono::steady_clock::now() >= wait_ends) {
+            done = true;
+            forget(session);
+            return writer->stream_error(ApiError(503, "the model is not ready to run requests yet: waiting for " + why,
+                                                 {}, "model_unavailable"));
+          }
+          started = true;
+          return writer->stream_waiting(why);
+        }
+        try {
+          submit(std::move(*unsubmitted), session);
+          unsubmitted.reset();
+        } catch (const ApiError& error) {
+          done = true;
+          return writer->stream_error(error);
+        }
+        started = false;
+      }
       if (!started) {
         started = true;
         return writer->stream_start();

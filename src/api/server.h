@@ -1,6 +1,7 @@
 // The OpenAI-compatible HTTP API over an engine::Generator.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -38,6 +39,10 @@ struct ServerOptions {
   std::function<std::pair<int, std::string>()> health;
   // GET /cluster's JSON body, behind the API key like every endpoint but /health; unset: 404.
   std::function<std::string()> cluster_status;
+  // How long a streamed request that comes before the model can run (a cluster forming,
+  // weights loading) waits, with an SSE comment line a second saying for what, before it ends
+  // with an error event (code 503). Other requests wait inside the generator's submit.
+  std::chrono::milliseconds startup_wait{60000};
   // serve_until_signal calls it with the bound port once the server listens.
   std::function<void(int port)> on_listening;
 };

@@ -90,6 +90,7 @@ int serve(const ServeOptions& o) {
   node.strategy = o.placement == "memory" ? cluster::Strategy::Memory : cluster::Strategy::Speed;
   node.fixed_stages = parse_stages(o.stages);
   node.startup_wait = std::chrono::milliseconds(static_cast<int64_t>(o.startup_wait_seconds * 1000));
+  server.startup_wait = node.startup_wait;
   node.engine = o.engine;
   node.test_link_delay = std::chrono::milliseconds(o.test_link_delay_ms);
   // The time of day (UTC, to the millisecond) on every line, so that the logs of several

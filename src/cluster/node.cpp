@@ -302,6 +302,14 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     return {503, body.dump()};
   }
 
+  std::string readiness() const {
+    std::lock_guard lock(mutex_);
+    if (serving() || stopping_ || !placement_.error().empty()) return {};
+    std::string why = waiting_for();
+    if (loading_) why += " (this node has " + std::to_string(static_cast<int>(load_progress_.load() * 100)) + "% of its layers)";
+    return why;
+  }
+
   std::string status_json() const {
     std::lock_guard lock(mutex_);
     json nodes = json::array();
@@ -877,5 +885,6 @@ bool ClusterNode::submit(engine::GenerationRequest request, engine::RequestCallb
 void ClusterNode::shutdown() { impl_->shutdown(); }
 std::pair<int, std::string> ClusterNode::health() const { return impl_->health(); }
 std::string ClusterNode::status_json() const { return impl_->status_json(); }
+std::string ClusterNode::waiting_for() const { return impl_->readiness(); }
 
 }  // namespace strata::cluster

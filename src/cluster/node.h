@@ -53,6 +53,7 @@ class ClusterNode final : public engine::Generator {
   engine::ModelLimits limits() const override;
   bool submit(engine::GenerationRequest request, engine::RequestCallbacks callbacks) override;
   void shutdown() override;
+  std::string waiting_for() const override;
 
   // GET /health: 200 {"status":"ok"} once requests can run, else 503 saying what it waits for.
   std::pair<int, std::string> health() const;

@@ -78,6 +78,9 @@ class Generator {
   // Throws std::invalid_argument when the request cannot fit the context, Unavailable when
   // nothing can run it now.
   virtual bool submit(GenerationRequest request, RequestCallbacks callbacks) = 0;
+  // Empty when a request can run now, or when it would be refused at once; otherwise what it
+  // would wait for (a cluster forming, layers loading), for the clients that wait to see.
+  virtual std::string waiting_for() const { return {}; }
   // Finishes in-flight requests with Cancelled and refuses new ones; returns when all are done.
   virtual void shutdown() = 0;
 };

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -33,6 +34,15 @@ class FakeGenerator : public engine::Generator {
   engine::ModelLimits limits() const override { return options_.limits; }
   bool submit(engine::GenerationRequest request, engine::RequestCallbacks callbacks) override;
   void shutdown() override;
+  std::string waiting_for() const override {
+    std::lock_guard lock(mutex_);
+    return waiting_for_;
+  }
+  // What it says it waits for (a cluster forming): empty, the default, when it can run requests.
+  void set_waiting_for(std::string why) {
+    std::lock_guard lock(mutex_);
+    waiting_for_ = std::move(why);
+  }
 
   // The first `count` tokens it generates for `prompt` (before any end-of-generation token).
   std::vector<engine::Token> tokens_for(std::span<const engine::Token> prompt, int count) const;
@@ -67,6 +77,7 @@ class FakeGenerator : public engine::Generator {
   std::atomic<int> refusals_{0};
   std::atomic<bool> shutting_down_{false};
   engine::GenerationRequest last_request_;
+  std::string waiting_for_;
   std::vector<std::thread> workers_;
 };
 

@@ -316,6 +316,62 @@ TEST_F(ApiServerTest, StreamedCompletionShapeWithoutUsage) {
   EXPECT_EQ(text, expected_text(generator_->last_request().prompt, 5));
 }
 
+// The raw body of a streamed response, and the SSE comment lines it began with.
+std::pair<std::string, std::vector<std::string>> split_waiting_comments(std::string body) {
+  std::vector<std::string> comments;
+  while (body.starts_with(":")) {
+    const size_t end = body.find("\n\n");
+    if (end == std::string::npos) break;
+    comments.push_back(body.substr(0, end));
+    body = body.substr(end + 2);
+  }
+  return {body, comments};
+}
+
+TEST_F(ApiServerTest, AStreamBeforeTheModelIsReadySaysWhatItWaitsForThenRuns) {
+  start();
+  generator_->set_waiting_for("layers loading");
+  auto reply = std::async(std::launch::async, [&] {
+    return client().Post("/v1/completions", json{{"prompt", "Once upon"}, {"max_tokens", 4}, {"stream", true}}.dump(),
+                         "application/json");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_FALSE(generator_->wait_for_submissions(1, std::chrono::milliseconds(0))) << "submitted while waiting";
+  generator_->set_waiting_for("");
+  auto result = reply.get();
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 200);
+  const auto [events, comments] = split_waiting_comments(result->body);
+  ASSERT_GE(comments.size(), 2u) << result->body;
+  for (const std::string& c : comments) EXPECT_EQ(c, ": waiting for layers loading");
+  std::string text;
+  const auto payloads = sse_payloads(events);
+  for (const auto& payload : payloads) {
+    if (payload != "[DONE]") text += json::parse(payload)["choices"][0].value("text", "");
+  }
+  EXPECT_EQ(payloads.back(), "[DONE]");
+  EXPECT_EQ(text, expected_text(generator_->last_request().prompt, 4));
+}
+
+TEST_F(ApiServerTest, AStreamStillWaitingAfterTheStartupWaitEndsWithA503Event) {
+  ServerOptions options;
+  options.startup_wait = std::chrono::milliseconds(1200);
+  start(fake_options(), options);
+  generator_->set_waiting_for("a placement");
+  auto result = client().Post("/v1/chat/completions",
+                              json{{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"stream", true}}.dump(),
+                              "application/json");
+  ASSERT_TRUE(result);
+  const auto [events, comments] = split_waiting_comments(result->body);
+  EXPECT_GE(comments.size(), 1u) << result->body;
+  const auto payloads = sse_payloads(events);
+  ASSERT_EQ(payloads.size(), 1u) << result->body;
+  const json error = json::parse(payloads[0])["error"];
+  EXPECT_EQ(error["code"], "model_unavailable") << error.dump();
+  EXPECT_NE(error["message"].get<std::string>().find("a placement"), std::string::npos) << error.dump();
+  EXPECT_FALSE(generator_->wait_for_submissions(1, std::chrono::milliseconds(0)));
+}
+
 TEST_F(ApiServerTest, StopStringSpanningTokensIsRemoved) {
   start();
   const auto prompt = chat_prompt("Stop somewhere");
