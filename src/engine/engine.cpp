@@ -90,30 +90,78 @@ std::unique_ptr<Pipeline> Engine::make_pipeline(std::vector<std::shared_ptr<Stag
 
 Engine::~Engine() { shutdown(); }
 
-void Engine::replace_pipeline(std::vector<std::shared_ptr<Stage>> stages, tensor::ThreadPool* sampling_pool) {
+void Engine::replace_pipeline(std::vector<std::shared_ptr<Stage>> stages, tensor::ThreadPool* sampling_pool,
+                              bool hand_over) {
   if (stages.empty()) throw std::invalid_argument("a pipeline needs at least one stage");
   {
     std::lock_guard lock(mutex_);
-    next_pipeline_.emplace(std::move(stages), sampling_pool);
+    next_pipeline_ = NextPipeline{std::move(stages), sampling_pool, hand_over};
   }
   wake_.notify_one();
 }
 
-void Engine::switch_pipeline(std::vector<std::unique_ptr<Sequence>>& active,
-                             std::vector<std::shared_ptr<Stage>> stages) {
+Engine::SwitchCounts Engine::switch_counts() const { return {handed_over_.load(), recomputed_.load()}; }
+
+bool Engine::hand_over(const Sequence& seq, const std::vector<std::shared_ptr<Stage>>& stages) {
+  const std::vector<std::shared_ptr<Stage>>& old_stages = pipeline_->stages();
+  try {
+    for (const auto& stage : stages) {
+      const StageLayers layers = stage->layers();
+      if (layers.first >= layers.last) return false;
+      for (int layer = layers.first; layer < layers.last; ++layer) {
+        const auto holder = std::find_if(old_stages.begin(), old_stages.end(),
+                                         [&](const auto& old) { return old->layers().contains(layer); });
+        if (holder == old_stages.end()) return false;
+        LayerKv kv = (*holder)->read_kv(seq.id, layer);
+        if (kv.positions != seq.fed) return false;
+        stage->write_kv(kv);
+      }
+    }
+    return true;
+  } catch (const std::exception&) {
+    return false;  // a stage gone, or state it does not hold: the sequence is computed again
+  }
+}
+
+void Engine::switch_pipeline(std::vector<std::unique_ptr<Sequence>>& active, NextPipeline next) {
+  // Only between steps: with nothing in flight every stage holds each sequence's `fed` inputs.
+  const bool handing_over = next.hand_over && !broken_ && in_flight_.empty();
+  std::vector<SequenceId> moved;
+  for (auto& seq : active) {
+    if (!seq->launched || seq->fed == 0) continue;
+    if (handing_over && hand_over(*seq, next.stages)) {
+      moved.push_back(seq->id);
+      ++handed_over_;
+      continue;
+    }
+    const SequenceId id[] = {seq->id};
+    for (const auto& stage : next.stages) {
+      try {
+        stage->release(id);  // what a failed hand-over left there
+      } catch (const std::exception&) {
+      }
+    }
+    seq->fed = 0;
+    seq->launched = false;
+    ++recomputed_;
+  }
+  // The old stages' copies are not needed any more.
+  for (const auto& stage : pipeline_->stages()) {
+    try {
+      stage->release(moved);
+    } catch (const std::exception&) {
+    }
+  }
   pipeline_.reset();  // waits for the batches it is computing; their results are dropped below
   in_flight_.clear();
   {
     std::lock_guard lock(mutex_);
     results_.clear();
   }
-  for (auto& seq : active) {
-    seq->fed = 0;
-    seq->launched = false;
-    seq->in_flight = false;
-  }
+  for (auto& seq : active) seq->in_flight = false;
   broken_ = false;
-  pipeline_ = make_pipeline(std::move(stages));
+  pipeline_ = make_pipeline(std::move(next.stages));
+  sampling_pool_ = next.sampling_pool;
 }
 
 ModelLimits Engine::limits() const {
@@ -192,16 +240,21 @@ void Engine::run_loop() {
   while (true) {
     std::deque<Pipeline::Result> results;
     std::vector<std::unique_ptr<Sequence>> cancelled;
-    std::optional<std::pair<std::vector<std::shared_ptr<Stage>>, tensor::ThreadPool*>> next;
+    std::optional<NextPipeline> next;
     bool waited_too_long = false;
+    bool switch_pending = false;  // a hand-over waits for the batches in flight: launch none
     {
       std::unique_lock lock(mutex_);
+      // A hand-over waits for the old pipeline's batches, unless they are lost anyway.
+      const auto switch_ready = [&] {
+        return next_pipeline_ && (!next_pipeline_->hand_over || in_flight_.empty() || broken_);
+      };
       const auto can_launch = [&] {
-        if (broken_ || static_cast<int>(in_flight_.size()) >= pipeline_->depth()) return false;
+        if (broken_ || next_pipeline_ || static_cast<int>(in_flight_.size()) >= pipeline_->depth()) return false;
         if (!queue_.empty() && static_cast<int>(active.size()) < options_.max_parallel) return true;
         return std::any_of(active.begin(), active.end(), [](const auto& s) { return !s->in_flight; });
       };
-      const auto woken = [&] { return stopping_ || next_pipeline_ || !results_.empty() || can_launch(); };
+      const auto woken = [&] { return stopping_ || switch_ready() || !results_.empty() || can_launch(); };
       if (broken_) {
         waited_too_long = !wake_.wait_until(lock, broken_since_ + options_.replay_wait, woken);
       } else {
@@ -220,7 +273,8 @@ void Engine::run_loop() {
         }
         return;
       }
-      next.swap(next_pipeline_);
+      if (switch_ready()) next.swap(next_pipeline_);
+      switch_pending = next_pipeline_.has_value();
       cancelled = take_cancelled();
       while (!queue_.empty() && static_cast<int>(active.size()) < options_.max_parallel) {
         active.push_back(std::move(queue_.front()));
@@ -233,8 +287,7 @@ void Engine::run_loop() {
     finish_cancelled(std::move(cancelled));
     if (next) {
       results.clear();
-      switch_pipeline(active, std::move(next->first));
-      sampling_pool_ = next->second;
+      switch_pipeline(active, std::move(*next));
     }
     for (Pipeline::Result& result : results) {
       auto batch = in_flight_.extract(result.ticket);
@@ -260,7 +313,8 @@ void Engine::run_loop() {
       broken_since_ = std::chrono::steady_clock::now();
     }
     std::erase_if(active, [](const std::unique_ptr<Sequence>& s) { return s->finished; });
-    while (!broken_ && static_cast<int>(in_flight_.size()) < pipeline_->depth() && launch_batch(active)) {
+    while (!broken_ && !switch_pending && static_cast<int>(in_flight_.size()) < pipeline_->depth() &&
+           launch_batch(active)) {
     }
     std::lock_guard lock(mutex_);
     running_ = static_cast<int>(active.size());

@@ -5,6 +5,7 @@
 // are in flight at once, so every stage has work.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -53,11 +54,22 @@ class Engine final : public Generator {
   void shutdown() override;
   // Like shutdown, but the requests in flight end with the error `why`.
   void abort(const std::string& why);
-  // Runs every request from now on through `stages`, between steps. The new stages hold no
-  // state: each running request is computed again there from its prompt and the tokens it
-  // has generated, and goes on with the same sampler, so its text is the same as if nothing
-  // had changed. Batches still in the old pipeline are dropped.
-  void replace_pipeline(std::vector<std::shared_ptr<Stage>> stages, tensor::ThreadPool* sampling_pool);
+  // Runs every request from now on through `stages`, between steps, and goes on with the same
+  // samplers, so that every text is the same as if nothing had changed.
+  // Without `hand_over` (a stage was lost), batches still in the old pipeline are dropped and
+  // each running request is computed again on the new stages from its prompt and the tokens it
+  // has generated. With it (the old stages all still run: a node leaves or joins), the batches
+  // in flight finish first, then each running sequence's keys and values move from the old
+  // stages to the new ones, so nothing is computed again; a sequence whose state cannot move
+  // is computed again.
+  void replace_pipeline(std::vector<std::shared_ptr<Stage>> stages, tensor::ThreadPool* sampling_pool,
+                        bool hand_over = false);
+  // Sequences that a pipeline switch moved with their state, and that it computed again.
+  struct SwitchCounts {
+    uint64_t handed_over = 0;
+    uint64_t recomputed = 0;
+  };
+  SwitchCounts switch_counts() const;
 
  private:
   struct Sequence;
@@ -69,8 +81,14 @@ class Engine final : public Generator {
   void start(std::vector<std::shared_ptr<Stage>> stages);
   std::unique_ptr<Pipeline> make_pipeline(std::vector<std::shared_ptr<Stage>> stages);
   // Loop thread: takes a replacement pipeline, and ends requests that waited too long for one.
-  void switch_pipeline(std::vector<std::unique_ptr<Sequence>>& active,
-                       std::vector<std::shared_ptr<Stage>> stages);
+  struct NextPipeline {
+    std::vector<std::shared_ptr<Stage>> stages;
+    tensor::ThreadPool* sampling_pool = nullptr;
+    bool hand_over = false;
+  };
+  void switch_pipeline(std::vector<std::unique_ptr<Sequence>>& active, NextPipeline next);
+  // Moves a running sequence's state from the old stages to `stages`; false when it cannot.
+  bool hand_over(const Sequence& seq, const std::vector<std::shared_ptr<Stage>>& stages);
   void run_loop();
   // Packs ready sequences into one batch for the pipeline; false when none is ready.
   bool launch_batch(const std::vector<std::unique_ptr<Sequence>>& active);
@@ -94,7 +112,9 @@ class Engine final : public Generator {
   int running_ = 0;  // sequences the loop holds, finished ones excluded
   bool stopping_ = false;
   std::string abort_reason_;  // set with stopping_ by abort
-  std::optional<std::pair<std::vector<std::shared_ptr<Stage>>, tensor::ThreadPool*>> next_pipeline_;
+  std::optional<NextPipeline> next_pipeline_;
+  std::atomic<uint64_t> handed_over_{0};
+  std::atomic<uint64_t> recomputed_{0};
   std::thread loop_;
 
   // Owned by the loop thread.

@@ -37,6 +37,32 @@ std::vector<float> LocalStage::forward(const StageBatch& batch) {
   return model_->forward(slices, batch.tokens, batch.hidden, pool_);
 }
 
+LayerKv LocalStage::read_kv(SequenceId id, int layer) {
+  std::lock_guard lock(mutex_);
+  const auto found = sequences_.find(id);
+  if (found == sequences_.end()) throw std::invalid_argument("sequence " + std::to_string(id) + " is unknown to this stage");
+  LayerKv kv{id, layer, found->second->size(), found->second->capacity(), {}, {}};
+  found->second->read(layer, kv.keys, kv.values);
+  return kv;
+}
+
+void LocalStage::write_kv(const LayerKv& kv) {
+  std::lock_guard lock(mutex_);
+  auto found = sequences_.find(kv.id);
+  if (found == sequences_.end()) {
+    if (kv.capacity < kv.positions) {
+      throw std::invalid_argument("sequence " + std::to_string(kv.id) + " asks for a capacity of " +
+                                  std::to_string(kv.capacity) + " positions");
+    }
+    found = sequences_.emplace(kv.id, model_->new_sequence(kv.capacity)).first;
+    sequence_count_ = sequences_.size();
+  } else if (found->second->size() != kv.positions) {
+    throw std::invalid_argument("sequence " + std::to_string(kv.id) + " holds " + std::to_string(found->second->size()) +
+                                " positions, the state handed over " + std::to_string(kv.positions));
+  }
+  found->second->write(kv.layer, kv.positions, kv.keys, kv.values);
+}
+
 void LocalStage::release(std::span<const SequenceId> ids) {
   std::lock_guard lock(mutex_);
   for (SequenceId id : ids) sequences_.erase(id);

@@ -21,6 +21,9 @@ class LocalStage final : public Stage {
 
   std::vector<float> forward(const StageBatch& batch) override;
   void release(std::span<const SequenceId> ids) override;
+  StageLayers layers() const override { return {model_->range().first, model_->range().last}; }
+  LayerKv read_kv(SequenceId id, int layer) override;
+  void write_kv(const LayerKv& kv) override;
 
   const model::Model& model() const { return *model_; }
   // Sequences whose state this stage holds: zero once every request has ended. Does not wait

@@ -107,7 +107,8 @@ void add_in_place(std::vector<float>& x, const std::vector<float>& delta, size_t
 }  // namespace
 
 KvState::KvState(const Config& config, LayerRange range, int capacity)
-    : layer_count_(range.size()),
+    : range_(range),
+      layer_count_(range.size()),
       head_dim_(config.head_dim),
       kv_dim_(config.kv_dim()),
       capacity_(capacity),
@@ -134,6 +135,47 @@ void KvState::reserve(int positions) {
     keys_[static_cast<size_t>(l)].resize(static_cast<size_t>(blocks * block_floats()));
     values_[static_cast<size_t>(l)].resize(static_cast<size_t>(blocks * block_floats()));
   }
+}
+
+void KvState::read(int layer, std::vector<float>& keys, std::vector<float>& values) const {
+  if (layer < range_.first || layer >= range_.last) {
+    throw std::invalid_argument("layer " + std::to_string(layer) + " is not held here");
+  }
+  const int l = layer - range_.first;
+  const int kv_heads = kv_dim_ / head_dim_;
+  keys.resize(static_cast<size_t>(size_) * kv_dim_);
+  values.resize(keys.size());
+  for (int position = 0; position < size_; ++position) {
+    const int block = position / tensor::kKeyBlock;
+    const int lane = position % tensor::kKeyBlock;
+    for (int h = 0; h < kv_heads; ++h) {
+      const float* k = key_block(l, block, h);
+      const float* v = value_block(l, block, h) + int64_t{lane} * head_dim_;
+      float* k_out = keys.data() + static_cast<size_t>(position) * kv_dim_ + h * head_dim_;
+      float* v_out = values.data() + static_cast<size_t>(position) * kv_dim_ + h * head_dim_;
+      for (int d = 0; d < head_dim_; ++d) {
+        k_out[d] = k[d * tensor::kKeyBlock + lane];
+        v_out[d] = v[d];
+      }
+    }
+  }
+}
+
+void KvState::write(int layer, int positions, std::span<const float> keys, std::span<const float> values) {
+  if (layer < range_.first || layer >= range_.last) {
+    throw std::invalid_argument("layer " + std::to_string(layer) + " is not held here");
+  }
+  if (positions < 0 || positions > capacity_ || keys.size() != static_cast<size_t>(positions) * kv_dim_ ||
+      values.size() != keys.size()) {
+    throw std::invalid_argument("the keys and values of " + std::to_string(positions) +
+                                " positions do not match this sequence's shape or capacity");
+  }
+  reserve(positions);
+  for (int position = 0; position < positions; ++position) {
+    const size_t row = static_cast<size_t>(position) * kv_dim_;
+    store(layer - range_.first, position, keys.data() + row, values.data() + row);
+  }
+  size_ = positions;
 }
 
 void KvState::store(int layer, int position, const float* k, const float* v) {

@@ -29,6 +29,14 @@ class KvState {
   KvState(const Config& config, LayerRange range, int capacity);
   int size() const { return size_; }
   int capacity() const { return capacity_; }
+  LayerRange range() const { return range_; }
+
+  // Positions [0, size()) of global layer `layer` as rows of kv_dim floats, keys then values:
+  // the form in which a sequence's state moves to another node.
+  void read(int layer, std::vector<float>& keys, std::vector<float>& values) const;
+  // Writes positions [0, positions) of global layer `layer` from such rows. The state then
+  // holds `positions` positions: every one of its layers must be written before it is used.
+  void write(int layer, int positions, std::span<const float> keys, std::span<const float> values);
 
  private:
   friend class Model;
@@ -43,6 +51,7 @@ class KvState {
   // Writes position `position` of `layer`: k and v are kv_dim floats each.
   void store(int layer, int position, const float* k, const float* v);
 
+  LayerRange range_;
   int layer_count_;
   int head_dim_;
   int kv_dim_;

@@ -237,6 +237,117 @@ TEST(Pipeline, ANewPipelineCancelsABatchWaitingOnASilentStageAndTheRequestsGoOn)
   EXPECT_EQ(after.held(), 0u);
 }
 
+// Counts the sequences a stage starts, to tell a hand-over from a recomputation; its
+// `hold_at`th forward waits until open() is called.
+class CountingStage final : public Stage {
+ public:
+  explicit CountingStage(std::shared_ptr<LocalStage> inner, int hold_at = 0)
+      : inner_(std::move(inner)), hold_at_(hold_at) {}
+  std::vector<float> forward(const StageBatch& batch) override {
+    for (const SequenceWork& w : batch.sequences) {
+      if (w.first_position == 0) ++started_;
+    }
+    if (++calls_ == hold_at_) {
+      std::unique_lock lock(mutex_);
+      held_ = true;
+      changed_.notify_all();
+      changed_.wait(lock, [&] { return open_; });
+    }
+    return inner_->forward(batch);
+  }
+  void wait_until_held() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return held_; });
+  }
+  void open() {
+    std::lock_guard lock(mutex_);
+    open_ = true;
+    changed_.notify_all();
+  }
+  void release(std::span<const SequenceId> ids) override { inner_->release(ids); }
+  StageLayers layers() const override { return inner_->layers(); }
+  LayerKv read_kv(SequenceId id, int layer) override { return inner_->read_kv(id, layer); }
+  void write_kv(const LayerKv& kv) override { inner_->write_kv(kv); }
+  int started() const { return started_; }
+
+ private:
+  std::shared_ptr<LocalStage> inner_;
+  int hold_at_;
+  std::atomic<int> calls_{0};
+  std::atomic<int> started_{0};
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool held_ = false;
+  bool open_ = false;
+};
+
+// Nodes leave and join a running cluster: the sequences' keys and values move to the new
+// stages, none is computed again, and the texts are the whole model's.
+TEST(Pipeline, AHandOverMovesEverySequencesStateAndNothingIsComputedAgain) {
+  constexpr int kRequests = 8;
+  const std::vector<Outcome> alone = alone_on_whole_model(kRequests);
+  Stages first({0, 2, 4});
+  Stages second({0, 1, 3, 4});  // a node joined
+  Stages third({0, 4});         // two left
+  std::vector<std::shared_ptr<CountingStage>> counted;
+  // Each pipeline's last stage holds its 6th batch: the next switch comes while it is in flight.
+  const auto counting = [&](const Stages& stages) {
+    std::vector<std::shared_ptr<Stage>> list;
+    for (const auto& s : stages.local) {
+      const int hold_at = list.size() + 1 == stages.local.size() ? 6 : 0;
+      list.push_back(counted.emplace_back(std::make_shared<CountingStage>(s, hold_at)));
+    }
+    return list;
+  };
+  {
+    Engine engine(counting(first), 512, [](Token t) { return t == 2; },
+                  {.context_size = 128, .max_parallel = 8, .max_queued = 8}, nullptr);
+    std::vector<std::future<Outcome>> futures;
+    for (int i = 0; i < kRequests; ++i) futures.push_back(submit(engine, request(i)));
+    for (const auto& next : {&second, &third}) {
+      const std::shared_ptr<CountingStage> last = counted.back();
+      last->wait_until_held();
+      engine.replace_pipeline(counting(*next), nullptr, /*hand_over=*/true);
+      last->open();
+    }
+    counted.back()->wait_until_held();
+    counted.back()->open();
+    for (int i = 0; i < kRequests; ++i) {
+      const Outcome got = futures[static_cast<size_t>(i)].get();
+      EXPECT_EQ(got.tokens, alone[static_cast<size_t>(i)].tokens) << "request " << i;
+      EXPECT_EQ(got.logprobs(), alone[static_cast<size_t>(i)].logprobs()) << "request " << i;
+    }
+    const Engine::SwitchCounts counts = engine.switch_counts();
+    EXPECT_EQ(counts.recomputed, 0u);
+    EXPECT_GT(counts.handed_over, 0u) << "the switches came after the requests had started";
+  }
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(counted[i]->started(), kRequests) << "stage " << i << " of the first pipeline";
+  for (size_t i = 2; i < counted.size(); ++i) EXPECT_EQ(counted[i]->started(), 0) << "stage " << i << " started a sequence";
+  EXPECT_EQ(first.held() + second.held() + third.held(), 0u) << "the old stages let go of what moved";
+}
+
+TEST(Pipeline, AHandOverFromAStageThatIsGoneComputesTheSequencesAgain) {
+  constexpr int kRequests = 4;
+  const std::vector<Outcome> alone = alone_on_whole_model(kRequests);
+  Stages before({0, 2, 4});
+  auto vanishing = std::make_shared<VanishingStage>(before.local[1], 1000);  // cannot hand over
+  Stages after({0, 3, 4});
+  {
+    Engine engine({before.local[0], vanishing}, 512, [](Token t) { return t == 2; },
+                  {.context_size = 128, .max_parallel = 8, .max_queued = 8}, nullptr);
+    std::vector<std::future<Outcome>> futures;
+    for (int i = 0; i < kRequests; ++i) futures.push_back(submit(engine, request(i)));
+    while (vanishing->calls() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    engine.replace_pipeline(after.list(), nullptr, /*hand_over=*/true);
+    for (int i = 0; i < kRequests; ++i) {
+      EXPECT_EQ(futures[static_cast<size_t>(i)].get().tokens, alone[static_cast<size_t>(i)].tokens) << "request " << i;
+    }
+    EXPECT_GT(engine.switch_counts().recomputed, 0u);
+    EXPECT_EQ(engine.switch_counts().handed_over, 0u);
+  }
+  EXPECT_EQ(after.held(), 0u);
+}
+
 TEST(LocalStage, RefusesBatchesOutOfStep) {
   Stages stages({0, 4});
   LocalStage& stage = *stages.local[0];
