@@ -174,9 +174,11 @@ class FakeHub:
             body = body[:len(body) // 2]
         step = 16 << 10 if mode == "slow" else len(body) or 1
         for offset in range(0, len(body), step):
-            request.wfile.write(body[offset:offset + step])
+            chunk = body[offset:offset + step]
+            # Counted first: the client may have it, and exit, before this thread runs again.
+            entry["sent"] += len(chunk)
+            request.wfile.write(chunk)
             request.wfile.flush()
-            entry["sent"] += len(body[offset:offset + step])
             if mode == "slow":
                 time.sleep(self.delay)
         if mode == "drop":

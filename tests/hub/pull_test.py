@@ -223,7 +223,8 @@ def test_terminal_bar(hub, cache):
 
 
 def test_two_pulls_at_once(hub, cache):
-    hub.mode, hub.delay = "slow", 0.02
+    # Slow enough (about 3 s) for the second process to start while the first downloads.
+    hub.mode, hub.delay = "slow", 0.05
     start = len(cdn_gets(hub))
     results = [None, None]
 
