@@ -6,6 +6,7 @@ packages=(build-essential cmake ninja-build clang libclang-rt-14-dev
           libgtest-dev libgmock-dev libbenchmark-dev
           libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libboost1.81-dev pkg-config
           libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libssl-dev
+          libcurl4-openssl-dev
           curl python3 iproute2
           g++-aarch64-linux-gnu qemu-user)  # the aarch64 build, run under emulation
 

@@ -216,7 +216,9 @@ int bench(const BenchOptions& o) {
 void add_bench_command(CLI::App& app, Action& action) {
   auto options = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed (tokens/s)");
-  cmd->add_option("-m,--model", options->model, "GGUF model file (default: the generated demo model)");
+  cmd->add_option("-m,--model", options->model,
+                  "GGUF model file, or OWNER/REPO[:FILE] on Hugging Face "
+                  "(default: the generated demo model)");
   cmd->add_option("-p,--prompt-tokens", options->prompt_tokens, "Prompt length for prefill")->check(CLI::PositiveNumber);
   cmd->add_option("-n,--gen-tokens", options->generated_tokens, "Tokens to decode")->check(CLI::PositiveNumber);
   cmd->add_option("-d,--depth", options->depth,

@@ -2,6 +2,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "cli/model_source.h"
 #include "gguf/gguf.h"
 #include "model/synthetic.h"
 #include "tensor/dtype.h"
@@ -9,7 +10,8 @@
 namespace strata::cli {
 namespace {
 
-int inspect(const std::string& path, bool all_tensors) {
+int inspect(const std::string& given, bool all_tensors) {
+  const std::string path = model_path(given);
   const auto file = gguf::File::open(path);
   std::printf("%s: GGUF v%u, %.1f MB, alignment %llu\n", path.c_str(), file->version(),
               static_cast<double>(file->file_size()) / 1e6,
@@ -68,7 +70,7 @@ void add_gguf_commands(CLI::App& app, Action& action) {
   auto inspect_path = std::make_shared<std::string>();
   auto all = std::make_shared<bool>(false);
   CLI::App* inspect_cmd = gguf_cmd->add_subcommand("inspect", "Print a GGUF file's metadata and tensors");
-  inspect_cmd->add_option("file", *inspect_path, "GGUF file")->required();
+  inspect_cmd->add_option("file", *inspect_path, "GGUF file, or OWNER/REPO[:FILE] on Hugging Face")->required();
   inspect_cmd->add_flag("--all", *all, "List every tensor");
   inspect_cmd->callback([&action, inspect_path, all] { action = [=] { return inspect(*inspect_path, *all); }; });
 

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   strata::cli::add_run_command(app, action);
   strata::cli::add_bench_command(app, action);
   strata::cli::add_gguf_commands(app, action);
+  strata::cli::add_pull_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,29 +1,33 @@
 #include "cli/model_source.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
+#include <optional>
 
+#include "hub/hub.h"
 #include "model/synthetic.h"
 
 namespace strata::cli {
 
 namespace fs = std::filesystem;
 
+std::string model_path(const std::string& given) {
+  std::error_code ec;
+  if (fs::exists(given, ec)) return given;
+  const std::optional<hub::ModelRef> ref = hub::parse_model_ref(given);
+  if (!ref) return given;
+  const hub::PullOptions options = hub::options_from_environment();
+  if (const std::optional<fs::path> cached = hub::find_cached(options.cache_dir, *ref)) return cached->string();
+  return hub::pull(*ref, options).string();
+}
+
 std::string model_path_or_demo(const std::string& given) {
-  if (!given.empty()) return given;
-  fs::path dir;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
-    dir = fs::path(xdg) / "strata";
-  } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
-    dir = fs::path(home) / ".cache" / "strata";
-  } else {
-    dir = fs::temp_directory_path() / "strata";
-  }
+  if (!given.empty()) return model_path(given);
+  const fs::path dir = hub::default_cache_dir();
   const fs::path path = dir / "demo-random-weights-Q8_0.gguf";
   std::fprintf(stderr,
                "strata: no model given (-m): using a generated demo model with RANDOM weights;\n"
-               "        its text is noise. Pass -m FILE.gguf to run a real model.\n");
+               "        its text is noise. Pass -m FILE.gguf or -m OWNER/REPO to run a real model.\n");
   if (!fs::exists(path)) {
     fs::create_directories(dir);
     const fs::path partial = path.string() + ".partial";

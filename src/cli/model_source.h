@@ -1,4 +1,5 @@
-// Where a command's model comes from: the file given with -m, or a generated demo model.
+// Where a command's model comes from: the file or hub model given with -m, or a generated demo
+// model.
 #pragma once
 
 #include <memory>
@@ -9,7 +10,12 @@
 
 namespace strata::cli {
 
-// Returns `given` when set. Otherwise writes (once, into the user's cache folder) a small
+// `given` itself when it names a file, else, when it is shaped like OWNER/REPO[:FILE], that
+// model from the cache, pulled from the hub first when it is not there (see hub/hub.h).
+// Anything else is returned as it is, for opening it to report.
+std::string model_path(const std::string& given);
+
+// model_path(given) when set. Otherwise writes (once, into the user's cache folder) a small
 // random-weight demo model, says so on stderr, and returns its path.
 std::string model_path_or_demo(const std::string& given);
 

@@ -85,7 +85,9 @@ int run(const RunOptions& o) {
 void add_run_command(CLI::App& app, Action& action) {
   auto options = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Generate a continuation of a prompt, streamed to stdout");
-  cmd->add_option("-m,--model", options->model, "GGUF model file (default: a generated random-weight demo model)");
+  cmd->add_option("-m,--model", options->model,
+                  "GGUF model file, or OWNER/REPO[:FILE] on Hugging Face "
+                  "(default: a generated random-weight demo model)");
   cmd->add_option("-p,--prompt", options->prompt, "Prompt text")->required();
   cmd->add_option("-n,--max-tokens", options->max_tokens, "Tokens to generate")->check(CLI::PositiveNumber);
   cmd->add_option("--temp", options->sampling.temperature, "Temperature (0 = greedy)")->check(CLI::NonNegativeNumber);

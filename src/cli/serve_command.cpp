@@ -122,7 +122,9 @@ int serve(const ServeOptions& o) {
 void add_serve_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible API, alone or as one node of a cluster");
-  cmd->add_option("-m,--model", o->model, "GGUF model file (default: the generated demo model)");
+  cmd->add_option("-m,--model", o->model,
+                  "GGUF model file, or OWNER/REPO[:FILE] on Hugging Face "
+                  "(default: the generated demo model)");
   cmd->add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o->server.port, "Port (0: any free port)")->capture_default_str();
   cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (also from STRATA_API_KEY)");
