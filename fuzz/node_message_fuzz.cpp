@@ -8,6 +8,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   strata::rpc::ForwardRequest forward;
   if (forward.ParseFromArray(data, static_cast<int>(size))) (void)strata::rpc::malformed(forward);
+  strata::rpc::WriteKvRequest handed_over;
+  if (handed_over.ParseFromArray(data, static_cast<int>(size))) (void)strata::rpc::malformed(handed_over.kv());
   strata::rpc::HelloRequest hello;
   (void)hello.ParseFromArray(data, static_cast<int>(size));
   strata::rpc::GenerateRequest generate;

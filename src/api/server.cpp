@@ -567,8 +567,10 @@ void serve_until_signal(engine::Generator& generator, const tokenizer::Tokenizer
   auto previous_interrupt = std::signal(SIGINT, remember_signal);
   auto previous_terminate = std::signal(SIGTERM, remember_signal);
   while (received_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // A second signal while the node leaves its cluster ends the process at once.
   std::signal(SIGINT, previous_interrupt);
   std::signal(SIGTERM, previous_terminate);
+  if (options.on_stopping) options.on_stopping();
   std::fprintf(stderr, "strata: stopping the server\n");
   server.stop();
 }

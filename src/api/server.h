@@ -43,6 +43,9 @@ struct ServerOptions {
   // weights loading) waits, with an SSE comment line a second saying for what, before it ends
   // with an error event (code 503). Other requests wait inside the generator's submit.
   std::chrono::milliseconds startup_wait{60000};
+  // serve_until_signal calls it when a signal asks the server to stop, before it stops, with
+  // the API still serving: a cluster node leaves its cluster there.
+  std::function<void()> on_stopping;
   // serve_until_signal calls it with the bound port once the server listens.
   std::function<void(int port)> on_listening;
 };

@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -39,6 +40,10 @@ constexpr auto kPeerTimeout = std::chrono::milliseconds(3000);
 // Members must stay the same this long before the leader places the model over them, so that
 // nodes starting together are placed once.
 constexpr auto kSettle = std::chrono::milliseconds(1000);
+// The longest a leader's switch to a new placement may take to hand over the sequences'
+// state (finishing the batches in flight, then moving keys and values): a node keeps its
+// previous stage this long, and a node that leaves waits this long for it.
+constexpr auto kHandOverLimit = std::chrono::seconds(60);
 // How long a leader waits for peers named with --peers that have never answered.
 constexpr auto kSeedWait = std::chrono::milliseconds(5000);
 
@@ -275,6 +280,11 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   std::shared_ptr<engine::Stage> stage(uint64_t epoch, std::string& why) override {
     std::lock_guard lock(mutex_);
+    // The previous placement's stage serves until the leader has switched, and hands over
+    // the state of its sequences then.
+    if (previous_stage_ && previous_epoch_ == epoch) {
+      return std::shared_ptr<engine::Stage>(previous_stage_, previous_stage_->stage.get());
+    }
     if (!stage_ || stage_epoch_ != epoch) {
       why = "node " + options_.node_id + " runs no stage of placement " + std::to_string(epoch) +
             " (its placement is " + std::to_string(placement_.epoch()) + ")";
@@ -354,7 +364,48 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
                 {"reason", placement_.reason()},
                 {"error", placement_.error()}}}};
     if (!placement_.error().empty() || placement_.stages_size() == 0) body["waiting_for"] = waiting_for();
+    if (scheduler_) {
+      // Running sequences at this leader's placement switches: moved with their state (a node
+      // left or joined), or computed again (a node was lost).
+      const engine::Engine::SwitchCounts counts = scheduler_->switch_counts();
+      body["placement_switches"] = {{"sequences_handed_over", counts.handed_over},
+                                    {"sequences_recomputed", counts.recomputed}};
+    }
+    if (leaving_) body["leaving"] = true;
     return body.dump();
+  }
+
+  void leave() {
+    std::unique_lock lock(mutex_);
+    const auto someone_takes_over = [&] {
+      return std::any_of(peers_.begin(), peers_.end(), [&](const auto& entry) {
+        return alive(entry.second) && compatible(entry.second) && !entry.second.info.leaving();
+      });
+    };
+    if (stopping_ || !someone_takes_over()) return;
+    leaving_ = true;
+    act_now_ = true;
+    changed_.notify_all();
+    log("leaving: the cluster places the model without this node, and the sequences it holds move to the "
+        "nodes that take its layers over");
+    const auto started = Clock::now();
+    const bool left = changed_.wait_for(lock, kHandOverLimit,
+                                        [&] { return stopping_ || handed_over() || !someone_takes_over(); });
+    const std::string after = std::to_string(seconds_since(started)).substr(0, 4) + " s";
+    log(left ? "left after " + after + ": nothing of this node is in use"
+             : "leaving after " + after + " without the hand-over confirmed");
+  }
+
+  // A placement without this node serves, and this node holds no sequence's state.
+  bool handed_over() const {
+    if (placement_.stages_size() == 0 || serving_leader() == nullptr) return false;
+    for (const rpc::Stage& s : placement_.stages()) {
+      if (s.node_id() == options_.node_id) return false;
+    }
+    for (const auto* runtime : {&stage_, &previous_stage_}) {
+      if (*runtime && (*runtime)->stage->sequence_count() > 0) return false;
+    }
+    return true;
   }
 
  private:
@@ -415,6 +466,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   rpc::NodeInfo self_info() const {
     rpc::NodeInfo info = self_;
     info.set_ready_epoch(stage_ ? stage_epoch_ : 0);
+    info.set_leaving(leaving_);
     info.set_held_sequences(stage_ ? stage_->stage->sequence_count() : 0);
     info.set_load_progress(loading_ ? load_progress_.load() : (stage_ ? 1.0 : 0.0));
     info.set_state(scheduling() ? "serving"
@@ -483,16 +535,21 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     return text;
   }
 
+  // The nodes placements are made over: alive, with this model, and not leaving.
   std::vector<std::string> members() const {
-    std::vector<std::string> ids{options_.node_id};
+    std::vector<std::string> ids;
+    if (!leaving_) ids.push_back(options_.node_id);
     for (const auto& [id, peer] : peers_) {
-      if (alive(peer) && compatible(peer)) ids.push_back(id);
+      if (alive(peer) && compatible(peer) && !peer.info.leaving()) ids.push_back(id);
     }
     std::sort(ids.begin(), ids.end());
     return ids;
   }
 
-  std::string leader_id() const { return members().front(); }
+  std::string leader_id() const {
+    const std::vector<std::string> ids = members();
+    return ids.empty() ? options_.node_id : ids.front();
+  }
 
   const Peer* serving_leader() const {
     if (placement_.leader_id().empty() || placement_.leader_id() == options_.node_id) return nullptr;
@@ -584,6 +641,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         if (leader_id() == options_.node_id) place();
         apply();
         start_scheduler();
+        drop_previous_stage();
       }
       changed_.notify_all();
       std::unique_lock lock(mutex_);
@@ -732,13 +790,14 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
     if (mine == nullptr) {
       if (stage_ || model_) log("this node holds no layers in placement " + std::to_string(placement_.epoch()));
-      stage_.reset();
+      retire_stage();
       model_.reset();
       return;
     }
     const model::LayerRange range{mine->first_layer(), mine->last_layer()};
     if (model_ && model_->range().first == range.first && model_->range().last == range.last) {
       if (stage_epoch_ != placement_.epoch() || !stage_) {
+        retire_stage();
         stage_ = std::make_shared<StageRuntime>(model_, options_.engine.threads);
         stage_epoch_ = placement_.epoch();
         act_now_ = true;  // tell the leader it is ready
@@ -748,7 +807,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (loading_) return;
     loading_ = true;
     load_progress_ = 0.0;
-    stage_.reset();
+    retire_stage();
     // The layers it keeps are shared with the new range's model, the others go with this one.
     std::shared_ptr<model::Model> previous = std::move(model_);
     if (loader_.joinable()) loader_.join();
@@ -796,21 +855,55 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         stages.push_back(std::make_shared<rpc::RemoteStage>(
             s.node_id(), channel(s.node_address()),
             rpc::Caller{options_.node_id, placement_.epoch(), key_, options_.test_link_delay,
-                        [this](const std::string& peer_id, bool unreachable) { stage_lost(peer_id, unreachable); }}));
+                        [this](const std::string& peer_id, bool unreachable) { stage_lost(peer_id, unreachable); }},
+            engine::StageLayers{s.first_layer(), s.last_layer()}));
       }
     }
     // The local stage's pool samples when it is free; a leader without a stage samples alone.
     tensor::ThreadPool* pool = stage_ ? &stage_->pool : nullptr;
     if (scheduler_) {
-      scheduler_->replace_pipeline(std::move(stages), pool);
+      // When every node of the old pipeline still runs (one leaves or joins), the sequences'
+      // state moves to the new stages; after a loss they are computed again.
+      const bool all_alive = std::all_of(scheduled_nodes_.begin(), scheduled_nodes_.end(), [&](const std::string& id) {
+        const auto found = peers_.find(id);
+        return id == options_.node_id || (found != peers_.end() && alive(found->second));
+      });
+      scheduler_->replace_pipeline(std::move(stages), pool, all_alive);
     } else {
       engine::EngineOptions options = options_.engine;
       options.replay_wait = options_.startup_wait;
       scheduler_ = std::make_shared<engine::Engine>(std::move(stages), config_.vocab_size, eog_, options, pool);
     }
     scheduler_epoch_ = placement_.epoch();
+    scheduled_nodes_.clear();
+    for (const rpc::Stage& s : placement_.stages()) scheduled_nodes_.push_back(s.node_id());
     log("serving placement " + std::to_string(scheduler_epoch_) + " (" + std::to_string(placement_.stages_size()) +
         " stage(s))");
+  }
+
+  // The current stage becomes the previous one: it goes on serving its placement's batches
+  // until the leader switches, then hands over its sequences' state and is dropped.
+  void retire_stage() {
+    if (!stage_) return;
+    previous_stage_ = std::move(stage_);
+    previous_epoch_ = stage_epoch_;
+  }
+
+  // The previous stage is dropped once the leader serves a newer placement and it holds no
+  // sequence (they moved, or ended), or a while after: sequences a leader computes again
+  // after a loss are never released there.
+  void drop_previous_stage() {
+    if (!previous_stage_) return;
+    const bool leader_serves = scheduling() || serving_leader() != nullptr;
+    if (!leader_serves || placement_.epoch() <= previous_epoch_) {
+      previous_served_since_.reset();
+      return;
+    }
+    if (!previous_served_since_) previous_served_since_ = Clock::now();
+    if (previous_stage_->stage->sequence_count() == 0 || Clock::now() - *previous_served_since_ > kHandOverLimit) {
+      previous_stage_.reset();
+      previous_served_since_.reset();
+    }
   }
 
   // A stage's connection that failed counts as the first refused Hello: the one said at once
@@ -863,11 +956,16 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   std::shared_ptr<model::Model> model_;
   std::shared_ptr<StageRuntime> stage_;
   uint64_t stage_epoch_ = 0;
+  std::shared_ptr<StageRuntime> previous_stage_;  // of the placement before stage_'s
+  uint64_t previous_epoch_ = 0;
+  std::optional<Clock::time_point> previous_served_since_;  // the leader serves a newer placement
+  bool leaving_ = false;  // draining: the next placement leaves this node out
   bool loading_ = false;
   std::atomic<double> load_progress_{0.0};  // of the layers being loaded
   std::thread loader_;
   std::shared_ptr<engine::Engine> scheduler_;
   uint64_t scheduler_epoch_ = 0;
+  std::vector<std::string> scheduled_nodes_;  // the scheduler's pipeline, in order
   std::vector<std::thread> retiring_;
   std::unique_ptr<Discovery> discovery_;
   std::thread gossip_;
@@ -886,5 +984,6 @@ void ClusterNode::shutdown() { impl_->shutdown(); }
 std::pair<int, std::string> ClusterNode::health() const { return impl_->health(); }
 std::string ClusterNode::status_json() const { return impl_->status_json(); }
 std::string ClusterNode::waiting_for() const { return impl_->readiness(); }
+void ClusterNode::leave() { impl_->leave(); }
 
 }  // namespace strata::cluster

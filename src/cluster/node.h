@@ -54,6 +54,12 @@ class ClusterNode final : public engine::Generator {
   bool submit(engine::GenerationRequest request, engine::RequestCallbacks callbacks) override;
   void shutdown() override;
   std::string waiting_for() const override;
+  // Leaves the cluster on purpose (SIGTERM): the leader places the model over the other
+  // nodes, and the state of the sequences this node holds moves to the nodes that take its
+  // layers over, so that no request is computed again. Returns when that is done, or after a
+  // minute; at once when no other node can take over. A leader that leaves hands its
+  // scheduling to the next one, where its requests are computed again.
+  void leave();
 
   // GET /health: 200 {"status":"ok"} once requests can run, else 503 saying what it waits for.
   std::pair<int, std::string> health() const;

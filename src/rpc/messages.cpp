@@ -31,4 +31,18 @@ std::string malformed(const ForwardRequest& request) {
   return {};
 }
 
+std::string malformed(const LayerKv& kv) {
+  if (kv.layer() < 0) return "the state is of a negative layer";
+  if (kv.positions() < 0 || kv.capacity() < kv.positions() || kv.capacity() > kMaxCapacity) {
+    return "the state has impossible positions or capacity";
+  }
+  if (kv.keys().size() != kv.values().size()) return "the state's keys and values differ in size";
+  const size_t row_floats = kv.positions() == 0 ? 0 : kv.keys().size() / sizeof(float) / static_cast<size_t>(kv.positions());
+  if (kv.positions() == 0 ? !kv.keys().empty()
+                          : row_floats == 0 || kv.keys().size() != row_floats * sizeof(float) * static_cast<size_t>(kv.positions())) {
+    return "the state's keys are not whole rows of its positions";
+  }
+  return {};
+}
+
 }  // namespace strata::rpc

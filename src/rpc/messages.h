@@ -11,5 +11,8 @@ namespace strata::rpc {
 // Why a batch cannot be run (no sequences, counts that do not add up, impossible positions or
 // capacities, too many rows), or empty when it is well-formed.
 std::string malformed(const ForwardRequest& request);
+// Why handed-over state cannot be taken (impossible positions or capacity, keys and values
+// that are not whole rows of the same size), or empty.
+std::string malformed(const LayerKv& kv);
 
 }  // namespace strata::rpc

@@ -67,6 +67,45 @@ class NodeServer::Service final : public Node::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status ReadKv(grpc::ServerContext* context, const ReadKvRequest* request, LayerKv* reply) override {
+    if (auto refused = check(*context, "ReadKv")) return *refused;
+    std::string why;
+    const std::shared_ptr<engine::Stage> stage = handler_.stage(request->epoch(), why);
+    if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
+    try {
+      const engine::LayerKv kv = stage->read_kv(request->sequence_id(), request->layer());
+      reply->set_sequence_id(kv.id);
+      reply->set_layer(kv.layer);
+      reply->set_positions(kv.positions);
+      reply->set_capacity(kv.capacity);
+      reply->set_keys(kv.keys.data(), kv.keys.size() * sizeof(float));
+      reply->set_values(kv.values.data(), kv.values.size() * sizeof(float));
+    } catch (const std::exception& e) {
+      return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status WriteKv(grpc::ServerContext* context, const WriteKvRequest* request, WriteKvReply*) override {
+    if (auto refused = check(*context, "WriteKv")) return *refused;
+    if (const std::string why = malformed(request->kv()); !why.empty()) return {grpc::StatusCode::INVALID_ARGUMENT, why};
+    std::string why;
+    const std::shared_ptr<engine::Stage> stage = handler_.stage(request->epoch(), why);
+    if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
+    const LayerKv& in = request->kv();
+    engine::LayerKv kv{in.sequence_id(), in.layer(), in.positions(), in.capacity(),
+                       std::vector<float>(in.keys().size() / sizeof(float)),
+                       std::vector<float>(in.values().size() / sizeof(float))};
+    std::memcpy(kv.keys.data(), in.keys().data(), in.keys().size());
+    std::memcpy(kv.values.data(), in.values().data(), in.values().size());
+    try {
+      stage->write_kv(kv);
+    } catch (const std::exception& e) {
+      return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
+    }
+    return grpc::Status::OK;
+  }
+
   grpc::Status Generate(grpc::ServerContext* context, const GenerateRequest* request,
                         grpc::ServerWriter<GenerateEvent>* writer) override {
     if (auto refused = check(*context, "Generate")) return *refused;

@@ -4,13 +4,17 @@
 #include <stdexcept>
 #include <thread>
 
+#include "rpc/messages.h"
+
 namespace strata::rpc {
 
 RemoteStage::RemoteStage(std::string peer_id, std::shared_ptr<grpc::Channel> channel, Caller caller,
-                         std::chrono::milliseconds base_deadline, std::chrono::milliseconds per_row)
+                         engine::StageLayers layers, std::chrono::milliseconds base_deadline,
+                         std::chrono::milliseconds per_row)
     : peer_id_(std::move(peer_id)),
       stub_(Node::NewStub(std::move(channel))),
       caller_(std::move(caller)),
+      layers_(layers),
       base_deadline_(base_deadline),
       per_row_(per_row),
       watchdog_([this] { watch(); }) {}
@@ -142,6 +146,62 @@ void RemoteStage::release(std::span<const engine::SequenceId> ids) {
   ReleaseReply reply;
   const grpc::Status status = stub_->Release(&context, request, &reply);
   if (!status.ok()) throw std::runtime_error("node " + peer_id_ + " did not release: " + status.error_message());
+}
+
+}  // namespace strata::rpc
+
+namespace strata::rpc {
+namespace {
+
+// A call that moves state fails as a lost stage when the node cannot be reached, so that the
+// engine computes the sequence again, and as a plain error when the node refused it.
+[[noreturn]] void kv_call_failed(const std::string& peer_id, const char* what, const grpc::Status& status) {
+  const std::string message = "node " + peer_id + " " + what + ": " + status.error_message();
+  if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) throw std::runtime_error(message);
+  throw engine::StageLost(message);
+}
+
+}  // namespace
+
+engine::LayerKv RemoteStage::read_kv(engine::SequenceId id, int layer) {
+  ReadKvRequest request;
+  request.set_sender_id(caller_.node_id);
+  request.set_epoch(caller_.epoch);
+  request.set_sequence_id(id);
+  request.set_layer(layer);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + base_deadline_);
+  caller_.key->sign(context, caller_.node_id, "ReadKv");
+  LayerKv reply;
+  const grpc::Status status = stub_->ReadKv(&context, request, &reply);
+  if (!status.ok()) kv_call_failed(peer_id_, "did not hand over state", status);
+  if (const std::string why = malformed(reply); !why.empty() || reply.sequence_id() != id || reply.layer() != layer) {
+    throw std::runtime_error("node " + peer_id_ + " handed over malformed state: " + (why.empty() ? "another sequence's" : why));
+  }
+  engine::LayerKv kv{id, layer, reply.positions(), reply.capacity(), std::vector<float>(reply.keys().size() / sizeof(float)),
+                     std::vector<float>(reply.values().size() / sizeof(float))};
+  std::memcpy(kv.keys.data(), reply.keys().data(), reply.keys().size());
+  std::memcpy(kv.values.data(), reply.values().data(), reply.values().size());
+  return kv;
+}
+
+void RemoteStage::write_kv(const engine::LayerKv& kv) {
+  WriteKvRequest request;
+  request.set_sender_id(caller_.node_id);
+  request.set_epoch(caller_.epoch);
+  LayerKv* out = request.mutable_kv();
+  out->set_sequence_id(kv.id);
+  out->set_layer(kv.layer);
+  out->set_positions(kv.positions);
+  out->set_capacity(kv.capacity);
+  out->set_keys(kv.keys.data(), kv.keys.size() * sizeof(float));
+  out->set_values(kv.values.data(), kv.values.size() * sizeof(float));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + base_deadline_);
+  caller_.key->sign(context, caller_.node_id, "WriteKv");
+  WriteKvReply reply;
+  const grpc::Status status = stub_->WriteKv(&context, request, &reply);
+  if (!status.ok()) kv_call_failed(peer_id_, "did not take over state", status);
 }
 
 }  // namespace strata::rpc

@@ -35,7 +35,7 @@ class RemoteStage final : public engine::Stage {
  public:
   // `base_deadline` bounds a call; every input row adds `per_row` (prompt chunks take longer).
   RemoteStage(std::string peer_id, std::shared_ptr<grpc::Channel> channel, Caller caller,
-              std::chrono::milliseconds base_deadline = std::chrono::seconds(5),
+              engine::StageLayers layers = {}, std::chrono::milliseconds base_deadline = std::chrono::seconds(5),
               std::chrono::milliseconds per_row = std::chrono::milliseconds(100));
   ~RemoteStage() override;
 
@@ -45,6 +45,9 @@ class RemoteStage final : public engine::Stage {
   // Cancels the open stream; later calls throw StageLost, releases do nothing (the node drops
   // an old placement's state itself).
   void cancel() override;
+  engine::StageLayers layers() const override { return layers_; }
+  engine::LayerKv read_kv(engine::SequenceId id, int layer) override;
+  void write_kv(const engine::LayerKv& kv) override;
 
  private:
   using Stream = grpc::ClientReaderWriter<ForwardRequest, ForwardReply>;
@@ -55,6 +58,7 @@ class RemoteStage final : public engine::Stage {
   std::string peer_id_;
   std::unique_ptr<Node::Stub> stub_;
   Caller caller_;
+  engine::StageLayers layers_;
   std::chrono::milliseconds base_deadline_;
   std::chrono::milliseconds per_row_;
   std::unique_ptr<grpc::ClientContext> context_;  // of the open stream

@@ -2,8 +2,10 @@
 """Faults on a real network: three `strata serve` nodes, each in a network namespace of its own
 on a bridge shaped to 1 Gbit/s, serve 8 concurrent seeded streams while the middle stage is
 SIGKILLed, the last stage is SIGKILLed, the last stage's cable is cut (its veth set down, the
-process left running), and a fourth node joins. Every stream completes without an error event,
-and each whole text equals the fault-free run's. The longest pause each fault caused is printed.
+process left running), the middle stage is drained (SIGTERM), and a fourth node joins. Every
+stream completes without an error event, and each whole text equals the fault-free run's; the
+drain and the join hand the sequences' state over, computing none again. The longest pause each
+fault caused is printed.
 
 Everything runs in namespaces this test creates (the bridge too): no traffic reaches any other
 address. Needs root; prints SKIP and exits 0 only when network namespaces cannot be created.
@@ -188,6 +190,10 @@ def by_id(nodes, node_id):
 
 
 def stop_all(nodes):
+    """All at once: nodes that leave together wait for no one to take over."""
+    for n in nodes:
+        if n.process.poll() is None:
+            n.process.send_signal(signal.SIGTERM)
     for n in nodes:
         n.stop()
 
@@ -229,12 +235,33 @@ def main():
             set_cable(victim.i, True)
         stop_all(nodes)
 
+    # A node that leaves on purpose (SIGTERM) hands its sequences' state over: nothing is
+    # computed again, and it exits by itself once that is done.
+    nodes = start_cluster()
+    stages = nodes[0].stage_nodes()
+    leaving = by_id(nodes, stages[1])
+    streams, fault_at = run_streams([n for n in nodes if n is not leaving],
+                                    lambda: leaving.process.send_signal(signal.SIGTERM))
+    check_streams("the middle stage drained", streams, expected, fault_at)
+    switches = nodes[0].cluster().get("placement_switches", {})
+    check(switches.get("sequences_recomputed") == 0 and switches.get("sequences_handed_over", 0) > 0,
+          f"the middle stage drained: every running sequence was handed over, none computed again ({switches})")
+    try:
+        leaving.process.wait(timeout=30)
+        check("left after" in leaving.text(), "the drained node exits once its state has moved")
+    except subprocess.TimeoutExpired:
+        check(False, "the drained node exits by itself")
+    stop_all(nodes)
+
     nodes = start_cluster()
     joined = []
     streams, fault_at = run_streams(nodes, lambda: joined.append(Node(4, nodes[0])))
     check_streams("a 4th node joined", streams, expected, fault_at)
     check(wait_for(lambda: len(nodes[0].stage_nodes()) == 4, 20),
           f"the 4th node takes a stage ({nodes[0].stage_nodes()})")
+    switches = nodes[0].cluster().get("placement_switches", {})
+    check(switches.get("sequences_recomputed") == 0 and switches.get("sequences_handed_over", 0) > 0,
+          f"a 4th node joined: every running sequence was handed over, none computed again ({switches})")
     stop_all(nodes + joined)
 
     if FAILURES:

@@ -200,6 +200,52 @@ TEST_F(NodeServiceTest, RefusesAnOversizedMessage) {
   EXPECT_TRUE(forward(start_sequence(2), key_).ok());
 }
 
+// A sequence's state read from a stage and written back to another sequence id gives the
+// same state; handed-over state that is malformed, unsigned or of another epoch is refused.
+TEST_F(NodeServiceTest, HandsOverStateAndRefusesMalformedState) {
+  ASSERT_TRUE(forward(start_sequence(1), key_).ok());
+  const auto read = [&](uint64_t id, int layer, const ClusterKey& key, LayerKv* kv) {
+    ReadKvRequest request;
+    request.set_sender_id("client");
+    request.set_epoch(kEpoch);
+    request.set_sequence_id(id);
+    request.set_layer(layer);
+    grpc::ClientContext context;
+    key.sign(context, "client", "ReadKv");
+    return stub_->ReadKv(&context, request, kv);
+  };
+  const auto write = [&](const LayerKv& kv, uint64_t epoch) {
+    WriteKvRequest request;
+    request.set_sender_id("client");
+    request.set_epoch(epoch);
+    *request.mutable_kv() = kv;
+    grpc::ClientContext context;
+    key_.sign(context, "client", "WriteKv");
+    WriteKvReply reply;
+    return stub_->WriteKv(&context, request, &reply);
+  };
+  LayerKv kv;
+  ASSERT_TRUE(read(1, 2, key_, &kv).ok());
+  EXPECT_EQ(kv.positions(), 2);
+  EXPECT_EQ(read(1, 2, ClusterKey("wrong"), &kv).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(read(7, 2, key_, &kv).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "an unknown sequence";
+  ASSERT_TRUE(read(1, 2, key_, &kv).ok());
+  kv.set_sequence_id(2);
+  EXPECT_EQ(write(kv, kEpoch + 1).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  LayerKv torn = kv;
+  torn.mutable_values()->resize(kv.values().size() - 4);
+  EXPECT_EQ(write(torn, kEpoch).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  LayerKv too_long = kv;
+  too_long.set_positions(3);
+  EXPECT_EQ(write(too_long, kEpoch).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(write(kv, kEpoch).ok());
+  LayerKv copied;
+  ASSERT_TRUE(read(2, 2, key_, &copied).ok());
+  EXPECT_EQ(copied.keys(), kv.keys());
+  EXPECT_EQ(copied.values(), kv.values());
+  EXPECT_EQ(node_.held(), 2u);
+}
+
 TEST_F(NodeServiceTest, GenerateNeedsTheLeader) {
   grpc::ClientContext context;
   key_.sign(context, "client", "Generate");
