@@ -177,6 +177,14 @@ class Server::Impl final : public http::Service {
         return json_response(options_.cluster_status());
       });
     }
+    if (options_.drain) {
+      route("POST", "/cluster/drain", [this](const http::Request&, const std::smatch&) {
+        options_.drain();
+        http::Response response = json_response(R"({"status":"leaving"})");
+        response.status = 202;
+        return response;
+      });
+    }
     route("GET", "/v1/models", [this](const http::Request&, const std::smatch&) {
       return json_response(openai_models_body(model_name_, created_));
     });
@@ -544,7 +552,10 @@ namespace {
 constexpr int kMmapThresholdBytes = 256 << 10;
 std::atomic<int> received_signal{0};
 extern "C" void remember_signal(int signal) { received_signal = signal; }
+
 }  // namespace
+
+void request_stop() { received_signal = SIGTERM; }
 
 void serve_until_signal(engine::Generator& generator, const tokenizer::Tokenizer& tokenizer,
                         const gguf::File& model, const ServerOptions& options) {

@@ -43,6 +43,9 @@ struct ServerOptions {
   // weights loading) waits, with an SSE comment line a second saying for what, before it ends
   // with an error event (code 503). Other requests wait inside the generator's submit.
   std::chrono::milliseconds startup_wait{60000};
+  // POST /cluster/drain calls it (behind the API key) and answers 202: a cluster node leaves
+  // its cluster and exits, as on SIGTERM. Unset: 404.
+  std::function<void()> drain;
   // serve_until_signal calls it when a signal asks the server to stop, before it stops, with
   // the API still serving: a cluster node leaves its cluster there.
   std::function<void()> on_stopping;
@@ -83,5 +86,7 @@ std::string model_name_from_path(const std::string& model_path);
 // chat template from its metadata) until SIGINT or SIGTERM, then stops the server.
 void serve_until_signal(engine::Generator& generator, const tokenizer::Tokenizer& tokenizer,
                         const gguf::File& model, const ServerOptions& options);
+// Makes serve_until_signal go on as if it had received SIGTERM.
+void request_stop();
 
 }  // namespace strata::api

@@ -1,9 +1,12 @@
-// `strata cluster`: what GET /cluster says, as a table for people.
+// `strata cluster`: what GET /cluster says, as a table for people. `strata drain`: a node
+// leaves its cluster, handing its work over, and exits.
 #include <httplib.h>
 
+#include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <thread>
 
 #include "cli/commands.h"
 
@@ -27,17 +30,20 @@ std::string layers_of(const json& placement, const std::string& node) {
   return "-";
 }
 
+std::string address_of(const ClusterOptions& o) { return "http://" + o.host + ":" + std::to_string(o.port); }
+
+httplib::Headers headers_for(const ClusterOptions& o) {
+  httplib::Headers headers;
+  if (!o.api_key.empty()) headers.emplace("Authorization", "Bearer " + o.api_key);
+  return headers;
+}
+
 int print_cluster(const ClusterOptions& o) {
   httplib::Client client(o.host, o.port);
   client.set_connection_timeout(5);
   client.set_read_timeout(10);
-  httplib::Headers headers;
-  if (!o.api_key.empty()) headers.emplace("Authorization", "Bearer " + o.api_key);
-  const httplib::Result result = client.Get("/cluster", headers);
-  if (!result) {
-    throw std::runtime_error("cannot reach http://" + o.host + ":" + std::to_string(o.port) + ": " +
-                             httplib::to_string(result.error()));
-  }
+  const httplib::Result result = client.Get("/cluster", headers_for(o));
+  if (!result) throw std::runtime_error("cannot reach " + address_of(o) + ": " + httplib::to_string(result.error()));
   if (result->status != 200) {
     throw std::runtime_error("GET /cluster answered " + std::to_string(result->status) + ": " + result->body);
   }
@@ -69,16 +75,55 @@ int print_cluster(const ClusterOptions& o) {
   return 0;
 }
 
+// The node leaves as on SIGTERM; it is gone once its API no longer answers.
+int drain(const ClusterOptions& o) {
+  httplib::Client client(o.host, o.port);
+  client.set_connection_timeout(5);
+  client.set_read_timeout(10);
+  const httplib::Result result = client.Post("/cluster/drain", headers_for(o), "", "application/json");
+  if (!result) throw std::runtime_error("cannot reach " + address_of(o) + ": " + httplib::to_string(result.error()));
+  if (result->status != 202) {
+    throw std::runtime_error("POST /cluster/drain answered " + std::to_string(result->status) + ": " + result->body);
+  }
+  std::fprintf(stderr, "the node at %s leaves: the others take its layers over, and the state of the sequences it "
+               "holds moves to them...\n", address_of(o).c_str());
+  constexpr auto kPoll = std::chrono::milliseconds(500);
+  constexpr auto kLimit = std::chrono::seconds(90);  // the node's own hand-over limit, and its shutdown
+  const auto started = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - started < kLimit) {
+    std::this_thread::sleep_for(kPoll);
+    if (!client.Get("/health")) {
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      std::fprintf(stderr, "the node has left the cluster and stopped (%.1f s)\n", seconds);
+      return 0;
+    }
+  }
+  throw std::runtime_error("the node at " + address_of(o) + " still answers after " +
+                           std::to_string(kLimit.count()) + " s; its log says why");
+}
+
+void add_node_options(CLI::App& cmd, ClusterOptions& o, const char* which) {
+  cmd.add_option("--host", o.host, which)->capture_default_str();
+  cmd.add_option("--port", o.port, "Its API port")->capture_default_str();
+  cmd.add_option("--api-key", o.api_key, "The API key, when the node has one (also STRATA_API_KEY)")
+      ->envname("STRATA_API_KEY");
+}
+
 }  // namespace
 
 void add_cluster_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<ClusterOptions>();
   CLI::App* cmd = app.add_subcommand("cluster", "Show a running node's cluster: nodes, placement, links");
-  cmd->add_option("--host", o->host, "Any node's API address")->capture_default_str();
-  cmd->add_option("--port", o->port, "Its API port")->capture_default_str();
-  cmd->add_option("--api-key", o->api_key, "The API key, when the node has one (also STRATA_API_KEY)")
-      ->envname("STRATA_API_KEY");
+  add_node_options(*cmd, *o, "Any node's API address");
   cmd->callback([&action, o] { action = [o] { return print_cluster(*o); }; });
+}
+
+void add_drain_command(CLI::App& app, Action& action) {
+  auto o = std::make_shared<ClusterOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "drain", "Make a node leave its cluster without losing work: its sequences move to the other nodes, then it exits");
+  add_node_options(*cmd, *o, "The node's API address");
+  cmd->callback([&action, o] { action = [o] { return drain(*o); }; });
 }
 
 }  // namespace strata::cli

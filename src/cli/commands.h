@@ -15,6 +15,7 @@ void add_bench_command(CLI::App& app, Action& action);
 void add_gguf_commands(CLI::App& app, Action& action);
 void add_serve_command(CLI::App& app, Action& action);
 void add_cluster_command(CLI::App& app, Action& action);
+void add_drain_command(CLI::App& app, Action& action);
 void add_pull_command(CLI::App& app, Action& action);
 
 // Memory read bandwidth with `threads` threads, in bytes per second, over 256 MiB passes. The

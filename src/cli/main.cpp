@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   strata::cli::Action action;
   strata::cli::add_serve_command(app, action);
   strata::cli::add_cluster_command(app, action);
+  strata::cli::add_drain_command(app, action);
   strata::cli::add_run_command(app, action);
   strata::cli::add_bench_command(app, action);
   strata::cli::add_gguf_commands(app, action);

@@ -3,7 +3,8 @@
 answers equal one whole-model node's, bit for bit (text and logprobs), alone and concurrently;
 no node keeps sequence state afterwards, also when a client leaves mid-stream; a stage or the
 leader killed mid-stream pauses the stream while the others re-form, and its whole text is still
-the fault-free one; a node with the wrong cluster key is refused.
+the fault-free one; a node drained mid-stream (`strata drain`) hands its state over and exits; a
+node with the wrong cluster key is refused.
 
 usage: cluster_processes_test.py STRATA MODEL.gguf
 """
@@ -293,6 +294,22 @@ def main():
     check(newcomer.get("/cluster")[1]["leader"] == "j0", "the newcomer with the lowest id leads")
     check("resumes after" in nodes[0].text(), "the request moved to the new leader mid-stream")
     stop_all(nodes + [newcomer])
+
+    # `strata drain` on a stage mid-stream: the node leaves, handing its sequence's state over,
+    # and exits; nothing is computed again and the text is the fault-free one.
+    nodes = start_cluster(["d0", "d1", "d2"], "--placement", "memory", "--test-link-delay-ms", "20")
+    drains = []
+    text, error, out, pause = stream_through(nodes[0], LONG_SEEDED, lambda: drains.append(subprocess.Popen(
+        [STRATA, "drain", "--port", str(nodes[2].port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+    drained = drains[0].communicate(timeout=120)[0]
+    print(f"node d2 drained: the next token came {pause:.2f} s later", flush=True)
+    check(not error and text == seeded_reference, f"a node drained: the whole text equals the fault-free run's ({text!r})")
+    check(drains[0].returncode == 0 and "has left" in drained, f"`strata drain` reports the node gone: {drained}")
+    check(nodes[2].process.poll() is not None, "the drained node has exited")
+    switches = nodes[0].get("/cluster")[1].get("placement_switches", {})
+    check(switches.get("sequences_recomputed") == 0 and switches.get("sequences_handed_over") == 1,
+          f"a node drained: its sequence was handed over, not computed again ({switches})")
+    stop_all(nodes)
 
     # Only holders of the cluster key take part.
     # No discovery: keyed nodes would announce on this machine's LAN, where another run of
