@@ -57,8 +57,9 @@ def wait_healthy(port, timeout=300):
     raise RuntimeError("the cluster did not become healthy")
 
 
-def stream(port, prompt, max_tokens, seed):
-    """Times of each streamed token."""
+def stream(port, prompt, max_tokens, seed, first_token=None):
+    """Times of each streamed token (not of the event that opens the stream, which carries no
+    text); sets the threading.Event `first_token`, when given, at the first one."""
     body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "seed": seed,
                        "stream": True}).encode()
     request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
@@ -66,8 +67,10 @@ def stream(port, prompt, max_tokens, seed):
     times = []
     with urllib.request.urlopen(request, timeout=600) as r:
         for line in r:
-            if line.startswith(b"data: {"):
+            if line.startswith(b"data: {") and json.loads(line[6:])["choices"][0]["text"]:
                 times.append(time.perf_counter())
+                if first_token is not None:
+                    first_token.set()
     return times
 
 
