@@ -26,14 +26,19 @@ cmake --build "$build_dir" --target tensor_test model_test model_logits_dump
 same_on_every_cpu='BitExactAcrossIsas.*:ModelVsReference.*'
 "$host_dump" "$build_dir/logits_host.bin"
 export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu
-for cpu in max cortex-a53; do
-  echo "== aarch64, QEMU_CPU=$cpu"
-  export QEMU_CPU=$cpu
+# Each CPU model must get its own fastest path (tensor_test's DetectedIsaIsTheOneThisCpuShouldGet
+# and the dump's own report): max has the dot-product extension, a Cortex-A53 has not.
+for cpu_isa in max:neon-dotprod cortex-a53:neon; do
+  cpu=${cpu_isa%%:*}
+  export QEMU_CPU=$cpu STRATA_EXPECTED_ISA=${cpu_isa#*:}
+  echo "== aarch64, QEMU_CPU=$cpu, expecting the $STRATA_EXPECTED_ISA path"
   model_tests=$same_on_every_cpu
   if [ "$cpu" = max ]; then model_tests+=':EveryType/SyntheticVsReference.*'; fi
   qemu-aarch64 "$build_dir/tests/tensor/tensor_test" --gtest_brief=1
   qemu-aarch64 "$build_dir/tests/model/model_test" --gtest_brief=1 --gtest_filter="$model_tests"
-  qemu-aarch64 "$build_dir/tests/model/model_logits_dump" "$build_dir/logits_$cpu.bin"
+  report=$(qemu-aarch64 "$build_dir/tests/model/model_logits_dump" "$build_dir/logits_$cpu.bin")
+  echo "$report"
+  grep -q "on the $STRATA_EXPECTED_ISA path" <<<"$report"
   cmp "$build_dir/logits_host.bin" "$build_dir/logits_$cpu.bin"
-  echo "logits on aarch64 ($cpu) equal this machine's byte for byte"
+  echo "logits on aarch64 ($cpu, $STRATA_EXPECTED_ISA) equal this machine's byte for byte"
 done
