@@ -300,7 +300,9 @@ PreparedMatrix::PreparedMatrix(const Matrix& source) : source_(source) {
   void* buffer = nullptr;
   if (posix_memalign(&buffer, kHugePage, bytes) != 0) throw std::bad_alloc();
   interleaved_.reset(static_cast<std::byte*>(buffer));
+#ifdef MADV_HUGEPAGE  // Linux; macOS has no such advice
   if (bytes >= kHugePage) madvise(buffer, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
+#endif
   std::memset(interleaved_.get(), 0, bytes);
   pack_interleaved(source, format, interleaved_.get());
 }
