@@ -1,5 +1,5 @@
 // matmul throughput on a 2048x5632 matrix (TinyLlama's FFN size) for every weight type.
-//   matmul_bench [--isa=scalar|avx2|avx512] [--threads=N] [--hot] [benchmark flags]
+//   matmul_bench [--isa=scalar|avx2|avx512|neon|neon-dotprod] [--threads=N] [--hot] [benchmark flags]
 // Reports weight bytes streamed per second (bytes_per_second) and tokens per second.
 // Several copies of the matrix are cycled through so that decode reads from DRAM, not L3;
 // --hot uses one copy, to see the kernels' speed apart from memory.
@@ -94,7 +94,9 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg.rfind("--isa=", 0) == 0) {
       const std::string name = arg.substr(6);
-      force_isa(name == "scalar" ? Isa::Scalar : name == "avx2" ? Isa::Avx2 : Isa::Avx512);
+      for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDotprod}) {
+        if (name == isa_name(isa)) force_isa(isa);
+      }
     } else if (arg.rfind("--threads=", 0) == 0) {
       g_threads = std::stoi(arg.substr(10));
     } else if (arg == "--hot") {

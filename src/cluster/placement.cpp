@@ -453,12 +453,26 @@ uint64_t parse_byte_size(const std::string& text) {
   while (number_end < text.size() && (std::isdigit(static_cast<unsigned char>(text[number_end])) || text[number_end] == '.')) {
     ++number_end;
   }
-  double value = 0.0;
-  const auto [parsed_end, error] = std::from_chars(text.data() + begin, text.data() + number_end, value,
-                                                   std::chars_format::fixed);
-  if (number_end == begin || error != std::errc{} || parsed_end != text.data() + number_end) {
-    return fail("it does not start with a number");
+  // Digits with at most one point, read by hand: libc++ 14 has no std::from_chars for
+  // floating point, and strtod would take the decimal point of the C locale. Up to 15
+  // significant digits and 22 decimals both operands of the division are exact, so the
+  // result is correctly rounded, as from_chars's would be.
+  uint64_t mantissa = 0;
+  int fraction_digits = 0;
+  bool point = false, digits = false;
+  for (size_t i = begin; i < number_end; ++i) {
+    if (text[i] == '.') {
+      if (point) return fail("it does not start with a number");
+      point = true;
+      continue;
+    }
+    if (mantissa > (std::numeric_limits<uint64_t>::max() - 9) / 10) return fail("it has too many digits");
+    mantissa = mantissa * 10 + static_cast<uint64_t>(text[i] - '0');
+    fraction_digits += point ? 1 : 0;
+    digits = true;
   }
+  if (!digits) return fail("it does not start with a number");
+  const double value = static_cast<double>(mantissa) / std::pow(10.0, fraction_digits);
 
   std::string unit = text.substr(number_end);
   unit.erase(0, unit.find_first_not_of(' '));

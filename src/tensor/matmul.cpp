@@ -33,6 +33,9 @@ std::vector<Isa> probe_isas() {
   const platform::X86Features x86 = platform::x86_features();
   if (x86.avx2_fma_f16c) isas.push_back(Isa::Avx2);
   if (x86.avx512_f_bw_vl_vnni) isas.push_back(Isa::Avx512);
+#elif defined(__aarch64__)
+  isas.push_back(Isa::Neon);
+  if (platform::arm_dot_product()) isas.push_back(Isa::NeonDotprod);
 #endif
   return isas;
 }
@@ -57,6 +60,13 @@ IsaKernels kernels_of(Isa isa) {
 #else
     case Isa::Avx512:
     case Isa::Avx2:
+#endif
+#if defined(__aarch64__)
+    case Isa::NeonDotprod: return {kernels::neon_dotprod_interleaved, kernels::neon_dotprod_vector_ops};
+    case Isa::Neon: return {kernels::neon_interleaved, kernels::neon_vector_ops};
+#else
+    case Isa::NeonDotprod:
+    case Isa::Neon:
 #endif
     case Isa::Scalar: break;
   }
@@ -290,7 +300,9 @@ PreparedMatrix::PreparedMatrix(const Matrix& source) : source_(source) {
   void* buffer = nullptr;
   if (posix_memalign(&buffer, kHugePage, bytes) != 0) throw std::bad_alloc();
   interleaved_.reset(static_cast<std::byte*>(buffer));
+#ifdef MADV_HUGEPAGE  // Linux; macOS has no such advice
   if (bytes >= kHugePage) madvise(buffer, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
+#endif
   std::memset(interleaved_.get(), 0, bytes);
   pack_interleaved(source, format, interleaved_.get());
 }
@@ -317,6 +329,8 @@ const char* isa_name(Isa isa) {
     case Isa::Scalar: return "scalar";
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
+    case Isa::Neon: return "neon";
+    case Isa::NeonDotprod: return "neon-dotprod";
   }
   return "unknown";
 }

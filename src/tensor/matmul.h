@@ -58,11 +58,12 @@ struct Product {
 };
 void matmul(std::initializer_list<Product> products, const float* x, int64_t n_tokens, ThreadPool& pool);
 
-enum class Isa { Scalar, Avx2, Avx512 };
+enum class Isa { Scalar, Avx2, Avx512, Neon, NeonDotprod };
 
 // The paths this build has and this CPU runs, Scalar first and the fastest last. Avx2 needs
 // AVX2+FMA+F16C; Avx512 needs AVX-512 F/BW/VL/VNNI on top of that; only x86-64 builds have
-// them.
+// them. Neon is every aarch64 CPU; NeonDotprod needs the dot-product extension (sdot, Armv8.2
+// and later); only aarch64 builds have them.
 std::span<const Isa> available_isas();
 // The fastest available.
 Isa detected_isa();

@@ -59,6 +59,8 @@ struct InterleavedKernels {
 InterleavedKernels scalar_interleaved(DType type);
 InterleavedKernels avx2_interleaved(DType type);
 InterleavedKernels avx512_interleaved(DType type);
+InterleavedKernels neon_interleaved(DType type);
+InterleavedKernels neon_dotprod_interleaved(DType type);
 
 // The float operations of vector_ops.h. Attention's two loops (key_scores, add_scaled_rows)
 // are chains of fused multiply-adds, which every ISA rounds alike (the scalar path with
@@ -76,6 +78,8 @@ struct VectorKernels {
 VectorKernels scalar_vector_ops();
 VectorKernels avx2_vector_ops();
 VectorKernels avx512_vector_ops();
+VectorKernels neon_vector_ops();
+VectorKernels neon_dotprod_vector_ops();
 // The kernels of the active ISA (matmul.h: active_isa).
 VectorKernels active_vector_ops();
 

@@ -8,6 +8,10 @@
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <immintrin.h>
+#elif defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#elif defined(__aarch64__) && defined(__APPLE__)
+#include <sys/sysctl.h>
 #endif
 
 namespace strata::tensor::platform {
@@ -47,6 +51,23 @@ inline X86Features x86_features() {
   features.avx512_f_bw_vl_vnni = features.avx2_fma_f16c && (xcr0_low & kAvx512State) == kAvx512State &&
                                  bit(ebx, 16) && bit(ebx, 30) && bit(ebx, 31) && bit(ecx, 11);
   return features;
+}
+#endif
+
+#if defined(__aarch64__)
+// Whether the CPU has the dot-product extension (sdot/udot), which armv8-a lacks and nearly
+// every core since Armv8.2 has. Asked of the OS: the ID registers are not readable from user
+// space everywhere.
+inline bool arm_dot_product() {
+#if defined(__linux__)
+  return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#elif defined(__APPLE__)
+  int present = 0;
+  size_t size = sizeof present;
+  return sysctlbyname("hw.optional.arm.FEAT_DotProd", &present, &size, nullptr, 0) == 0 && present != 0;
+#else
+  return false;
+#endif
 }
 #endif
 

@@ -42,6 +42,10 @@ class RawConnection {
     address.sin_family = AF_INET;
     address.sin_port = htons(static_cast<uint16_t>(port));
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+#if defined(__APPLE__)  // no MSG_NOSIGNAL there: the socket itself is told not to raise SIGPIPE
+    const int on = 1;
+    if (socket_ >= 0) ::setsockopt(socket_, SOL_SOCKET, SO_NOSIGPIPE, &on, sizeof on);
+#endif
     connected_ = socket_ >= 0 &&
                  ::connect(socket_, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
   }
@@ -56,7 +60,11 @@ class RawConnection {
   // False once the server has closed the connection.
   bool send(std::string_view bytes) {
     while (!bytes.empty()) {
+#if defined(MSG_NOSIGNAL)
       const ssize_t sent = ::send(socket_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+#else
+      const ssize_t sent = ::send(socket_, bytes.data(), bytes.size(), 0);
+#endif
       if (sent <= 0) return false;
       bytes.remove_prefix(size_t(sent));
     }

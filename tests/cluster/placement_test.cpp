@@ -379,10 +379,13 @@ TEST(ByteSizes, ParseAcceptsUnitsAndDecimals) {
   EXPECT_EQ(parse_byte_size(" 1.5 GB "), 1'500'000'000u);
   EXPECT_EQ(parse_byte_size("1T"), uint64_t{1} << 40);
   EXPECT_EQ(parse_byte_size("2TB"), 2'000'000'000'000u);
+  EXPECT_EQ(parse_byte_size("0.25KiB"), 256u);
+  EXPECT_EQ(parse_byte_size("3.KB"), 3000u);
 }
 
 TEST(ByteSizes, ParseRejectsBadInputQuotingIt) {
-  for (const char* bad : {"", "  ", "GiB", "12XB", "12 GiBs", "-1G", "1.2.3G", "1e3", ".", "99999999999T"}) {
+  for (const char* bad : {"", "  ", "GiB", "12XB", "12 GiBs", "-1G", "1.2.3G", "1e3", ".", "99999999999T",
+                          "123456789012345678901"}) {
     try {
       parse_byte_size(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";

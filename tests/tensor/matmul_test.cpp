@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -308,18 +309,33 @@ TEST(Matmul, RaggedBlockColumnsThrow) {
 }
 
 TEST(Matmul, ForcingAnUnavailableIsaGivesTheDetectedOne) {
-  ASSERT_EQ(available_isas().front(), Isa::Scalar);
-  EXPECT_EQ(available_isas().back(), detected_isa());
-#if !defined(__x86_64__)
-  EXPECT_EQ(available_isas().size(), 1u) << "the x86 paths are not compiled for this architecture";
+  const std::span<const Isa> isas = available_isas();
+  ASSERT_EQ(isas.front(), Isa::Scalar);
+  EXPECT_EQ(isas.back(), detected_isa());
+  const auto has = [&](Isa isa) { return std::find(isas.begin(), isas.end(), isa) != isas.end(); };
+#if defined(__aarch64__)
+  EXPECT_TRUE(has(Isa::Neon)) << "every aarch64 CPU has NEON";
 #endif
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+#if !defined(__x86_64__)
+  EXPECT_FALSE(has(Isa::Avx2) || has(Isa::Avx512)) << "the x86 paths are not compiled for this architecture";
+#endif
+#if !defined(__aarch64__)
+  EXPECT_FALSE(has(Isa::Neon) || has(Isa::NeonDotprod)) << "the NEON paths are not compiled for this architecture";
+#endif
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDotprod}) {
     IsaScope scope(isa);
-    const std::span<const Isa> isas = available_isas();
-    const bool available = std::find(isas.begin(), isas.end(), isa) != isas.end();
-    EXPECT_EQ(active_isa(), available ? isa : detected_isa()) << isa_name(isa);
+    EXPECT_EQ(active_isa(), has(isa) ? isa : detected_isa()) << isa_name(isa);
   }
   EXPECT_STREQ(isa_name(Isa::Avx2), "avx2");
+  EXPECT_STREQ(isa_name(Isa::NeonDotprod), "neon-dotprod");
+}
+
+// Where a run knows which CPU it is on (tests/cross runs qemu's CPU models), the path the
+// detection picks must be that CPU's fastest: a probe that failed would fall back silently.
+TEST(Matmul, DetectedIsaIsTheOneThisCpuShouldGet) {
+  const char* expected = std::getenv("STRATA_EXPECTED_ISA");
+  if (expected == nullptr) GTEST_SKIP() << "STRATA_EXPECTED_ISA is not set";
+  EXPECT_STREQ(isa_name(detected_isa()), expected);
 }
 
 }  // namespace
