@@ -99,21 +99,31 @@ void quantize_interleaved(const float* x, int64_t cols, int offset, Activation* 
 }
 
 // A block's levels u = q + offset into lane `lane` of its group's levels (interleaved.h):
-// bytes for Q8_0, else nibbles and high-bit planes. Into zeroed memory: fields are ORed.
+// bytes for Q8_0, else nibbles and high-bit planes. Into zeroed memory: the planes' fields are
+// ORed. Each nibble byte takes its two elements at once: loading a model is mostly this.
 void pack_levels(DType type, interleaved::Format f, const UnpackedBlock& w, int lane, uint8_t* levels) {
-  const int planes_per_chunk = f.high_bits == 0 ? 0 : 4 / f.high_bits;
-  for (int i = 0; i < w.elements; ++i) {
-    const int u = w.q[i] + f.offset;
-    if (type == DType::Q8_0) {
-      levels[i / 4 * 64 + 4 * lane + i % 4] = static_cast<uint8_t>(u);
-      continue;
+  if (type == DType::Q8_0) {
+    for (int i = 0; i < w.elements; i += 4) {
+      for (int k = 0; k < 4; ++k) levels[i / 4 * 64 + 4 * lane + k] = static_cast<uint8_t>(w.q[i + k] + f.offset);
     }
-    const int s = i / 32, half = i % 32 / 16, m = i % 16 / 4, k = i % 4;
+    return;
+  }
+  const int planes_per_chunk = f.high_bits == 0 ? 0 : 4 / f.high_bits;
+  for (int s = 0; s < w.elements / 32; ++s) {
     uint8_t* sub_block = levels + interleaved::sub_block_bytes(f) * s;
-    sub_block[64 * m + 4 * lane + k] |= static_cast<uint8_t>((u & 0x0F) << (4 * half));
-    if (f.high_bits != 0) {
-      const int bit = 2 * f.high_bits * (m % planes_per_chunk) + f.high_bits * half;
-      sub_block[256 + 64 * (m / planes_per_chunk) + 4 * lane + k] |= static_cast<uint8_t>((u >> 4) << bit);
+    const int8_t* q = w.q + 32 * s;
+    for (int m = 0; m < 4; ++m) {
+      for (int k = 0; k < 4; ++k) {
+        // Element 32s + 4m + k in the low nibble, 32s + 16 + 4m + k in the high one.
+        const int low = q[4 * m + k] + f.offset;
+        const int high = q[16 + 4 * m + k] + f.offset;
+        sub_block[64 * m + 4 * lane + k] = static_cast<uint8_t>((low & 0x0F) | (high & 0x0F) << 4);
+        if (f.high_bits != 0) {
+          const int bit = 2 * f.high_bits * (m % planes_per_chunk);
+          sub_block[256 + 64 * (m / planes_per_chunk) + 4 * lane + k] |=
+              static_cast<uint8_t>((low >> 4) << bit | (high >> 4) << (bit + f.high_bits));
+        }
+      }
     }
   }
 }
