@@ -190,8 +190,13 @@ def main():
 
     for count in (2, 3, 4):
         nodes = start_cluster([f"n{i}" for i in range(count)], "--placement", "memory")
-        stages = nodes[0].get("/cluster")[1]["placement"]["stages"]
-        check(len(stages) == count, f"{count} nodes: memory placement uses every node ({stages})")
+        # A node is healthy as soon as a placement serves, which may be one made before the
+        # last nodes joined; the leader places the model again over all of them a second later.
+        deadline = time.time() + 20
+        while time.time() < deadline and len(stages := nodes[0].get("/cluster")[1]["placement"]["stages"]) != count:
+            time.sleep(0.2)
+        check(len(stages) == count and all(n.wait_healthy() for n in nodes),
+              f"{count} nodes: memory placement uses every node ({stages})")
         for n in nodes:
             for i, r in enumerate(REQUESTS[:4]):
                 check(answer(n.complete(r)) == reference[i], f"{count} nodes: request {i} at {n.id} equals one node's")
