@@ -304,6 +304,17 @@ void check_hop(double hop_seconds) {
 
 }  // namespace
 
+int layer_of_tensor(std::string_view name, int layer_count) {
+  if (!name.starts_with("blk.")) return -1;
+  int layer = -1;
+  const auto [end, error] = std::from_chars(name.data() + 4, name.data() + name.size(), layer);
+  if (error != std::errc{} || end == name.data() + name.size() || *end != '.' || layer < 0 || layer >= layer_count) {
+    throw std::runtime_error("tensor '" + std::string(name) + "' names no layer of the model's " +
+                             std::to_string(layer_count));
+  }
+  return layer;
+}
+
 ModelFootprint footprint_of(const gguf::File& file) {
   const model::Config config = model::Config::from_gguf(file);
   ModelFootprint footprint;
@@ -315,14 +326,7 @@ ModelFootprint footprint_of(const gguf::File& file) {
   const gguf::TensorInfo* output = nullptr;
   const gguf::TensorInfo* embedding = nullptr;
   for (const gguf::TensorInfo& t : file.tensors()) {
-    if (t.name.starts_with("blk.")) {
-      int layer = -1;
-      const char* digits = t.name.data() + 4;
-      const auto [end, error] = std::from_chars(digits, t.name.data() + t.name.size(), layer);
-      if (error != std::errc{} || *end != '.' || layer < 0 || layer >= config.layer_count) {
-        throw std::runtime_error("tensor '" + t.name + "' names no layer of the model's " +
-                                 std::to_string(config.layer_count));
-      }
+    if (const int layer = layer_of_tensor(t.name, config.layer_count); layer >= 0) {
       footprint.layer_weight_bytes[static_cast<size_t>(layer)] += t.size_bytes;
     } else if (t.name == "token_embd.weight") {
       embedding = &t;

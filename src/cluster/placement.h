@@ -7,6 +7,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gguf/gguf.h"
@@ -28,6 +29,10 @@ struct ModelFootprint {
   uint64_t head_bytes = 0;                   // output norm and matrix: last stage only
   uint64_t kv_bytes_per_layer_per_token = 0;
 };
+
+// The layer a tensor belongs to by its name (blk.N.*), or -1 for a tensor of no layer. Throws
+// std::runtime_error for a blk. name that names no layer of `layer_count`.
+int layer_of_tensor(std::string_view name, int layer_count);
 
 // Sizes from the file's tensor table (blk.N.* per layer; a head tied to token_embd still costs
 // its bytes on the last stage). Throws std::runtime_error for a file that is not a model.

@@ -12,4 +12,9 @@ namespace strata::rpc {
 // capacities, too many rows), or empty when it is well-formed.
 std::string malformed(const ForwardRequest& request);
 
+// Why a model manifest cannot describe a GGUF file (no header, a file smaller than its header,
+// a hash that is not 64 hex digits, tensor hashes that are not 32 bytes), or empty. Whether the
+// header parses, and holds as many tensors as hashes, is the GGUF reader's to say.
+std::string malformed(const ModelManifestReply& manifest);
+
 }  // namespace strata::rpc
