@@ -782,8 +782,13 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
     std::vector<NodeCapacity> nodes;
     for (const std::string& id : now) {
-      const rpc::NodeInfo info = id == options_.node_id ? self_ : peers_.at(id).info;
-      nodes.push_back({id, info.memory_bytes(), info.weight_bytes_per_second()});
+      const rpc::NodeInfo info = id == options_.node_id ? self_info() : peers_.at(id).info;
+      const rpc::Weights& w = info.weights();
+      // A node that says nothing of its weights (an older version) has its own file.
+      const Holdings held = !info.has_weights() || w.whole_file()
+                                ? Holdings{}
+                                : Holdings{false, {w.layer_bytes().begin(), w.layer_bytes().end()}, w.embedding(), w.head()};
+      nodes.push_back({id, info.memory_bytes(), info.weight_bytes_per_second(), held});
     }
     const uint64_t kv_tokens = static_cast<uint64_t>(options_.engine.context_size) *
                                static_cast<uint64_t>(std::max(1, options_.engine.max_parallel));
