@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -10,7 +11,9 @@
 #include "api/server.h"
 #include "cli/commands.h"
 #include "cli/model_source.h"
+#include "cluster/discovery.h"
 #include "cluster/node.h"
+#include "rpc/node_service.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::cli {
@@ -115,6 +118,37 @@ std::optional<std::string> api_key_from(const ServeOptions& o) {
   return std::nullopt;
 }
 
+// The model of a node that `node.peers`, or discovery, finds: its manifest, kept as a partial
+// model in the cache directory, whose layers' weights the node fetches once placed.
+std::shared_ptr<cluster::PartialModel> model_from_peers(const ServeOptions& o, const cluster::NodeOptions& node) {
+  const auto key = std::make_shared<const rpc::ClusterKey>(o.cluster_key);
+  // Nodes found by discovery, of any model (this one has none yet), besides the --peers.
+  auto found = std::make_shared<std::pair<std::mutex, std::vector<std::string>>>();
+  std::unique_ptr<cluster::Discovery> discovery;
+  if (key->enabled() && node.discovery) {
+    discovery = std::make_unique<cluster::Discovery>(cluster::DiscoveryOptions{
+        .self = {.node_id = node.node_id, .node_port = node.node_port, .protocol_version = rpc::kProtocolVersion},
+        .port = node.discovery_port,
+        .interface_name = node.discovery_interface,
+        .key = key,
+        .on_found = [found](const std::string&, const std::string& address) {
+          std::lock_guard lock(found->first);
+          if (std::find(found->second.begin(), found->second.end(), address) == found->second.end()) {
+            found->second.push_back(address);
+          }
+        },
+        .log = node.log});
+  }
+  const auto addresses = [&node, found] {
+    std::vector<std::string> all = node.peers;
+    std::lock_guard lock(found->first);
+    all.insert(all.end(), found->second.begin(), found->second.end());
+    return all;
+  };
+  return cluster::PartialModel::open(cluster::resolve_cache_dir(o.cache_dir),
+                                     cluster::fetch_manifest(addresses, node.node_id, *key, node.log));
+}
+
 int serve(const ServeOptions& o) {
   api::ServerOptions server = o.server;
   server.api_key = api_key_from(o);
@@ -126,23 +160,6 @@ int serve(const ServeOptions& o) {
   node.node_id = cluster::resolve_node_id(o.node_id, o.state_dir);
   auto console = std::make_shared<Console>(node.node_id);
   node.log = [console](const std::string& line) { console->log(line); };
-
-  // Without a file, a node that joins others takes their model, and fetches its layers' weights.
-  const bool from_peers = o.model.empty() && (!o.peers.empty() || (!o.cluster_key.empty() && !o.no_discovery));
-  std::shared_ptr<const gguf::File> file;
-  if (from_peers) {
-    const rpc::ClusterKey key(o.cluster_key);
-    node.partial = cluster::PartialModel::open(
-        cluster::resolve_cache_dir(o.cache_dir),
-        cluster::fetch_manifest([&o] { return o.peers; }, node.node_id, key, node.log));
-    node.on_transfer = [console](const cluster::TransferStats::Snapshot& s) { console->progress(s); };
-    node.test_fetch_delay = std::chrono::milliseconds(o.test_fetch_delay_ms);
-    file = node.partial->file();
-  } else {
-    file = gguf::File::open(model_path_or_demo(o.model));
-  }
-  const std::unique_ptr<tokenizer::Tokenizer> tokenizer = tokenizer::Tokenizer::from_gguf(*file);
-
   node.cluster_key = o.cluster_key;
   node.host = !o.node_host.empty() ? o.node_host : (o.cluster_key.empty() ? "127.0.0.1" : "0.0.0.0");
   node.node_port = o.node_port >= 0 ? o.node_port : (o.server.port == 0 ? 0 : o.server.port + 1);
@@ -157,6 +174,18 @@ int serve(const ServeOptions& o) {
   node.startup_wait = std::chrono::milliseconds(static_cast<int64_t>(o.startup_wait_seconds * 1000));
   node.engine = o.engine;
   node.test_link_delay = std::chrono::milliseconds(o.test_link_delay_ms);
+
+  // Without a file, a node that joins others takes their model and fetches its layers' weights.
+  std::shared_ptr<const gguf::File> file;
+  if (o.model.empty() && (!o.peers.empty() || (!o.cluster_key.empty() && !o.no_discovery))) {
+    node.partial = model_from_peers(o, node);
+    node.on_transfer = [console](const cluster::TransferStats::Snapshot& s) { console->progress(s); };
+    node.test_fetch_delay = std::chrono::milliseconds(o.test_fetch_delay_ms);
+    file = node.partial->file();
+  } else {
+    file = gguf::File::open(model_path_or_demo(o.model));
+  }
+  const std::unique_ptr<tokenizer::Tokenizer> tokenizer = tokenizer::Tokenizer::from_gguf(*file);
   const tokenizer::Tokenizer* tok = tokenizer.get();
   cluster::ClusterNode cluster_node(file, [tok](engine::Token t) { return tok->is_end_of_generation(t); }, node);
 
