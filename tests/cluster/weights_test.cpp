@@ -219,6 +219,18 @@ TEST_F(WeightsTest, ACorruptedOrBrokenTransferIsFetchedAgainFromAnotherSource) {
   EXPECT_GT(stats.snapshot().received_bytes, file_bytes) << "refused bytes were received too";
 }
 
+TEST_F(WeightsTest, TensorsAreSpreadOverTheSourcesThatHoldThem) {
+  const std::shared_ptr<PartialModel> model = open();
+  auto first = std::make_shared<FakeSource>(*original_, FakeSource::Kind::Good, "first");
+  auto second = std::make_shared<FakeSource>(*original_, FakeSource::Kind::Good, "second");
+  TransferStats stats;
+  const std::vector<size_t> all = all_tensors();
+  fetch_tensors(*model, all, [&](size_t) { return std::vector<std::shared_ptr<TensorSource>>{first, second}; },
+                FetchOptions{}, stats);
+  EXPECT_EQ(first->calls + second->calls, static_cast<int>(all.size()));
+  EXPECT_EQ(first->calls, static_cast<int>((all.size() + 1) / 2));
+}
+
 TEST_F(WeightsTest, AFetchFailsWhenNoSourceGivesGoodBytes) {
   const std::shared_ptr<PartialModel> model = open();
   auto corrupt = std::make_shared<FakeSource>(*original_, FakeSource::Kind::Corrupt, "corrupt");
