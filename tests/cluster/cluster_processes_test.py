@@ -186,7 +186,13 @@ def main():
 
     for count in (2, 3, 4):
         nodes = start_cluster([f"n{i}" for i in range(count)], "--placement", "memory")
-        stages = nodes[0].get("/cluster")[1]["placement"]["stages"]
+        # A node that joins is healthy as soon as it reaches the serving leader, before the
+        # leader (after its 1 s settle) places the model over it too.
+        deadline = time.time() + 10
+        stages = []
+        while time.time() < deadline and len(stages) != count:
+            stages = nodes[0].get("/cluster")[1]["placement"]["stages"]
+            time.sleep(0.1)
         check(len(stages) == count, f"{count} nodes: memory placement uses every node ({stages})")
         for n in nodes:
             for i, r in enumerate(REQUESTS[:4]):
