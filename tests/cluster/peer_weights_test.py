@@ -73,7 +73,7 @@ def main():
         b = Node("b", "--stages", STAGES, "--peers", a.address)
         # Slowed so that it can be killed mid-way: every tensor of this model is one chunk.
         c = Node("c", "--stages", STAGES, "--peers", a.address, "--cache-dir", cache,
-                 "--test-fetch-delay-ms", "400", model=None)
+                 "--test-fetch-delay-ms", "1000", model=None)
         deadline = time.time() + 20
         while time.time() < deadline and verified_count(cache) == 0:
             time.sleep(0.02)
