@@ -499,13 +499,23 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         }
       });
     }
-    const FetchOptions fetch{options_.fetch_streams, 3, options_.test_fetch_delay, [this] { return stop_fetch_.load(); },
+    // A new placement that moves this node's layers stops the fetch: the tensors verified so far
+    // stay, and the loader starts over for the new range.
+    const auto moved = [this, range] {
+      std::lock_guard lock(mutex_);
+      const auto& stages = placement_.stages();
+      return std::none_of(stages.begin(), stages.end(), [&](const rpc::Stage& s) {
+        return s.node_id() == options_.node_id && s.first_layer() == range.first && s.last_layer() == range.last;
+      });
+    };
+    const FetchOptions fetch{options_.fetch_streams, 3, options_.test_fetch_delay,
+                             [this, moved] { return stop_fetch_.load() || moved(); },
                              [this](const std::string& line) { log(line); }};
     std::string error;
     try {
       fetch_tensors(*options_.partial, needed, [this](size_t t) { return sources_for(t); }, fetch, transfer_);
     } catch (const std::exception& e) {
-      error = e.what();
+      error = !stop_fetch_ && moved() ? "a new placement moved this node's layers; the fetch stopped" : e.what();
     }
     transfer_.end();
     if (reporter.joinable()) {
