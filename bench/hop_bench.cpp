@@ -28,6 +28,14 @@ class EchoNode final : public NodeHandler {
     why = "no scheduler";
     return nullptr;
   }
+  std::optional<ModelManifestReply> manifest(const std::string&, std::string& why) override {
+    why = "no model";
+    return std::nullopt;
+  }
+  std::optional<TensorBytes> tensor(const FetchTensorRequest&, std::string& why) override {
+    why = "no model";
+    return std::nullopt;
+  }
 
  private:
   std::shared_ptr<EchoStage> stage_ = std::make_shared<EchoStage>();

@@ -14,5 +14,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)hello.ParseFromArray(data, static_cast<int>(size));
   strata::rpc::GenerateRequest generate;
   (void)generate.ParseFromArray(data, static_cast<int>(size));
+  strata::rpc::ModelManifestReply manifest;
+  if (manifest.ParseFromArray(data, static_cast<int>(size))) (void)strata::rpc::malformed(manifest);
+  strata::rpc::TensorChunk chunk;
+  (void)chunk.ParseFromArray(data, static_cast<int>(size));
   return 0;
 }

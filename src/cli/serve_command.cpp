@@ -1,14 +1,20 @@
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 
 #include "api/server.h"
 #include "cli/commands.h"
 #include "cli/model_source.h"
+#include "cluster/discovery.h"
 #include "cluster/node.h"
+#include "rpc/node_service.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::cli {
@@ -33,6 +39,61 @@ struct ServeOptions {
   std::string stages;
   double startup_wait_seconds = 60;
   int test_link_delay_ms = 0;
+  std::string cache_dir;
+  int test_fetch_delay_ms = 0;
+};
+
+// Log lines, and the progress of a fetch of weights, on stderr: on a terminal a bar redrawn in
+// place under the log lines; otherwise a plain line every few seconds.
+class Console {
+ public:
+  explicit Console(std::string node_id) : node_id_(std::move(node_id)), terminal_(::isatty(STDERR_FILENO) == 1) {}
+
+  // With the time of day (UTC, to the millisecond), so that the logs of several nodes tell
+  // what happened when (a loss, a placement, a load) and how long it took.
+  void log(const std::string& line) {
+    const auto now = std::chrono::system_clock::now();
+    const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+    const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+    std::tm utc{};
+    gmtime_r(&seconds, &utc);
+    std::lock_guard lock(mutex_);
+    if (bar_shown_) std::fputs("\r\033[K", stderr);
+    std::fprintf(stderr, "strata[%s] %02d:%02d:%02d.%03d: %s\n", node_id_.c_str(), utc.tm_hour, utc.tm_min,
+                 utc.tm_sec, static_cast<int>(millis), line.c_str());
+    if (bar_shown_) std::fputs(bar_.c_str(), stderr);
+  }
+
+  void progress(const cluster::TransferStats::Snapshot& s) {
+    const uint64_t done = std::min(s.fetch_received_bytes, s.wanted_bytes);
+    const double share = s.wanted_bytes > 0 ? static_cast<double>(done) / static_cast<double>(s.wanted_bytes) : 1.0;
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(share * kWidth);
+    char text[160];
+    std::snprintf(text, sizeof text, "weights [%s%s] %3.0f%% %s of %s, %s/s, %.0f s left",
+                  std::string(static_cast<size_t>(filled), '#').c_str(),
+                  std::string(static_cast<size_t>(kWidth - filled), '.').c_str(), share * 100.0,
+                  cluster::describe(done).c_str(), cluster::describe(s.wanted_bytes).c_str(),
+                  cluster::describe(static_cast<uint64_t>(s.bytes_per_second)).c_str(), s.eta_seconds);
+    std::lock_guard lock(mutex_);
+    const auto now = std::chrono::steady_clock::now();
+    if (terminal_) {
+      bar_ = text;
+      std::fprintf(stderr, "\r\033[K%s%s", text, s.fetching ? "" : "\n");
+      bar_shown_ = s.fetching;
+    } else if (!s.fetching || now - last_line_ >= std::chrono::seconds(5)) {
+      std::fprintf(stderr, "strata[%s]: %s\n", node_id_.c_str(), text);
+      last_line_ = now;
+    }
+  }
+
+ private:
+  std::string node_id_;
+  bool terminal_;
+  std::mutex mutex_;
+  bool bar_shown_ = false;
+  std::string bar_;
+  std::chrono::steady_clock::time_point last_line_{};
 };
 
 // "a:0-10,b:11-21" (inclusive layer numbers, as `strata cluster` shows them) -> stages in
@@ -66,6 +127,37 @@ std::optional<std::string> api_key_from(const ServeOptions& o) {
   return std::nullopt;
 }
 
+// The model of a node that `node.peers`, or discovery, finds: its manifest, kept as a partial
+// model in the cache directory, whose layers' weights the node fetches once placed.
+std::shared_ptr<cluster::PartialModel> model_from_peers(const ServeOptions& o, const cluster::NodeOptions& node) {
+  const auto key = std::make_shared<const rpc::ClusterKey>(o.cluster_key);
+  // Nodes found by discovery, of any model (this one has none yet), besides the --peers.
+  auto found = std::make_shared<std::pair<std::mutex, std::vector<std::string>>>();
+  std::unique_ptr<cluster::Discovery> discovery;
+  if (key->enabled() && node.discovery) {
+    discovery = std::make_unique<cluster::Discovery>(cluster::DiscoveryOptions{
+        .self = {.node_id = node.node_id, .node_port = node.node_port, .protocol_version = rpc::kProtocolVersion},
+        .port = node.discovery_port,
+        .interface_name = node.discovery_interface,
+        .key = key,
+        .on_found = [found](const std::string&, const std::string& address) {
+          std::lock_guard lock(found->first);
+          if (std::find(found->second.begin(), found->second.end(), address) == found->second.end()) {
+            found->second.push_back(address);
+          }
+        },
+        .log = node.log});
+  }
+  const auto addresses = [&node, found] {
+    std::vector<std::string> all = node.peers;
+    std::lock_guard lock(found->first);
+    all.insert(all.end(), found->second.begin(), found->second.end());
+    return all;
+  };
+  return cluster::PartialModel::open(cluster::resolve_cache_dir(o.cache_dir),
+                                     cluster::fetch_manifest(addresses, node.node_id, *key, node.log));
+}
+
 int serve(const ServeOptions& o) {
   api::ServerOptions server = o.server;
   server.api_key = api_key_from(o);
@@ -73,11 +165,10 @@ int serve(const ServeOptions& o) {
     throw std::runtime_error("the API key is empty; give a key with --api-key or STRATA_API_KEY, "
                              "or set neither to serve without one");
   }
-  auto file = std::shared_ptr<const gguf::File>(gguf::File::open(model_path_or_demo(o.model)));
-  const std::unique_ptr<tokenizer::Tokenizer> tokenizer = tokenizer::Tokenizer::from_gguf(*file);
-
   cluster::NodeOptions node;
   node.node_id = cluster::resolve_node_id(o.node_id, o.state_dir);
+  auto console = std::make_shared<Console>(node.node_id);
+  node.log = [console](const std::string& line) { console->log(line); };
   node.cluster_key = o.cluster_key;
   node.host = !o.node_host.empty() ? o.node_host : (o.cluster_key.empty() ? "127.0.0.1" : "0.0.0.0");
   node.node_port = o.node_port >= 0 ? o.node_port : (o.server.port == 0 ? 0 : o.server.port + 1);
@@ -93,17 +184,18 @@ int serve(const ServeOptions& o) {
   server.startup_wait = node.startup_wait;
   node.engine = o.engine;
   node.test_link_delay = std::chrono::milliseconds(o.test_link_delay_ms);
-  // The time of day (UTC, to the millisecond) on every line, so that the logs of several
-  // nodes tell what happened when (a loss, a placement, a load) and how long it took.
-  node.log = [id = node.node_id](const std::string& line) {
-    const auto now = std::chrono::system_clock::now();
-    const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
-    const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
-    std::tm utc{};
-    gmtime_r(&seconds, &utc);
-    std::fprintf(stderr, "strata[%s] %02d:%02d:%02d.%03d: %s\n", id.c_str(), utc.tm_hour, utc.tm_min, utc.tm_sec,
-                 static_cast<int>(millis), line.c_str());
-  };
+
+  // Without a file, a node that joins others takes their model and fetches its layers' weights.
+  std::shared_ptr<const gguf::File> file;
+  if (o.model.empty() && (!o.peers.empty() || (!o.cluster_key.empty() && !o.no_discovery))) {
+    node.partial = model_from_peers(o, node);
+    node.on_transfer = [console](const cluster::TransferStats::Snapshot& s) { console->progress(s); };
+    node.test_fetch_delay = std::chrono::milliseconds(o.test_fetch_delay_ms);
+    file = node.partial->file();
+  } else {
+    file = gguf::File::open(model_path_or_demo(o.model));
+  }
+  const std::unique_ptr<tokenizer::Tokenizer> tokenizer = tokenizer::Tokenizer::from_gguf(*file);
   const tokenizer::Tokenizer* tok = tokenizer.get();
   cluster::ClusterNode cluster_node(file, [tok](engine::Token t) { return tok->is_end_of_generation(t); }, node);
 
@@ -125,8 +217,9 @@ void add_serve_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible API, alone or as one node of a cluster");
   cmd->add_option("-m,--model", o->model,
-                  "GGUF model file, or OWNER/REPO[:FILE] on Hugging Face "
-                  "(default: the generated demo model)");
+                  "GGUF model file, or OWNER/REPO[:FILE] on Hugging Face (default: with --peers or a cluster "
+                  "key, the cluster's model, its layers' weights fetched from peers; alone, the generated demo "
+                  "model)");
   cmd->add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o->server.port, "Port (0: any free port)")->capture_default_str();
   cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (also from STRATA_API_KEY)");
@@ -163,6 +256,11 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--startup-wait", o->startup_wait_seconds,
                   "Seconds a request waits for the cluster to form before a 503")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--cache-dir", o->cache_dir,
+                  "Where weights fetched from peers are kept (default: $STRATA_CACHE, $XDG_CACHE_HOME/strata or "
+                  "~/.cache/strata)");
+  cmd->add_option("--test-fetch-delay-ms", o->test_fetch_delay_ms, "Tests only: pause after every chunk of weights fetched")
+      ->check(CLI::NonNegativeNumber)->group("");
   cmd->add_option("--test-link-delay-ms", o->test_link_delay_ms, "Tests only: delay added to every stage call")
       ->check(CLI::NonNegativeNumber)->group("");
   cmd->callback([&action, o] { action = [o] { return serve(*o); }; });

@@ -189,9 +189,10 @@ Verdict judge_announcement(std::string_view datagram, std::string_view source_ho
     verdict.kind = Verdict::Kind::Incompatible;
     verdict.why = "speaks protocol " + std::to_string(a.protocol_version) + ", this node " +
                   std::to_string(self.protocol_version);
-  } else if (a.model_hash != self.model_hash) {
+  } else if (!self.model_hash.empty() && a.model_hash != self.model_hash) {
     verdict.kind = Verdict::Kind::Incompatible;
-    verdict.why = "runs another model (hash " + a.model_hash.substr(0, 12) + ")";
+    verdict.why = a.model_hash.empty() ? "has no model yet (it takes the model of a node it finds)"
+                                       : "runs another model (hash " + a.model_hash.substr(0, 12) + ")";
   } else {
     verdict.kind = Verdict::Kind::Found;
     verdict.address = a.host + ":" + std::to_string(a.node_port);

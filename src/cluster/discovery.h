@@ -38,7 +38,7 @@ struct Announcement {
   std::string node_id;
   std::string host;  // the IPv4 address it is sent from
   int node_port = 0;
-  std::string model_hash;
+  std::string model_hash;  // empty: a node without a model yet, which finds nodes of any model
   uint32_t protocol_version = 0;
 };
 

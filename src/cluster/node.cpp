@@ -14,6 +14,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <stop_token>
 #include <thread>
 
 #include "cluster/node_resources.h"
@@ -131,7 +132,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     self_.set_api_address(options_.api_address);
     self_.set_model_hash(model_hash(*file_));
     self_.set_protocol_version(rpc::kProtocolVersion);
-    self_.set_model_name(fs::path(file_->path()).stem().string());
+    self_.set_model_name(options_.partial ? options_.partial->manifest().model_name()
+                                          : fs::path(file_->path()).stem().string());
     self_.set_memory_bytes(options_.memory_limit > 0 ? options_.memory_limit : detect_usable_memory());
     self_.set_weight_bytes_per_second(measure_weight_speed(options_.engine.threads));
     self_.set_state("starting");
@@ -160,6 +162,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       if (stopping_) return;
       stopping_ = true;
     }
+    stop_fetch_ = true;
     changed_.notify_all();
     discovery_.reset();  // its callback takes the lock: never reset it while holding the lock
     if (gossip_.joinable()) gossip_.join();
@@ -302,6 +305,39 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     return scheduler_;
   }
 
+  // NodeHandler: weights for nodes that have no file.
+  std::optional<rpc::ModelManifestReply> manifest(const std::string& model_hash, std::string& why) override {
+    if (!model_hash.empty() && model_hash != self_.model_hash()) {
+      why = "node " + options_.node_id + " runs another model (" + self_.model_hash().substr(0, 12) + ")";
+      return std::nullopt;
+    }
+    if (options_.partial) return options_.partial->manifest();
+    // Hashed on the first request only: nodes that are never asked never read their whole file.
+    std::lock_guard lock(manifest_mutex_);
+    if (!manifest_) {
+      log("hashing the model's tensors for a node that fetches them");
+      manifest_ = make_manifest(*file_, self_.model_hash(), options_.engine.threads);
+    }
+    return manifest_;
+  }
+
+  std::optional<rpc::TensorBytes> tensor(const rpc::FetchTensorRequest& request, std::string& why) override {
+    if (request.model_hash() != self_.model_hash()) {
+      why = "node " + options_.node_id + " runs another model (" + self_.model_hash().substr(0, 12) + ")";
+      return std::nullopt;
+    }
+    if (request.tensor() >= file_->tensors().size()) {
+      why = "the model has no tensor " + std::to_string(request.tensor());
+      return std::nullopt;
+    }
+    const gguf::TensorInfo& t = file_->tensors()[request.tensor()];
+    if (options_.partial && !options_.partial->holds(request.tensor())) {
+      why = "node " + options_.node_id + " does not hold tensor " + t.name;
+      return std::nullopt;
+    }
+    return rpc::TensorBytes{file_, {file_->tensor_data(t), t.size_bytes}};
+  }
+
   std::pair<int, std::string> health() const {
     std::lock_guard lock(mutex_);
     if (serving()) {
@@ -309,6 +345,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
     json body{{"status", loading_ ? "loading" : "waiting"}, {"waiting_for", waiting_for()}};
     if (loading_) body["progress"] = load_progress_.load();
+    if (options_.partial) body["transfer"] = transfer_json(weights_info());
     return {503, body.dump()};
   }
 
@@ -334,7 +371,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
              {"state", info.state()},
              {"ready_epoch", info.ready_epoch()},
              {"held_sequences", info.held_sequences()},
-             {"load_progress", info.load_progress()}};
+             {"load_progress", info.load_progress()},
+             {"weights", weights_json(info.weights())}};
       if (peer != nullptr) {
         n["alive"] = alive(*peer);
         n["last_seen_seconds"] = peer->seen ? seconds_since(peer->last_seen) : -1.0;
@@ -431,6 +469,128 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (options_.log) options_.log(line);
   }
 
+  // What this node holds of the weights, and its fetch's progress.
+  rpc::Weights weights_info() const {
+    rpc::Weights weights;
+    if (options_.partial) {
+      weights = options_.partial->held();
+    } else {
+      weights.set_whole_file(true);
+    }
+    const TransferStats::Snapshot s = transfer_.snapshot();
+    weights.set_fetching(s.fetching);
+    weights.set_received_bytes(s.received_bytes);
+    weights.set_fetch_received_bytes(s.fetch_received_bytes);
+    weights.set_wanted_bytes(s.wanted_bytes);
+    weights.set_held_at_start_bytes(s.held_at_start_bytes);
+    weights.set_bytes_per_second(s.bytes_per_second);
+    weights.set_eta_seconds(s.eta_seconds);
+    return weights;
+  }
+
+  static json transfer_json(const rpc::Weights& w) {
+    return {{"fetching", w.fetching()},
+            {"received_bytes", w.received_bytes()},
+            {"fetch_received_bytes", w.fetch_received_bytes()},
+            {"wanted_bytes", w.wanted_bytes()},
+            {"held_at_start_bytes", w.held_at_start_bytes()},
+            {"bytes_per_second", w.bytes_per_second()},
+            {"eta_seconds", w.eta_seconds()}};
+  }
+
+  static json weights_json(const rpc::Weights& w) {
+    json j = transfer_json(w);
+    j["whole_file"] = w.whole_file();
+    if (!w.whole_file()) {
+      j["layer_bytes"] = std::vector<uint64_t>(w.layer_bytes().begin(), w.layer_bytes().end());
+      j["embedding"] = w.embedding();
+      j["head"] = w.head();
+    }
+    return j;
+  }
+
+  // Whether a peer that says `w` about itself holds tensor `index` whole and verified.
+  bool peer_holds(const rpc::Weights& w, size_t index) const {
+    if (w.whole_file()) return true;
+    const gguf::TensorInfo& t = file_->tensors()[index];
+    const int layer = layer_of_tensor(t.name, config_.layer_count);
+    if (layer >= 0) {
+      return layer < w.layer_bytes_size() &&
+             w.layer_bytes(layer) == footprint_.layer_weight_bytes[static_cast<size_t>(layer)];
+    }
+    if (t.name == "token_embd.weight") return w.embedding();
+    if (t.name == "output.weight" || t.name == "output_norm.weight") return w.head();
+    return false;
+  }
+
+  // The live peers of this model that hold tensor `index`, in id order.
+  std::vector<std::shared_ptr<TensorSource>> sources_for(size_t index) {
+    std::lock_guard lock(mutex_);
+    std::vector<std::shared_ptr<TensorSource>> sources;
+    for (const auto& [id, peer] : peers_) {
+      if (!alive(peer) || !compatible(peer) || !peer_holds(peer.info.weights(), index)) continue;
+      const std::string& address = peer.info.node_address();
+      auto& source = sources_[address];
+      if (!source) {
+        source = peer_source(address, rpc::make_bulk_channel(address), self_.model_hash(), options_.node_id, key_);
+      }
+      sources.push_back(source);
+    }
+    return sources;
+  }
+
+  // Loader thread, before loading `range` from a partial model: fetches its tensors the node
+  // lacks. Throws std::runtime_error when they cannot be had.
+  void fetch_layers(model::LayerRange range) {
+    const std::vector<size_t> needed = tensors_for(*file_, range);
+    uint64_t wanted = 0, held = 0;
+    for (size_t t : needed) (options_.partial->holds(t) ? held : wanted) += file_->tensors()[t].size_bytes;
+    if (wanted == 0) return;
+    log("fetching " + describe(wanted) + " of weights for layers [" + std::to_string(range.first) + ", " +
+        std::to_string(range.last) + ") from peers (" + describe(held) + " of them held already)");
+    transfer_.begin(wanted, held);
+    std::jthread reporter;
+    if (options_.on_transfer) {
+      reporter = std::jthread([this](std::stop_token stop) {
+        std::mutex m;
+        std::condition_variable_any tick;
+        std::unique_lock lock(m);
+        while (!stop.stop_requested()) {
+          options_.on_transfer(transfer_.snapshot());
+          tick.wait_for(lock, stop, std::chrono::milliseconds(200), [] { return false; });
+        }
+      });
+    }
+    // A new placement that moves this node's layers stops the fetch: the tensors verified so far
+    // stay, and the loader starts over for the new range.
+    const auto moved = [this, range] {
+      std::lock_guard lock(mutex_);
+      const auto& stages = placement_.stages();
+      return std::none_of(stages.begin(), stages.end(), [&](const rpc::Stage& s) {
+        return s.node_id() == options_.node_id && s.first_layer() == range.first && s.last_layer() == range.last;
+      });
+    };
+    const FetchOptions fetch{options_.fetch_streams, 3, options_.test_fetch_delay,
+                             [this, moved] { return stop_fetch_.load() || moved(); },
+                             [this](const std::string& line) { log(line); }};
+    std::string error;
+    try {
+      fetch_tensors(*options_.partial, needed, [this](size_t t) { return sources_for(t); }, fetch, transfer_);
+    } catch (const std::exception& e) {
+      error = !stop_fetch_ && moved() ? "a new placement moved this node's layers; the fetch stopped" : e.what();
+    }
+    transfer_.end();
+    if (reporter.joinable()) {
+      reporter.request_stop();
+      reporter.join();
+      options_.on_transfer(transfer_.snapshot());
+    }
+    if (!error.empty()) throw std::runtime_error(error);
+    const TransferStats::Snapshot s = transfer_.snapshot();
+    log("fetched " + describe(s.fetch_received_bytes) + " of weights at " +
+        describe(static_cast<uint64_t>(s.bytes_per_second)) + "/s");
+  }
+
   void start_discovery() {
     if (!options_.discovery) return;
     if (!key_->enabled()) {
@@ -469,7 +629,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     info.set_leaving(leaving_);
     info.set_held_sequences(stage_ ? stage_->stage->sequence_count() : 0);
     info.set_load_progress(loading_ ? load_progress_.load() : (stage_ ? 1.0 : 0.0));
+    *info.mutable_weights() = weights_info();
     info.set_state(scheduling() ? "serving"
+                   : info.weights().fetching()                          ? "fetching"
                    : loading_                                           ? "loading"
                    : stage_                                             ? "ready"
                    : placement_.stages_size() > 0                       ? "idle"
@@ -720,7 +882,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       last_members_ = now;
       members_changed_at_ = Clock::now();
     }
-    if (now == placed_members_ && placement_.leader_id() == options_.node_id) return;
+    if (now == placed_members_ && placement_.leader_id() == options_.node_id && !stage_moved()) return;
     // Nodes that join may come in a group, so the leader waits for them to settle; nodes that
     // left are gone, and the requests they carried wait for a new placement.
     std::vector<std::string> before = placed_members_;
@@ -733,8 +895,13 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
     std::vector<NodeCapacity> nodes;
     for (const std::string& id : now) {
-      const rpc::NodeInfo info = id == options_.node_id ? self_ : peers_.at(id).info;
-      nodes.push_back({id, info.memory_bytes(), info.weight_bytes_per_second()});
+      const rpc::NodeInfo info = id == options_.node_id ? self_info() : peers_.at(id).info;
+      const rpc::Weights& w = info.weights();
+      // A node that says nothing of its weights (an older version) has its own file.
+      const Holdings held = !info.has_weights() || w.whole_file()
+                                ? Holdings{}
+                                : Holdings{false, {w.layer_bytes().begin(), w.layer_bytes().end()}, w.embedding(), w.head()};
+      nodes.push_back({id, info.memory_bytes(), info.weight_bytes_per_second(), held});
     }
     const uint64_t kv_tokens = static_cast<uint64_t>(options_.engine.context_size) *
                                static_cast<uint64_t>(std::max(1, options_.engine.max_parallel));
@@ -763,8 +930,11 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       next.set_reason(p.reason);
     } catch (const std::exception& e) {
       if (!options_.fixed_stages.empty() && dynamic_cast<const DoesNotFit*>(&e) == nullptr) {
-        // A hand-made placement may name nodes that have not joined yet: wait for them.
+        // A hand-made placement may name nodes that have not joined yet: wait for them. These
+        // members are seen, so that a node of the placement that left and comes back (a new
+        // process, holding no sequences) gets a new epoch.
         if (waiting_logged_.insert(e.what()).second) log(std::string("the fixed placement waits: ") + e.what());
+        placed_members_ = now;
         return;
       }
       next.set_error(std::string("the model does not fit this cluster: ") + e.what());
@@ -774,6 +944,15 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     act_now_ = true;  // tell the members now
     log("placement " + std::to_string(next.epoch()) + " over " + std::to_string(now.size()) + " node(s): " +
         stages_text(next) + (next.reason().empty() ? "" : "\n  " + next.reason()));
+  }
+
+  // A node of the placement that answers at another address now: it restarted (on another
+  // port) faster than it could be seen leaving, and the placement must name it anew.
+  bool stage_moved() const {
+    return std::any_of(placement_.stages().begin(), placement_.stages().end(), [&](const rpc::Stage& s) {
+      const auto found = peers_.find(s.node_id());
+      return found != peers_.end() && alive(found->second) && found->second.info.node_address() != s.node_address();
+    });
   }
 
   uint64_t max_epoch() const {
@@ -818,6 +997,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       std::shared_ptr<model::Model> model;
       std::string error;
       try {
+        if (options_.partial) fetch_layers(range);
         model = model::Model::load(file_, range, [this](double share) { load_progress_ = share; }, previous.get());
         previous.reset();
       } catch (const std::exception& e) {
@@ -829,10 +1009,12 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         if (model) {
           model_ = std::move(model);
           log("loaded layers [" + std::to_string(range.first) + ", " + std::to_string(range.last) + ")");
-        } else {
+        } else if (error != last_load_error_) {
+          // The next gossip round tries again: the same failure is said once.
           log("loading layers failed: " + error);
         }
         act_now_ = true;  // serve, and tell the leader, without waiting for the next round
+        last_load_error_ = model ? std::string() : error;
       }
       changed_.notify_all();
     });
@@ -962,7 +1144,13 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   bool leaving_ = false;  // draining: the next placement leaves this node out
   bool loading_ = false;
   std::atomic<double> load_progress_{0.0};  // of the layers being loaded
+  std::string last_load_error_;
   std::thread loader_;
+  TransferStats transfer_;
+  std::atomic<bool> stop_fetch_{false};
+  std::map<std::string, std::shared_ptr<TensorSource>> sources_;  // by address
+  std::mutex manifest_mutex_;  // not mutex_: hashing a large file must not stop gossip
+  std::optional<rpc::ModelManifestReply> manifest_;
   std::shared_ptr<engine::Engine> scheduler_;
   uint64_t scheduler_epoch_ = 0;
   std::vector<std::string> scheduled_nodes_;  // the scheduler's pipeline, in order

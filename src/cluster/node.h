@@ -15,6 +15,7 @@
 
 #include "cluster/discovery.h"
 #include "cluster/placement.h"
+#include "cluster/weights.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 
@@ -36,6 +37,13 @@ struct NodeOptions {
   std::chrono::milliseconds startup_wait{60'000};
   engine::EngineOptions engine;
   std::chrono::milliseconds test_link_delay{0};  // tests only: latency added to every stage call
+  // Set when the node has no model file of its own: the node's file is this partial model's,
+  // and the tensors of the layers placed on it are fetched from peers before they load.
+  std::shared_ptr<PartialModel> partial;
+  int fetch_streams = 4;  // tensors fetched at once
+  std::chrono::milliseconds test_fetch_delay{0};  // tests only: a pause after every chunk fetched
+  // A few times a second while tensors are fetched, and once when the fetch ends.
+  std::function<void(const TransferStats::Snapshot&)> on_transfer;
   std::function<void(const std::string&)> log;  // one line per event (joins, placements, refusals)
 };
 

@@ -87,20 +87,67 @@ double stage_seconds(const NodeCapacity& node, const Layers& layers, int first, 
   return static_cast<double>(layers.streamed_bytes(first, last)) / node.weight_bytes_per_second;
 }
 
-// A candidate split's merit, lower is better: `total` is summed over stages (and skipped
-// nodes), `worst` is the largest single stage's share. Compared lexicographically, `total`
-// with a relative tolerance so that rounding noise never decides between equal splits.
-struct Score {
-  double total = 0.0;
-  double worst = 0.0;
-  Score plus(Score stage) const { return {total + stage.total, std::max(worst, stage.worst)}; }
+// Bytes of weights each node lacks, per layer and for the embedding and head, with prefix sums
+// so that any stage's fetch costs O(1).
+class Fetches {
+ public:
+  Fetches(const std::vector<NodeCapacity>& nodes, const ModelFootprint& model) : model_(model) {
+    for (const NodeCapacity& node : nodes) {
+      const Holdings& held = node.held;
+      std::vector<uint64_t> prefix{0};
+      for (int layer = 0; layer < model.layer_count; ++layer) {
+        const uint64_t size = model.layer_weight_bytes[static_cast<size_t>(layer)];
+        const uint64_t have = held.everything ? size
+                              : static_cast<size_t>(layer) < held.layer_bytes.size()
+                                  ? std::min(size, held.layer_bytes[static_cast<size_t>(layer)])
+                                  : 0;
+        prefix.push_back(saturating_add(prefix.back(), size - have));
+      }
+      prefix_.push_back(std::move(prefix));
+      lacks_embedding_.push_back(!held.everything && !held.embedding);
+      lacks_head_.push_back(!held.everything && !held.head);
+      any_ = any_ || prefix_.back().back() > 0 || lacks_embedding_.back() || lacks_head_.back();
+    }
+  }
+
+  // Whether some node lacks something.
+  bool any() const { return any_; }
+
+  uint64_t bytes(size_t node, int first, int last) const {
+    const std::vector<uint64_t>& prefix = prefix_[node];
+    uint64_t bytes = prefix[static_cast<size_t>(last)] - prefix[static_cast<size_t>(first)];
+    if (first == 0 && lacks_embedding_[node]) bytes = saturating_add(bytes, model_.embedding_bytes);
+    if (last == model_.layer_count && lacks_head_[node]) bytes = saturating_add(bytes, model_.head_bytes);
+    return bytes;
+  }
+
+ private:
+  const ModelFootprint& model_;
+  std::vector<std::vector<uint64_t>> prefix_;  // per node: missing bytes of layers [0, i)
+  std::vector<bool> lacks_embedding_;
+  std::vector<bool> lacks_head_;
+  bool any_ = false;
 };
 
+// A candidate split's merit, lower is better: `total` and `then` are summed over stages (and
+// skipped nodes), `worst` is the largest single stage's share. Compared lexicographically,
+// the sums with a relative tolerance so that rounding noise never decides between equal splits.
+struct Score {
+  double total = 0.0;
+  double then = 0.0;
+  double worst = 0.0;
+  Score plus(Score stage) const { return {total + stage.total, then + stage.then, std::max(worst, stage.worst)}; }
+};
+
+// a < b beyond rounding noise.
+bool less(double a, double b) { return a < b - 1e-9 * std::max({std::abs(a), std::abs(b), 1e-12}); }
+
 bool better(const Score& a, const Score& b) {
-  const double tolerance = 1e-9 * std::max({std::abs(a.total), std::abs(b.total), 1e-12});
-  if (a.total < b.total - tolerance) return true;
-  if (a.total > b.total + tolerance) return false;
-  return a.worst < b.worst - 1e-9 * std::max({std::abs(a.worst), std::abs(b.worst), 1e-12});
+  if (less(a.total, b.total)) return true;
+  if (less(b.total, a.total)) return false;
+  if (less(a.then, b.then)) return true;
+  if (less(b.then, a.then)) return false;
+  return less(a.worst, b.worst);
 }
 
 struct PlannedStage {
@@ -267,19 +314,23 @@ std::string too_small(const Layers& layers) {
 
 // The placement's reason: the strategy and prediction, then a line per node.
 std::string explain(const Split& split, const std::vector<NodeCapacity>& nodes, const Layers& layers,
-                    const PlacementRequest& request, double predicted) {
+                    const Fetches& fetches, const PlacementRequest& request, double predicted,
+                    const std::string& note) {
   std::string reason = std::string(request.strategy == Strategy::Speed
                                        ? "speed strategy (fastest pipeline for one stream)"
                                        : "memory strategy (layers in proportion to usable memory)") +
                        ": " + std::to_string(split.stages.size()) + " of " + std::to_string(nodes.size()) +
                        " nodes, predicted " + milliseconds(predicted) + " per token with " +
-                       milliseconds(request.hop_seconds) + " per hop";
+                       milliseconds(request.hop_seconds) + " per hop" + note;
   std::set<size_t> used;
   for (const PlannedStage& s : split.stages) {
     used.insert(s.node);
     reason += "\n  " + nodes[s.node].id + ": layers " + std::to_string(s.first) + ".." + std::to_string(s.last - 1) +
               ", " + describe(layers.memory_bytes(s.first, s.last)) + " of " + describe(nodes[s.node].memory_bytes) +
               " usable, " + milliseconds(stage_seconds(nodes[s.node], layers, s.first, s.last)) + " per token";
+    if (const uint64_t fetch = fetches.bytes(s.node, s.first, s.last); fetch > 0) {
+      reason += ", " + describe(fetch) + " to fetch from peers";
+    }
   }
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (used.contains(i)) continue;
@@ -295,14 +346,29 @@ std::string explain(const Split& split, const std::vector<NodeCapacity>& nodes, 
   return reason;
 }
 
-void check_hop(double hop_seconds) {
-  if (!std::isfinite(hop_seconds) || hop_seconds < 0.0) {
+void check_request(const PlacementRequest& request) {
+  if (!std::isfinite(request.hop_seconds) || request.hop_seconds < 0.0) {
     throw std::invalid_argument("the hop cost must be a non-negative number of seconds, not " +
-                                std::to_string(hop_seconds));
+                                std::to_string(request.hop_seconds));
+  }
+  if (!std::isfinite(request.keep_tolerance) || request.keep_tolerance < 0.0) {
+    throw std::invalid_argument("the keep tolerance must be a non-negative share, not " +
+                                std::to_string(request.keep_tolerance));
   }
 }
 
 }  // namespace
+
+int layer_of_tensor(std::string_view name, int layer_count) {
+  if (!name.starts_with("blk.")) return -1;
+  int layer = -1;
+  const auto [end, error] = std::from_chars(name.data() + 4, name.data() + name.size(), layer);
+  if (error != std::errc{} || end == name.data() + name.size() || *end != '.' || layer < 0 || layer >= layer_count) {
+    throw std::runtime_error("tensor '" + std::string(name) + "' names no layer of the model's " +
+                             std::to_string(layer_count));
+  }
+  return layer;
+}
 
 ModelFootprint footprint_of(const gguf::File& file) {
   const model::Config config = model::Config::from_gguf(file);
@@ -315,14 +381,7 @@ ModelFootprint footprint_of(const gguf::File& file) {
   const gguf::TensorInfo* output = nullptr;
   const gguf::TensorInfo* embedding = nullptr;
   for (const gguf::TensorInfo& t : file.tensors()) {
-    if (t.name.starts_with("blk.")) {
-      int layer = -1;
-      const char* digits = t.name.data() + 4;
-      const auto [end, error] = std::from_chars(digits, t.name.data() + t.name.size(), layer);
-      if (error != std::errc{} || *end != '.' || layer < 0 || layer >= config.layer_count) {
-        throw std::runtime_error("tensor '" + t.name + "' names no layer of the model's " +
-                                 std::to_string(config.layer_count));
-      }
+    if (const int layer = layer_of_tensor(t.name, config.layer_count); layer >= 0) {
       footprint.layer_weight_bytes[static_cast<size_t>(layer)] += t.size_bytes;
     } else if (t.name == "token_embd.weight") {
       embedding = &t;
@@ -346,7 +405,7 @@ ModelFootprint footprint_of(const gguf::File& file) {
 
 Placement place_layers(std::span<const NodeCapacity> input_nodes, const ModelFootprint& model,
                        const PlacementRequest& request) {
-  check_hop(request.hop_seconds);
+  check_request(request);
   const std::vector<NodeCapacity> nodes = sorted_nodes(input_nodes);
   const Layers layers(model, request.kv_tokens);
   const int layer_count = layers.count();
@@ -360,17 +419,45 @@ Placement place_layers(std::span<const NodeCapacity> input_nodes, const ModelFoo
     }
   }
 
+  const Fetches fetches(nodes, model);
+  const auto fetch = [&](size_t node, int first, int last) {
+    return static_cast<double>(fetches.bytes(node, first, last));
+  };
   std::optional<Split> split;
+  std::string kept;  // why a slower placement that keeps more weights won, if one did
   if (!candidates.empty() && request.strategy == Strategy::Speed) {
     // Time per token of one stream: each stage streams its weights at its node's speed, and
-    // every stage after the first waits one hop. Equal times go to the faster slowest stage.
+    // every stage after the first waits one hop. Equal times go to the fewest bytes to fetch,
+    // then to the faster slowest stage.
+    const auto seconds = [&](size_t node, int first, int last) {
+      return stage_seconds(nodes[node], layers, first, last) + (first > 0 ? request.hop_seconds : 0.0);
+    };
     split = best_split_over_orders(
         candidates, nodes, layers,
         [&](size_t node, int first, int last) {
-          const double seconds = stage_seconds(nodes[node], layers, first, last);
-          return Score{seconds + (first > 0 ? request.hop_seconds : 0.0), seconds};
+          return Score{seconds(node, first, last), fetch(node, first, last), stage_seconds(nodes[node], layers, first, last)};
         },
         [](size_t) { return Score{}; });
+    // The fewest bytes to fetch, then the fastest: taken when it is nearly as fast. (Moving
+    // the weights costs minutes; a few percent per token is what measured speeds vary by.)
+    if (split && fetches.any() && split->score.then > 0) {
+      std::optional<Split> keeping = best_split_over_orders(
+          candidates, nodes, layers,
+          [&](size_t node, int first, int last) {
+            return Score{fetch(node, first, last), seconds(node, first, last), stage_seconds(nodes[node], layers, first, last)};
+          },
+          [](size_t) { return Score{}; });
+      if (keeping && less(keeping->score.total, split->score.then) &&
+          keeping->score.then <= split->score.total * (1.0 + request.keep_tolerance)) {
+        char text[160];
+        std::snprintf(text, sizeof text, "; it keeps the weights nodes hold: %s to fetch instead of %s, %.1f%% slower",
+                      describe(static_cast<uint64_t>(keeping->score.total)).c_str(),
+                      describe(static_cast<uint64_t>(split->score.then)).c_str(),
+                      100.0 * (keeping->score.then / split->score.total - 1.0));
+        kept = text;
+        split = std::move(keeping);
+      }
+    }
   } else if (!candidates.empty()) {
     // Repair of the proportional counts: the split that obeys the memory rule with the least
     // total deviation from them (then the least deviation of any one node). Leaving a node
@@ -381,17 +468,20 @@ Placement place_layers(std::span<const NodeCapacity> input_nodes, const ModelFoo
         candidates, nodes, layers,
         [&](size_t node, int first, int last) {
           const double deviation = std::abs(last - first - target[node]);
-          return Score{deviation, deviation};
+          return Score{deviation, fetch(node, first, last), deviation};
         },
-        [&](size_t) { return Score{leave_out_penalty, 0.0}; });
+        [&](size_t) { return Score{leave_out_penalty, 0.0, 0.0}; });
   }
 
   if (!split) throw_does_not_fit(nodes, layers, request.kv_tokens, usable);
 
   Placement placement;
   placement.predicted_seconds_per_token = predicted_seconds(split->stages, nodes, layers, request.hop_seconds);
-  for (const PlannedStage& s : split->stages) placement.stages.push_back({nodes[s.node].id, s.first, s.last});
-  placement.reason = explain(*split, nodes, layers, request, placement.predicted_seconds_per_token);
+  for (const PlannedStage& s : split->stages) {
+    placement.stages.push_back({nodes[s.node].id, s.first, s.last});
+    placement.fetch_bytes += fetches.bytes(s.node, s.first, s.last);
+  }
+  placement.reason = explain(*split, nodes, layers, fetches, request, placement.predicted_seconds_per_token, kept);
   return placement;
 }
 

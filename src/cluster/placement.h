@@ -7,17 +7,28 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gguf/gguf.h"
 
 namespace strata::cluster {
 
+// What a node holds of the model's weights: all of them (its own file) unless it says
+// otherwise (a node that fetched some from its peers).
+struct Holdings {
+  bool everything = true;
+  std::vector<uint64_t> layer_bytes;  // otherwise: per layer, bytes of its tensors held
+  bool embedding = false;
+  bool head = false;
+};
+
 // What a node offers, as it reports it (see node_resources.h).
 struct NodeCapacity {
   std::string id;
   uint64_t memory_bytes = 0;             // usable for weights and KV cache
   double weight_bytes_per_second = 0.0;  // quantized weights streamed through a mat-vec
+  Holdings held;
 };
 
 // What a model needs, per part that a stage may hold.
@@ -28,6 +39,10 @@ struct ModelFootprint {
   uint64_t head_bytes = 0;                   // output norm and matrix: last stage only
   uint64_t kv_bytes_per_layer_per_token = 0;
 };
+
+// The layer a tensor belongs to by its name (blk.N.*), or -1 for a tensor of no layer. Throws
+// std::runtime_error for a blk. name that names no layer of `layer_count`.
+int layer_of_tensor(std::string_view name, int layer_count);
 
 // Sizes from the file's tensor table (blk.N.* per layer; a head tied to token_embd still costs
 // its bytes on the last stage). Throws std::runtime_error for a file that is not a model.
@@ -44,11 +59,17 @@ enum class Strategy {
 };
 
 inline constexpr double kDefaultHopSeconds = 0.0003;
+inline constexpr double kDefaultKeepTolerance = 0.05;
 
+// Either strategy prefers nodes to keep the weights they hold: among equal placements, the one
+// that leaves the fewest bytes to fetch; and with Speed, the placement that leaves the fewest
+// bytes to fetch (then the fastest such) when it is predicted at most `keep_tolerance` slower
+// than the fastest.
 struct PlacementRequest {
   uint64_t kv_tokens = 0;  // KV positions reserved per layer: ctx_size × parallel
   Strategy strategy = Strategy::Speed;
   double hop_seconds = kDefaultHopSeconds;  // added per hand-over between stages
+  double keep_tolerance = kDefaultKeepTolerance;
 };
 
 struct Stage {
@@ -63,6 +84,7 @@ struct Placement {
   std::vector<Stage> stages;  // pipeline order, contiguous, covering [0, layer_count)
   std::string reason;         // for people: per node memory used/usable and time per token
   double predicted_seconds_per_token = 0.0;
+  uint64_t fetch_bytes = 0;  // weights the nodes must fetch, not holding them
 };
 
 // The model cannot be placed on the nodes: missing_bytes() more usable memory would be needed

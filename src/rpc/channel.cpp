@@ -11,9 +11,7 @@ constexpr int kKeepaliveMs = 1000;
 constexpr int kWindowBytes = 16 << 20;
 constexpr int kKeepaliveTimeoutMs = 2000;
 
-}  // namespace
-
-std::shared_ptr<grpc::Channel> make_channel(const std::string& address) {
+grpc::ChannelArguments channel_arguments() {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -25,6 +23,19 @@ std::shared_ptr<grpc::Channel> make_channel(const std::string& address) {
   // A peer that comes back is tried again soon, not after gRPC's default back-off of minutes.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  return args;
+}
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> make_channel(const std::string& address) {
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), channel_arguments());
+}
+
+std::shared_ptr<grpc::Channel> make_bulk_channel(const std::string& address) {
+  grpc::ChannelArguments args = channel_arguments();
+  // Channels with equal arguments share connections through gRPC's global pool.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 

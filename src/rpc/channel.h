@@ -10,6 +10,9 @@
 namespace strata::rpc {
 
 std::shared_ptr<grpc::Channel> make_channel(const std::string& address);
+// A channel with a connection of its own, for bulk transfers (weights) that must not queue
+// the pipeline's activations behind them.
+std::shared_ptr<grpc::Channel> make_bulk_channel(const std::string& address);
 void configure_server(grpc::ServerBuilder& builder);
 
 }  // namespace strata::rpc

@@ -45,4 +45,17 @@ std::string malformed(const LayerKv& kv) {
   return {};
 }
 
+std::string malformed(const ModelManifestReply& manifest) {
+  if (manifest.header().size() < 24) return "the manifest's header is shorter than a GGUF header";
+  if (manifest.file_size() < manifest.header().size()) return "the manifest's file is smaller than its header";
+  if (manifest.model_hash().size() != 64 ||
+      manifest.model_hash().find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return "the manifest's model hash is not 64 lowercase hex digits";
+  }
+  for (const std::string& hash : manifest.tensor_sha256()) {
+    if (hash.size() != 32) return "a tensor hash of the manifest is not 32 bytes";
+  }
+  return {};
+}
+
 }  // namespace strata::rpc

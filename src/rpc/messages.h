@@ -15,4 +15,9 @@ std::string malformed(const ForwardRequest& request);
 // that are not whole rows of the same size), or empty.
 std::string malformed(const LayerKv& kv);
 
+// Why a model manifest cannot describe a GGUF file (no header, a file smaller than its header,
+// a hash that is not 64 hex digits, tensor hashes that are not 32 bytes), or empty. Whether the
+// header parses, and holds as many tensors as hashes, is the GGUF reader's to say.
+std::string malformed(const ModelManifestReply& manifest);
+
 }  // namespace strata::rpc

@@ -1,5 +1,6 @@
 #include "rpc/node_service.h"
 
+#include <algorithm>
 #include <bit>
 #include <condition_variable>
 #include <cstring>
@@ -182,6 +183,33 @@ class NodeServer::Service final : public Node::Service {
       for (const GenerateEvent& event : batch) writable = writable && writer->Write(event);
       if (done) return grpc::Status::OK;
     }
+  }
+
+  grpc::Status ModelManifest(grpc::ServerContext* context, const ModelManifestRequest* request,
+                             ModelManifestReply* reply) override {
+    if (auto refused = check(*context, "ModelManifest")) return *refused;
+    std::string why;
+    std::optional<ModelManifestReply> manifest = handler_.manifest(request->model_hash(), why);
+    if (!manifest) return {grpc::StatusCode::NOT_FOUND, why};
+    *reply = std::move(*manifest);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status FetchTensor(grpc::ServerContext* context, const FetchTensorRequest* request,
+                           grpc::ServerWriter<TensorChunk>* writer) override {
+    if (auto refused = check(*context, "FetchTensor")) return *refused;
+    std::string why;
+    const std::optional<TensorBytes> tensor = handler_.tensor(*request, why);
+    if (!tensor) return {grpc::StatusCode::NOT_FOUND, why};
+    TensorChunk chunk;
+    for (uint64_t offset = 0; offset < tensor->bytes.size(); offset += kTensorChunkBytes) {
+      if (context->IsCancelled()) return grpc::Status::CANCELLED;
+      const uint64_t length = std::min<uint64_t>(kTensorChunkBytes, tensor->bytes.size() - offset);
+      chunk.set_offset(offset);
+      chunk.set_data(tensor->bytes.data() + offset, length);
+      if (!writer->Write(chunk)) return grpc::Status::CANCELLED;
+    }
+    return grpc::Status::OK;
   }
 
  private:

@@ -1,10 +1,13 @@
 // The gRPC service every node runs on its node port: membership (Hello), its pipeline stage
-// (Forward, Release) and, on the leader, the scheduler that runs requests entering at other
-// nodes (Generate). Every call must pass the cluster key's check; refused calls are logged.
+// (Forward, Release), on the leader, the scheduler that runs requests entering at other
+// nodes (Generate), and the model's weights for nodes that have no file (ModelManifest,
+// FetchTensor). Every call must pass the cluster key's check; refused calls are logged.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 
 #include "engine/generator.h"
@@ -17,6 +20,16 @@ namespace strata::rpc {
 
 inline constexpr uint32_t kProtocolVersion = 1;
 
+// FetchTensor sends a tensor in chunks of this size: large enough that per-message costs
+// vanish at 10 Gbit/s, small enough to keep memory flat and progress visible.
+inline constexpr uint64_t kTensorChunkBytes = 1 << 20;
+
+// A tensor's bytes, valid while `owner` lives.
+struct TensorBytes {
+  std::shared_ptr<const void> owner;
+  std::span<const uint8_t> bytes;
+};
+
 // What the service asks of the node behind it.
 class NodeHandler {
  public:
@@ -27,6 +40,11 @@ class NodeHandler {
   virtual std::shared_ptr<engine::Stage> stage(uint64_t epoch, std::string& why) = 0;
   // The scheduler for requests from other nodes (this node leads), or null with `why`.
   virtual std::shared_ptr<engine::Generator> scheduler(std::string& why) = 0;
+  // The description of the model this node runs, when it is `model_hash` (or that is empty);
+  // otherwise nullopt with `why`.
+  virtual std::optional<ModelManifestReply> manifest(const std::string& model_hash, std::string& why) = 0;
+  // A tensor this node holds whole and verified, or nullopt with `why`.
+  virtual std::optional<TensorBytes> tensor(const FetchTensorRequest& request, std::string& why) = 0;
 };
 
 class NodeServer {

@@ -33,11 +33,12 @@ def check(condition, message):
 
 
 class Node:
-    def __init__(self, node_id, *extra):
+    def __init__(self, node_id, *extra, model=MODEL):
+        """Without a model (None), the node takes its peers' model and fetches its weights."""
         self.id = node_id
         self.log = tempfile.NamedTemporaryFile(prefix=f"strata-{node_id}-", suffix=".log", delete=False)
-        args = [STRATA, "serve", "-m", MODEL, "--port", "0", "--node-id", node_id, "-t", "1",
-                "--parallel", "8", "--startup-wait", "20"] + list(extra)
+        args = ([STRATA, "serve"] + (["-m", model] if model else []) +
+                ["--port", "0", "--node-id", node_id, "-t", "1", "--parallel", "8", "--startup-wait", "20"] + list(extra))
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self.log)
         self.port = self.node_port = None
         deadline = time.time() + 20

@@ -100,6 +100,19 @@ TEST_F(DiscoveryTest, AnotherModelOrProtocolIsIncompatible) {
   EXPECT_NE(protocol.why.find("protocol 2"), std::string::npos) << protocol.why;
 }
 
+TEST_F(DiscoveryTest, ANodeWithoutAModelFindsAnyModelAndIsNotPlacedWithOne) {
+  Announcement modelless = sender_;
+  modelless.model_hash.clear();
+  const Verdict seen = judge(signed_by(modelless, key_));
+  EXPECT_EQ(seen.kind, Verdict::Kind::Incompatible);
+  EXPECT_NE(seen.why.find("no model yet"), std::string::npos) << seen.why;
+
+  receiver_.model_hash.clear();
+  Announcement other_model = sender_;
+  other_model.model_hash = "def456";
+  EXPECT_EQ(judge(signed_by(other_model, key_)).kind, Verdict::Kind::Found);
+}
+
 TEST_F(DiscoveryTest, MalformedDatagramsAreRefused) {
   for (const std::string datagram : {"", "{", "[]", "42", "{\"mac\": 3}", "\xff\xfe", "{\"mac\": \"00\"}"}) {
     EXPECT_EQ(judge(datagram).kind, Verdict::Kind::Refused) << datagram;

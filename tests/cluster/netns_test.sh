@@ -2,7 +2,8 @@
 # Three `strata serve` nodes in network namespaces joined by a bridge, with a cluster key and
 # no --peers, find each other by multicast discovery, place the model over all three and answer
 # greedy completions exactly as one node alone; a fourth node with another key is refused and
-# stays out. Everything runs in namespaces this test creates (the bridge too): no traffic
+# stays out; a fifth without a model file finds them too, takes their model and fetches the
+# weights of the layers placed on it. Everything runs in namespaces this test creates (the bridge too): no traffic
 # reaches any other address. Needs root; prints SKIP and exits 0 only when network namespaces
 # cannot be created at all.
 #
@@ -85,9 +86,14 @@ set +e
 
 # start_node NAMESPACE NODE_ID ARGS...: strata serve on port 8080 there, log in $WORK/NODE_ID.log
 start_node() {
+  start_node_without_model "$@" -m "$MODEL"
+}
+
+# The same without a model file: the node takes the cluster's.
+start_node_without_model() {
   local ns=$1 id=$2
   shift 2
-  ip netns exec "$ns" "$STRATA" serve -m "$MODEL" --node-id "$id" --port 8080 -t 1 --startup-wait 20 "$@" \
+  ip netns exec "$ns" "$STRATA" serve --node-id "$id" --port 8080 -t 1 --startup-wait 20 "$@" \
     >"$WORK/$id.log" 2>&1 &
   PIDS+=($!)
 }
@@ -186,6 +192,23 @@ else
 fi
 cluster_has "$PREFIX-n1" 3 3 && pass "the keyed cluster still has 3 members and 3 stages" ||
   fail "the keyed cluster changed"
+
+# A node without a model file and without --peers finds the cluster by discovery, takes its
+# model and fetches the weights of its layers.
+add_lan_node_namespace 5 || { echo "FAIL cannot build the test network"; exit 1; }
+start_node_without_model "$PREFIX-n5" ns5 --host 0.0.0.0 --cluster-key "$KEY" --placement memory \
+  --test-link-delay-ms 2 --cache-dir "$WORK/cache-ns5"
+joined() { healthy "$PREFIX-n5" && cluster_has "$PREFIX-n1" 4 4; }
+if wait_until 40 joined; then
+  pass "a node without a model file joined by discovery: 4 members, 4 stages"
+  text=$(completion_text "$PREFIX-n5")
+  [ -n "${EXPECTED:-}" ] && [ "$text" = "$EXPECTED" ] && pass "node ns5 answers as the node alone" ||
+    fail "node ns5 answers '$text', the node alone '${EXPECTED:-}'"
+  grep -q "fetched .* of weights" "$WORK/ns5.log" && pass "node ns5 fetched its layers' weights" ||
+    fail "node ns5 did not say it fetched weights"
+else
+  fail "the node without a model file did not join"
+fi
 
 if [ $FAILED != 0 ]; then
   show_logs

@@ -327,6 +327,78 @@ TEST(Placement, SixteenNodesAndTwoHundredLayersArePlacedQuickly) {
   EXPECT_LT(seconds, 10.0);
 }
 
+// What a node that fetched layers [first, last) holds: the embedding and head where they border.
+Holdings holding(const ModelFootprint& m, int first, int last) {
+  Holdings held{false, std::vector<uint64_t>(static_cast<size_t>(m.layer_count), 0), first == 0 && last > 0,
+                last == m.layer_count && first < last};
+  for (int layer = first; layer < last; ++layer) {
+    held.layer_bytes[static_cast<size_t>(layer)] = m.layer_weight_bytes[static_cast<size_t>(layer)];
+  }
+  return held;
+}
+
+std::vector<Stage> sorted_stages(std::vector<Stage> stages) {
+  std::sort(stages.begin(), stages.end(), [](const Stage& a, const Stage& b) { return a.node_id < b.node_id; });
+  return stages;
+}
+
+TEST(Placement, ANodeIsGivenTheLayersItHoldsAgain) {
+  // Neither node holds the model alone, and either order is as fast and as well balanced: the
+  // node that fetched the first half (and the embedding) before is given it again.
+  const ModelFootprint m = uniform_model(10, 100 * kMiB, 10 * kMiB, 10 * kMiB, 0);
+  for (Strategy strategy : {Strategy::Memory, Strategy::Speed}) {
+    const std::vector<NodeCapacity> nodes = {{"a", 700 * kMiB, 10e9}, {"b", 700 * kMiB, 10e9, holding(m, 0, 5)}};
+    const Placement p = place_layers(nodes, m, {0, strategy});
+    expect_valid(p, nodes, m, 0);
+    EXPECT_EQ(p.stages, (std::vector<Stage>{{"b", 0, 5}, {"a", 5, 10}})) << p.reason;
+    EXPECT_EQ(p.fetch_bytes, 0u);
+    // Without what b holds, the id order wins the tie.
+    const std::vector<NodeCapacity> fresh = {{"a", 700 * kMiB, 10e9}, {"b", 700 * kMiB, 10e9}};
+    EXPECT_EQ(place_layers(fresh, m, {0, strategy}).stages, (std::vector<Stage>{{"a", 0, 5}, {"b", 5, 10}}));
+  }
+}
+
+TEST(Placement, AfterANodesLossTheSurvivorsKeepTheirLayersWhenThatCostsLittleSpeed) {
+  // a held layers 0..9, b 10..19 (lost), c 20..29; each survivor holds at most 22 layers. The
+  // fastest split gives the faster c 22 layers (12 to fetch); keeping every held layer
+  // fetches only b's 10, for 1.3% more time per token.
+  const ModelFootprint m = uniform_model(30, 100 * kMiB, 10 * kMiB, 10 * kMiB, 0);
+  const std::vector<NodeCapacity> nodes = {{"a", 2250 * kMiB, 10e9, holding(m, 0, 10)},
+                                           {"c", 2250 * kMiB, 12e9, holding(m, 20, 30)}};
+  const Placement kept = place_layers(nodes, m, {0, Strategy::Speed});
+  expect_valid(kept, nodes, m, 0);
+  EXPECT_EQ(kept.stages, (std::vector<Stage>{{"a", 0, 10}, {"c", 10, 30}})) << kept.reason;
+  EXPECT_EQ(kept.fetch_bytes, 10 * 100 * kMiB);
+  EXPECT_NE(kept.reason.find("keeps the weights nodes hold"), std::string::npos) << kept.reason;
+  EXPECT_NEAR(kept.predicted_seconds_per_token, pipeline_seconds(kept.stages, nodes, m, kDefaultHopSeconds), 1e-12);
+
+  PlacementRequest fastest{0, Strategy::Speed};
+  fastest.keep_tolerance = 0.01;
+  const Placement p = place_layers(nodes, m, fastest);
+  EXPECT_EQ(p.stages, (std::vector<Stage>{{"a", 0, 8}, {"c", 8, 30}})) << p.reason;
+  EXPECT_EQ(p.fetch_bytes, 12 * 100 * kMiB);
+  EXPECT_LT(p.predicted_seconds_per_token, kept.predicted_seconds_per_token);
+}
+
+TEST(Placement, SpeedMovesTheModelWhenKeepingItIsMuchSlower) {
+  // The slow node holds every layer; the fast one has just joined with nothing.
+  const ModelFootprint m = uniform_model(10, 100 * kMiB, 10 * kMiB, 10 * kMiB, 0);
+  const std::vector<NodeCapacity> nodes = {{"fast", 4 * kGiB, 40e9, holding(m, 0, 0)},
+                                           {"slow", 4 * kGiB, 10e9, holding(m, 0, 10)}};
+  const Placement p = place_layers(nodes, m, {0, Strategy::Speed});
+  EXPECT_EQ(sorted_stages(p.stages), (std::vector<Stage>{{"fast", 0, 10}}));
+  EXPECT_EQ(p.fetch_bytes, 10 * 100 * kMiB + 20 * kMiB);
+  EXPECT_NE(p.reason.find("to fetch from peers"), std::string::npos) << p.reason;
+}
+
+TEST(Placement, HoldingsFromThePeerAreNeverTrustedBeyondTheModel) {
+  // More bytes than a layer has, or more layers than the model: counted as the layer at most.
+  const ModelFootprint m = uniform_model(4, 100, 10, 10, 0);
+  const std::vector<NodeCapacity> nodes = {{"a", 1000, 1e9, Holdings{false, {500, 100, 100, 100, 100, 100}, false, false}}};
+  const Placement p = place_layers(nodes, m, {0, Strategy::Speed});
+  EXPECT_EQ(p.fetch_bytes, 20u);
+}
+
 TEST(Placement, RejectsUnusableInput) {
   const ModelFootprint m = uniform_model(4, 100, 0, 0, 0);
   const std::vector<NodeCapacity> twice = {{"a", 1000, 1e9}, {"a", 1000, 1e9}};

@@ -36,9 +36,27 @@ class OneStageNode final : public NodeHandler {
     why = "not the leader";
     return nullptr;
   }
+  std::optional<ModelManifestReply> manifest(const std::string&, std::string& why) override {
+    why = "no model here";
+    return std::nullopt;
+  }
+  // Tensor 0: two and a half chunks of counting bytes; no other.
+  std::optional<TensorBytes> tensor(const FetchTensorRequest& request, std::string& why) override {
+    if (request.tensor() != 0) {
+      why = "no such tensor";
+      return std::nullopt;
+    }
+    return TensorBytes{nullptr, tensor_};
+  }
   size_t held() const { return stage_->sequence_count(); }
+  const std::vector<uint8_t>& tensor_bytes() const { return tensor_; }
 
  private:
+  std::vector<uint8_t> tensor_ = [] {
+    std::vector<uint8_t> bytes(kTensorChunkBytes * 5 / 2);
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7 + i / 251);
+    return bytes;
+  }();
   tensor::ThreadPool pool_;
   std::shared_ptr<engine::LocalStage> stage_;
 };
@@ -134,6 +152,39 @@ TEST_F(NodeServiceTest, OneStreamCarriesBatchAfterBatch) {
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
   EXPECT_EQ(node_.held(), 3u);
+}
+
+TEST_F(NodeServiceTest, StreamsATensorInChunksInOrder) {
+  grpc::ClientContext context;
+  key_.sign(context, "client", "FetchTensor");
+  FetchTensorRequest request;
+  request.set_tensor(0);
+  auto reader = stub_->FetchTensor(&context, request);
+  std::vector<uint8_t> received;
+  TensorChunk chunk;
+  int chunks = 0;
+  while (reader->Read(&chunk)) {
+    EXPECT_EQ(chunk.offset(), received.size());
+    received.insert(received.end(), chunk.data().begin(), chunk.data().end());
+    ++chunks;
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(chunks, 3);
+  EXPECT_EQ(received, node_.tensor_bytes());
+}
+
+TEST_F(NodeServiceTest, RefusesATensorItLacksOrAnUnsignedFetch) {
+  for (const auto& [index, key, code] : {std::tuple{1u, &key_, grpc::StatusCode::NOT_FOUND},
+                                         std::tuple{0u, static_cast<ClusterKey*>(nullptr), grpc::StatusCode::UNAUTHENTICATED}}) {
+    grpc::ClientContext context;
+    if (key != nullptr) key->sign(context, "client", "FetchTensor");
+    FetchTensorRequest request;
+    request.set_tensor(index);
+    auto reader = stub_->FetchTensor(&context, request);
+    TensorChunk chunk;
+    EXPECT_FALSE(reader->Read(&chunk));
+    EXPECT_EQ(reader->Finish().error_code(), code);
+  }
 }
 
 TEST_F(NodeServiceTest, RefusesAnotherEpoch) {

@@ -1,0 +1,514 @@
+#include "cluster/weights.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <openssl/sha.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "cluster/placement.h"
+#include "rpc/auth.h"
+#include "rpc/channel.h"
+#include "rpc/messages.h"
+#include "node.grpc.pb.h"
+
+namespace strata::cluster {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kVerifiedFile = "verified";
+
+// The file is named after the model, as the API names a model by its file, but only with
+// characters that cannot leave the directory: the name comes from a peer.
+std::string model_file_name(const rpc::ModelManifestReply& manifest) {
+  std::string name = manifest.model_name().substr(0, 128);
+  const bool safe = !name.empty() && name[0] != '.' && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
+  });
+  return (safe ? name : "model") + ".gguf";
+}
+
+std::string hex(const Sha256& digest) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (uint8_t b : digest) {
+    out += kDigits[b >> 4];
+    out += kDigits[b & 15];
+  }
+  return out;
+}
+
+std::string hex(std::string_view bytes) {
+  Sha256 digest{};
+  std::memcpy(digest.data(), bytes.data(), std::min(bytes.size(), digest.size()));
+  return hex(digest);
+}
+
+[[noreturn]] void fail_io(const std::string& what, const std::string& path) {
+  throw std::runtime_error("cannot " + what + " " + path + ": " + std::strerror(errno));
+}
+
+void write_all(int fd, const uint8_t* data, uint64_t size, uint64_t offset, const std::string& path) {
+  while (size > 0) {
+    const ssize_t n = ::pwrite(fd, data, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail_io("write", path);
+    data += n;
+    size -= static_cast<uint64_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The model's directory written anew: a file of the manifest's size holding its header, and
+// no tensor verified. Written beside and renamed, so that a crash leaves either no file or
+// a whole one.
+void create_model_file(const fs::path& dir, const rpc::ModelManifestReply& manifest) {
+  const fs::path path = dir / model_file_name(manifest);
+  const fs::path partial = path.string() + ".partial";
+  const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail_io("create", partial.string());
+  const auto& header = manifest.header();
+  try {
+    write_all(fd, reinterpret_cast<const uint8_t*>(header.data()), header.size(), 0, partial.string());
+    // The tensor data is a hole until tensors come: the file takes the disk space of what it holds.
+    if (::ftruncate(fd, static_cast<off_t>(manifest.file_size())) != 0) fail_io("size", partial.string());
+    if (::fsync(fd) != 0) fail_io("sync", partial.string());
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  fs::remove(dir / kVerifiedFile);
+  fs::rename(partial, path);
+}
+
+bool holds_header(const fs::path& path, const rpc::ModelManifestReply& manifest) {
+  std::error_code error;
+  if (fs::file_size(path, error) != manifest.file_size() || error) return false;
+  std::ifstream in(path, std::ios::binary);
+  std::string header(manifest.header().size(), '\0');
+  in.read(header.data(), static_cast<std::streamsize>(header.size()));
+  return in && header == manifest.header();
+}
+
+}  // namespace
+
+std::vector<Sha256> hash_tensors(const gguf::File& file, int threads) {
+  const std::vector<gguf::TensorInfo>& tensors = file.tensors();
+  std::vector<Sha256> hashes(tensors.size());
+  std::atomic<size_t> next{0};
+  const auto work = [&] {
+    for (size_t i = next++; i < tensors.size(); i = next++) {
+      SHA256(file.tensor_data(tensors[i]), tensors[i].size_bytes, hashes[i].data());
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < std::min<int>(threads, static_cast<int>(tensors.size())); ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  return hashes;
+}
+
+rpc::ModelManifestReply make_manifest(const gguf::File& file, const std::string& model_hash, int threads) {
+  rpc::ModelManifestReply manifest;
+  manifest.set_model_hash(model_hash);
+  manifest.set_model_name(fs::path(file.path()).stem().string());
+  manifest.set_header(file.header_bytes().data(), file.header_bytes().size());
+  manifest.set_file_size(file.file_size());
+  for (const Sha256& hash : hash_tensors(file, threads)) manifest.add_tensor_sha256(hash.data(), hash.size());
+  return manifest;
+}
+
+std::vector<size_t> tensors_for(const gguf::File& file, model::LayerRange range) {
+  const model::Config config = model::Config::from_gguf(file);
+  const bool tied_head = file.find_tensor("output.weight") == nullptr;
+  std::vector<size_t> needed;
+  for (size_t i = 0; i < file.tensors().size(); ++i) {
+    const std::string& name = file.tensors()[i].name;
+    const int layer = layer_of_tensor(name, config.layer_count);
+    bool wanted = true;  // a tensor of no layer nor head (rope_freqs): every range reads it
+    if (layer >= 0) {
+      wanted = layer >= range.first && layer < range.last;
+    } else if (name == "token_embd.weight") {
+      wanted = range.has_embedding() || (range.has_head(config) && tied_head);
+    } else if (name == "output.weight" || name == "output_norm.weight") {
+      wanted = range.has_head(config);
+    }
+    if (wanted) needed.push_back(i);
+  }
+  return needed;
+}
+
+std::vector<bool> parse_verified(std::string_view text, const rpc::ModelManifestReply& manifest) {
+  std::vector<bool> held(static_cast<size_t>(manifest.tensor_sha256_size()), false);
+  size_t begin = 0;
+  while (true) {
+    const size_t end = text.find('\n', begin);
+    if (end == std::string_view::npos) break;  // no newline: cut short, or nothing left
+    const std::string_view line = text.substr(begin, end - begin);
+    begin = end + 1;
+    const size_t space = line.find(' ');
+    if (space == std::string_view::npos) continue;
+    size_t index = 0;
+    const auto [digits_end, error] = std::from_chars(line.data(), line.data() + space, index);
+    if (error != std::errc{} || digits_end != line.data() + space || index >= held.size()) continue;
+    if (line.substr(space + 1) == hex(manifest.tensor_sha256(static_cast<int>(index)))) held[index] = true;
+  }
+  return held;
+}
+
+std::shared_ptr<PartialModel> PartialModel::open(const std::string& cache_dir, rpc::ModelManifestReply manifest) {
+  if (const std::string why = rpc::malformed(manifest); !why.empty()) throw std::runtime_error(why);
+  const auto& header = manifest.header();
+  if (rpc::sha256_hex({reinterpret_cast<const uint8_t*>(header.data()), header.size()}) != manifest.model_hash()) {
+    throw std::runtime_error("the manifest's header does not have the model's hash " + manifest.model_hash());
+  }
+  const fs::path dir = fs::path(cache_dir) / "models" / manifest.model_hash();
+  fs::create_directories(dir);
+  const fs::path path = dir / model_file_name(manifest);
+  if (!holds_header(path, manifest)) create_model_file(dir, manifest);
+
+  std::shared_ptr<PartialModel> model(new PartialModel());
+  model->dir_ = dir.string();
+  model->path_ = path.string();
+  model->file_ = gguf::File::open(path.string());
+  const gguf::File& file = *model->file_;
+  if (file.header_bytes().size() != header.size() ||
+      file.tensors().size() != static_cast<size_t>(manifest.tensor_sha256_size())) {
+    throw std::runtime_error("the manifest's header and tensor hashes do not describe one file (" +
+                             std::to_string(file.tensors().size()) + " tensors, " +
+                             std::to_string(manifest.tensor_sha256_size()) + " hashes)");
+  }
+  model->held_ = parse_verified(read_text(dir / kVerifiedFile), manifest);
+  model->manifest_ = std::move(manifest);
+  // The list is written anew with the lines that count, so that appending never continues a
+  // line a crash cut short.
+  const fs::path verified = dir / kVerifiedFile;
+  const fs::path fresh = dir / (std::string(kVerifiedFile) + ".partial");
+  {
+    std::ofstream out(fresh, std::ios::binary | std::ios::trunc);
+    for (size_t i = 0; i < model->held_.size(); ++i) {
+      if (model->held_[i]) out << i << ' ' << hex(model->manifest_.tensor_sha256(static_cast<int>(i))) << '\n';
+    }
+    if (!(out << std::flush)) throw std::runtime_error("cannot write " + fresh.string());
+  }
+  fs::rename(fresh, verified);
+  model->fd_ = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (model->fd_ < 0) fail_io("open", path.string());
+  model->verified_fd_ = ::open(verified.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (model->verified_fd_ < 0) fail_io("open", verified.string());
+  return model;
+}
+
+PartialModel::~PartialModel() {
+  if (fd_ >= 0) ::close(fd_);
+  if (verified_fd_ >= 0) ::close(verified_fd_);
+}
+
+bool PartialModel::holds(size_t tensor) const {
+  std::lock_guard lock(mutex_);
+  return tensor < held_.size() && held_[tensor];
+}
+
+bool PartialModel::complete() const {
+  std::lock_guard lock(mutex_);
+  return std::all_of(held_.begin(), held_.end(), [](bool h) { return h; });
+}
+
+rpc::Weights PartialModel::held() const {
+  const int layer_count = model::Config::from_gguf(*file_).layer_count;
+  rpc::Weights weights;
+  std::vector<uint64_t> layers(static_cast<size_t>(layer_count), 0);
+  bool embedding = false, output = false, output_norm = false;
+  const bool tied_head = file_->find_tensor("output.weight") == nullptr;
+  std::lock_guard lock(mutex_);
+  for (size_t i = 0; i < held_.size(); ++i) {
+    if (!held_[i]) continue;
+    const gguf::TensorInfo& t = file_->tensors()[i];
+    if (const int layer = layer_of_tensor(t.name, layer_count); layer >= 0) {
+      layers[static_cast<size_t>(layer)] += t.size_bytes;
+    } else if (t.name == "token_embd.weight") {
+      embedding = true;
+    } else if (t.name == "output.weight") {
+      output = true;
+    } else if (t.name == "output_norm.weight") {
+      output_norm = true;
+    }
+  }
+  weights.set_whole_file(std::all_of(held_.begin(), held_.end(), [](bool h) { return h; }));
+  for (uint64_t bytes : layers) weights.add_layer_bytes(bytes);
+  weights.set_embedding(embedding);
+  weights.set_head(output_norm && (tied_head ? embedding : output));
+  return weights;
+}
+
+PartialModel::Writer::Writer(PartialModel& model, size_t tensor)
+    : model_(model), tensor_(tensor), hash_(EVP_MD_CTX_new(), [](void* c) { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(c)); }) {
+  if (tensor >= model.held_.size()) throw std::runtime_error("no tensor " + std::to_string(tensor) + " in the model");
+  if (!hash_ || EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(hash_.get()), EVP_sha256(), nullptr) != 1) {
+    throw std::runtime_error("cannot start a SHA-256");
+  }
+}
+
+void PartialModel::Writer::write(uint64_t offset, std::span<const uint8_t> bytes) {
+  const gguf::TensorInfo& t = model_.file_->tensors()[tensor_];
+  if (offset != written_ || bytes.size() > t.size_bytes - written_) {
+    throw std::runtime_error("tensor " + t.name + ": bytes at " + std::to_string(offset) + " (+" +
+                             std::to_string(bytes.size()) + ") do not follow the " + std::to_string(written_) +
+                             " written, within its " + std::to_string(t.size_bytes));
+  }
+  const uint64_t at = model_.file_->header_bytes().size() + t.offset + offset;
+  write_all(model_.fd_, bytes.data(), bytes.size(), at, model_.path_);
+  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(hash_.get()), bytes.data(), bytes.size());
+  written_ += bytes.size();
+}
+
+void PartialModel::Writer::commit() {
+  const gguf::TensorInfo& t = model_.file_->tensors()[tensor_];
+  if (written_ != t.size_bytes) {
+    throw std::runtime_error("tensor " + t.name + ": " + std::to_string(written_) + " of its " +
+                             std::to_string(t.size_bytes) + " bytes came");
+  }
+  Sha256 digest{};
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(hash_.get()), digest.data(), &length);
+  const std::string& expected = model_.manifest_.tensor_sha256(static_cast<int>(tensor_));
+  if (std::memcmp(digest.data(), expected.data(), digest.size()) != 0) {
+    throw std::runtime_error("tensor " + t.name + ": its bytes do not match the manifest's SHA-256");
+  }
+  if (::fdatasync(model_.fd_) != 0) fail_io("sync", model_.path_);
+  const std::string line = std::to_string(tensor_) + " " + hex(digest) + "\n";
+  std::lock_guard lock(model_.mutex_);
+  // One write of a short line to a file opened for appending: lines of concurrent writers
+  // never interleave.
+  if (::write(model_.verified_fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+    fail_io("append to", model_.dir_ + "/" + kVerifiedFile);
+  }
+  model_.held_[tensor_] = true;
+}
+
+void TransferStats::begin(uint64_t wanted, uint64_t held) {
+  std::lock_guard lock(mutex_);
+  fetching_ = true;
+  fetch_received_ = 0;
+  wanted_ = wanted;
+  held_at_start_ = held;
+  began_ = std::chrono::steady_clock::now();
+}
+
+void TransferStats::add(uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  received_ += bytes;
+  fetch_received_ += bytes;
+}
+
+void TransferStats::end() {
+  std::lock_guard lock(mutex_);
+  fetching_ = false;
+  ended_ = std::chrono::steady_clock::now();
+}
+
+TransferStats::Snapshot TransferStats::snapshot() const {
+  std::lock_guard lock(mutex_);
+  Snapshot s{fetching_, received_, fetch_received_, wanted_, held_at_start_, 0.0, 0.0};
+  const auto until = fetching_ ? std::chrono::steady_clock::now() : ended_;
+  const double seconds = std::chrono::duration<double>(until - began_).count();
+  if (seconds > 0 && fetch_received_ > 0) s.bytes_per_second = static_cast<double>(fetch_received_) / seconds;
+  if (fetching_ && s.bytes_per_second > 0 && wanted_ > fetch_received_) {
+    s.eta_seconds = static_cast<double>(wanted_ - fetch_received_) / s.bytes_per_second;
+  }
+  return s;
+}
+
+void fetch_tensors(PartialModel& model, std::span<const size_t> tensors, const SourcesFor& sources,
+                   const FetchOptions& options, TransferStats& stats) {
+  std::vector<size_t> missing;
+  for (size_t t : tensors) {
+    if (!model.holds(t)) missing.push_back(t);
+  }
+  const auto stopped = [&] { return options.stop && options.stop(); };
+  std::atomic<size_t> next{0};
+  std::mutex failure_mutex;
+  std::string failure;
+  std::atomic<bool> failed{false};
+  const auto fail = [&](const std::string& why) {
+    std::lock_guard lock(failure_mutex);
+    if (failure.empty()) failure = why;
+    failed = true;
+  };
+  const auto work = [&] {
+    for (size_t k = next++; k < missing.size() && !failed; k = next++) {
+      const size_t tensor = missing[k];
+      const std::string& name = model.file()->tensors()[tensor].name;
+      const std::vector<std::shared_ptr<TensorSource>> from = sources(tensor);
+      if (from.empty()) return fail("no peer holds tensor " + name);
+      bool done = false;
+      for (size_t attempt = 0; !done && attempt < from.size() * static_cast<size_t>(options.rounds); ++attempt) {
+        if (stopped()) return fail("the fetch was stopped");
+        TensorSource& source = *from[(k + attempt) % from.size()];
+        PartialModel::Writer writer = model.writer(tensor);
+        std::string why;
+        const auto chunk = [&](uint64_t offset, std::span<const uint8_t> bytes) {
+          stats.add(bytes.size());
+          try {
+            writer.write(offset, bytes);
+          } catch (const std::exception& e) {
+            why = e.what();
+            return false;
+          }
+          if (options.test_delay.count() > 0) std::this_thread::sleep_for(options.test_delay);
+          return !stopped();
+        };
+        const std::string fetch_error = source.fetch(static_cast<uint32_t>(tensor), chunk);
+        if (why.empty()) why = fetch_error;
+        if (why.empty()) {
+          try {
+            writer.commit();
+            done = true;
+          } catch (const std::exception& e) {
+            why = e.what();
+          }
+        }
+        if (!done && options.log && !stopped()) {
+          options.log("tensor " + name + " from " + source.name() + " failed (" + why + "); fetching it again");
+        }
+      }
+      if (!done) return fail("tensor " + name + " could not be fetched from any of " + std::to_string(from.size()) +
+                             " peer(s)");
+    }
+  };
+  std::vector<std::thread> workers;
+  const size_t streams = std::min<size_t>(static_cast<size_t>(std::max(1, options.streams)), missing.size());
+  for (size_t i = 1; i < streams; ++i) workers.emplace_back(work);
+  if (streams > 0) work();
+  for (std::thread& t : workers) t.join();
+  if (failed) throw std::runtime_error(failure);
+}
+
+namespace {
+
+class PeerSource final : public TensorSource {
+ public:
+  PeerSource(std::string address, std::shared_ptr<grpc::Channel> channel, std::string model_hash, std::string self_id,
+             std::shared_ptr<const rpc::ClusterKey> key)
+      : address_(std::move(address)),
+        stub_(rpc::Node::NewStub(std::move(channel))),
+        model_hash_(std::move(model_hash)),
+        self_id_(std::move(self_id)),
+        key_(std::move(key)) {}
+
+  std::string name() const override { return address_; }
+
+  std::string fetch(uint32_t tensor,
+                    const std::function<bool(uint64_t, std::span<const uint8_t>)>& chunk) override {
+    // No deadline: a tensor may take minutes on a slow link; the channel's keepalive ends the
+    // call within seconds when the peer stops answering.
+    grpc::ClientContext context;
+    key_->sign(context, self_id_, "FetchTensor");
+    rpc::FetchTensorRequest request;
+    request.set_model_hash(model_hash_);
+    request.set_tensor(tensor);
+    const std::unique_ptr<grpc::ClientReader<rpc::TensorChunk>> reader = stub_->FetchTensor(&context, request);
+    rpc::TensorChunk message;
+    while (reader->Read(&message)) {
+      const std::string& data = message.data();
+      if (!chunk(message.offset(), {reinterpret_cast<const uint8_t*>(data.data()), data.size()})) {
+        context.TryCancel();
+        while (reader->Read(&message)) {
+        }
+        reader->Finish();
+        return "stopped";
+      }
+    }
+    const grpc::Status status = reader->Finish();
+    return status.ok() ? std::string() : status.error_message();
+  }
+
+ private:
+  std::string address_;
+  std::unique_ptr<rpc::Node::Stub> stub_;
+  std::string model_hash_;
+  std::string self_id_;
+  std::shared_ptr<const rpc::ClusterKey> key_;
+};
+
+}  // namespace
+
+std::shared_ptr<TensorSource> peer_source(const std::string& address, std::shared_ptr<grpc::Channel> channel,
+                                          std::string model_hash, std::string self_id,
+                                          std::shared_ptr<const rpc::ClusterKey> key) {
+  return std::make_shared<PeerSource>(address, std::move(channel), std::move(model_hash), std::move(self_id),
+                                      std::move(key));
+}
+
+rpc::ModelManifestReply fetch_manifest(const std::function<std::vector<std::string>()>& addresses,
+                                       const std::string& self_id, const rpc::ClusterKey& key,
+                                       const std::function<void(const std::string&)>& log) {
+  // Hashing a large model's tensors takes its holder a while the first time.
+  constexpr auto kManifestDeadline = std::chrono::minutes(10);
+  constexpr auto kRetry = std::chrono::seconds(1);
+  constexpr int kLogEvery = 15;  // retries
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels;
+  for (int round = 0;; ++round) {
+    std::string problems;
+    const std::vector<std::string> list = addresses();
+    for (const std::string& address : list) {
+      auto& channel = channels[address];
+      if (!channel) channel = rpc::make_channel(address);
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + kManifestDeadline);
+      key.sign(context, self_id, "ModelManifest");
+      rpc::ModelManifestReply reply;
+      const grpc::Status status = rpc::Node::NewStub(channel)->ModelManifest(&context, {}, &reply);
+      if (status.ok()) {
+        if (const std::string why = rpc::malformed(reply); !why.empty()) {
+          problems += "; " + address + ": " + why;
+          continue;
+        }
+        log("node at " + address + " runs " + reply.model_name() + " (" + reply.model_hash().substr(0, 12) +
+            "): fetching the weights of this node's layers from the cluster");
+        return reply;
+      }
+      problems += "; " + address + ": " + status.error_message();
+    }
+    if (round % kLogEvery == 0) {
+      log(list.empty() ? "waiting for a node that has a model (none known yet)"
+                       : "waiting for a node that has a model" + problems);
+    }
+    std::this_thread::sleep_for(kRetry);
+  }
+}
+
+std::string resolve_cache_dir(const std::string& given) {
+  if (!given.empty()) return given;
+  if (const char* dir = std::getenv("STRATA_CACHE"); dir != nullptr && *dir != '\0') return dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return (fs::path(xdg) / "strata").string();
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return (fs::path(home) / ".cache" / "strata").string();
+  }
+  throw std::runtime_error("no --cache-dir, STRATA_CACHE, XDG_CACHE_HOME or HOME to keep fetched weights in");
+}
+
+}  // namespace strata::cluster

@@ -1,0 +1,175 @@
+// Weights from peers. A node started without a model file takes the model's description (its
+// manifest: the GGUF header and tensor table, and each tensor's SHA-256) from a peer that has
+// the file, and fetches from peers only the tensors its layers need. It keeps them in a partial
+// GGUF file in its cache directory: the whole header and tensor table, with holes where tensors
+// have not come, and a list of the tensors written whole and verified beside it, so that a node
+// stopped mid-way resumes where it was.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "model/config.h"
+#include "rpc/auth.h"
+#include "node.pb.h"
+
+namespace strata::cluster {
+
+using Sha256 = std::array<uint8_t, 32>;
+
+// SHA-256 of every tensor's bytes, in the file's table order, on `threads` threads. It reads
+// the whole file: about a second per GB and thread.
+std::vector<Sha256> hash_tensors(const gguf::File& file, int threads);
+
+// The manifest of a whole model file, hashing its tensors.
+rpc::ModelManifestReply make_manifest(const gguf::File& file, const std::string& model_hash, int threads);
+
+// The tensors `Model::load` reads for `range`, as indices into the file's table: the range's
+// layers, the embedding on the first range, the output norm and matrix (the embedding when
+// the head is tied) on the last, and every tensor that belongs to no layer (rope_freqs).
+std::vector<size_t> tensors_for(const gguf::File& file, model::LayerRange range);
+
+// Parses the list of verified tensors (one "INDEX SHA256HEX" line each). A line counts only
+// when it is whole (ends in a newline: a line cut short by a crash does not), names a tensor
+// of the table, and repeats the manifest's hash for it; others are ignored, and the tensors
+// they name fetched again.
+std::vector<bool> parse_verified(std::string_view text, const rpc::ModelManifestReply& manifest);
+
+// A model file in the cache directory (models/HASH/NAME.gguf), filled tensor by tensor. Thread-safe: tensors may be
+// written concurrently, each by one writer.
+class PartialModel {
+ public:
+  // Opens the model's directory under `cache_dir` (named by its hash), creating it from the
+  // manifest the first time. Throws std::runtime_error for a manifest that does not describe
+  // a GGUF file of its hash, or files that cannot be written.
+  static std::shared_ptr<PartialModel> open(const std::string& cache_dir, rpc::ModelManifestReply manifest);
+  ~PartialModel();
+  PartialModel(const PartialModel&) = delete;
+  PartialModel& operator=(const PartialModel&) = delete;
+
+  // Mapped read-only: tensors held read their bytes (the mapping shows what is written), the
+  // others zeros.
+  const std::shared_ptr<const gguf::File>& file() const { return file_; }
+  const rpc::ModelManifestReply& manifest() const { return manifest_; }
+  bool holds(size_t tensor) const;
+  bool complete() const;
+  // Per layer, the bytes of its tensors held; whether the embedding and the head are held.
+  rpc::Weights held() const;
+
+  // Receives one tensor's bytes in order. commit() checks that all came and match the
+  // manifest's hash, then records the tensor as held (after the bytes reach the disk, so that
+  // the record never claims bytes a crash lost); a tensor not committed stays missing.
+  class Writer {
+   public:
+    // Throws std::runtime_error for bytes out of order or past the tensor's end.
+    void write(uint64_t offset, std::span<const uint8_t> bytes);
+    // Throws std::runtime_error, naming the tensor, when bytes are missing or the hash differs.
+    void commit();
+
+   private:
+    friend class PartialModel;
+    Writer(PartialModel& model, size_t tensor);
+    PartialModel& model_;
+    size_t tensor_;
+    uint64_t written_ = 0;
+    std::shared_ptr<void> hash_;  // the running SHA-256 context
+  };
+  Writer writer(size_t tensor) { return Writer(*this, tensor); }
+
+ private:
+  PartialModel() = default;
+  std::string dir_;
+  std::string path_;  // of the model file
+  rpc::ModelManifestReply manifest_;
+  std::shared_ptr<const gguf::File> file_;
+  int fd_ = -1;           // model.gguf, for writing
+  int verified_fd_ = -1;  // the list of verified tensors, appended to
+  mutable std::mutex mutex_;
+  std::vector<bool> held_;
+};
+
+// Where a tensor can come from: a peer that holds it.
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  virtual std::string name() const = 0;
+  // Streams the tensor's bytes to `chunk` (offset within the tensor, bytes) in order until the
+  // end, or until `chunk` returns false. Returns why it failed, or empty.
+  virtual std::string fetch(uint32_t tensor,
+                            const std::function<bool(uint64_t offset, std::span<const uint8_t>)>& chunk) = 0;
+};
+
+// How a fetch goes, readable from any thread while it runs.
+class TransferStats {
+ public:
+  struct Snapshot {
+    bool fetching = false;
+    uint64_t received_bytes = 0;       // since the node started, every fetch
+    uint64_t fetch_received_bytes = 0;  // in the current (or last) fetch
+    uint64_t wanted_bytes = 0;          // what the current fetch lacked at its start
+    uint64_t held_at_start_bytes = 0;   // what it already held of its tensors
+    double bytes_per_second = 0.0;
+    double eta_seconds = 0.0;  // 0 when unknown or done
+  };
+  void begin(uint64_t wanted, uint64_t held);
+  void add(uint64_t bytes);
+  void end();
+  Snapshot snapshot() const;
+
+ private:
+  mutable std::mutex mutex_;
+  bool fetching_ = false;
+  uint64_t received_ = 0;
+  uint64_t fetch_received_ = 0;
+  uint64_t wanted_ = 0;
+  uint64_t held_at_start_ = 0;
+  std::chrono::steady_clock::time_point began_;
+  std::chrono::steady_clock::time_point ended_;
+};
+
+struct FetchOptions {
+  int streams = 4;  // tensors in flight at once
+  int rounds = 3;   // a tensor is tried this many times on each of its sources before giving up
+  std::chrono::milliseconds test_delay{0};  // tests only: a pause after every chunk
+  std::function<bool()> stop;               // true: give up at the next chunk
+  std::function<void(const std::string&)> log;
+};
+
+// For a tensor, the sources that hold it, in a fixed order.
+using SourcesFor = std::function<std::vector<std::shared_ptr<TensorSource>>(size_t tensor)>;
+
+// Fetches the `tensors` that `model` lacks, `options.streams` at once, the i-th of them from
+// its sources round-robin from the i-th, so that several peers send at the same time. A tensor
+// whose transfer fails or whose bytes do not match its hash is fetched again from its next
+// source. Throws std::runtime_error when a tensor has no source, fails every round, or the
+// fetch was stopped.
+void fetch_tensors(PartialModel& model, std::span<const size_t> tensors, const SourcesFor& sources,
+                   const FetchOptions& options, TransferStats& stats);
+
+// The node service at `address` as a source of the tensors of the model `model_hash`, called
+// as node `self_id` under `key`.
+std::shared_ptr<TensorSource> peer_source(const std::string& address, std::shared_ptr<grpc::Channel> channel,
+                                          std::string model_hash, std::string self_id,
+                                          std::shared_ptr<const rpc::ClusterKey> key);
+
+// Asks the nodes `addresses()` names, in turn, for the manifest of the model they run, every
+// second until one answers; `log` hears whom it waits for now and then.
+rpc::ModelManifestReply fetch_manifest(const std::function<std::vector<std::string>()>& addresses,
+                                       const std::string& self_id, const rpc::ClusterKey& key,
+                                       const std::function<void(const std::string&)>& log);
+
+// A directory for partial models: `given`, else $STRATA_CACHE, $XDG_CACHE_HOME/strata or
+// ~/.cache/strata.
+std::string resolve_cache_dir(const std::string& given);
+
+}  // namespace strata::cluster
