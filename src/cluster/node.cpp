@@ -800,10 +800,15 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         act_now_ = false;
         if (stopping_) return;
         drop_departed();
+        const uint64_t epoch = placement_.epoch();
         if (leader_id() == options_.node_id) place();
-        apply();
-        start_scheduler();
-        drop_previous_stage();
+        // A new placement goes out first (the next round, at once): loading layers here would
+        // take the cores its Hellos need.
+        if (placement_.epoch() == epoch) {
+          apply();
+          start_scheduler();
+          drop_previous_stage();
+        }
       }
       changed_.notify_all();
       std::unique_lock lock(mutex_);
