@@ -34,6 +34,7 @@ class Pipeline {
   Pipeline& operator=(const Pipeline&) = delete;
 
   int depth() const { return static_cast<int>(stages_.size()); }
+  const std::vector<std::shared_ptr<Stage>>& stages() const { return stages_; }
   void submit(uint64_t ticket, StageBatch batch);
   // Releases the sequences on every stage, after the work already queued there.
   void release(std::vector<SequenceId> ids);

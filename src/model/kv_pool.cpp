@@ -97,9 +97,8 @@ bool KvPool::same_ids(const Block& b, std::span<const Token> ids) const {
   return std::equal(ids.begin(), ids.end(), b.ids.begin(), b.ids.end());
 }
 
-int KvPool::match(std::span<const Token> tokens, int max_blocks, std::vector<int>& blocks,
-                  std::vector<Link>& links) {
-  const int full = std::min(max_blocks, static_cast<int>(tokens.size() / kKvBlock));
+int KvPool::match(std::span<const Token> tokens, std::vector<int>& blocks, std::vector<Link>& links) {
+  const int full = static_cast<int>(tokens.size() / kKvBlock);
   Link parent;
   int found = 0;
   for (; found < full; ++found) {

@@ -90,9 +90,9 @@ class KvPool {
   std::byte* data(int block);
   const std::byte* data(int block) const;
 
-  // Pins the longest run of leading full blocks of `tokens` (at most `max_blocks`) that the
-  // index holds and appends them and their links to `blocks` and `links`. Returns the count.
-  int match(std::span<const Token> tokens, int max_blocks, std::vector<int>& blocks, std::vector<Link>& links);
+  // Pins the longest run of leading full blocks of `tokens` that the index holds and appends
+  // them and their links to `blocks` and `links`. Returns the count.
+  int match(std::span<const Token> tokens, std::vector<int>& blocks, std::vector<Link>& links);
   // Enters `block`, pinned and now full of the keys and values of `ids` after the chain
   // `parent`, in the index. Returns the link that continues the chain: this block's, or that
   // of the block already indexed for the same ids and parent (this one then stays private).

@@ -11,5 +11,7 @@ namespace strata::rpc {
 // Why a batch cannot be run (no sequences, counts that do not add up, impossible positions or
 // capacities, too many rows), or empty when it is well-formed.
 std::string malformed(const ForwardRequest& request);
+// The same for a HoldPrefix call.
+std::string malformed(const HoldPrefixRequest& request);
 
 }  // namespace strata::rpc

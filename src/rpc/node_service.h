@@ -15,7 +15,7 @@
 
 namespace strata::rpc {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;
 
 // What the service asks of the node behind it.
 class NodeHandler {

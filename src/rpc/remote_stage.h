@@ -38,11 +38,15 @@ class RemoteStage final : public engine::Stage {
   // Not reentrant: one batch at a time, as a pipeline's stage worker sends them.
   std::vector<float> forward(const engine::StageBatch& batch) override;
   void release(std::span<const engine::SequenceId> ids) override;
+  // Unary calls beside the batch stream: safe while a batch is in flight.
+  int hold_prefix(engine::SequenceId id, int capacity, std::span<const engine::Token> tokens) override;
+  int kv_blocks() override;
 
  private:
   using Stream = grpc::ClientReaderWriter<ForwardRequest, ForwardReply>;
   // Ends the stream and says why it failed.
   [[noreturn]] void fail(const std::string& what);
+  HoldPrefixReply hold(engine::SequenceId id, int capacity, std::span<const engine::Token> tokens);
   void watch();
 
   std::string peer_id_;

@@ -35,7 +35,8 @@ struct Stages {
     for (size_t i = 0; i + 1 < cuts.size(); ++i) {
       pools.push_back(std::make_unique<tensor::ThreadPool>(1));
       local.push_back(std::make_shared<LocalStage>(
-          model::Model::load(file, model::LayerRange{cuts[i], cuts[i + 1]}), *pools.back()));
+          model::Model::load(file, model::LayerRange{cuts[i], cuts[i + 1]}), *pools.back(),
+          KvOptions{.blocks = 256}));
     }
   }
   std::vector<std::shared_ptr<Stage>> list() const { return {local.begin(), local.end()}; }
@@ -88,6 +89,10 @@ class FailingStage final : public Stage {
     return inner_->forward(batch);
   }
   void release(std::span<const SequenceId> ids) override { inner_->release(ids); }
+  int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) override {
+    return inner_->hold_prefix(id, capacity, tokens);
+  }
+  int kv_blocks() override { return inner_->kv_blocks(); }
 
  private:
   std::shared_ptr<LocalStage> inner_;
@@ -128,6 +133,10 @@ class VanishingStage final : public Stage {
     return inner_->forward(batch);
   }
   void release(std::span<const SequenceId> ids) override { inner_->release(ids); }
+  int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) override {
+    return inner_->hold_prefix(id, capacity, tokens);
+  }
+  int kv_blocks() override { return inner_->kv_blocks(); }
   int calls() const { return calls_; }
 
  private:

@@ -80,24 +80,24 @@ TEST(KvPoolTest, FindsTheLongestIndexedPrefix) {
   std::vector<KvPool::Link> links;
   std::vector<Token> longer = tokens;
   longer.insert(longer.end(), 10, 7);  // a partial block after them is never matched
-  EXPECT_EQ(pool.match(longer, 100, blocks, links), 3);
+  EXPECT_EQ(pool.match(longer, blocks, links), 3);
   EXPECT_EQ(links.size(), 3u);
   unpin_all(pool, blocks);
 
   blocks.clear();
   std::vector<Token> diverging = tokens;
   diverging[2 * kKvBlock + 5] = 999;  // the third block differs
-  EXPECT_EQ(pool.match(diverging, 100, blocks, links), 2);
+  EXPECT_EQ(pool.match(diverging, blocks, links), 2);
   unpin_all(pool, blocks);
 
   blocks.clear();
-  EXPECT_EQ(pool.match(tokens, 1, blocks, links), 1);  // the caller's limit
+  EXPECT_EQ(pool.match(std::span(tokens).first(kKvBlock), blocks, links), 1);  // what the caller asks
   unpin_all(pool, blocks);
 
   blocks.clear();
   std::vector<Token> first_differs = tokens;
   first_differs[0] = 999;
-  EXPECT_EQ(pool.match(first_differs, 100, blocks, links), 0);
+  EXPECT_EQ(pool.match(first_differs, blocks, links), 0);
   const KvPoolStats s = pool.stats();
   EXPECT_EQ(s.hits, 6u);
   EXPECT_EQ(s.misses, 4u);
@@ -113,15 +113,15 @@ TEST(KvPoolTest, EvictsTheLeastRecentlyUsedCachedBlockFirst) {
   // Using a makes b the oldest.
   std::vector<int> blocks;
   std::vector<KvPool::Link> links;
-  ASSERT_EQ(pool.match(a, 1, blocks, links), 1);
+  ASSERT_EQ(pool.match(a, blocks, links), 1);
   unpin_all(pool, blocks);
 
   ASSERT_TRUE(pool.allocate());
   EXPECT_EQ(pool.stats().evictions, 1u);
   blocks.clear();
-  EXPECT_EQ(pool.match(b, 1, blocks, links), 0);
-  EXPECT_EQ(pool.match(a, 1, blocks, links), 1);
-  EXPECT_EQ(pool.match(c, 1, blocks, links), 1);
+  EXPECT_EQ(pool.match(b, blocks, links), 0);
+  EXPECT_EQ(pool.match(a, blocks, links), 1);
+  EXPECT_EQ(pool.match(c, blocks, links), 1);
 }
 
 TEST(KvPoolTest, PinnedBlocksAreNeverEvictedAndMaySeveralSequencesShareThem) {
@@ -130,8 +130,8 @@ TEST(KvPoolTest, PinnedBlocksAreNeverEvictedAndMaySeveralSequencesShareThem) {
   const std::vector<int> computed = publish_chain(pool, prefix);  // still pinned by its sequence
   std::vector<int> first, second;
   std::vector<KvPool::Link> links;
-  ASSERT_EQ(pool.match(prefix, 1, first, links), 1);
-  ASSERT_EQ(pool.match(prefix, 1, second, links), 1);
+  ASSERT_EQ(pool.match(prefix, first, links), 1);
+  ASSERT_EQ(pool.match(prefix, second, links), 1);
   EXPECT_EQ(first, computed);
   EXPECT_EQ(second, computed);
   EXPECT_EQ(pool.stats().pinned_blocks, 1);
@@ -159,7 +159,7 @@ TEST(KvPoolTest, ADuplicateBlockStaysPrivateAndTheChainGoesOnThroughTheIndexedOn
   unpin_all(pool, first);
   std::vector<int> blocks;
   std::vector<KvPool::Link> links;
-  EXPECT_EQ(pool.match(tokens, 2, blocks, links), 2);
+  EXPECT_EQ(pool.match(tokens, blocks, links), 2);
   EXPECT_EQ(links[0].serial, link->serial);
 }
 
@@ -172,12 +172,12 @@ TEST(KvPoolTest, AHashCollisionIsAMissNotAWrongMatch) {
   unpin_all(pool, publish_chain(pool, a));
   std::vector<int> blocks;
   std::vector<KvPool::Link> links;
-  EXPECT_EQ(pool.match(b, 1, blocks, links), 0);
+  EXPECT_EQ(pool.match(b, blocks, links), 0);
   // b cannot enter the index under a's hash: its sequence publishes nothing more.
   const int block = *pool.allocate();
   EXPECT_FALSE(pool.publish(block, {}, block_ids(b, 0)));
   pool.unpin(block);
-  EXPECT_EQ(pool.match(a, 1, blocks, links), 1);
+  EXPECT_EQ(pool.match(a, blocks, links), 1);
 }
 
 TEST(KvPoolTest, TheSameIdsAfterAnotherPrefixDoNotMatch) {
@@ -189,8 +189,8 @@ TEST(KvPoolTest, TheSameIdsAfterAnotherPrefixDoNotMatch) {
   other.insert(other.end(), first.begin() + kKvBlock, first.end());  // same second block
   std::vector<int> blocks;
   std::vector<KvPool::Link> links;
-  EXPECT_EQ(pool.match(other, 2, blocks, links), 0);
-  EXPECT_EQ(pool.match(first, 2, blocks, links), 2);
+  EXPECT_EQ(pool.match(other, blocks, links), 0);
+  EXPECT_EQ(pool.match(first, blocks, links), 2);
 }
 
 TEST(KvPoolTest, AnEvictedParentOrphansItsChildren) {
@@ -206,7 +206,7 @@ TEST(KvPoolTest, AnEvictedParentOrphansItsChildren) {
   ASSERT_TRUE(pool.publish(b, {}, block_ids(tokens, 0)));
   std::vector<int> blocks;
   std::vector<KvPool::Link> links;
-  EXPECT_EQ(pool.match(tokens, 2, blocks, links), 1);
+  EXPECT_EQ(pool.match(tokens, blocks, links), 1);
   pool.unpin(a);
 }
 
