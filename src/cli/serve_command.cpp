@@ -27,7 +27,7 @@ struct ServeOptions {
   int discovery_port = cluster::kDefaultDiscoveryPort;
   std::string discovery_interface;
   std::string memory_limit;
-  std::string kv_type = "f32";
+  std::string kv_type = "f16";
   std::string kv_memory;
   bool no_prefix_cache = false;
   std::string placement = "speed";

@@ -104,6 +104,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         key_(std::make_shared<rpc::ClusterKey>(options_.cluster_key)),
         remote_(rpc::Caller{options_.node_id, 0, key_}) {
     if (options_.engine.context_size <= 0) options_.engine.context_size = config_.context_length;
+    // The placement reserves KV memory as this node stores it.
+    footprint_.kv_bytes_per_layer_per_token = model::KvLayout(config_, 1, options_.engine.kv_type).block_bytes / model::kKvBlock;
     if (options_.engine.threads <= 0) {
       options_.engine.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     }

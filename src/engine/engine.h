@@ -34,7 +34,7 @@ struct EngineOptions {
   std::chrono::milliseconds replay_wait{0};
   // A new sequence starts after the longest prefix of whole blocks that every stage caches.
   bool prefix_cache = true;
-  model::KvType kv_type = model::KvType::F32;  // of the whole-model engine's pool and a node's
+  model::KvType kv_type = model::KvType::F16;  // of the whole-model engine's pool and a node's
   uint64_t kv_memory = 0;  // bytes of such a pool; 0: max_parallel full contexts
 };
 

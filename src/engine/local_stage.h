@@ -14,7 +14,7 @@
 namespace strata::engine {
 
 struct KvOptions {
-  model::KvType type = model::KvType::F32;
+  model::KvType type = model::KvType::F16;
   int blocks = 0;  // of model::kKvBlock positions
 };
 
