@@ -18,6 +18,8 @@ class EchoStage final : public engine::Stage {
  public:
   std::vector<float> forward(const engine::StageBatch& batch) override { return batch.hidden; }
   void release(std::span<const engine::SequenceId>) override {}
+  int hold_prefix(engine::SequenceId, int, std::span<const engine::Token>) override { return 0; }
+  int kv_blocks() override { return 0; }
 };
 
 class EchoNode final : public NodeHandler {
@@ -49,6 +51,7 @@ void BM_Hop(benchmark::State& state) {
   RemoteStage stage("echo", make_channel("127.0.0.1:" + std::to_string(server.port())), Caller{"bench", 1, key});
   engine::StageBatch batch;
   for (int s = 0; s < rows; ++s) batch.sequences.push_back({static_cast<engine::SequenceId>(s + 1), 5, 1, 64});
+  batch.tokens.assign(static_cast<size_t>(rows), 1);
   batch.hidden.assign(static_cast<size_t>(rows) * kHidden, 0.5f);
   stage.forward(batch);  // connect
   for (auto _ : state) benchmark::DoNotOptimize(stage.forward(batch));

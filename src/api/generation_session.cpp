@@ -24,6 +24,7 @@ bool GenerationSession::on_token(const engine::GeneratedToken& token) {
   std::lock_guard lock(mutex_);
   if (cancelled_ || text_.stopped() || outcome_) return false;
   ++completion_tokens_;
+  cached_tokens_ = token.cached_tokens;
   if (!first_token_at_) first_token_at_ = std::chrono::steady_clock::now();
   unsent_.append(text_.push(token));
   changed_.notify_all();
@@ -73,6 +74,11 @@ void GenerationSession::abandon() {
 int GenerationSession::completion_tokens() const {
   std::lock_guard lock(mutex_);
   return completion_tokens_;
+}
+
+int GenerationSession::cached_tokens() const {
+  std::lock_guard lock(mutex_);
+  return cached_tokens_;
 }
 
 std::optional<std::chrono::steady_clock::time_point> GenerationSession::first_token_at() const {

@@ -41,6 +41,7 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
   void abandon();
 
   int completion_tokens() const;
+  int cached_tokens() const;
   // When the engine gave the first token; unset before.
   std::optional<std::chrono::steady_clock::time_point> first_token_at() const;
 
@@ -55,6 +56,7 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
   std::optional<GenerationOutcome> outcome_;
   bool cancelled_ = false;
   int completion_tokens_ = 0;
+  int cached_tokens_ = 0;
   std::optional<std::chrono::steady_clock::time_point> first_token_at_;
 };
 

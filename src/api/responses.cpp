@@ -65,7 +65,7 @@ json usage_field(const Usage& usage) {
   return {{"prompt_tokens", usage.prompt_tokens},
           {"completion_tokens", usage.completion_tokens},
           {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", 0}}}};
+          {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
 }
 
 json finish_field(std::string_view finish_reason) {
@@ -251,7 +251,8 @@ class OllamaWriter final : public ResponseWriter {
     body["done_reason"] = finish_reason;
     body["total_duration"] = nanoseconds(end - start_);
     body["load_duration"] = 0;
-    body["prompt_eval_count"] = usage.prompt_tokens;
+    // As Ollama counts it: the prompt tokens computed, not those its cache already held.
+    body["prompt_eval_count"] = usage.prompt_tokens - usage.cached_tokens;
     body["prompt_eval_duration"] = nanoseconds(first_token - start_);
     body["eval_count"] = usage.completion_tokens;
     body["eval_duration"] = nanoseconds(end - first_token);

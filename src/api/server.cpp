@@ -357,7 +357,7 @@ class Server::Impl final : public http::Service {
     std::vector<engine::Token> prompt =
         chat ? chat_prompt_tokens(tokenizer_, template_family_, request.messages)
              : completion_prompt_tokens(tokenizer_, request.prompt);
-    const Usage prompt_usage{static_cast<int>(prompt.size()), 0, std::nullopt};
+    const Usage prompt_usage{static_cast<int>(prompt.size()), 0, 0, std::nullopt};
     engine::GenerationRequest generation{
         std::move(prompt),
         completion_budget(request.endpoint, prompt_usage.prompt_tokens, request.max_tokens),
@@ -428,6 +428,7 @@ class Server::Impl final : public http::Service {
     forget(session);
     if (outcome->kind == GenerationOutcome::Kind::Error) throw outcome_error(*outcome);
     usage.completion_tokens = session->completion_tokens();
+    usage.cached_tokens = session->cached_tokens();
     usage.first_token_at = session->first_token_at();
     http::Response response;
     response.content_type = writer.content_type(false);
@@ -490,6 +491,7 @@ class Server::Impl final : public http::Service {
           events += writer->stream_error(outcome_error(*update.outcome));
         } else {
           usage.completion_tokens = session->completion_tokens();
+          usage.cached_tokens = session->cached_tokens();
           usage.first_token_at = session->first_token_at();
           events += writer->stream_end(finish_reason(*update.outcome), usage);
         }

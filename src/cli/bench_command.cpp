@@ -26,6 +26,8 @@ struct BenchOptions {
   bool bandwidth = true;
   std::vector<int> streams;  // concurrent request counts to measure through the engine
   int ttft_prompt = 0;       // prompt length for a time-to-first-token measurement
+  int ttft_cached = 0;       // leading tokens of that prompt found in the prefix cache
+  std::string kv_type = "f16";
 };
 
 double median(std::vector<double> values) {
@@ -59,15 +61,31 @@ struct EngineRun {
   double first_token_seconds = 0;
 };
 
+// `count` concurrent requests of `prompt_tokens` each; with `cached` > 0 one request first
+// puts that many of their leading tokens in the prefix cache, and is not measured.
 EngineRun run_engine(const std::shared_ptr<model::Model>& model, int count, int prompt_tokens,
-                     int generated_tokens, int threads) {
+                     int generated_tokens, int threads, model::KvType kv_type, int cached = 0) {
   engine::EngineOptions options;
   options.max_parallel = count;
   options.threads = threads;
+  options.kv_type = kv_type;
   options.prefill_chunk = std::max(256, prompt_tokens);
   // Random weights may produce the end-of-text token at any time; a benchmark must not stop.
   engine::Engine engine(model, [](engine::Token) { return false; }, options);
   const int vocab = model->config().vocab_size;
+  if (cached > 0) {
+    engine::GenerationRequest warm;
+    // The measured prompts' first `cached` tokens, then others.
+    for (int i = 0; i < prompt_tokens; ++i) {
+      warm.prompt.push_back(static_cast<engine::Token>(((i < cached ? i : i + 1) * 7919 + 3) % vocab));
+    }
+    warm.max_tokens = 1;
+    std::latch warmed(1);
+    engine::RequestCallbacks callbacks;
+    callbacks.on_finish = [&](engine::FinishReason, const std::string&) { warmed.count_down(); };
+    engine.submit(std::move(warm), std::move(callbacks));
+    warmed.wait();
+  }
   std::latch done(count);
   std::vector<std::chrono::steady_clock::time_point> first_token(static_cast<size_t>(count));
   const auto start = std::chrono::steady_clock::now();
@@ -101,6 +119,7 @@ int bench(const BenchOptions& o) {
                                 std::to_string(c.context_length));
   }
   tensor::ThreadPool pool(o.threads);
+  const model::KvType kv_type = *model::parse_kv_type(o.kv_type);
   auto tokens = [&](int count) {
     std::vector<model::Token> t(static_cast<size_t>(count));
     for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<model::Token>((i * 7919 + 3) % c.vocab_size);
@@ -111,7 +130,7 @@ int bench(const BenchOptions& o) {
   // A fresh sequence holding --depth tokens, as the prefill and the decode run each start
   // from (llama-bench's pp and tg tests, and its -d).
   auto sequence_at_depth = [&](int more_tokens) {
-    auto kv = model->new_sequence(o.depth + more_tokens);
+    auto kv = model->new_sequence(o.depth + more_tokens, kv_type);
     if (o.depth > 0) {
       model::SequenceSlice slice{kv.get(), o.depth, false};
       model->forward({&slice, 1}, context, {}, pool);
@@ -180,20 +199,25 @@ int bench(const BenchOptions& o) {
   std::printf("model: %s\n", path.c_str());
   std::printf("shape: %s, %d layers, dim %d, vocab %d; weights %s, %.3f GB read per token\n",
               c.arch_name.c_str(), c.layer_count, c.embedding_dim, c.vocab_size, dominant_type(*file).c_str(), weight_gb);
-  std::printf("kernels: %s, %d threads, median of %d runs\n", tensor::isa_name(tensor::detected_isa()),
-              o.threads, o.repetitions);
+  std::printf("kernels: %s, %d threads, median of %d runs; KV cache %s\n", tensor::isa_name(tensor::detected_isa()),
+              o.threads, o.repetitions, o.kv_type.c_str());
   const std::string at_depth = o.depth > 0 ? " @ d" + std::to_string(o.depth) : "";
   std::printf("prefill pp%d%s: %.1f tokens/s\n", o.prompt_tokens, at_depth.c_str(), prefill);
   std::printf("decode  tg%d%s: %.1f tokens/s\n", o.generated_tokens, at_depth.c_str(), decode);
   if (!o.streams.empty() || o.ttft_prompt > 0) {
     for (int count : o.streams) {
-      const EngineRun run = run_engine(model, count, 16, o.generated_tokens, o.threads);
+      const EngineRun run = run_engine(model, count, 16, o.generated_tokens, o.threads, kv_type);
       std::printf("engine, %d concurrent requests (16-token prompts, %d tokens each): %.1f tokens/s aggregate\n",
                   count, o.generated_tokens, run.tokens_per_second);
     }
     if (o.ttft_prompt > 0) {
-      const EngineRun run = run_engine(model, 1, o.ttft_prompt, 1, o.threads);
-      std::printf("engine, time to first token for a %d-token prompt: %.2f s\n", o.ttft_prompt, run.first_token_seconds);
+      const EngineRun run = run_engine(model, 1, o.ttft_prompt, 1, o.threads, kv_type);
+      std::printf("engine, time to first token for a %d-token prompt: %.3f s\n", o.ttft_prompt, run.first_token_seconds);
+    }
+    if (o.ttft_prompt > 0 && o.ttft_cached > 0) {
+      const EngineRun run = run_engine(model, 1, o.ttft_prompt, 1, o.threads, kv_type, o.ttft_cached);
+      std::printf("engine, time to first token for a %d-token prompt whose first %d are cached: %.3f s\n",
+                  o.ttft_prompt, o.ttft_cached, run.first_token_seconds);
     }
   }
   if (probe) {
@@ -232,6 +256,11 @@ void add_bench_command(CLI::App& app, Action& action) {
       ->delimiter(',')->check(CLI::PositiveNumber);
   cmd->add_option("--ttft", options->ttft_prompt, "Also measure time to first token for a prompt of this length")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--ttft-cached", options->ttft_cached,
+                  "With --ttft, also measure it when this many leading prompt tokens are in the prefix cache")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--kv-type", options->kv_type, "How keys and values are stored: f32 or f16")
+      ->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
   cmd->callback([&action, options] { action = [options] { return bench(*options); }; });
 }
 

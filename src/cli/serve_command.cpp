@@ -35,6 +35,9 @@ struct ServeOptions {
   int discovery_port = cluster::kDefaultDiscoveryPort;
   std::string discovery_interface;
   std::string memory_limit;
+  std::string kv_type = "f16";
+  std::string kv_memory;
+  bool no_prefix_cache = false;
   std::string placement = "speed";
   std::string stages;
   double startup_wait_seconds = 60;
@@ -183,6 +186,9 @@ int serve(const ServeOptions& o) {
   node.startup_wait = std::chrono::milliseconds(static_cast<int64_t>(o.startup_wait_seconds * 1000));
   server.startup_wait = node.startup_wait;
   node.engine = o.engine;
+  node.engine.kv_type = *model::parse_kv_type(o.kv_type);
+  node.engine.kv_memory = o.kv_memory.empty() ? 0 : cluster::parse_byte_size(o.kv_memory);
+  node.engine.prefix_cache = !o.no_prefix_cache;
   node.test_link_delay = std::chrono::milliseconds(o.test_link_delay_ms);
 
   // Without a file, a node that joins others takes their model and fetches its layers' weights.
@@ -250,6 +256,12 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--discovery-interface", o->discovery_interface,
                   "Announce and listen only on this interface (default: every one that can multicast)");
   cmd->add_option("--memory-limit", o->memory_limit, "Memory this node may use, e.g. 12GiB (default: detected)");
+  cmd->add_option("--kv-type", o->kv_type, "How keys and values are stored: f32 or f16")
+      ->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
+  cmd->add_option("--kv-memory", o->kv_memory,
+                  "This node's KV pool, e.g. 512MiB (default: --ctx-size x --parallel positions of its layers)");
+  cmd->add_flag("--no-prefix-cache", o->no_prefix_cache,
+                "Compute every prompt in full, never reusing the cached keys and values of an earlier one");
   cmd->add_option("--placement", o->placement, "How layers are split: speed (least time per token) or memory")
       ->check(CLI::IsMember({"speed", "memory"}))->capture_default_str();
   cmd->add_option("--stages", o->stages, "A placement fixed by hand: NODE:FIRST-LAST,... (layers inclusive) in pipeline order");

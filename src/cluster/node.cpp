@@ -113,6 +113,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         key_(std::make_shared<rpc::ClusterKey>(options_.cluster_key)),
         remote_(rpc::Caller{options_.node_id, 0, key_}) {
     if (options_.engine.context_size <= 0) options_.engine.context_size = config_.context_length;
+    // The placement reserves KV memory as this node stores it.
+    footprint_.kv_bytes_per_layer_per_token = model::KvLayout(config_, 1, options_.engine.kv_type).block_bytes / model::kKvBlock;
     if (options_.engine.threads <= 0) {
       options_.engine.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     }
@@ -373,6 +375,20 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
              {"held_sequences", info.held_sequences()},
              {"load_progress", info.load_progress()},
              {"weights", weights_json(info.weights())}};
+      if (info.has_kv_cache()) {
+        const rpc::KvCacheStats& kv = info.kv_cache();
+        n["kv_cache"] = {{"type", kv.type()},
+                         {"block_positions", model::kKvBlock},
+                         {"block_bytes", kv.block_bytes()},
+                         {"pool_blocks", kv.pool_blocks()},
+                         {"pool_bytes", kv.block_bytes() * static_cast<uint64_t>(kv.pool_blocks())},
+                         {"used_blocks", kv.used_blocks()},
+                         {"used_bytes", kv.block_bytes() * static_cast<uint64_t>(kv.used_blocks())},
+                         {"pinned_blocks", kv.pinned_blocks()},
+                         {"hits", kv.hits()},
+                         {"misses", kv.misses()},
+                         {"evictions", kv.evictions()}};
+      }
       if (peer != nullptr) {
         n["alive"] = alive(*peer);
         n["last_seen_seconds"] = peer->seen ? seconds_since(peer->last_seen) : -1.0;
@@ -459,11 +475,18 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // This node's stage for one placement epoch, with its own pool: a forward of an older
   // epoch that is still running never shares threads with the new one.
   struct StageRuntime {
-    StageRuntime(std::shared_ptr<model::Model> model, int threads)
-        : pool(threads), stage(std::make_shared<engine::LocalStage>(std::move(model), pool)) {}
+    StageRuntime(std::shared_ptr<model::Model> model, int threads, engine::KvOptions kv)
+        : pool(threads), stage(std::make_shared<engine::LocalStage>(std::move(model), pool, kv)) {}
     tensor::ThreadPool pool;
     std::shared_ptr<engine::LocalStage> stage;
   };
+
+  // The pool of a stage over `range`: --kv-memory, or the placement's KV reserve for it.
+  engine::KvOptions kv_options(model::LayerRange range) const {
+    const engine::EngineOptions& e = options_.engine;
+    const int context = e.context_size > 0 ? e.context_size : config_.context_length;
+    return {e.kv_type, engine::kv_pool_blocks(config_, range.size(), e.kv_type, e.kv_memory, context, e.max_parallel)};
+  }
 
   void log(const std::string& line) const {
     if (options_.log) options_.log(line);
@@ -628,6 +651,18 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     info.set_ready_epoch(stage_ ? stage_epoch_ : 0);
     info.set_leaving(leaving_);
     info.set_held_sequences(stage_ ? stage_->stage->sequence_count() : 0);
+    if (stage_) {
+      const model::KvPoolStats kv = stage_->stage->kv_stats();
+      rpc::KvCacheStats* out = info.mutable_kv_cache();
+      out->set_type(model::kv_type_name(options_.engine.kv_type));
+      out->set_block_bytes(kv.block_bytes);
+      out->set_pool_blocks(kv.blocks);
+      out->set_used_blocks(kv.used_blocks);
+      out->set_pinned_blocks(kv.pinned_blocks);
+      out->set_hits(kv.hits);
+      out->set_misses(kv.misses);
+      out->set_evictions(kv.evictions);
+    }
     info.set_load_progress(loading_ ? load_progress_.load() : (stage_ ? 1.0 : 0.0));
     *info.mutable_weights() = weights_info();
     info.set_state(scheduling() ? "serving"
@@ -982,7 +1017,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (model_ && model_->range().first == range.first && model_->range().last == range.last) {
       if (stage_epoch_ != placement_.epoch() || !stage_) {
         retire_stage();
-        stage_ = std::make_shared<StageRuntime>(model_, options_.engine.threads);
+        stage_ = std::make_shared<StageRuntime>(model_, options_.engine.threads, kv_options(range));
         stage_epoch_ = placement_.epoch();
         act_now_ = true;  // tell the leader it is ready
       }

@@ -30,12 +30,16 @@ struct Engine::Sequence {
   int capacity;
   int fed = 0;  // inputs whose keys and values the stages hold
   int generated = 0;
+  int cached_tokens = 0;  // of the prompt, taken from the stages' caches
   bool launched = false;  // the stages may hold state for it
   bool in_flight = false;
   bool finished = false;
 };
 
 namespace {
+
+// Blocks a sequence may fill in a stage's pool.
+int blocks_for(int capacity) { return (capacity + model::kKvBlock - 1) / model::kKvBlock; }
 
 int default_threads(int threads) {
   return threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -55,7 +59,10 @@ Engine::Engine(std::shared_ptr<model::Model> model, std::function<bool(Token)> i
       is_end_of_generation_(std::move(is_end_of_generation)),
       options_(with_model_context(options, *model)),
       sampling_pool_(own_pool_.get()) {
-  start({std::make_shared<LocalStage>(std::move(model), *own_pool_)});
+  const model::Config& config = model->config();
+  const KvOptions kv{options_.kv_type, kv_pool_blocks(config, config.layer_count, options_.kv_type, options_.kv_memory,
+                                                      options_.context_size, options_.max_parallel)};
+  start({std::make_shared<LocalStage>(std::move(model), *own_pool_, kv)});
 }
 
 Engine::Engine(std::vector<std::shared_ptr<Stage>> stages, int vocab_size,
@@ -162,6 +169,40 @@ void Engine::switch_pipeline(std::vector<std::unique_ptr<Sequence>>& active, Nex
   broken_ = false;
   pipeline_ = make_pipeline(std::move(next.stages));
   sampling_pool_ = next.sampling_pool;
+  pool_blocks_ = probe_pool_blocks();
+}
+
+int Engine::probe_pool_blocks() {
+  int smallest = 0;
+  for (const auto& stage : pipeline_->stages()) {
+    try {
+      const int blocks = stage->kv_blocks();
+      smallest = smallest == 0 ? blocks : std::min(smallest, blocks);
+    } catch (const std::exception&) {
+      return 0;  // its batches will say what is wrong with it
+    }
+  }
+  return smallest;
+}
+
+void Engine::start_sequence(Sequence& seq) {
+  seq.launched = true;
+  // The last prompt token is always computed, for its logits: so is the block it ends.
+  const size_t lookup = options_.prefix_cache ? (seq.history.size() - 1) / model::kKvBlock * model::kKvBlock : 0;
+  int held = 0;
+  if (lookup > 0) {
+    held = static_cast<int>(lookup);
+    const std::span<const Token> prefix(seq.history.data(), lookup);
+    for (const auto& stage : pipeline_->stages()) {
+      try {
+        held = std::min(held, stage->hold_prefix(seq.id, seq.capacity, prefix));
+      } catch (const std::exception&) {
+        held = 0;  // its batch will meet the same trouble and report it
+      }
+    }
+  }
+  seq.fed = held;
+  if (seq.generated == 0) seq.cached_tokens = held;
 }
 
 ModelLimits Engine::limits() const {
@@ -238,6 +279,17 @@ void Engine::finish(Sequence& seq, FinishReason reason, const std::string& error
 void Engine::run_loop() {
   std::vector<std::unique_ptr<Sequence>> active;
   while (true) {
+    if (!pool_blocks_) pool_blocks_ = probe_pool_blocks();
+    // The queue's head fits in the pools beside the admitted sequences (or never will:
+    // then it is admitted to fail).
+    const auto head_fits = [&] {
+      const int pool = *pool_blocks_;
+      const int need = blocks_for(queue_.front()->capacity);
+      if (pool == 0 || need > pool) return true;
+      int reserved = 0;
+      for (const auto& seq : active) reserved += blocks_for(seq->capacity);
+      return reserved + need <= pool;
+    };
     std::deque<Pipeline::Result> results;
     std::vector<std::unique_ptr<Sequence>> cancelled;
     std::optional<NextPipeline> next;
@@ -251,7 +303,7 @@ void Engine::run_loop() {
       };
       const auto can_launch = [&] {
         if (broken_ || next_pipeline_ || static_cast<int>(in_flight_.size()) >= pipeline_->depth()) return false;
-        if (!queue_.empty() && static_cast<int>(active.size()) < options_.max_parallel) return true;
+        if (!queue_.empty() && static_cast<int>(active.size()) < options_.max_parallel && head_fits()) return true;
         return std::any_of(active.begin(), active.end(), [](const auto& s) { return !s->in_flight; });
       };
       const auto woken = [&] { return stopping_ || switch_ready() || !results_.empty() || can_launch(); };
@@ -276,7 +328,7 @@ void Engine::run_loop() {
       if (switch_ready()) next.swap(next_pipeline_);
       switch_pending = next_pipeline_.has_value();
       cancelled = take_cancelled();
-      while (!queue_.empty() && static_cast<int>(active.size()) < options_.max_parallel) {
+      while (!queue_.empty() && static_cast<int>(active.size()) < options_.max_parallel && head_fits()) {
         active.push_back(std::move(queue_.front()));
         active.back()->id = next_sequence_id_++;
         queue_.pop_front();
@@ -312,6 +364,14 @@ void Engine::run_loop() {
       }
       broken_since_ = std::chrono::steady_clock::now();
     }
+    for (auto& seq : active) {
+      if (!seq->launched && *pool_blocks_ > 0 && blocks_for(seq->capacity) > *pool_blocks_) {
+        finish(*seq, FinishReason::Error,
+               "the request needs " + std::to_string(blocks_for(seq->capacity) * model::kKvBlock) +
+                   " positions of KV memory, but a stage's pool holds " +
+                   std::to_string(*pool_blocks_ * model::kKvBlock));
+      }
+    }
     std::erase_if(active, [](const std::unique_ptr<Sequence>& s) { return s->finished; });
     while (!broken_ && !switch_pending && static_cast<int>(in_flight_.size()) < pipeline_->depth() &&
            launch_batch(active)) {
@@ -330,6 +390,7 @@ bool Engine::launch_batch(const std::vector<std::unique_ptr<Sequence>>& active) 
   int prefill_budget = options_.prefill_chunk;
   for (const auto& seq : active) {
     if (seq->in_flight || seq->finished || flight.owners.size() >= share) continue;
+    if (!seq->launched) start_sequence(*seq);
     int count = seq->pending();
     if (count > 1) {
       count = std::min(count, prefill_budget);
@@ -342,7 +403,6 @@ bool Engine::launch_batch(const std::vector<std::unique_ptr<Sequence>>& active) 
     flight.owners.push_back(seq.get());
     flight.counts.push_back(count);
     seq->in_flight = true;
-    seq->launched = true;
   }
   if (flight.owners.empty()) return false;
   const uint64_t ticket = next_ticket_++;
@@ -404,6 +464,7 @@ void Engine::complete(const InFlight& batch, const Pipeline::Result& result) {
     }
     GeneratedToken& out = tokens_out[k];
     out.end_of_generation = is_end_of_generation_(out.token);
+    out.cached_tokens = seq.cached_tokens;
     seq.history.push_back(out.token);
     ++seq.generated;
     bool keep_going = true;

@@ -33,6 +33,10 @@ struct EngineOptions {
   // How long requests wait for a new pipeline (replace_pipeline) when a stage is lost before
   // they end with its error; 0: they end at once.
   std::chrono::milliseconds replay_wait{0};
+  // A new sequence starts after the longest prefix of whole blocks that every stage caches.
+  bool prefix_cache = true;
+  model::KvType kv_type = model::KvType::F16;  // of the whole-model engine's pool and a node's
+  uint64_t kv_memory = 0;  // bytes of such a pool; 0: max_parallel full contexts
 };
 
 class Engine final : public Generator {
@@ -94,6 +98,11 @@ class Engine final : public Generator {
   bool launch_batch(const std::vector<std::unique_ptr<Sequence>>& active);
   void complete(const InFlight& batch, const Pipeline::Result& result);
   void finish(Sequence& seq, FinishReason reason, const std::string& error = {});
+  // Before a sequence's first batch on a pipeline: the positions every stage holds for it
+  // from its cache, which it does not compute again.
+  void start_sequence(Sequence& seq);
+  // The smallest stage pool of the pipeline, in blocks (0 when a stage cannot say).
+  int probe_pool_blocks();
   // Takes the queued sequences whose request was cancelled out of the queue (mutex_ held).
   std::vector<std::unique_ptr<Sequence>> take_cancelled();
   void finish_cancelled(std::vector<std::unique_ptr<Sequence>> cancelled);
@@ -118,6 +127,9 @@ class Engine final : public Generator {
   std::thread loop_;
 
   // Owned by the loop thread.
+  // Admitted sequences reserve blocks for their whole capacity in every stage's pool, so a
+  // pool never runs out: when they would not fit, new requests wait.
+  std::optional<int> pool_blocks_;  // probed on the loop thread for each pipeline; 0: unknown
   SequenceId next_sequence_id_ = 1;
   uint64_t next_ticket_ = 1;
   std::map<uint64_t, InFlight> in_flight_;

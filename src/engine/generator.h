@@ -1,6 +1,7 @@
 // What the API layer needs from whatever runs the model: submit a tokenized request, receive its
 // tokens one by one. Every request is its own sequence with its own state, created on submit and
-// released when it finishes; nothing carries over between requests.
+// released when it finishes; only the keys and values of whole blocks of leading tokens may be
+// taken over by a later request with the same leading tokens, which computes the same bits.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +41,7 @@ struct GeneratedToken {
   float logprob = 0.0f;  // 0 unless the request asked for logprobs
   std::vector<TokenLogprob> top;  // top_logprobs entries, most likely first
   bool end_of_generation = false;  // the model's EOS/EOT: finish_reason "stop"; not to be shown
+  int cached_tokens = 0;  // of the request's prompt, whose keys and values came from a cache
 };
 
 enum class FinishReason { Stop, Length, Cancelled, Error };

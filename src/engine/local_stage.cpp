@@ -1,72 +1,135 @@
 #include "engine/local_stage.h"
 
+#include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
 namespace strata::engine {
 
-LocalStage::LocalStage(std::shared_ptr<model::Model> model, tensor::ThreadPool& pool)
-    : model_(std::move(model)), pool_(pool) {}
+int kv_pool_blocks(const model::Config& config, int layer_count, model::KvType type, uint64_t bytes, int context,
+                   int sequences) {
+  if (bytes == 0) {
+    const int64_t per_sequence = (int64_t{context} + model::kKvBlock - 1) / model::kKvBlock;
+    return static_cast<int>(std::min<int64_t>(per_sequence * std::max(1, sequences), std::numeric_limits<int>::max()));
+  }
+  const uint64_t block = model::KvLayout(config, layer_count, type).block_bytes;
+  return static_cast<int>(std::min<uint64_t>(bytes / block, std::numeric_limits<int>::max()));
+}
+
+LocalStage::LocalStage(std::shared_ptr<model::Model> model, tensor::ThreadPool& pool, KvOptions kv)
+    : model_(std::move(model)),
+      pool_(pool),
+      kv_blocks_(kv.blocks),
+      kv_pool_(model_->new_kv_pool(kv.blocks, kv.type)) {
+  publish_stats();
+}
 
 std::vector<float> LocalStage::forward(const StageBatch& batch) {
   std::lock_guard lock(mutex_);
   std::vector<model::SequenceSlice> slices;
   slices.reserve(batch.sequences.size());
+  size_t rows = 0;
   for (const SequenceWork& work : batch.sequences) {
     if (work.token_count <= 0) throw std::invalid_argument("a batch sequence has no inputs");
+    rows += static_cast<size_t>(work.token_count);
     auto found = sequences_.find(work.id);
-    if (work.first_position == 0) {
-      if (found != sequences_.end()) {
-        throw std::invalid_argument("sequence " + std::to_string(work.id) + " is started twice");
+    if (found == sequences_.end()) {
+      if (work.first_position != 0) {
+        throw std::invalid_argument("sequence " + std::to_string(work.id) + " is unknown to this stage");
       }
       if (work.capacity < work.token_count) {
         throw std::invalid_argument("sequence " + std::to_string(work.id) + " asks for a capacity of " +
                                     std::to_string(work.capacity) + " positions");
       }
-      found = sequences_.emplace(work.id, model_->new_sequence(work.capacity)).first;
+      found = sequences_.emplace(work.id, Sequence{std::make_unique<model::KvState>(kv_pool_, work.capacity), true}).first;
       sequence_count_ = sequences_.size();
-    } else if (found == sequences_.end()) {
-      throw std::invalid_argument("sequence " + std::to_string(work.id) + " is unknown to this stage");
-    } else if (found->second->size() != work.first_position) {
+    } else if (!found->second.started) {
+      model::KvState& kv = *found->second.kv;
+      if (work.first_position % model::kKvBlock != 0 || work.first_position > kv.size()) {
+        throw std::invalid_argument("sequence " + std::to_string(work.id) + " holds a prefix of " +
+                                    std::to_string(kv.size()) + " positions here, but its first batch starts at " +
+                                    std::to_string(work.first_position));
+      }
+      kv.truncate(work.first_position);
+      found->second.started = true;
+    } else if (found->second.kv->size() != work.first_position) {
       throw std::invalid_argument("sequence " + std::to_string(work.id) + " is at position " +
-                                  std::to_string(found->second->size()) + ", but the batch continues at " +
+                                  std::to_string(found->second.kv->size()) + ", but the batch continues at " +
                                   std::to_string(work.first_position));
     }
-    slices.push_back({found->second.get(), work.token_count, false});
+    slices.push_back({found->second.kv.get(), work.token_count, false});
   }
-  return model_->forward(slices, batch.tokens, batch.hidden, pool_);
+  if (batch.tokens.size() != rows) throw std::invalid_argument("the batch's token ids do not match its sequences");
+  std::vector<float> out = model_->forward(slices, batch.tokens, batch.hidden, pool_);
+  size_t first = 0;
+  for (const model::SequenceSlice& slice : slices) {
+    slice.kv->record(std::span<const Token>(batch.tokens).subspan(first, static_cast<size_t>(slice.token_count)));
+    first += static_cast<size_t>(slice.token_count);
+  }
+  publish_stats();
+  return out;
 }
 
 LayerKv LocalStage::read_kv(SequenceId id, int layer) {
   std::lock_guard lock(mutex_);
   const auto found = sequences_.find(id);
   if (found == sequences_.end()) throw std::invalid_argument("sequence " + std::to_string(id) + " is unknown to this stage");
-  LayerKv kv{id, layer, found->second->size(), found->second->capacity(), {}, {}};
-  found->second->read(layer, kv.keys, kv.values);
+  if (!layers().contains(layer)) throw std::invalid_argument("layer " + std::to_string(layer) + " is not held here");
+  const model::KvState& state = *found->second.kv;
+  LayerKv kv{id, layer, state.size(), state.capacity(), {}, {}};
+  state.read(layer - model_->range().first, kv.keys, kv.values);
   return kv;
 }
 
 void LocalStage::write_kv(const LayerKv& kv) {
   std::lock_guard lock(mutex_);
+  if (!layers().contains(kv.layer)) throw std::invalid_argument("layer " + std::to_string(kv.layer) + " is not held here");
   auto found = sequences_.find(kv.id);
   if (found == sequences_.end()) {
-    if (kv.capacity < kv.positions) {
+    if (kv.capacity < kv.positions || kv.capacity <= 0) {
       throw std::invalid_argument("sequence " + std::to_string(kv.id) + " asks for a capacity of " +
                                   std::to_string(kv.capacity) + " positions");
     }
-    found = sequences_.emplace(kv.id, model_->new_sequence(kv.capacity)).first;
+    // Started: its next batch continues where the handed-over state ends.
+    found = sequences_.emplace(kv.id, Sequence{std::make_unique<model::KvState>(kv_pool_, kv.capacity), true}).first;
     sequence_count_ = sequences_.size();
-  } else if (found->second->size() != kv.positions) {
-    throw std::invalid_argument("sequence " + std::to_string(kv.id) + " holds " + std::to_string(found->second->size()) +
-                                " positions, the state handed over " + std::to_string(kv.positions));
   }
-  found->second->write(kv.layer, kv.positions, kv.keys, kv.values);
+  found->second.kv->write(kv.layer - model_->range().first, kv.positions, kv.keys, kv.values);
+  publish_stats();
 }
 
 void LocalStage::release(std::span<const SequenceId> ids) {
   std::lock_guard lock(mutex_);
   for (SequenceId id : ids) sequences_.erase(id);
   sequence_count_ = sequences_.size();
+  publish_stats();
+}
+
+int LocalStage::hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) {
+  std::lock_guard lock(mutex_);
+  if (sequences_.contains(id)) throw std::invalid_argument("sequence " + std::to_string(id) + " is started twice");
+  if (capacity <= 0 || tokens.size() >= static_cast<size_t>(capacity)) {
+    throw std::invalid_argument("sequence " + std::to_string(id) + " asks for a capacity of " +
+                                std::to_string(capacity) + " positions");
+  }
+  auto kv = std::make_unique<model::KvState>(kv_pool_, capacity);
+  const int held = kv->hold_prefix(tokens);
+  sequences_.emplace(id, Sequence{std::move(kv), false});
+  sequence_count_ = sequences_.size();
+  publish_stats();
+  return held;
+}
+
+model::KvPoolStats LocalStage::kv_stats() const {
+  std::lock_guard lock(stats_mutex_);
+  return stats_;
+}
+
+void LocalStage::publish_stats() {
+  const model::KvPoolStats stats = kv_pool_->stats();
+  std::lock_guard lock(stats_mutex_);
+  stats_ = stats;
 }
 
 }  // namespace strata::engine

@@ -1,5 +1,5 @@
-// A pipeline stage computed on this node: a Model over its layer range, and each sequence's
-// KvState for those layers, keyed by sequence id.
+// A pipeline stage computed on this node: a Model over its layer range, a KV pool for those
+// layers, and each sequence's block table, keyed by sequence id.
 #pragma once
 
 #include <atomic>
@@ -13,29 +13,53 @@
 
 namespace strata::engine {
 
+struct KvOptions {
+  model::KvType type = model::KvType::F16;
+  int blocks = 0;  // of model::kKvBlock positions
+};
+
 class LocalStage final : public Stage {
  public:
   // `pool` runs the forward passes; it must outlive the stage and is used by nobody else
   // while a forward runs.
-  LocalStage(std::shared_ptr<model::Model> model, tensor::ThreadPool& pool);
+  LocalStage(std::shared_ptr<model::Model> model, tensor::ThreadPool& pool, KvOptions kv);
 
   std::vector<float> forward(const StageBatch& batch) override;
   void release(std::span<const SequenceId> ids) override;
   StageLayers layers() const override { return {model_->range().first, model_->range().last}; }
   LayerKv read_kv(SequenceId id, int layer) override;
   void write_kv(const LayerKv& kv) override;
+  int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) override;
+  int kv_blocks() override { return kv_blocks_; }
 
   const model::Model& model() const { return *model_; }
   // Sequences whose state this stage holds: zero once every request has ended. Does not wait
   // for a forward that is running.
   size_t sequence_count() const { return sequence_count_; }
+  // As of the last call that changed the pool; does not wait for a forward that is running.
+  model::KvPoolStats kv_stats() const;
 
  private:
+  struct Sequence {
+    std::unique_ptr<model::KvState> kv;
+    bool started = false;  // has had a batch: a prefix it held is settled
+  };
+  void publish_stats();  // mutex_ held
+
   std::shared_ptr<model::Model> model_;
   tensor::ThreadPool& pool_;
-  mutable std::mutex mutex_;  // one forward or release at a time
-  std::map<SequenceId, std::unique_ptr<model::KvState>> sequences_;
+  const int kv_blocks_;
+  mutable std::mutex mutex_;  // one forward, hold or release at a time
+  std::shared_ptr<model::KvPool> kv_pool_;
+  std::map<SequenceId, Sequence> sequences_;
   std::atomic<size_t> sequence_count_{0};
+  mutable std::mutex stats_mutex_;
+  model::KvPoolStats stats_;
 };
+
+// Blocks for a pool of `bytes` (0: enough for `sequences` sequences of `context` positions)
+// over `layer_count` layers of `config`'s model, stored as `type`.
+int kv_pool_blocks(const model::Config& config, int layer_count, model::KvType type, uint64_t bytes, int context,
+                   int sequences);
 
 }  // namespace strata::engine

@@ -89,7 +89,6 @@ void Pipeline::work(size_t stage) {
       on_result_(std::move(result));
       continue;
     }
-    item.batch.tokens.clear();
     item.batch.hidden = std::move(result.rows);
     push(stage + 1, std::move(item));
   }

@@ -1,7 +1,8 @@
 // One stage of a pipeline: a contiguous range of a model's layers, here or on another node.
 // A batch says, per sequence, where its inputs continue, so it can cross a wire; each stage keeps
-// the keys and values of its own layers per sequence id, from the sequence's first batch until
-// it is released.
+// the keys and values of its own layers per sequence id, from the sequence's first batch (or
+// hold_prefix) until it is released, in blocks of a pool that outlives sequences: full blocks
+// stay cached for later sequences with the same leading tokens.
 #pragma once
 
 #include <cstdint>
@@ -16,13 +17,16 @@ using SequenceId = uint64_t;
 
 struct SequenceWork {
   SequenceId id = 0;
-  int first_position = 0;  // 0 starts the sequence: the stage creates its state
+  // A sequence's first batch starts at 0, or at a whole number of blocks of the prefix that
+  // hold_prefix found on every stage (each lets the rest of its own go).
+  int first_position = 0;
   int token_count = 0;
   int capacity = 0;  // positions the sequence may reach (prompt + generated), for its state
 };
 
-// The inputs of one step of a group of sequences: tokens for the stage that holds the
-// embedding, else one hidden row per input, concatenated in `sequences` order.
+// The inputs of one step of a group of sequences, concatenated in `sequences` order: every
+// input's token id (which every stage needs to index its cache blocks by their tokens), and
+// for the stages after the one that embeds, one hidden row per input.
 struct StageBatch {
   std::vector<SequenceWork> sequences;
   std::vector<Token> tokens;
@@ -78,6 +82,12 @@ class Stage {
   // Takes over such state; the first layer written creates the sequence, which must then get
   // every layer of this stage before its next batch.
   virtual void write_kv(const LayerKv& /*kv*/) { throw StageLost("this stage cannot take over state"); }
+  // Starts sequence `id` (to reach `capacity` positions) with the longest run of leading full
+  // blocks of `tokens` that this stage's cache holds, pinned until its first batch. Returns the
+  // positions they cover, a whole number of blocks. Throws like forward.
+  virtual int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) = 0;
+  // Blocks of model::kKvBlock positions that this stage's pool holds for all its sequences.
+  virtual int kv_blocks() = 0;
 };
 
 }  // namespace strata::engine

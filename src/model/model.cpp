@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "tensor/dtype.h"
+#include "tensor/fp16.h"
 #include "tensor/quant.h"
 #include "tensor/vector_ops.h"
 
@@ -106,87 +107,125 @@ void add_in_place(std::vector<float>& x, const std::vector<float>& delta, size_t
 
 }  // namespace
 
-KvState::KvState(const Config& config, LayerRange range, int capacity)
-    : range_(range),
-      layer_count_(range.size()),
-      head_dim_(config.head_dim),
-      kv_dim_(config.kv_dim()),
-      capacity_(capacity),
-      keys_(static_cast<size_t>(range.size())),
-      values_(static_cast<size_t>(range.size())) {}
+KvState::KvState(std::shared_ptr<KvPool> pool, int capacity) : pool_(std::move(pool)), capacity_(capacity) {}
 
-int64_t KvState::block_floats() const { return int64_t{kv_dim_} * tensor::kKeyBlock; }
+KvState::~KvState() { truncate(0); }
 
-int64_t KvState::head_offset(int block, int kv_head) const {
-  return block * block_floats() + int64_t{kv_head} * head_dim_ * tensor::kKeyBlock;
+int KvState::hold_prefix(std::span<const Token> tokens) {
+  if (size_ != 0 || !blocks_.empty()) throw std::logic_error("only a new sequence takes a cached prefix");
+  const int held = pool_->match(tokens, blocks_, links_);
+  size_ = held * kKvBlock;
+  ids_.assign(tokens.begin(), tokens.begin() + size_);
+  return size_;
 }
 
-const float* KvState::key_block(int layer, int block, int kv_head) const {
-  return keys_[static_cast<size_t>(layer)].data() + head_offset(block, kv_head);
+void KvState::truncate(int positions) {
+  if (positions % kKvBlock != 0 || positions > size_) throw std::logic_error("a sequence keeps whole blocks only");
+  const size_t keep = static_cast<size_t>(positions / kKvBlock);
+  // Last block first: in the pool's LRU order a prefix then outlives its continuations,
+  // which no lookup can reach without it.
+  while (blocks_.size() > keep) {
+    pool_->unpin(blocks_.back());
+    blocks_.pop_back();
+  }
+  links_.resize(std::min(links_.size(), keep));
+  ids_.resize(std::min(ids_.size(), static_cast<size_t>(positions)));
+  size_ = positions;
 }
 
-const float* KvState::value_block(int layer, int block, int kv_head) const {
-  return values_[static_cast<size_t>(layer)].data() + head_offset(block, kv_head);
-}
-
-void KvState::reserve(int positions) {
-  const int64_t blocks = (positions + tensor::kKeyBlock - 1) / tensor::kKeyBlock;
-  for (int l = 0; l < layer_count_; ++l) {
-    keys_[static_cast<size_t>(l)].resize(static_cast<size_t>(blocks * block_floats()));
-    values_[static_cast<size_t>(l)].resize(static_cast<size_t>(blocks * block_floats()));
+void KvState::record(std::span<const Token> ids) {
+  ids_.insert(ids_.end(), ids.begin(), ids.end());
+  const size_t full = std::min(ids_.size(), static_cast<size_t>(size_)) / kKvBlock;
+  while (publishing_ && links_.size() < full) {
+    const size_t b = links_.size();
+    const auto link = pool_->publish(blocks_[b], b == 0 ? KvPool::Link{} : links_[b - 1],
+                                     std::span<const Token>(ids_).subspan(b * kKvBlock, kKvBlock));
+    if (link) {
+      links_.push_back(*link);
+    } else {
+      publishing_ = false;
+    }
   }
 }
 
 void KvState::read(int layer, std::vector<float>& keys, std::vector<float>& values) const {
-  if (layer < range_.first || layer >= range_.last) {
-    throw std::invalid_argument("layer " + std::to_string(layer) + " is not held here");
-  }
-  const int l = layer - range_.first;
-  const int kv_heads = kv_dim_ / head_dim_;
-  keys.resize(static_cast<size_t>(size_) * kv_dim_);
+  const KvLayout& layout = pool_->layout();
+  if (layer < 0 || layer >= layout.layer_count) throw std::invalid_argument("layer " + std::to_string(layer) + " is not held here");
+  const int head_dim = layout.head_dim;
+  const size_t kv_dim = static_cast<size_t>(layout.kv_heads) * head_dim;
+  keys.resize(static_cast<size_t>(size_) * kv_dim);
   values.resize(keys.size());
+  const auto element = [&](const std::byte* at, size_t index) {
+    return layout.type == KvType::F16 ? tensor::fp16_to_fp32(reinterpret_cast<const uint16_t*>(at)[index])
+                                      : reinterpret_cast<const float*>(at)[index];
+  };
   for (int position = 0; position < size_; ++position) {
-    const int block = position / tensor::kKeyBlock;
-    const int lane = position % tensor::kKeyBlock;
-    for (int h = 0; h < kv_heads; ++h) {
-      const float* k = key_block(l, block, h);
-      const float* v = value_block(l, block, h) + int64_t{lane} * head_dim_;
-      float* k_out = keys.data() + static_cast<size_t>(position) * kv_dim_ + h * head_dim_;
-      float* v_out = values.data() + static_cast<size_t>(position) * kv_dim_ + h * head_dim_;
-      for (int d = 0; d < head_dim_; ++d) {
-        k_out[d] = k[d * tensor::kKeyBlock + lane];
-        v_out[d] = v[d];
+    const std::byte* block = block_data(position / kKvBlock);
+    const int lane = position % kKvBlock;
+    for (int h = 0; h < layout.kv_heads; ++h) {
+      float* k_out = keys.data() + static_cast<size_t>(position) * kv_dim + static_cast<size_t>(h) * head_dim;
+      float* v_out = values.data() + static_cast<size_t>(position) * kv_dim + static_cast<size_t>(h) * head_dim;
+      for (int d = 0; d < head_dim; ++d) {
+        k_out[d] = element(block + layout.key_offset(layer, h), static_cast<size_t>(d) * kKvBlock + lane);
+        v_out[d] = element(block + layout.value_offset(layer, h), static_cast<size_t>(lane) * head_dim + d);
       }
     }
   }
 }
 
 void KvState::write(int layer, int positions, std::span<const float> keys, std::span<const float> values) {
-  if (layer < range_.first || layer >= range_.last) {
-    throw std::invalid_argument("layer " + std::to_string(layer) + " is not held here");
-  }
-  if (positions < 0 || positions > capacity_ || keys.size() != static_cast<size_t>(positions) * kv_dim_ ||
-      values.size() != keys.size()) {
+  const KvLayout& layout = pool_->layout();
+  if (layer < 0 || layer >= layout.layer_count) throw std::invalid_argument("layer " + std::to_string(layer) + " is not held here");
+  const size_t kv_dim = static_cast<size_t>(layout.kv_heads) * layout.head_dim;
+  if (positions < 0 || positions > capacity_ || (size_ != 0 && size_ != positions) ||
+      keys.size() != static_cast<size_t>(positions) * kv_dim || values.size() != keys.size()) {
     throw std::invalid_argument("the keys and values of " + std::to_string(positions) +
-                                " positions do not match this sequence's shape or capacity");
+                                " positions do not match this sequence's shape, capacity or positions");
   }
-  reserve(positions);
+  if (!reserve(positions)) throw KvPoolFull("the KV pool has no room for a sequence handed over");
   for (int position = 0; position < positions; ++position) {
-    const size_t row = static_cast<size_t>(position) * kv_dim_;
-    store(layer - range_.first, position, keys.data() + row, values.data() + row);
+    const size_t row = static_cast<size_t>(position) * kv_dim;
+    store(layer, position, keys.data() + row, values.data() + row);
   }
   size_ = positions;
+  // The ids of these positions are not known here: none of its blocks enters the prefix index.
+  publishing_ = false;
+}
+
+bool KvState::reserve(int positions) {
+  const size_t needed = static_cast<size_t>((positions + kKvBlock - 1) / kKvBlock);
+  while (blocks_.size() < needed) {
+    const std::optional<int> block = pool_->allocate();
+    if (!block) return false;
+    blocks_.push_back(*block);
+  }
+  return true;
 }
 
 void KvState::store(int layer, int position, const float* k, const float* v) {
-  const int block = position / tensor::kKeyBlock;
-  const int lane = position % tensor::kKeyBlock;
-  for (int h = 0; h < kv_dim_ / head_dim_; ++h) {
-    float* keys = keys_[static_cast<size_t>(layer)].data() + head_offset(block, h);
-    float* values = values_[static_cast<size_t>(layer)].data() + head_offset(block, h) + int64_t{lane} * head_dim_;
-    for (int d = 0; d < head_dim_; ++d) {
-      keys[d * tensor::kKeyBlock + lane] = k[h * head_dim_ + d];
-      values[d] = v[h * head_dim_ + d];
+  const KvLayout& layout = pool_->layout();
+  std::byte* block = pool_->data(blocks_[static_cast<size_t>(position / kKvBlock)]);
+  const int lane = position % kKvBlock;
+  const int head_dim = layout.head_dim;
+  for (int h = 0; h < layout.kv_heads; ++h) {
+    std::byte* keys = block + layout.key_offset(layer, h);
+    std::byte* values = block + layout.value_offset(layer, h);
+    const float* k_head = k + h * head_dim;
+    const float* v_head = v + h * head_dim;
+    if (layout.type == KvType::F16) {
+      auto* key_halves = reinterpret_cast<uint16_t*>(keys);
+      auto* value_halves = reinterpret_cast<uint16_t*>(values) + lane * head_dim;
+      for (int d = 0; d < head_dim; ++d) {
+        key_halves[d * kKvBlock + lane] = tensor::fp32_to_fp16(k_head[d]);
+        value_halves[d] = tensor::fp32_to_fp16(v_head[d]);
+      }
+    } else {
+      auto* key_floats = reinterpret_cast<float*>(keys);
+      auto* value_floats = reinterpret_cast<float*>(values) + lane * head_dim;
+      for (int d = 0; d < head_dim; ++d) {
+        key_floats[d * kKvBlock + lane] = k_head[d];
+        value_floats[d] = v_head[d];
+      }
     }
   }
 }
@@ -284,8 +323,12 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
   return m;
 }
 
-std::unique_ptr<KvState> Model::new_sequence(int capacity) const {
-  return std::make_unique<KvState>(config_, range_, capacity);
+std::shared_ptr<KvPool> Model::new_kv_pool(int blocks, KvType type) const {
+  return std::make_shared<KvPool>(KvLayout(config_, range_.size(), type), blocks);
+}
+
+std::unique_ptr<KvState> Model::new_sequence(int capacity, KvType type) const {
+  return std::make_unique<KvState>(new_kv_pool((capacity + kKvBlock - 1) / kKvBlock, type), capacity);
 }
 
 uint64_t Model::weight_bytes() const {
@@ -353,32 +396,53 @@ void Model::attention(int layer_index, tensor::ThreadPool& pool) {
   const int group = heads / kv_heads;
   const int head_dim = c.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  // Work items of up to four query heads that share a KV head: they share each read of its
-  // keys (key_scores takes four at a time), and a lone token still splits over threads.
-  constexpr int kQueriesPerItem = 4;
-  const int items_per_kv_head = (group + kQueriesPerItem - 1) / kQueriesPerItem;
-  const int64_t items = static_cast<int64_t>(row_kv_.size()) * kv_heads * items_per_kv_head;
+  // An item takes every query head that shares a KV head, so that each block of the cache is
+  // read (and, stored as f16, widened) once for all of them; when that leaves threads idle
+  // (a lone token), items of four heads. A head's arithmetic is the same either way.
+  constexpr int kQueriesPerSplitItem = 4;
+  const int64_t rows = static_cast<int64_t>(row_kv_.size());
+  const int heads_per_item = rows * kv_heads >= pool.size() ? group : std::min(group, kQueriesPerSplitItem);
+  const int items_per_kv_head = (group + heads_per_item - 1) / heads_per_item;
+  const int64_t items = rows * kv_heads * items_per_kv_head;
   pool.parallel_for(items, [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> weights;  // kept by the pool's threads: no allocation per call
+    // Kept by the pool's threads: no allocation per call.
+    thread_local std::vector<float> weights, widened, totals;
     for (int64_t item = begin; item < end; ++item) {
       const size_t row = static_cast<size_t>(item / (kv_heads * items_per_kv_head));
       const int kv_head = static_cast<int>(item / items_per_kv_head % kv_heads);
-      const int first_head = kv_head * group + static_cast<int>(item % items_per_kv_head) * kQueriesPerItem;
-      const int n_heads = std::min(kQueriesPerItem, (kv_head + 1) * group - first_head);
+      const int first_head = kv_head * group + static_cast<int>(item % items_per_kv_head) * heads_per_item;
+      const int n_heads = std::min(heads_per_item, (kv_head + 1) * group - first_head);
       const KvState& kv = *row_kv_[row];
+      const KvLayout& layout = kv.pool_->layout();
+      const bool halves = layout.type == KvType::F16;
+      const size_t key_offset = layout.key_offset(layer_index, kv_head);
+      const size_t value_offset = layout.value_offset(layer_index, kv_head);
+      widened.resize(layout.head_elements);
+      // A block's keys or values as floats: in place, or widened exactly from f16 (so the
+      // sums below are those of fp32 storage holding the same values).
+      const auto floats = [&](int block, size_t offset) {
+        const std::byte* p = kv.block_data(block) + offset;
+        if (!halves) return reinterpret_cast<const float*>(p);
+        tensor::fp16_to_fp32(reinterpret_cast<const uint16_t*>(p), widened.data(),
+                             static_cast<int64_t>(layout.head_elements));
+        return static_cast<const float*>(widened.data());
+      };
       const int64_t span = positions_[row] + 1;
       weights.resize(static_cast<size_t>(n_heads * span));
       const float* q = q_.data() + (row * heads + static_cast<size_t>(first_head)) * head_dim;
-      tensor::key_scores(q, head_dim, n_heads, kv.key_block(layer_index, 0, kv_head), kv.block_floats(), head_dim,
-                         span, weights.data(), span);
-      float totals[kQueriesPerItem];
+      for (int64_t first = 0; first < span; first += kKvBlock) {
+        const int64_t count = std::min<int64_t>(kKvBlock, span - first);
+        tensor::key_scores(q, head_dim, n_heads, floats(static_cast<int>(first / kKvBlock), key_offset), 0, head_dim,
+                           count, weights.data() + first, span);
+      }
+      totals.resize(static_cast<size_t>(n_heads));
       float* out = attn_out_.data() + (row * heads + static_cast<size_t>(first_head)) * head_dim;
       for (int j = 0; j < n_heads; ++j) totals[j] = tensor::softmax_numerators(weights.data() + j * span, span, scale);
       std::fill(out, out + n_heads * head_dim, 0.0f);
       // Block by block, so that the heads after the first read its values from L1.
-      for (int64_t first = 0; first < span; first += tensor::kKeyBlock) {
-        const float* values = kv.value_block(layer_index, static_cast<int>(first / tensor::kKeyBlock), kv_head);
-        const int64_t count = std::min<int64_t>(tensor::kKeyBlock, span - first);
+      for (int64_t first = 0; first < span; first += kKvBlock) {
+        const float* values = floats(static_cast<int>(first / kKvBlock), value_offset);
+        const int64_t count = std::min<int64_t>(kKvBlock, span - first);
         for (int j = 0; j < n_heads; ++j) {
           tensor::add_scaled_rows(weights.data() + j * span + first, values, head_dim, count, head_dim,
                                   out + j * head_dim);
@@ -416,6 +480,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
   x_.resize(n * dim);
   if (range_.has_embedding()) {
     if (tokens.size() != n) throw std::invalid_argument("token count does not match the slices");
+    if (!hidden.empty()) throw std::invalid_argument("hidden rows sent to the range that embeds tokens");
     embed(tokens, x_.data());
   } else {
     if (hidden.size() != n * dim) throw std::invalid_argument("hidden rows do not match the slices");
@@ -430,7 +495,12 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
   gate_.resize(n * c.ffn_dim);
   up_.resize(n * c.ffn_dim);
   proj_.resize(n * dim);
-  for (const SequenceSlice& s : slices) s.kv->reserve(s.kv->size() + s.token_count);
+  for (const SequenceSlice& s : slices) {
+    if (!s.kv->reserve(s.kv->size() + s.token_count)) {
+      throw KvPoolFull("the KV pool has no free block for a sequence of " +
+                       std::to_string(s.kv->size() + s.token_count) + " positions");
+    }
+  }
 
   for (int l = 0; l < range_.size(); ++l) {
     const Layer& layer = *layers_[static_cast<size_t>(l)];

@@ -11,54 +11,66 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "gguf/gguf.h"
 #include "model/config.h"
+#include "model/kv_pool.h"
 #include "tensor/matmul.h"
 #include "tensor/thread_pool.h"
 
 namespace strata::model {
 
-using Token = int32_t;
-
-// Keys and values of one sequence for the layers of one range. Created for a sequence and
-// dropped with it: nothing in it outlives the sequence unless its owner keeps it.
+// One sequence's block table for the layers of one range: its positions' keys and values in
+// blocks of its pool, the leading ones possibly shared with other sequences through the
+// pool's prefix index. Its blocks are unpinned when it is dropped.
 class KvState {
  public:
-  KvState(const Config& config, LayerRange range, int capacity);
+  KvState(std::shared_ptr<KvPool> pool, int capacity);
+  ~KvState();
+  KvState(const KvState&) = delete;
+  KvState& operator=(const KvState&) = delete;
   int size() const { return size_; }
   int capacity() const { return capacity_; }
-  LayerRange range() const { return range_; }
 
-  // Positions [0, size()) of global layer `layer` as rows of kv_dim floats, keys then values:
-  // the form in which a sequence's state moves to another node.
+  // Positions [0, size()) of layer `layer` (of its range, from 0) as rows of kv_dim floats, keys
+  // then values: the form in which a sequence's state moves to another node.
   void read(int layer, std::vector<float>& keys, std::vector<float>& values) const;
-  // Writes positions [0, positions) of global layer `layer` from such rows. The state then
-  // holds `positions` positions: every one of its layers must be written before it is used.
+  // Writes positions [0, positions) of layer `layer` from such rows. The state then holds
+  // `positions` positions: every one of its layers must be written before it is used. Throws
+  // KvPoolFull when the pool has no room.
   void write(int layer, int positions, std::span<const float> keys, std::span<const float> values);
+
+  // For a sequence that holds nothing yet: takes the longest run of leading full blocks of
+  // `tokens` that the pool's index holds. Returns the positions taken.
+  int hold_prefix(std::span<const Token> tokens);
+  // Keeps the first `positions` positions, a whole number of blocks, and lets the rest go.
+  void truncate(int positions);
+  // Records the ids of the inputs the last forward computed, and enters the blocks they
+  // filled in the pool's prefix index (never a partial block).
+  void record(std::span<const Token> ids);
 
  private:
   friend class Model;
-  // Positions come in blocks of tensor::kKeyBlock. In each layer's block, per KV head: its
-  // keys dimension-major (the layout tensor::key_scores reads), its values position-major.
-  int64_t block_floats() const;
-  int64_t head_offset(int block, int kv_head) const;  // of a KV head's part of a block
-  const float* key_block(int layer, int block, int kv_head) const;
-  const float* value_block(int layer, int block, int kv_head) const;
-  // Grows every layer to hold `positions` positions.
-  void reserve(int positions);
+  // Takes blocks for `positions` positions; false when the pool cannot give them.
+  bool reserve(int positions);
   // Writes position `position` of `layer`: k and v are kv_dim floats each.
   void store(int layer, int position, const float* k, const float* v);
+  const std::byte* block_data(int block) const { return pool_->data(blocks_[static_cast<size_t>(block)]); }
 
-  LayerRange range_;
-  int layer_count_;
-  int head_dim_;
-  int kv_dim_;
+  std::shared_ptr<KvPool> pool_;
   int capacity_;
   int size_ = 0;
-  std::vector<std::vector<float>> keys_;  // per layer, whole blocks
-  std::vector<std::vector<float>> values_;
+  std::vector<int> blocks_;
+  std::vector<Token> ids_;              // of the positions recorded so far
+  std::vector<KvPool::Link> links_;     // per full block entered in (or found in) the index
+  bool publishing_ = true;              // false once a hash collision broke the chain
+};
+
+// A forward that needs more KV blocks than its pool has free: nothing was computed.
+struct KvPoolFull : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 // One sequence's share of a batch: its next `token_count` inputs continue at kv->size().
@@ -83,11 +95,15 @@ class Model {
   const Config& config() const { return config_; }
   LayerRange range() const { return range_; }
   const gguf::File& file() const { return *file_; }
-  std::unique_ptr<KvState> new_sequence(int capacity) const;
+  // A pool of `blocks` blocks for this range's layers.
+  std::shared_ptr<KvPool> new_kv_pool(int blocks, KvType type) const;
+  // A sequence with a pool of its own, just large enough for `capacity` positions.
+  std::unique_ptr<KvState> new_sequence(int capacity, KvType type = KvType::F32) const;
   // Bytes of weights read for one token through this range.
   uint64_t weight_bytes() const;
 
-  // Runs the batch through this range. Input is `tokens` for the first range and `hidden`
+  // Runs the batch through this range. Throws KvPoolFull, having computed nothing, when a
+  // sequence's pool cannot hold its new positions. Input is `tokens` for the first range and `hidden`
   // (one embedding_dim row per input) for the others; all slices' inputs are concatenated in
   // slice order. Returns hidden rows for a range without the head, otherwise logits rows
   // (vocab_size each): per slice, every input's row if logits_for_all, else the last one's.

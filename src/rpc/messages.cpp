@@ -21,11 +21,8 @@ std::string malformed(const ForwardRequest& request) {
     rows += w.token_count();
   }
   if (rows > kMaxRowsPerBatch) return "the batch has too many rows";
-  const bool tokens = request.tokens_size() > 0;
-  const bool hidden = !request.hidden().empty();
-  if (tokens == hidden) return "the batch must carry either tokens or hidden rows";
-  if (tokens && request.tokens_size() != rows) return "the token count does not match the sequences";
-  if (hidden && (request.hidden().size() % (static_cast<size_t>(rows) * sizeof(float)) != 0)) {
+  if (request.tokens_size() != rows) return "the token count does not match the sequences";
+  if (request.hidden().size() % (static_cast<size_t>(rows) * sizeof(float)) != 0) {
     return "the hidden rows do not match the sequences";
   }
   return {};
@@ -55,6 +52,13 @@ std::string malformed(const ModelManifestReply& manifest) {
   for (const std::string& hash : manifest.tensor_sha256()) {
     if (hash.size() != 32) return "a tensor hash of the manifest is not 32 bytes";
   }
+  return {};
+}
+
+std::string malformed(const HoldPrefixRequest& request) {
+  if (request.sequence_id() == 0) return request.tokens_size() == 0 ? std::string() : "a pool query carries tokens";
+  if (request.capacity() <= 0 || request.capacity() > kMaxCapacity) return "a sequence asks for an impossible capacity";
+  if (request.tokens_size() >= request.capacity()) return "the prefix runs past the sequence's capacity";
   return {};
 }
 

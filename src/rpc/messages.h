@@ -19,5 +19,7 @@ std::string malformed(const LayerKv& kv);
 // a hash that is not 64 hex digits, tensor hashes that are not 32 bytes), or empty. Whether the
 // header parses, and holds as many tensors as hashes, is the GGUF reader's to say.
 std::string malformed(const ModelManifestReply& manifest);
+// The same for a HoldPrefix call.
+std::string malformed(const HoldPrefixRequest& request);
 
 }  // namespace strata::rpc

@@ -68,6 +68,27 @@ class NodeServer::Service final : public Node::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status HoldPrefix(grpc::ServerContext* context, const HoldPrefixRequest* request,
+                          HoldPrefixReply* reply) override {
+    if (auto refused = check(*context, "HoldPrefix")) return *refused;
+    if (const std::string why = malformed(*request); !why.empty()) return {grpc::StatusCode::INVALID_ARGUMENT, why};
+    std::string why;
+    const std::shared_ptr<engine::Stage> stage = handler_.stage(request->epoch(), why);
+    if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
+    try {
+      reply->set_pool_blocks(stage->kv_blocks());
+      if (request->sequence_id() != 0) {
+        const std::vector<engine::Token> tokens(request->tokens().begin(), request->tokens().end());
+        reply->set_positions(stage->hold_prefix(request->sequence_id(), request->capacity(), tokens));
+      }
+    } catch (const std::invalid_argument& e) {
+      return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
+    } catch (const std::exception& e) {
+      return {grpc::StatusCode::INTERNAL, e.what()};
+    }
+    return grpc::Status::OK;
+  }
+
   grpc::Status ReadKv(grpc::ServerContext* context, const ReadKvRequest* request, LayerKv* reply) override {
     if (auto refused = check(*context, "ReadKv")) return *refused;
     std::string why;
@@ -137,6 +158,7 @@ class NodeServer::Service final : public Node::Service {
       event.set_token(t.token);
       event.set_logprob(t.logprob);
       event.set_end_of_generation(t.end_of_generation);
+      event.set_cached_tokens(t.cached_tokens);
       for (const engine::TokenLogprob& alt : t.top) {
         TokenLogprob* out = event.add_top();
         out->set_token(alt.token);

@@ -41,6 +41,7 @@ engine::GeneratedToken from_wire(const GenerateEvent& e) {
   t.token = e.token();
   t.logprob = e.logprob();
   t.end_of_generation = e.end_of_generation();
+  t.cached_tokens = e.cached_tokens();
   for (const TokenLogprob& alt : e.top()) t.top.push_back({alt.token(), alt.logprob()});
   return t;
 }

@@ -131,6 +131,28 @@ std::vector<float> RemoteStage::forward(const engine::StageBatch& batch) {
   return out;
 }
 
+HoldPrefixReply RemoteStage::hold(engine::SequenceId id, int capacity, std::span<const engine::Token> tokens) {
+  HoldPrefixRequest request;
+  request.set_sender_id(caller_.node_id);
+  request.set_epoch(caller_.epoch);
+  request.set_sequence_id(id);
+  request.set_capacity(capacity);
+  request.mutable_tokens()->Add(tokens.begin(), tokens.end());
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + base_deadline_);
+  caller_.key->sign(context, caller_.node_id, "HoldPrefix");
+  HoldPrefixReply reply;
+  const grpc::Status status = stub_->HoldPrefix(&context, request, &reply);
+  if (!status.ok()) throw engine::StageLost("node " + peer_id_ + " did not answer: " + status.error_message());
+  return reply;
+}
+
+int RemoteStage::hold_prefix(engine::SequenceId id, int capacity, std::span<const engine::Token> tokens) {
+  return hold(id, capacity, tokens).positions();
+}
+
+int RemoteStage::kv_blocks() { return hold(0, 0, {}).pool_blocks(); }
+
 void RemoteStage::release(std::span<const engine::SequenceId> ids) {
   {
     std::lock_guard lock(watch_mutex_);

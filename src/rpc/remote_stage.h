@@ -48,11 +48,15 @@ class RemoteStage final : public engine::Stage {
   engine::StageLayers layers() const override { return layers_; }
   engine::LayerKv read_kv(engine::SequenceId id, int layer) override;
   void write_kv(const engine::LayerKv& kv) override;
+  // Unary calls beside the batch stream: safe while a batch is in flight.
+  int hold_prefix(engine::SequenceId id, int capacity, std::span<const engine::Token> tokens) override;
+  int kv_blocks() override;
 
  private:
   using Stream = grpc::ClientReaderWriter<ForwardRequest, ForwardReply>;
   // Ends the stream and says why it failed.
   [[noreturn]] void fail(const std::string& what);
+  HoldPrefixReply hold(engine::SequenceId id, int capacity, std::span<const engine::Token> tokens);
   void watch();
 
   std::string peer_id_;

@@ -155,10 +155,15 @@ void scalar_add_scaled_rows(const float* alphas, const float* rows, int64_t row_
   }
 }
 
+void scalar_fp16_to_fp32(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(src[i]);
+}
+
 }  // namespace
 
 VectorKernels scalar_vector_ops() {
-  return {scalar_key_scores, scalar_add_scaled_rows, lanes_softmax_numerators, lanes_quantize_int8, lanes_silu_times};
+  return {scalar_key_scores,  scalar_add_scaled_rows, lanes_softmax_numerators, lanes_quantize_int8, lanes_silu_times,
+          scalar_fp16_to_fp32};
 }
 
 InterleavedKernels scalar_interleaved(DType type) {

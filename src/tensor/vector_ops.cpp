@@ -16,6 +16,10 @@ void add_scaled_rows(const float* alphas, const float* rows, int64_t row_stride,
   kernels::active_vector_ops().add_scaled_rows(alphas, rows, row_stride, row_count, n, y);
 }
 
+void fp16_to_fp32(const uint16_t* src, float* dst, int64_t n) {
+  kernels::active_vector_ops().fp16_to_fp32(src, dst, n);
+}
+
 float softmax_numerators(float* x, int64_t n, float scale) {
   return kernels::active_vector_ops().softmax_numerators(x, n, scale);
 }

@@ -23,6 +23,9 @@ void key_scores(const float* queries, int64_t query_stride, int query_count, con
 // values). On the active ISA, with the same bits on every one.
 void add_scaled_rows(const float* alphas, const float* rows, int64_t row_stride, int64_t row_count,
                      int64_t n, float* y);
+// dst[i] = src[i] widened from IEEE half precision, exactly (a signaling NaN may come out
+// quiet). On the active ISA, with the same bits on every one.
+void fp16_to_fp32(const uint16_t* src, float* dst, int64_t n);
 // The numerators of softmax(scale * x): x[i] = exp(scale * x[i] - max_j scale * x[j]),
 // within 3e-7 relative (the exponent is clamped to -87). Returns their sum, added in 8
 // fixed lanes (attention: scores in, unnormalized weights and their total out).

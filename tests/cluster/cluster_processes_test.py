@@ -213,9 +213,9 @@ def main():
         stop_all(nodes)
 
     # The seed's four Mac minis in miniature: usable memory 16:16:32:32, none able to hold the
-    # model (3 MiB with the KV reserve of 8 sequences of 128 tokens) alone.
+    # model (2 MiB with the f16 KV reserve of 8 sequences of 128 tokens) alone.
     for strategy in ("memory", "speed"):
-        limits = ["1200KiB", "1200KiB", "2400KiB", "2400KiB"]
+        limits = ["800KiB", "800KiB", "1600KiB", "1600KiB"]
         first = Node("m0", "--placement", strategy, "--memory-limit", limits[0])
         nodes = [first] + [Node(f"m{i}", "--peers", first.address, "--placement", strategy, "--memory-limit", limits[i])
                            for i in range(1, 4)]

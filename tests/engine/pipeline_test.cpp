@@ -38,7 +38,8 @@ struct Stages {
     for (size_t i = 0; i + 1 < cuts.size(); ++i) {
       pools.push_back(std::make_unique<tensor::ThreadPool>(1));
       local.push_back(std::make_shared<LocalStage>(
-          model::Model::load(file, model::LayerRange{cuts[i], cuts[i + 1]}), *pools.back()));
+          model::Model::load(file, model::LayerRange{cuts[i], cuts[i + 1]}), *pools.back(),
+          KvOptions{.blocks = 256}));
     }
   }
   std::vector<std::shared_ptr<Stage>> list() const { return {local.begin(), local.end()}; }
@@ -91,6 +92,10 @@ class FailingStage final : public Stage {
     return inner_->forward(batch);
   }
   void release(std::span<const SequenceId> ids) override { inner_->release(ids); }
+  int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) override {
+    return inner_->hold_prefix(id, capacity, tokens);
+  }
+  int kv_blocks() override { return inner_->kv_blocks(); }
 
  private:
   std::shared_ptr<LocalStage> inner_;
@@ -131,6 +136,10 @@ class VanishingStage final : public Stage {
     return inner_->forward(batch);
   }
   void release(std::span<const SequenceId> ids) override { inner_->release(ids); }
+  int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) override {
+    return inner_->hold_prefix(id, capacity, tokens);
+  }
+  int kv_blocks() override { return inner_->kv_blocks(); }
   int calls() const { return calls_; }
 
  private:
@@ -188,6 +197,10 @@ class SilentStage final : public Stage {
     throw StageLost(cancelled_ ? "cancelled" : "no reply within its deadline");
   }
   void release(std::span<const SequenceId> ids) override { inner_->release(ids); }
+  int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) override {
+    return inner_->hold_prefix(id, capacity, tokens);
+  }
+  int kv_blocks() override { return inner_->kv_blocks(); }
   void cancel() override {
     std::lock_guard lock(mutex_);
     cancelled_ = true;
@@ -265,6 +278,10 @@ class CountingStage final : public Stage {
     changed_.notify_all();
   }
   void release(std::span<const SequenceId> ids) override { inner_->release(ids); }
+  int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) override {
+    return inner_->hold_prefix(id, capacity, tokens);
+  }
+  int kv_blocks() override { return inner_->kv_blocks(); }
   StageLayers layers() const override { return inner_->layers(); }
   LayerKv read_kv(SequenceId id, int layer) override { return inner_->read_kv(id, layer); }
   void write_kv(const LayerKv& kv) override { inner_->write_kv(kv); }

@@ -58,9 +58,10 @@ std::vector<Token> sample_tokens(int count, int vocab, int salt = 0) {
 }
 
 // All positions' logits, the whole sequence in one forward call.
-std::vector<float> engine_logits(Model& model, std::span<const Token> tokens, int threads) {
+std::vector<float> engine_logits(Model& model, std::span<const Token> tokens, int threads,
+                                 KvType kv_type = KvType::F32) {
   tensor::ThreadPool pool(threads);
-  auto kv = model.new_sequence(static_cast<int>(tokens.size()));
+  auto kv = model.new_sequence(static_cast<int>(tokens.size()), kv_type);
   SequenceSlice slice{kv.get(), static_cast<int>(tokens.size()), true};
   return model.forward({&slice, 1}, tokens, {}, pool);
 }
@@ -172,12 +173,13 @@ TEST(ModelVsReference, RopeScalingAgreesWithDoublePrecision) {
 // Greedy continuation of `prompt`, run through `ranges` (hidden states handed from one to the
 // next), with the prompt fed `chunk` tokens at a time.
 std::vector<Token> greedy(const std::shared_ptr<const gguf::File>& file, std::vector<LayerRange> ranges,
-                          const std::vector<Token>& prompt, int steps, int threads, int chunk) {
+                          const std::vector<Token>& prompt, int steps, int threads, int chunk,
+                          KvType kv_type = KvType::F32) {
   std::vector<std::unique_ptr<Model>> models;
   std::vector<std::unique_ptr<KvState>> states;
   for (const LayerRange& r : ranges) {
     models.push_back(Model::load(file, r));
-    states.push_back(models.back()->new_sequence(static_cast<int>(prompt.size()) + steps));
+    states.push_back(models.back()->new_sequence(static_cast<int>(prompt.size()) + steps, kv_type));
   }
   tensor::ThreadPool pool(threads);
   auto run = [&](std::span<const Token> tokens) {
@@ -217,6 +219,23 @@ TEST(ModelVsReference, DreamsGreedyTokensEqualTheReferenceTokens) {
   EXPECT_EQ(greedy(file, {{0, Config::from_gguf(*file).layer_count}}, prompt, kSteps, 2, 100), expected);
 }
 
+// Keys and values stored as f16 (the default) round them, so the logits move a little; on the
+// shared model the greedy tokens stay those of fp32 storage (docs/TESTING.md).
+TEST(ModelVsReference, DreamsGreedyTokensWithF16KeysAndValuesEqualFp32s) {
+  auto file = open_model(kDreams);
+  const int layers = Config::from_gguf(*file).layer_count;
+  for (const auto& prompt : {kOnceUponATime, sample_tokens(9, 512)}) {
+    const auto fp32 = greedy(file, {{0, layers}}, prompt, 100, 2, 100, KvType::F32);
+    const auto fp16 = greedy(file, {{0, layers}}, prompt, 100, 2, 100, KvType::F16);
+    EXPECT_EQ(fp16, fp32);
+  }
+  auto model = Model::load(file);
+  const auto tokens = sample_tokens(40, 512);
+  const auto logits = engine_logits(*model, tokens, 2, KvType::F16);
+  EXPECT_NE(logits, engine_logits(*model, tokens, 2, KvType::F32));
+  EXPECT_LT(relative_error(logits, reference::forward_all(*file, tokens)), 1e-2);
+}
+
 class BitExact : public ::testing::TestWithParam<std::string> {
  protected:
   std::shared_ptr<const gguf::File> file() {
@@ -228,11 +247,14 @@ TEST_P(BitExact, ThreadsChunksAndLayerRangesGiveTheSameTokens) {
   auto f = file();
   const int layers = Config::from_gguf(*f).layer_count;
   const auto prompt = sample_tokens(9, Config::from_gguf(*f).vocab_size);
-  const auto baseline = greedy(f, {{0, layers}}, prompt, 24, 1, 100);
-  EXPECT_EQ(greedy(f, {{0, layers}}, prompt, 24, 2, 100), baseline) << "1 vs 2 threads";
-  EXPECT_EQ(greedy(f, {{0, layers}}, prompt, 24, 3, 1), baseline) << "prompt one token at a time";
-  EXPECT_EQ(greedy(f, {{0, 2}, {2, layers}}, prompt, 24, 2, 4), baseline) << "two layer ranges";
-  EXPECT_EQ(greedy(f, {{0, 1}, {1, 3}, {3, layers}}, prompt, 24, 2, 100), baseline) << "three ranges";
+  for (KvType kv : {KvType::F32, KvType::F16}) {
+    SCOPED_TRACE(kv_type_name(kv));
+    const auto baseline = greedy(f, {{0, layers}}, prompt, 24, 1, 100, kv);
+    EXPECT_EQ(greedy(f, {{0, layers}}, prompt, 24, 2, 100, kv), baseline) << "1 vs 2 threads";
+    EXPECT_EQ(greedy(f, {{0, layers}}, prompt, 24, 3, 1, kv), baseline) << "prompt one token at a time";
+    EXPECT_EQ(greedy(f, {{0, 2}, {2, layers}}, prompt, 24, 2, 4, kv), baseline) << "two layer ranges";
+    EXPECT_EQ(greedy(f, {{0, 1}, {1, 3}, {3, layers}}, prompt, 24, 2, 100, kv), baseline) << "three ranges";
+  }
 }
 
 TEST_P(BitExact, LogitsAloneEqualLogitsInABatch) {
@@ -240,24 +262,28 @@ TEST_P(BitExact, LogitsAloneEqualLogitsInABatch) {
   auto model = Model::load(f);
   const int vocab = model->config().vocab_size;
   const auto mine = sample_tokens(11, vocab, 0);
-  const auto alone = engine_logits(*model, mine, 2);
+  for (KvType kv : {KvType::F32, KvType::F16}) {
+    const auto alone = engine_logits(*model, mine, 2, kv);
 
-  // The same sequence between two others, with different lengths and positions.
-  const auto before = sample_tokens(5, vocab, 1);
-  const auto after = sample_tokens(17, vocab, 2);
-  auto kv_before = model->new_sequence(64), kv_mine = model->new_sequence(64), kv_after = model->new_sequence(64);
-  tensor::ThreadPool pool(2);
-  {  // give `after` some history first so positions differ across the batch
-    SequenceSlice warm{kv_after.get(), 3, false};
-    model->forward({&warm, 1}, std::span<const Token>(after).first(3), {}, pool);
+    // The same sequence between two others, with different lengths and positions.
+    const auto before = sample_tokens(5, vocab, 1);
+    const auto after = sample_tokens(17, vocab, 2);
+    auto kv_before = model->new_sequence(64, kv), kv_mine = model->new_sequence(64, kv);
+    auto kv_after = model->new_sequence(64, kv);
+    tensor::ThreadPool pool(2);
+    {  // give `after` some history first so positions differ across the batch
+      SequenceSlice warm{kv_after.get(), 3, false};
+      model->forward({&warm, 1}, std::span<const Token>(after).first(3), {}, pool);
+    }
+    std::vector<SequenceSlice> slices{{kv_before.get(), 5, true}, {kv_mine.get(), 11, true}, {kv_after.get(), 14, true}};
+    std::vector<Token> tokens = before;
+    tokens.insert(tokens.end(), mine.begin(), mine.end());
+    tokens.insert(tokens.end(), after.begin() + 3, after.end());
+    const auto batched = model->forward(slices, tokens, {}, pool);
+    ASSERT_EQ(alone.size(), 11u * vocab);
+    EXPECT_EQ(std::memcmp(alone.data(), batched.data() + 5 * vocab, alone.size() * sizeof(float)), 0)
+        << kv_type_name(kv);
   }
-  std::vector<SequenceSlice> slices{{kv_before.get(), 5, true}, {kv_mine.get(), 11, true}, {kv_after.get(), 14, true}};
-  std::vector<Token> tokens = before;
-  tokens.insert(tokens.end(), mine.begin(), mine.end());
-  tokens.insert(tokens.end(), after.begin() + 3, after.end());
-  const auto batched = model->forward(slices, tokens, {}, pool);
-  ASSERT_EQ(alone.size(), 11u * vocab);
-  EXPECT_EQ(std::memcmp(alone.data(), batched.data() + 5 * vocab, alone.size() * sizeof(float)), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, BitExact, ::testing::Values("dreams", "Q4_0", "Q8_0", "Q4_K_M", "F16"));
@@ -269,17 +295,20 @@ TEST(BitExactAcrossIsas, EveryTypeGivesTheSameLogitsOnEveryIsa) {
   for (const char* type : {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_M", "Q5_K_M", "F32", "F16", "BF16"}) {
     SCOPED_TRACE(type);
     auto model = Model::load(open_model(synthetic_model("demo", type)));
-    const auto tokens = sample_tokens(7, model->config().vocab_size);
-    std::vector<float> scalar;
-    for (Isa isa : tensor::available_isas()) {
-      tensor::force_isa(isa);
-      const auto logits = engine_logits(*model, tokens, 2);
-      tensor::force_isa(tensor::detected_isa());
-      if (isa == Isa::Scalar) {
-        scalar = logits;
-      } else {
-        ASSERT_EQ(logits.size(), scalar.size());
-        EXPECT_EQ(std::memcmp(logits.data(), scalar.data(), logits.size() * sizeof(float)), 0) << tensor::isa_name(isa);
+    const auto tokens = sample_tokens(37, model->config().vocab_size);  // over three KV blocks
+    for (KvType kv : {KvType::F32, KvType::F16}) {
+      std::vector<float> scalar;
+      for (Isa isa : tensor::available_isas()) {
+        tensor::force_isa(isa);
+        const auto logits = engine_logits(*model, tokens, 2, kv);
+        tensor::force_isa(tensor::detected_isa());
+        if (isa == Isa::Scalar) {
+          scalar = logits;
+        } else {
+          ASSERT_EQ(logits.size(), scalar.size());
+          EXPECT_EQ(std::memcmp(logits.data(), scalar.data(), logits.size() * sizeof(float)), 0)
+              << tensor::isa_name(isa) << ", KV " << kv_type_name(kv);
+        }
       }
     }
   }

@@ -17,7 +17,8 @@ class OneStageNode final : public NodeHandler {
  public:
   OneStageNode() : pool_(1) {
     auto file = std::shared_ptr<const gguf::File>(gguf::File::open(kDreams));
-    stage_ = std::make_shared<engine::LocalStage>(model::Model::load(file), pool_);
+    stage_ = std::make_shared<engine::LocalStage>(model::Model::load(file), pool_,
+                                                  engine::KvOptions{model::KvType::F32, 64});
   }
   HelloReply hello(const HelloRequest& request, const std::string&) override {
     HelloReply reply;
@@ -212,8 +213,11 @@ TEST_F(NodeServiceTest, RefusesMalformedBatchesAndKeepsServing) {
   r.add_tokens(5);
   cases.emplace_back("token count", r);
   r = start_sequence(1);
-  r.set_hidden(std::string(8, '\0'));
-  cases.emplace_back("tokens and hidden", r);
+  r.set_hidden(std::string(2 * 64 * sizeof(float), '\0'));
+  cases.emplace_back("tokens and hidden to the first stage", r);
+  r = start_sequence(1);
+  r.set_hidden(std::string(12, '\0'));
+  cases.emplace_back("hidden rows of another width", r);
   r = start_sequence(1);
   r.mutable_sequences(0)->set_capacity(1 << 30);
   cases.emplace_back("capacity", r);
@@ -225,8 +229,8 @@ TEST_F(NodeServiceTest, RefusesMalformedBatchesAndKeepsServing) {
   cases.emplace_back("no inputs", r);
   r = start_sequence(1);
   r.clear_tokens();
-  r.set_hidden(std::string(2 * 64 * sizeof(float), '\0'));  // hidden rows to the stage that embeds
-  cases.emplace_back("hidden to the first stage", r);
+  r.set_hidden(std::string(2 * 64 * sizeof(float), '\0'));
+  cases.emplace_back("hidden rows without their tokens", r);
   r = start_sequence(1);
   r.mutable_sequences(0)->set_first_position(7);  // skips positions of an unknown sequence
   cases.emplace_back("unknown sequence", r);
@@ -234,6 +238,42 @@ TEST_F(NodeServiceTest, RefusesMalformedBatchesAndKeepsServing) {
     EXPECT_EQ(forward(request, key_).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name;
   }
   EXPECT_TRUE(forward(start_sequence(9), key_).ok());
+}
+
+TEST_F(NodeServiceTest, HoldsACachedPrefixForANewSequence) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back(3 + i * 7 % 500);
+  ForwardRequest first = start_sequence(1);
+  first.mutable_sequences(0)->set_token_count(40);
+  first.mutable_sequences(0)->set_capacity(64);
+  first.mutable_tokens()->Assign(prompt.begin(), prompt.end());
+  ASSERT_TRUE(forward(first, key_).ok());
+
+  const auto hold = [&](uint64_t id, int tokens, HoldPrefixReply& reply, int capacity = 64) {
+    HoldPrefixRequest request;
+    request.set_sender_id("client");
+    request.set_epoch(kEpoch);
+    request.set_sequence_id(id);
+    request.set_capacity(capacity);
+    request.mutable_tokens()->Add(prompt.begin(), prompt.begin() + tokens);
+    grpc::ClientContext context;
+    key_.sign(context, "client", "HoldPrefix");
+    return stub_->HoldPrefix(&context, request, &reply);
+  };
+  HoldPrefixReply reply;
+  ASSERT_TRUE(hold(2, 32, reply).ok());
+  EXPECT_EQ(reply.positions(), 32);
+  EXPECT_EQ(reply.pool_blocks(), 64);
+  EXPECT_EQ(node_.held(), 2u);
+  // Its first batch continues after one of the two blocks: the stage lets the other go.
+  ForwardRequest rest = start_sequence(2);
+  rest.mutable_sequences(0)->set_first_position(16);
+  rest.mutable_sequences(0)->set_token_count(24);
+  rest.mutable_sequences(0)->set_capacity(64);
+  rest.mutable_tokens()->Assign(prompt.begin() + 16, prompt.end());
+  EXPECT_TRUE(forward(rest, key_).ok());
+  EXPECT_EQ(hold(2, 32, reply).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "started twice";
+  EXPECT_EQ(hold(3, 40, reply, 40).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "past its capacity";
 }
 
 TEST_F(NodeServiceTest, RefusesAnOversizedMessage) {

@@ -1,0 +1,196 @@
+// The prefix cache changes how much of a prompt is computed, never what comes out: every
+// request gives the same tokens and log-probabilities with the cache on and off, on one stage
+// and on three, whatever its stages still hold.
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include "engine/engine.h"
+#include "engine/local_stage.h"
+#include "outcome.h"
+
+namespace strata::engine {
+namespace {
+
+constexpr int kContext = 128;
+
+// The shared model's layers over stages cut at `cuts`, each with its own thread and pool.
+struct Cluster {
+  Cluster(const std::vector<int>& cuts, bool prefix_cache, const std::vector<int>& pool_blocks = {},
+          int max_parallel = 8) {
+    auto file = std::shared_ptr<const gguf::File>(gguf::File::open(kDreams));
+    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+      pools.push_back(std::make_unique<tensor::ThreadPool>(1));
+      const int blocks = i < pool_blocks.size() ? pool_blocks[i] : 256;
+      local.push_back(std::make_shared<LocalStage>(model::Model::load(file, model::LayerRange{cuts[i], cuts[i + 1]}),
+                                                   *pools.back(), KvOptions{model::KvType::F32, blocks}));
+    }
+    engine = std::make_unique<Engine>(std::vector<std::shared_ptr<Stage>>(local.begin(), local.end()), 512,
+                                      [](Token t) { return t == 2; },
+                                      EngineOptions{.context_size = kContext,
+                                                    .max_parallel = max_parallel,
+                                                    .max_queued = 64,
+                                                    .prefix_cache = prefix_cache},
+                                      nullptr);
+  }
+  Outcome run(const GenerationRequest& r) { return submit_for_outcome(*engine, r).get(); }
+
+  std::vector<std::unique_ptr<tensor::ThreadPool>> pools;
+  std::vector<std::shared_ptr<LocalStage>> local;
+  std::unique_ptr<Engine> engine;
+};
+
+GenerationRequest request(std::vector<Token> prompt, int max_tokens, float temperature = 0.0f, uint64_t seed = 7) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = temperature;
+  r.sampling.seed = seed;
+  r.logprobs = true;
+  return r;
+}
+
+// BOS, then `length - 1` ordinary tokens that depend on `salt`.
+std::vector<Token> tokens(int length, int salt) {
+  std::vector<Token> out{1};
+  for (int i = 1; i < length; ++i) out.push_back(static_cast<Token>(259 + (i * 29 + salt * 71) % 250));
+  return out;
+}
+
+std::vector<Token> concat(std::vector<Token> a, const std::vector<Token>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+int cached(const Outcome& o) { return o.generated.empty() ? -1 : o.generated.front().cached_tokens; }
+
+void expect_same(const Outcome& got, const Outcome& want, const std::string& what) {
+  EXPECT_EQ(got.tokens, want.tokens) << what;
+  EXPECT_EQ(got.logprobs(), want.logprobs()) << what;
+  EXPECT_EQ(got.reason, want.reason) << what;
+}
+
+const std::vector<std::vector<int>> kSplits{{0, 4}, {0, 1, 3, 4}};
+
+std::string name(const std::vector<int>& cuts) { return std::to_string(cuts.size() - 1) + " stage(s)"; }
+
+TEST(PrefixCache, ARepeatedRequestReusesItsWholeBlocksAndGivesTheSameOutput) {
+  for (const auto& cuts : kSplits) {
+    Cluster off(cuts, false), on(cuts, true);
+    for (float temperature : {0.0f, 0.8f}) {
+      const GenerationRequest r = request(tokens(50, 1), 40, temperature);
+      const Outcome want = off.run(r);
+      const Outcome first = on.run(r);
+      const Outcome again = on.run(r);
+      expect_same(first, want, name(cuts) + ", first");
+      expect_same(again, want, name(cuts) + ", repeated");
+      EXPECT_EQ(cached(off.run(r)), 0);
+      EXPECT_EQ(cached(again), 48) << name(cuts);  // three whole blocks of the 50
+    }
+  }
+}
+
+TEST(PrefixCache, ASecondTurnReusesTheFirstTurnsPromptAndAnswer) {
+  for (const auto& cuts : kSplits) {
+    Cluster off(cuts, false), on(cuts, true);
+    const std::vector<Token> turn1 = tokens(30, 2);
+    const Outcome answer = on.run(request(turn1, 30));
+    expect_same(answer, off.run(request(turn1, 30)), name(cuts) + ", turn 1");
+    const std::vector<Token> turn2 = concat(concat(turn1, answer.tokens), tokens(12, 3));
+    const Outcome got = on.run(request(turn2, 20));
+    expect_same(got, off.run(request(turn2, 20)), name(cuts) + ", turn 2");
+    // The first turn's prompt and the answer's tokens that went through the stages.
+    EXPECT_GE(cached(got), 48) << name(cuts);
+  }
+}
+
+TEST(PrefixCache, ConcurrentRequestsShareALongSystemPrompt) {
+  for (const auto& cuts : kSplits) {
+    Cluster off(cuts, false), on(cuts, true);
+    const std::vector<Token> system = tokens(70, 4);
+    std::vector<GenerationRequest> requests;
+    for (int i = 0; i < 8; ++i) {
+      requests.push_back(request(concat(system, tokens(5 + i, 10 + i)), 24, i % 2 ? 0.7f : 0.0f, 100 + i));
+    }
+    on.run(requests[0]);  // the system prompt's blocks enter the cache
+    std::vector<std::future<Outcome>> futures;
+    for (const auto& r : requests) futures.push_back(submit_for_outcome(*on.engine, r));
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const Outcome got = futures[i].get();
+      expect_same(got, off.run(requests[i]), name(cuts) + ", request " + std::to_string(i));
+      EXPECT_GE(cached(got), 64) << name(cuts) << ", request " << i;
+    }
+  }
+}
+
+TEST(PrefixCache, APrefixEvictedOnOneStageOnlyIsComputedAgainEverywhere) {
+  // The middle stage's pool holds two sequences: two other requests evict the first's blocks
+  // there, while the other stages keep them.
+  Cluster off({0, 1, 3, 4}, false), on({0, 1, 3, 4}, true, {256, 16, 256}, 2);
+  const GenerationRequest a = request(tokens(60, 5), 20);
+  const Outcome want = off.run(a);
+  expect_same(on.run(a), want, "first");
+  for (int salt : {6, 7}) on.run(request(tokens(60, salt), 68));
+  EXPECT_GT(on.local[1]->kv_stats().evictions, 0u);
+  EXPECT_EQ(on.local[0]->kv_stats().evictions, 0u);
+  const Outcome again = on.run(a);
+  expect_same(again, want, "after the middle stage evicted its prefix");
+  EXPECT_LT(cached(again), 48);
+}
+
+TEST(PrefixCache, APromptOfWholeBlocksRecomputesItsLastBlock) {
+  for (const auto& cuts : kSplits) {
+    Cluster off(cuts, false), on(cuts, true);
+    const GenerationRequest r = request(tokens(32, 8), 30);
+    const Outcome want = off.run(r);
+    expect_same(on.run(r), want, name(cuts) + ", first");
+    const Outcome again = on.run(r);
+    expect_same(again, want, name(cuts) + ", repeated");
+    EXPECT_EQ(cached(again), 16) << name(cuts);
+  }
+}
+
+TEST(PrefixCache, ManyLongRequestsOnASmallPoolWaitAndNoneFails) {
+  // 32 requests at once, each up to a whole context (8 blocks); the pools hold three of them.
+  for (const auto& cuts : kSplits) {
+    Cluster off(cuts, false), on(cuts, true, std::vector<int>(cuts.size() - 1, 24), 32);
+    std::vector<GenerationRequest> requests;
+    const std::vector<Token> shared = tokens(40, 11);
+    for (int i = 0; i < 32; ++i) {
+      std::vector<Token> prompt = i % 2 ? concat(shared, tokens(20 + i, 20 + i)) : tokens(60 + i, 20 + i);
+      const int max_tokens = kContext - static_cast<int>(prompt.size());
+      requests.push_back(request(std::move(prompt), max_tokens, i % 3 ? 0.8f : 0.0f, 300 + i));
+    }
+    std::vector<std::future<Outcome>> futures;
+    for (const auto& r : requests) futures.push_back(submit_for_outcome(*on.engine, r));
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const Outcome got = futures[i].get();
+      EXPECT_NE(got.reason, FinishReason::Error) << got.error;
+      expect_same(got, off.run(requests[i]), name(cuts) + ", request " + std::to_string(i));
+    }
+    for (const auto& stage : on.local) EXPECT_LE(stage->kv_stats().used_blocks, 24);
+  }
+}
+
+TEST(PrefixCache, ARequestLargerThanThePoolEndsWithAnError) {
+  Cluster on({0, 4}, true, {4});
+  const Outcome o = on.run(request(tokens(40, 12), 40));
+  EXPECT_EQ(o.reason, FinishReason::Error);
+  EXPECT_NE(o.error.find("KV memory"), std::string::npos) << o.error;
+}
+
+TEST(PrefixCache, StagesHoldNoSequenceAfterward) {
+  Cluster on({0, 2, 4}, true);
+  const GenerationRequest r = request(tokens(40, 9), 10);
+  on.run(r);
+  on.run(r);
+  on.engine.reset();
+  for (const auto& stage : on.local) {
+    EXPECT_EQ(stage->sequence_count(), 0u);
+    EXPECT_EQ(stage->kv_stats().pinned_blocks, 0);
+    EXPECT_GT(stage->kv_stats().used_blocks, 0) << "the finished sequences' blocks stay cached";
+  }
+}
+
+}  // namespace
+}  // namespace strata::engine
