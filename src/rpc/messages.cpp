@@ -1,5 +1,7 @@
 #include "rpc/messages.h"
 
+#include <cstring>
+
 namespace strata::rpc {
 namespace {
 
@@ -40,6 +42,24 @@ std::string malformed(const LayerKv& kv) {
     return "the state's keys are not whole rows of its positions";
   }
   return {};
+}
+
+void to_message(const engine::LayerKv& kv, LayerKv& out) {
+  out.set_sequence_id(kv.id);
+  out.set_layer(kv.layer);
+  out.set_positions(kv.positions);
+  out.set_capacity(kv.capacity);
+  out.set_keys(kv.keys.data(), kv.keys.size() * sizeof(float));
+  out.set_values(kv.values.data(), kv.values.size() * sizeof(float));
+}
+
+engine::LayerKv from_message(const LayerKv& message) {
+  engine::LayerKv kv{message.sequence_id(), message.layer(), message.positions(), message.capacity(),
+                     std::vector<float>(message.keys().size() / sizeof(float)),
+                     std::vector<float>(message.values().size() / sizeof(float))};
+  std::memcpy(kv.keys.data(), message.keys().data(), kv.keys.size() * sizeof(float));
+  std::memcpy(kv.values.data(), message.values().data(), kv.values.size() * sizeof(float));
+  return kv;
 }
 
 std::string malformed(const ModelManifestReply& manifest) {

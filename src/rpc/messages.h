@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "engine/stage.h"
 #include "node.pb.h"
 
 namespace strata::rpc {
@@ -14,6 +15,9 @@ std::string malformed(const ForwardRequest& request);
 // Why handed-over state cannot be taken (impossible positions or capacity, keys and values
 // that are not whole rows of the same size), or empty.
 std::string malformed(const LayerKv& kv);
+// A sequence's handed-over state as a message and back (check it with malformed first).
+void to_message(const engine::LayerKv& kv, LayerKv& out);
+engine::LayerKv from_message(const LayerKv& message);
 
 // Why a model manifest cannot describe a GGUF file (no header, a file smaller than its header,
 // a hash that is not 64 hex digits, tensor hashes that are not 32 bytes), or empty. Whether the

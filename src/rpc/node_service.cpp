@@ -95,13 +95,7 @@ class NodeServer::Service final : public Node::Service {
     const std::shared_ptr<engine::Stage> stage = handler_.stage(request->epoch(), why);
     if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
     try {
-      const engine::LayerKv kv = stage->read_kv(request->sequence_id(), request->layer());
-      reply->set_sequence_id(kv.id);
-      reply->set_layer(kv.layer);
-      reply->set_positions(kv.positions);
-      reply->set_capacity(kv.capacity);
-      reply->set_keys(kv.keys.data(), kv.keys.size() * sizeof(float));
-      reply->set_values(kv.values.data(), kv.values.size() * sizeof(float));
+      to_message(stage->read_kv(request->sequence_id(), request->layer()), *reply);
     } catch (const std::exception& e) {
       return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
     }
@@ -114,14 +108,8 @@ class NodeServer::Service final : public Node::Service {
     std::string why;
     const std::shared_ptr<engine::Stage> stage = handler_.stage(request->epoch(), why);
     if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
-    const LayerKv& in = request->kv();
-    engine::LayerKv kv{in.sequence_id(), in.layer(), in.positions(), in.capacity(),
-                       std::vector<float>(in.keys().size() / sizeof(float)),
-                       std::vector<float>(in.values().size() / sizeof(float))};
-    std::memcpy(kv.keys.data(), in.keys().data(), in.keys().size());
-    std::memcpy(kv.values.data(), in.values().data(), in.values().size());
     try {
-      stage->write_kv(kv);
+      stage->write_kv(from_message(request->kv()));
     } catch (const std::exception& e) {
       return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
     }

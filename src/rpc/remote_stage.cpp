@@ -200,24 +200,14 @@ engine::LayerKv RemoteStage::read_kv(engine::SequenceId id, int layer) {
   if (const std::string why = malformed(reply); !why.empty() || reply.sequence_id() != id || reply.layer() != layer) {
     throw std::runtime_error("node " + peer_id_ + " handed over malformed state: " + (why.empty() ? "another sequence's" : why));
   }
-  engine::LayerKv kv{id, layer, reply.positions(), reply.capacity(), std::vector<float>(reply.keys().size() / sizeof(float)),
-                     std::vector<float>(reply.values().size() / sizeof(float))};
-  std::memcpy(kv.keys.data(), reply.keys().data(), reply.keys().size());
-  std::memcpy(kv.values.data(), reply.values().data(), reply.values().size());
-  return kv;
+  return from_message(reply);
 }
 
 void RemoteStage::write_kv(const engine::LayerKv& kv) {
   WriteKvRequest request;
   request.set_sender_id(caller_.node_id);
   request.set_epoch(caller_.epoch);
-  LayerKv* out = request.mutable_kv();
-  out->set_sequence_id(kv.id);
-  out->set_layer(kv.layer);
-  out->set_positions(kv.positions);
-  out->set_capacity(kv.capacity);
-  out->set_keys(kv.keys.data(), kv.keys.size() * sizeof(float));
-  out->set_values(kv.values.data(), kv.values.size() * sizeof(float));
+  to_message(kv, *request.mutable_kv());
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + base_deadline_);
   caller_.key->sign(context, caller_.node_id, "WriteKv");

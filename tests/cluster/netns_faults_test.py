@@ -20,6 +20,8 @@ import sys
 import threading
 import time
 
+from cluster_processes_test import stop_all
+
 STRATA, MODEL = sys.argv[1], sys.argv[2]
 PREFIX = f"sf{os.getpid()}"  # unique per run: namespaces of concurrent runs never meet
 HUB = f"{PREFIX}-hub"
@@ -187,15 +189,6 @@ def check_streams(label, streams, expected, fault_at):
 
 def by_id(nodes, node_id):
     return next(n for n in nodes if n.id == node_id)
-
-
-def stop_all(nodes):
-    """All at once: nodes that leave together wait for no one to take over."""
-    for n in nodes:
-        if n.process.poll() is None:
-            n.process.send_signal(signal.SIGTERM)
-    for n in nodes:
-        n.stop()
 
 
 def main():
