@@ -953,7 +953,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     try {
       Placement p;
       if (options_.fixed_stages.empty()) {
-        p = place_layers(nodes, footprint_, {kv_tokens, options_.strategy, kDefaultHopSeconds});
+        std::optional<Placement> repaired = only_left ? repaired_placement(now, nodes, kv_tokens) : std::nullopt;
+        p = repaired ? *repaired : place_layers(nodes, footprint_, {kv_tokens, options_.strategy, kDefaultHopSeconds});
       } else {
         p.stages = options_.fixed_stages;
         p.reason = "fixed by hand (--stages)";
@@ -993,6 +994,38 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       const auto found = peers_.find(s.node_id());
       return found != peers_.end() && alive(found->second) && found->second.info.node_address() != s.node_address();
     });
+  }
+
+  // When nodes only left (lost or drained): the nodes left keep the layers they hold, and each
+  // gone stage's layers go to the stage before it (after it, for the first), if that fits. The
+  // requests that wait meanwhile then wait for the fewest layers to be prepared; a placement
+  // from scratch follows the next change of members.
+  std::optional<Placement> repaired_placement(const std::vector<std::string>& now, std::span<const NodeCapacity> nodes,
+                                              uint64_t kv_tokens) const {
+    if (placement_.stages_size() == 0 || !placement_.error().empty()) return std::nullopt;
+    Placement p;
+    std::optional<int> orphaned_from;  // first layer of gone stages at the front
+    for (const rpc::Stage& s : placement_.stages()) {
+      if (!std::binary_search(now.begin(), now.end(), s.node_id())) {
+        if (!p.stages.empty()) {
+          p.stages.back().last_layer = s.last_layer();
+        } else if (!orphaned_from) {
+          orphaned_from = s.first_layer();
+        }
+        continue;
+      }
+      p.stages.push_back({s.node_id(), orphaned_from.value_or(s.first_layer()), s.last_layer()});
+      orphaned_from.reset();
+    }
+    if (p.stages.empty()) return std::nullopt;
+    try {
+      check_placement(p, nodes, footprint_, kv_tokens);
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+    p.reason = "repaired: the nodes left keep their layers, and those of the nodes gone go to their neighbours "
+               "in the pipeline (a placement from scratch follows the next change of members)";
+    return p;
   }
 
   uint64_t max_epoch() const {

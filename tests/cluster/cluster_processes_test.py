@@ -266,9 +266,17 @@ def main():
     check_no_state(nodes, "a client gone mid-stream")
     # The last stage killed mid-stream: the stream pauses while the others place the model anew,
     # then goes on there, recomputed from its tokens, and its whole text is the fault-free one.
+    stage_ranges = lambda: [(s["node"], s["first_layer"], s["last_layer"])  # noqa: E731
+                            for s in nodes[0].get("/cluster")[1]["placement"]["stages"]]
+    before = stage_ranges()
     text, error, out = stream_through_a_kill(nodes[1], nodes[2], LONG_REQUEST)
     check(not error, f"a stage lost: the stream's client hears no error: ...{out[-300:]}")
     check(text == long_reference, f"a stage lost: the stream's whole text equals the fault-free run's ({text!r})")
+    # The placement is repaired: the nodes left keep their layers, the stage before the lost
+    # one takes its layers over.
+    after = stage_ranges()
+    check(before[-1][0] == "k2" and after == before[:-2] + [(before[-2][0], before[-2][1], before[-1][2])],
+          f"a stage lost: the nodes left keep their layers ({before} -> {after})")
     check(nodes[1].get("/health")[0] in (200, 503), "the other nodes keep answering the API")
     deadline = time.time() + 30
     result = None
