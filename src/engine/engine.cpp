@@ -136,16 +136,18 @@ void Engine::switch_pipeline(std::vector<std::unique_ptr<Sequence>>& active, Nex
   std::vector<SequenceId> moved;
   for (auto& seq : active) {
     if (!seq->launched || seq->fed == 0) continue;
-    if (handing_over && hand_over(*seq, next.stages)) {
-      moved.push_back(seq->id);
-      ++handed_over_;
-      continue;
-    }
-    const SequenceId id[] = {seq->id};
-    for (const auto& stage : next.stages) {
-      try {
-        stage->release(id);  // what a failed hand-over left there
-      } catch (const std::exception&) {
+    if (handing_over) {
+      if (hand_over(*seq, next.stages)) {
+        moved.push_back(seq->id);
+        ++handed_over_;
+        continue;
+      }
+      const SequenceId id[] = {seq->id};
+      for (const auto& stage : next.stages) {
+        try {
+          stage->release(id);  // what the failed hand-over left there
+        } catch (const std::exception&) {
+        }
       }
     }
     seq->fed = 0;

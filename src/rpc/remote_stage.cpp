@@ -139,8 +139,7 @@ HoldPrefixReply RemoteStage::hold(engine::SequenceId id, int capacity, std::span
   request.set_capacity(capacity);
   request.mutable_tokens()->Add(tokens.begin(), tokens.end());
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + base_deadline_);
-  caller_.key->sign(context, caller_.node_id, "HoldPrefix");
+  prepare_unary(context, "HoldPrefix");
   HoldPrefixReply reply;
   const grpc::Status status = stub_->HoldPrefix(&context, request, &reply);
   if (!status.ok()) throw engine::StageLost("node " + peer_id_ + " did not answer: " + status.error_message());
@@ -154,6 +153,7 @@ int RemoteStage::hold_prefix(engine::SequenceId id, int capacity, std::span<cons
 int RemoteStage::kv_blocks() { return hold(0, 0, {}).pool_blocks(); }
 
 void RemoteStage::release(std::span<const engine::SequenceId> ids) {
+  if (ids.empty()) return;  // no call, which a silent node would hold until its deadline
   {
     std::lock_guard lock(watch_mutex_);
     if (cancelled_) return;
@@ -163,16 +163,17 @@ void RemoteStage::release(std::span<const engine::SequenceId> ids) {
   request.set_epoch(caller_.epoch);
   request.mutable_sequence_ids()->Add(ids.begin(), ids.end());
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + base_deadline_);
-  caller_.key->sign(context, caller_.node_id, "Release");
+  prepare_unary(context, "Release");
   ReleaseReply reply;
   const grpc::Status status = stub_->Release(&context, request, &reply);
   if (!status.ok()) throw std::runtime_error("node " + peer_id_ + " did not release: " + status.error_message());
 }
 
-}  // namespace strata::rpc
+void RemoteStage::prepare_unary(grpc::ClientContext& context, const char* method) const {
+  context.set_deadline(std::chrono::system_clock::now() + base_deadline_);
+  caller_.key->sign(context, caller_.node_id, method);
+}
 
-namespace strata::rpc {
 namespace {
 
 // A call that moves state fails as a lost stage when the node cannot be reached, so that the
@@ -192,8 +193,7 @@ engine::LayerKv RemoteStage::read_kv(engine::SequenceId id, int layer) {
   request.set_sequence_id(id);
   request.set_layer(layer);
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + base_deadline_);
-  caller_.key->sign(context, caller_.node_id, "ReadKv");
+  prepare_unary(context, "ReadKv");
   LayerKv reply;
   const grpc::Status status = stub_->ReadKv(&context, request, &reply);
   if (!status.ok()) kv_call_failed(peer_id_, "did not hand over state", status);
@@ -209,8 +209,7 @@ void RemoteStage::write_kv(const engine::LayerKv& kv) {
   request.set_epoch(caller_.epoch);
   to_message(kv, *request.mutable_kv());
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + base_deadline_);
-  caller_.key->sign(context, caller_.node_id, "WriteKv");
+  prepare_unary(context, "WriteKv");
   WriteKvReply reply;
   const grpc::Status status = stub_->WriteKv(&context, request, &reply);
   if (!status.ok()) kv_call_failed(peer_id_, "did not take over state", status);

@@ -54,6 +54,8 @@ class RemoteStage final : public engine::Stage {
 
  private:
   using Stream = grpc::ClientReaderWriter<ForwardRequest, ForwardReply>;
+  // A unary call's deadline and signature.
+  void prepare_unary(grpc::ClientContext& context, const char* method) const;
   // Ends the stream and says why it failed.
   [[noreturn]] void fail(const std::string& what);
   HoldPrefixReply hold(engine::SequenceId id, int capacity, std::span<const engine::Token> tokens);
