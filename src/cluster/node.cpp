@@ -45,6 +45,9 @@ constexpr auto kSettle = std::chrono::milliseconds(1000);
 // state (finishing the batches in flight, then moving keys and values): a node keeps its
 // previous stage this long, and a node that leaves waits this long for it.
 constexpr auto kHandOverLimit = std::chrono::seconds(60);
+// Placements a node remembers, the current one included: a new leader finds the stages of the
+// one before it there, which hold the state of the requests the old leader passes on.
+constexpr size_t kRecentPlacements = 4;
 // How long a leader waits for peers named with --peers that have never answered.
 constexpr auto kSeedWait = std::chrono::milliseconds(5000);
 
@@ -220,47 +223,65 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   // Callbacks that pass everything on to `client`, except the loss of the scheduler mid-way (its
   // node was lost, or no longer leads): then the request goes on at the next one from the
-  // tokens it has, with the same text.
-  engine::RequestCallbacks resumable(const engine::GenerationRequest& request, engine::RequestCallbacks client) {
-    struct Progress {
-      engine::GenerationRequest request;  // its prompt grows by each token received
-      engine::RequestCallbacks client;
-      int generated = 0;
-      bool ended = false;  // its last token ended the generation
-    };
-    auto progress = std::make_shared<Progress>(Progress{request, std::move(client), 0, false});
+  // tokens it has, with the same text, and with its state when the old one passed it on.
+  struct Progress {
+    engine::GenerationRequest request;  // its prompt grows by each token received
+    engine::RequestCallbacks client;
+    std::optional<int> cached_tokens;  // as the first scheduler said: the prompt's, not a resumption's
+    int generated = 0;
+    bool ended = false;  // its last token ended the generation
+  };
+  engine::RequestCallbacks resumable(const engine::GenerationRequest& request, engine::RequestCallbacks client,
+                                     std::optional<int> cached_tokens = std::nullopt) {
+    auto progress = std::make_shared<Progress>(Progress{request, std::move(client), cached_tokens, 0, false});
     engine::RequestCallbacks callbacks;
     callbacks.cancelled = progress->client.cancelled;
     callbacks.on_token = [progress](const engine::GeneratedToken& token) {
       progress->request.prompt.push_back(token.token);
       ++progress->generated;
       progress->ended = token.end_of_generation;
-      return progress->client.on_token ? progress->client.on_token(token) : true;
+      if (!progress->cached_tokens) progress->cached_tokens = token.cached_tokens;
+      if (!progress->client.on_token) return true;
+      if (token.cached_tokens == *progress->cached_tokens) return progress->client.on_token(token);
+      engine::GeneratedToken shown = token;
+      shown.cached_tokens = *progress->cached_tokens;
+      return progress->client.on_token(shown);
     };
     callbacks.on_finish = [this, progress](engine::FinishReason reason, const std::string& error) {
       if (reason != engine::FinishReason::Error || !error.starts_with(rpc::kSchedulerLost)) {
         if (progress->client.on_finish) progress->client.on_finish(reason, error);
         return;
       }
-      engine::GenerationRequest rest = progress->request;
-      rest.max_tokens -= progress->generated;
-      if (progress->ended || rest.max_tokens == 0) {  // only the news of its end was lost
-        const auto reason = progress->ended ? engine::FinishReason::Stop : engine::FinishReason::Length;
-        if (progress->client.on_finish) progress->client.on_finish(reason, {});
-        return;
-      }
-      rest.resumed_after += progress->generated;
-      log("the node scheduling a request was lost; it resumes after " + std::to_string(rest.resumed_after) +
-          " generated tokens");
-      std::string why = "too many requests are waiting";
-      try {
-        if (submit(rest, resumable(rest, progress->client))) return;
-      } catch (const std::exception& e) {
-        why = e.what();
-      }
-      if (progress->client.on_finish) progress->client.on_finish(engine::FinishReason::Error, error + "; " + why);
+      resume(*progress, error, std::nullopt);
+    };
+    callbacks.on_passed_on = [this, progress](const engine::HeldState& held) {
+      resume(*progress, std::string(rpc::kSchedulerLost) + "it no longer leads", held);
     };
     return callbacks;
+  }
+
+  // Submits the rest of a request whose scheduler was lost (`error`) or passed it on (`held`).
+  void resume(Progress& progress, const std::string& error, const std::optional<engine::HeldState>& held) {
+    engine::GenerationRequest rest = progress.request;
+    rest.max_tokens -= progress.generated;
+    if (progress.ended || rest.max_tokens == 0) {  // only the news of its end was lost
+      const auto reason = progress.ended ? engine::FinishReason::Stop : engine::FinishReason::Length;
+      if (progress.client.on_finish) progress.client.on_finish(reason, {});
+      return;
+    }
+    rest.resumed_after += progress.generated;
+    rest.held = held;
+    log(held ? "the leader passed a request on; it goes on at the next one with its state, after " +
+                   std::to_string(rest.resumed_after) + " generated tokens"
+             : "the node scheduling a request was lost; it resumes after " + std::to_string(rest.resumed_after) +
+                   " generated tokens");
+    std::string why = "too many requests are waiting";
+    try {
+      if (submit(rest, resumable(rest, progress.client, progress.cached_tokens))) return;
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    if (progress.client.on_finish) progress.client.on_finish(engine::FinishReason::Error, error + "; " + why);
   }
 
   // NodeHandler
@@ -288,14 +309,14 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     // The previous placement's stage serves until the leader has switched, and hands over
     // the state of its sequences then.
     if (previous_stage_ && previous_epoch_ == epoch) {
-      return std::shared_ptr<engine::Stage>(previous_stage_, previous_stage_->stage.get());
+      return local_stage(previous_stage_);
     }
     if (!stage_ || stage_epoch_ != epoch) {
       why = "node " + options_.node_id + " runs no stage of placement " + std::to_string(epoch) +
             " (its placement is " + std::to_string(placement_.epoch()) + ")";
       return nullptr;
     }
-    return std::shared_ptr<engine::Stage>(stage_, stage_->stage.get());
+    return local_stage(stage_);
   }
 
   std::shared_ptr<engine::Generator> scheduler(std::string& why) override {
@@ -717,7 +738,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     const bool newer = p.epoch() > placement_.epoch() ||
                        (p.epoch() == placement_.epoch() && p.leader_id() < placement_.leader_id());
     if (!newer) return false;
-    placement_ = p;
+    set_placement(p);
     log("placement " + std::to_string(p.epoch()) + " from " + p.leader_id() + ": " + stages_text(p));
     return true;
   }
@@ -981,7 +1002,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       next.set_error(std::string("the model does not fit this cluster: ") + e.what());
     }
     placed_members_ = now;
-    placement_ = next;
+    set_placement(next);
     act_now_ = true;  // tell the members now
     log("placement " + std::to_string(next.epoch()) + " over " + std::to_string(now.size()) + " node(s): " +
         stages_text(next) + (next.reason().empty() ? "" : "\n  " + next.reason()));
@@ -1095,23 +1116,25 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   // Leader only: once every stage holds its layers of the current placement, run requests
   // there. Requests of an older placement go on in the new one, computed again from their
-  // tokens; a node that stops leading ends its requests.
+  // tokens or moved with their state. A node that stops leading passes its requests on to the
+  // new leader once that serves, with their state while every stage of its pipeline runs.
   void start_scheduler() {
-    if (scheduler_ && placement_.leader_id() != options_.node_id) retire(std::move(scheduler_));
+    if (scheduler_ && placement_.leader_id() != options_.node_id) {
+      const bool all_alive = scheduled_nodes_alive();
+      // Until then its requests go on here, and new ones wait for the new leader.
+      if (all_alive && placement_.error().empty() && serving_leader() == nullptr) return;
+      retire(std::move(scheduler_), all_alive);
+    }
     if (placement_.leader_id() != options_.node_id || placement_.stages_size() == 0) return;
     if (scheduling()) return;
     std::vector<std::shared_ptr<engine::Stage>> stages;
     for (const rpc::Stage& s : placement_.stages()) {
       if (s.node_id() == options_.node_id) {
         if (!stage_ || stage_epoch_ != placement_.epoch()) return;
-        stages.push_back(std::shared_ptr<engine::Stage>(stage_, stage_->stage.get()));
+        stages.push_back(local_stage(stage_));
       } else {
         if (!peer_ready(s.node_id(), placement_.epoch())) return;
-        stages.push_back(std::make_shared<rpc::RemoteStage>(
-            s.node_id(), channel(s.node_address()),
-            rpc::Caller{options_.node_id, placement_.epoch(), key_, options_.test_link_delay,
-                        [this](const std::string& peer_id, bool unreachable) { stage_lost(peer_id, unreachable); }},
-            engine::StageLayers{s.first_layer(), s.last_layer()}));
+        stages.push_back(remote_stage(s, placement_.epoch()));
       }
     }
     // The local stage's pool samples when it is free; a leader without a stage samples alone.
@@ -1119,14 +1142,12 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (scheduler_) {
       // When every node of the old pipeline still runs (one leaves or joins), the sequences'
       // state moves to the new stages; after a loss they are computed again.
-      const bool all_alive = std::all_of(scheduled_nodes_.begin(), scheduled_nodes_.end(), [&](const std::string& id) {
-        const auto found = peers_.find(id);
-        return id == options_.node_id || (found != peers_.end() && alive(found->second));
-      });
-      scheduler_->replace_pipeline(std::move(stages), pool, all_alive);
+      scheduler_->replace_pipeline(std::move(stages), pool, scheduled_nodes_alive());
     } else {
       engine::EngineOptions options = options_.engine;
       options.replay_wait = options_.startup_wait;
+      options.held_stages = [this](uint64_t epoch) { return stages_of(epoch); };
+      options.first_sequence_id = std::random_device{}() * (uint64_t{1} << 31) + 1;
       scheduler_ = std::make_shared<engine::Engine>(std::move(stages), config_.vocab_size, eog_, options, pool);
     }
     scheduler_epoch_ = placement_.epoch();
@@ -1134,6 +1155,54 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     for (const rpc::Stage& s : placement_.stages()) scheduled_nodes_.push_back(s.node_id());
     log("serving placement " + std::to_string(scheduler_epoch_) + " (" + std::to_string(placement_.stages_size()) +
         " stage(s))");
+  }
+
+  // Every node of the pipeline this node schedules still runs.
+  bool scheduled_nodes_alive() const {
+    return std::all_of(scheduled_nodes_.begin(), scheduled_nodes_.end(), [&](const std::string& id) {
+      const auto found = peers_.find(id);
+      return id == options_.node_id || (found != peers_.end() && alive(found->second));
+    });
+  }
+
+  static std::shared_ptr<engine::Stage> local_stage(const std::shared_ptr<StageRuntime>& runtime) {
+    return std::shared_ptr<engine::Stage>(runtime, runtime->stage.get());
+  }
+
+  std::shared_ptr<engine::Stage> remote_stage(const rpc::Stage& s, uint64_t epoch) {
+    return std::make_shared<rpc::RemoteStage>(
+        s.node_id(), channel(s.node_address()),
+        rpc::Caller{options_.node_id, epoch, key_, options_.test_link_delay,
+                    [this](const std::string& peer_id, bool unreachable) { stage_lost(peer_id, unreachable); }},
+        engine::StageLayers{s.first_layer(), s.last_layer()});
+  }
+
+  // The stages of placement `epoch`, as far as they may still hold sequences' state: the state
+  // of the requests a previous leader passed on moves from them. Empty when unknown.
+  std::vector<std::shared_ptr<engine::Stage>> stages_of(uint64_t epoch) {
+    std::lock_guard lock(mutex_);
+    const auto found = recent_placements_.find(epoch);
+    if (found == recent_placements_.end()) return {};
+    std::vector<std::shared_ptr<engine::Stage>> stages;
+    for (const rpc::Stage& s : found->second.stages()) {
+      if (s.node_id() != options_.node_id) {
+        stages.push_back(remote_stage(s, epoch));
+      } else if (previous_stage_ && previous_epoch_ == epoch) {
+        stages.push_back(local_stage(previous_stage_));
+      } else if (stage_ && stage_epoch_ == epoch) {
+        stages.push_back(local_stage(stage_));
+      } else {
+        return {};
+      }
+    }
+    return stages;
+  }
+
+  // The placement changes; the last few are kept for stages_of.
+  void set_placement(const rpc::Placement& p) {
+    placement_ = p;
+    recent_placements_[p.epoch()] = p;
+    while (recent_placements_.size() > kRecentPlacements) recent_placements_.erase(recent_placements_.begin());
   }
 
   // The current stage becomes the previous one: it goes on serving its placement's batches
@@ -1173,12 +1242,19 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     changed_.notify_all();
   }
 
-  // An old scheduler ends its requests off the gossip thread, which holds the lock and must
-  // go on answering peers meanwhile.
-  void retire(std::shared_ptr<engine::Engine> old) {
-    log("another node leads now: the requests scheduled here move to it");
-    retiring_.emplace_back([old = std::move(old)] {
-      old->abort(std::string(rpc::kSchedulerLost) + "this node no longer leads the cluster");
+  // An old scheduler passes its requests on (or ends them, `with_state` false, when a stage of
+  // its pipeline is gone) off the gossip thread, which holds the lock and must go on answering
+  // peers meanwhile. Their entry nodes send them to the new leader.
+  void retire(std::shared_ptr<engine::Engine> old, bool with_state) {
+    const std::string why = std::string(rpc::kSchedulerLost) + "this node no longer leads the cluster";
+    log(with_state ? "another node leads now: the requests scheduled here move to it with their state"
+                   : "another node leads now: the requests scheduled here move to it");
+    retiring_.emplace_back([old = std::move(old), with_state, why, epoch = scheduler_epoch_] {
+      if (with_state) {
+        old->pass_on(epoch, why);
+      } else {
+        old->abort(why);
+      }
     });
   }
 
@@ -1228,6 +1304,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   uint64_t scheduler_epoch_ = 0;
   std::vector<std::string> scheduled_nodes_;  // the scheduler's pipeline, in order
   std::vector<std::thread> retiring_;
+  std::map<uint64_t, rpc::Placement> recent_placements_;  // by epoch, the current one included
   std::unique_ptr<Discovery> discovery_;
   std::thread gossip_;
 };

@@ -31,6 +31,7 @@ struct Engine::Sequence {
   int fed = 0;  // inputs whose keys and values the stages hold
   int generated = 0;
   int cached_tokens = 0;  // of the prompt, taken from the stages' caches
+  bool resumed = request.resumed_after > 0 || request.held.has_value();  // until its first start
   bool launched = false;  // the stages may hold state for it
   bool in_flight = false;
   bool finished = false;
@@ -79,6 +80,7 @@ Engine::Engine(std::vector<std::shared_ptr<Stage>> stages, int vocab_size,
 void Engine::start(std::vector<std::shared_ptr<Stage>> stages) {
   if (stages.empty()) throw std::invalid_argument("a pipeline needs at least one stage");
   pipeline_ = make_pipeline(std::move(stages));
+  next_sequence_id_ = std::max<SequenceId>(1, options_.first_sequence_id);
   options_.max_parallel = std::max(1, options_.max_parallel);
   options_.max_queued = std::max(0, options_.max_queued);
   options_.prefill_chunk = std::max(1, options_.prefill_chunk);
@@ -109,18 +111,20 @@ void Engine::replace_pipeline(std::vector<std::shared_ptr<Stage>> stages, tensor
 
 Engine::SwitchCounts Engine::switch_counts() const { return {handed_over_.load(), recomputed_.load()}; }
 
-bool Engine::hand_over(const Sequence& seq, const std::vector<std::shared_ptr<Stage>>& stages) {
-  const std::vector<std::shared_ptr<Stage>>& old_stages = pipeline_->stages();
+bool Engine::move_state(const std::vector<std::shared_ptr<Stage>>& from, SequenceId from_id, int positions,
+                        const std::vector<std::shared_ptr<Stage>>& to, const Sequence& seq) {
   try {
-    for (const auto& stage : stages) {
+    for (const auto& stage : to) {
       const StageLayers layers = stage->layers();
       if (layers.first >= layers.last) return false;
       for (int layer = layers.first; layer < layers.last; ++layer) {
-        const auto holder = std::find_if(old_stages.begin(), old_stages.end(),
-                                         [&](const auto& old) { return old->layers().contains(layer); });
-        if (holder == old_stages.end()) return false;
-        LayerKv kv = (*holder)->read_kv(seq.id, layer);
-        if (kv.positions != seq.fed) return false;
+        const auto holder =
+            std::find_if(from.begin(), from.end(), [&](const auto& old) { return old->layers().contains(layer); });
+        if (holder == from.end()) return false;
+        LayerKv kv = (*holder)->read_kv(from_id, layer);
+        if (kv.positions != positions) return false;
+        kv.id = seq.id;
+        kv.capacity = seq.capacity;
         stage->write_kv(kv);
       }
     }
@@ -130,6 +134,40 @@ bool Engine::hand_over(const Sequence& seq, const std::vector<std::shared_ptr<St
   }
 }
 
+bool Engine::take_over_held(Sequence& seq) {
+  if (!seq.request.held) return false;
+  const HeldState held = *seq.request.held;
+  seq.request.held.reset();
+  std::vector<std::shared_ptr<Stage>> from;
+  try {
+    if (options_.held_stages) from = options_.held_stages(held.pipeline);
+  } catch (const std::exception&) {
+  }
+  // The last input is always computed here, for the logits that sample the next token.
+  const bool usable = held.positions > 0 && static_cast<size_t>(held.positions) < seq.history.size();
+  const bool moved = !from.empty() && usable && move_state(from, held.sequence, held.positions, pipeline_->stages(), seq);
+  // Moved or not, the old stages' copy is of no more use.
+  const SequenceId old_id[] = {held.sequence};
+  for (const auto& stage : from) {
+    try {
+      stage->release(old_id);
+    } catch (const std::exception&) {
+    }
+  }
+  if (moved) {
+    seq.fed = held.positions;
+    return true;
+  }
+  const SequenceId id[] = {seq.id};
+  for (const auto& stage : pipeline_->stages()) {
+    try {
+      stage->release(id);  // what the failed move left there
+    } catch (const std::exception&) {
+    }
+  }
+  return false;
+}
+
 void Engine::switch_pipeline(std::vector<std::unique_ptr<Sequence>>& active, NextPipeline next) {
   // Only between steps: with nothing in flight every stage holds each sequence's `fed` inputs.
   const bool handing_over = next.hand_over && !broken_ && in_flight_.empty();
@@ -137,7 +175,7 @@ void Engine::switch_pipeline(std::vector<std::unique_ptr<Sequence>>& active, Nex
   for (auto& seq : active) {
     if (!seq->launched || seq->fed == 0) continue;
     if (handing_over) {
-      if (hand_over(*seq, next.stages)) {
+      if (move_state(pipeline_->stages(), seq->id, seq->fed, next.stages, *seq)) {
         moved.push_back(seq->id);
         ++handed_over_;
         continue;
@@ -189,6 +227,15 @@ int Engine::probe_pool_blocks() {
 
 void Engine::start_sequence(Sequence& seq) {
   seq.launched = true;
+  if (seq.resumed) {
+    // Another scheduler ran it part-way: a switch of pipelines like any other.
+    seq.resumed = false;
+    if (take_over_held(seq)) {
+      ++handed_over_;
+      return;
+    }
+    ++recomputed_;
+  }
   // The last prompt token is always computed, for its logits: so is the block it ends.
   const size_t lookup = options_.prefix_cache ? (seq.history.size() - 1) / model::kKvBlock * model::kKvBlock : 0;
   int held = 0;
@@ -259,13 +306,20 @@ void Engine::finish_cancelled(std::vector<std::unique_ptr<Sequence>> cancelled) 
   for (auto& seq : cancelled) finish(*seq, FinishReason::Cancelled);
 }
 
-void Engine::shutdown() { abort({}); }
+void Engine::shutdown() { stop({}, std::nullopt); }
 
-void Engine::abort(const std::string& why) {
+void Engine::abort(const std::string& why) { stop(why, std::nullopt); }
+
+void Engine::pass_on(uint64_t pipeline, const std::string& why) { stop(why, pipeline); }
+
+void Engine::stop(const std::string& why, std::optional<uint64_t> passing_on) {
   {
     std::lock_guard lock(mutex_);
-    stopping_ = true;
-    abort_reason_ = why;
+    if (!stopping_) {
+      stopping_ = true;
+      abort_reason_ = why;
+      passing_on_ = passing_on;
+    }
   }
   wake_.notify_all();
   if (loop_.joinable()) loop_.join();
@@ -296,41 +350,39 @@ void Engine::run_loop() {
     std::vector<std::unique_ptr<Sequence>> cancelled;
     std::optional<NextPipeline> next;
     bool waited_too_long = false;
-    bool switch_pending = false;  // a hand-over waits for the batches in flight: launch none
+    bool switch_pending = false;  // a hand-over or a pass-on waits for the batches in flight: launch none
     {
       std::unique_lock lock(mutex_);
       // A hand-over waits for the old pipeline's batches, unless they are lost anyway.
       const auto switch_ready = [&] {
-        return next_pipeline_ && (!next_pipeline_->hand_over || in_flight_.empty() || broken_);
+        return !stopping_ && next_pipeline_ && (!next_pipeline_->hand_over || in_flight_.empty() || broken_);
       };
+      // A pass-on lets the batches in flight finish first, unless they are lost anyway.
+      const auto ending = [&] { return stopping_ && (!passing_on_ || in_flight_.empty() || broken_); };
       const auto can_launch = [&] {
-        if (broken_ || next_pipeline_ || static_cast<int>(in_flight_.size()) >= pipeline_->depth()) return false;
+        if (stopping_ || broken_ || next_pipeline_ || static_cast<int>(in_flight_.size()) >= pipeline_->depth()) {
+          return false;
+        }
         if (!queue_.empty() && static_cast<int>(active.size()) < options_.max_parallel && head_fits()) return true;
         return std::any_of(active.begin(), active.end(), [](const auto& s) { return !s->in_flight; });
       };
-      const auto woken = [&] { return stopping_ || switch_ready() || !results_.empty() || can_launch(); };
+      const auto woken = [&] { return ending() || switch_ready() || !results_.empty() || can_launch(); };
       if (broken_) {
         waited_too_long = !wake_.wait_until(lock, broken_since_ + options_.replay_wait, woken);
       } else {
         wake_.wait(lock, woken);
       }
-      if (stopping_) {
+      if (ending()) {
         for (auto& seq : queue_) active.push_back(std::move(seq));
         queue_.clear();
         lock.unlock();
-        for (auto& seq : active) {
-          if (abort_reason_.empty()) {
-            finish(*seq, FinishReason::Cancelled, "the server is shutting down");
-          } else {
-            finish(*seq, FinishReason::Error, abort_reason_);
-          }
-        }
+        end_all(active);
         return;
       }
       if (switch_ready()) next.swap(next_pipeline_);
-      switch_pending = next_pipeline_.has_value();
+      switch_pending = stopping_ || next_pipeline_.has_value();
       cancelled = take_cancelled();
-      while (!queue_.empty() && static_cast<int>(active.size()) < options_.max_parallel && head_fits()) {
+      while (!stopping_ && !queue_.empty() && static_cast<int>(active.size()) < options_.max_parallel && head_fits()) {
         active.push_back(std::move(queue_.front()));
         active.back()->id = next_sequence_id_++;
         queue_.pop_front();
@@ -380,6 +432,21 @@ void Engine::run_loop() {
     }
     std::lock_guard lock(mutex_);
     running_ = static_cast<int>(active.size());
+  }
+}
+
+void Engine::end_all(std::vector<std::unique_ptr<Sequence>>& active) {
+  for (auto& seq : active) {
+    if (seq->finished) continue;
+    // With nothing in flight every stage holds the sequence's `fed` inputs.
+    if (passing_on_ && !broken_ && !seq->in_flight && seq->launched && seq->fed > 0 && seq->callbacks.on_passed_on) {
+      seq->finished = true;
+      seq->callbacks.on_passed_on({*passing_on_, seq->id, seq->fed});
+    } else if (abort_reason_.empty()) {
+      finish(*seq, FinishReason::Cancelled, "the server is shutting down");
+    } else {
+      finish(*seq, FinishReason::Error, abort_reason_);
+    }
   }
 }
 

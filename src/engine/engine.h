@@ -37,6 +37,12 @@ struct EngineOptions {
   bool prefix_cache = true;
   model::KvType kv_type = model::KvType::F16;  // of the whole-model engine's pool and a node's
   uint64_t kv_memory = 0;  // bytes of such a pool; 0: max_parallel full contexts
+  // The stages of the pipeline a request's HeldState names, from which its state moves to this
+  // engine's stages; none (or no function): the request is computed again.
+  std::function<std::vector<std::shared_ptr<Stage>>(uint64_t pipeline)> held_stages;
+  // The first sequence id: schedulers whose sequences share stages (a cluster's leaders, one
+  // after another) start far apart, so that one's id never names the other's sequence.
+  SequenceId first_sequence_id = 1;
 };
 
 class Engine final : public Generator {
@@ -58,6 +64,10 @@ class Engine final : public Generator {
   void shutdown() override;
   // Like shutdown, but the requests in flight end with the error `why`.
   void abort(const std::string& why);
+  // Like abort, but first the batches in flight finish; then each running request whose
+  // callbacks take it is passed on (on_passed_on) with the state its stages hold, which stays
+  // there under `pipeline`'s name for the next scheduler to move. Others end with `why`.
+  void pass_on(uint64_t pipeline, const std::string& why);
   // Runs every request from now on through `stages`, between steps, and goes on with the same
   // samplers, so that every text is the same as if nothing had changed.
   // Without `hand_over` (a stage was lost), batches still in the old pipeline are dropped and
@@ -68,7 +78,8 @@ class Engine final : public Generator {
   // is computed again.
   void replace_pipeline(std::vector<std::shared_ptr<Stage>> stages, tensor::ThreadPool* sampling_pool,
                         bool hand_over = false);
-  // Sequences that a pipeline switch moved with their state, and that it computed again.
+  // Sequences that a pipeline switch moved with their state, and that it computed again; a
+  // request that another scheduler ran part-way counts as one of them when it starts here.
   struct SwitchCounts {
     uint64_t handed_over = 0;
     uint64_t recomputed = 0;
@@ -83,6 +94,8 @@ class Engine final : public Generator {
     std::vector<int> counts;
   };
   void start(std::vector<std::shared_ptr<Stage>> stages);
+  // shutdown, abort and pass_on: ends the loop and waits for it.
+  void stop(const std::string& why, std::optional<uint64_t> passing_on);
   std::unique_ptr<Pipeline> make_pipeline(std::vector<std::shared_ptr<Stage>> stages);
   // Loop thread: takes a replacement pipeline, and ends requests that waited too long for one.
   struct NextPipeline {
@@ -91,8 +104,14 @@ class Engine final : public Generator {
     bool hand_over = false;
   };
   void switch_pipeline(std::vector<std::unique_ptr<Sequence>>& active, NextPipeline next);
-  // Moves a running sequence's state from the old stages to `stages`; false when it cannot.
-  bool hand_over(const Sequence& seq, const std::vector<std::shared_ptr<Stage>>& stages);
+  // Moves the first `positions` inputs' state of sequence `from_id` on stages `from` to
+  // sequence `seq` on stages `to`; false when it cannot (what it wrote may stay there).
+  bool move_state(const std::vector<std::shared_ptr<Stage>>& from, SequenceId from_id, int positions,
+                  const std::vector<std::shared_ptr<Stage>>& to, const Sequence& seq);
+  // A request passed on by another scheduler takes its held state over; false when it cannot.
+  bool take_over_held(Sequence& seq);
+  // Ends the loop: every request still here finishes, or is passed on (pass_on).
+  void end_all(std::vector<std::unique_ptr<Sequence>>& active);
   void run_loop();
   // Packs ready sequences into one batch for the pipeline; false when none is ready.
   bool launch_batch(const std::vector<std::unique_ptr<Sequence>>& active);
@@ -121,6 +140,7 @@ class Engine final : public Generator {
   int running_ = 0;  // sequences the loop holds, finished ones excluded
   bool stopping_ = false;
   std::string abort_reason_;  // set with stopping_ by abort
+  std::optional<uint64_t> passing_on_;  // set with stopping_ by pass_on: the pipeline's name
   std::optional<NextPipeline> next_pipeline_;
   std::atomic<uint64_t> handed_over_{0};
   std::atomic<uint64_t> recomputed_{0};
@@ -130,7 +150,7 @@ class Engine final : public Generator {
   // Admitted sequences reserve blocks for their whole capacity in every stage's pool, so a
   // pool never runs out: when they would not fit, new requests wait.
   std::optional<int> pool_blocks_;  // probed on the loop thread for each pipeline; 0: unknown
-  SequenceId next_sequence_id_ = 1;
+  SequenceId next_sequence_id_;
   uint64_t next_ticket_ = 1;
   std::map<uint64_t, InFlight> in_flight_;
   // A stage was lost: nothing is launched until a new pipeline comes or the wait is over.

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -16,6 +17,16 @@
 namespace strata::engine {
 
 using Token = int32_t;
+
+// Where a request that its scheduler passed on (Engine::pass_on) left its state: the stages of
+// that scheduler's pipeline hold the keys and values of its first `positions` inputs under
+// `sequence`, so that the next scheduler can move them instead of computing them again.
+// `pipeline` names those stages to whoever runs the request next (a cluster's placement epoch).
+struct HeldState {
+  uint64_t pipeline = 0;
+  uint64_t sequence = 0;
+  int positions = 0;
+};
 
 struct GenerationRequest {
   std::vector<Token> prompt;  // already tokenized, BOS included when wanted
@@ -29,6 +40,8 @@ struct GenerationRequest {
   // prompt then ends with the tokens it had generated, this many, and the sampler skips the
   // random draws that chose them, so that what follows is what would have followed.
   int resumed_after = 0;
+  // Set for such a request when its previous scheduler's stages still hold its first inputs.
+  std::optional<HeldState> held;
 };
 
 struct TokenLogprob {
@@ -56,6 +69,10 @@ struct RequestCallbacks {
   // Optional. Asked while the request waits in the queue: true drops it (finishing Cancelled)
   // and frees its place before it ever runs, e.g. when its client went away.
   std::function<bool()> cancelled;
+  // Optional. Runs instead of on_finish, last, when the scheduler passes the request on with
+  // its state held (see HeldState): it goes on elsewhere from its prompt and the tokens
+  // generated so far. Without it such a request finishes with the pass-on's error.
+  std::function<void(const HeldState&)> on_passed_on;
 };
 
 // Thrown by submit when no request can run now or for a while (a cluster still forming, a

@@ -25,6 +25,7 @@ engine::GenerationRequest to_engine(const GenerateRequest& r) {
   out.logprobs = r.logprobs();
   out.top_logprobs = r.top_logprobs();
   out.resumed_after = r.resumed_after();
+  if (r.has_held()) out.held = engine::HeldState{r.held().epoch(), r.held().sequence_id(), r.held().positions()};
   return out;
 }
 
@@ -165,6 +166,15 @@ class NodeServer::Service final : public Node::Service {
       event.set_kind(GenerateEvent::FINISHED);
       event.set_finish_reason(static_cast<int32_t>(reason));
       event.set_error(error);
+      push(std::move(event), true);
+    };
+    callbacks.on_passed_on = [push](const engine::HeldState& held) {
+      GenerateEvent event;
+      event.set_kind(GenerateEvent::FINISHED);
+      HeldState* out = event.mutable_passed_on();
+      out->set_epoch(held.pipeline);
+      out->set_sequence_id(held.sequence);
+      out->set_positions(held.positions);
       push(std::move(event), true);
     };
     try {

@@ -18,7 +18,7 @@
 
 namespace strata::rpc {
 
-inline constexpr uint32_t kProtocolVersion = 2;
+inline constexpr uint32_t kProtocolVersion = 3;
 
 // FetchTensor sends a tensor in chunks of this size: large enough that per-message costs
 // vanish at 10 Gbit/s, small enough to keep memory flat and progress visible.

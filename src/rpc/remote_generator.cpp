@@ -33,6 +33,11 @@ GenerateRequest to_wire(const std::string& sender, const engine::GenerationReque
   out.set_logprobs(r.logprobs);
   out.set_top_logprobs(r.top_logprobs);
   out.set_resumed_after(r.resumed_after);
+  if (r.held) {
+    out.mutable_held()->set_epoch(r.held->pipeline);
+    out.mutable_held()->set_sequence_id(r.held->sequence);
+    out.mutable_held()->set_positions(r.held->positions);
+  }
   return out;
 }
 
@@ -54,6 +59,15 @@ void RemoteGenerator::relay(Call& call, engine::RequestCallbacks& callbacks) {
   while (call.reader->Read(&event)) {
     if (event.kind() == GenerateEvent::FINISHED) {
       call.reader->Finish();
+      if (event.has_passed_on()) {
+        const HeldState& held = event.passed_on();
+        if (callbacks.on_passed_on) {
+          callbacks.on_passed_on({held.epoch(), held.sequence_id(), held.positions()});
+        } else if (callbacks.on_finish) {
+          callbacks.on_finish(engine::FinishReason::Error, std::string(kSchedulerLost) + "it no longer leads");
+        }
+        return;
+      }
       if (callbacks.on_finish) {
         callbacks.on_finish(static_cast<engine::FinishReason>(event.finish_reason()), event.error());
       }

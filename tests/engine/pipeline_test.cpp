@@ -365,6 +365,90 @@ TEST(Pipeline, AHandOverFromAStageThatIsGoneComputesTheSequencesAgain) {
   EXPECT_EQ(after.held(), 0u);
 }
 
+// A scheduler that stops leading passes its requests on once its batches in flight are done:
+// their state stays on its stages, and the next scheduler moves it to its own stages and
+// computes none of it again, and the old stages let it go; without the old stages it computes
+// them again. Either way the texts are the whole model's.
+TEST(Pipeline, ARequestPassedOnGoesOnAtTheNextSchedulerWithItsState) {
+  constexpr int kRequests = 8;
+  const std::vector<Outcome> alone = alone_on_whole_model(kRequests);
+  for (const bool old_stages_known : {true, false}) {
+    SCOPED_TRACE(old_stages_known ? "the old stages are known" : "the old stages are not known");
+    Stages first({0, 2, 4});
+    Stages second({0, 3, 4});
+    struct Passed {
+      std::vector<GeneratedToken> generated;
+      std::optional<HeldState> held;
+      bool finished = false;
+    };
+    std::vector<Passed> passed(kRequests);
+    {
+      auto holding = std::make_shared<CountingStage>(first.local[1], 6);
+      Engine engine({first.local[0], holding}, 512, [](Token t) { return t == 2; },
+                    {.context_size = 128, .max_parallel = 8, .max_queued = 8}, nullptr);
+      for (int i = 0; i < kRequests; ++i) {
+        Passed& p = passed[static_cast<size_t>(i)];
+        RequestCallbacks callbacks;
+        callbacks.on_token = [&p](const GeneratedToken& t) {
+          p.generated.push_back(t);
+          return true;
+        };
+        callbacks.on_finish = [&p](FinishReason, const std::string&) { p.finished = true; };
+        callbacks.on_passed_on = [&p](const HeldState& held) { p.held = held; };
+        ASSERT_TRUE(engine.submit(request(i), std::move(callbacks)));
+      }
+      holding->wait_until_held();
+      std::thread passing([&] { engine.pass_on(7, "passed on"); });
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      holding->open();  // the batch in flight finishes before anything is passed on
+      passing.join();
+    }
+    for (const Passed& p : passed) {
+      ASSERT_TRUE(p.held.has_value()) << "every request had started, none had ended";
+      EXPECT_EQ(p.held->pipeline, 7u);
+      EXPECT_FALSE(p.finished);
+    }
+    EXPECT_EQ(first.held(), 2u * kRequests) << "the passed-on state stays on the old stages";
+    {
+      Engine next(second.list(), 512, [](Token t) { return t == 2; },
+                  {.context_size = 128,
+                   .max_parallel = 8,
+                   .max_queued = 8,
+                   .held_stages = [&](uint64_t pipeline) {
+                     EXPECT_EQ(pipeline, 7u);
+                     return old_stages_known ? first.list() : std::vector<std::shared_ptr<Stage>>{};
+                   },
+                   .first_sequence_id = 1000},
+                  nullptr);
+      std::vector<std::future<Outcome>> futures;
+      for (int i = 0; i < kRequests; ++i) {
+        const Passed& p = passed[static_cast<size_t>(i)];
+        GenerationRequest rest = request(i);
+        for (const GeneratedToken& t : p.generated) rest.prompt.push_back(t.token);
+        rest.max_tokens -= static_cast<int>(p.generated.size());
+        rest.resumed_after = static_cast<int>(p.generated.size());
+        rest.held = p.held;
+        futures.push_back(submit(next, rest));
+      }
+      for (int i = 0; i < kRequests; ++i) {
+        Outcome whole = futures[static_cast<size_t>(i)].get();
+        const std::vector<GeneratedToken>& before = passed[static_cast<size_t>(i)].generated;
+        whole.generated.insert(whole.generated.begin(), before.begin(), before.end());
+        whole.tokens.clear();
+        for (const GeneratedToken& t : whole.generated) whole.tokens.push_back(t.token);
+        EXPECT_EQ(whole.tokens, alone[static_cast<size_t>(i)].tokens) << "request " << i;
+        EXPECT_EQ(whole.logprobs(), alone[static_cast<size_t>(i)].logprobs()) << "request " << i;
+      }
+      const Engine::SwitchCounts counts = next.switch_counts();
+      EXPECT_EQ(counts.handed_over, old_stages_known ? kRequests : 0u);
+      EXPECT_EQ(counts.recomputed, old_stages_known ? 0u : kRequests);
+    }
+    EXPECT_EQ(second.held(), 0u);
+    // Unknown old stages keep the state until their node drops them with their placement.
+    EXPECT_EQ(first.held(), old_stages_known ? 0u : 2u * kRequests) << "the old stages let go of what moved";
+  }
+}
+
 TEST(LocalStage, RefusesBatchesOutOfStep) {
   Stages stages({0, 4});
   LocalStage& stage = *stages.local[0];
