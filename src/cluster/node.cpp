@@ -1184,8 +1184,11 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     const auto found = recent_placements_.find(epoch);
     if (found == recent_placements_.end()) return {};
     std::vector<std::shared_ptr<engine::Stage>> stages;
-    for (const rpc::Stage& s : found->second.stages()) {
+    for (rpc::Stage s : found->second.stages()) {
       if (s.node_id() != options_.node_id) {
+        // As this node reaches it: a leader names itself by the port it listens on only.
+        const auto peer = peers_.find(s.node_id());
+        if (peer != peers_.end()) s.set_node_address(peer->second.info.node_address());
         stages.push_back(remote_stage(s, epoch));
       } else if (previous_stage_ && previous_epoch_ == epoch) {
         stages.push_back(local_stage(previous_stage_));

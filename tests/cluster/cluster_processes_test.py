@@ -3,7 +3,8 @@
 answers equal one whole-model node's, bit for bit (text and logprobs), alone and concurrently;
 no node keeps sequence state afterwards, also when a client leaves mid-stream; a stage or the
 leader killed mid-stream pauses the stream while the others re-form, and its whole text is still
-the fault-free one; a node drained mid-stream (`strata drain`) hands its state over and exits; a
+the fault-free one; a node drained mid-stream (`strata drain`) hands its state over and exits, and
+so does a drained leader, whose requests the next leader takes over with their state; a
 node with the wrong cluster key is refused.
 
 usage: cluster_processes_test.py STRATA MODEL.gguf
@@ -297,7 +298,7 @@ def main():
     stop_all(nodes)
 
     # A node with a lower id joins mid-stream: it becomes the leader, and the request scheduled by
-    # the old leader moves to it and goes on with the same text.
+    # the old leader moves to it with its state and goes on with the same text.
     nodes = start_cluster(["j1", "j2"], "--placement", "memory", "--test-link-delay-ms", "60")
     joined = []
     text, error, out, _ = stream_through(nodes[0], LONG_SEEDED, lambda: joined.append(
@@ -306,7 +307,10 @@ def main():
     check(not error, f"a node joined: no error: ...{out[-300:]}")
     check(text == seeded_reference, f"a node joined: the whole text equals the fault-free run's ({text!r})")
     check(newcomer.get("/cluster")[1]["leader"] == "j0", "the newcomer with the lowest id leads")
-    check("resumes after" in nodes[0].text(), "the request moved to the new leader mid-stream")
+    check("passed a request on" in nodes[0].text(), "the request moved to the new leader mid-stream")
+    switches = newcomer.get("/cluster")[1].get("placement_switches", {})
+    check(switches.get("sequences_recomputed") == 0 and switches.get("sequences_handed_over") == 1,
+          f"a node joined: the new leader took the request's state over, computing nothing again ({switches})")
     stop_all(nodes + [newcomer])
 
     # `strata drain` on a stage mid-stream: the node leaves, handing its sequence's state over,
@@ -323,6 +327,23 @@ def main():
     switches = nodes[0].get("/cluster")[1].get("placement_switches", {})
     check(switches.get("sequences_recomputed") == 0 and switches.get("sequences_handed_over") == 1,
           f"a node drained: its sequence was handed over, not computed again ({switches})")
+    stop_all(nodes)
+
+    # The leader drained mid-stream: it goes on scheduling until the next leader serves, then
+    # passes the request on with its state, which the next leader moves to its stages.
+    nodes = start_cluster(["e0", "e1", "e2"], "--placement", "memory", "--test-link-delay-ms", "20")
+    drains = []
+    text, error, out, pause = stream_through(nodes[2], LONG_SEEDED, lambda: drains.append(subprocess.Popen(
+        [STRATA, "drain", "--port", str(nodes[0].port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+    drained = drains[0].communicate(timeout=120)[0]
+    print(f"the leader drained: the next token came {pause:.2f} s later", flush=True)
+    check(not error and text == seeded_reference,
+          f"the leader drained: the whole text equals the fault-free run's ({text!r}) ...{out[-300:]}")
+    check(drains[0].returncode == 0 and "has left" in drained, f"`strata drain` reports the leader gone: {drained}")
+    switches = nodes[1].get("/cluster")[1].get("placement_switches", {})
+    check(switches.get("sequences_recomputed") == 0 and switches.get("sequences_handed_over") == 1,
+          f"the leader drained: the next leader took the request's state over ({switches})")
+    check_no_state(nodes[1:], "the leader drained")
     stop_all(nodes)
 
     # Only holders of the cluster key take part.

@@ -2,9 +2,9 @@
 """Faults on a real network: three `strata serve` nodes, each in a network namespace of its own
 on a bridge shaped to 1 Gbit/s, serve 8 concurrent seeded streams while the middle stage is
 SIGKILLed, the last stage is SIGKILLed, the last stage's cable is cut (its veth set down, the
-process left running), the middle stage is drained (SIGTERM), and a fourth node joins. Every
-stream completes without an error event, and each whole text equals the fault-free run's; the
-drain and the join hand the sequences' state over, computing none again. The longest pause each
+process left running), the middle stage is drained (SIGTERM), the leader is drained, and a
+fourth node joins. Every stream completes without an error event, and each whole text equals the
+fault-free run's; the drains and the join hand the sequences' state over, computing none again. The longest pause each
 fault caused is printed.
 
 Everything runs in namespaces this test creates (the bridge too): no traffic reaches any other
@@ -229,22 +229,24 @@ def main():
         stop_all(nodes)
 
     # A node that leaves on purpose (SIGTERM) hands its sequences' state over: nothing is
-    # computed again, and it exits by itself once that is done.
-    nodes = start_cluster()
-    stages = nodes[0].stage_nodes()
-    leaving = by_id(nodes, stages[1])
-    streams, fault_at = run_streams([n for n in nodes if n is not leaving],
-                                    lambda: leaving.process.send_signal(signal.SIGTERM))
-    check_streams("the middle stage drained", streams, expected, fault_at)
-    switches = nodes[0].cluster().get("placement_switches", {})
-    check(switches.get("sequences_recomputed") == 0 and switches.get("sequences_handed_over", 0) > 0,
-          f"the middle stage drained: every running sequence was handed over, none computed again ({switches})")
-    try:
-        leaving.process.wait(timeout=30)
-        check("left after" in leaving.text(), "the drained node exits once its state has moved")
-    except subprocess.TimeoutExpired:
-        check(False, "the drained node exits by itself")
-    stop_all(nodes)
+    # computed again, and it exits by itself once that is done. A leader that leaves goes on
+    # scheduling until the next leader serves, then passes its requests on with their state.
+    for label, leaves in [("the middle stage drained", lambda nodes: by_id(nodes, nodes[0].stage_nodes()[1])),
+                          ("the leader drained", lambda nodes: by_id(nodes, nodes[0].cluster().get("leader")))]:
+        nodes = start_cluster()
+        leaving = leaves(nodes)
+        staying = [n for n in nodes if n is not leaving]
+        streams, fault_at = run_streams(staying, lambda: leaving.process.send_signal(signal.SIGTERM))
+        check_streams(label, streams, expected, fault_at)
+        switches = staying[0].cluster().get("placement_switches", {})
+        check(switches.get("sequences_recomputed") == 0 and switches.get("sequences_handed_over", 0) > 0,
+              f"{label}: every running sequence was handed over, none computed again ({switches})")
+        try:
+            leaving.process.wait(timeout=30)
+            check("left after" in leaving.text(), f"{label}: the node exits once its state has moved")
+        except subprocess.TimeoutExpired:
+            check(False, f"{label}: the node exits by itself")
+        stop_all(nodes)
 
     nodes = start_cluster()
     joined = []
