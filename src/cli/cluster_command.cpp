@@ -85,8 +85,8 @@ int drain(const ClusterOptions& o) {
   if (result->status != 202) {
     throw std::runtime_error("POST /cluster/drain answered " + std::to_string(result->status) + ": " + result->body);
   }
-  std::fprintf(stderr, "the node at %s leaves: the others take its layers over, and the state of the sequences it "
-               "holds moves to them...\n", address_of(o).c_str());
+  std::fprintf(stderr, "the node at %s leaves: the others take its layers over, the state of the sequences it "
+               "holds moves to them, and its clients' requests finish...\n", address_of(o).c_str());
   constexpr auto kPoll = std::chrono::milliseconds(500);
   constexpr auto kLimit = std::chrono::seconds(90);  // the node's own hand-over limit, and its shutdown
   const auto started = std::chrono::steady_clock::now();

@@ -187,6 +187,38 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     return {options_.engine.context_size, options_.engine.max_parallel, options_.engine.max_queued};
   }
 
+  // A request of this node's API: counted until it ends, so that a node that leaves lets its
+  // own clients' requests finish first; refused once it leaves.
+  bool submit_for_client(engine::GenerationRequest request, engine::RequestCallbacks callbacks) {
+    {
+      std::lock_guard lock(mutex_);
+      if (leaving_) {
+        throw engine::Unavailable("node " + options_.node_id + " is leaving the cluster: send requests to another node", 1);
+      }
+      ++client_requests_;
+    }
+    const auto ended = [this] {
+      {
+        std::lock_guard lock(mutex_);
+        --client_requests_;
+      }
+      changed_.notify_all();
+    };
+    callbacks.on_finish = [ended, on_finish = std::move(callbacks.on_finish)](engine::FinishReason reason,
+                                                                              const std::string& error) {
+      if (on_finish) on_finish(reason, error);
+      ended();
+    };
+    try {
+      if (submit(std::move(request), std::move(callbacks))) return true;
+    } catch (const std::exception&) {
+      ended();
+      throw;
+    }
+    ended();  // refused: its callbacks are never called
+    return false;
+  }
+
   bool submit(engine::GenerationRequest request, engine::RequestCallbacks callbacks) {
     const auto deadline = Clock::now() + options_.startup_wait;
     while (true) {
@@ -363,6 +395,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   std::pair<int, std::string> health() const {
     std::lock_guard lock(mutex_);
+    if (leaving_) return {503, R"({"status":"leaving"})"};
     if (serving()) {
       return {200, R"({"status":"ok"})"};
     }
@@ -461,11 +494,12 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     leaving_ = true;
     act_now_ = true;
     changed_.notify_all();
-    log("leaving: the cluster places the model without this node, and the sequences it holds move to the "
-        "nodes that take its layers over");
+    log("leaving: the cluster places the model without this node, the sequences it holds move to the nodes "
+        "that take its layers over, and its clients' requests in flight finish");
     const auto started = Clock::now();
-    const bool left = changed_.wait_for(lock, kHandOverLimit,
-                                        [&] { return stopping_ || handed_over() || !someone_takes_over(); });
+    const bool left = changed_.wait_for(lock, kHandOverLimit, [&] {
+      return stopping_ || (handed_over() && client_requests_ == 0) || !someone_takes_over();
+    });
     const std::string after = std::to_string(seconds_since(started)).substr(0, 4) + " s";
     log(left ? "left after " + after + ": nothing of this node is in use"
              : "leaving after " + after + " without the hand-over confirmed");
@@ -1294,6 +1328,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   uint64_t previous_epoch_ = 0;
   std::optional<Clock::time_point> previous_served_since_;  // the leader serves a newer placement
   bool leaving_ = false;  // draining: the next placement leaves this node out
+  int client_requests_ = 0;  // of this node's API, in flight
   bool loading_ = false;
   std::atomic<double> load_progress_{0.0};  // of the layers being loaded
   std::string last_load_error_;
@@ -1319,7 +1354,7 @@ ClusterNode::~ClusterNode() = default;
 int ClusterNode::node_port() const { return impl_->node_port(); }
 engine::ModelLimits ClusterNode::limits() const { return impl_->limits(); }
 bool ClusterNode::submit(engine::GenerationRequest request, engine::RequestCallbacks callbacks) {
-  return impl_->submit(std::move(request), std::move(callbacks));
+  return impl_->submit_for_client(std::move(request), std::move(callbacks));
 }
 void ClusterNode::shutdown() { impl_->shutdown(); }
 std::pair<int, std::string> ClusterNode::health() const { return impl_->health(); }

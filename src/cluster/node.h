@@ -64,9 +64,10 @@ class ClusterNode final : public engine::Generator {
   std::string waiting_for() const override;
   // Leaves the cluster on purpose (SIGTERM): the leader places the model over the other
   // nodes, and the state of the sequences this node holds moves to the nodes that take its
-  // layers over, so that no request is computed again. Returns when that is done, or after a
-  // minute; at once when no other node can take over. A leader that leaves hands its
-  // scheduling to the next one, where its requests are computed again.
+  // layers over, so that no request is computed again. A leader that leaves goes on scheduling
+  // until the next leader serves, then passes its requests on to it with their state. Requests
+  // that entered at this node finish (at the next leader); new ones are refused. Returns when
+  // all that is done, or after a minute; at once when no other node can take over.
   void leave();
 
   // GET /health: 200 {"status":"ok"} once requests can run, else 503 saying what it waits for.

@@ -4,7 +4,8 @@ answers equal one whole-model node's, bit for bit (text and logprobs), alone and
 no node keeps sequence state afterwards, also when a client leaves mid-stream; a stage or the
 leader killed mid-stream pauses the stream while the others re-form, and its whole text is still
 the fault-free one; a node drained mid-stream (`strata drain`) hands its state over and exits, and
-so does a drained leader, whose requests the next leader takes over with their state; a
+so does a drained leader, whose requests the next leader takes over with their state, once its
+own client's stream has ended; a
 node with the wrong cluster key is refused.
 
 usage: cluster_processes_test.py STRATA MODEL.gguf
@@ -329,11 +330,12 @@ def main():
           f"a node drained: its sequence was handed over, not computed again ({switches})")
     stop_all(nodes)
 
-    # The leader drained mid-stream: it goes on scheduling until the next leader serves, then
-    # passes the request on with its state, which the next leader moves to its stages.
+    # The leader drained mid-stream, with the stream entering there: it goes on scheduling until
+    # the next leader serves, then passes the request on with its state, which the next leader
+    # moves to its stages; it relays the tokens to its client to the end, and only then exits.
     nodes = start_cluster(["e0", "e1", "e2"], "--placement", "memory", "--test-link-delay-ms", "20")
     drains = []
-    text, error, out, pause = stream_through(nodes[2], LONG_SEEDED, lambda: drains.append(subprocess.Popen(
+    text, error, out, pause = stream_through(nodes[0], LONG_SEEDED, lambda: drains.append(subprocess.Popen(
         [STRATA, "drain", "--port", str(nodes[0].port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
     drained = drains[0].communicate(timeout=120)[0]
     print(f"the leader drained: the next token came {pause:.2f} s later", flush=True)
