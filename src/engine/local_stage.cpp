@@ -77,8 +77,11 @@ LayerKv LocalStage::read_kv(SequenceId id, int layer) {
   if (found == sequences_.end()) throw std::invalid_argument("sequence " + std::to_string(id) + " is unknown to this stage");
   if (!layers().contains(layer)) throw std::invalid_argument("layer " + std::to_string(layer) + " is not held here");
   const model::KvState& state = *found->second.kv;
-  LayerKv kv{id, layer, state.size(), state.capacity(), {}, {}};
+  LayerKv kv{id, layer, state.size(), state.capacity(), {}, {}, {}};
   state.read(layer - model_->range().first, kv.keys, kv.values);
+  if (state.ids().size() >= static_cast<size_t>(state.size())) {
+    kv.tokens.assign(state.ids().begin(), state.ids().begin() + state.size());
+  }
   return kv;
 }
 
@@ -95,7 +98,7 @@ void LocalStage::write_kv(const LayerKv& kv) {
     found = sequences_.emplace(kv.id, Sequence{std::make_unique<model::KvState>(kv_pool_, kv.capacity), true}).first;
     sequence_count_ = sequences_.size();
   }
-  found->second.kv->write(kv.layer - model_->range().first, kv.positions, kv.keys, kv.values);
+  found->second.kv->write(kv.layer - model_->range().first, kv.positions, kv.keys, kv.values, kv.tokens);
   publish_stats();
 }
 

@@ -50,6 +50,9 @@ struct LayerKv {
   int capacity = 0;
   std::vector<float> keys;
   std::vector<float> values;
+  // The inputs' token ids at those positions, when the stage knows them (else empty): the
+  // stage that takes the state over enters its full blocks in its prefix index.
+  std::vector<Token> tokens;
 };
 
 // A stage that can no longer be reached, or that has moved to another placement: its

@@ -135,6 +135,10 @@ void KvState::truncate(int positions) {
 
 void KvState::record(std::span<const Token> ids) {
   ids_.insert(ids_.end(), ids.begin(), ids.end());
+  publish_full_blocks();
+}
+
+void KvState::publish_full_blocks() {
   const size_t full = std::min(ids_.size(), static_cast<size_t>(size_)) / kKvBlock;
   while (publishing_ && links_.size() < full) {
     const size_t b = links_.size();
@@ -173,7 +177,8 @@ void KvState::read(int layer, std::vector<float>& keys, std::vector<float>& valu
   }
 }
 
-void KvState::write(int layer, int positions, std::span<const float> keys, std::span<const float> values) {
+void KvState::write(int layer, int positions, std::span<const float> keys, std::span<const float> values,
+                    std::span<const Token> ids) {
   const KvLayout& layout = pool_->layout();
   if (layer < 0 || layer >= layout.layer_count) throw std::invalid_argument("layer " + std::to_string(layer) + " is not held here");
   const size_t kv_dim = static_cast<size_t>(layout.kv_heads) * layout.head_dim;
@@ -187,9 +192,21 @@ void KvState::write(int layer, int positions, std::span<const float> keys, std::
     const size_t row = static_cast<size_t>(position) * kv_dim;
     store(layer, position, keys.data() + row, values.data() + row);
   }
+  // Nothing enters the index before every layer holds its data: a sequence that took a block
+  // over from there would read layers not yet written.
+  if (written_layers_.empty()) {
+    written_layers_.assign(static_cast<size_t>(layout.layer_count), false);
+    ids_.assign(ids.begin(), ids.end());
+    publishing_ = false;
+  }
+  const bool known = ids.size() == static_cast<size_t>(positions) && std::equal(ids.begin(), ids.end(), ids_.begin(), ids_.end());
+  if (!known) ids_.clear();  // unknown, or not the same on every layer: never published
   size_ = positions;
-  // The ids of these positions are not known here: none of its blocks enters the prefix index.
-  publishing_ = false;
+  written_layers_[static_cast<size_t>(layer)] = true;
+  if (!ids_.empty() && std::all_of(written_layers_.begin(), written_layers_.end(), [](bool w) { return w; })) {
+    publishing_ = true;
+    publish_full_blocks();
+  }
 }
 
 bool KvState::reserve(int positions) {

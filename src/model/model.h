@@ -38,9 +38,15 @@ class KvState {
   // then values: the form in which a sequence's state moves to another node.
   void read(int layer, std::vector<float>& keys, std::vector<float>& values) const;
   // Writes positions [0, positions) of layer `layer` from such rows. The state then holds
-  // `positions` positions: every one of its layers must be written before it is used. Throws
-  // KvPoolFull when the pool has no room.
-  void write(int layer, int positions, std::span<const float> keys, std::span<const float> values);
+  // `positions` positions: every one of its layers must be written before it is used. `ids`
+  // are those positions' token ids, or empty when unknown: once every layer is written with
+  // the same ids, the full blocks enter the pool's prefix index. Throws KvPoolFull when the
+  // pool has no room.
+  void write(int layer, int positions, std::span<const float> keys, std::span<const float> values,
+             std::span<const Token> ids);
+  // The token ids of the positions recorded (or written) so far; fewer than size() when they
+  // are not known.
+  std::span<const Token> ids() const { return ids_; }
 
   // For a sequence that holds nothing yet: takes the longest run of leading full blocks of
   // `tokens` that the pool's index holds. Returns the positions taken.
@@ -58,6 +64,8 @@ class KvState {
   // Writes position `position` of `layer`: k and v are kv_dim floats each.
   void store(int layer, int position, const float* k, const float* v);
   const std::byte* block_data(int block) const { return pool_->data(blocks_[static_cast<size_t>(block)]); }
+  // Enters the full blocks of known ids not yet in the index, while the chain holds.
+  void publish_full_blocks();
 
   std::shared_ptr<KvPool> pool_;
   int capacity_;
@@ -65,7 +73,8 @@ class KvState {
   std::vector<int> blocks_;
   std::vector<Token> ids_;              // of the positions recorded so far
   std::vector<KvPool::Link> links_;     // per full block entered in (or found in) the index
-  bool publishing_ = true;              // false once a hash collision broke the chain
+  bool publishing_ = true;              // false once a hash collision broke the chain, or ids are unknown
+  std::vector<bool> written_layers_;    // by write(), until every layer is
 };
 
 // A forward that needs more KV blocks than its pool has free: nothing was computed.

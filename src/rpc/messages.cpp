@@ -41,6 +41,7 @@ std::string malformed(const LayerKv& kv) {
                           : row_floats == 0 || kv.keys().size() != row_floats * sizeof(float) * static_cast<size_t>(kv.positions())) {
     return "the state's keys are not whole rows of its positions";
   }
+  if (kv.tokens_size() != 0 && kv.tokens_size() != kv.positions()) return "the state's token ids do not match its positions";
   return {};
 }
 
@@ -51,12 +52,14 @@ void to_message(const engine::LayerKv& kv, LayerKv& out) {
   out.set_capacity(kv.capacity);
   out.set_keys(kv.keys.data(), kv.keys.size() * sizeof(float));
   out.set_values(kv.values.data(), kv.values.size() * sizeof(float));
+  out.mutable_tokens()->Assign(kv.tokens.begin(), kv.tokens.end());
 }
 
 engine::LayerKv from_message(const LayerKv& message) {
   engine::LayerKv kv{message.sequence_id(), message.layer(), message.positions(), message.capacity(),
                      std::vector<float>(message.keys().size() / sizeof(float)),
-                     std::vector<float>(message.values().size() / sizeof(float))};
+                     std::vector<float>(message.values().size() / sizeof(float)),
+                     std::vector<engine::Token>(message.tokens().begin(), message.tokens().end())};
   std::memcpy(kv.keys.data(), message.keys().data(), kv.keys.size() * sizeof(float));
   std::memcpy(kv.values.data(), message.values().data(), kv.values.size() * sizeof(float));
   return kv;

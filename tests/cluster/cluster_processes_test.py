@@ -328,6 +328,10 @@ def main():
     switches = nodes[0].get("/cluster")[1].get("placement_switches", {})
     check(switches.get("sequences_recomputed") == 0 and switches.get("sequences_handed_over") == 1,
           f"a node drained: its sequence was handed over, not computed again ({switches})")
+    # The handed-over blocks entered the new stages' prefix caches: a second turn reuses them.
+    status, body = nodes[0].complete({"prompt": LONG_SEEDED["prompt"] + text, "max_tokens": 1, "temperature": 0})
+    cached = body.get("usage", {}).get("prompt_tokens_details", {}).get("cached_tokens", 0) if status == 200 else -1
+    check(cached >= 16, f"a node drained: the next turn reuses the handed-over blocks ({cached} cached tokens)")
     stop_all(nodes)
 
     # The leader drained mid-stream, with the stream entering there: it goes on scheduling until

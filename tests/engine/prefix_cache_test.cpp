@@ -179,6 +179,48 @@ TEST(PrefixCache, ARequestLargerThanThePoolEndsWithAnError) {
   EXPECT_NE(o.error.find("KV memory"), std::string::npos) << o.error;
 }
 
+// A sequence's state handed over to another stage brings its token ids: once every layer is
+// written its full blocks enter that stage's prefix index, and a later sequence that starts
+// from them computes the same logits as one that computed everything itself.
+TEST(PrefixCache, StateHandedOverEntersTheNewStagesIndexOnceEveryLayerIsWritten) {
+  auto file = std::shared_ptr<const gguf::File>(gguf::File::open(kDreams));
+  tensor::ThreadPool pool(1);
+  const auto whole_stage = [&] {
+    return std::make_shared<LocalStage>(model::Model::load(file), pool, KvOptions{model::KvType::F16, 64});
+  };
+  const std::vector<Token> prompt = tokens(40, 5);
+  const auto batch = [&](SequenceId id, int first, int count) {
+    return StageBatch{{{id, first, count, kContext}},
+                      std::vector<Token>(prompt.begin() + first, prompt.begin() + first + count), {}};
+  };
+  const std::vector<Token> two_blocks(prompt.begin(), prompt.begin() + 2 * model::kKvBlock);
+
+  auto computed = whole_stage();
+  computed->forward(batch(1, 0, 40));
+  const std::vector<float> expected = whole_stage()->forward(batch(1, 0, 40));
+
+  for (const bool with_tokens : {true, false}) {
+    SCOPED_TRACE(with_tokens ? "with token ids" : "without token ids");
+    auto taking_over = whole_stage();
+    const StageLayers layers = taking_over->layers();
+    for (int layer = layers.first; layer < layers.last; ++layer) {
+      LayerKv kv = computed->read_kv(1, layer);
+      EXPECT_EQ(kv.tokens, prompt);
+      if (!with_tokens) kv.tokens.clear();
+      kv.id = 2;
+      taking_over->write_kv(kv);
+      if (layer + 1 < layers.last) {
+        EXPECT_EQ(taking_over->hold_prefix(9, kContext, two_blocks), 0) << "nothing is shared before every layer is written";
+        const SequenceId probe[] = {9};
+        taking_over->release(probe);
+      }
+    }
+    const int held = taking_over->hold_prefix(3, kContext, two_blocks);
+    EXPECT_EQ(held, with_tokens ? 2 * model::kKvBlock : 0);
+    EXPECT_EQ(taking_over->forward(batch(3, held, 40 - held)), expected) << "the same bits as computing it all";
+  }
+}
+
 TEST(PrefixCache, StagesHoldNoSequenceAfterward) {
   Cluster on({0, 2, 4}, true);
   const GenerationRequest r = request(tokens(40, 9), 10);

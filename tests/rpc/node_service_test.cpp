@@ -3,6 +3,8 @@
 // oversized batches. Every refusal is an error status; the service keeps serving.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "engine/local_stage.h"
 #include "rpc/channel.h"
 #include "rpc/node_service.h"
@@ -318,6 +320,7 @@ TEST_F(NodeServiceTest, HandsOverStateAndRefusesMalformedState) {
   LayerKv kv;
   ASSERT_TRUE(read(1, 2, key_, &kv).ok());
   EXPECT_EQ(kv.positions(), 2);
+  EXPECT_EQ(kv.tokens_size(), 2) << "the inputs' ids travel with their state";
   EXPECT_EQ(read(1, 2, ClusterKey("wrong"), &kv).error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(read(7, 2, key_, &kv).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "an unknown sequence";
   ASSERT_TRUE(read(1, 2, key_, &kv).ok());
@@ -329,11 +332,15 @@ TEST_F(NodeServiceTest, HandsOverStateAndRefusesMalformedState) {
   LayerKv too_long = kv;
   too_long.set_positions(3);
   EXPECT_EQ(write(too_long, kEpoch).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  LayerKv ids_short = kv;
+  ids_short.mutable_tokens()->RemoveLast();
+  EXPECT_EQ(write(ids_short, kEpoch).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   ASSERT_TRUE(write(kv, kEpoch).ok());
   LayerKv copied;
   ASSERT_TRUE(read(2, 2, key_, &copied).ok());
   EXPECT_EQ(copied.keys(), kv.keys());
   EXPECT_EQ(copied.values(), kv.values());
+  EXPECT_TRUE(std::equal(copied.tokens().begin(), copied.tokens().end(), kv.tokens().begin(), kv.tokens().end()));
   EXPECT_EQ(node_.held(), 2u);
 }
 
