@@ -1153,11 +1153,19 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // tokens or moved with their state. A node that stops leading passes its requests on to the
   // new leader once that serves, with their state while every stage of its pipeline runs.
   void start_scheduler() {
+    const std::string lost = std::string(rpc::kSchedulerLost) + "this node no longer leads the cluster";
     if (scheduler_ && placement_.leader_id() != options_.node_id) {
       const bool all_alive = scheduled_nodes_alive();
       // Until then its requests go on here, and new ones wait for the new leader.
       if (all_alive && placement_.error().empty() && serving_leader() == nullptr) return;
-      retire(std::move(scheduler_), all_alive);
+      log(all_alive ? "another node leads now: the requests scheduled here move to it with their state"
+                    : "another node leads now: the requests scheduled here move to it");
+      retire(std::move(scheduler_), lost, all_alive ? std::optional(scheduler_epoch_) : std::nullopt);
+    }
+    if (scheduler_ && !placement_.error().empty()) {
+      // The nodes left cannot hold the model: its requests end now, saying what is missing.
+      log("the requests scheduled here end: " + placement_.error());
+      retire(std::move(scheduler_), placement_.error(), std::nullopt);
     }
     if (placement_.leader_id() != options_.node_id || placement_.stages_size() == 0) return;
     if (scheduling()) return;
@@ -1279,16 +1287,13 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     changed_.notify_all();
   }
 
-  // An old scheduler passes its requests on (or ends them, `with_state` false, when a stage of
-  // its pipeline is gone) off the gossip thread, which holds the lock and must go on answering
-  // peers meanwhile. Their entry nodes send them to the new leader.
-  void retire(std::shared_ptr<engine::Engine> old, bool with_state) {
-    const std::string why = std::string(rpc::kSchedulerLost) + "this node no longer leads the cluster";
-    log(with_state ? "another node leads now: the requests scheduled here move to it with their state"
-                   : "another node leads now: the requests scheduled here move to it");
-    retiring_.emplace_back([old = std::move(old), with_state, why, epoch = scheduler_epoch_] {
-      if (with_state) {
-        old->pass_on(epoch, why);
+  // An old scheduler passes its requests on with their state, named by `epoch`, or ends them
+  // with `why`, off the gossip thread, which holds the lock and must go on answering peers
+  // meanwhile. A request passed on, or ended as lost, goes on at the next leader.
+  void retire(std::shared_ptr<engine::Engine> old, std::string why, std::optional<uint64_t> epoch) {
+    retiring_.emplace_back([old = std::move(old), why = std::move(why), epoch] {
+      if (epoch) {
+        old->pass_on(*epoch, why);
       } else {
         old->abort(why);
       }

@@ -247,6 +247,17 @@ def main():
     check(small.get("/health")[0] == 503, "a node whose model does not fit is not healthy")
     small.stop()
 
+    # Two nodes that hold the model only together, one killed mid-stream: the stream ends with an
+    # error that says what is missing, and so does /cluster.
+    nodes = start_cluster(["m0", "m1"], "--memory-limit", "1536KiB", "--placement", "memory",
+                          "--test-link-delay-ms", "60")
+    text, error, out, _ = stream_through(nodes[0], LONG_SEEDED, lambda: nodes[1].process.send_signal(signal.SIGKILL))
+    check(error and "does not fit" in out and "missing" in out,
+          f"the model no longer fits: the stream ends with an error naming what is missing: ...{out[-300:]}")
+    placement_error = nodes[0].get("/cluster")[1]["placement"]["error"]
+    check("missing" in placement_error, f"the model no longer fits: /cluster says what is missing ({placement_error})")
+    stop_all(nodes)
+
     # A stage lost mid-stream, and a client that leaves mid-stream.
     nodes = start_cluster(["k0", "k1", "k2"], "--placement", "memory", "--test-link-delay-ms", "20")
     # A client that goes away mid-stream at a node that is not the leader: every stage lets its
