@@ -567,7 +567,11 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   void fetch_layers(model::LayerRange range) {
     const std::vector<size_t> needed = tensors_for(*file_, range);
     uint64_t wanted = 0, held = 0;
-    for (size_t t : needed) (options_.partial->holds(t) ? held : wanted) += file_->tensors()[t].size_bytes;
+    for (size_t t : needed) {
+      const uint64_t had = options_.partial->held_bytes(t);  // the part a fetch resumes from, too
+      held += had;
+      wanted += file_->tensors()[t].size_bytes - had;
+    }
     if (wanted == 0) return;
     log("fetching " + describe(wanted) + " of weights for layers [" + std::to_string(range.first) + ", " +
         std::to_string(range.last) + ") from peers (" + describe(held) + " of them held already)");
