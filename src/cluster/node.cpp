@@ -142,7 +142,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     for (const std::string& peer : options_.peers) seeds_[peer] = false;
 
     server_ = std::make_unique<rpc::NodeServer>(*this, key_, options_.host, options_.node_port,
-                                                [this](const std::string& line) { log(line); });
+                                                [this](const std::string& line) { log(line); },
+                                                options_.test_tensor_chunk_bytes);
     const std::string advertised_host = options_.host == "0.0.0.0" ? "" : options_.host;
     self_.set_node_address(advertised_host + ":" + std::to_string(server_->port()));
     log("node " + options_.node_id + " listens for nodes on " + options_.host + ":" +
