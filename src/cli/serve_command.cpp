@@ -44,6 +44,8 @@ struct ServeOptions {
   int test_link_delay_ms = 0;
   std::string cache_dir;
   int test_fetch_delay_ms = 0;
+  uint64_t test_fetch_checkpoint_bytes = cluster::kProgressCheckpointBytes;
+  uint64_t test_tensor_chunk_bytes = rpc::kTensorChunkBytes;
 };
 
 // Log lines, and the progress of a fetch of weights, on stderr: on a terminal a bar redrawn in
@@ -158,7 +160,8 @@ std::shared_ptr<cluster::PartialModel> model_from_peers(const ServeOptions& o, c
     return all;
   };
   return cluster::PartialModel::open(cluster::resolve_cache_dir(o.cache_dir),
-                                     cluster::fetch_manifest(addresses, node.node_id, *key, node.log));
+                                     cluster::fetch_manifest(addresses, node.node_id, *key, node.log),
+                                     o.test_fetch_checkpoint_bytes);
 }
 
 int serve(const ServeOptions& o) {
@@ -190,6 +193,7 @@ int serve(const ServeOptions& o) {
   node.engine.kv_memory = o.kv_memory.empty() ? 0 : cluster::parse_byte_size(o.kv_memory);
   node.engine.prefix_cache = !o.no_prefix_cache;
   node.test_link_delay = std::chrono::milliseconds(o.test_link_delay_ms);
+  node.test_tensor_chunk_bytes = o.test_tensor_chunk_bytes;
 
   // Without a file, a node that joins others takes their model and fetches its layers' weights.
   std::shared_ptr<const gguf::File> file;
@@ -273,6 +277,12 @@ void add_serve_command(CLI::App& app, Action& action) {
                   "~/.cache/strata)");
   cmd->add_option("--test-fetch-delay-ms", o->test_fetch_delay_ms, "Tests only: pause after every chunk of weights fetched")
       ->check(CLI::NonNegativeNumber)->group("");
+  cmd->add_option("--test-fetch-checkpoint-bytes", o->test_fetch_checkpoint_bytes,
+                  "Tests only: record how far a tensor being fetched got every this many bytes")
+      ->check(CLI::PositiveNumber)->group("");
+  cmd->add_option("--test-tensor-chunk-bytes", o->test_tensor_chunk_bytes,
+                  "Tests only: send tensors to peers in chunks of this many bytes")
+      ->check(CLI::PositiveNumber)->group("");
   cmd->add_option("--test-link-delay-ms", o->test_link_delay_ms, "Tests only: delay added to every stage call")
       ->check(CLI::NonNegativeNumber)->group("");
   cmd->callback([&action, o] { action = [o] { return serve(*o); }; });

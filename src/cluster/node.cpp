@@ -145,7 +145,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     for (const std::string& peer : options_.peers) seeds_[peer] = false;
 
     server_ = std::make_unique<rpc::NodeServer>(*this, key_, options_.host, options_.node_port,
-                                                [this](const std::string& line) { log(line); });
+                                                [this](const std::string& line) { log(line); },
+                                                options_.test_tensor_chunk_bytes);
     const std::string advertised_host = options_.host == "0.0.0.0" ? "" : options_.host;
     self_.set_node_address(advertised_host + ":" + std::to_string(server_->port()));
     log("node " + options_.node_id + " listens for nodes on " + options_.host + ":" +
@@ -622,7 +623,11 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   void fetch_layers(model::LayerRange range) {
     const std::vector<size_t> needed = tensors_for(*file_, range);
     uint64_t wanted = 0, held = 0;
-    for (size_t t : needed) (options_.partial->holds(t) ? held : wanted) += file_->tensors()[t].size_bytes;
+    for (size_t t : needed) {
+      const uint64_t had = options_.partial->held_bytes(t);  // the part a fetch resumes from, too
+      held += had;
+      wanted += file_->tensors()[t].size_bytes - had;
+    }
     if (wanted == 0) return;
     log("fetching " + describe(wanted) + " of weights for layers [" + std::to_string(range.first) + ", " +
         std::to_string(range.last) + ") from peers (" + describe(held) + " of them held already)");

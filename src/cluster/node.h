@@ -18,6 +18,7 @@
 #include "cluster/weights.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
+#include "rpc/node_service.h"
 
 namespace strata::cluster {
 
@@ -42,6 +43,7 @@ struct NodeOptions {
   std::shared_ptr<PartialModel> partial;
   int fetch_streams = 4;  // tensors fetched at once
   std::chrono::milliseconds test_fetch_delay{0};  // tests only: a pause after every chunk fetched
+  uint64_t test_tensor_chunk_bytes = rpc::kTensorChunkBytes;  // tests only: of the tensors this node serves
   // A few times a second while tensors are fetched, and once when the fetch ends.
   std::function<void(const TransferStats::Snapshot&)> on_transfer;
   std::function<void(const std::string&)> log;  // one line per event (joins, placements, refusals)

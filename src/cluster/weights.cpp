@@ -30,6 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kVerifiedFile = "verified";
+constexpr const char* kProgressFile = "progress";
 
 // The file is named after the model, as the API names a model by its file, but only with
 // characters that cannot leave the directory: the name comes from a peer.
@@ -72,11 +73,50 @@ void write_all(int fd, const uint8_t* data, uint64_t size, uint64_t offset, cons
   }
 }
 
+// One write of a short line to a file opened for appending: lines of concurrent writers never
+// interleave.
+void append_line(int fd, const std::string& line, const std::string& path) {
+  if (::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) fail_io("append to", path);
+}
+
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+// A list beside the model file written anew with `lines`, the ones that count, so that appending
+// never continues a line a crash cut short; returns it opened for appending.
+int rewrite_for_appending(const fs::path& path, const std::string& lines) {
+  const fs::path fresh = path.string() + ".partial";
+  {
+    std::ofstream out(fresh, std::ios::binary | std::ios::trunc);
+    if (!(out << lines << std::flush)) throw std::runtime_error("cannot write " + fresh.string());
+  }
+  fs::rename(fresh, path);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd < 0) fail_io("open", path.string());
+  return fd;
+}
+
+// Calls `record(index, rest)` for every line "INDEX REST" of a list beside the model file that is
+// whole (ends in a newline: a line cut short by a crash does not) and names one of `count` tensors.
+template <typename Record>
+void for_each_record(std::string_view text, size_t count, const Record& record) {
+  size_t begin = 0;
+  while (true) {
+    const size_t end = text.find('\n', begin);
+    if (end == std::string_view::npos) break;  // no newline: cut short, or nothing left
+    const std::string_view line = text.substr(begin, end - begin);
+    begin = end + 1;
+    const size_t space = line.find(' ');
+    if (space == std::string_view::npos) continue;
+    size_t index = 0;
+    const auto [digits_end, error] = std::from_chars(line.data(), line.data() + space, index);
+    if (error != std::errc{} || digits_end != line.data() + space || index >= count) continue;
+    record(index, line.substr(space + 1));
+  }
 }
 
 // The model's directory written anew: a file of the manifest's size holding its header, and
@@ -99,6 +139,7 @@ void create_model_file(const fs::path& dir, const rpc::ModelManifestReply& manif
   }
   ::close(fd);
   fs::remove(dir / kVerifiedFile);
+  fs::remove(dir / kProgressFile);
   fs::rename(partial, path);
 }
 
@@ -161,23 +202,27 @@ std::vector<size_t> tensors_for(const gguf::File& file, model::LayerRange range)
 
 std::vector<bool> parse_verified(std::string_view text, const rpc::ModelManifestReply& manifest) {
   std::vector<bool> held(static_cast<size_t>(manifest.tensor_sha256_size()), false);
-  size_t begin = 0;
-  while (true) {
-    const size_t end = text.find('\n', begin);
-    if (end == std::string_view::npos) break;  // no newline: cut short, or nothing left
-    const std::string_view line = text.substr(begin, end - begin);
-    begin = end + 1;
-    const size_t space = line.find(' ');
-    if (space == std::string_view::npos) continue;
-    size_t index = 0;
-    const auto [digits_end, error] = std::from_chars(line.data(), line.data() + space, index);
-    if (error != std::errc{} || digits_end != line.data() + space || index >= held.size()) continue;
-    if (line.substr(space + 1) == hex(manifest.tensor_sha256(static_cast<int>(index)))) held[index] = true;
-  }
+  for_each_record(text, held.size(), [&](size_t index, std::string_view hash) {
+    if (hash == hex(manifest.tensor_sha256(static_cast<int>(index)))) held[index] = true;
+  });
   return held;
 }
 
-std::shared_ptr<PartialModel> PartialModel::open(const std::string& cache_dir, rpc::ModelManifestReply manifest) {
+std::vector<uint64_t> parse_progress(std::string_view text, std::span<const uint64_t> tensor_bytes) {
+  std::vector<uint64_t> progress(tensor_bytes.size(), 0);
+  for_each_record(text, progress.size(), [&](size_t index, std::string_view number) {
+    uint64_t bytes = 0;
+    const auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), bytes);
+    // The last line counts: a tensor whose bytes did not match is recorded again at 0.
+    if (error == std::errc{} && end == number.data() + number.size() && bytes <= tensor_bytes[index]) {
+      progress[index] = bytes;
+    }
+  });
+  return progress;
+}
+
+std::shared_ptr<PartialModel> PartialModel::open(const std::string& cache_dir, rpc::ModelManifestReply manifest,
+                                                 uint64_t checkpoint_bytes) {
   if (const std::string why = rpc::malformed(manifest); !why.empty()) throw std::runtime_error(why);
   const auto& header = manifest.header();
   if (rpc::sha256_hex({reinterpret_cast<const uint8_t*>(header.data()), header.size()}) != manifest.model_hash()) {
@@ -199,35 +244,43 @@ std::shared_ptr<PartialModel> PartialModel::open(const std::string& cache_dir, r
                              std::to_string(file.tensors().size()) + " tensors, " +
                              std::to_string(manifest.tensor_sha256_size()) + " hashes)");
   }
+  std::vector<uint64_t> tensor_bytes;
+  for (const gguf::TensorInfo& t : file.tensors()) tensor_bytes.push_back(t.size_bytes);
   model->held_ = parse_verified(read_text(dir / kVerifiedFile), manifest);
+  model->progress_ = parse_progress(read_text(dir / kProgressFile), tensor_bytes);
   model->manifest_ = std::move(manifest);
-  // The list is written anew with the lines that count, so that appending never continues a
-  // line a crash cut short.
-  const fs::path verified = dir / kVerifiedFile;
-  const fs::path fresh = dir / (std::string(kVerifiedFile) + ".partial");
-  {
-    std::ofstream out(fresh, std::ios::binary | std::ios::trunc);
-    for (size_t i = 0; i < model->held_.size(); ++i) {
-      if (model->held_[i]) out << i << ' ' << hex(model->manifest_.tensor_sha256(static_cast<int>(i))) << '\n';
+  model->checkpoint_bytes_ = checkpoint_bytes;
+  std::string verified, progress;
+  for (size_t i = 0; i < model->held_.size(); ++i) {
+    if (model->held_[i]) {
+      verified += std::to_string(i) + ' ' + hex(model->manifest_.tensor_sha256(static_cast<int>(i))) + '\n';
+      model->progress_[i] = 0;
+    } else if (model->progress_[i] > 0) {
+      progress += std::to_string(i) + ' ' + std::to_string(model->progress_[i]) + '\n';
     }
-    if (!(out << std::flush)) throw std::runtime_error("cannot write " + fresh.string());
   }
-  fs::rename(fresh, verified);
   model->fd_ = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (model->fd_ < 0) fail_io("open", path.string());
-  model->verified_fd_ = ::open(verified.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  if (model->verified_fd_ < 0) fail_io("open", verified.string());
+  model->verified_fd_ = rewrite_for_appending(dir / kVerifiedFile, verified);
+  model->progress_fd_ = rewrite_for_appending(dir / kProgressFile, progress);
   return model;
 }
 
 PartialModel::~PartialModel() {
   if (fd_ >= 0) ::close(fd_);
   if (verified_fd_ >= 0) ::close(verified_fd_);
+  if (progress_fd_ >= 0) ::close(progress_fd_);
 }
 
 bool PartialModel::holds(size_t tensor) const {
   std::lock_guard lock(mutex_);
   return tensor < held_.size() && held_[tensor];
+}
+
+uint64_t PartialModel::held_bytes(size_t tensor) const {
+  std::lock_guard lock(mutex_);
+  if (tensor >= held_.size()) return 0;
+  return held_[tensor] ? file_->tensors()[tensor].size_bytes : progress_[tensor];
 }
 
 bool PartialModel::complete() const {
@@ -262,9 +315,29 @@ rpc::Weights PartialModel::held() const {
   return weights;
 }
 
+void PartialModel::record_progress(size_t tensor, uint64_t bytes) {
+  // The record claims only bytes that reached the disk before it was written.
+  if (bytes > 0 && ::fdatasync(fd_) != 0) fail_io("sync", path_);
+  std::lock_guard lock(mutex_);
+  append_line(progress_fd_, std::to_string(tensor) + " " + std::to_string(bytes) + "\n", dir_ + "/" + kProgressFile);
+  progress_[tensor] = bytes;
+}
+
 PartialModel::Writer::Writer(PartialModel& model, size_t tensor)
     : model_(model), tensor_(tensor), hash_(EVP_MD_CTX_new(), [](void* c) { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(c)); }) {
   if (tensor >= model.held_.size()) throw std::runtime_error("no tensor " + std::to_string(tensor) + " in the model");
+  start_hash();
+  {
+    std::lock_guard lock(model.mutex_);
+    written_ = checkpointed_ = model.progress_[tensor];
+  }
+  // Reading back what is on disk costs far less than fetching it again; commit() finds out
+  // when it is not what was written.
+  const gguf::TensorInfo& t = model.file_->tensors()[tensor];
+  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(hash_.get()), model.file_->tensor_data(t), written_);
+}
+
+void PartialModel::Writer::start_hash() {
   if (!hash_ || EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(hash_.get()), EVP_sha256(), nullptr) != 1) {
     throw std::runtime_error("cannot start a SHA-256");
   }
@@ -281,6 +354,10 @@ void PartialModel::Writer::write(uint64_t offset, std::span<const uint8_t> bytes
   write_all(model_.fd_, bytes.data(), bytes.size(), at, model_.path_);
   EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(hash_.get()), bytes.data(), bytes.size());
   written_ += bytes.size();
+  if (written_ - checkpointed_ >= model_.checkpoint_bytes_) {
+    model_.record_progress(tensor_, written_);
+    checkpointed_ = written_;
+  }
 }
 
 void PartialModel::Writer::commit() {
@@ -294,17 +371,21 @@ void PartialModel::Writer::commit() {
   EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(hash_.get()), digest.data(), &length);
   const std::string& expected = model_.manifest_.tensor_sha256(static_cast<int>(tensor_));
   if (std::memcmp(digest.data(), expected.data(), digest.size()) != 0) {
+    // The bad bytes may be ones on disk before this writer began: it starts over at byte 0.
+    written_ = 0;
+    start_hash();
+    if (checkpointed_ > 0) {
+      model_.record_progress(tensor_, 0);
+      checkpointed_ = 0;
+    }
     throw std::runtime_error("tensor " + t.name + ": its bytes do not match the manifest's SHA-256");
   }
   if (::fdatasync(model_.fd_) != 0) fail_io("sync", model_.path_);
-  const std::string line = std::to_string(tensor_) + " " + hex(digest) + "\n";
   std::lock_guard lock(model_.mutex_);
-  // One write of a short line to a file opened for appending: lines of concurrent writers
-  // never interleave.
-  if (::write(model_.verified_fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-    fail_io("append to", model_.dir_ + "/" + kVerifiedFile);
-  }
+  append_line(model_.verified_fd_, std::to_string(tensor_) + " " + hex(digest) + "\n",
+              model_.dir_ + "/" + kVerifiedFile);
   model_.held_[tensor_] = true;
+  model_.progress_[tensor_] = 0;
 }
 
 void TransferStats::begin(uint64_t wanted, uint64_t held) {
@@ -362,11 +443,13 @@ void fetch_tensors(PartialModel& model, std::span<const size_t> tensors, const S
       const std::string& name = model.file()->tensors()[tensor].name;
       const std::vector<std::shared_ptr<TensorSource>> from = sources(tensor);
       if (from.empty()) return fail("no peer holds tensor " + name);
+      // One writer for every attempt: each asks its source for the bytes from where the last
+      // left them.
+      PartialModel::Writer writer = model.writer(tensor);
       bool done = false;
       for (size_t attempt = 0; !done && attempt < from.size() * static_cast<size_t>(options.rounds); ++attempt) {
         if (stopped()) return fail("the fetch was stopped");
         TensorSource& source = *from[(k + attempt) % from.size()];
-        PartialModel::Writer writer = model.writer(tensor);
         std::string why;
         const auto chunk = [&](uint64_t offset, std::span<const uint8_t> bytes) {
           stats.add(bytes.size());
@@ -379,7 +462,7 @@ void fetch_tensors(PartialModel& model, std::span<const size_t> tensors, const S
           if (options.test_delay.count() > 0) std::this_thread::sleep_for(options.test_delay);
           return !stopped();
         };
-        const std::string fetch_error = source.fetch(static_cast<uint32_t>(tensor), chunk);
+        const std::string fetch_error = source.fetch(static_cast<uint32_t>(tensor), writer.written(), chunk);
         if (why.empty()) why = fetch_error;
         if (why.empty()) {
           try {
@@ -390,7 +473,8 @@ void fetch_tensors(PartialModel& model, std::span<const size_t> tensors, const S
           }
         }
         if (!done && options.log && !stopped()) {
-          options.log("tensor " + name + " from " + source.name() + " failed (" + why + "); fetching it again");
+          options.log("tensor " + name + " from " + source.name() + " failed (" + why +
+                      "); fetching it again from byte " + std::to_string(writer.written()));
         }
       }
       if (!done) return fail("tensor " + name + " could not be fetched from any of " + std::to_string(from.size()) +
@@ -419,7 +503,7 @@ class PeerSource final : public TensorSource {
 
   std::string name() const override { return address_; }
 
-  std::string fetch(uint32_t tensor,
+  std::string fetch(uint32_t tensor, uint64_t offset,
                     const std::function<bool(uint64_t, std::span<const uint8_t>)>& chunk) override {
     // No deadline: a tensor may take minutes on a slow link; the channel's keepalive ends the
     // call within seconds when the peer stops answering.
@@ -428,6 +512,7 @@ class PeerSource final : public TensorSource {
     rpc::FetchTensorRequest request;
     request.set_model_hash(model_hash_);
     request.set_tensor(tensor);
+    request.set_offset(offset);
     const std::unique_ptr<grpc::ClientReader<rpc::TensorChunk>> reader = stub_->FetchTensor(&context, request);
     rpc::TensorChunk message;
     while (reader->Read(&message)) {

@@ -33,8 +33,9 @@ engine::GenerationRequest to_engine(const GenerateRequest& r) {
 
 class NodeServer::Service final : public Node::Service {
  public:
-  Service(NodeHandler& handler, std::shared_ptr<ClusterKey> key, std::function<void(const std::string&)> log)
-      : handler_(handler), key_(std::move(key)), log_(std::move(log)) {}
+  Service(NodeHandler& handler, std::shared_ptr<ClusterKey> key, std::function<void(const std::string&)> log,
+          uint64_t tensor_chunk_bytes)
+      : handler_(handler), key_(std::move(key)), log_(std::move(log)), tensor_chunk_bytes_(tensor_chunk_bytes) {}
 
   grpc::Status Hello(grpc::ServerContext* context, const HelloRequest* request, HelloReply* reply) override {
     if (auto refused = check(*context, "Hello")) return *refused;
@@ -221,10 +222,15 @@ class NodeServer::Service final : public Node::Service {
     std::string why;
     const std::optional<TensorBytes> tensor = handler_.tensor(*request, why);
     if (!tensor) return {grpc::StatusCode::NOT_FOUND, why};
+    if (request->offset() > tensor->bytes.size()) {
+      return {grpc::StatusCode::INVALID_ARGUMENT,
+              "offset " + std::to_string(request->offset()) + " is past the end of tensor " +
+                  std::to_string(request->tensor()) + " (" + std::to_string(tensor->bytes.size()) + " bytes)"};
+    }
     TensorChunk chunk;
-    for (uint64_t offset = 0; offset < tensor->bytes.size(); offset += kTensorChunkBytes) {
+    for (uint64_t offset = request->offset(); offset < tensor->bytes.size(); offset += tensor_chunk_bytes_) {
       if (context->IsCancelled()) return grpc::Status::CANCELLED;
-      const uint64_t length = std::min<uint64_t>(kTensorChunkBytes, tensor->bytes.size() - offset);
+      const uint64_t length = std::min<uint64_t>(tensor_chunk_bytes_, tensor->bytes.size() - offset);
       chunk.set_offset(offset);
       chunk.set_data(tensor->bytes.data() + offset, length);
       if (!writer->Write(chunk)) return grpc::Status::CANCELLED;
@@ -270,11 +276,12 @@ class NodeServer::Service final : public Node::Service {
   NodeHandler& handler_;
   std::shared_ptr<ClusterKey> key_;
   std::function<void(const std::string&)> log_;
+  uint64_t tensor_chunk_bytes_;
 };
 
 NodeServer::NodeServer(NodeHandler& handler, std::shared_ptr<ClusterKey> key, const std::string& host, int port,
-                       std::function<void(const std::string&)> log)
-    : service_(std::make_unique<Service>(handler, std::move(key), std::move(log))) {
+                       std::function<void(const std::string&)> log, uint64_t tensor_chunk_bytes)
+    : service_(std::make_unique<Service>(handler, std::move(key), std::move(log), tensor_chunk_bytes)) {
   grpc::ServerBuilder builder;
   configure_server(builder);
   builder.AddListeningPort(host + ":" + std::to_string(port), grpc::InsecureServerCredentials(), &port_);

@@ -18,6 +18,8 @@
 
 namespace strata::rpc {
 
+// 3: FetchTensorRequest.offset, which a node of 2 would ignore, sending a resumed tensor from
+// its start; a leader's requests passed on with their state (HeldState), and LayerKv.tokens.
 inline constexpr uint32_t kProtocolVersion = 3;
 
 // FetchTensor sends a tensor in chunks of this size: large enough that per-message costs
@@ -50,8 +52,9 @@ class NodeHandler {
 class NodeServer {
  public:
   // Listens on host:port (0: any free port). Throws std::runtime_error when it cannot bind.
+  // `tensor_chunk_bytes` other than kTensorChunkBytes is for tests that cut a fetch mid-tensor.
   NodeServer(NodeHandler& handler, std::shared_ptr<ClusterKey> key, const std::string& host, int port,
-             std::function<void(const std::string&)> log);
+             std::function<void(const std::string&)> log, uint64_t tensor_chunk_bytes = kTensorChunkBytes);
   ~NodeServer();
   int port() const { return port_; }
   // Ends open calls and stops listening.

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A node started without a model file joins two nodes that have it: killed half-way through its
-fetch and started again, it fetches only what it lacked, then serves requests with the answers of
-one whole-model node (text and logprobs); from an empty cache it receives only the tensors of the
+fetch, in the middle of a tensor, and started again, it fetches only what it lacked (a tensor cut
+short from its last checkpoint, not from its start), then serves requests with the answers of one
+whole-model node (text and logprobs); from an empty cache it receives only the tensors of the
 layers placed on it and the head.
 
 usage: peer_weights_test.py STRATA MODEL.gguf
@@ -20,6 +21,11 @@ from independent_reader import BLOCKS, Reader  # noqa: E402
 
 # Layer 3 and the head on the node without a file; the others keep theirs.
 STAGES = "a:0-1,b:2-2,c:3-3"
+# The model's tensors are 128 KiB at most: sent in chunks of 8 KiB, with a checkpoint every 16 KiB,
+# a fetch can be killed mid-tensor.
+CHUNK = 8192
+CHECKPOINT = 16384
+STREAMS = 4
 
 
 def tensor_sizes(path):
@@ -49,12 +55,20 @@ def weights_of(node):
     return next(n["weights"] for n in node.get("/cluster")[1]["nodes"] if n["self"])
 
 
-def verified_count(cache):
-    lists = [os.path.join(root, "verified") for root, _, files in os.walk(cache) if "verified" in files]
-    if not lists:
-        return 0
-    with open(lists[0], encoding="utf-8") as f:
-        return sum(1 for line in f if line.endswith("\n"))
+def records(cache, name):
+    """The whole lines of the list `name` ("verified", "progress") beside the partial model, as
+    tensor index -> the rest of its last line."""
+    for root, _, files in os.walk(cache):
+        if name in files:
+            with open(os.path.join(root, name), encoding="utf-8") as f:
+                return {int(line.split()[0]): line.split()[1] for line in f if line.endswith("\n")}
+    return {}
+
+
+def unfinished(cache):
+    """Tensor index -> bytes its last checkpoint claims, for the tensors not verified."""
+    verified = records(cache, "verified")
+    return {i: int(b) for i, b in records(cache, "progress").items() if i not in verified and int(b) > 0}
 
 
 def main():
@@ -69,18 +83,25 @@ def main():
     whole = os.path.getsize(cluster.MODEL)
     cache = tempfile.mkdtemp(prefix="strata-peer-weights-")
     try:
-        a = Node("a", "--stages", STAGES)
-        b = Node("b", "--stages", STAGES, "--peers", a.address)
-        # Slowed so that it can be killed mid-way: every tensor of this model is one chunk.
+        serving = ("--stages", STAGES, "--test-tensor-chunk-bytes", str(CHUNK))
+        a = Node("a", *serving)
+        b = Node("b", *serving, "--peers", a.address)
+        # Slowed so that it can be killed mid-way, once a tensor not yet whole has a checkpoint.
         c = Node("c", "--stages", STAGES, "--peers", a.address, "--cache-dir", cache,
-                 "--test-fetch-delay-ms", "1000", model=None)
+                 "--test-fetch-delay-ms", "200", "--test-fetch-checkpoint-bytes", str(CHECKPOINT), model=None)
+        table = list(sizes.values())
         deadline = time.time() + 20
-        while time.time() < deadline and verified_count(cache) == 0:
+        while time.time() < deadline and not any(b < table[i] for i, b in unfinished(cache).items()):
             time.sleep(0.02)
-        held_when_killed = verified_count(cache)
+        received_before_kill = c.get("/health")[1]["transfer"]["received_bytes"]
         c.process.send_signal(signal.SIGKILL)
         c.process.wait()
-        check(0 < held_when_killed < 11, f"the fetch was killed half-way ({held_when_killed} of 11 tensors verified)")
+        verified = records(cache, "verified")
+        resumable = unfinished(cache)
+        check(0 < len(verified) < 11, f"the fetch was killed half-way ({len(verified)} of 11 tensors verified)")
+        check(any(b < table[i] for i, b in resumable.items()),
+              f"it was killed mid-tensor, with checkpoints of unfinished tensors ({resumable})")
+        held_when_killed = sum(table[i] for i in verified) + sum(resumable.values())
 
         c = Node("c", "--stages", STAGES, "--peers", a.address, "--cache-dir", cache, model=None)
         healthy = all(n.wait_healthy() for n in (a, b, c))
@@ -90,11 +111,18 @@ def main():
         print(f"after the restart: {weights}", flush=True)
         check(not weights["whole_file"] and weights["layer_bytes"][:3] == [0, 0, 0] and weights["head"],
               f"it holds layer 3 and the head only ({weights})")
-        check(weights["held_at_start_bytes"] > 0, "the restarted node resumed with what it had verified")
+        check(weights["held_at_start_bytes"] == held_when_killed,
+              f"the restarted node resumed with what it had verified and the checkpointed parts "
+              f"({weights['held_at_start_bytes']} bytes held at the start, {held_when_killed} on record)")
         check(weights["held_at_start_bytes"] + weights["fetch_received_bytes"] == share,
               f"it fetched only what it lacked: {weights['fetch_received_bytes']} + {weights['held_at_start_bytes']} "
               f"held = its layers' {share} bytes")
         check(weights["received_bytes"] < share, "after the restart it received less than its share")
+        # What the kill lost: per tensor in flight, what came after its last checkpoint.
+        both_runs = received_before_kill + weights["received_bytes"]
+        check(both_runs <= share + STREAMS * CHECKPOINT,
+              f"both runs received {both_runs} bytes: its layers' {share}, and less than a checkpoint's worth "
+              f"again per stream")
         for n in (a, c):
             for i, r in enumerate(REQUESTS[:4]):
                 check(answer(n.complete(r)) == reference[i], f"request {i} at {n.id} equals one node's")

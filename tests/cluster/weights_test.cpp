@@ -1,5 +1,6 @@
 // Weights from peers, without a network: which tensors a range needs, the partial file and its
-// list of verified tensors across restarts, and fetches from sources that fail or corrupt.
+// list of verified tensors across restarts, tensors resumed mid-way from their last checkpoint,
+// and fetches from sources that fail or corrupt.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -32,7 +33,9 @@ class WeightsTest : public ::testing::Test {
   }
   ~WeightsTest() override { fs::remove_all(dir_); }
 
-  std::shared_ptr<PartialModel> open() { return PartialModel::open(dir_.string(), manifest_); }
+  std::shared_ptr<PartialModel> open(uint64_t checkpoint_bytes = kProgressCheckpointBytes) {
+    return PartialModel::open(dir_.string(), manifest_, checkpoint_bytes);
+  }
 
   std::span<const uint8_t> original_bytes(size_t tensor) const {
     const gguf::TensorInfo& t = original_->tensors()[tensor];
@@ -46,37 +49,57 @@ class WeightsTest : public ::testing::Test {
   }
 
   fs::path verified_list() const { return dir_ / "models" / manifest_.model_hash() / "verified"; }
+  fs::path progress_record() const { return dir_ / "models" / manifest_.model_hash() / "progress"; }
+
+  // The first `count` bytes of `tensor`, in chunks of 1000, as a fetch cut short writes them.
+  void write_part(PartialModel& model, size_t tensor, uint64_t count) const {
+    PartialModel::Writer writer = model.writer(tensor);
+    for (uint64_t offset = writer.written(); offset < count; offset += 1000) {
+      writer.write(offset, original_bytes(tensor).subspan(offset, std::min<uint64_t>(1000, count - offset)));
+    }
+  }
 
   std::unique_ptr<gguf::File> original_;
   rpc::ModelManifestReply manifest_;
   fs::path dir_;
 };
 
-// Serves the original file's tensors in chunks of 1000 bytes; `corrupt` flips a byte of the
-// second chunk, `broken` fails after the first.
+// Serves the original file's tensors from the offset asked for, in chunks of 1000 bytes, and
+// records the offsets asked for; `corrupt` flips the tensor's byte 1500, `broken` fails after its
+// first chunk.
 class FakeSource final : public TensorSource {
  public:
   enum class Kind { Good, Corrupt, Broken };
   FakeSource(const gguf::File& file, Kind kind, std::string name) : file_(file), kind_(kind), name_(std::move(name)) {}
   std::string name() const override { return name_; }
-  std::string fetch(uint32_t tensor, const std::function<bool(uint64_t, std::span<const uint8_t>)>& chunk) override {
-    ++calls;
+  std::string fetch(uint32_t tensor, uint64_t from,
+                    const std::function<bool(uint64_t, std::span<const uint8_t>)>& chunk) override {
+    {
+      std::lock_guard lock(mutex_);
+      offsets_.push_back(from);
+    }
     const gguf::TensorInfo& t = file_.tensors()[tensor];
     std::vector<uint8_t> bytes(file_.tensor_data(t), file_.tensor_data(t) + t.size_bytes);
     if (kind_ == Kind::Corrupt) bytes.at(std::min<size_t>(1500, bytes.size() - 1)) ^= 0x40;
-    for (uint64_t offset = 0; offset < bytes.size(); offset += 1000) {
-      if (kind_ == Kind::Broken && offset > 0) return "connection reset";
+    for (uint64_t offset = from; offset < bytes.size(); offset += 1000) {
+      if (kind_ == Kind::Broken && offset > from) return "connection reset";
       const uint64_t length = std::min<uint64_t>(1000, bytes.size() - offset);
       if (!chunk(offset, {bytes.data() + offset, length})) return "stopped";
     }
     return {};
   }
-  int calls = 0;
+  std::vector<uint64_t> offsets() const {
+    std::lock_guard lock(mutex_);
+    return offsets_;
+  }
+  int calls() const { return static_cast<int>(offsets().size()); }
 
  private:
   const gguf::File& file_;
   Kind kind_;
   std::string name_;
+  mutable std::mutex mutex_;
+  std::vector<uint64_t> offsets_;
 };
 
 TEST_F(WeightsTest, ARangeNeedsItsLayersAndTheEmbeddingOrHeadWhereItHasThem) {
@@ -181,6 +204,127 @@ TEST_F(WeightsTest, ARestartAfterACrashMidLineResumes) {
   EXPECT_TRUE(model->holds(2));
 }
 
+TEST_F(WeightsTest, ATensorCutShortResumesFromItsLastCheckpoint) {
+  const size_t tensor = 0;  // token_embd, 128 KiB
+  const uint64_t size = original_bytes(tensor).size();
+  {
+    const std::shared_ptr<PartialModel> model = open(4096);
+    write_part(*model, tensor, 10'500);  // records at 5000 and 10000, then killed
+    EXPECT_EQ(model->held_bytes(tensor), 10'000u);
+  }
+  const std::shared_ptr<PartialModel> model = open(4096);
+  EXPECT_FALSE(model->holds(tensor));
+  EXPECT_EQ(model->held_bytes(tensor), 10'000u) << "only what the last checkpoint synced is claimed";
+  auto good = std::make_shared<FakeSource>(*original_, FakeSource::Kind::Good, "good");
+  TransferStats stats;
+  const std::vector<size_t> one{tensor};
+  fetch_tensors(*model, one, [&](size_t) { return std::vector<std::shared_ptr<TensorSource>>{good}; },
+                FetchOptions{}, stats);
+  EXPECT_EQ(good->offsets(), std::vector<uint64_t>{10'000}) << "the source is asked for the rest only";
+  EXPECT_EQ(stats.snapshot().received_bytes, size - 10'000);
+  EXPECT_TRUE(model->holds(tensor)) << "the hash of the bytes read back and the rest verifies";
+  EXPECT_EQ(model->held_bytes(tensor), size);
+  EXPECT_TRUE(open()->holds(tensor));
+}
+
+TEST_F(WeightsTest, ATransferThatBreaksGoesOnFromTheNextSourceWhereItStopped) {
+  const std::shared_ptr<PartialModel> model = open();
+  auto broken = std::make_shared<FakeSource>(*original_, FakeSource::Kind::Broken, "broken");
+  auto good = std::make_shared<FakeSource>(*original_, FakeSource::Kind::Good, "good");
+  TransferStats stats;
+  const std::vector<size_t> one{0};
+  fetch_tensors(*model, one, [&](size_t) { return std::vector<std::shared_ptr<TensorSource>>{broken, good}; },
+                FetchOptions{}, stats);
+  EXPECT_TRUE(model->holds(0));
+  EXPECT_EQ(broken->offsets(), std::vector<uint64_t>{0});
+  EXPECT_EQ(good->offsets(), std::vector<uint64_t>{1000});
+  EXPECT_EQ(stats.snapshot().received_bytes, original_bytes(0).size()) << "no byte came twice";
+}
+
+TEST_F(WeightsTest, OnlyWholeProgressLinesWithinTheirTensorCount) {
+  std::vector<uint64_t> sizes;
+  for (const gguf::TensorInfo& t : original_->tensors()) sizes.push_back(t.size_bytes);
+  std::string text;
+  text += "0 5000\n";                                    // counts
+  text += "1 " + std::to_string(sizes[1] + 1) + "\n";    // past the tensor's end
+  text += "2 7000\n2 " + std::to_string(sizes[2]) + "1\n";  // the later line is past the end
+  text += "99999 10\n";                                  // no such tensor
+  text += "3 12x\n3 -4\n3 \n 3 100\ngarbage\n\n";         // not numbers
+  text += "4 3000\n4 0\n";                               // started over: the last line counts
+  text += "5 " + std::to_string(sizes[5]) + "\n";         // all of it, not yet verified
+  text += "6 3000";                                       // cut short by a crash
+  const std::vector<uint64_t> progress = parse_progress(text, sizes);
+  ASSERT_EQ(progress.size(), sizes.size());
+  for (size_t i = 0; i < progress.size(); ++i) {
+    const uint64_t expected = i == 0 ? 5000 : i == 2 ? 7000 : i == 5 ? sizes[5] : 0;
+    EXPECT_EQ(progress[i], expected) << i;
+  }
+}
+
+TEST_F(WeightsTest, AProgressRecordClaimsNothingPastATensorNorForAVerifiedOne) {
+  {
+    const std::shared_ptr<PartialModel> model = open();
+    PartialModel::Writer writer = model->writer(1);
+    writer.write(0, original_bytes(1));
+    writer.commit();
+  }
+  std::ofstream(progress_record(), std::ios::app)
+      << "1 100\n2 " << original_bytes(2).size() + 1 << "\n3 1x00\n4 200\n5 30";
+  const std::shared_ptr<PartialModel> model = open();
+  EXPECT_EQ(model->held_bytes(1), original_bytes(1).size());
+  EXPECT_EQ(model->held_bytes(2), 0u);
+  EXPECT_EQ(model->held_bytes(3), 0u);
+  EXPECT_EQ(model->held_bytes(4), 200u);
+  EXPECT_EQ(model->held_bytes(5), 0u);
+  EXPECT_EQ(model->writer(4).written(), 200u);
+}
+
+TEST_F(WeightsTest, BadBytesOnDiskBeforeTheCheckpointAreFetchedAgainFromTheStart) {
+  const size_t tensor = 0;
+  const uint64_t size = original_bytes(tensor).size();
+  std::string path;
+  {
+    const std::shared_ptr<PartialModel> model = open(4096);
+    write_part(*model, tensor, 10'500);
+    path = model->file()->path();
+  }
+  const auto damage = [&](uint64_t at) {
+    std::fstream file(path, std::ios::binary | std::ios::in | std::ios::out);
+    const gguf::TensorInfo& t = original_->tensors()[tensor];
+    file.seekp(static_cast<std::streamoff>(original_->header_bytes().size() + t.offset + at));
+    file.put(static_cast<char>(original_bytes(tensor)[at] ^ 0x10));
+  };
+  damage(3000);
+  {
+    // Resumed, the bytes read back do not hash right: the tensor starts over, and a restart does
+    // not resume past the bad bytes either.
+    const std::shared_ptr<PartialModel> model = open(4096);
+    PartialModel::Writer writer = model->writer(tensor);
+    ASSERT_EQ(writer.written(), 10'000u);
+    writer.write(10'000, original_bytes(tensor).subspan(10'000));
+    EXPECT_THROW(writer.commit(), std::runtime_error);
+    EXPECT_EQ(writer.written(), 0u);
+    EXPECT_EQ(model->held_bytes(tensor), 0u);
+  }
+  EXPECT_EQ(open(4096)->held_bytes(tensor), 0u);
+
+  // Damaged again after the next run's checkpoints, a fetch goes on from the checkpoint, then
+  // fetches the tensor again from byte 0 and verifies it.
+  write_part(*open(4096), tensor, 10'500);
+  damage(3000);
+  const std::shared_ptr<PartialModel> model = open(4096);
+  auto good = std::make_shared<FakeSource>(*original_, FakeSource::Kind::Good, "good");
+  TransferStats stats;
+  const std::vector<size_t> one{tensor};
+  fetch_tensors(*model, one, [&](size_t) { return std::vector<std::shared_ptr<TensorSource>>{good}; },
+                FetchOptions{}, stats);
+  EXPECT_EQ(good->offsets(), (std::vector<uint64_t>{10'000, 0}));
+  EXPECT_EQ(stats.snapshot().received_bytes, size - 10'000 + size);
+  EXPECT_TRUE(model->holds(tensor));
+  const gguf::TensorInfo& t = model->file()->tensors()[tensor];
+  EXPECT_EQ(std::memcmp(model->file()->tensor_data(t), original_bytes(tensor).data(), size), 0);
+}
+
 TEST_F(WeightsTest, AManifestWhoseHeaderIsNotTheModelsIsRefused) {
   rpc::ModelManifestReply forged = manifest_;
   forged.mutable_header()->at(40) ^= 1;
@@ -211,8 +355,8 @@ TEST_F(WeightsTest, ACorruptedOrBrokenTransferIsFetchedAgainFromAnotherSource) {
     const gguf::TensorInfo& t = model->file()->tensors()[i];
     ASSERT_EQ(std::memcmp(model->file()->tensor_data(t), original_bytes(i).data(), t.size_bytes), 0) << t.name;
   }
-  EXPECT_GT(corrupt->calls, 0);
-  EXPECT_GT(broken->calls, 0);
+  EXPECT_GT(corrupt->calls(), 0);
+  EXPECT_GT(broken->calls(), 0);
   EXPECT_FALSE(log.empty());
   uint64_t file_bytes = 0;
   for (size_t i : all) file_bytes += original_bytes(i).size();
@@ -227,8 +371,8 @@ TEST_F(WeightsTest, TensorsAreSpreadOverTheSourcesThatHoldThem) {
   const std::vector<size_t> all = all_tensors();
   fetch_tensors(*model, all, [&](size_t) { return std::vector<std::shared_ptr<TensorSource>>{first, second}; },
                 FetchOptions{}, stats);
-  EXPECT_EQ(first->calls + second->calls, static_cast<int>(all.size()));
-  EXPECT_EQ(first->calls, static_cast<int>((all.size() + 1) / 2));
+  EXPECT_EQ(first->calls() + second->calls(), static_cast<int>(all.size()));
+  EXPECT_EQ(first->calls(), static_cast<int>((all.size() + 1) / 2));
 }
 
 TEST_F(WeightsTest, AFetchFailsWhenNoSourceGivesGoodBytes) {

@@ -176,6 +176,42 @@ TEST_F(NodeServiceTest, StreamsATensorInChunksInOrder) {
   EXPECT_EQ(received, node_.tensor_bytes());
 }
 
+TEST_F(NodeServiceTest, StreamsATensorFromTheOffsetAskedFor) {
+  const std::vector<uint8_t>& tensor = node_.tensor_bytes();
+  for (const uint64_t from : {kTensorChunkBytes * 3 / 2, uint64_t{tensor.size()}}) {
+    grpc::ClientContext context;
+    key_.sign(context, "client", "FetchTensor");
+    FetchTensorRequest request;
+    request.set_tensor(0);
+    request.set_offset(from);
+    auto reader = stub_->FetchTensor(&context, request);
+    std::vector<uint8_t> received;
+    TensorChunk chunk;
+    while (reader->Read(&chunk)) {
+      EXPECT_EQ(chunk.offset(), from + received.size());
+      received.insert(received.end(), chunk.data().begin(), chunk.data().end());
+    }
+    ASSERT_TRUE(reader->Finish().ok()) << from;
+    EXPECT_TRUE(std::equal(received.begin(), received.end(), tensor.begin() + static_cast<std::ptrdiff_t>(from),
+                           tensor.end()))
+        << from;
+  }
+}
+
+TEST_F(NodeServiceTest, RefusesAnOffsetPastTheTensorsEnd) {
+  grpc::ClientContext context;
+  key_.sign(context, "client", "FetchTensor");
+  FetchTensorRequest request;
+  request.set_tensor(0);
+  request.set_offset(node_.tensor_bytes().size() + 1);
+  auto reader = stub_->FetchTensor(&context, request);
+  TensorChunk chunk;
+  EXPECT_FALSE(reader->Read(&chunk));
+  const grpc::Status status = reader->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("past the end"), std::string::npos) << status.error_message();
+}
+
 TEST_F(NodeServiceTest, RefusesATensorItLacksOrAnUnsignedFetch) {
   for (const auto& [index, key, code] : {std::tuple{1u, &key_, grpc::StatusCode::NOT_FOUND},
                                          std::tuple{0u, static_cast<ClusterKey*>(nullptr), grpc::StatusCode::UNAUTHENTICATED}}) {
