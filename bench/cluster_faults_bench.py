@@ -9,9 +9,10 @@ memory, so that every node holds layers), runs --streams concurrent greedy strea
 are about --prompt-tokens long, and --after seconds after their first tokens either SIGKILLs the last stage
 (`loss`: the others notice, place the model anew, and compute the requests again) or runs
 `strata drain` on it (`drain`: the state of the sequences moves to the nodes that take its
-layers over). It prints, per round, the time from the event to the next token of any stream and
+layers over), or on the leader (`leader-drain`: it goes on until the next leader serves, then
+passes its requests on, and their state moves to the new stages). It prints, per round, the time from the event to the next token of any stream and
 the longest gap between two tokens of a stream across the event, then the medians; and for a
-drain, the leader's count of sequences handed over and computed again.
+drain, the (new) leader's count of sequences handed over and computed again.
 """
 import argparse
 import concurrent.futures
@@ -40,7 +41,7 @@ def one_round(args, event):
             nodes.append(start(args.strata, args.model, f"f{i}", 1, f"127.0.0.1:{first[2]}", args.ctx, 8))
         wait_healthy(first[1])
         stages = [s["node"] for s in cluster_status(first[1])["placement"]["stages"]]
-        victim = nodes[int(stages[-1][1:])]
+        victim = first if event == "leader-drain" else nodes[int(stages[-1][1:])]
         entry = first if victim is not first else nodes[1]
         # Words of a story, one token or two each: the prompt's length in tokens is about this.
         prompts = [" ".join(["once upon a time"] * (args.prompt_tokens // 4)) + f" story {i}" for i in range(args.streams)]

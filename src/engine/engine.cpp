@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <stdexcept>
 
 #include "engine/local_stage.h"
@@ -38,6 +39,9 @@ struct Engine::Sequence {
 };
 
 namespace {
+
+// Layers of one sequence whose state moves at the same time.
+constexpr size_t kConcurrentLayerMoves = 8;
 
 // Blocks a sequence may fill in a stage's pool.
 int blocks_for(int capacity) { return (capacity + model::kKvBlock - 1) / model::kKvBlock; }
@@ -113,25 +117,47 @@ Engine::SwitchCounts Engine::switch_counts() const { return {handed_over_.load()
 
 bool Engine::move_state(const std::vector<std::shared_ptr<Stage>>& from, SequenceId from_id, int positions,
                         const std::vector<std::shared_ptr<Stage>>& to, const Sequence& seq) {
-  try {
-    for (const auto& stage : to) {
-      const StageLayers layers = stage->layers();
-      if (layers.first >= layers.last) return false;
-      for (int layer = layers.first; layer < layers.last; ++layer) {
-        const auto holder =
-            std::find_if(from.begin(), from.end(), [&](const auto& old) { return old->layers().contains(layer); });
-        if (holder == from.end()) return false;
-        LayerKv kv = (*holder)->read_kv(from_id, layer);
-        if (kv.positions != positions) return false;
+  struct Move {
+    Stage* from;
+    Stage* to;
+    int layer;
+  };
+  std::vector<Move> moves;
+  for (const auto& stage : to) {
+    const StageLayers layers = stage->layers();
+    if (layers.first >= layers.last) return false;
+    for (int layer = layers.first; layer < layers.last; ++layer) {
+      const auto holder =
+          std::find_if(from.begin(), from.end(), [&](const auto& old) { return old->layers().contains(layer); });
+      if (holder == from.end()) return false;
+      moves.push_back({holder->get(), stage.get(), layer});
+    }
+  }
+  // Layers move concurrently: each is a call to the stage that holds it and one to the stage
+  // that takes it, mostly waiting on the network.
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  const auto mover = [&] {
+    for (size_t i = next++; i < moves.size() && !failed; i = next++) {
+      try {
+        LayerKv kv = moves[i].from->read_kv(from_id, moves[i].layer);
+        if (kv.positions != positions) {
+          failed = true;
+          return;
+        }
         kv.id = seq.id;
         kv.capacity = seq.capacity;
-        stage->write_kv(kv);
+        moves[i].to->write_kv(kv);
+      } catch (const std::exception&) {
+        failed = true;  // a stage gone, or state it does not hold: the sequence is computed again
       }
     }
-    return true;
-  } catch (const std::exception&) {
-    return false;  // a stage gone, or state it does not hold: the sequence is computed again
-  }
+  };
+  std::vector<std::thread> helpers;
+  for (size_t i = 1; i < std::min(moves.size(), kConcurrentLayerMoves); ++i) helpers.emplace_back(mover);
+  mover();
+  for (std::thread& helper : helpers) helper.join();
+  return !failed;
 }
 
 bool Engine::take_over_held(Sequence& seq) {
