@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Faults on a real network: three `strata serve` nodes, each in a network namespace of its own
 on a bridge shaped to 1 Gbit/s, serve 8 concurrent seeded streams while the middle stage is
-SIGKILLed, the last stage is SIGKILLed, the last stage's cable is cut (its veth set down, the
-process left running), the middle stage is drained (SIGTERM), the leader is drained, and a
-fourth node joins. Every stream completes without an error event, and each whole text equals the
-fault-free run's; the drains and the join hand the sequences' state over, computing none again. The longest pause each
-fault caused is printed.
+SIGKILLed (it is an entry too: only the streams that entered there end), the last stage is
+SIGKILLed, the last stage's cable is cut (its veth set down, the process left running), the
+middle stage is drained (SIGTERM), the leader is drained, and a fourth node joins. Every other
+stream completes without an error event, and each whole text equals the fault-free run's; the
+drains and the join hand the sequences' state over, computing none again. The longest pause
+each fault caused is printed.
 
 Everything runs in namespaces this test creates (the bridge too): no traffic reaches any other
 address. Needs root; prints SKIP and exits 0 only when network namespaces cannot be created.
@@ -222,8 +223,14 @@ def main():
             fault = lambda: victim.process.send_signal(signal.SIGKILL)  # noqa: E731
         else:
             fault = lambda: set_cable(victim.i, False)  # noqa: E731
-        streams, fault_at = run_streams(survivors, fault)
-        check_streams(label, streams, expected, fault_at)
+        # The middle stage is also an entry: its own clients' streams end with it, and only those.
+        entries = nodes if victim_stage == 1 and kill else survivors
+        streams, fault_at = run_streams(entries, fault)
+        lost = [i for i in range(len(streams)) if entries[i % len(entries)] is victim]
+        for i in lost:
+            check(not streams[i].done, f"{label}: stream {i}, which entered at the killed node, ends with it")
+        check_streams(label, [s for i, s in enumerate(streams) if i not in lost],
+                      [e for i, e in enumerate(expected) if i not in lost], fault_at)
         if not kill:
             set_cable(victim.i, True)
         stop_all(nodes)
