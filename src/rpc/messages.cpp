@@ -1,6 +1,9 @@
 #include "rpc/messages.h"
 
+#include <bit>
 #include <cstring>
+
+#include "tensor/fp16.h"
 
 namespace strata::rpc {
 namespace {
@@ -8,6 +11,40 @@ namespace {
 constexpr int kMaxSequencesPerBatch = 4096;
 constexpr int64_t kMaxRowsPerBatch = 1 << 16;
 constexpr int kMaxCapacity = 1 << 20;
+
+bool exactly_half(std::span<const float> values) {
+  for (float v : values) {
+    if (std::bit_cast<uint32_t>(tensor::fp16_to_fp32(tensor::fp32_to_fp16(v))) != std::bit_cast<uint32_t>(v)) return false;
+  }
+  return true;
+}
+
+void put_rows(std::span<const float> values, bool half, std::string& out) {
+  if (!half) {
+    out.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+    return;
+  }
+  out.resize(values.size() * sizeof(uint16_t));
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t h = tensor::fp32_to_fp16(values[i]);
+    std::memcpy(out.data() + i * sizeof h, &h, sizeof h);
+  }
+}
+
+std::vector<float> get_rows(const std::string& bytes, bool half) {
+  if (!half) {
+    std::vector<float> values(bytes.size() / sizeof(float));
+    std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+    return values;
+  }
+  std::vector<float> values(bytes.size() / sizeof(uint16_t));
+  for (size_t i = 0; i < values.size(); ++i) {
+    uint16_t h;
+    std::memcpy(&h, bytes.data() + i * sizeof h, sizeof h);
+    values[i] = tensor::fp16_to_fp32(h);
+  }
+  return values;
+}
 
 }  // namespace
 
@@ -36,9 +73,10 @@ std::string malformed(const LayerKv& kv) {
     return "the state has impossible positions or capacity";
   }
   if (kv.keys().size() != kv.values().size()) return "the state's keys and values differ in size";
-  const size_t row_floats = kv.positions() == 0 ? 0 : kv.keys().size() / sizeof(float) / static_cast<size_t>(kv.positions());
+  const size_t element = kv.half() ? sizeof(uint16_t) : sizeof(float);
+  const size_t row_floats = kv.positions() == 0 ? 0 : kv.keys().size() / element / static_cast<size_t>(kv.positions());
   if (kv.positions() == 0 ? !kv.keys().empty()
-                          : row_floats == 0 || kv.keys().size() != row_floats * sizeof(float) * static_cast<size_t>(kv.positions())) {
+                          : row_floats == 0 || kv.keys().size() != row_floats * element * static_cast<size_t>(kv.positions())) {
     return "the state's keys are not whole rows of its positions";
   }
   if (kv.tokens_size() != 0 && kv.tokens_size() != kv.positions()) return "the state's token ids do not match its positions";
@@ -50,19 +88,21 @@ void to_message(const engine::LayerKv& kv, LayerKv& out) {
   out.set_layer(kv.layer);
   out.set_positions(kv.positions);
   out.set_capacity(kv.capacity);
-  out.set_keys(kv.keys.data(), kv.keys.size() * sizeof(float));
-  out.set_values(kv.values.data(), kv.values.size() * sizeof(float));
+  const bool half = exactly_half(kv.keys) && exactly_half(kv.values);
+  out.set_half(half);
+  put_rows(kv.keys, half, *out.mutable_keys());
+  put_rows(kv.values, half, *out.mutable_values());
   out.mutable_tokens()->Assign(kv.tokens.begin(), kv.tokens.end());
 }
 
 engine::LayerKv from_message(const LayerKv& message) {
-  engine::LayerKv kv{message.sequence_id(), message.layer(), message.positions(), message.capacity(),
-                     std::vector<float>(message.keys().size() / sizeof(float)),
-                     std::vector<float>(message.values().size() / sizeof(float)),
-                     std::vector<engine::Token>(message.tokens().begin(), message.tokens().end())};
-  std::memcpy(kv.keys.data(), message.keys().data(), kv.keys.size() * sizeof(float));
-  std::memcpy(kv.values.data(), message.values().data(), kv.values.size() * sizeof(float));
-  return kv;
+  return {message.sequence_id(),
+          message.layer(),
+          message.positions(),
+          message.capacity(),
+          get_rows(message.keys(), message.half()),
+          get_rows(message.values(), message.half()),
+          std::vector<engine::Token>(message.tokens().begin(), message.tokens().end())};
 }
 
 std::string malformed(const ModelManifestReply& manifest) {

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 
 #include "engine/local_stage.h"
 #include "rpc/channel.h"
+#include "rpc/messages.h"
 #include "rpc/node_service.h"
 
 namespace strata::rpc {
@@ -378,6 +380,29 @@ TEST_F(NodeServiceTest, HandsOverStateAndRefusesMalformedState) {
   EXPECT_EQ(copied.values(), kv.values());
   EXPECT_TRUE(std::equal(copied.tokens().begin(), copied.tokens().end(), kv.tokens().begin(), kv.tokens().end()));
   EXPECT_EQ(node_.held(), 2u);
+}
+
+// State of a stage that stores f16 travels as half floats, in half the bytes; anything else as
+// floats. Either way the same values arrive, bit for bit (-0 included).
+TEST(LayerKvMessage, TravelsAsHalfFloatsWhenEveryValueIsOneExactly) {
+  const engine::LayerKv exact{7, 3, 2, 16, {0.5f, -0.0f, 65504.0f, 0x1p-24f}, {1.0f, -2.0f, 3.0f, 0x1p-14f}, {1, 2}};
+  engine::LayerKv inexact = exact;
+  inexact.values[1] = 0.1f;
+  for (const bool half : {true, false}) {
+    const engine::LayerKv& kv = half ? exact : inexact;
+    LayerKv message;
+    to_message(kv, message);
+    EXPECT_EQ(message.half(), half);
+    EXPECT_EQ(message.keys().size(), kv.keys.size() * (half ? 2 : 4));
+    EXPECT_EQ(malformed(message), "");
+    const engine::LayerKv back = from_message(message);
+    ASSERT_EQ(back.keys.size(), kv.keys.size());
+    for (size_t i = 0; i < kv.keys.size(); ++i) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(back.keys[i]), std::bit_cast<uint32_t>(kv.keys[i]));
+      EXPECT_EQ(std::bit_cast<uint32_t>(back.values[i]), std::bit_cast<uint32_t>(kv.values[i]));
+    }
+    EXPECT_EQ(back.tokens, kv.tokens);
+  }
 }
 
 TEST_F(NodeServiceTest, GenerateNeedsTheLeader) {
