@@ -10,7 +10,8 @@ are about --prompt-tokens long, and --after seconds after their first tokens eit
 (`loss`: the others notice, place the model anew, and compute the requests again) or runs
 `strata drain` on it (`drain`: the state of the sequences moves to the nodes that take its
 layers over), or on the leader (`leader-drain`: it goes on until the next leader serves, then
-passes its requests on, and their state moves to the new stages). It prints, per round, the time from the event to the next token of any stream and
+passes its requests on, and their state moves to the new stages), or nothing (`none`: the gaps
+of an ordinary run, to compare with). It prints, per round, the time from the event to the next token of any stream and
 the longest gap between two tokens of a stream across the event, then the medians; and for a
 drain, the (new) leader's count of sequences handed over and computed again.
 """
@@ -54,7 +55,7 @@ def one_round(args, event):
             event_at = time.perf_counter()
             if event == "loss":
                 victim[0].send_signal(signal.SIGKILL)
-            else:
+            elif event != "none":
                 subprocess.Popen([args.strata, "drain", "--port", str(victim[1])], stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL)
             results = [f.result() for f in futures]
