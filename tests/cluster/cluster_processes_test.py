@@ -167,6 +167,23 @@ def stream_through_a_kill(entry, victim, request):
     return text, error, out
 
 
+def drain_mid_stream(label, entry, leaving, leader_after, reference):
+    """Streams LONG_SEEDED from `entry` and runs `strata drain` on `leaving` a second in; checks
+    that the whole text is `reference`, that `strata drain` reports the node gone, and that
+    `leader_after` took the sequence's state over without computing it again. Returns the text."""
+    drains = []
+    text, error, out, pause = stream_through(entry, LONG_SEEDED, lambda: drains.append(subprocess.Popen(
+        [STRATA, "drain", "--port", str(leaving.port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+    drained = drains[0].communicate(timeout=120)[0]
+    print(f"{label}: the next token came {pause:.2f} s later", flush=True)
+    check(not error and text == reference, f"{label}: the whole text equals the fault-free run's ({text!r}) ...{out[-300:]}")
+    check(drains[0].returncode == 0 and "has left" in drained, f"{label}: `strata drain` reports the node gone: {drained}")
+    switches = leader_after.get("/cluster")[1].get("placement_switches", {})
+    check(switches.get("sequences_recomputed") == 0 and switches.get("sequences_handed_over") == 1,
+          f"{label}: the sequence's state was taken over, not computed again ({switches})")
+    return text
+
+
 def answer(status_body):
     status, body = status_body
     if status != 200:
@@ -328,17 +345,8 @@ def main():
     # `strata drain` on a stage mid-stream: the node leaves, handing its sequence's state over,
     # and exits; nothing is computed again and the text is the fault-free one.
     nodes = start_cluster(["d0", "d1", "d2"], "--placement", "memory", "--test-link-delay-ms", "20")
-    drains = []
-    text, error, out, pause = stream_through(nodes[0], LONG_SEEDED, lambda: drains.append(subprocess.Popen(
-        [STRATA, "drain", "--port", str(nodes[2].port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
-    drained = drains[0].communicate(timeout=120)[0]
-    print(f"node d2 drained: the next token came {pause:.2f} s later", flush=True)
-    check(not error and text == seeded_reference, f"a node drained: the whole text equals the fault-free run's ({text!r})")
-    check(drains[0].returncode == 0 and "has left" in drained, f"`strata drain` reports the node gone: {drained}")
+    text = drain_mid_stream("a stage drained", nodes[0], nodes[2], nodes[0], seeded_reference)
     check(nodes[2].process.poll() is not None, "the drained node has exited")
-    switches = nodes[0].get("/cluster")[1].get("placement_switches", {})
-    check(switches.get("sequences_recomputed") == 0 and switches.get("sequences_handed_over") == 1,
-          f"a node drained: its sequence was handed over, not computed again ({switches})")
     # The handed-over blocks entered the new stages' prefix caches: a second turn reuses them.
     status, body = nodes[0].complete({"prompt": LONG_SEEDED["prompt"] + text, "max_tokens": 1, "temperature": 0})
     cached = body.get("usage", {}).get("prompt_tokens_details", {}).get("cached_tokens", 0) if status == 200 else -1
@@ -349,17 +357,7 @@ def main():
     # the next leader serves, then passes the request on with its state, which the next leader
     # moves to its stages; it relays the tokens to its client to the end, and only then exits.
     nodes = start_cluster(["e0", "e1", "e2"], "--placement", "memory", "--test-link-delay-ms", "20")
-    drains = []
-    text, error, out, pause = stream_through(nodes[0], LONG_SEEDED, lambda: drains.append(subprocess.Popen(
-        [STRATA, "drain", "--port", str(nodes[0].port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
-    drained = drains[0].communicate(timeout=120)[0]
-    print(f"the leader drained: the next token came {pause:.2f} s later", flush=True)
-    check(not error and text == seeded_reference,
-          f"the leader drained: the whole text equals the fault-free run's ({text!r}) ...{out[-300:]}")
-    check(drains[0].returncode == 0 and "has left" in drained, f"`strata drain` reports the leader gone: {drained}")
-    switches = nodes[1].get("/cluster")[1].get("placement_switches", {})
-    check(switches.get("sequences_recomputed") == 0 and switches.get("sequences_handed_over") == 1,
-          f"the leader drained: the next leader took the request's state over ({switches})")
+    drain_mid_stream("the leader drained", nodes[0], nodes[0], nodes[1], seeded_reference)
     check_no_state(nodes[1:], "the leader drained")
     stop_all(nodes)
 
