@@ -12,7 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   try {
-    switch (data[0] % 4) {
+    switch (data[0] % 5) {
       case 0:
         parse_completion_request(Endpoint::ChatCompletions, body);
         break;
@@ -21,6 +21,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       case 2:
         parse_ollama_request(OllamaEndpoint::Chat, body);
+        break;
+      case 3:
+        parse_drain_force(body);
         break;
       default:
         parse_ollama_request(OllamaEndpoint::Generate, body);

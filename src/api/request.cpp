@@ -421,4 +421,15 @@ CompletionRequest parse_ollama_request(OllamaEndpoint endpoint, std::string_view
   return request;
 }
 
+bool parse_drain_force(std::string_view body) {
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return false;
+  bool force = false;
+  const json root = parse_json_object(body);
+  for (const auto& [key, value] : root.items()) {
+    if (key != "force") unknown(key);
+    force = read_bool(value, key);
+  }
+  return force;
+}
+
 }  // namespace strata::api

@@ -47,4 +47,8 @@ CompletionRequest parse_ollama_request(OllamaEndpoint endpoint, std::string_view
 // Ollama options accepted and ignored: resource and speed settings that cannot change the output.
 const std::vector<std::string_view>& ignored_ollama_options();
 
+// POST /cluster/drain's body, empty or {"force": bool}: whether the node leaves even when the
+// others cannot do without it. Throws ApiError (400) for anything else.
+bool parse_drain_force(std::string_view body);
+
 }  // namespace strata::api

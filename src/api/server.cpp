@@ -178,8 +178,12 @@ class Server::Impl final : public http::Service {
       });
     }
     if (options_.drain) {
-      route("POST", "/cluster/drain", [this](const http::Request&, const std::smatch&) {
-        options_.drain();
+      route("POST", "/cluster/drain", [this](const http::Request& request, const std::smatch&) {
+        const std::string refused = options_.drain(parse_drain_force(request.body));
+        if (!refused.empty()) {
+          throw ApiError(409, "The node stays: " + refused + ". Drain it with {\"force\": true} to make it leave anyway.",
+                         {}, "drain_refused");
+        }
         http::Response response = json_response(R"({"status":"leaving"})");
         response.status = 202;
         return response;

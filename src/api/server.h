@@ -43,9 +43,11 @@ struct ServerOptions {
   // weights loading) waits, with an SSE comment line a second saying for what, before it ends
   // with an error event (code 503). Other requests wait inside the generator's submit.
   std::chrono::milliseconds startup_wait{60000};
-  // POST /cluster/drain calls it (behind the API key) and answers 202: a cluster node leaves
-  // its cluster and exits, as on SIGTERM. Unset: 404.
-  std::function<void()> drain;
+  // POST /cluster/drain calls it (behind the API key) with the body's "force": a cluster node
+  // leaves its cluster and exits, as on SIGTERM, and the answer is 202; or, unless forced, it
+  // says why the node should not leave (its cluster cannot do without it), and the answer is
+  // 409 with that. Unset: 404.
+  std::function<std::string(bool force)> drain;
   // serve_until_signal calls it when a signal asks the server to stop, before it stops, with
   // the API still serving: a cluster node leaves its cluster there.
   std::function<void()> on_stopping;

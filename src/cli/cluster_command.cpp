@@ -19,6 +19,7 @@ struct ClusterOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string api_key;
+  bool force = false;  // drain: leave even when the cluster cannot do without the node
 };
 
 std::string layers_of(const json& placement, const std::string& node) {
@@ -80,8 +81,15 @@ int drain(const ClusterOptions& o) {
   httplib::Client client(o.host, o.port);
   client.set_connection_timeout(5);
   client.set_read_timeout(10);
-  const httplib::Result result = client.Post("/cluster/drain", headers_for(o), "", "application/json");
+  const httplib::Result result =
+      client.Post("/cluster/drain", headers_for(o), o.force ? R"({"force":true})" : "", "application/json");
   if (!result) throw std::runtime_error("cannot reach " + address_of(o) + ": " + httplib::to_string(result.error()));
+  if (result->status == 409) {
+    const json body = json::parse(result->body, nullptr, false);
+    const std::string why = body.is_object() && body.contains("error") ? body["error"].value("message", result->body)
+                                                                       : result->body;
+    throw std::runtime_error(why + " (strata drain --force)");
+  }
   if (result->status != 202) {
     throw std::runtime_error("POST /cluster/drain answered " + std::to_string(result->status) + ": " + result->body);
   }
@@ -123,6 +131,8 @@ void add_drain_command(CLI::App& app, Action& action) {
   CLI::App* cmd = app.add_subcommand(
       "drain", "Make a node leave its cluster without losing work: its sequences move to the other nodes, then it exits");
   add_node_options(*cmd, *o, "The node's API address");
+  cmd->add_flag("--force", o->force,
+                "Leave even when no other node runs, or the others cannot hold the model (its requests end)");
   cmd->callback([&action, o] { action = [o] { return drain(*o); }; });
 }
 

@@ -212,7 +212,11 @@ int serve(const ServeOptions& o) {
   server.health = [&cluster_node] { return cluster_node.health(); };
   server.cluster_status = [&cluster_node] { return cluster_node.status_json(); };
   server.on_stopping = [&cluster_node] { cluster_node.leave(); };
-  server.drain = [] { api::request_stop(); };
+  server.drain = [&cluster_node](bool force) {
+    std::string why = force ? std::string() : cluster_node.why_needed();
+    if (why.empty()) api::request_stop();
+    return why;
+  };
   const engine::ModelLimits limits = cluster_node.limits();
   std::fprintf(stderr, "strata: context %d tokens, %d parallel sequences, queue of %d; node port %d\n",
                limits.context_size, limits.max_parallel, limits.max_queued, cluster_node.node_port());

@@ -506,6 +506,19 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
              : "leaving after " + after + " without the hand-over confirmed");
   }
 
+  std::string why_needed() const {
+    std::lock_guard lock(mutex_);
+    std::vector<std::string> others = members();
+    std::erase(others, options_.node_id);
+    if (others.empty()) return "no other node of its cluster runs to take its layers over";
+    try {
+      place_layers(capacities(others), footprint_, {kv_reserve_tokens(), options_.strategy, kDefaultHopSeconds});
+    } catch (const DoesNotFit& e) {
+      return std::string("the other nodes cannot hold the model without this node: ") + e.what();
+    }
+    return {};
+  }
+
   // A placement without this node serves, and this node holds no sequence's state.
   bool handed_over() const {
     if (placement_.stages_size() == 0 || serving_leader() == nullptr) return false;
@@ -976,6 +989,25 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   // Leader only: a new placement when the members changed and have settled.
+  // What placements are made of: each member's memory, speed and the weights it holds.
+  std::vector<NodeCapacity> capacities(const std::vector<std::string>& ids) const {
+    std::vector<NodeCapacity> nodes;
+    for (const std::string& id : ids) {
+      const rpc::NodeInfo info = id == options_.node_id ? self_info() : peers_.at(id).info;
+      const rpc::Weights& w = info.weights();
+      // A node that says nothing of its weights (an older version) has its own file.
+      const Holdings held = !info.has_weights() || w.whole_file()
+                                ? Holdings{}
+                                : Holdings{false, {w.layer_bytes().begin(), w.layer_bytes().end()}, w.embedding(), w.head()};
+      nodes.push_back({id, info.memory_bytes(), info.weight_bytes_per_second(), held});
+    }
+    return nodes;
+  }
+
+  uint64_t kv_reserve_tokens() const {
+    return static_cast<uint64_t>(options_.engine.context_size) * static_cast<uint64_t>(std::max(1, options_.engine.max_parallel));
+  }
+
   void place() {
     const std::vector<std::string> now = members();
     if (now != last_members_) {
@@ -993,18 +1025,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     const bool seeds_unanswered = std::any_of(seeds_.begin(), seeds_.end(), [](const auto& s) { return !s.second; });
     if (seeds_unanswered && Clock::now() - started_ < kSeedWait) return;
 
-    std::vector<NodeCapacity> nodes;
-    for (const std::string& id : now) {
-      const rpc::NodeInfo info = id == options_.node_id ? self_info() : peers_.at(id).info;
-      const rpc::Weights& w = info.weights();
-      // A node that says nothing of its weights (an older version) has its own file.
-      const Holdings held = !info.has_weights() || w.whole_file()
-                                ? Holdings{}
-                                : Holdings{false, {w.layer_bytes().begin(), w.layer_bytes().end()}, w.embedding(), w.head()};
-      nodes.push_back({id, info.memory_bytes(), info.weight_bytes_per_second(), held});
-    }
-    const uint64_t kv_tokens = static_cast<uint64_t>(options_.engine.context_size) *
-                               static_cast<uint64_t>(std::max(1, options_.engine.max_parallel));
+    const std::vector<NodeCapacity> nodes = capacities(now);
+    const uint64_t kv_tokens = kv_reserve_tokens();
     rpc::Placement next;
     next.set_epoch(max_epoch() + 1);
     next.set_leader_id(options_.node_id);
@@ -1371,5 +1393,6 @@ std::pair<int, std::string> ClusterNode::health() const { return impl_->health()
 std::string ClusterNode::status_json() const { return impl_->status_json(); }
 std::string ClusterNode::waiting_for() const { return impl_->readiness(); }
 void ClusterNode::leave() { impl_->leave(); }
+std::string ClusterNode::why_needed() const { return impl_->why_needed(); }
 
 }  // namespace strata::cluster

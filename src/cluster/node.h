@@ -71,6 +71,9 @@ class ClusterNode final : public engine::Generator {
   // that entered at this node finish (at the next leader); new ones are refused. Returns when
   // all that is done, or after a minute; at once when no other node can take over.
   void leave();
+  // Why this node should not leave now, or empty: no other node runs, or the others cannot
+  // hold the model without it (its requests would end).
+  std::string why_needed() const;
 
   // GET /health: 200 {"status":"ok"} once requests can run, else 503 saying what it waits for.
   std::pair<int, std::string> health() const;

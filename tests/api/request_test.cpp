@@ -62,6 +62,22 @@ TEST(RequestTest, ErrorsNameTheParameter) {
   }
 }
 
+TEST(RequestTest, ADrainBodyIsEmptyOrSaysWhetherToForce) {
+  EXPECT_FALSE(parse_drain_force(""));
+  EXPECT_FALSE(parse_drain_force(" \n"));
+  EXPECT_FALSE(parse_drain_force("{}"));
+  EXPECT_FALSE(parse_drain_force(R"({"force":false})"));
+  EXPECT_TRUE(parse_drain_force(R"({"force":true})"));
+  for (const char* body : {R"({"force":"yes"})", R"({"now":true})", "[]", "{"}) {
+    try {
+      parse_drain_force(body);
+      ADD_FAILURE() << body << " was accepted";
+    } catch (const ApiError& error) {
+      EXPECT_EQ(error.status, 400) << body;
+    }
+  }
+}
+
 TEST(RequestTest, DeepOrHugeInputIsRejectedNotFatal) {
   EXPECT_THROW(chat(std::string(100000, '[')), ApiError);
   EXPECT_THROW(chat(R"({"messages":[{"role":"user","content":"x"}],"top_k":7e70000})"), ApiError);

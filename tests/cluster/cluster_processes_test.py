@@ -268,6 +268,11 @@ def main():
     # error that says what is missing, and so does /cluster.
     nodes = start_cluster(["m0", "m1"], "--memory-limit", "1536KiB", "--placement", "memory",
                           "--test-link-delay-ms", "60")
+    # Neither can be drained: the other alone cannot hold the model. It says so, and stays.
+    refused = subprocess.run([STRATA, "drain", "--port", str(nodes[1].port)], capture_output=True, text=True, timeout=60)
+    check(refused.returncode != 0 and "cannot hold the model" in refused.stderr and "--force" in refused.stderr,
+          f"`strata drain` on a node the cluster cannot do without is refused, saying why: {refused.stderr.strip()}")
+    check(nodes[1].process.poll() is None and nodes[1].get("/health")[0] == 200, "the node refused to drain serves on")
     text, error, out, _ = stream_through(nodes[0], LONG_SEEDED, lambda: nodes[1].process.send_signal(signal.SIGKILL))
     check(error and "does not fit" in out and "missing" in out,
           f"the model no longer fits: the stream ends with an error naming what is missing: ...{out[-300:]}")
