@@ -8,7 +8,8 @@ packages=(build-essential cmake ninja-build clang libclang-rt-14-dev
           libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libssl-dev
           libcurl4-openssl-dev
           curl python3 iproute2
-          g++-aarch64-linux-gnu qemu-user)  # the aarch64 build, run under emulation
+          g++-aarch64-linux-gnu qemu-user  # the aarch64 build, run under emulation
+          libc++-14-dev libc++abi-14-dev)  # the core built against libc++, as on macOS
 
 missing=()
 for p in "${packages[@]}"; do
