@@ -90,6 +90,31 @@ class NodeServiceTest : public ::testing::Test {
     return forward_on(*stub_, context, request, reply);
   }
 
+  // Tensor 0 from `offset` on: its bytes, in how many chunks, and the call's status. Every
+  // chunk must continue where the previous one ended.
+  struct Fetched {
+    std::vector<uint8_t> bytes;
+    int chunks = 0;
+    grpc::Status status;
+  };
+  Fetched fetch(uint64_t offset) {
+    grpc::ClientContext context;
+    key_.sign(context, "client", "FetchTensor");
+    FetchTensorRequest request;
+    request.set_tensor(0);
+    request.set_offset(offset);
+    auto reader = stub_->FetchTensor(&context, request);
+    Fetched fetched;
+    TensorChunk chunk;
+    while (reader->Read(&chunk)) {
+      EXPECT_EQ(chunk.offset(), offset + fetched.bytes.size());
+      fetched.bytes.insert(fetched.bytes.end(), chunk.data().begin(), chunk.data().end());
+      ++fetched.chunks;
+    }
+    fetched.status = reader->Finish();
+    return fetched;
+  }
+
   static ForwardRequest start_sequence(uint64_t id, uint64_t epoch = kEpoch) {
     ForwardRequest r;
     r.set_sender_id("client");
@@ -160,58 +185,28 @@ TEST_F(NodeServiceTest, OneStreamCarriesBatchAfterBatch) {
 }
 
 TEST_F(NodeServiceTest, StreamsATensorInChunksInOrder) {
-  grpc::ClientContext context;
-  key_.sign(context, "client", "FetchTensor");
-  FetchTensorRequest request;
-  request.set_tensor(0);
-  auto reader = stub_->FetchTensor(&context, request);
-  std::vector<uint8_t> received;
-  TensorChunk chunk;
-  int chunks = 0;
-  while (reader->Read(&chunk)) {
-    EXPECT_EQ(chunk.offset(), received.size());
-    received.insert(received.end(), chunk.data().begin(), chunk.data().end());
-    ++chunks;
-  }
-  ASSERT_TRUE(reader->Finish().ok());
-  EXPECT_EQ(chunks, 3);
-  EXPECT_EQ(received, node_.tensor_bytes());
+  const Fetched fetched = fetch(0);
+  ASSERT_TRUE(fetched.status.ok());
+  EXPECT_EQ(fetched.chunks, 3);
+  EXPECT_EQ(fetched.bytes, node_.tensor_bytes());
 }
 
 TEST_F(NodeServiceTest, StreamsATensorFromTheOffsetAskedFor) {
   const std::vector<uint8_t>& tensor = node_.tensor_bytes();
   for (const uint64_t from : {kTensorChunkBytes * 3 / 2, uint64_t{tensor.size()}}) {
-    grpc::ClientContext context;
-    key_.sign(context, "client", "FetchTensor");
-    FetchTensorRequest request;
-    request.set_tensor(0);
-    request.set_offset(from);
-    auto reader = stub_->FetchTensor(&context, request);
-    std::vector<uint8_t> received;
-    TensorChunk chunk;
-    while (reader->Read(&chunk)) {
-      EXPECT_EQ(chunk.offset(), from + received.size());
-      received.insert(received.end(), chunk.data().begin(), chunk.data().end());
-    }
-    ASSERT_TRUE(reader->Finish().ok()) << from;
-    EXPECT_TRUE(std::equal(received.begin(), received.end(), tensor.begin() + static_cast<std::ptrdiff_t>(from),
-                           tensor.end()))
+    const Fetched fetched = fetch(from);
+    ASSERT_TRUE(fetched.status.ok()) << from;
+    EXPECT_TRUE(std::equal(fetched.bytes.begin(), fetched.bytes.end(),
+                           tensor.begin() + static_cast<std::ptrdiff_t>(from), tensor.end()))
         << from;
   }
 }
 
 TEST_F(NodeServiceTest, RefusesAnOffsetPastTheTensorsEnd) {
-  grpc::ClientContext context;
-  key_.sign(context, "client", "FetchTensor");
-  FetchTensorRequest request;
-  request.set_tensor(0);
-  request.set_offset(node_.tensor_bytes().size() + 1);
-  auto reader = stub_->FetchTensor(&context, request);
-  TensorChunk chunk;
-  EXPECT_FALSE(reader->Read(&chunk));
-  const grpc::Status status = reader->Finish();
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(status.error_message().find("past the end"), std::string::npos) << status.error_message();
+  const Fetched fetched = fetch(node_.tensor_bytes().size() + 1);
+  EXPECT_EQ(fetched.chunks, 0);
+  EXPECT_EQ(fetched.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(fetched.status.error_message().find("past the end"), std::string::npos) << fetched.status.error_message();
 }
 
 TEST_F(NodeServiceTest, RefusesATensorItLacksOrAnUnsignedFetch) {
