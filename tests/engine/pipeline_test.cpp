@@ -82,23 +82,32 @@ TEST(Pipeline, StagesGiveTheWholeModelsTokensAndLogprobsConcurrently) {
   }
 }
 
-// Fails on the stage that holds layer 2, after some calls: every request in that batch ends
-// with the error, the others go on, and no state is left anywhere.
-class FailingStage final : public Stage {
+// A local stage seen through a test's wrapper, which changes what its forward does. It cannot
+// hand state over unless the wrapper says so.
+class WrappedStage : public Stage {
  public:
-  FailingStage(std::shared_ptr<LocalStage> inner, int fail_at) : inner_(std::move(inner)), fail_at_(fail_at) {}
-  std::vector<float> forward(const StageBatch& batch) override {
-    if (++calls_ == fail_at_) throw std::runtime_error("peer lost");
-    return inner_->forward(batch);
-  }
+  explicit WrappedStage(std::shared_ptr<LocalStage> inner) : inner_(std::move(inner)) {}
   void release(std::span<const SequenceId> ids) override { inner_->release(ids); }
   int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) override {
     return inner_->hold_prefix(id, capacity, tokens);
   }
   int kv_blocks() override { return inner_->kv_blocks(); }
 
- private:
+ protected:
   std::shared_ptr<LocalStage> inner_;
+};
+
+// Fails on the stage that holds layer 2, after some calls: every request in that batch ends
+// with the error, the others go on, and no state is left anywhere.
+class FailingStage final : public WrappedStage {
+ public:
+  FailingStage(std::shared_ptr<LocalStage> inner, int fail_at) : WrappedStage(std::move(inner)), fail_at_(fail_at) {}
+  std::vector<float> forward(const StageBatch& batch) override {
+    if (++calls_ == fail_at_) throw std::runtime_error("peer lost");
+    return inner_->forward(batch);
+  }
+
+ private:
   int fail_at_;
   std::atomic<int> calls_{0};
 };
@@ -128,22 +137,16 @@ TEST(Pipeline, AFailingStageEndsItsBatchWithAnErrorAndLeavesNoState) {
 }
 
 // A stage that is gone after some calls, as a killed node is.
-class VanishingStage final : public Stage {
+class VanishingStage final : public WrappedStage {
  public:
-  VanishingStage(std::shared_ptr<LocalStage> inner, int lost_at) : inner_(std::move(inner)), lost_at_(lost_at) {}
+  VanishingStage(std::shared_ptr<LocalStage> inner, int lost_at) : WrappedStage(std::move(inner)), lost_at_(lost_at) {}
   std::vector<float> forward(const StageBatch& batch) override {
     if (++calls_ >= lost_at_) throw StageLost("node lost");
     return inner_->forward(batch);
   }
-  void release(std::span<const SequenceId> ids) override { inner_->release(ids); }
-  int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) override {
-    return inner_->hold_prefix(id, capacity, tokens);
-  }
-  int kv_blocks() override { return inner_->kv_blocks(); }
   int calls() const { return calls_; }
 
  private:
-  std::shared_ptr<LocalStage> inner_;
   int lost_at_;
   std::atomic<int> calls_{0};
 };
@@ -185,9 +188,9 @@ TEST(Pipeline, WithoutANewPipelineRequestsEndWithTheLossAfterTheWait) {
 
 // A stage whose node stopped answering (a cable cut): from the given call on, a forward waits
 // until the stage is cancelled, or gives up after a minute, as a deadline would.
-class SilentStage final : public Stage {
+class SilentStage final : public WrappedStage {
  public:
-  SilentStage(std::shared_ptr<LocalStage> inner, int silent_at) : inner_(std::move(inner)), silent_at_(silent_at) {}
+  SilentStage(std::shared_ptr<LocalStage> inner, int silent_at) : WrappedStage(std::move(inner)), silent_at_(silent_at) {}
   std::vector<float> forward(const StageBatch& batch) override {
     if (++calls_ < silent_at_) return inner_->forward(batch);
     std::unique_lock lock(mutex_);
@@ -196,11 +199,6 @@ class SilentStage final : public Stage {
     woken_.wait_for(lock, std::chrono::minutes(1), [&] { return cancelled_; });
     throw StageLost(cancelled_ ? "cancelled" : "no reply within its deadline");
   }
-  void release(std::span<const SequenceId> ids) override { inner_->release(ids); }
-  int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) override {
-    return inner_->hold_prefix(id, capacity, tokens);
-  }
-  int kv_blocks() override { return inner_->kv_blocks(); }
   void cancel() override {
     std::lock_guard lock(mutex_);
     cancelled_ = true;
@@ -216,7 +214,6 @@ class SilentStage final : public Stage {
   }
 
  private:
-  std::shared_ptr<LocalStage> inner_;
   int silent_at_;
   std::atomic<int> calls_{0};
   std::mutex mutex_;
@@ -252,10 +249,10 @@ TEST(Pipeline, ANewPipelineCancelsABatchWaitingOnASilentStageAndTheRequestsGoOn)
 
 // Counts the sequences a stage starts, to tell a hand-over from a recomputation; its
 // `hold_at`th forward waits until open() is called.
-class CountingStage final : public Stage {
+class CountingStage final : public WrappedStage {
  public:
   explicit CountingStage(std::shared_ptr<LocalStage> inner, int hold_at = 0)
-      : inner_(std::move(inner)), hold_at_(hold_at) {}
+      : WrappedStage(std::move(inner)), hold_at_(hold_at) {}
   std::vector<float> forward(const StageBatch& batch) override {
     for (const SequenceWork& w : batch.sequences) {
       if (w.first_position == 0) ++started_;
@@ -277,18 +274,12 @@ class CountingStage final : public Stage {
     open_ = true;
     changed_.notify_all();
   }
-  void release(std::span<const SequenceId> ids) override { inner_->release(ids); }
-  int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) override {
-    return inner_->hold_prefix(id, capacity, tokens);
-  }
-  int kv_blocks() override { return inner_->kv_blocks(); }
   StageLayers layers() const override { return inner_->layers(); }
   LayerKv read_kv(SequenceId id, int layer) override { return inner_->read_kv(id, layer); }
   void write_kv(const LayerKv& kv) override { inner_->write_kv(kv); }
   int started() const { return started_; }
 
  private:
-  std::shared_ptr<LocalStage> inner_;
   int hold_at_;
   std::atomic<int> calls_{0};
   std::atomic<int> started_{0};
