@@ -254,11 +254,13 @@ void add_bench_command(CLI::App& app, Action& action) {
   cmd->add_option("--streams", options->streams,
                   "Also measure aggregate decode through the engine with this many concurrent requests (e.g. 1,4,8)")
       ->delimiter(',')->check(CLI::PositiveNumber);
-  cmd->add_option("--ttft", options->ttft_prompt, "Also measure time to first token for a prompt of this length")
-      ->check(CLI::PositiveNumber);
+  CLI::Option* ttft =
+      cmd->add_option("--ttft", options->ttft_prompt, "Also measure time to first token for a prompt of this length")
+          ->check(CLI::PositiveNumber);
   cmd->add_option("--ttft-cached", options->ttft_cached,
                   "With --ttft, also measure it when this many leading prompt tokens are in the prefix cache")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)
+      ->needs(ttft);
   cmd->add_option("--kv-type", options->kv_type, "How keys and values are stored: f32 or f16")
       ->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
   cmd->callback([&action, options] { action = [options] { return bench(*options); }; });

@@ -11,19 +11,24 @@ namespace strata::cli {
 
 namespace fs = std::filesystem;
 
-std::string model_path(const std::string& given) {
+std::string cache_dir_or_default(const std::string& given) {
+  return given.empty() ? hub::default_cache_dir().string() : given;
+}
+
+std::string model_path(const std::string& given, const std::string& cache_dir) {
   std::error_code ec;
   if (fs::exists(given, ec)) return given;
   const std::optional<hub::ModelRef> ref = hub::parse_model_ref(given);
   if (!ref) return given;
-  const hub::PullOptions options = hub::options_from_environment();
+  hub::PullOptions options = hub::options_from_environment();
+  options.cache_dir = cache_dir_or_default(cache_dir);
   if (const std::optional<fs::path> cached = hub::find_cached(options.cache_dir, *ref)) return cached->string();
   return hub::pull(*ref, options).string();
 }
 
-std::string model_path_or_demo(const std::string& given) {
-  if (!given.empty()) return model_path(given);
-  const fs::path dir = hub::default_cache_dir();
+std::string model_path_or_demo(const std::string& given, const std::string& cache_dir) {
+  if (!given.empty()) return model_path(given, cache_dir);
+  const fs::path dir = cache_dir_or_default(cache_dir);
   const fs::path path = dir / "demo-random-weights-Q8_0.gguf";
   std::fprintf(stderr,
                "strata: no model given (-m): using a generated demo model with RANDOM weights;\n"

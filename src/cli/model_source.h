@@ -12,12 +12,16 @@ namespace strata::cli {
 
 // `given` itself when it names a file, else, when it is shaped like OWNER/REPO[:FILE], that
 // model from the cache, pulled from the hub first when it is not there (see hub/hub.h).
-// Anything else is returned as it is, for opening it to report.
-std::string model_path(const std::string& given);
+// Anything else is returned as it is, for opening it to report. An empty `cache_dir` is the
+// user's (hub::default_cache_dir).
+std::string model_path(const std::string& given, const std::string& cache_dir = {});
 
-// model_path(given) when set. Otherwise writes (once, into the user's cache folder) a small
+// model_path(given, cache_dir) when set. Otherwise writes (once, into the cache folder) a small
 // random-weight demo model, says so on stderr, and returns its path.
-std::string model_path_or_demo(const std::string& given);
+std::string model_path_or_demo(const std::string& given, const std::string& cache_dir = {});
+
+// `given`, or the user's cache folder when it is empty.
+std::string cache_dir_or_default(const std::string& given);
 
 // A model file opened for generation: its weights, tokenizer and an engine over them.
 struct LoadedModel {

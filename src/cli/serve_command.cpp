@@ -159,7 +159,7 @@ std::shared_ptr<cluster::PartialModel> model_from_peers(const ServeOptions& o, c
     all.insert(all.end(), found->second.begin(), found->second.end());
     return all;
   };
-  return cluster::PartialModel::open(cluster::resolve_cache_dir(o.cache_dir),
+  return cluster::PartialModel::open(cache_dir_or_default(o.cache_dir),
                                      cluster::fetch_manifest(addresses, node.node_id, *key, node.log),
                                      o.test_fetch_checkpoint_bytes);
 }
@@ -203,7 +203,7 @@ int serve(const ServeOptions& o) {
     node.test_fetch_delay = std::chrono::milliseconds(o.test_fetch_delay_ms);
     file = node.partial->file();
   } else {
-    file = gguf::File::open(model_path_or_demo(o.model));
+    file = gguf::File::open(model_path_or_demo(o.model, o.cache_dir));
   }
   const std::unique_ptr<tokenizer::Tokenizer> tokenizer = tokenizer::Tokenizer::from_gguf(*file);
   const tokenizer::Tokenizer* tok = tokenizer.get();
@@ -255,7 +255,7 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--node-host", o->node_host,
                   "Address the node service listens on (default: 127.0.0.1, or 0.0.0.0 with a cluster key)");
   cmd->add_option("--node-id", o->node_id, "This node's id (default: generated once, kept in --state-dir)");
-  cmd->add_option("--state-dir", o->state_dir, "Where the node id is kept (default: ~/.local/state/strata)");
+  cmd->add_option("--state-dir", o->state_dir, "Where the node id is kept (default: $XDG_STATE_HOME/strata or ~/.local/state/strata)");
   cmd->add_option("--cluster-key", o->cluster_key, "Secret every node of the cluster shares (also STRATA_CLUSTER_KEY)")
       ->envname("STRATA_CLUSTER_KEY");
   cmd->add_flag("--no-discovery", o->no_discovery, "Do not find nodes on the LAN by multicast (only --peers)");
@@ -277,8 +277,8 @@ void add_serve_command(CLI::App& app, Action& action) {
                   "Seconds a request waits for the cluster to form before a 503")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--cache-dir", o->cache_dir,
-                  "Where weights fetched from peers are kept (default: $STRATA_CACHE, $XDG_CACHE_HOME/strata or "
-                  "~/.cache/strata)");
+                  "Where models pulled with -m OWNER/REPO and weights fetched from peers are kept (default: "
+                  "$STRATA_CACHE, $XDG_CACHE_HOME/strata or ~/.cache/strata)");
   cmd->add_option("--test-fetch-delay-ms", o->test_fetch_delay_ms, "Tests only: pause after every chunk of weights fetched")
       ->check(CLI::NonNegativeNumber)->group("");
   cmd->add_option("--test-fetch-checkpoint-bytes", o->test_fetch_checkpoint_bytes,

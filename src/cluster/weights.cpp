@@ -584,16 +584,4 @@ rpc::ModelManifestReply fetch_manifest(const std::function<std::vector<std::stri
   }
 }
 
-std::string resolve_cache_dir(const std::string& given) {
-  if (!given.empty()) return given;
-  if (const char* dir = std::getenv("STRATA_CACHE"); dir != nullptr && *dir != '\0') return dir;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
-    return (fs::path(xdg) / "strata").string();
-  }
-  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
-    return (fs::path(home) / ".cache" / "strata").string();
-  }
-  throw std::runtime_error("no --cache-dir, STRATA_CACHE, XDG_CACHE_HOME or HOME to keep fetched weights in");
-}
-
 }  // namespace strata::cluster

@@ -197,8 +197,4 @@ rpc::ModelManifestReply fetch_manifest(const std::function<std::vector<std::stri
                                        const std::string& self_id, const rpc::ClusterKey& key,
                                        const std::function<void(const std::string&)>& log);
 
-// A directory for partial models: `given`, else $STRATA_CACHE, $XDG_CACHE_HOME/strata or
-// ~/.cache/strata.
-std::string resolve_cache_dir(const std::string& given);
-
 }  // namespace strata::cluster

@@ -17,9 +17,13 @@ tests=(tensor_test model_test tokenizer_test sampling_test engine_test pipeline_
 cmake --build "$build_dir" --target "${tests[@]}"
 for t in "${tests[@]}"; do
   binary=$(find "$build_dir/tests" -name "$t" -type f -perm -u+x | head -n 1)
+  # Each must really be libc++'s, with no libstdc++ beside it.
+  if ! ldd "$binary" | grep -q 'libc++\.' || ldd "$binary" | grep -q 'libstdc++'; then
+    echo "$t is not linked against libc++ alone:"
+    ldd "$binary"
+    exit 1
+  fi
   echo "== $t (libc++)"
   "$binary" --gtest_brief=1
 done
-# The binaries must really be libc++'s.
-ldd "$binary" | grep -q 'libc++' && ! ldd "$binary" | grep -q 'libstdc++'
 echo "the core's tests pass on libc++"
