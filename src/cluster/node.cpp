@@ -1168,7 +1168,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
           // The next gossip round tries again: the same failure is said once.
           log("loading layers failed: " + error);
         }
-        act_now_ = true;  // serve, and tell the leader, without waiting for the next round
+        // Serve, and tell the leader, without waiting for the next round; a failure is tried
+        // again a gossip round later, not at once in a loop.
+        if (model) act_now_ = true;
         last_load_error_ = model ? std::string() : error;
       }
       changed_.notify_all();
@@ -1196,15 +1198,15 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
     if (placement_.leader_id() != options_.node_id || placement_.stages_size() == 0) return;
     if (scheduling()) return;
+    // Every stage holds its layers first; only then are the links to them made.
+    for (const rpc::Stage& s : placement_.stages()) {
+      const bool ready = s.node_id() == options_.node_id ? stage_ && stage_epoch_ == placement_.epoch()
+                                                          : peer_ready(s.node_id(), placement_.epoch());
+      if (!ready) return;
+    }
     std::vector<std::shared_ptr<engine::Stage>> stages;
     for (const rpc::Stage& s : placement_.stages()) {
-      if (s.node_id() == options_.node_id) {
-        if (!stage_ || stage_epoch_ != placement_.epoch()) return;
-        stages.push_back(local_stage(stage_));
-      } else {
-        if (!peer_ready(s.node_id(), placement_.epoch())) return;
-        stages.push_back(remote_stage(s, placement_.epoch()));
-      }
+      stages.push_back(s.node_id() == options_.node_id ? local_stage(stage_) : remote_stage(s, placement_.epoch()));
     }
     // The local stage's pool samples when it is free; a leader without a stage samples alone.
     tensor::ThreadPool* pool = stage_ ? &stage_->pool : nullptr;

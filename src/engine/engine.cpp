@@ -268,9 +268,12 @@ void Engine::start_sequence(Sequence& seq) {
   if (lookup > 0) {
     held = static_cast<int>(lookup);
     const std::span<const Token> prefix(seq.history.data(), lookup);
+    // Each stage is asked only for what the ones before it hold; once one holds nothing, the
+    // rest start the sequence at position 0 with its first batch.
     for (const auto& stage : pipeline_->stages()) {
+      if (held == 0) break;
       try {
-        held = std::min(held, stage->hold_prefix(seq.id, seq.capacity, prefix));
+        held = std::min(held, stage->hold_prefix(seq.id, seq.capacity, prefix.first(static_cast<size_t>(held))));
       } catch (const std::exception&) {
         held = 0;  // its batch will meet the same trouble and report it
       }

@@ -105,6 +105,16 @@ engine::LayerKv from_message(const LayerKv& message) {
           std::vector<engine::Token>(message.tokens().begin(), message.tokens().end())};
 }
 
+void to_message(const engine::HeldState& held, HeldState& out) {
+  out.set_epoch(held.pipeline);
+  out.set_sequence_id(held.sequence);
+  out.set_positions(held.positions);
+}
+
+engine::HeldState from_message(const HeldState& message) {
+  return {message.epoch(), message.sequence_id(), message.positions()};
+}
+
 std::string malformed(const ModelManifestReply& manifest) {
   if (manifest.header().size() < 24) return "the manifest's header is shorter than a GGUF header";
   if (manifest.file_size() < manifest.header().size()) return "the manifest's file is smaller than its header";

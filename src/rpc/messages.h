@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "engine/generator.h"
 #include "engine/stage.h"
 #include "node.pb.h"
 
@@ -19,6 +20,9 @@ std::string malformed(const LayerKv& kv);
 // half floats when every value is one exactly, else in floats; the values come back the same.
 void to_message(const engine::LayerKv& kv, LayerKv& out);
 engine::LayerKv from_message(const LayerKv& message);
+// Where a passed-on request left its state, as a message and back.
+void to_message(const engine::HeldState& held, HeldState& out);
+engine::HeldState from_message(const HeldState& message);
 
 // Why a model manifest cannot describe a GGUF file (no header, a file smaller than its header,
 // a hash that is not 64 hex digits, tensor hashes that are not 32 bytes), or empty. Whether the

@@ -25,7 +25,7 @@ engine::GenerationRequest to_engine(const GenerateRequest& r) {
   out.logprobs = r.logprobs();
   out.top_logprobs = r.top_logprobs();
   out.resumed_after = r.resumed_after();
-  if (r.has_held()) out.held = engine::HeldState{r.held().epoch(), r.held().sequence_id(), r.held().positions()};
+  if (r.has_held()) out.held = from_message(r.held());
   return out;
 }
 
@@ -172,10 +172,7 @@ class NodeServer::Service final : public Node::Service {
     callbacks.on_passed_on = [push](const engine::HeldState& held) {
       GenerateEvent event;
       event.set_kind(GenerateEvent::FINISHED);
-      HeldState* out = event.mutable_passed_on();
-      out->set_epoch(held.pipeline);
-      out->set_sequence_id(held.sequence);
-      out->set_positions(held.positions);
+      to_message(held, *event.mutable_passed_on());
       push(std::move(event), true);
     };
     try {

@@ -3,6 +3,8 @@
 #include <atomic>
 #include <thread>
 
+#include "rpc/messages.h"
+
 namespace strata::rpc {
 
 struct RemoteGenerator::Call {
@@ -33,11 +35,7 @@ GenerateRequest to_wire(const std::string& sender, const engine::GenerationReque
   out.set_logprobs(r.logprobs);
   out.set_top_logprobs(r.top_logprobs);
   out.set_resumed_after(r.resumed_after);
-  if (r.held) {
-    out.mutable_held()->set_epoch(r.held->pipeline);
-    out.mutable_held()->set_sequence_id(r.held->sequence);
-    out.mutable_held()->set_positions(r.held->positions);
-  }
+  if (r.held) to_message(*r.held, *out.mutable_held());
   return out;
 }
 
@@ -60,9 +58,8 @@ void RemoteGenerator::relay(Call& call, engine::RequestCallbacks& callbacks) {
     if (event.kind() == GenerateEvent::FINISHED) {
       call.reader->Finish();
       if (event.has_passed_on()) {
-        const HeldState& held = event.passed_on();
         if (callbacks.on_passed_on) {
-          callbacks.on_passed_on({held.epoch(), held.sequence_id(), held.positions()});
+          callbacks.on_passed_on(from_message(event.passed_on()));
         } else if (callbacks.on_finish) {
           callbacks.on_finish(engine::FinishReason::Error, std::string(kSchedulerLost) + "it no longer leads");
         }
