@@ -1161,7 +1161,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       {
         std::lock_guard lock(mutex_);
         loading_ = false;
-        if (model) {
+        const bool loaded = model != nullptr;
+        if (loaded) {
           model_ = std::move(model);
           log("loaded layers [" + std::to_string(range.first) + ", " + std::to_string(range.last) + ")");
         } else if (error != last_load_error_) {
@@ -1170,8 +1171,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         }
         // Serve, and tell the leader, without waiting for the next round; a failure is tried
         // again a gossip round later, not at once in a loop.
-        if (model) act_now_ = true;
-        last_load_error_ = model ? std::string() : error;
+        if (loaded) act_now_ = true;
+        last_load_error_ = loaded ? std::string() : error;
       }
       changed_.notify_all();
     });
