@@ -17,10 +17,12 @@ tests=(tensor_test model_test tokenizer_test sampling_test engine_test pipeline_
 cmake --build "$build_dir" --target "${tests[@]}"
 for t in "${tests[@]}"; do
   binary=$(find "$build_dir/tests" -name "$t" -type f -perm -u+x | head -n 1)
-  # Each must really be libc++'s, with no libstdc++ beside it.
-  if ! ldd "$binary" | grep -q 'libc++\.' || ldd "$binary" | grep -q 'libstdc++'; then
+  # Each must really be libc++'s, with no libstdc++ beside it. ldd's output is read whole first:
+  # `ldd | grep -q` under pipefail fails at random when grep exits before ldd has written all.
+  libraries=$(ldd "$binary")
+  if ! grep -q 'libc++\.' <<<"$libraries" || grep -q 'libstdc++' <<<"$libraries"; then
     echo "$t is not linked against libc++ alone:"
-    ldd "$binary"
+    echo "$libraries"
     exit 1
   fi
   echo "== $t (libc++)"
