@@ -597,6 +597,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       j["layer_bytes"] = std::vector<uint64_t>(w.layer_bytes().begin(), w.layer_bytes().end());
       j["embedding"] = w.embedding();
       j["head"] = w.head();
+      j["shared"] = w.shared();
     }
     return j;
   }
@@ -604,14 +605,16 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // Whether a peer that says `w` about itself holds tensor `index` whole and verified.
   bool peer_holds(const rpc::Weights& w, size_t index) const {
     if (w.whole_file()) return true;
-    const gguf::TensorInfo& t = file_->tensors()[index];
-    const int layer = layer_of_tensor(t.name, config_.layer_count);
-    if (layer >= 0) {
-      return layer < w.layer_bytes_size() &&
-             w.layer_bytes(layer) == footprint_.layer_weight_bytes[static_cast<size_t>(layer)];
+    const TensorRole role = role_of_tensor(file_->tensors()[index].name, config_.layer_count);
+    switch (role.kind) {
+      case TensorRole::Layer:
+        return role.layer < w.layer_bytes_size() &&
+               w.layer_bytes(role.layer) == footprint_.layer_weight_bytes[static_cast<size_t>(role.layer)];
+      case TensorRole::Embedding: return w.embedding();
+      case TensorRole::OutputMatrix:
+      case TensorRole::OutputNorm: return w.head();
+      case TensorRole::Shared: return w.shared();
     }
-    if (t.name == "token_embd.weight") return w.embedding();
-    if (t.name == "output.weight" || t.name == "output_norm.weight") return w.head();
     return false;
   }
 

@@ -359,15 +359,18 @@ void check_request(const PlacementRequest& request) {
 
 }  // namespace
 
-int layer_of_tensor(std::string_view name, int layer_count) {
-  if (!name.starts_with("blk.")) return -1;
+TensorRole role_of_tensor(std::string_view name, int layer_count) {
+  if (name == "token_embd.weight") return {TensorRole::Embedding};
+  if (name == "output.weight") return {TensorRole::OutputMatrix};
+  if (name == "output_norm.weight") return {TensorRole::OutputNorm};
+  if (!name.starts_with("blk.")) return {TensorRole::Shared};
   int layer = -1;
   const auto [end, error] = std::from_chars(name.data() + 4, name.data() + name.size(), layer);
   if (error != std::errc{} || end == name.data() + name.size() || *end != '.' || layer < 0 || layer >= layer_count) {
     throw std::runtime_error("tensor '" + std::string(name) + "' names no layer of the model's " +
                              std::to_string(layer_count));
   }
-  return layer;
+  return {TensorRole::Layer, layer};
 }
 
 ModelFootprint footprint_of(const gguf::File& file) {
@@ -381,14 +384,13 @@ ModelFootprint footprint_of(const gguf::File& file) {
   const gguf::TensorInfo* output = nullptr;
   const gguf::TensorInfo* embedding = nullptr;
   for (const gguf::TensorInfo& t : file.tensors()) {
-    if (const int layer = layer_of_tensor(t.name, config.layer_count); layer >= 0) {
-      footprint.layer_weight_bytes[static_cast<size_t>(layer)] += t.size_bytes;
-    } else if (t.name == "token_embd.weight") {
-      embedding = &t;
-    } else if (t.name == "output.weight") {
-      output = &t;
-    } else if (t.name == "output_norm.weight") {
-      footprint.head_bytes += t.size_bytes;
+    const TensorRole role = role_of_tensor(t.name, config.layer_count);
+    switch (role.kind) {
+      case TensorRole::Layer: footprint.layer_weight_bytes[static_cast<size_t>(role.layer)] += t.size_bytes; break;
+      case TensorRole::Embedding: embedding = &t; break;
+      case TensorRole::OutputMatrix: output = &t; break;
+      case TensorRole::OutputNorm: footprint.head_bytes += t.size_bytes; break;
+      case TensorRole::Shared: break;
     }
   }
   if (embedding == nullptr) throw std::runtime_error("model lacks tensor 'token_embd.weight'");

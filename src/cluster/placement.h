@@ -40,9 +40,21 @@ struct ModelFootprint {
   uint64_t kv_bytes_per_layer_per_token = 0;
 };
 
-// The layer a tensor belongs to by its name (blk.N.*), or -1 for a tensor of no layer. Throws
-// std::runtime_error for a blk. name that names no layer of `layer_count`.
-int layer_of_tensor(std::string_view name, int layer_count);
+// What part of the model a tensor is, by its name: the one rule that placement, fetching and
+// the weights a node reports all follow.
+struct TensorRole {
+  enum Kind {
+    Layer,         // blk.N.*: read by the stage that runs layer N
+    Embedding,     // token_embd: the first stage (and the last, when the head is tied)
+    OutputMatrix,  // output.weight: the last stage
+    OutputNorm,    // output_norm: the last stage
+    Shared,        // anything else (rope_freqs): every stage reads it
+  };
+  Kind kind = Shared;
+  int layer = -1;  // for Layer
+};
+// Throws std::runtime_error for a blk. name that names no layer of `layer_count`.
+TensorRole role_of_tensor(std::string_view name, int layer_count);
 
 // Sizes from the file's tensor table (blk.N.* per layer; a head tied to token_embd still costs
 // its bytes on the last stage). Throws std::runtime_error for a file that is not a model.

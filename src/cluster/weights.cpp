@@ -185,15 +185,14 @@ std::vector<size_t> tensors_for(const gguf::File& file, model::LayerRange range)
   const bool tied_head = file.find_tensor("output.weight") == nullptr;
   std::vector<size_t> needed;
   for (size_t i = 0; i < file.tensors().size(); ++i) {
-    const std::string& name = file.tensors()[i].name;
-    const int layer = layer_of_tensor(name, config.layer_count);
-    bool wanted = true;  // a tensor of no layer nor head (rope_freqs): every range reads it
-    if (layer >= 0) {
-      wanted = layer >= range.first && layer < range.last;
-    } else if (name == "token_embd.weight") {
-      wanted = range.has_embedding() || (range.has_head(config) && tied_head);
-    } else if (name == "output.weight" || name == "output_norm.weight") {
-      wanted = range.has_head(config);
+    const TensorRole role = role_of_tensor(file.tensors()[i].name, config.layer_count);
+    bool wanted = true;
+    switch (role.kind) {
+      case TensorRole::Layer: wanted = role.layer >= range.first && role.layer < range.last; break;
+      case TensorRole::Embedding: wanted = range.has_embedding() || (range.has_head(config) && tied_head); break;
+      case TensorRole::OutputMatrix:
+      case TensorRole::OutputNorm: wanted = range.has_head(config); break;
+      case TensorRole::Shared: break;
     }
     if (wanted) needed.push_back(i);
   }
@@ -292,26 +291,27 @@ rpc::Weights PartialModel::held() const {
   const int layer_count = model::Config::from_gguf(*file_).layer_count;
   rpc::Weights weights;
   std::vector<uint64_t> layers(static_cast<size_t>(layer_count), 0);
-  bool embedding = false, output = false, output_norm = false;
+  bool embedding = false, output = false, output_norm = false, shared = true;
   const bool tied_head = file_->find_tensor("output.weight") == nullptr;
   std::lock_guard lock(mutex_);
   for (size_t i = 0; i < held_.size(); ++i) {
-    if (!held_[i]) continue;
     const gguf::TensorInfo& t = file_->tensors()[i];
-    if (const int layer = layer_of_tensor(t.name, layer_count); layer >= 0) {
-      layers[static_cast<size_t>(layer)] += t.size_bytes;
-    } else if (t.name == "token_embd.weight") {
-      embedding = true;
-    } else if (t.name == "output.weight") {
-      output = true;
-    } else if (t.name == "output_norm.weight") {
-      output_norm = true;
+    const TensorRole role = role_of_tensor(t.name, layer_count);
+    if (role.kind == TensorRole::Shared) shared = shared && held_[i];
+    if (!held_[i]) continue;
+    switch (role.kind) {
+      case TensorRole::Layer: layers[static_cast<size_t>(role.layer)] += t.size_bytes; break;
+      case TensorRole::Embedding: embedding = true; break;
+      case TensorRole::OutputMatrix: output = true; break;
+      case TensorRole::OutputNorm: output_norm = true; break;
+      case TensorRole::Shared: break;
     }
   }
   weights.set_whole_file(std::all_of(held_.begin(), held_.end(), [](bool h) { return h; }));
   for (uint64_t bytes : layers) weights.add_layer_bytes(bytes);
   weights.set_embedding(embedding);
   weights.set_head(output_norm && (tied_head ? embedding : output));
+  weights.set_shared(shared);
   return weights;
 }
 

@@ -78,7 +78,8 @@ class PartialModel {
   // checkpoint, from which its writer resumes.
   uint64_t held_bytes(size_t tensor) const;
   bool complete() const;
-  // Per layer, the bytes of its tensors held; whether the embedding and the head are held.
+  // Per layer, the bytes of its tensors held; whether the embedding, the head and the tensors
+  // every stage reads (rope_freqs) are held.
   rpc::Weights held() const;
 
   // Receives one tensor's bytes in order, from where its last checkpoint got to (the bytes

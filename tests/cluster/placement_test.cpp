@@ -475,6 +475,20 @@ TEST(ByteSizes, DescribeUsesBinaryUnits) {
   EXPECT_EQ(describe(41 * kGiB + kGiB / 5), "41.2 GiB");
 }
 
+TEST(TensorRole, EachNameHasOneRole) {
+  EXPECT_EQ(role_of_tensor("blk.3.attn_q.weight", 4).kind, TensorRole::Layer);
+  EXPECT_EQ(role_of_tensor("blk.3.attn_q.weight", 4).layer, 3);
+  EXPECT_EQ(role_of_tensor("blk.0.ffn_norm.weight", 4).layer, 0);
+  EXPECT_EQ(role_of_tensor("token_embd.weight", 4).kind, TensorRole::Embedding);
+  EXPECT_EQ(role_of_tensor("output.weight", 4).kind, TensorRole::OutputMatrix);
+  EXPECT_EQ(role_of_tensor("output_norm.weight", 4).kind, TensorRole::OutputNorm);
+  EXPECT_EQ(role_of_tensor("rope_freqs.weight", 4).kind, TensorRole::Shared);
+  EXPECT_EQ(role_of_tensor("rope_freqs.weight", 4).layer, -1);
+  EXPECT_THROW(role_of_tensor("blk.4.attn_q.weight", 4), std::runtime_error);
+  EXPECT_THROW(role_of_tensor("blk.x.attn_q.weight", 4), std::runtime_error);
+  EXPECT_THROW(role_of_tensor("blk.2", 4), std::runtime_error);
+}
+
 TEST(Footprint, FromTheSharedModelsTensorTable) {
   auto file = std::shared_ptr<const gguf::File>(gguf::File::open(STRATA_SHARED_DIR "/models/aidreams260K.gguf"));
   const ModelFootprint f = footprint_of(*file);

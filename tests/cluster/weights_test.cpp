@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 
 #include "cluster/node.h"
 #include "cluster/weights.h"
+#include "tensor/dtype.h"
 
 namespace strata::cluster {
 namespace {
@@ -424,6 +426,47 @@ TEST_F(WeightsTest, HeldWeightsCountWholeLayersAndTheHead) {
   EXPECT_EQ(held.layer_bytes(3), footprint.layer_weight_bytes[3]);
   EXPECT_TRUE(held.head());
   EXPECT_FALSE(held.embedding());
+}
+
+// A Llama 3-style model: the shared model with rope_freqs, a tensor of no layer that every
+// stage reads, so that a node that fetched its layers' tensors can be a source of it too.
+TEST_F(WeightsTest, TensorsEveryStageReadsAreFetchedForEveryRangeAndReportedHeld) {
+  const int pairs = model::Config::from_gguf(*original_).rope_dim / 2;
+  gguf::Writer w;
+  for (const auto& kv : original_->metadata()) w.set(kv.key, kv.value);
+  for (const gguf::TensorInfo& t : original_->tensors()) {
+    const uint8_t* data = original_->tensor_data(t);
+    w.add_tensor(t.name, t.dims, t.type, std::vector<uint8_t>(data, data + t.size_bytes));
+  }
+  std::vector<uint8_t> factors(static_cast<size_t>(pairs) * sizeof(float));
+  for (int i = 0; i < pairs; ++i) {
+    const float factor = 1.0f + static_cast<float>(i);
+    std::memcpy(factors.data() + static_cast<size_t>(i) * sizeof(float), &factor, sizeof(float));
+  }
+  w.add_tensor("rope_freqs.weight", {static_cast<uint64_t>(pairs)}, static_cast<uint32_t>(tensor::DType::F32), factors);
+  fs::create_directories(dir_);
+  const std::string path = (dir_ / "rope_freqs.gguf").string();
+  w.write(path);
+  original_ = gguf::File::open(path);
+  manifest_ = make_manifest(*original_, model_hash(*original_), 2);
+  const size_t rope_freqs = original_->tensors().size() - 1;
+  ASSERT_EQ(original_->tensors()[rope_freqs].name, "rope_freqs.weight");
+
+  for (const model::LayerRange range : {model::LayerRange{0, 1}, {1, 3}, {3, 4}}) {
+    const std::vector<size_t> needed = tensors_for(*original_, range);
+    EXPECT_NE(std::find(needed.begin(), needed.end(), rope_freqs), needed.end()) << range.first << "-" << range.last;
+  }
+  const std::shared_ptr<PartialModel> model = open();
+  EXPECT_FALSE(model->held().shared());
+  auto good = std::make_shared<FakeSource>(*original_, FakeSource::Kind::Good, "good");
+  TransferStats stats;
+  fetch_tensors(*model, tensors_for(*original_, {1, 3}),
+                [&](size_t) { return std::vector<std::shared_ptr<TensorSource>>{good}; }, FetchOptions{}, stats);
+  const rpc::Weights held = model->held();
+  EXPECT_FALSE(held.whole_file());
+  EXPECT_TRUE(held.shared()) << "a middle stage holds rope_freqs and can pass it on";
+  EXPECT_FALSE(held.embedding());
+  EXPECT_FALSE(held.head());
 }
 
 }  // namespace
