@@ -140,6 +140,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     self_.set_model_name(options_.partial ? options_.partial->manifest().model_name()
                                           : fs::path(file_->path()).stem().string());
     self_.set_memory_bytes(options_.memory_limit > 0 ? options_.memory_limit : detect_usable_memory());
+    self_.set_kv_memory_bytes(options_.engine.kv_memory);
     self_.set_weight_bytes_per_second(measure_weight_speed(options_.engine.threads));
     self_.set_state("starting");
     for (const std::string& peer : options_.peers) seeds_[peer] = false;
@@ -1002,7 +1003,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       const Holdings held = !info.has_weights() || w.whole_file()
                                 ? Holdings{}
                                 : Holdings{false, {w.layer_bytes().begin(), w.layer_bytes().end()}, w.embedding(), w.head()};
-      nodes.push_back({id, info.memory_bytes(), info.weight_bytes_per_second(), held});
+      nodes.push_back({id, info.memory_bytes(), info.weight_bytes_per_second(), held, info.kv_memory_bytes()});
     }
     return nodes;
   }

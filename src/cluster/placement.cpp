@@ -46,18 +46,22 @@ class Layers {
     return last == count() ? saturating_add(layers, model_.head_bytes) : layers;
   }
 
-  // What the memory rule counts for a stage.
-  uint64_t memory_bytes(int first, int last) const {
-    uint64_t need = saturating_add(streamed_bytes(first, last),
-                                   saturating_mul(kv_per_layer_, static_cast<uint64_t>(last - first)));
+  // The KV a stage of `layer_count` layers on `node` keeps.
+  uint64_t kv_bytes(const NodeCapacity& node, int layer_count) const {
+    return node.kv_pool_bytes > 0 ? node.kv_pool_bytes : saturating_mul(kv_per_layer_, static_cast<uint64_t>(layer_count));
+  }
+
+  // What the memory rule counts for a stage on `node`.
+  uint64_t memory_bytes(const NodeCapacity& node, int first, int last) const {
+    uint64_t need = saturating_add(streamed_bytes(first, last), kv_bytes(node, last - first));
     if (first == 0) need = saturating_add(need, model_.embedding_bytes);
     return need;
   }
 
-  // The least a node must hold to take part at all: one layer (the smallest) and its KV share.
-  uint64_t smallest_stage_bytes() const {
+  // The least `node` must hold to take part at all: one layer (the smallest) and its KV.
+  uint64_t smallest_stage_bytes(const NodeCapacity& node) const {
     return saturating_add(*std::min_element(model_.layer_weight_bytes.begin(), model_.layer_weight_bytes.end()),
-                          kv_per_layer_);
+                          kv_bytes(node, 1));
   }
 
  private:
@@ -192,7 +196,7 @@ std::optional<Split> best_split(std::span<const size_t> order, const std::vector
       if (!here.reached) continue;
       offer(cell(i + 1, k), here.score.plus(skip_score(node)), -1);
       for (int e = k + 1; e <= layer_count; ++e) {
-        if (layers.memory_bytes(k, e) > memory) {
+        if (layers.memory_bytes(nodes[node], k, e) > memory) {
           // Before the last layer a longer stage only needs more; the last adds the head.
           if (e < layer_count) break;
           continue;
@@ -284,16 +288,16 @@ double predicted_seconds(const std::vector<PlannedStage>& stages, const std::vec
 }
 
 bool holds_a_layer(const NodeCapacity& node, const Layers& layers) {
-  return node.memory_bytes >= layers.smallest_stage_bytes();
+  return node.memory_bytes >= layers.smallest_stage_bytes(node);
 }
 
-std::string too_small(const Layers& layers) {
-  return "too small for one layer and its KV share (needs " + describe(layers.smallest_stage_bytes()) + ")";
+std::string too_small(const NodeCapacity& node, const Layers& layers) {
+  return "too small for one layer and its KV (needs " + describe(layers.smallest_stage_bytes(node)) + ")";
 }
 
 [[noreturn]] void throw_does_not_fit(const std::vector<NodeCapacity>& nodes, const Layers& layers,
                                      uint64_t kv_tokens, uint64_t usable) {
-  const uint64_t needed = layers.memory_bytes(0, layers.count());
+  const uint64_t needed = layers.memory_bytes(NodeCapacity{}, 0, layers.count());
   std::string message = "the model needs " + describe(needed) + " with a KV reserve of " +
                         describe(layers.kv_reserve()) + " (" + std::to_string(kv_tokens) +
                         " tokens per layer); the cluster has " + describe(usable) + " usable";
@@ -306,7 +310,7 @@ std::string too_small(const Layers& layers) {
   }
   for (const NodeCapacity& node : nodes) {
     if (!holds_a_layer(node, layers)) {
-      message += "; node '" + node.id + "' (" + describe(node.memory_bytes) + ") is " + too_small(layers);
+      message += "; node '" + node.id + "' (" + describe(node.memory_bytes) + ") is " + too_small(node, layers);
     }
   }
   throw DoesNotFit(message, missing);
@@ -326,7 +330,7 @@ std::string explain(const Split& split, const std::vector<NodeCapacity>& nodes, 
   for (const PlannedStage& s : split.stages) {
     used.insert(s.node);
     reason += "\n  " + nodes[s.node].id + ": layers " + std::to_string(s.first) + ".." + std::to_string(s.last - 1) +
-              ", " + describe(layers.memory_bytes(s.first, s.last)) + " of " + describe(nodes[s.node].memory_bytes) +
+              ", " + describe(layers.memory_bytes(nodes[s.node], s.first, s.last)) + " of " + describe(nodes[s.node].memory_bytes) +
               " usable, " + milliseconds(stage_seconds(nodes[s.node], layers, s.first, s.last)) + " per token";
     if (const uint64_t fetch = fetches.bytes(s.node, s.first, s.last); fetch > 0) {
       reason += ", " + describe(fetch) + " to fetch from peers";
@@ -336,7 +340,7 @@ std::string explain(const Split& split, const std::vector<NodeCapacity>& nodes, 
     if (used.contains(i)) continue;
     reason += "\n  " + nodes[i].id + " (" + describe(nodes[i].memory_bytes) + "): left out, ";
     if (!holds_a_layer(nodes[i], layers)) {
-      reason += too_small(layers);
+      reason += too_small(nodes[i], layers);
     } else if (request.strategy == Strategy::Speed) {
       reason += "not needed: the pipeline is faster without it";
     } else {
@@ -507,7 +511,7 @@ void check_placement(const Placement& placement, std::span<const NodeCapacity> n
     const auto node = std::find_if(nodes.begin(), nodes.end(), [&](const auto& n) { return n.id == stage.node_id; });
     if (node == nodes.end()) throw std::invalid_argument(name + ": no such node");
     if (!seen.insert(stage.node_id).second) throw std::invalid_argument(name + ": the node already has a stage");
-    const uint64_t need = layers.memory_bytes(stage.first_layer, stage.last_layer);
+    const uint64_t need = layers.memory_bytes(*node, stage.first_layer, stage.last_layer);
     if (need > node->memory_bytes) {
       throw std::invalid_argument(name + " needs " + describe(need) + " but the node has " +
                                   describe(node->memory_bytes) + " usable");

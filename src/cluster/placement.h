@@ -29,6 +29,7 @@ struct NodeCapacity {
   uint64_t memory_bytes = 0;             // usable for weights and KV cache
   double weight_bytes_per_second = 0.0;  // quantized weights streamed through a mat-vec
   Holdings held;
+  uint64_t kv_pool_bytes = 0;  // a KV pool of this size whatever its layers (--kv-memory); 0: kv_tokens per layer
 };
 
 // What a model needs, per part that a stage may hold.
@@ -111,8 +112,9 @@ class DoesNotFit : public std::runtime_error {
   uint64_t missing_bytes_;
 };
 
-// Memory rule, for every stage: its layers' weights + kv_tokens × kv bytes per layer per token
-// × its layer count (+ embedding when first, + head when last) ≤ its node's memory_bytes.
+// Memory rule, for every stage: its layers' weights + its KV (the node's kv_pool_bytes, or
+// kv_tokens × kv bytes per layer per token × its layer count) (+ embedding when first, + head
+// when last) ≤ its node's memory_bytes.
 // Throws DoesNotFit, or std::invalid_argument for unusable input (no layers, duplicate or
 // empty node ids, a speed that is not positive and finite).
 Placement place_layers(std::span<const NodeCapacity> nodes, const ModelFootprint& model,

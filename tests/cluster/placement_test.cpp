@@ -33,11 +33,11 @@ ModelFootprint uniform_model(int layers, uint64_t layer_bytes, uint64_t embeddin
 const ModelFootprint k70B = uniform_model(80, 490'000'000, 500'000'000, 500'000'000, 2 * 1024 * sizeof(float));
 constexpr uint64_t kContext4096 = 4096;
 
-// The memory rule, written out again.
-uint64_t stage_need(const ModelFootprint& m, uint64_t kv_tokens, int first, int last) {
-  uint64_t need = 0;
+// The memory rule, written out again; a node's fixed KV pool replaces the per-layer reserve.
+uint64_t stage_need(const ModelFootprint& m, uint64_t kv_tokens, int first, int last, uint64_t kv_pool_bytes = 0) {
+  uint64_t need = kv_pool_bytes;
   for (int layer = first; layer < last; ++layer) {
-    need += m.layer_weight_bytes[static_cast<size_t>(layer)] + kv_tokens * m.kv_bytes_per_layer_per_token;
+    need += m.layer_weight_bytes[static_cast<size_t>(layer)] + (kv_pool_bytes > 0 ? 0 : kv_tokens * m.kv_bytes_per_layer_per_token);
   }
   if (first == 0) need += m.embedding_bytes;
   if (last == m.layer_count) need += m.head_bytes;
@@ -58,8 +58,8 @@ void expect_valid(const Placement& p, const std::vector<NodeCapacity>& nodes, co
   for (const Stage& s : p.stages) {
     EXPECT_EQ(s.first_layer, next);
     EXPECT_LT(s.first_layer, s.last_layer);
-    EXPECT_LE(stage_need(m, kv_tokens, s.first_layer, s.last_layer), node_named(nodes, s.node_id).memory_bytes)
-        << s.node_id;
+    const NodeCapacity& node = node_named(nodes, s.node_id);
+    EXPECT_LE(stage_need(m, kv_tokens, s.first_layer, s.last_layer, node.kv_pool_bytes), node.memory_bytes) << s.node_id;
     EXPECT_EQ(++uses[s.node_id], 1) << s.node_id;
     next = s.last_layer;
   }
@@ -172,6 +172,33 @@ TEST(Placement, SpeedPutsMoreLayersOnTheFastNode) {
   const Stage grown = fast.first_layer == 0 ? Stage{"fast", 0, fast.last_layer + 1}
                                             : Stage{"fast", fast.first_layer - 1, 80};
   EXPECT_GT(stage_need(k70B, kContext4096, grown.first_layer, grown.last_layer), 32 * kGB);
+}
+
+// A node started with --kv-memory keeps a pool of that size whatever its layers: the placement
+// counts it instead of the per-layer reserve, both where it is larger and where it is smaller.
+TEST(Placement, ANodesFixedKvPoolReplacesThePerLayerReserve) {
+  const ModelFootprint m = uniform_model(8, 1'000, 100, 100, 1);
+  const uint64_t kv_tokens = 100;  // per-layer reserve: 100 B, so 1 100 B a layer
+  // Without a fixed pool, "a" holds every layer: 8 × 1 100 + 200 = 9 000 B; "b" at most 4.
+  const std::vector<NodeCapacity> plain = {{"a", 9'000, 40e9}, {"b", 5'000, 10e9}};
+  EXPECT_EQ(place_layers(plain, m, {kv_tokens, Strategy::Speed}).stages.size(), 1u);
+  // A 4 000 B pool on "a" leaves room for 4 layers and the embedding (4 × 1 000 + 100 + 4 000).
+  std::vector<NodeCapacity> big_pool = plain;
+  big_pool[0].kv_pool_bytes = 4'000;
+  const Placement split = place_layers(big_pool, m, {kv_tokens, Strategy::Speed});
+  expect_valid(split, big_pool, m, kv_tokens);
+  EXPECT_EQ(layers_per_node(split), (std::map<std::string, int>{{"a", 4}, {"b", 4}})) << split.reason;
+  EXPECT_THROW(check_placement(place_layers(plain, m, {kv_tokens, Strategy::Speed}), big_pool, m, kv_tokens),
+               std::invalid_argument);
+  // A pool smaller than the reserve lets a node too small for a layer, its reserve and the
+  // embedding (1 200 B) take part: 1 000 + 100 + 40 B.
+  const std::vector<NodeCapacity> small = {{"a", 1'150, 40e9}, {"b", 100'000, 10e9}};
+  EXPECT_EQ(layers_per_node(place_layers(small, m, {kv_tokens, Strategy::Memory})).count("a"), 0u);
+  std::vector<NodeCapacity> small_pool = small;
+  small_pool[0].kv_pool_bytes = 40;
+  const Placement with_a = place_layers(small_pool, m, {kv_tokens, Strategy::Memory});
+  expect_valid(with_a, small_pool, m, kv_tokens);
+  EXPECT_EQ(layers_per_node(with_a).count("a"), 1u) << with_a.reason;
 }
 
 TEST(Placement, SlowNodeStaysOutWhenTheFastOneHoldsEverything) {
