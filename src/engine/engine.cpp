@@ -197,12 +197,13 @@ bool Engine::take_over_held(Sequence& seq) {
 void Engine::switch_pipeline(std::vector<std::unique_ptr<Sequence>>& active, NextPipeline next) {
   // Only between steps: with nothing in flight every stage holds each sequence's `fed` inputs.
   const bool handing_over = next.hand_over && !broken_ && in_flight_.empty();
-  std::vector<SequenceId> moved;
+  std::vector<SequenceId> held_there;  // what the old stages hold and no longer need
   for (auto& seq : active) {
-    if (!seq->launched || seq->fed == 0) continue;
+    if (!seq->launched) continue;
+    held_there.push_back(seq->id);
+    if (seq->fed == 0) continue;
     if (handing_over) {
       if (move_state(pipeline_->stages(), seq->id, seq->fed, next.stages, *seq)) {
-        moved.push_back(seq->id);
         ++handed_over_;
         continue;
       }
@@ -218,14 +219,11 @@ void Engine::switch_pipeline(std::vector<std::unique_ptr<Sequence>>& active, Nex
     seq->launched = false;
     ++recomputed_;
   }
-  // The old stages' copies are not needed any more.
-  for (const auto& stage : pipeline_->stages()) {
-    try {
-      stage->release(moved);
-    } catch (const std::exception&) {
-    }
-  }
-  pipeline_.reset();  // waits for the batches it is computing; their results are dropped below
+  // Moved or to be computed again, the old stages' copies are of no more use. The old pipeline
+  // releases them as it ends, after the batches it is computing, which it waits for; their
+  // results are dropped below.
+  pipeline_->release(std::move(held_there));
+  pipeline_.reset();
   in_flight_.clear();
   {
     std::lock_guard lock(mutex_);
@@ -235,20 +233,23 @@ void Engine::switch_pipeline(std::vector<std::unique_ptr<Sequence>>& active, Nex
   broken_ = false;
   pipeline_ = make_pipeline(std::move(next.stages));
   sampling_pool_ = next.sampling_pool;
-  pool_blocks_ = probe_pool_blocks();
+  probe_pool_blocks();
 }
 
-int Engine::probe_pool_blocks() {
+void Engine::probe_pool_blocks() {
   int smallest = 0;
   for (const auto& stage : pipeline_->stages()) {
     try {
       const int blocks = stage->kv_blocks();
       smallest = smallest == 0 ? blocks : std::min(smallest, blocks);
     } catch (const std::exception&) {
-      return 0;  // its batches will say what is wrong with it
+      // Its batches will say what is wrong with it; admission goes without until it answers.
+      pool_blocks_.reset();
+      next_pool_probe_ = std::chrono::steady_clock::now() + kPoolProbeRetry;
+      return;
     }
   }
-  return smallest;
+  pool_blocks_ = smallest;
 }
 
 void Engine::start_sequence(Sequence& seq) {
@@ -364,11 +365,11 @@ void Engine::finish(Sequence& seq, FinishReason reason, const std::string& error
 void Engine::run_loop() {
   std::vector<std::unique_ptr<Sequence>> active;
   while (true) {
-    if (!pool_blocks_) pool_blocks_ = probe_pool_blocks();
+    if (!pool_blocks_ && std::chrono::steady_clock::now() >= next_pool_probe_) probe_pool_blocks();
     // The queue's head fits in the pools beside the admitted sequences (or never will:
     // then it is admitted to fail).
     const auto head_fits = [&] {
-      const int pool = *pool_blocks_;
+      const int pool = pool_blocks_.value_or(0);
       const int need = blocks_for(queue_.front()->capacity);
       if (pool == 0 || need > pool) return true;
       int reserved = 0;
@@ -448,7 +449,7 @@ void Engine::run_loop() {
       broken_since_ = std::chrono::steady_clock::now();
     }
     for (auto& seq : active) {
-      if (!seq->launched && *pool_blocks_ > 0 && blocks_for(seq->capacity) > *pool_blocks_) {
+      if (!seq->launched && pool_blocks_.value_or(0) > 0 && blocks_for(seq->capacity) > *pool_blocks_) {
         finish(*seq, FinishReason::Error,
                "the request needs " + std::to_string(blocks_for(seq->capacity) * model::kKvBlock) +
                    " positions of KV memory, but a stage's pool holds " +

@@ -120,8 +120,9 @@ class Engine final : public Generator {
   // Before a sequence's first batch on a pipeline: the positions every stage holds for it
   // from its cache, which it does not compute again.
   void start_sequence(Sequence& seq);
-  // The smallest stage pool of the pipeline, in blocks (0 when a stage cannot say).
-  int probe_pool_blocks();
+  // Sets pool_blocks_: the smallest stage pool of the pipeline, in blocks; none, and another
+  // try kPoolProbeRetry later, when a stage cannot say.
+  void probe_pool_blocks();
   // Takes the queued sequences whose request was cancelled out of the queue (mutex_ held).
   std::vector<std::unique_ptr<Sequence>> take_cancelled();
   void finish_cancelled(std::vector<std::unique_ptr<Sequence>> cancelled);
@@ -149,7 +150,9 @@ class Engine final : public Generator {
   // Owned by the loop thread.
   // Admitted sequences reserve blocks for their whole capacity in every stage's pool, so a
   // pool never runs out: when they would not fit, new requests wait.
-  std::optional<int> pool_blocks_;  // probed on the loop thread for each pipeline; 0: unknown
+  std::optional<int> pool_blocks_;  // probed on the loop thread for each pipeline; none: unknown yet
+  static constexpr std::chrono::seconds kPoolProbeRetry{1};
+  std::chrono::steady_clock::time_point next_pool_probe_;
   SequenceId next_sequence_id_;
   uint64_t next_ticket_ = 1;
   std::map<uint64_t, InFlight> in_flight_;

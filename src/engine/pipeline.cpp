@@ -7,6 +7,7 @@ namespace strata::engine {
 Pipeline::Pipeline(std::vector<std::shared_ptr<Stage>> stages, OnResult on_result)
     : stages_(std::move(stages)), on_result_(std::move(on_result)) {
   for (size_t i = 0; i < stages_.size(); ++i) workers_.push_back(std::make_unique<Worker>());
+  workers_.front()->previous_done = true;
   for (size_t i = 0; i < stages_.size(); ++i) {
     workers_[i]->thread = std::thread([this, i] { work(i); });
   }
@@ -14,19 +15,17 @@ Pipeline::Pipeline(std::vector<std::shared_ptr<Stage>> stages, OnResult on_resul
 
 Pipeline::~Pipeline() {
   // Every stage is told first: a batch waiting on a node that is gone ends now, not at its
-  // deadline. Then front to back, so that the releases a stage still passes on find the next
-  // one running.
+  // deadline. A worker ends once the one before it has, so that the releases a stage still
+  // passes on find the next one running.
   for (size_t i = 0; i < workers_.size(); ++i) {
     {
       std::lock_guard lock(workers_[i]->mutex);
       workers_[i]->stopping = true;
     }
+    workers_[i]->wake.notify_all();
     stages_[i]->cancel();
   }
-  for (auto& w : workers_) {
-    w->wake.notify_all();
-    w->thread.join();
-  }
+  for (auto& w : workers_) w->thread.join();
 }
 
 void Pipeline::submit(uint64_t ticket, StageBatch batch) {
@@ -60,8 +59,19 @@ void Pipeline::work(size_t stage) {
     Item item;
     {
       std::unique_lock lock(w.mutex);
-      w.wake.wait(lock, [&] { return w.stopping || !w.queue.empty(); });
-      if (w.queue.empty()) return;
+      w.wake.wait(lock, [&] { return (w.stopping && w.previous_done) || !w.queue.empty(); });
+      if (w.queue.empty()) {
+        lock.unlock();
+        if (!last) {
+          Worker& next = *workers_[stage + 1];
+          {
+            std::lock_guard next_lock(next.mutex);
+            next.previous_done = true;
+          }
+          next.wake.notify_all();
+        }
+        return;
+      }
       item = std::move(w.queue.front());
       w.queue.pop_front();
       // A stopping pipeline still releases every sequence's state, but computes nothing more.

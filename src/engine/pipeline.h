@@ -51,6 +51,9 @@ class Pipeline {
     std::condition_variable wake;
     std::deque<Item> queue;
     bool stopping = false;
+    // The worker before it has ended, so that nothing more comes: a stopping worker still
+    // passes on every release it has, and the next one must be there to take it.
+    bool previous_done = false;
     std::thread thread;
   };
 

@@ -12,7 +12,8 @@ RemoteStage::RemoteStage(std::string peer_id, std::shared_ptr<grpc::Channel> cha
                          engine::StageLayers layers, std::chrono::milliseconds base_deadline,
                          std::chrono::milliseconds per_row)
     : peer_id_(std::move(peer_id)),
-      stub_(Node::NewStub(std::move(channel))),
+      channel_(std::move(channel)),
+      stub_(Node::NewStub(channel_)),
       caller_(std::move(caller)),
       layers_(layers),
       base_deadline_(base_deadline),
@@ -154,18 +155,31 @@ int RemoteStage::kv_blocks() { return hold(0, 0, {}).pool_blocks(); }
 
 void RemoteStage::release(std::span<const engine::SequenceId> ids) {
   if (ids.empty()) return;  // no call, which a silent node would hold until its deadline
+  // The call's state lives until its reply (or deadline) comes, with the channel it goes on.
+  struct Call {
+    std::shared_ptr<grpc::Channel> channel;
+    grpc::ClientContext context;
+    ReleaseRequest request;
+    ReleaseReply reply;
+  };
+  auto call = std::make_shared<Call>();
+  call->request.set_sender_id(caller_.node_id);
+  call->request.set_epoch(caller_.epoch);
+  call->request.mutable_sequence_ids()->Add(ids.begin(), ids.end());
+  prepare_unary(call->context, "Release");
+  bool cancelled = false;
   {
     std::lock_guard lock(watch_mutex_);
-    if (cancelled_) return;
+    cancelled = cancelled_;
   }
-  ReleaseRequest request;
-  request.set_sender_id(caller_.node_id);
-  request.set_epoch(caller_.epoch);
-  request.mutable_sequence_ids()->Add(ids.begin(), ids.end());
-  grpc::ClientContext context;
-  prepare_unary(context, "Release");
-  ReleaseReply reply;
-  const grpc::Status status = stub_->Release(&context, request, &reply);
+  if (cancelled) {
+    // A replaced pipeline's stage: its state is of no more use, and a node that is gone must
+    // not hold the pipeline's end for a deadline.
+    call->channel = channel_;
+    stub_->async()->Release(&call->context, &call->request, &call->reply, [call](const grpc::Status&) {});
+    return;
+  }
+  const grpc::Status status = stub_->Release(&call->context, call->request, &call->reply);
   if (!status.ok()) throw std::runtime_error("node " + peer_id_ + " did not release: " + status.error_message());
 }
 

@@ -42,8 +42,8 @@ class RemoteStage final : public engine::Stage {
   // Not reentrant: one batch at a time, as a pipeline's stage worker sends them.
   std::vector<float> forward(const engine::StageBatch& batch) override;
   void release(std::span<const engine::SequenceId> ids) override;
-  // Cancels the open stream; later calls throw StageLost, releases do nothing (the node drops
-  // an old placement's state itself).
+  // Cancels the open stream; later calls throw StageLost. Releases still go out, without
+  // waiting for a reply: the node may be gone, and whoever released no longer needs it.
   void cancel() override;
   engine::StageLayers layers() const override { return layers_; }
   engine::LayerKv read_kv(engine::SequenceId id, int layer) override;
@@ -62,6 +62,7 @@ class RemoteStage final : public engine::Stage {
   void watch();
 
   std::string peer_id_;
+  std::shared_ptr<grpc::Channel> channel_;  // kept for releases still on their way after this stage is gone
   std::unique_ptr<Node::Stub> stub_;
   Caller caller_;
   engine::StageLayers layers_;

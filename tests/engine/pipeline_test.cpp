@@ -172,6 +172,8 @@ TEST(Pipeline, RequestsWaitForANewPipelineWhenAStageIsLostAndGiveTheSameTokens) 
       EXPECT_EQ(got.tokens, alone[static_cast<size_t>(i)].tokens) << "request " << i;
       EXPECT_EQ(got.logprobs(), alone[static_cast<size_t>(i)].logprobs()) << "request " << i;
     }
+    EXPECT_EQ(before.local[0]->sequence_count(), 0u)
+        << "the old pipeline's stage that still runs let go of the sequences computed again";
   }
   EXPECT_EQ(after.held(), 0u);
 }

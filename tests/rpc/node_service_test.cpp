@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
+#include <thread>
 
 #include "engine/local_stage.h"
 #include "rpc/channel.h"
 #include "rpc/messages.h"
 #include "rpc/node_service.h"
+#include "rpc/remote_stage.h"
 
 namespace strata::rpc {
 namespace {
@@ -309,6 +312,26 @@ TEST_F(NodeServiceTest, HoldsACachedPrefixForANewSequence) {
   EXPECT_TRUE(forward(rest, key_).ok());
   EXPECT_EQ(hold(2, 32, reply).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "started twice";
   EXPECT_EQ(hold(3, 40, reply, 40).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "past its capacity";
+}
+
+// A replaced pipeline's stage still lets go of the sequences released on it, without waiting
+// for the node's reply; a stage that runs waits for it.
+TEST_F(NodeServiceTest, AStageStillReleasesAfterItsPipelineWasReplaced) {
+  RemoteStage stage("server", make_channel("127.0.0.1:" + std::to_string(server_.port())),
+                    Caller{"client", kEpoch, std::make_shared<ClusterKey>("secret")});
+  for (uint64_t id : {7, 8}) ASSERT_TRUE(forward(start_sequence(id), key_).ok());
+  ASSERT_EQ(node_.held(), 2u);
+  const engine::SequenceId first[] = {7};
+  stage.release(first);
+  EXPECT_EQ(node_.held(), 1u);
+  stage.cancel();
+  const engine::SequenceId second[] = {8};
+  stage.release(second);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (node_.held() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(node_.held(), 0u);
 }
 
 TEST_F(NodeServiceTest, RefusesAnOversizedMessage) {
