@@ -288,12 +288,13 @@ bool PartialModel::complete() const {
 }
 
 rpc::Weights PartialModel::held() const {
+  std::lock_guard lock(mutex_);
+  if (held_weights_) return *held_weights_;
   const int layer_count = model::Config::from_gguf(*file_).layer_count;
   rpc::Weights weights;
   std::vector<uint64_t> layers(static_cast<size_t>(layer_count), 0);
   bool embedding = false, output = false, output_norm = false, shared = true;
   const bool tied_head = file_->find_tensor("output.weight") == nullptr;
-  std::lock_guard lock(mutex_);
   for (size_t i = 0; i < held_.size(); ++i) {
     const gguf::TensorInfo& t = file_->tensors()[i];
     const TensorRole role = role_of_tensor(t.name, layer_count);
@@ -312,6 +313,7 @@ rpc::Weights PartialModel::held() const {
   weights.set_embedding(embedding);
   weights.set_head(output_norm && (tied_head ? embedding : output));
   weights.set_shared(shared);
+  held_weights_ = weights;
   return weights;
 }
 
@@ -354,10 +356,13 @@ void PartialModel::Writer::write(uint64_t offset, std::span<const uint8_t> bytes
   write_all(model_.fd_, bytes.data(), bytes.size(), at, model_.path_);
   EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(hash_.get()), bytes.data(), bytes.size());
   written_ += bytes.size();
-  if (written_ - checkpointed_ >= model_.checkpoint_bytes_) {
-    model_.record_progress(tensor_, written_);
-    checkpointed_ = written_;
-  }
+  if (written_ - checkpointed_ >= model_.checkpoint_bytes_) checkpoint();
+}
+
+void PartialModel::Writer::checkpoint() {
+  if (written_ == checkpointed_) return;
+  model_.record_progress(tensor_, written_);
+  checkpointed_ = written_;
 }
 
 void PartialModel::Writer::commit() {
@@ -385,6 +390,7 @@ void PartialModel::Writer::commit() {
   append_line(model_.verified_fd_, std::to_string(tensor_) + " " + hex(digest) + "\n",
               model_.dir_ + "/" + kVerifiedFile);
   model_.held_[tensor_] = true;
+  model_.held_weights_.reset();
   model_.progress_[tensor_] = 0;
 }
 
@@ -448,7 +454,10 @@ void fetch_tensors(PartialModel& model, std::span<const size_t> tensors, const S
       PartialModel::Writer writer = model.writer(tensor);
       bool done = false;
       for (size_t attempt = 0; !done && attempt < from.size() * static_cast<size_t>(options.rounds); ++attempt) {
-        if (stopped()) return fail("the fetch was stopped");
+        if (stopped()) {
+          writer.checkpoint();
+          return fail("the fetch was stopped");
+        }
         TensorSource& source = *from[(k + attempt) % from.size()];
         std::string why;
         const auto chunk = [&](uint64_t offset, std::span<const uint8_t> bytes) {

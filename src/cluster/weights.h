@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -93,6 +94,10 @@ class PartialModel {
     uint64_t written() const { return written_; }
     // Throws std::runtime_error for bytes out of order or past the tensor's end.
     void write(uint64_t offset, std::span<const uint8_t> bytes);
+    // Records how far the tensor got now (syncing the file first), as a fetch stopped on
+    // purpose does before it ends: a restart resumes from there, not from the last periodic
+    // record.
+    void checkpoint();
     // Throws std::runtime_error, naming the tensor, when bytes are missing or the hash differs.
     // Bytes that do not match may have been on disk before the writer began, so it then starts
     // over at byte 0, and so does the tensor's record: a restart does not resume past them.
@@ -125,6 +130,8 @@ class PartialModel {
   mutable std::mutex mutex_;
   std::vector<bool> held_;
   std::vector<uint64_t> progress_;  // per tensor not held, the bytes its last record claims
+  // held()'s answer until a tensor is committed: every Hello a node sends or answers asks.
+  mutable std::optional<rpc::Weights> held_weights_;
 };
 
 // Where a tensor can come from: a peer that holds it.

@@ -229,6 +229,30 @@ TEST_F(WeightsTest, ATensorCutShortResumesFromItsLastCheckpoint) {
   EXPECT_TRUE(open()->holds(tensor));
 }
 
+TEST_F(WeightsTest, AFetchStoppedOnPurposeRecordsHowFarItsTensorGot) {
+  const size_t tensor = 0;  // token_embd, 128 KiB: no periodic record within it
+  auto good = std::make_shared<FakeSource>(*original_, FakeSource::Kind::Good, "good");
+  const std::vector<size_t> one{tensor};
+  {
+    const std::shared_ptr<PartialModel> model = open();
+    TransferStats stats;
+    FetchOptions options;
+    options.stop = [&] { return stats.snapshot().received_bytes >= 7'000; };
+    EXPECT_THROW(fetch_tensors(*model, one, [&](size_t) { return std::vector<std::shared_ptr<TensorSource>>{good}; },
+                               options, stats),
+                 std::runtime_error);
+    EXPECT_EQ(stats.snapshot().received_bytes, 7'000u);
+  }
+  const std::shared_ptr<PartialModel> model = open();
+  EXPECT_FALSE(model->holds(tensor));
+  EXPECT_EQ(model->held_bytes(tensor), 7'000u) << "a restart resumes where the stop left the tensor";
+  TransferStats stats;
+  fetch_tensors(*model, one, [&](size_t) { return std::vector<std::shared_ptr<TensorSource>>{good}; }, FetchOptions{},
+                stats);
+  EXPECT_EQ(good->offsets(), (std::vector<uint64_t>{0, 7'000}));
+  EXPECT_TRUE(model->holds(tensor));
+}
+
 TEST_F(WeightsTest, ATransferThatBreaksGoesOnFromTheNextSourceWhereItStopped) {
   const std::shared_ptr<PartialModel> model = open();
   auto broken = std::make_shared<FakeSource>(*original_, FakeSource::Kind::Broken, "broken");
