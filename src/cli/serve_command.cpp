@@ -16,6 +16,7 @@
 #include "cluster/node.h"
 #include "rpc/node_service.h"
 #include "tokenizer/tokenizer.h"
+#include "units/byte_size.h"
 
 namespace strata::cli {
 namespace {
@@ -78,8 +79,8 @@ class Console {
     std::snprintf(text, sizeof text, "weights [%s%s] %3.0f%% %s of %s, %s/s, %.0f s left",
                   std::string(static_cast<size_t>(filled), '#').c_str(),
                   std::string(static_cast<size_t>(kWidth - filled), '.').c_str(), share * 100.0,
-                  cluster::describe(done).c_str(), cluster::describe(s.wanted_bytes).c_str(),
-                  cluster::describe(static_cast<uint64_t>(s.bytes_per_second)).c_str(), s.eta_seconds);
+                  units::describe_bytes(done).c_str(), units::describe_bytes(s.wanted_bytes).c_str(),
+                  units::describe_bytes(static_cast<uint64_t>(s.bytes_per_second)).c_str(), s.eta_seconds);
     std::lock_guard lock(mutex_);
     const auto now = std::chrono::steady_clock::now();
     if (terminal_) {
@@ -183,14 +184,14 @@ int serve(const ServeOptions& o) {
   node.discovery = !o.no_discovery;
   node.discovery_port = o.discovery_port;
   node.discovery_interface = o.discovery_interface;
-  node.memory_limit = o.memory_limit.empty() ? 0 : cluster::parse_byte_size(o.memory_limit);
+  node.memory_limit = o.memory_limit.empty() ? 0 : units::parse_byte_size(o.memory_limit);
   node.strategy = o.placement == "memory" ? cluster::Strategy::Memory : cluster::Strategy::Speed;
   node.fixed_stages = parse_stages(o.stages);
   node.startup_wait = std::chrono::milliseconds(static_cast<int64_t>(o.startup_wait_seconds * 1000));
   server.startup_wait = node.startup_wait;
   node.engine = o.engine;
   node.engine.kv_type = *model::parse_kv_type(o.kv_type);
-  node.engine.kv_memory = o.kv_memory.empty() ? 0 : cluster::parse_byte_size(o.kv_memory);
+  node.engine.kv_memory = o.kv_memory.empty() ? 0 : units::parse_byte_size(o.kv_memory);
   node.engine.prefix_cache = !o.no_prefix_cache;
   node.test_link_delay = std::chrono::milliseconds(o.test_link_delay_ms);
   node.test_tensor_chunk_bytes = o.test_tensor_chunk_bytes;

@@ -23,6 +23,7 @@
 #include "rpc/node_service.h"
 #include "rpc/remote_generator.h"
 #include "rpc/remote_stage.h"
+#include "units/byte_size.h"
 
 namespace strata::cluster {
 namespace {
@@ -151,8 +152,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     const std::string advertised_host = options_.host == "0.0.0.0" ? "" : options_.host;
     self_.set_node_address(advertised_host + ":" + std::to_string(server_->port()));
     log("node " + options_.node_id + " listens for nodes on " + options_.host + ":" +
-        std::to_string(server_->port()) + " (" + describe(self_.memory_bytes()) + " usable, " +
-        describe(static_cast<uint64_t>(self_.weight_bytes_per_second())) + "/s of weights)" +
+        std::to_string(server_->port()) + " (" + units::describe_bytes(self_.memory_bytes()) + " usable, " +
+        units::describe_bytes(static_cast<uint64_t>(self_.weight_bytes_per_second())) + "/s of weights)" +
         (key_->enabled() ? "" : "; no --cluster-key: it forms a cluster only with nodes on this machine"));
     started_ = Clock::now();
     start_discovery();
@@ -424,7 +425,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
              {"node_address", info.node_address()},
              {"api_address", info.api_address()},
              {"memory_bytes", info.memory_bytes()},
-             {"memory", describe(info.memory_bytes())},
+             {"memory", units::describe_bytes(info.memory_bytes())},
              {"weight_bytes_per_second", info.weight_bytes_per_second()},
              {"state", info.state()},
              {"ready_epoch", info.ready_epoch()},
@@ -646,8 +647,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       wanted += file_->tensors()[t].size_bytes - had;
     }
     if (wanted == 0) return;
-    log("fetching " + describe(wanted) + " of weights for layers [" + std::to_string(range.first) + ", " +
-        std::to_string(range.last) + ") from peers (" + describe(held) + " of them held already)");
+    log("fetching " + units::describe_bytes(wanted) + " of weights for layers [" + std::to_string(range.first) + ", " +
+        std::to_string(range.last) + ") from peers (" + units::describe_bytes(held) + " of them held already)");
     transfer_.begin(wanted, held);
     std::jthread reporter;
     if (options_.on_transfer) {
@@ -687,8 +688,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
     if (!error.empty()) throw std::runtime_error(error);
     const TransferStats::Snapshot s = transfer_.snapshot();
-    log("fetched " + describe(s.fetch_received_bytes) + " of weights at " +
-        describe(static_cast<uint64_t>(s.bytes_per_second)) + "/s");
+    log("fetched " + units::describe_bytes(s.fetch_received_bytes) + " of weights at " +
+        units::describe_bytes(static_cast<uint64_t>(s.bytes_per_second)) + "/s");
   }
 
   void start_discovery() {

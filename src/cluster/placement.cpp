@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "model/config.h"
+#include "units/byte_size.h"
 
 namespace strata::cluster {
 namespace {
@@ -292,25 +293,25 @@ bool holds_a_layer(const NodeCapacity& node, const Layers& layers) {
 }
 
 std::string too_small(const NodeCapacity& node, const Layers& layers) {
-  return "too small for one layer and its KV (needs " + describe(layers.smallest_stage_bytes(node)) + ")";
+  return "too small for one layer and its KV (needs " + units::describe_bytes(layers.smallest_stage_bytes(node)) + ")";
 }
 
 [[noreturn]] void throw_does_not_fit(const std::vector<NodeCapacity>& nodes, const Layers& layers,
                                      uint64_t kv_tokens, uint64_t usable) {
   const uint64_t needed = layers.memory_bytes(NodeCapacity{}, 0, layers.count());
-  std::string message = "the model needs " + describe(needed) + " with a KV reserve of " +
-                        describe(layers.kv_reserve()) + " (" + std::to_string(kv_tokens) +
-                        " tokens per layer); the cluster has " + describe(usable) + " usable";
+  std::string message = "the model needs " + units::describe_bytes(needed) + " with a KV reserve of " +
+                        units::describe_bytes(layers.kv_reserve()) + " (" + std::to_string(kv_tokens) +
+                        " tokens per layer); the cluster has " + units::describe_bytes(usable) + " usable";
   uint64_t missing = 0;
   if (needed > usable) {
     missing = needed - usable;
-    message += ": " + describe(missing) + " missing";
+    message += ": " + units::describe_bytes(missing) + " missing";
   } else {
     message += ", but no split into whole layers fits its nodes";
   }
   for (const NodeCapacity& node : nodes) {
     if (!holds_a_layer(node, layers)) {
-      message += "; node '" + node.id + "' (" + describe(node.memory_bytes) + ") is " + too_small(node, layers);
+      message += "; node '" + node.id + "' (" + units::describe_bytes(node.memory_bytes) + ") is " + too_small(node, layers);
     }
   }
   throw DoesNotFit(message, missing);
@@ -330,15 +331,15 @@ std::string explain(const Split& split, const std::vector<NodeCapacity>& nodes, 
   for (const PlannedStage& s : split.stages) {
     used.insert(s.node);
     reason += "\n  " + nodes[s.node].id + ": layers " + std::to_string(s.first) + ".." + std::to_string(s.last - 1) +
-              ", " + describe(layers.memory_bytes(nodes[s.node], s.first, s.last)) + " of " + describe(nodes[s.node].memory_bytes) +
+              ", " + units::describe_bytes(layers.memory_bytes(nodes[s.node], s.first, s.last)) + " of " + units::describe_bytes(nodes[s.node].memory_bytes) +
               " usable, " + milliseconds(stage_seconds(nodes[s.node], layers, s.first, s.last)) + " per token";
     if (const uint64_t fetch = fetches.bytes(s.node, s.first, s.last); fetch > 0) {
-      reason += ", " + describe(fetch) + " to fetch from peers";
+      reason += ", " + units::describe_bytes(fetch) + " to fetch from peers";
     }
   }
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (used.contains(i)) continue;
-    reason += "\n  " + nodes[i].id + " (" + describe(nodes[i].memory_bytes) + "): left out, ";
+    reason += "\n  " + nodes[i].id + " (" + units::describe_bytes(nodes[i].memory_bytes) + "): left out, ";
     if (!holds_a_layer(nodes[i], layers)) {
       reason += too_small(nodes[i], layers);
     } else if (request.strategy == Strategy::Speed) {
@@ -457,8 +458,8 @@ Placement place_layers(std::span<const NodeCapacity> input_nodes, const ModelFoo
           keeping->score.then <= split->score.total * (1.0 + request.keep_tolerance)) {
         char text[160];
         std::snprintf(text, sizeof text, "; it keeps the weights nodes hold: %s to fetch instead of %s, %.1f%% slower",
-                      describe(static_cast<uint64_t>(keeping->score.total)).c_str(),
-                      describe(static_cast<uint64_t>(split->score.then)).c_str(),
+                      units::describe_bytes(static_cast<uint64_t>(keeping->score.total)).c_str(),
+                      units::describe_bytes(static_cast<uint64_t>(split->score.then)).c_str(),
                       100.0 * (keeping->score.then / split->score.total - 1.0));
         kept = text;
         split = std::move(keeping);
@@ -513,8 +514,8 @@ void check_placement(const Placement& placement, std::span<const NodeCapacity> n
     if (!seen.insert(stage.node_id).second) throw std::invalid_argument(name + ": the node already has a stage");
     const uint64_t need = layers.memory_bytes(*node, stage.first_layer, stage.last_layer);
     if (need > node->memory_bytes) {
-      throw std::invalid_argument(name + " needs " + describe(need) + " but the node has " +
-                                  describe(node->memory_bytes) + " usable");
+      throw std::invalid_argument(name + " needs " + units::describe_bytes(need) + " but the node has " +
+                                  units::describe_bytes(node->memory_bytes) + " usable");
     }
     expected_first = stage.last_layer;
   }
@@ -522,71 +523,6 @@ void check_placement(const Placement& placement, std::span<const NodeCapacity> n
     throw std::invalid_argument("the stages end at layer " + std::to_string(expected_first) + " of " +
                                 std::to_string(layers.count()) + ": layers are left out");
   }
-}
-
-std::string describe(uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double value = static_cast<double>(bytes) / 1024.0;
-  size_t unit = 0;
-  while (value >= 1024.0 && unit + 1 < std::size(kUnits)) {
-    value /= 1024.0;
-    ++unit;
-  }
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f %s", value, kUnits[unit]);
-  return text;
-}
-
-uint64_t parse_byte_size(const std::string& text) {
-  auto fail = [&](const std::string& why) -> uint64_t {
-    throw std::invalid_argument("invalid size '" + text + "': " + why +
-                                " (examples: 12GiB, 1.5GB, 800M, 4096)");
-  };
-  const size_t begin = text.find_first_not_of(' ');
-  if (begin == std::string::npos) return fail("it is empty");
-  size_t number_end = begin;
-  while (number_end < text.size() && (std::isdigit(static_cast<unsigned char>(text[number_end])) || text[number_end] == '.')) {
-    ++number_end;
-  }
-  // Digits with at most one point, read by hand: libc++ 14 has no std::from_chars for
-  // floating point, and strtod would take the decimal point of the C locale. Up to 15
-  // significant digits and 22 decimals both operands of the division are exact, so the
-  // result is correctly rounded, as from_chars's would be.
-  uint64_t mantissa = 0;
-  int fraction_digits = 0;
-  bool point = false, digits = false;
-  for (size_t i = begin; i < number_end; ++i) {
-    if (text[i] == '.') {
-      if (point) return fail("it does not start with a number");
-      point = true;
-      continue;
-    }
-    if (mantissa > (std::numeric_limits<uint64_t>::max() - 9) / 10) return fail("it has too many digits");
-    mantissa = mantissa * 10 + static_cast<uint64_t>(text[i] - '0');
-    fraction_digits += point ? 1 : 0;
-    digits = true;
-  }
-  if (!digits) return fail("it does not start with a number");
-  const double value = static_cast<double>(mantissa) / std::pow(10.0, fraction_digits);
-
-  std::string unit = text.substr(number_end);
-  unit.erase(0, unit.find_first_not_of(' '));
-  unit.erase(unit.find_last_not_of(' ') + 1);
-  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  double multiplier = 1.0;
-  if (!unit.empty() && unit != "b") {
-    static constexpr std::string_view kPrefixes = "kmgt";
-    const size_t power = kPrefixes.find(unit[0]);
-    const std::string suffix = unit.substr(1);
-    if (power == std::string_view::npos || !(suffix.empty() || suffix == "b" || suffix == "ib")) {
-      return fail("unknown unit '" + unit + "'; use B, K, KB, KiB, M, MB, MiB, G, GB, GiB, T, TB or TiB");
-    }
-    multiplier = std::pow(suffix == "b" ? 1000.0 : 1024.0, static_cast<double>(power + 1));
-  }
-  const double bytes = std::round(value * multiplier);
-  if (bytes >= 18446744073709551616.0) return fail("it is too large");
-  return static_cast<uint64_t>(bytes);
 }
 
 }  // namespace strata::cluster

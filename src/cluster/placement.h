@@ -125,12 +125,4 @@ Placement place_layers(std::span<const NodeCapacity> nodes, const ModelFootprint
 void check_placement(const Placement& placement, std::span<const NodeCapacity> nodes,
                      const ModelFootprint& model, uint64_t kv_tokens);
 
-// "512 B", "1.5 KiB", "41.2 GiB".
-std::string describe(uint64_t bytes);
-
-// "12GiB", "1.5 GB", "800M", "4096": B, K/KiB (1024), KB (1000), and so on up to T/TiB/TB;
-// K, M, G and T alone are binary. Units are case-insensitive. Throws std::invalid_argument
-// quoting the input.
-uint64_t parse_byte_size(const std::string& text);
-
 }  // namespace strata::cluster

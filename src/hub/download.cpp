@@ -18,6 +18,7 @@
 
 #include "hub/hub.h"
 #include "hub/progress.h"
+#include "units/byte_size.h"
 
 namespace strata::hub {
 
@@ -445,16 +446,16 @@ fs::path pull(const ModelRef& given, const PullOptions& options) {
     file.restart();
   }
   Progress progress(options.progress, ref.file, facts.size);
-  const std::string total = human_bytes(static_cast<double>(facts.size));
+  const std::string total = units::describe_bytes(facts.size);
   if (file.size() == 0) {
     say(options, "downloading " + ref.name() + " (" + total + ") into " + final_path.string());
   } else if (file.size() < facts.size) {
-    say(options, "resuming " + ref.name() + " at " + human_bytes(static_cast<double>(file.size())) + " of " + total);
+    say(options, "resuming " + ref.name() + " at " + units::describe_bytes(file.size()) + " of " + total);
   }
   for (int attempt = 1; file.size() < facts.size; ++attempt) {
     const std::string broke = fetch_rest(url, options, file, progress, facts.size, ref.name());
     if (broke.empty()) break;
-    const std::string where = human_bytes(static_cast<double>(file.size())) + " of " + total + " (" + broke + ")";
+    const std::string where = units::describe_bytes(file.size()) + " of " + total + " (" + broke + ")";
     if (attempt >= options.attempts) {
       throw std::runtime_error("downloading " + ref.name() + " stopped at " + where + kept_note(partial_path));
     }

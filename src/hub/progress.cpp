@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "units/byte_size.h"
+
 namespace strata::hub {
 
 namespace {
@@ -25,16 +27,6 @@ std::string duration(double seconds) {
 
 }  // namespace
 
-std::string human_bytes(double bytes) {
-  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int unit = 0;
-  while (bytes >= 1024 && unit < 4) {
-    bytes /= 1024;
-    ++unit;
-  }
-  return unit == 0 ? format("%.0f B", bytes) : format("%.1f %s", bytes, units[unit]);
-}
-
 Progress::Progress(std::FILE* out, std::string name, uint64_t total)
     : out_(out), name_(std::move(name)), total_(total), terminal_(out != nullptr && ::isatty(::fileno(out)) != 0) {}
 
@@ -51,18 +43,18 @@ std::string Progress::line(uint64_t have, bool for_terminal) const {
   const double rate = seconds > 0 ? moved / seconds : 0;
   const double fraction = total_ == 0 ? 1.0 : std::min(1.0, static_cast<double>(have) / static_cast<double>(total_));
   const std::string eta = rate > 0 ? duration(static_cast<double>(total_ - std::min(have, total_)) / rate) : "?";
-  const std::string sizes = human_bytes(static_cast<double>(have)) + (for_terminal ? " / " : " of ") +
-                            human_bytes(static_cast<double>(total_));
+  const std::string sizes = units::describe_bytes(have) + (for_terminal ? " / " : " of ") +
+                            units::describe_bytes(total_);
   if (!for_terminal) {
     return format("strata: %s: %s (%.0f%%), %s/s, ETA %s", name_.c_str(), sizes.c_str(), fraction * 100,
-                  human_bytes(rate).c_str(), eta.c_str());
+                  units::describe_bytes(static_cast<uint64_t>(rate)).c_str(), eta.c_str());
   }
   constexpr int kWidth = 24;
   const int filled = static_cast<int>(fraction * kWidth);
   const std::string bar = std::string(static_cast<size_t>(filled), '#') + std::string(static_cast<size_t>(kWidth - filled), '-');
   // Trailing spaces wipe what a longer previous line left behind.
   return format("\r%s [%s] %3.0f%%  %s  %s/s  ETA %s    ", name_.c_str(), bar.c_str(), fraction * 100, sizes.c_str(),
-                human_bytes(rate).c_str(), eta.c_str());
+                units::describe_bytes(static_cast<uint64_t>(rate)).c_str(), eta.c_str());
 }
 
 void Progress::update(uint64_t have) {

@@ -37,7 +37,4 @@ class Progress {
   bool bar_drawn_ = false;
 };
 
-// 1536 -> "1.5 KiB".
-std::string human_bytes(double bytes);
-
 }  // namespace strata::hub

@@ -15,6 +15,7 @@
 #include <random>
 
 #include "model/model.h"
+#include "units/byte_size.h"
 
 namespace strata::cluster {
 namespace {
@@ -236,8 +237,8 @@ TEST(Placement, ModelThatDoesNotFitReportsTheMissingBytes) {
       FAIL() << "a 43 GB model does not fit in 32 GB";
     } catch (const DoesNotFit& e) {
       EXPECT_EQ(e.missing_bytes(), missing);
-      EXPECT_NE(std::string(e.what()).find(describe(missing) + " missing"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find(describe(needed)), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(units::describe_bytes(missing) + " missing"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(units::describe_bytes(needed)), std::string::npos) << e.what();
     }
   }
 }
@@ -462,44 +463,6 @@ TEST(CheckPlacement, AcceptsValidAndRejectsEachKindOfInvalid) {
   expect_rejected(placement({{"a", 0, 2}, {"zz", 2, 4}}), "no such node");
   expect_rejected(placement({{"a", 0, 2}, {"a", 2, 4}}), "already has a stage");
   expect_rejected(placement({{"a", 0, 3}, {"b", 3, 4}}), "needs 325 B");  // 3 × 105 + 10 > 300
-}
-
-TEST(ByteSizes, ParseAcceptsUnitsAndDecimals) {
-  EXPECT_EQ(parse_byte_size("4096"), 4096u);
-  EXPECT_EQ(parse_byte_size("10B"), 10u);
-  EXPECT_EQ(parse_byte_size("2K"), 2048u);
-  EXPECT_EQ(parse_byte_size("2KB"), 2000u);
-  EXPECT_EQ(parse_byte_size("2KiB"), 2048u);
-  EXPECT_EQ(parse_byte_size("800M"), 800 * kMiB);
-  EXPECT_EQ(parse_byte_size("800MB"), 800'000'000u);
-  EXPECT_EQ(parse_byte_size("12GiB"), 12 * kGiB);
-  EXPECT_EQ(parse_byte_size("12gib"), 12 * kGiB);
-  EXPECT_EQ(parse_byte_size("1.5GiB"), 3 * kGiB / 2);
-  EXPECT_EQ(parse_byte_size(" 1.5 GB "), 1'500'000'000u);
-  EXPECT_EQ(parse_byte_size("1T"), uint64_t{1} << 40);
-  EXPECT_EQ(parse_byte_size("2TB"), 2'000'000'000'000u);
-  EXPECT_EQ(parse_byte_size("0.25KiB"), 256u);
-  EXPECT_EQ(parse_byte_size("3.KB"), 3000u);
-}
-
-TEST(ByteSizes, ParseRejectsBadInputQuotingIt) {
-  for (const char* bad : {"", "  ", "GiB", "12XB", "12 GiBs", "-1G", "1.2.3G", "1e3", ".", "99999999999T",
-                          "123456789012345678901"}) {
-    try {
-      parse_byte_size(bad);
-      ADD_FAILURE() << "accepted '" << bad << "'";
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("'" + std::string(bad) + "'"), std::string::npos) << e.what();
-    }
-  }
-}
-
-TEST(ByteSizes, DescribeUsesBinaryUnits) {
-  EXPECT_EQ(describe(0), "0 B");
-  EXPECT_EQ(describe(1023), "1023 B");
-  EXPECT_EQ(describe(1536), "1.5 KiB");
-  EXPECT_EQ(describe(512 * kMiB), "512.0 MiB");
-  EXPECT_EQ(describe(41 * kGiB + kGiB / 5), "41.2 GiB");
 }
 
 TEST(TensorRole, EachNameHasOneRole) {

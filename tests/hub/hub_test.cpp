@@ -125,12 +125,6 @@ TEST(FindCached, NamedFileOrTheRepoOnlyGguf) {
   fs::remove_all(cache);
 }
 
-TEST(Progress, HumanBytes) {
-  EXPECT_EQ(strata::hub::human_bytes(512), "512 B");
-  EXPECT_EQ(strata::hub::human_bytes(1536), "1.5 KiB");
-  EXPECT_EQ(strata::hub::human_bytes(3.0 * (1 << 30)), "3.0 GiB");
-}
-
 TEST(Progress, PlainLinesEveryTenth) {
   char* text = nullptr;
   size_t size = 0;
