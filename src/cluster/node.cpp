@@ -181,6 +181,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
     if (scheduler) scheduler->shutdown();
     for (std::thread& t : retiring_) t.join();
+    rpc::RemoteStage::wait_for_releases(std::chrono::seconds(6));  // each has a 5 s deadline
     remote_.shutdown();
     server_->stop();
     if (loader_.joinable()) loader_.join();
@@ -1294,8 +1295,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   // The previous stage is dropped once the leader serves a newer placement and it holds no
-  // sequence (they moved, or ended), or a while after: sequences a leader computes again
-  // after a loss are never released there.
+  // sequence (they moved, ended, or were released as the leader's old pipeline ended), or a
+  // while after, should a release have been lost on the way.
   void drop_previous_stage() {
     if (!previous_stage_) return;
     const bool leader_serves = scheduling() || serving_leader() != nullptr;

@@ -1,7 +1,6 @@
 #include "cluster/placement.h"
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -37,7 +36,6 @@ class Layers {
   }
 
   int count() const { return model_.layer_count; }
-  uint64_t kv_per_layer() const { return kv_per_layer_; }
   uint64_t kv_reserve() const { return saturating_mul(kv_per_layer_, static_cast<uint64_t>(count())); }
 
   // Weights a stage reads for every token: its layers, and the head on the last stage. The
@@ -46,6 +44,9 @@ class Layers {
     const uint64_t layers = prefix_[static_cast<size_t>(last)] - prefix_[static_cast<size_t>(first)];
     return last == count() ? saturating_add(layers, model_.head_bytes) : layers;
   }
+
+  // Every weight the model's stages hold together.
+  uint64_t weight_bytes() const { return saturating_add(streamed_bytes(0, count()), model_.embedding_bytes); }
 
   // The KV a stage of `layer_count` layers on `node` keeps.
   uint64_t kv_bytes(const NodeCapacity& node, int layer_count) const {
@@ -297,11 +298,27 @@ std::string too_small(const NodeCapacity& node, const Layers& layers) {
 }
 
 [[noreturn]] void throw_does_not_fit(const std::vector<NodeCapacity>& nodes, const Layers& layers,
-                                     uint64_t kv_tokens, uint64_t usable) {
-  const uint64_t needed = layers.memory_bytes(NodeCapacity{}, 0, layers.count());
-  std::string message = "the model needs " + units::describe_bytes(needed) + " with a KV reserve of " +
-                        units::describe_bytes(layers.kv_reserve()) + " (" + std::to_string(kv_tokens) +
-                        " tokens per layer); the cluster has " + units::describe_bytes(usable) + " usable";
+                                     uint64_t kv_tokens) {
+  // Nodes with a KV pool of their own (--kv-memory) keep it whatever their layers: it leaves
+  // their memory, and the per-layer reserve counts only while some node has none.
+  uint64_t usable = 0, pools = 0;
+  bool reserve = false, any = false;
+  for (const NodeCapacity& node : nodes) {
+    if (!holds_a_layer(node, layers)) continue;
+    any = true;
+    usable = saturating_add(usable, node.memory_bytes - std::min(node.memory_bytes, node.kv_pool_bytes));
+    pools = saturating_add(pools, node.kv_pool_bytes);
+    reserve = reserve || node.kv_pool_bytes == 0;
+  }
+  if (!any) reserve = true;  // no node holds a layer: what the model needs on plain nodes
+  const uint64_t needed =
+      reserve ? layers.memory_bytes(NodeCapacity{}, 0, layers.count()) : layers.weight_bytes();
+  std::string message = "the model needs " + units::describe_bytes(needed) +
+                        (reserve ? " with a KV reserve of " + units::describe_bytes(layers.kv_reserve()) + " (" +
+                                       std::to_string(kv_tokens) + " tokens per layer)"
+                                 : " of weights") +
+                        "; the cluster has " + units::describe_bytes(usable) + " usable" +
+                        (pools > 0 ? " besides its nodes' own KV pools of " + units::describe_bytes(pools) : "");
   uint64_t missing = 0;
   if (needed > usable) {
     missing = needed - usable;
@@ -418,12 +435,8 @@ Placement place_layers(std::span<const NodeCapacity> input_nodes, const ModelFoo
   const int layer_count = layers.count();
 
   std::vector<size_t> candidates;  // nodes that can hold at least one layer, in id order
-  uint64_t usable = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
-    if (holds_a_layer(nodes[i], layers)) {
-      candidates.push_back(i);
-      usable = saturating_add(usable, nodes[i].memory_bytes);
-    }
+    if (holds_a_layer(nodes[i], layers)) candidates.push_back(i);
   }
 
   const Fetches fetches(nodes, model);
@@ -480,7 +493,7 @@ Placement place_layers(std::span<const NodeCapacity> input_nodes, const ModelFoo
         [&](size_t) { return Score{leave_out_penalty, 0.0, 0.0}; });
   }
 
-  if (!split) throw_does_not_fit(nodes, layers, request.kv_tokens, usable);
+  if (!split) throw_does_not_fit(nodes, layers, request.kv_tokens);
 
   Placement placement;
   placement.predicted_seconds_per_token = predicted_seconds(split->stages, nodes, layers, request.hop_seconds);

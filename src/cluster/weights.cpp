@@ -453,11 +453,8 @@ void fetch_tensors(PartialModel& model, std::span<const size_t> tensors, const S
       // left them.
       PartialModel::Writer writer = model.writer(tensor);
       bool done = false;
-      for (size_t attempt = 0; !done && attempt < from.size() * static_cast<size_t>(options.rounds); ++attempt) {
-        if (stopped()) {
-          writer.checkpoint();
-          return fail("the fetch was stopped");
-        }
+      for (size_t attempt = 0; !done && !stopped() && attempt < from.size() * static_cast<size_t>(options.rounds);
+           ++attempt) {
         TensorSource& source = *from[(k + attempt) % from.size()];
         std::string why;
         const auto chunk = [&](uint64_t offset, std::span<const uint8_t> bytes) {
@@ -485,6 +482,14 @@ void fetch_tensors(PartialModel& model, std::span<const size_t> tensors, const S
           options.log("tensor " + name + " from " + source.name() + " failed (" + why +
                       "); fetching it again from byte " + std::to_string(writer.written()));
         }
+      }
+      if (!done && stopped()) {
+        try {
+          writer.checkpoint();
+        } catch (const std::exception& e) {
+          return fail("the fetch was stopped, and where tensor " + name + " got to could not be recorded: " + e.what());
+        }
+        return fail("the fetch was stopped");
       }
       if (!done) return fail("tensor " + name + " could not be fetched from any of " + std::to_string(from.size()) +
                              " peer(s)");

@@ -222,7 +222,7 @@ void Engine::switch_pipeline(std::vector<std::unique_ptr<Sequence>>& active, Nex
   // Moved or to be computed again, the old stages' copies are of no more use. The old pipeline
   // releases them as it ends, after the batches it is computing, which it waits for; their
   // results are dropped below.
-  pipeline_->release(std::move(held_there));
+  pipeline_->end(std::move(held_there));
   pipeline_.reset();
   in_flight_.clear();
   {
@@ -365,7 +365,8 @@ void Engine::finish(Sequence& seq, FinishReason reason, const std::string& error
 void Engine::run_loop() {
   std::vector<std::unique_ptr<Sequence>> active;
   while (true) {
-    if (!pool_blocks_ && std::chrono::steady_clock::now() >= next_pool_probe_) probe_pool_blocks();
+    // Not while a stage is lost: a probe of a silent node would hold the loop for its deadline.
+    if (!pool_blocks_ && !broken_ && std::chrono::steady_clock::now() >= next_pool_probe_) probe_pool_blocks();
     // The queue's head fits in the pools beside the admitted sequences (or never will:
     // then it is admitted to fail).
     const auto head_fits = [&] {

@@ -75,7 +75,8 @@ class Engine final : public Generator {
   // has generated. With it (the old stages all still run: a node leaves or joins), the batches
   // in flight finish first, then each running sequence's keys and values move from the old
   // stages to the new ones, so nothing is computed again; a sequence whose state cannot move
-  // is computed again.
+  // is computed again. The old pipeline releases every sequence it ran, without waiting for
+  // stages that are gone, so `stages` must be other objects than the old pipeline's.
   void replace_pipeline(std::vector<std::shared_ptr<Stage>> stages, tensor::ThreadPool* sampling_pool,
                         bool hand_over = false);
   // Sequences that a pipeline switch moved with their state, and that it computed again; a

@@ -1,11 +1,13 @@
 #include "engine/pipeline.h"
 
 #include <exception>
+#include <stdexcept>
 
 namespace strata::engine {
 
 Pipeline::Pipeline(std::vector<std::shared_ptr<Stage>> stages, OnResult on_result)
     : stages_(std::move(stages)), on_result_(std::move(on_result)) {
+  if (stages_.empty()) throw std::invalid_argument("a pipeline needs at least one stage");
   for (size_t i = 0; i < stages_.size(); ++i) workers_.push_back(std::make_unique<Worker>());
   workers_.front()->previous_done = true;
   for (size_t i = 0; i < stages_.size(); ++i) {
@@ -13,18 +15,32 @@ Pipeline::Pipeline(std::vector<std::shared_ptr<Stage>> stages, OnResult on_resul
   }
 }
 
-Pipeline::~Pipeline() {
-  // Every stage is told first: a batch waiting on a node that is gone ends now, not at its
-  // deadline. A worker ends once the one before it has, so that the releases a stage still
-  // passes on find the next one running.
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    {
-      std::lock_guard lock(workers_[i]->mutex);
-      workers_[i]->stopping = true;
-    }
-    workers_[i]->wake.notify_all();
-    stages_[i]->cancel();
+Pipeline::~Pipeline() { end({}); }
+
+void Pipeline::end(std::vector<SequenceId> releasing) {
+  if (ended_) return;
+  ended_ = true;
+  for (size_t i = 1; i < workers_.size(); ++i) {
+    std::lock_guard lock(workers_[i]->mutex);
+    workers_[i]->stopping = true;
   }
+  {
+    // The first worker is told last, with the release: until then no worker can end (each
+    // waits for the one before it), and it cannot begin the release before every stage is
+    // cancelled, so that no release waits for a node that is gone.
+    Worker& first = *workers_.front();
+    std::lock_guard lock(first.mutex);
+    // A batch waiting on a node that is gone ends now, not at its deadline.
+    for (const auto& stage : stages_) stage->cancel();
+    if (!releasing.empty()) {
+      Item item;
+      item.release = true;
+      item.ids = std::move(releasing);
+      first.queue.push_back(std::move(item));
+    }
+    first.stopping = true;
+  }
+  for (auto& w : workers_) w->wake.notify_all();
   for (auto& w : workers_) w->thread.join();
 }
 

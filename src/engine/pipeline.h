@@ -29,7 +29,7 @@ class Pipeline {
   using OnResult = std::function<void(Result)>;
 
   Pipeline(std::vector<std::shared_ptr<Stage>> stages, OnResult on_result);
-  ~Pipeline();  // waits for the batches being computed, drops queued ones, completes releases
+  ~Pipeline();  // end({})
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
 
@@ -38,6 +38,9 @@ class Pipeline {
   void submit(uint64_t ticket, StageBatch batch);
   // Releases the sequences on every stage, after the work already queued there.
   void release(std::vector<SequenceId> ids);
+  // Cancels every stage (Stage::cancel), waits for the batches being computed, drops queued
+  // ones, and completes the releases queued and then `releasing`. Nothing more runs after.
+  void end(std::vector<SequenceId> releasing);
 
  private:
   struct Item {
@@ -62,6 +65,7 @@ class Pipeline {
 
   std::vector<std::shared_ptr<Stage>> stages_;
   OnResult on_result_;
+  bool ended_ = false;
   std::vector<std::unique_ptr<Worker>> workers_;
 };
 

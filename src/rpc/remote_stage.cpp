@@ -7,6 +7,20 @@
 #include "rpc/messages.h"
 
 namespace strata::rpc {
+namespace {
+
+// Releases sent without waiting, by every remote stage, not yet answered.
+struct PendingReleases {
+  std::mutex mutex;
+  std::condition_variable done;
+  int count = 0;
+};
+PendingReleases& pending_releases() {
+  static PendingReleases pending;
+  return pending;
+}
+
+}  // namespace
 
 RemoteStage::RemoteStage(std::string peer_id, std::shared_ptr<grpc::Channel> channel, Caller caller,
                          engine::StageLayers layers, std::chrono::milliseconds base_deadline,
@@ -155,32 +169,46 @@ int RemoteStage::kv_blocks() { return hold(0, 0, {}).pool_blocks(); }
 
 void RemoteStage::release(std::span<const engine::SequenceId> ids) {
   if (ids.empty()) return;  // no call, which a silent node would hold until its deadline
-  // The call's state lives until its reply (or deadline) comes, with the channel it goes on.
-  struct Call {
-    std::shared_ptr<grpc::Channel> channel;
-    grpc::ClientContext context;
-    ReleaseRequest request;
-    ReleaseReply reply;
-  };
-  auto call = std::make_shared<Call>();
-  call->request.set_sender_id(caller_.node_id);
-  call->request.set_epoch(caller_.epoch);
-  call->request.mutable_sequence_ids()->Add(ids.begin(), ids.end());
-  prepare_unary(call->context, "Release");
+  ReleaseRequest request;
+  request.set_sender_id(caller_.node_id);
+  request.set_epoch(caller_.epoch);
+  request.mutable_sequence_ids()->Add(ids.begin(), ids.end());
   bool cancelled = false;
   {
     std::lock_guard lock(watch_mutex_);
     cancelled = cancelled_;
   }
-  if (cancelled) {
-    // A replaced pipeline's stage: its state is of no more use, and a node that is gone must
-    // not hold the pipeline's end for a deadline.
-    call->channel = channel_;
-    stub_->async()->Release(&call->context, &call->request, &call->reply, [call](const grpc::Status&) {});
+  if (!cancelled) {
+    grpc::ClientContext context;
+    prepare_unary(context, "Release");
+    ReleaseReply reply;
+    const grpc::Status status = stub_->Release(&context, request, &reply);
+    if (!status.ok()) throw std::runtime_error("node " + peer_id_ + " did not release: " + status.error_message());
     return;
   }
-  const grpc::Status status = stub_->Release(&call->context, call->request, &call->reply);
-  if (!status.ok()) throw std::runtime_error("node " + peer_id_ + " did not release: " + status.error_message());
+  // A replaced pipeline's stage: its state is of no more use, and a node that is gone must not
+  // hold the pipeline's end for a deadline. The call goes on a thread of its own (gRPC's
+  // callback API crashed at exit in Debian's 1.51), with its own stub on the same channel.
+  auto context = std::make_unique<grpc::ClientContext>();
+  prepare_unary(*context, "Release");
+  PendingReleases& pending = pending_releases();
+  {
+    std::lock_guard lock(pending.mutex);
+    ++pending.count;
+  }
+  std::thread([channel = channel_, context = std::move(context), request = std::move(request), &pending] {
+    ReleaseReply reply;
+    Node::NewStub(channel)->Release(context.get(), request, &reply);
+    std::lock_guard lock(pending.mutex);
+    --pending.count;
+    pending.done.notify_all();
+  }).detach();
+}
+
+void RemoteStage::wait_for_releases(std::chrono::milliseconds limit) {
+  PendingReleases& pending = pending_releases();
+  std::unique_lock lock(pending.mutex);
+  pending.done.wait_for(lock, limit, [&] { return pending.count == 0; });
 }
 
 void RemoteStage::prepare_unary(grpc::ClientContext& context, const char* method) const {

@@ -45,6 +45,9 @@ class RemoteStage final : public engine::Stage {
   // Cancels the open stream; later calls throw StageLost. Releases still go out, without
   // waiting for a reply: the node may be gone, and whoever released no longer needs it.
   void cancel() override;
+  // Waits up to `limit` for the replies (or deadlines) of releases sent without waiting, by
+  // every remote stage: a process that exits waits here, so that none is cut off mid-way.
+  static void wait_for_releases(std::chrono::milliseconds limit);
   engine::StageLayers layers() const override { return layers_; }
   engine::LayerKv read_kv(engine::SequenceId id, int layer) override;
   void write_kv(const engine::LayerKv& kv) override;

@@ -200,6 +200,16 @@ TEST(Placement, ANodesFixedKvPoolReplacesThePerLayerReserve) {
   const Placement with_a = place_layers(small_pool, m, {kv_tokens, Strategy::Memory});
   expect_valid(with_a, small_pool, m, kv_tokens);
   EXPECT_EQ(layers_per_node(with_a).count("a"), 1u) << with_a.reason;
+  // Where every node keeps a pool of its own, the model needs its weights (8 200 B) in what the
+  // pools leave: 2 × (5 000 − 1 000) = 8 000 B, 200 B missing.
+  const std::vector<NodeCapacity> pooled = {{"a", 5'000, 40e9, {}, 1'000}, {"b", 5'000, 10e9, {}, 1'000}};
+  try {
+    place_layers(pooled, m, {kv_tokens, Strategy::Memory});
+    ADD_FAILURE() << "placed";
+  } catch (const DoesNotFit& e) {
+    EXPECT_EQ(e.missing_bytes(), 200u) << e.what();
+    EXPECT_NE(std::string(e.what()).find("KV pools of 2.0 KiB"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Placement, SlowNodeStaysOutWhenTheFastOneHoldsEverything) {

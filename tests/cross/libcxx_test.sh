@@ -19,7 +19,7 @@ for t in "${tests[@]}"; do
   binary=$(find "$build_dir/tests" -name "$t" -type f -perm -u+x | head -n 1)
   # Each must really be libc++'s, with no libstdc++ beside it. ldd's output is read whole first:
   # `ldd | grep -q` under pipefail fails at random when grep exits before ldd has written all.
-  libraries=$(ldd "$binary")
+  libraries=$(ldd "$binary") || { echo "ldd cannot read $binary"; exit 1; }
   if ! grep -q 'libc++\.' <<<"$libraries" || grep -q 'libstdc++' <<<"$libraries"; then
     echo "$t is not linked against libc++ alone:"
     echo "$libraries"

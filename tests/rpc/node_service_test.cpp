@@ -332,6 +332,7 @@ TEST_F(NodeServiceTest, AStageStillReleasesAfterItsPipelineWasReplaced) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EXPECT_EQ(node_.held(), 0u);
+  RemoteStage::wait_for_releases(std::chrono::seconds(5));  // the reply, before the server goes
 }
 
 TEST_F(NodeServiceTest, RefusesAnOversizedMessage) {
