@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "model/kv_pool.h"
+
 namespace strata::engine {
 
 using Token = int32_t;
@@ -41,15 +43,16 @@ struct StageLayers {
 };
 
 // One sequence's keys and values for one global layer, positions [0, positions) as rows of the
-// model's kv_dim floats: the form in which its state moves from a stage of one placement to a
-// stage of the next, so that it goes on there without being computed again.
+// model's kv_dim elements, as the stage's pool stores them: the form in which its state moves
+// from a stage of one placement to a stage of the next, so that it goes on there without being
+// computed again.
 struct LayerKv {
   SequenceId id = 0;
   int layer = 0;
   int positions = 0;
   int capacity = 0;
-  std::vector<float> keys;
-  std::vector<float> values;
+  model::KvRows keys;
+  model::KvRows values;
   // The inputs' token ids at those positions, when the stage knows them (else empty): the
   // stage that takes the state over enters its full blocks in its prefix index.
   std::vector<Token> tokens;

@@ -19,7 +19,7 @@ KvLayout::KvLayout(const Config& config, int layer_count, KvType type)
       kv_heads(config.kv_head_count),
       head_dim(config.head_dim),
       type(type),
-      element_bytes(type == KvType::F16 ? 2 : 4),
+      element_bytes(kv_element_bytes(type)),
       head_elements(static_cast<size_t>(config.head_dim) * kKvBlock),
       block_bytes(static_cast<size_t>(layer_count) * 2 * kv_heads * head_elements * element_bytes) {}
 

@@ -32,6 +32,15 @@ inline constexpr int kKvBlock = tensor::kKeyBlock;
 enum class KvType { F32, F16 };
 std::optional<KvType> parse_kv_type(std::string_view name);  // "f32", "f16"
 const char* kv_type_name(KvType type);
+inline size_t kv_element_bytes(KvType type) { return type == KvType::F16 ? 2 : 4; }
+
+// Rows of kv_dim elements, one per position, each as a pool of `type` stores it: the form in
+// which a sequence's state moves between stages, bit for bit.
+struct KvRows {
+  KvType type = KvType::F32;
+  std::vector<uint8_t> bytes;
+  size_t elements() const { return bytes.size() / kv_element_bytes(type); }
+};
 
 // Where keys and values lie in a block: per layer, per KV head, its keys dimension-major (the
 // layout tensor::key_scores reads), then per KV head its values position-major.

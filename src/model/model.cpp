@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -152,45 +153,99 @@ void KvState::publish_full_blocks() {
   }
 }
 
-void KvState::read(int layer, std::vector<float>& keys, std::vector<float>& values) const {
+namespace {
+
+// One element of `type` at `at`, as a float (exactly: f16 widens without rounding).
+float element_as_float(KvType type, const uint8_t* at) {
+  if (type == KvType::F16) {
+    uint16_t half;
+    std::memcpy(&half, at, sizeof half);
+    return tensor::fp16_to_fp32(half);
+  }
+  float value;
+  std::memcpy(&value, at, sizeof value);
+  return value;
+}
+
+// Copies `count` elements of T from `from` to `to`, `from_stride` and `to_stride` elements
+// apart: a head's keys between a block (dimension-major) and a row.
+template <typename T>
+void copy_strided(const void* from, size_t from_stride, void* to, size_t to_stride, int count) {
+  const auto* in = static_cast<const unsigned char*>(from);
+  auto* out = static_cast<unsigned char*>(to);
+  for (int i = 0; i < count; ++i) {
+    std::memcpy(out + static_cast<size_t>(i) * to_stride * sizeof(T), in + static_cast<size_t>(i) * from_stride * sizeof(T),
+                sizeof(T));
+  }
+}
+
+void copy_strided(KvType type, const void* from, size_t from_stride, void* to, size_t to_stride, int count) {
+  if (type == KvType::F16) {
+    copy_strided<uint16_t>(from, from_stride, to, to_stride, count);
+  } else {
+    copy_strided<float>(from, from_stride, to, to_stride, count);
+  }
+}
+
+}  // namespace
+
+void KvState::read(int layer, KvRows& keys, KvRows& values) const {
   const KvLayout& layout = pool_->layout();
   if (layer < 0 || layer >= layout.layer_count) throw std::invalid_argument("layer " + std::to_string(layer) + " is not held here");
-  const int head_dim = layout.head_dim;
-  const size_t kv_dim = static_cast<size_t>(layout.kv_heads) * head_dim;
-  keys.resize(static_cast<size_t>(size_) * kv_dim);
-  values.resize(keys.size());
-  const auto element = [&](const std::byte* at, size_t index) {
-    return layout.type == KvType::F16 ? tensor::fp16_to_fp32(reinterpret_cast<const uint16_t*>(at)[index])
-                                      : reinterpret_cast<const float*>(at)[index];
-  };
+  const size_t element = layout.element_bytes;
+  const size_t head_bytes = static_cast<size_t>(layout.head_dim) * element;
+  const size_t row_bytes = static_cast<size_t>(layout.kv_heads) * head_bytes;
+  keys.type = values.type = layout.type;
+  keys.bytes.resize(static_cast<size_t>(size_) * row_bytes);
+  values.bytes.resize(keys.bytes.size());
   for (int position = 0; position < size_; ++position) {
     const std::byte* block = block_data(position / kKvBlock);
-    const int lane = position % kKvBlock;
+    const size_t lane = static_cast<size_t>(position % kKvBlock);
     for (int h = 0; h < layout.kv_heads; ++h) {
-      float* k_out = keys.data() + static_cast<size_t>(position) * kv_dim + static_cast<size_t>(h) * head_dim;
-      float* v_out = values.data() + static_cast<size_t>(position) * kv_dim + static_cast<size_t>(h) * head_dim;
-      for (int d = 0; d < head_dim; ++d) {
-        k_out[d] = element(block + layout.key_offset(layer, h), static_cast<size_t>(d) * kKvBlock + lane);
-        v_out[d] = element(block + layout.value_offset(layer, h), static_cast<size_t>(lane) * head_dim + d);
-      }
+      const size_t out = static_cast<size_t>(position) * row_bytes + static_cast<size_t>(h) * head_bytes;
+      // Keys lie dimension-major in the block, values position-major.
+      copy_strided(layout.type, block + layout.key_offset(layer, h) + lane * element, kKvBlock,
+                   keys.bytes.data() + out, 1, layout.head_dim);
+      std::memcpy(values.bytes.data() + out, block + layout.value_offset(layer, h) + lane * head_bytes, head_bytes);
     }
   }
 }
 
-void KvState::write(int layer, int positions, std::span<const float> keys, std::span<const float> values,
-                    std::span<const Token> ids) {
+void KvState::write(int layer, int positions, const KvRows& keys, const KvRows& values, std::span<const Token> ids) {
   const KvLayout& layout = pool_->layout();
   if (layer < 0 || layer >= layout.layer_count) throw std::invalid_argument("layer " + std::to_string(layer) + " is not held here");
   const size_t kv_dim = static_cast<size_t>(layout.kv_heads) * layout.head_dim;
-  if (positions < 0 || positions > capacity_ || (size_ != 0 && size_ != positions) ||
-      keys.size() != static_cast<size_t>(positions) * kv_dim || values.size() != keys.size()) {
+  if (positions < 0 || positions > capacity_ || (size_ != 0 && size_ != positions) || keys.type != values.type ||
+      keys.bytes.size() != static_cast<size_t>(positions) * kv_dim * kv_element_bytes(keys.type) ||
+      values.bytes.size() != keys.bytes.size()) {
     throw std::invalid_argument("the keys and values of " + std::to_string(positions) +
                                 " positions do not match this sequence's shape, capacity or positions");
   }
   if (!reserve(positions)) throw KvPoolFull("the KV pool has no room for a sequence handed over");
-  for (int position = 0; position < positions; ++position) {
-    const size_t row = static_cast<size_t>(position) * kv_dim;
-    store(layer, position, keys.data() + row, values.data() + row);
+  if (keys.type == layout.type) {
+    const size_t element = layout.element_bytes;
+    const size_t head_bytes = static_cast<size_t>(layout.head_dim) * element;
+    for (int position = 0; position < positions; ++position) {
+      std::byte* block = pool_->data(blocks_[static_cast<size_t>(position / kKvBlock)]);
+      const size_t lane = static_cast<size_t>(position % kKvBlock);
+      for (int h = 0; h < layout.kv_heads; ++h) {
+        const size_t in = (static_cast<size_t>(position) * kv_dim + static_cast<size_t>(h) * layout.head_dim) * element;
+        copy_strided(layout.type, keys.bytes.data() + in, 1, block + layout.key_offset(layer, h) + lane * element,
+                     kKvBlock, layout.head_dim);
+        std::memcpy(block + layout.value_offset(layer, h) + lane * head_bytes, values.bytes.data() + in, head_bytes);
+      }
+    }
+  } else {
+    const size_t element = kv_element_bytes(keys.type);
+    std::vector<float> k(kv_dim), v(kv_dim);
+    for (int position = 0; position < positions; ++position) {
+      const size_t row = static_cast<size_t>(position) * kv_dim;
+      for (size_t i = 0; i < kv_dim; ++i) {
+        k[i] = element_as_float(keys.type, keys.bytes.data() + (row + i) * element);
+        v[i] = element_as_float(values.type, values.bytes.data() + (row + i) * element);
+      }
+      store(layer, position, k.data(), v.data());
+    }
   }
   // Nothing enters the index before every layer holds its data: a sequence that took a block
   // over from there would read layers not yet written.

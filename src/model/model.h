@@ -34,16 +34,17 @@ class KvState {
   int size() const { return size_; }
   int capacity() const { return capacity_; }
 
-  // Positions [0, size()) of layer `layer` (of its range, from 0) as rows of kv_dim floats, keys
-  // then values: the form in which a sequence's state moves to another node.
-  void read(int layer, std::vector<float>& keys, std::vector<float>& values) const;
-  // Writes positions [0, positions) of layer `layer` from such rows. The state then holds
+  // Positions [0, size()) of layer `layer` (of its range, from 0) as rows in the pool's type,
+  // keys then values: the form in which a sequence's state moves to another node.
+  void read(int layer, KvRows& keys, KvRows& values) const;
+  // Writes positions [0, positions) of layer `layer` from such rows: copied bit for bit from
+  // rows of the pool's type; from others, widened exactly (f16 into f32) or rounded to the
+  // nearest (f32 into f16), as the forward pass stores its own. The state then holds
   // `positions` positions: every one of its layers must be written before it is used. `ids`
   // are those positions' token ids, or empty when unknown: once every layer is written with
   // the same ids, the full blocks enter the pool's prefix index. Throws KvPoolFull when the
   // pool has no room.
-  void write(int layer, int positions, std::span<const float> keys, std::span<const float> values,
-             std::span<const Token> ids);
+  void write(int layer, int positions, const KvRows& keys, const KvRows& values, std::span<const Token> ids);
   // The token ids of the positions recorded (or written) so far; fewer than size() when they
   // are not known.
   std::span<const Token> ids() const { return ids_; }

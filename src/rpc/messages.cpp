@@ -1,50 +1,11 @@
 #include "rpc/messages.h"
 
-#include <bit>
-#include <cstring>
-
-#include "tensor/fp16.h"
-
 namespace strata::rpc {
 namespace {
 
 constexpr int kMaxSequencesPerBatch = 4096;
 constexpr int64_t kMaxRowsPerBatch = 1 << 16;
 constexpr int kMaxCapacity = 1 << 20;
-
-bool exactly_half(std::span<const float> values) {
-  for (float v : values) {
-    if (std::bit_cast<uint32_t>(tensor::fp16_to_fp32(tensor::fp32_to_fp16(v))) != std::bit_cast<uint32_t>(v)) return false;
-  }
-  return true;
-}
-
-void put_rows(std::span<const float> values, bool half, std::string& out) {
-  if (!half) {
-    out.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
-    return;
-  }
-  out.resize(values.size() * sizeof(uint16_t));
-  for (size_t i = 0; i < values.size(); ++i) {
-    const uint16_t h = tensor::fp32_to_fp16(values[i]);
-    std::memcpy(out.data() + i * sizeof h, &h, sizeof h);
-  }
-}
-
-std::vector<float> get_rows(const std::string& bytes, bool half) {
-  if (!half) {
-    std::vector<float> values(bytes.size() / sizeof(float));
-    std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
-    return values;
-  }
-  std::vector<float> values(bytes.size() / sizeof(uint16_t));
-  for (size_t i = 0; i < values.size(); ++i) {
-    uint16_t h;
-    std::memcpy(&h, bytes.data() + i * sizeof h, sizeof h);
-    values[i] = tensor::fp16_to_fp32(h);
-  }
-  return values;
-}
 
 }  // namespace
 
@@ -88,20 +49,27 @@ void to_message(const engine::LayerKv& kv, LayerKv& out) {
   out.set_layer(kv.layer);
   out.set_positions(kv.positions);
   out.set_capacity(kv.capacity);
-  const bool half = exactly_half(kv.keys) && exactly_half(kv.values);
-  out.set_half(half);
-  put_rows(kv.keys, half, *out.mutable_keys());
-  put_rows(kv.values, half, *out.mutable_values());
+  out.set_half(kv.keys.type == model::KvType::F16);
+  out.set_keys(kv.keys.bytes.data(), kv.keys.bytes.size());
+  out.set_values(kv.values.bytes.data(), kv.values.bytes.size());
   out.mutable_tokens()->Assign(kv.tokens.begin(), kv.tokens.end());
 }
+
+namespace {
+
+model::KvRows rows_of(const std::string& bytes, bool half) {
+  return {half ? model::KvType::F16 : model::KvType::F32, std::vector<uint8_t>(bytes.begin(), bytes.end())};
+}
+
+}  // namespace
 
 engine::LayerKv from_message(const LayerKv& message) {
   return {message.sequence_id(),
           message.layer(),
           message.positions(),
           message.capacity(),
-          get_rows(message.keys(), message.half()),
-          get_rows(message.values(), message.half()),
+          rows_of(message.keys(), message.half()),
+          rows_of(message.values(), message.half()),
           std::vector<engine::Token>(message.tokens().begin(), message.tokens().end())};
 }
 

@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "model/synthetic.h"
 #include "reference/reference.h"
+#include "tensor/fp16.h"
 #include "tensor/matmul.h"
 
 namespace strata::model {
@@ -330,6 +331,66 @@ TEST(ModelLoad, ReusingAnotherRangesLayersGivesTheSameLogits) {
   auto other = Model::load(open_model(kDreams), {0, 4});
   auto fresh = Model::load(f, {0, 4}, {}, other.get());
   EXPECT_EQ(engine_logits(*fresh, tokens, 1), expected);
+}
+
+// A sequence's state read from one pool and written to another: bit for bit between pools of a
+// type, widened exactly from f16 into f32, rounded to the nearest half from f32 into f16; and a
+// sequence written so goes on with the logits of the one it came from.
+TEST(KvStateMove, RowsMoveBitForBitAndConvertBetweenPoolTypes) {
+  auto model = Model::load(open_model(kDreams));
+  const std::vector<Token> prompt = sample_tokens(21, 512);
+  const Token next = 7;
+  tensor::ThreadPool pool(1);
+  const auto run = [&](KvState& state, std::span<const Token> tokens) {
+    SequenceSlice slice{&state, static_cast<int>(tokens.size()), false};
+    return model->forward({&slice, 1}, tokens, {}, pool);
+  };
+  const auto element = [](const KvRows& rows, size_t i) {
+    if (rows.type == KvType::F32) {
+      float value;
+      std::memcpy(&value, rows.bytes.data() + i * sizeof value, sizeof value);
+      return value;
+    }
+    uint16_t half;
+    std::memcpy(&half, rows.bytes.data() + i * sizeof half, sizeof half);
+    return tensor::fp16_to_fp32(half);
+  };
+  for (const KvType from : {KvType::F32, KvType::F16}) {
+    auto source = model->new_sequence(32, from);
+    run(*source, prompt);
+    const std::vector<float> expected = run(*source, {&next, 1});
+    source->truncate(16);  // a whole block: the moved state ends where the prompt's first block does
+    for (const KvType to : {KvType::F32, KvType::F16}) {
+      auto moved = model->new_sequence(32, to);
+      for (int layer = 0; layer < 4; ++layer) {
+        KvRows keys, values;
+        source->read(layer, keys, values);
+        ASSERT_EQ(keys.type, from);
+        moved->write(layer, source->size(), keys, values, {});
+        KvRows moved_keys, moved_values;
+        moved->read(layer, moved_keys, moved_values);
+        ASSERT_EQ(moved_keys.type, to);
+        if (from == to) {
+          EXPECT_EQ(moved_keys.bytes, keys.bytes);
+          EXPECT_EQ(moved_values.bytes, values.bytes);
+          continue;
+        }
+        ASSERT_EQ(moved_keys.elements(), keys.elements());
+        for (size_t i = 0; i < keys.elements(); ++i) {
+          const float k = element(keys, i), v = element(values, i);
+          const float want_k = to == KvType::F16 ? tensor::fp16_to_fp32(tensor::fp32_to_fp16(k)) : k;
+          const float want_v = to == KvType::F16 ? tensor::fp16_to_fp32(tensor::fp32_to_fp16(v)) : v;
+          ASSERT_EQ(element(moved_keys, i), want_k) << kv_type_name(from) << " to " << kv_type_name(to) << " at " << i;
+          ASSERT_EQ(element(moved_values, i), want_v) << kv_type_name(from) << " to " << kv_type_name(to) << " at " << i;
+        }
+      }
+      if (from == to) {
+        // The rest of the prompt, then the next token: the logits of the state it came from.
+        run(*moved, std::span<const Token>(prompt).subspan(16));
+        EXPECT_EQ(run(*moved, {&next, 1}), expected) << kv_type_name(from);
+      }
+    }
+  }
 }
 
 TEST(ModelErrors, RejectsBadRangesTokensAndOverflow) {

@@ -401,25 +401,26 @@ TEST_F(NodeServiceTest, HandsOverStateAndRefusesMalformedState) {
   EXPECT_EQ(node_.held(), 2u);
 }
 
-// State of a stage that stores f16 travels as half floats, in half the bytes; anything else as
-// floats. Either way the same values arrive, bit for bit (-0 included).
-TEST(LayerKvMessage, TravelsAsHalfFloatsWhenEveryValueIsOneExactly) {
-  const engine::LayerKv exact{7, 3, 2, 16, {0.5f, -0.0f, 65504.0f, 0x1p-24f}, {1.0f, -2.0f, 3.0f, 0x1p-14f}, {1, 2}};
-  engine::LayerKv inexact = exact;
-  inexact.values[1] = 0.1f;
-  for (const bool half : {true, false}) {
-    const engine::LayerKv& kv = half ? exact : inexact;
+// Rows of an f16 pool travel as half floats, in half the bytes, those of an f32 pool as floats;
+// either way the same bits arrive.
+TEST(LayerKvMessage, TravelsInThePoolsElementTypeBitForBit) {
+  for (const model::KvType type : {model::KvType::F16, model::KvType::F32}) {
+    const size_t element = model::kv_element_bytes(type);
+    engine::LayerKv kv{7, 3, 2, 16, {type, {}}, {type, {}}, {1, 2}};
+    for (size_t i = 0; i < 4 * element; ++i) {  // 2 positions of a kv_dim of 2
+      kv.keys.bytes.push_back(static_cast<uint8_t>(i * 37 + 1));
+      kv.values.bytes.push_back(static_cast<uint8_t>(i * 11 + 5));
+    }
     LayerKv message;
     to_message(kv, message);
-    EXPECT_EQ(message.half(), half);
-    EXPECT_EQ(message.keys().size(), kv.keys.size() * (half ? 2 : 4));
+    EXPECT_EQ(message.half(), type == model::KvType::F16);
+    EXPECT_EQ(message.keys().size(), 4 * element);
     EXPECT_EQ(malformed(message), "");
     const engine::LayerKv back = from_message(message);
-    ASSERT_EQ(back.keys.size(), kv.keys.size());
-    for (size_t i = 0; i < kv.keys.size(); ++i) {
-      EXPECT_EQ(std::bit_cast<uint32_t>(back.keys[i]), std::bit_cast<uint32_t>(kv.keys[i]));
-      EXPECT_EQ(std::bit_cast<uint32_t>(back.values[i]), std::bit_cast<uint32_t>(kv.values[i]));
-    }
+    EXPECT_EQ(back.keys.type, type);
+    EXPECT_EQ(back.keys.bytes, kv.keys.bytes);
+    EXPECT_EQ(back.values.type, type);
+    EXPECT_EQ(back.values.bytes, kv.values.bytes);
     EXPECT_EQ(back.tokens, kv.tokens);
   }
 }
