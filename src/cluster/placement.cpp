@@ -315,7 +315,9 @@ std::string too_small(const NodeCapacity& node, const Layers& layers) {
       reserve ? layers.memory_bytes(NodeCapacity{}, 0, layers.count()) : layers.weight_bytes();
   std::string message = "the model needs " + units::describe_bytes(needed) +
                         (reserve ? " with a KV reserve of " + units::describe_bytes(layers.kv_reserve()) + " (" +
-                                       std::to_string(kv_tokens) + " tokens per layer)"
+                                       std::to_string(kv_tokens) + " tokens per layer" +
+                                       (pools > 0 ? ", at most: layers on nodes with a KV pool of their own need none" : "") +
+                                       ")"
                                  : " of weights") +
                         "; the cluster has " + units::describe_bytes(usable) + " usable" +
                         (pools > 0 ? " besides its nodes' own KV pools of " + units::describe_bytes(pools) : "");

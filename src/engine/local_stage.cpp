@@ -89,16 +89,22 @@ void LocalStage::write_kv(const LayerKv& kv) {
   std::lock_guard lock(mutex_);
   if (!layers().contains(kv.layer)) throw std::invalid_argument("layer " + std::to_string(kv.layer) + " is not held here");
   auto found = sequences_.find(kv.id);
-  if (found == sequences_.end()) {
+  const bool created = found == sequences_.end();
+  if (created) {
     if (kv.capacity < kv.positions || kv.capacity <= 0) {
       throw std::invalid_argument("sequence " + std::to_string(kv.id) + " asks for a capacity of " +
                                   std::to_string(kv.capacity) + " positions");
     }
     // Started: its next batch continues where the handed-over state ends.
     found = sequences_.emplace(kv.id, Sequence{std::make_unique<model::KvState>(kv_pool_, kv.capacity), true}).first;
-    sequence_count_ = sequences_.size();
   }
-  found->second.kv->write(kv.layer - model_->range().first, kv.positions, kv.keys, kv.values, kv.tokens);
+  try {
+    found->second.kv->write(kv.layer - model_->range().first, kv.positions, kv.keys, kv.values, kv.tokens);
+  } catch (...) {
+    if (created) sequences_.erase(found);  // a refused first write leaves no sequence behind
+    throw;
+  }
+  sequence_count_ = sequences_.size();
   publish_stats();
 }
 

@@ -90,8 +90,15 @@ void Pipeline::work(size_t stage) {
       }
       item = std::move(w.queue.front());
       w.queue.pop_front();
-      // A stopping pipeline still releases every sequence's state, but computes nothing more.
+      // A stopping pipeline still releases every sequence's state, but computes nothing more;
+      // its releases go as one call per stage (a cancelled remote stage's each takes a thread).
       if (w.stopping && !item.release) continue;
+      if (w.stopping) {
+        for (Item& queued : w.queue) {
+          if (queued.release) item.ids.insert(item.ids.end(), queued.ids.begin(), queued.ids.end());
+        }
+        w.queue.clear();
+      }
     }
     if (item.release) {
       try {

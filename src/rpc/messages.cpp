@@ -1,5 +1,7 @@
 #include "rpc/messages.h"
 
+#include <stdexcept>
+
 namespace strata::rpc {
 namespace {
 
@@ -49,6 +51,7 @@ void to_message(const engine::LayerKv& kv, LayerKv& out) {
   out.set_layer(kv.layer);
   out.set_positions(kv.positions);
   out.set_capacity(kv.capacity);
+  if (kv.keys.type != kv.values.type) throw std::invalid_argument("a layer's keys and values differ in type");
   out.set_half(kv.keys.type == model::KvType::F16);
   out.set_keys(kv.keys.bytes.data(), kv.keys.bytes.size());
   out.set_values(kv.values.bytes.data(), kv.values.bytes.size());

@@ -9,15 +9,16 @@
 namespace strata::rpc {
 namespace {
 
-// Releases sent without waiting, by every remote stage, not yet answered.
+// Releases sent without waiting, by every remote stage of the process, not yet answered. Never
+// destroyed: a release thread may still end after the process began to exit.
 struct PendingReleases {
   std::mutex mutex;
   std::condition_variable done;
   int count = 0;
 };
 PendingReleases& pending_releases() {
-  static PendingReleases pending;
-  return pending;
+  static auto* pending = new PendingReleases;
+  return *pending;
 }
 
 }  // namespace
@@ -68,6 +69,7 @@ void RemoteStage::cancel() {
   std::lock_guard lock(watch_mutex_);
   cancelled_ = true;
   if (context_) context_->TryCancel();
+  for (grpc::ClientContext* call : unary_calls_) call->TryCancel();
 }
 
 void RemoteStage::fail(const std::string& what) {
@@ -122,10 +124,16 @@ std::vector<float> RemoteStage::forward(const engine::StageBatch& batch) {
   if (!stream_) {
     auto context = std::make_unique<grpc::ClientContext>();
     caller_.key->sign(*context, caller_.node_id, "Forward");
-    std::lock_guard lock(watch_mutex_);  // the watchdog and cancel() read context_
-    if (cancelled_) throw engine::StageLost("node " + peer_id_ + "'s stage was replaced by a new placement");
-    context_ = std::move(context);
-    stream_ = stub_->Forward(context_.get());
+    {
+      std::lock_guard lock(watch_mutex_);  // the watchdog and cancel() read context_
+      if (cancelled_) throw engine::StageLost("node " + peer_id_ + "'s stage was replaced by a new placement");
+      context_ = std::move(context);
+    }
+    // Opening the stream waits while the channel connects: outside the lock, so that cancel()
+    // (whose TryCancel also ends a stream not yet open) never waits for an unreachable node.
+    auto stream = stub_->Forward(context_.get());
+    std::lock_guard lock(watch_mutex_);
+    stream_ = std::move(stream);
   }
   {
     std::lock_guard lock(watch_mutex_);
@@ -181,8 +189,17 @@ void RemoteStage::release(std::span<const engine::SequenceId> ids) {
   if (!cancelled) {
     grpc::ClientContext context;
     prepare_unary(context, "Release");
+    {
+      // Started before cancel(): cancel() ends it rather than let it wait out its deadline.
+      std::lock_guard lock(watch_mutex_);
+      unary_calls_.insert(&context);
+    }
     ReleaseReply reply;
     const grpc::Status status = stub_->Release(&context, request, &reply);
+    {
+      std::lock_guard lock(watch_mutex_);
+      unary_calls_.erase(&context);
+    }
     if (!status.ok()) throw std::runtime_error("node " + peer_id_ + " did not release: " + status.error_message());
     return;
   }
@@ -192,17 +209,21 @@ void RemoteStage::release(std::span<const engine::SequenceId> ids) {
   auto context = std::make_unique<grpc::ClientContext>();
   prepare_unary(*context, "Release");
   PendingReleases& pending = pending_releases();
-  {
-    std::lock_guard lock(pending.mutex);
-    ++pending.count;
-  }
-  std::thread([channel = channel_, context = std::move(context), request = std::move(request), &pending] {
-    ReleaseReply reply;
-    Node::NewStub(channel)->Release(context.get(), request, &reply);
+  std::lock_guard lock(pending.mutex);  // counted once the thread exists, which it waits for
+  std::thread([channel = channel_, context = std::move(context), request = std::move(request), &pending]() mutable {
+    {
+      ReleaseReply reply;
+      Node::NewStub(channel)->Release(context.get(), request, &reply);
+    }
+    // gRPC is let go before the count says so: a process that exits once it is 0 finds no
+    // call still tearing down.
+    context.reset();
+    channel.reset();
     std::lock_guard lock(pending.mutex);
     --pending.count;
     pending.done.notify_all();
   }).detach();
+  ++pending.count;
 }
 
 void RemoteStage::wait_for_releases(std::chrono::milliseconds limit) {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -46,7 +47,8 @@ class RemoteStage final : public engine::Stage {
   // waiting for a reply: the node may be gone, and whoever released no longer needs it.
   void cancel() override;
   // Waits up to `limit` for the replies (or deadlines) of releases sent without waiting, by
-  // every remote stage: a process that exits waits here, so that none is cut off mid-way.
+  // every remote stage of the process: one that exits waits here, so that none is cut off
+  // mid-way.
   static void wait_for_releases(std::chrono::milliseconds limit);
   engine::StageLayers layers() const override { return layers_; }
   engine::LayerKv read_kv(engine::SequenceId id, int layer) override;
@@ -80,6 +82,7 @@ class RemoteStage final : public engine::Stage {
   bool late_ = false;  // the watchdog cancelled the stream
   bool stopping_ = false;
   bool cancelled_ = false;
+  std::set<grpc::ClientContext*> unary_calls_;  // releases under way, which cancel() ends
   std::thread watchdog_;
 };
 

@@ -338,7 +338,7 @@ TEST(ModelLoad, ReusingAnotherRangesLayersGivesTheSameLogits) {
 // sequence written so goes on with the logits of the one it came from.
 TEST(KvStateMove, RowsMoveBitForBitAndConvertBetweenPoolTypes) {
   auto model = Model::load(open_model(kDreams));
-  const std::vector<Token> prompt = sample_tokens(21, 512);
+  const std::vector<Token> prompt = sample_tokens(41, 512);
   const Token next = 7;
   tensor::ThreadPool pool(1);
   const auto run = [&](KvState& state, std::span<const Token> tokens) {
@@ -356,12 +356,12 @@ TEST(KvStateMove, RowsMoveBitForBitAndConvertBetweenPoolTypes) {
     return tensor::fp16_to_fp32(half);
   };
   for (const KvType from : {KvType::F32, KvType::F16}) {
-    auto source = model->new_sequence(32, from);
+    auto source = model->new_sequence(64, from);
     run(*source, prompt);
     const std::vector<float> expected = run(*source, {&next, 1});
-    source->truncate(16);  // a whole block: the moved state ends where the prompt's first block does
+    source->truncate(32);  // whole blocks: the moved state ends where the prompt's second block does
     for (const KvType to : {KvType::F32, KvType::F16}) {
-      auto moved = model->new_sequence(32, to);
+      auto moved = model->new_sequence(64, to);
       for (int layer = 0; layer < 4; ++layer) {
         KvRows keys, values;
         source->read(layer, keys, values);
@@ -386,7 +386,7 @@ TEST(KvStateMove, RowsMoveBitForBitAndConvertBetweenPoolTypes) {
       }
       if (from == to) {
         // The rest of the prompt, then the next token: the logits of the state it came from.
-        run(*moved, std::span<const Token>(prompt).subspan(16));
+        run(*moved, std::span<const Token>(prompt).subspan(32));
         EXPECT_EQ(run(*moved, {&next, 1}), expected) << kv_type_name(from);
       }
     }

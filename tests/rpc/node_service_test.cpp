@@ -3,6 +3,11 @@
 // oversized batches. Every refusal is an error status; the service keeps serving.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -333,6 +338,57 @@ TEST_F(NodeServiceTest, AStageStillReleasesAfterItsPipelineWasReplaced) {
   }
   EXPECT_EQ(node_.held(), 0u);
   RemoteStage::wait_for_releases(std::chrono::seconds(5));  // the reply, before the server goes
+}
+
+// A port that takes connections and never answers: a node that hangs.
+class SilentPort {
+ public:
+  SilentPort() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&address), length) != 0 || ::listen(fd_, 8) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      throw std::runtime_error("cannot listen on 127.0.0.1");
+    }
+    port_ = ntohs(address.sin_port);
+  }
+  ~SilentPort() { ::close(fd_); }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_;
+  int port_ = 0;
+};
+
+// Releasing on a node that hangs: a replaced pipeline's stage does not wait for it, and a
+// release under way when the stage is cancelled ends then, not at its deadline.
+TEST(RemoteStageRelease, NeverWaitsForAHangingNodeOnceCancelled) {
+  SilentPort silent;
+  const engine::SequenceId ids[] = {7};
+  const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  {
+    RemoteStage stage("silent", make_channel(silent.address()), Caller{"client", kEpoch, std::make_shared<ClusterKey>("secret")},
+                      {}, std::chrono::milliseconds(500));
+    stage.cancel();
+    const auto started = std::chrono::steady_clock::now();
+    stage.release(ids);
+    EXPECT_LT(seconds_since(started), 0.1) << "it waited for the hanging node";
+  }
+  RemoteStage::wait_for_releases(std::chrono::seconds(3));  // ends at its 0.5 s deadline
+  RemoteStage stage("silent", make_channel(silent.address()), Caller{"client", kEpoch, std::make_shared<ClusterKey>("secret")},
+                    {}, std::chrono::seconds(30));
+  const auto started = std::chrono::steady_clock::now();
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    stage.cancel();
+  });
+  EXPECT_THROW(stage.release(ids), std::runtime_error);
+  canceller.join();
+  EXPECT_LT(seconds_since(started), 5.0) << "the release under way waited for its 30 s deadline";
 }
 
 TEST_F(NodeServiceTest, RefusesAnOversizedMessage) {
