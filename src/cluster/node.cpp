@@ -142,6 +142,13 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
                                           : fs::path(file_->path()).stem().string());
     self_.set_memory_bytes(options_.memory_limit > 0 ? options_.memory_limit : detect_usable_memory());
     self_.set_kv_memory_bytes(options_.engine.kv_memory);
+    if (options_.engine.kv_memory == 0) {
+      // As kv_options sizes the pool: the same blocks for any range, of bytes per layer it runs.
+      const engine::EngineOptions& e = options_.engine;
+      self_.set_kv_bytes_per_layer(
+          static_cast<uint64_t>(engine::kv_pool_blocks(config_, 1, e.kv_type, 0, e.context_size, e.max_parallel)) *
+          model::KvLayout(config_, 1, e.kv_type).block_bytes);
+    }
     self_.set_weight_bytes_per_second(measure_weight_speed(options_.engine.threads));
     self_.set_state("starting");
     for (const std::string& peer : options_.peers) seeds_[peer] = false;
@@ -1005,7 +1012,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       const Holdings held = !info.has_weights() || w.whole_file()
                                 ? Holdings{}
                                 : Holdings{false, {w.layer_bytes().begin(), w.layer_bytes().end()}, w.embedding(), w.head()};
-      nodes.push_back({id, info.memory_bytes(), info.weight_bytes_per_second(), held, info.kv_memory_bytes()});
+      nodes.push_back(
+          {id, info.memory_bytes(), info.weight_bytes_per_second(), held, info.kv_memory_bytes(), info.kv_bytes_per_layer()});
     }
     return nodes;
   }

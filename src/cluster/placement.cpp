@@ -36,7 +36,6 @@ class Layers {
   }
 
   int count() const { return model_.layer_count; }
-  uint64_t kv_reserve() const { return saturating_mul(kv_per_layer_, static_cast<uint64_t>(count())); }
 
   // Weights a stage reads for every token: its layers, and the head on the last stage. The
   // embedding is not streamed: a token reads one row of it.
@@ -48,9 +47,14 @@ class Layers {
   // Every weight the model's stages hold together.
   uint64_t weight_bytes() const { return saturating_add(streamed_bytes(0, count()), model_.embedding_bytes); }
 
+  // The KV `node` keeps per layer it runs, when it has no pool of a fixed size.
+  uint64_t kv_per_layer(const NodeCapacity& node) const {
+    return node.kv_bytes_per_layer > 0 ? node.kv_bytes_per_layer : kv_per_layer_;
+  }
+
   // The KV a stage of `layer_count` layers on `node` keeps.
   uint64_t kv_bytes(const NodeCapacity& node, int layer_count) const {
-    return node.kv_pool_bytes > 0 ? node.kv_pool_bytes : saturating_mul(kv_per_layer_, static_cast<uint64_t>(layer_count));
+    return node.kv_pool_bytes > 0 ? node.kv_pool_bytes : saturating_mul(kv_per_layer(node), static_cast<uint64_t>(layer_count));
   }
 
   // What the memory rule counts for a stage on `node`.
@@ -297,27 +301,32 @@ std::string too_small(const NodeCapacity& node, const Layers& layers) {
   return "too small for one layer and its KV (needs " + units::describe_bytes(layers.smallest_stage_bytes(node)) + ")";
 }
 
-[[noreturn]] void throw_does_not_fit(const std::vector<NodeCapacity>& nodes, const Layers& layers,
-                                     uint64_t kv_tokens) {
+[[noreturn]] void throw_does_not_fit(const std::vector<NodeCapacity>& nodes, const Layers& layers) {
   // Nodes with a KV pool of their own (--kv-memory) keep it whatever their layers: it leaves
-  // their memory, and the per-layer reserve counts only while some node has none.
-  uint64_t usable = 0, pools = 0;
-  bool reserve = false, any = false;
+  // their memory. The others keep KV per layer, each as it sizes its pool: the reserve counts
+  // every layer at the largest such share, an upper bound when the nodes differ.
+  uint64_t usable = 0, pools = 0, per_layer = 0;
+  bool reserve = false, any = false, differ = false;
   for (const NodeCapacity& node : nodes) {
     if (!holds_a_layer(node, layers)) continue;
     any = true;
     usable = saturating_add(usable, node.memory_bytes - std::min(node.memory_bytes, node.kv_pool_bytes));
     pools = saturating_add(pools, node.kv_pool_bytes);
-    reserve = reserve || node.kv_pool_bytes == 0;
+    if (node.kv_pool_bytes > 0) continue;
+    differ = differ || (reserve && layers.kv_per_layer(node) != per_layer);
+    per_layer = std::max(per_layer, layers.kv_per_layer(node));
+    reserve = true;
   }
-  if (!any) reserve = true;  // no node holds a layer: what the model needs on plain nodes
-  const uint64_t needed =
-      reserve ? layers.memory_bytes(NodeCapacity{}, 0, layers.count()) : layers.weight_bytes();
+  if (!any) {  // no node holds a layer: what the model needs on nodes as the request sizes them
+    reserve = true;
+    per_layer = layers.kv_per_layer(NodeCapacity{});
+  }
+  const uint64_t kv = saturating_mul(per_layer, static_cast<uint64_t>(layers.count()));
+  const uint64_t needed = saturating_add(layers.weight_bytes(), reserve ? kv : 0);
   std::string message = "the model needs " + units::describe_bytes(needed) +
-                        (reserve ? " with a KV reserve of " + units::describe_bytes(layers.kv_reserve()) + " (" +
-                                       std::to_string(kv_tokens) + " tokens per layer" +
-                                       (pools > 0 ? ", at most: layers on nodes with a KV pool of their own need none" : "") +
-                                       ")"
+                        (reserve ? " with a KV reserve of " + units::describe_bytes(kv) + " (" +
+                                       units::describe_bytes(per_layer) + " per layer" +
+                                       (pools > 0 || differ ? ", at most: its nodes keep different shares" : "") + ")"
                                  : " of weights") +
                         "; the cluster has " + units::describe_bytes(usable) + " usable" +
                         (pools > 0 ? " besides its nodes' own KV pools of " + units::describe_bytes(pools) : "");
@@ -495,7 +504,7 @@ Placement place_layers(std::span<const NodeCapacity> input_nodes, const ModelFoo
         [&](size_t) { return Score{leave_out_penalty, 0.0, 0.0}; });
   }
 
-  if (!split) throw_does_not_fit(nodes, layers, request.kv_tokens);
+  if (!split) throw_does_not_fit(nodes, layers);
 
   Placement placement;
   placement.predicted_seconds_per_token = predicted_seconds(split->stages, nodes, layers, request.hop_seconds);

@@ -29,7 +29,10 @@ struct NodeCapacity {
   uint64_t memory_bytes = 0;             // usable for weights and KV cache
   double weight_bytes_per_second = 0.0;  // quantized weights streamed through a mat-vec
   Holdings held;
-  uint64_t kv_pool_bytes = 0;  // a KV pool of this size whatever its layers (--kv-memory); 0: kv_tokens per layer
+  uint64_t kv_pool_bytes = 0;  // a KV pool of this size whatever its layers (--kv-memory); 0: per layer
+  // Else the KV it keeps per layer it runs (its own --ctx-size × --parallel and --kv-type); 0:
+  // the request's kv_tokens as the model's footprint stores them.
+  uint64_t kv_bytes_per_layer = 0;
 };
 
 // What a model needs, per part that a stage may hold.

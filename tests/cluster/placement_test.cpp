@@ -34,11 +34,14 @@ ModelFootprint uniform_model(int layers, uint64_t layer_bytes, uint64_t embeddin
 const ModelFootprint k70B = uniform_model(80, 490'000'000, 500'000'000, 500'000'000, 2 * 1024 * sizeof(float));
 constexpr uint64_t kContext4096 = 4096;
 
-// The memory rule, written out again; a node's fixed KV pool replaces the per-layer reserve.
-uint64_t stage_need(const ModelFootprint& m, uint64_t kv_tokens, int first, int last, uint64_t kv_pool_bytes = 0) {
+// The memory rule, written out again; a node's fixed KV pool replaces the per-layer reserve,
+// and its own per-layer share replaces the request's.
+uint64_t stage_need(const ModelFootprint& m, uint64_t kv_tokens, int first, int last, uint64_t kv_pool_bytes = 0,
+                    uint64_t kv_bytes_per_layer = 0) {
+  const uint64_t per_layer = kv_bytes_per_layer > 0 ? kv_bytes_per_layer : kv_tokens * m.kv_bytes_per_layer_per_token;
   uint64_t need = kv_pool_bytes;
   for (int layer = first; layer < last; ++layer) {
-    need += m.layer_weight_bytes[static_cast<size_t>(layer)] + (kv_pool_bytes > 0 ? 0 : kv_tokens * m.kv_bytes_per_layer_per_token);
+    need += m.layer_weight_bytes[static_cast<size_t>(layer)] + (kv_pool_bytes > 0 ? 0 : per_layer);
   }
   if (first == 0) need += m.embedding_bytes;
   if (last == m.layer_count) need += m.head_bytes;
@@ -60,7 +63,9 @@ void expect_valid(const Placement& p, const std::vector<NodeCapacity>& nodes, co
     EXPECT_EQ(s.first_layer, next);
     EXPECT_LT(s.first_layer, s.last_layer);
     const NodeCapacity& node = node_named(nodes, s.node_id);
-    EXPECT_LE(stage_need(m, kv_tokens, s.first_layer, s.last_layer, node.kv_pool_bytes), node.memory_bytes) << s.node_id;
+    EXPECT_LE(stage_need(m, kv_tokens, s.first_layer, s.last_layer, node.kv_pool_bytes, node.kv_bytes_per_layer),
+              node.memory_bytes)
+        << s.node_id;
     EXPECT_EQ(++uses[s.node_id], 1) << s.node_id;
     next = s.last_layer;
   }
@@ -209,6 +214,26 @@ TEST(Placement, ANodesFixedKvPoolReplacesThePerLayerReserve) {
   } catch (const DoesNotFit& e) {
     EXPECT_EQ(e.missing_bytes(), 200u) << e.what();
     EXPECT_NE(std::string(e.what()).find("KV pools of 2.0 KiB"), std::string::npos) << e.what();
+  }
+}
+
+// A node started with a larger --ctx-size × --parallel (or f32 keys and values) than the
+// leader's keeps more KV per layer: the placement counts its own share.
+TEST(Placement, ANodesOwnKvShareReplacesTheRequestsPerLayer) {
+  const ModelFootprint m = uniform_model(8, 1'000, 100, 100, 1);
+  const uint64_t kv_tokens = 100;  // the request's share: 100 B a layer
+  std::vector<NodeCapacity> nodes = {{"a", 9'000, 40e9}, {"b", 5'000, 10e9}};
+  EXPECT_EQ(layers_per_node(place_layers(nodes, m, {kv_tokens, Strategy::Speed})), (std::map<std::string, int>{{"a", 8}}));
+  nodes[0].kv_bytes_per_layer = 600;  // 1 600 B a layer on "a": 5 fit beside the head
+  const Placement p = place_layers(nodes, m, {kv_tokens, Strategy::Speed});
+  expect_valid(p, nodes, m, kv_tokens);
+  EXPECT_EQ(layers_per_node(p), (std::map<std::string, int>{{"a", 5}, {"b", 3}})) << p.reason;
+  nodes[1].kv_bytes_per_layer = 2'000;  // 3 000 B a layer on "b": 1 fits; "a" cannot take 7
+  try {
+    place_layers(nodes, m, {kv_tokens, Strategy::Speed});
+    ADD_FAILURE() << "placed";
+  } catch (const DoesNotFit& e) {
+    EXPECT_NE(std::string(e.what()).find("2.0 KiB per layer, at most"), std::string::npos) << e.what();
   }
 }
 
