@@ -21,7 +21,7 @@ std::string model_path(const std::string& given, const std::string& cache_dir) {
   const std::optional<hub::ModelRef> ref = hub::parse_model_ref(given);
   if (!ref) return given;
   hub::PullOptions options = hub::options_from_environment();
-  options.cache_dir = cache_dir_or_default(cache_dir);
+  if (!cache_dir.empty()) options.cache_dir = cache_dir;
   if (const std::optional<fs::path> cached = hub::find_cached(options.cache_dir, *ref)) return cached->string();
   return hub::pull(*ref, options).string();
 }

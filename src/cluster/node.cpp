@@ -143,11 +143,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     self_.set_memory_bytes(options_.memory_limit > 0 ? options_.memory_limit : detect_usable_memory());
     self_.set_kv_memory_bytes(options_.engine.kv_memory);
     if (options_.engine.kv_memory == 0) {
-      // As kv_options sizes the pool: the same blocks for any range, of bytes per layer it runs.
-      const engine::EngineOptions& e = options_.engine;
-      self_.set_kv_bytes_per_layer(
-          static_cast<uint64_t>(engine::kv_pool_blocks(config_, 1, e.kv_type, 0, e.context_size, e.max_parallel)) *
-          model::KvLayout(config_, 1, e.kv_type).block_bytes);
+      // Its pool holds the same blocks whatever its range, each of these bytes per layer.
+      self_.set_kv_bytes_per_layer(static_cast<uint64_t>(kv_options({0, 1}).blocks) *
+                                   model::KvLayout(config_, 1, options_.engine.kv_type).block_bytes);
     }
     self_.set_weight_bytes_per_second(measure_weight_speed(options_.engine.threads));
     self_.set_state("starting");
@@ -188,7 +186,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
     if (scheduler) scheduler->shutdown();
     for (std::thread& t : retiring_) t.join();
-    rpc::RemoteStage::wait_for_releases(std::chrono::seconds(6));  // each has a 5 s deadline
+    rpc::RemoteStage::wait_for_releases(rpc::RemoteStage::kDefaultDeadline + std::chrono::seconds(1));
     remote_.shutdown();
     server_->stop();
     if (loader_.joinable()) loader_.join();
@@ -522,7 +520,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     std::erase(others, options_.node_id);
     if (others.empty()) return "no other node of its cluster runs to take its layers over";
     try {
-      place_layers(capacities(others), footprint_, {kv_reserve_tokens(), options_.strategy, kDefaultHopSeconds});
+      place_layers(capacities(others), footprint_, placement_request());
     } catch (const DoesNotFit& e) {
       return std::string("the other nodes cannot hold the model without this node: ") + e.what();
     }
@@ -563,8 +561,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // The pool of a stage over `range`: --kv-memory, or the placement's KV reserve for it.
   engine::KvOptions kv_options(model::LayerRange range) const {
     const engine::EngineOptions& e = options_.engine;
-    const int context = e.context_size > 0 ? e.context_size : config_.context_length;
-    return {e.kv_type, engine::kv_pool_blocks(config_, range.size(), e.kv_type, e.kv_memory, context, e.max_parallel)};
+    return {e.kv_type, engine::kv_pool_blocks(config_, range.size(), e.kv_type, e.kv_memory, e.context_size, e.max_parallel)};
   }
 
   void log(const std::string& line) const {
@@ -1001,7 +998,6 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
   }
 
-  // Leader only: a new placement when the members changed and have settled.
   // What placements are made of: each member's memory, speed and the weights it holds.
   std::vector<NodeCapacity> capacities(const std::vector<std::string>& ids) const {
     std::vector<NodeCapacity> nodes;
@@ -1022,6 +1018,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     return static_cast<uint64_t>(options_.engine.context_size) * static_cast<uint64_t>(std::max(1, options_.engine.max_parallel));
   }
 
+  PlacementRequest placement_request() const { return {kv_reserve_tokens(), options_.strategy, kDefaultHopSeconds}; }
+
+  // Leader only: a new placement when the members changed and have settled.
   void place() {
     const std::vector<std::string> now = members();
     if (now != last_members_) {
@@ -1050,7 +1049,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       Placement p;
       if (options_.fixed_stages.empty()) {
         std::optional<Placement> repaired = only_left ? repaired_placement(now, nodes, kv_tokens) : std::nullopt;
-        p = repaired ? *repaired : place_layers(nodes, footprint_, {kv_tokens, options_.strategy, kDefaultHopSeconds});
+        p = repaired ? *repaired : place_layers(nodes, footprint_, placement_request());
       } else {
         p.stages = options_.fixed_stages;
         p.reason = "fixed by hand (--stages)";

@@ -33,6 +33,7 @@ class Layers {
     }
     prefix_.push_back(0);
     for (uint64_t bytes : model.layer_weight_bytes) prefix_.push_back(saturating_add(prefix_.back(), bytes));
+    smallest_layer_ = *std::min_element(model.layer_weight_bytes.begin(), model.layer_weight_bytes.end());
   }
 
   int count() const { return model_.layer_count; }
@@ -51,6 +52,8 @@ class Layers {
   uint64_t kv_per_layer(const NodeCapacity& node) const {
     return node.kv_bytes_per_layer > 0 ? node.kv_bytes_per_layer : kv_per_layer_;
   }
+  // The request's share, for a node that does not say its own.
+  uint64_t default_kv_per_layer() const { return kv_per_layer_; }
 
   // The KV a stage of `layer_count` layers on `node` keeps.
   uint64_t kv_bytes(const NodeCapacity& node, int layer_count) const {
@@ -66,13 +69,13 @@ class Layers {
 
   // The least `node` must hold to take part at all: one layer (the smallest) and its KV.
   uint64_t smallest_stage_bytes(const NodeCapacity& node) const {
-    return saturating_add(*std::min_element(model_.layer_weight_bytes.begin(), model_.layer_weight_bytes.end()),
-                          kv_bytes(node, 1));
+    return saturating_add(smallest_layer_, kv_bytes(node, 1));
   }
 
  private:
   const ModelFootprint& model_;
   uint64_t kv_per_layer_;
+  uint64_t smallest_layer_;
   std::vector<uint64_t> prefix_;  // prefix_[i]: weight bytes of layers [0, i)
 };
 
@@ -319,7 +322,7 @@ std::string too_small(const NodeCapacity& node, const Layers& layers) {
   }
   if (!any) {  // no node holds a layer: what the model needs on nodes as the request sizes them
     reserve = true;
-    per_layer = layers.kv_per_layer(NodeCapacity{});
+    per_layer = layers.default_kv_per_layer();
   }
   const uint64_t kv = saturating_mul(per_layer, static_cast<uint64_t>(layers.count()));
   const uint64_t needed = saturating_add(layers.weight_bytes(), reserve ? kv : 0);

@@ -20,25 +20,15 @@ Pipeline::~Pipeline() { end({}); }
 void Pipeline::end(std::vector<SequenceId> releasing) {
   if (ended_) return;
   ended_ = true;
-  for (size_t i = 1; i < workers_.size(); ++i) {
+  // Every stage first: a batch waiting on a node that is gone ends now, not at its deadline,
+  // and no release waits for such a node.
+  for (const auto& stage : stages_) stage->cancel();
+  // The first worker stops last, after the release is queued: until then no worker can end
+  // (each waits for the one before it).
+  for (size_t i = workers_.size(); i-- > 0;) {
+    if (i == 0) release(std::move(releasing));
     std::lock_guard lock(workers_[i]->mutex);
     workers_[i]->stopping = true;
-  }
-  {
-    // The first worker is told last, with the release: until then no worker can end (each
-    // waits for the one before it), and it cannot begin the release before every stage is
-    // cancelled, so that no release waits for a node that is gone.
-    Worker& first = *workers_.front();
-    std::lock_guard lock(first.mutex);
-    // A batch waiting on a node that is gone ends now, not at its deadline.
-    for (const auto& stage : stages_) stage->cancel();
-    if (!releasing.empty()) {
-      Item item;
-      item.release = true;
-      item.ids = std::move(releasing);
-      first.queue.push_back(std::move(item));
-    }
-    first.stopping = true;
   }
   for (auto& w : workers_) w->wake.notify_all();
   for (auto& w : workers_) w->thread.join();

@@ -155,18 +155,6 @@ void KvState::publish_full_blocks() {
 
 namespace {
 
-// One element of `type` at `at`, as a float (exactly: f16 widens without rounding).
-float element_as_float(KvType type, const uint8_t* at) {
-  if (type == KvType::F16) {
-    uint16_t half;
-    std::memcpy(&half, at, sizeof half);
-    return tensor::fp16_to_fp32(half);
-  }
-  float value;
-  std::memcpy(&value, at, sizeof value);
-  return value;
-}
-
 // Copies `count` elements of T from `from` to `to`, `from_stride` and `to_stride` elements
 // apart: a head's keys between a block (dimension-major) and a row.
 template <typename T>
@@ -189,26 +177,37 @@ void copy_strided(KvType type, const void* from, size_t from_stride, void* to, s
 
 }  // namespace
 
-void KvState::read(int layer, KvRows& keys, KvRows& values) const {
+void KvState::copy_rows(int layer, int positions, uint8_t* keys, uint8_t* values, bool into_blocks) const {
   const KvLayout& layout = pool_->layout();
-  if (layer < 0 || layer >= layout.layer_count) throw std::invalid_argument("layer " + std::to_string(layer) + " is not held here");
   const size_t element = layout.element_bytes;
   const size_t head_bytes = static_cast<size_t>(layout.head_dim) * element;
   const size_t row_bytes = static_cast<size_t>(layout.kv_heads) * head_bytes;
-  keys.type = values.type = layout.type;
-  keys.bytes.resize(static_cast<size_t>(size_) * row_bytes);
-  values.bytes.resize(keys.bytes.size());
-  for (int position = 0; position < size_; ++position) {
-    const std::byte* block = block_data(position / kKvBlock);
+  for (int position = 0; position < positions; ++position) {
+    std::byte* block = pool_->data(blocks_[static_cast<size_t>(position / kKvBlock)]);
     const size_t lane = static_cast<size_t>(position % kKvBlock);
     for (int h = 0; h < layout.kv_heads; ++h) {
-      const size_t out = static_cast<size_t>(position) * row_bytes + static_cast<size_t>(h) * head_bytes;
+      const size_t row = static_cast<size_t>(position) * row_bytes + static_cast<size_t>(h) * head_bytes;
       // Keys lie dimension-major in the block, values position-major.
-      copy_strided(layout.type, block + layout.key_offset(layer, h) + lane * element, kKvBlock,
-                   keys.bytes.data() + out, 1, layout.head_dim);
-      std::memcpy(values.bytes.data() + out, block + layout.value_offset(layer, h) + lane * head_bytes, head_bytes);
+      std::byte* block_keys = block + layout.key_offset(layer, h) + lane * element;
+      std::byte* block_values = block + layout.value_offset(layer, h) + lane * head_bytes;
+      if (into_blocks) {
+        copy_strided(layout.type, keys + row, 1, block_keys, kKvBlock, layout.head_dim);
+        std::memcpy(block_values, values + row, head_bytes);
+      } else {
+        copy_strided(layout.type, block_keys, kKvBlock, keys + row, 1, layout.head_dim);
+        std::memcpy(values + row, block_values, head_bytes);
+      }
     }
   }
+}
+
+void KvState::read(int layer, KvRows& keys, KvRows& values) const {
+  const KvLayout& layout = pool_->layout();
+  if (layer < 0 || layer >= layout.layer_count) throw std::invalid_argument("layer " + std::to_string(layer) + " is not held here");
+  keys.type = values.type = layout.type;
+  keys.bytes.resize(static_cast<size_t>(size_) * layout.kv_heads * layout.head_dim * layout.element_bytes);
+  values.bytes.resize(keys.bytes.size());
+  copy_rows(layer, size_, keys.bytes.data(), values.bytes.data(), false);
 }
 
 void KvState::write(int layer, int positions, const KvRows& keys, const KvRows& values, std::span<const Token> ids) {
@@ -223,27 +222,24 @@ void KvState::write(int layer, int positions, const KvRows& keys, const KvRows& 
   }
   if (!reserve(positions)) throw KvPoolFull("the KV pool has no room for a sequence handed over");
   if (keys.type == layout.type) {
-    const size_t element = layout.element_bytes;
-    const size_t head_bytes = static_cast<size_t>(layout.head_dim) * element;
-    for (int position = 0; position < positions; ++position) {
-      std::byte* block = pool_->data(blocks_[static_cast<size_t>(position / kKvBlock)]);
-      const size_t lane = static_cast<size_t>(position % kKvBlock);
-      for (int h = 0; h < layout.kv_heads; ++h) {
-        const size_t in = (static_cast<size_t>(position) * kv_dim + static_cast<size_t>(h) * layout.head_dim) * element;
-        copy_strided(layout.type, keys.bytes.data() + in, 1, block + layout.key_offset(layer, h) + lane * element,
-                     kKvBlock, layout.head_dim);
-        std::memcpy(block + layout.value_offset(layer, h) + lane * head_bytes, values.bytes.data() + in, head_bytes);
-      }
-    }
+    copy_rows(layer, positions, const_cast<uint8_t*>(keys.bytes.data()), const_cast<uint8_t*>(values.bytes.data()), true);
   } else {
-    const size_t element = kv_element_bytes(keys.type);
+    // Rows as floats for store(), which rounds them into an f16 pool as the forward pass does
+    // its own; halves into an f32 pool widen exactly.
+    const size_t row_bytes = kv_dim * kv_element_bytes(keys.type);
+    std::vector<uint16_t> halves(keys.type == KvType::F16 ? kv_dim : 0);
     std::vector<float> k(kv_dim), v(kv_dim);
-    for (int position = 0; position < positions; ++position) {
-      const size_t row = static_cast<size_t>(position) * kv_dim;
-      for (size_t i = 0; i < kv_dim; ++i) {
-        k[i] = element_as_float(keys.type, keys.bytes.data() + (row + i) * element);
-        v[i] = element_as_float(values.type, values.bytes.data() + (row + i) * element);
+    const auto as_floats = [&](const uint8_t* row, std::vector<float>& out) {
+      if (keys.type == KvType::F32) {
+        std::memcpy(out.data(), row, row_bytes);
+        return;
       }
+      std::memcpy(halves.data(), row, row_bytes);
+      tensor::fp16_to_fp32(halves.data(), out.data(), static_cast<int64_t>(kv_dim));
+    };
+    for (int position = 0; position < positions; ++position) {
+      as_floats(keys.bytes.data() + static_cast<size_t>(position) * row_bytes, k);
+      as_floats(values.bytes.data() + static_cast<size_t>(position) * row_bytes, v);
       store(layer, position, k.data(), v.data());
     }
   }

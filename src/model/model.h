@@ -60,6 +60,9 @@ class KvState {
 
  private:
   friend class Model;
+  // Copies positions [0, positions) of `layer` between the blocks and rows of kv_dim elements
+  // of the pool's type: into the blocks, or out of them.
+  void copy_rows(int layer, int positions, uint8_t* keys, uint8_t* values, bool into_blocks) const;
   // Takes blocks for `positions` positions; false when the pool cannot give them.
   bool reserve(int positions);
   // Writes position `position` of `layer`: k and v are kv_dim floats each.

@@ -9,6 +9,9 @@ constexpr int kMaxSequencesPerBatch = 4096;
 constexpr int64_t kMaxRowsPerBatch = 1 << 16;
 constexpr int kMaxCapacity = 1 << 20;
 
+// The element type a LayerKv message's rows are in.
+model::KvType wire_type(const LayerKv& kv) { return kv.half() ? model::KvType::F16 : model::KvType::F32; }
+
 }  // namespace
 
 std::string malformed(const ForwardRequest& request) {
@@ -36,7 +39,7 @@ std::string malformed(const LayerKv& kv) {
     return "the state has impossible positions or capacity";
   }
   if (kv.keys().size() != kv.values().size()) return "the state's keys and values differ in size";
-  const size_t element = kv.half() ? sizeof(uint16_t) : sizeof(float);
+  const size_t element = model::kv_element_bytes(wire_type(kv));
   const size_t row_floats = kv.positions() == 0 ? 0 : kv.keys().size() / element / static_cast<size_t>(kv.positions());
   if (kv.positions() == 0 ? !kv.keys().empty()
                           : row_floats == 0 || kv.keys().size() != row_floats * element * static_cast<size_t>(kv.positions())) {
@@ -58,21 +61,13 @@ void to_message(const engine::LayerKv& kv, LayerKv& out) {
   out.mutable_tokens()->Assign(kv.tokens.begin(), kv.tokens.end());
 }
 
-namespace {
-
-model::KvRows rows_of(const std::string& bytes, bool half) {
-  return {half ? model::KvType::F16 : model::KvType::F32, std::vector<uint8_t>(bytes.begin(), bytes.end())};
-}
-
-}  // namespace
-
 engine::LayerKv from_message(const LayerKv& message) {
   return {message.sequence_id(),
           message.layer(),
           message.positions(),
           message.capacity(),
-          rows_of(message.keys(), message.half()),
-          rows_of(message.values(), message.half()),
+          {wire_type(message), std::vector<uint8_t>(message.keys().begin(), message.keys().end())},
+          {wire_type(message), std::vector<uint8_t>(message.values().begin(), message.values().end())},
           std::vector<engine::Token>(message.tokens().begin(), message.tokens().end())};
 }
 

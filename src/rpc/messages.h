@@ -16,8 +16,8 @@ std::string malformed(const ForwardRequest& request);
 // Why handed-over state cannot be taken (impossible positions or capacity, keys and values
 // that are not whole rows of the same size), or empty.
 std::string malformed(const LayerKv& kv);
-// A sequence's handed-over state as a message and back (check it with malformed first): in
-// half floats when every value is one exactly, else in floats; the values come back the same.
+// A sequence's handed-over state as a message and back (check it with malformed first): its
+// rows in the element type they have (`half` for an f16 pool's), the same bytes back.
 void to_message(const engine::LayerKv& kv, LayerKv& out);
 engine::LayerKv from_message(const LayerKv& message);
 // Where a passed-on request left its state, as a message and back.

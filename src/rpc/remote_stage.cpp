@@ -181,24 +181,22 @@ void RemoteStage::release(std::span<const engine::SequenceId> ids) {
   request.set_sender_id(caller_.node_id);
   request.set_epoch(caller_.epoch);
   request.mutable_sequence_ids()->Add(ids.begin(), ids.end());
+  auto context = std::make_unique<grpc::ClientContext>();
+  prepare_unary(*context, "Release");
   bool cancelled = false;
   {
+    // Checked and entered at once: a release started before cancel() is ended by it rather
+    // than left to wait out its deadline.
     std::lock_guard lock(watch_mutex_);
     cancelled = cancelled_;
+    if (!cancelled) unary_calls_.insert(context.get());
   }
   if (!cancelled) {
-    grpc::ClientContext context;
-    prepare_unary(context, "Release");
-    {
-      // Started before cancel(): cancel() ends it rather than let it wait out its deadline.
-      std::lock_guard lock(watch_mutex_);
-      unary_calls_.insert(&context);
-    }
     ReleaseReply reply;
-    const grpc::Status status = stub_->Release(&context, request, &reply);
+    const grpc::Status status = stub_->Release(context.get(), request, &reply);
     {
       std::lock_guard lock(watch_mutex_);
-      unary_calls_.erase(&context);
+      unary_calls_.erase(context.get());
     }
     if (!status.ok()) throw std::runtime_error("node " + peer_id_ + " did not release: " + status.error_message());
     return;
@@ -206,8 +204,6 @@ void RemoteStage::release(std::span<const engine::SequenceId> ids) {
   // A replaced pipeline's stage: its state is of no more use, and a node that is gone must not
   // hold the pipeline's end for a deadline. The call goes on a thread of its own (gRPC's
   // callback API crashed at exit in Debian's 1.51), with its own stub on the same channel.
-  auto context = std::make_unique<grpc::ClientContext>();
-  prepare_unary(*context, "Release");
   PendingReleases& pending = pending_releases();
   std::lock_guard lock(pending.mutex);  // counted once the thread exists, which it waits for
   std::thread([channel = channel_, context = std::move(context), request = std::move(request), &pending]() mutable {

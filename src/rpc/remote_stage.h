@@ -34,9 +34,10 @@ struct Caller {
 
 class RemoteStage final : public engine::Stage {
  public:
+  static constexpr std::chrono::milliseconds kDefaultDeadline{5000};
   // `base_deadline` bounds a call; every input row adds `per_row` (prompt chunks take longer).
   RemoteStage(std::string peer_id, std::shared_ptr<grpc::Channel> channel, Caller caller,
-              engine::StageLayers layers = {}, std::chrono::milliseconds base_deadline = std::chrono::seconds(5),
+              engine::StageLayers layers = {}, std::chrono::milliseconds base_deadline = kDefaultDeadline,
               std::chrono::milliseconds per_row = std::chrono::milliseconds(100));
   ~RemoteStage() override;
 
