@@ -14,7 +14,7 @@
 
 #include "cluster/node.h"
 #include "cluster/weights.h"
-#include "tensor/dtype.h"
+#include "gguf_variant.h"
 
 namespace strata::cluster {
 namespace {
@@ -457,21 +457,11 @@ TEST_F(WeightsTest, HeldWeightsCountWholeLayersAndTheHead) {
 // stage reads, so that a node that fetched its layers' tensors can be a source of it too.
 TEST_F(WeightsTest, TensorsEveryStageReadsAreFetchedForEveryRangeAndReportedHeld) {
   const int pairs = model::Config::from_gguf(*original_).rope_dim / 2;
-  gguf::Writer w;
-  for (const auto& kv : original_->metadata()) w.set(kv.key, kv.value);
-  for (const gguf::TensorInfo& t : original_->tensors()) {
-    const uint8_t* data = original_->tensor_data(t);
-    w.add_tensor(t.name, t.dims, t.type, std::vector<uint8_t>(data, data + t.size_bytes));
-  }
-  std::vector<uint8_t> factors(static_cast<size_t>(pairs) * sizeof(float));
-  for (int i = 0; i < pairs; ++i) {
-    const float factor = 1.0f + static_cast<float>(i);
-    std::memcpy(factors.data() + static_cast<size_t>(i) * sizeof(float), &factor, sizeof(float));
-  }
-  w.add_tensor("rope_freqs.weight", {static_cast<uint64_t>(pairs)}, static_cast<uint32_t>(tensor::DType::F32), factors);
+  std::vector<float> factors;
+  for (int i = 0; i < pairs; ++i) factors.push_back(1.0f + static_cast<float>(i));
   fs::create_directories(dir_);
   const std::string path = (dir_ / "rope_freqs.gguf").string();
-  w.write(path);
+  model::testing::write_variant(*original_, path, {}, {{"rope_freqs.weight", factors}});
   original_ = gguf::File::open(path);
   manifest_ = make_manifest(*original_, model_hash(*original_), 2);
   const size_t rope_freqs = original_->tensors().size() - 1;

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "dreams.h"
+#include "gguf_variant.h"
 #include "model/model.h"
 #include "model/synthetic.h"
 #include "reference/reference.h"
@@ -20,6 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::kDreams;
 using testing::kOnceUponATime;
+using testing::write_variant;
 
 std::shared_ptr<const gguf::File> open_model(const std::string& path) { return gguf::File::open(path); }
 
@@ -130,22 +132,9 @@ INSTANTIATE_TEST_SUITE_P(
 std::string variant_of(const std::string& source, const std::string& name,
                        const std::vector<gguf::KeyValue>& extra_metadata,
                        const std::vector<std::pair<std::string, std::vector<float>>>& extra_vectors) {
-  auto file = gguf::File::open(source);
-  gguf::Writer w;
-  for (const auto& kv : file->metadata()) w.set(kv.key, kv.value);
-  for (const auto& kv : extra_metadata) w.set(kv.key, kv.value);
-  for (const auto& t : file->tensors()) {
-    const uint8_t* data = file->tensor_data(t);
-    w.add_tensor(t.name, t.dims, t.type, std::vector<uint8_t>(data, data + t.size_bytes));
-  }
-  for (const auto& [tensor_name, values] : extra_vectors) {
-    std::vector<uint8_t> bytes(values.size() * sizeof(float));
-    std::memcpy(bytes.data(), values.data(), bytes.size());
-    w.add_tensor(tensor_name, {values.size()}, static_cast<uint32_t>(tensor::DType::F32), std::move(bytes));
-  }
   const std::string path = (fs::temp_directory_path() /
                             ("strata_model_test_" + std::to_string(::getpid()) + "_" + name + ".gguf")).string();
-  w.write(path);
+  write_variant(*gguf::File::open(source), path, extra_metadata, extra_vectors);
   return path;
 }
 
