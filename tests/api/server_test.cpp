@@ -335,7 +335,8 @@ TEST_F(ApiServerTest, AStreamBeforeTheModelIsReadySaysWhatItWaitsForThenRuns) {
     return client().Post("/v1/completions", json{{"prompt", "Once upon"}, {"max_tokens", 4}, {"stream", true}}.dump(),
                          "application/json");
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // Comments come a second apart: 3 s leaves room for two on a loaded machine.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));
   EXPECT_FALSE(generator_->wait_for_submissions(1, std::chrono::milliseconds(0))) << "submitted while waiting";
   generator_->set_waiting_for("");
   auto result = reply.get();
@@ -607,9 +608,9 @@ TEST_F(ApiServerTest, FullQueueIs429) {
 
 TEST_F(ApiServerTest, ClosingTheStreamStopsTheGeneration) {
   auto fake = fake_options();
-  fake.token_delay = std::chrono::milliseconds(20);
+  fake.token_delay = std::chrono::milliseconds(50);
   start(fake);
-  json body = chat_body("A long story", 60);
+  json body = chat_body("A long story", 60);  // 3 s unless the hang-up stops it
   body["stream"] = true;
   auto c = client();
   EXPECT_EQ(testing::post_and_hang_up(c, "/v1/chat/completions", body.dump(), 3), 3);
@@ -898,7 +899,7 @@ TEST_F(ApiServerTest, ConnectionsBeyondTheCapWhileAllAreAnsweringGet503) {
   options.limits.max_connections_per_client = 1;
   start(fake, options);
   auto busy = std::async(std::launch::async,
-                         [this] { return post("/v1/chat/completions", chat_body("Slow", 20)); });
+                         [this] { return post("/v1/chat/completions", chat_body("Slow", 60)); });
   ASSERT_TRUE(generator_->wait_for_submissions(1, seconds(10)));
   RawConnection refused(server_->port());
   const std::string answer = refused.read_until_closed(seconds(10));

@@ -106,13 +106,32 @@ class Node:
         os.unlink(self.log.name)
 
 
+def settled(node, stage_count):
+    """Whether `node` sees a placement over `stage_count` stages that every stage holds and the
+    leader serves."""
+    status = node.get("/cluster")[1]
+    placement = status["placement"]
+    ready = {n["id"]: n["ready_epoch"] for n in status["nodes"]}
+    return (len(placement["stages"]) == stage_count and status["serving"]
+            and all(ready.get(s["node"]) == placement["epoch"] for s in placement["stages"]))
+
+
 def start_cluster(ids, *extra):
-    """The first node alone, then the others naming only it: membership spreads from there."""
+    """The first node alone, then the others naming only it: membership spreads from there.
+    Returns once the placement uses every node (as every placement of these tests does). A node
+    is healthy as soon as any placement serves, which may be one made before the last nodes
+    joined, on a loaded machine: the leader places the model again over all of them a second
+    later, and a test that started meanwhile would see that switch."""
     first = Node(ids[0], *extra)
     nodes = [first] + [Node(i, "--peers", first.address, *extra) for i in ids[1:]]
     for n in nodes:
         if not check(n.wait_healthy(), f"node {n.id} of {len(ids)} became healthy"):
             print(n.text())
+    deadline = time.time() + 30
+    while time.time() < deadline and not settled(first, len(ids)):
+        time.sleep(0.2)
+    check(settled(first, len(ids)) and all(n.wait_healthy() for n in nodes),
+          f"{len(ids)} node(s): the placement uses every node ({first.get('/cluster')[1]['placement']['stages']})")
     return nodes
 
 
@@ -193,7 +212,7 @@ def answer(status_body):
 
 
 def check_no_state(nodes, label):
-    deadline = time.time() + 5
+    deadline = time.time() + 30
     while time.time() < deadline and any(n.held_sequences() for n in nodes):
         time.sleep(0.1)
     for n in nodes:
@@ -210,13 +229,6 @@ def main():
 
     for count in (2, 3, 4):
         nodes = start_cluster([f"n{i}" for i in range(count)], "--placement", "memory")
-        # A node is healthy as soon as a placement serves, which may be one made before the
-        # last nodes joined; the leader places the model again over all of them a second later.
-        deadline = time.time() + 20
-        while time.time() < deadline and len(stages := nodes[0].get("/cluster")[1]["placement"]["stages"]) != count:
-            time.sleep(0.2)
-        check(len(stages) == count and all(n.wait_healthy() for n in nodes),
-              f"{count} nodes: memory placement uses every node ({stages})")
         for n in nodes:
             for i, r in enumerate(REQUESTS[:4]):
                 check(answer(n.complete(r)) == reference[i], f"{count} nodes: request {i} at {n.id} equals one node's")
@@ -351,6 +363,10 @@ def main():
     # and exits; nothing is computed again and the text is the fault-free one.
     nodes = start_cluster(["d0", "d1", "d2"], "--placement", "memory", "--test-link-delay-ms", "20")
     text = drain_mid_stream("a stage drained", nodes[0], nodes[2], nodes[0], seeded_reference)
+    try:  # `strata drain` returns once the node stops answering; it may still be shutting down
+        nodes[2].process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
     check(nodes[2].process.poll() is not None, "the drained node has exited")
     # The handed-over blocks entered the new stages' prefix caches: a second turn reuses them.
     status, body = nodes[0].complete({"prompt": LONG_SEEDED["prompt"] + text, "max_tokens": 1, "temperature": 0})
@@ -371,10 +387,12 @@ def main():
     # this test could join them.
     keyed = start_cluster(["c0", "c1"], "--cluster-key", "right", "--placement", "memory", "--no-discovery")
     stranger = Node("c2", "--peers", keyed[0].address, "--cluster-key", "wrong", "--no-discovery")
-    time.sleep(3)
+    deadline = time.time() + 30
+    while time.time() < deadline and not ("refused" in keyed[0].text() or "refused" in stranger.text()):
+        time.sleep(0.2)
+    check("refused" in keyed[0].text() or "refused" in stranger.text(), "the refusal is logged")
     members = [n["id"] for n in keyed[0].get("/cluster")[1]["nodes"]]
     check("c2" not in members, f"a node with the wrong key is not a member ({members})")
-    check("refused" in keyed[0].text() or "refused" in stranger.text(), "the refusal is logged")
     check(answer(keyed[1].complete(REQUESTS[1])) == reference[1], "the keyed cluster answers as one node")
     stranger.stop()
     stop_all(keyed)

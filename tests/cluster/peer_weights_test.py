@@ -91,7 +91,8 @@ def main():
                  "--test-fetch-delay-ms", "200", "--test-fetch-checkpoint-bytes", str(CHECKPOINT), model=None)
         table = list(sizes.values())
         deadline = time.time() + 20
-        while time.time() < deadline and not any(b < table[i] for i, b in unfinished(cache).items()):
+        while time.time() < deadline and not (records(cache, "verified")
+                                              and any(b < table[i] for i, b in unfinished(cache).items())):
             time.sleep(0.02)
         received_before_kill = c.get("/health")[1]["transfer"]["received_bytes"]
         c.process.send_signal(signal.SIGKILL)

@@ -204,7 +204,7 @@ TEST_F(EngineTest, ACancelledQueuedRequestFreesItsPlaceAtOnce) {
 }
 
 TEST_F(EngineTest, ShutdownCancelsWhatIsInFlight) {
-  start({.max_parallel = 1, .max_queued = 4});
+  start({.max_parallel = 1, .max_queued = 1000});
   std::latch release(1);
   RequestCallbacks blocking;
   blocking.on_token = [&](const GeneratedToken&) {
@@ -216,7 +216,12 @@ TEST_F(EngineTest, ShutdownCancelsWhatIsInFlight) {
   ASSERT_TRUE(engine_->submit(request(prompt(1), 50, 0.0f, 1), blocking));
   auto waiting = submit(request(prompt(2), 50, 0.0f, 1));
   std::thread stopper([&] { engine_->shutdown(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // Until the engine refuses new requests it may not have begun to stop (the queue holds far
+  // more than this loop can submit meanwhile); those accepted end as cancelled too.
+  RequestCallbacks probe;
+  probe.on_token = [](const GeneratedToken&) { return true; };
+  probe.on_finish = [](FinishReason, const std::string&) {};
+  while (engine_->submit(request(prompt(3), 5, 0.0f, 1), probe)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   release.count_down();
   stopper.join();
   EXPECT_EQ(waiting.get().reason, FinishReason::Cancelled);

@@ -345,19 +345,23 @@ TEST(Pipeline, AHandOverMovesEverySequencesStateAndNothingIsComputedAgain) {
   Stages third({0, 4});         // two left
   std::vector<std::shared_ptr<CountingStage>> counted;
   // Each pipeline's last stage holds its 6th batch: the next switch comes while it is in flight.
-  const auto counting = [&](const Stages& stages) {
+  // The first pipeline's first stage holds its first batch until every request is submitted, so
+  // that all have started by then however the threads are scheduled.
+  const auto counting = [&](const Stages& stages, int first_hold_at = 0) {
     std::vector<std::shared_ptr<Stage>> list;
     for (const auto& s : stages.local) {
-      const int hold_at = list.size() + 1 == stages.local.size() ? 6 : 0;
+      const int hold_at = list.size() + 1 == stages.local.size() ? 6 : list.empty() ? first_hold_at : 0;
       list.push_back(counted.emplace_back(std::make_shared<CountingStage>(s, hold_at)));
     }
     return list;
   };
   {
-    Engine engine(counting(first), 512, [](Token t) { return t == 2; },
+    Engine engine(counting(first, 1), 512, [](Token t) { return t == 2; },
                   {.context_size = 128, .max_parallel = 8, .max_queued = 8}, nullptr);
     std::vector<std::future<Outcome>> futures;
     for (int i = 0; i < kRequests; ++i) futures.push_back(submit(engine, request(i)));
+    counted.front()->wait_until_held();
+    counted.front()->open();
     for (const auto& next : {&second, &third}) {
       const std::shared_ptr<CountingStage> last = counted.back();
       last->wait_until_held();
@@ -420,8 +424,10 @@ TEST(Pipeline, ARequestPassedOnGoesOnAtTheNextSchedulerWithItsState) {
     };
     std::vector<Passed> passed(kRequests);
     {
+      // The first batch waits until every request is submitted: all have started by the 6th.
+      auto gate = std::make_shared<CountingStage>(first.local[0], 1);
       auto holding = std::make_shared<CountingStage>(first.local[1], 6);
-      Engine engine({first.local[0], holding}, 512, [](Token t) { return t == 2; },
+      Engine engine({gate, holding}, 512, [](Token t) { return t == 2; },
                     {.context_size = 128, .max_parallel = 8, .max_queued = 8}, nullptr);
       for (int i = 0; i < kRequests; ++i) {
         Passed& p = passed[static_cast<size_t>(i)];
@@ -434,6 +440,8 @@ TEST(Pipeline, ARequestPassedOnGoesOnAtTheNextSchedulerWithItsState) {
         callbacks.on_passed_on = [&p](const HeldState& held) { p.held = held; };
         ASSERT_TRUE(engine.submit(request(i), std::move(callbacks)));
       }
+      gate->wait_until_held();
+      gate->open();
       holding->wait_until_held();
       std::thread passing([&] { engine.pass_on(7, "passed on"); });
       std::this_thread::sleep_for(std::chrono::milliseconds(20));

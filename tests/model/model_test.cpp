@@ -46,7 +46,7 @@ class TempModels : public ::testing::Environment {
  public:
   void TearDown() override {
     for (const auto& entry : fs::directory_iterator(fs::temp_directory_path())) {
-      if (entry.path().filename().string().rfind("strata_model_test_" + std::to_string(::getpid()), 0) == 0) {
+      if (entry.path().filename().string().rfind("strata_model_test_" + std::to_string(::getpid()) + "_", 0) == 0) {
         fs::remove(entry.path());
       }
     }

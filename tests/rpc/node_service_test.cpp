@@ -372,13 +372,13 @@ TEST(RemoteStageRelease, NeverWaitsForAHangingNodeOnceCancelled) {
   };
   {
     RemoteStage stage("silent", make_channel(silent.address()), Caller{"client", kEpoch, std::make_shared<ClusterKey>("secret")},
-                      {}, std::chrono::milliseconds(500));
+                      {}, std::chrono::seconds(2));
     stage.cancel();
     const auto started = std::chrono::steady_clock::now();
     stage.release(ids);
-    EXPECT_LT(seconds_since(started), 0.1) << "it waited for the hanging node";
+    EXPECT_LT(seconds_since(started), 1.0) << "it waited for the hanging node";
   }
-  RemoteStage::wait_for_releases(std::chrono::seconds(3));  // ends at its 0.5 s deadline
+  RemoteStage::wait_for_releases(std::chrono::seconds(5));  // ends at its 2 s deadline
   RemoteStage stage("silent", make_channel(silent.address()), Caller{"client", kEpoch, std::make_shared<ClusterKey>("secret")},
                     {}, std::chrono::seconds(30));
   const auto started = std::chrono::steady_clock::now();

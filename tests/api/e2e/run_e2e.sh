@@ -13,7 +13,7 @@ server=$!
 trap 'kill $server 2>/dev/null || true; wait $server 2>/dev/null || true; rm -f "$log"' EXIT
 
 port=""
-for _ in $(seq 1 100); do
+for _ in $(seq 1 600); do
   port=$(sed -n 's|.*on http://127.0.0.1:\([0-9]*\).*|\1|p' "$log" | head -1)
   [ -n "$port" ] && break
   kill -0 $server 2>/dev/null || { cat "$log"; exit 1; }
@@ -24,7 +24,7 @@ base=http://127.0.0.1:$port
 
 # curl, as a user would try it first: /health answers 503 while the node places and loads
 # the model, then 200.
-for _ in $(seq 1 300); do
+for _ in $(seq 1 600); do
   curl -sf "$base/health" >/dev/null && break
   sleep 0.1
 done
