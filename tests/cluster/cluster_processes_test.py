@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Real `strata serve` processes on 127.0.0.1 form clusters of 1 to 4 nodes; every node's
 answers equal one whole-model node's, bit for bit (text and logprobs), alone and concurrently;
-no node keeps sequence state afterwards, also when a client leaves mid-stream; a stage or the
+no node keeps sequence state afterwards, also when a client leaves mid-stream or while its
+request waits for a new placement after a loss; a stage or the
 leader killed mid-stream pauses the stream while the others re-form, and its whole text is still
 the fault-free one; a node drained mid-stream (`strata drain`) hands its state over and exits, and
 so does a drained leader, whose requests the next leader takes over with their state, once its
@@ -11,6 +12,7 @@ node with the wrong cluster key is refused.
 usage: cluster_processes_test.py STRATA MODEL.gguf
 """
 import concurrent.futures
+import http.client
 import json
 import os
 import re
@@ -213,10 +215,10 @@ def answer(status_body):
 
 def check_no_state(nodes, label):
     deadline = time.time() + 30
-    while time.time() < deadline and any(n.held_sequences() for n in nodes):
+    while any(held := [n.held_sequences() for n in nodes]) and time.time() < deadline:
         time.sleep(0.1)
-    for n in nodes:
-        check(n.held_sequences() == 0, f"{label}: node {n.id} holds no sequence state after the requests")
+    for n, h in zip(nodes, held):
+        check(h == 0, f"{label}: node {n.id} holds no sequence state after the requests ({h})")
 
 
 def main():
@@ -296,7 +298,6 @@ def main():
     nodes = start_cluster(["k0", "k1", "k2"], "--placement", "memory", "--test-link-delay-ms", "20")
     # A client that goes away mid-stream at a node that is not the leader: every stage lets its
     # sequence go.
-    import http.client
     connection = http.client.HTTPConnection("127.0.0.1", nodes[2].port, timeout=30)
     connection.request("POST", "/v1/completions", json.dumps({"prompt": "Once upon a time", "max_tokens": 100,
                                                                 "stream": True}), {"Content-Type": "application/json"})
@@ -333,6 +334,31 @@ def main():
             break
         time.sleep(0.5)
     check(result == reference[0], f"after the cluster re-formed, a new request equals one node's ({result})")
+    stop_all(nodes)
+
+    # Clients that leave while their requests wait for a new placement: the requests are computed
+    # again on it, then end at their first token, and no stage keeps their state.
+    nodes = start_cluster(["g0", "g1", "g2"], "--placement", "memory", "--test-link-delay-ms", "20")
+    connections = []
+    for i, r in enumerate(REQUESTS[:3]):
+        connection = http.client.HTTPConnection("127.0.0.1", nodes[i % 2].port, timeout=30)
+        connection.request("POST", "/v1/completions", json.dumps(r | {"max_tokens": 100, "stream": True}),
+                           {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        response.readline()
+        response.readline()
+        connections.append(connection)
+    time.sleep(0.5)
+    nodes[2].process.send_signal(signal.SIGKILL)
+    for connection in connections:
+        connection.close()
+    deadline = time.time() + 30
+    while time.time() < deadline and nodes[0].get("/cluster")[1].get("placement_switches", {}).get(
+            "sequences_recomputed", 0) == 0:
+        time.sleep(0.1)
+    check(nodes[0].get("/cluster")[1].get("placement_switches", {}).get("sequences_recomputed", 0) > 0,
+          "clients gone during a loss: their requests went on to the new placement")
+    check_no_state(nodes[:2], "clients gone during a loss")
     stop_all(nodes)
 
     # The leader killed mid-stream, with seeded sampling: the request entered elsewhere resumes at
