@@ -399,7 +399,11 @@ void Engine::run_loop() {
       };
       const auto woken = [&] { return ending() || switch_ready() || !results_.empty() || can_launch(); };
       if (broken_) {
-        waited_too_long = !wake_.wait_until(lock, broken_since_ + options_.replay_wait, woken);
+        // No step ends while the pipeline is broken: the loop looks for requests cancelled
+        // meanwhile every kCancelCheck, so that they end now rather than after the pause.
+        const auto give_up_at = broken_since_ + options_.replay_wait;
+        const bool woke = wake_.wait_until(lock, std::min(give_up_at, std::chrono::steady_clock::now() + kCancelCheck), woken);
+        waited_too_long = !woke && std::chrono::steady_clock::now() >= give_up_at;
       } else {
         wake_.wait(lock, woken);
       }
@@ -422,6 +426,12 @@ void Engine::run_loop() {
       running_ = static_cast<int>(active.size());
     }
     finish_cancelled(std::move(cancelled));
+    for (auto& seq : active) {
+      if (!seq->finished && !seq->in_flight && seq->callbacks.cancelled && seq->callbacks.cancelled()) {
+        finish(*seq, FinishReason::Cancelled);
+      }
+    }
+    std::erase_if(active, [](const std::unique_ptr<Sequence>& s) { return s->finished; });
     if (next) {
       results.clear();
       switch_pipeline(active, std::move(*next));

@@ -66,8 +66,9 @@ struct RequestCallbacks {
   // Runs exactly once, last. `error` is set when reason is Error. After on_token returned
   // false the reason is Cancelled.
   std::function<void(FinishReason reason, const std::string& error)> on_finish;
-  // Optional. Asked while the request waits in the queue: true drops it (finishing Cancelled)
-  // and frees its place before it ever runs, e.g. when its client went away.
+  // Optional. Asked while the request waits in the queue, and between its steps: true drops it
+  // (finishing Cancelled), e.g. when its client went away, without waiting for its next token,
+  // which may be far off while the request waits for a new pipeline or would be computed again.
   std::function<bool()> cancelled;
   // Optional. Runs instead of on_finish, last, when the scheduler passes the request on with
   // its state held (see HeldState): it goes on elsewhere from its prompt and the tokens

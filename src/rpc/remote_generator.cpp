@@ -1,6 +1,7 @@
 #include "rpc/remote_generator.h"
 
 #include <atomic>
+#include <functional>
 #include <thread>
 
 #include "rpc/messages.h"
@@ -11,6 +12,8 @@ struct RemoteGenerator::Call {
   grpc::ClientContext context;
   std::unique_ptr<Node::Stub> stub;
   std::unique_ptr<grpc::ClientReader<GenerateEvent>> reader;
+  std::function<bool()> cancelled;  // the caller's, or empty
+  bool cancelling = false;            // TryCancel was called for it (under the generator's mutex)
   std::thread thread;
   std::atomic<bool> ended{false};
 };
@@ -94,7 +97,20 @@ void RemoteGenerator::relay(Call& call, engine::RequestCallbacks& callbacks) {
   }
 }
 
-RemoteGenerator::RemoteGenerator(Caller caller) : caller_(std::move(caller)) {}
+RemoteGenerator::RemoteGenerator(Caller caller)
+    : caller_(std::move(caller)), watcher_([this] { watch_cancellations(); }) {}
+
+void RemoteGenerator::watch_cancellations() {
+  std::unique_lock lock(mutex_);
+  while (!stop_.wait_for(lock, kCancelCheck, [&] { return stopping_; })) {
+    for (const auto& call : calls_) {
+      if (!call->cancelling && !call->ended && call->cancelled && call->cancelled()) {
+        call->cancelling = true;
+        call->context.TryCancel();
+      }
+    }
+  }
+}
 
 RemoteGenerator::~RemoteGenerator() { shutdown(); }
 
@@ -102,6 +118,7 @@ bool RemoteGenerator::submit(const std::shared_ptr<grpc::Channel>& channel, engi
                              engine::RequestCallbacks callbacks) {
   reap();
   auto call = std::make_unique<Call>();
+  call->cancelled = callbacks.cancelled;
   call->stub = Node::NewStub(channel);
   caller_.key->sign(call->context, caller_.node_id, "Generate");
   // Waiting for the first event only: the leader queues the request or says why not.
@@ -159,6 +176,8 @@ void RemoteGenerator::shutdown() {
     stopping_ = true;
     calls.swap(calls_);
   }
+  stop_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
   for (auto& call : calls) call->context.TryCancel();
   for (auto& call : calls) {
     if (call->thread.joinable()) call->thread.join();

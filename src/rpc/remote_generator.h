@@ -1,12 +1,16 @@
 // Runs requests that entered at this node on the leader's scheduler, over the leader's node
 // service: tokens stream back as the leader samples them. When the caller's on_token returns
-// false the call is cancelled, and the leader drops the request at its next token.
+// false, or its cancelled() says so (looked at every kCancelCheck, as tokens may not flow: the
+// request waits for a new placement), the call is cancelled, and the leader drops the request.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <string_view>
+#include <thread>
 
 #include "engine/generator.h"
 #include "rpc/remote_stage.h"
@@ -33,11 +37,16 @@ class RemoteGenerator {
   // Reads the rest of an accepted call's stream into its callbacks.
   static void relay(Call& call, engine::RequestCallbacks& callbacks);
   void reap();  // joins the threads of calls that have ended
+  void watch_cancellations();
+
+  static constexpr std::chrono::milliseconds kCancelCheck{100};
 
   Caller caller_;
   std::mutex mutex_;
+  std::condition_variable stop_;
   std::list<std::unique_ptr<Call>> calls_;
   bool stopping_ = false;
+  std::thread watcher_;  // last: it uses everything above
 };
 
 }  // namespace strata::rpc

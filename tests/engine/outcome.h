@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -28,8 +29,10 @@ struct Outcome {
   }
 };
 
-// Submits and returns a future for the outcome; `stop_after` tokens end the request early.
-inline std::future<Outcome> submit_for_outcome(Generator& generator, GenerationRequest request, int stop_after = -1) {
+// Submits and returns a future for the outcome; `stop_after` tokens end the request early, and
+// so does `cancelled` once it says so.
+inline std::future<Outcome> submit_for_outcome(Generator& generator, GenerationRequest request, int stop_after = -1,
+                                               std::function<bool()> cancelled = {}) {
   auto promise = std::make_shared<std::promise<Outcome>>();
   auto outcome = std::make_shared<Outcome>();
   RequestCallbacks callbacks;
@@ -38,6 +41,7 @@ inline std::future<Outcome> submit_for_outcome(Generator& generator, GenerationR
     outcome->generated.push_back(t);
     return stop_after < 0 || static_cast<int>(outcome->tokens.size()) < stop_after;
   };
+  callbacks.cancelled = std::move(cancelled);
   callbacks.on_finish = [promise, outcome](FinishReason reason, const std::string& error) {
     outcome->reason = reason;
     outcome->error = error;

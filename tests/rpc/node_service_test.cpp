@@ -9,14 +9,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <chrono>
+#include <condition_variable>
+#include <future>
+#include <mutex>
 #include <thread>
 
 #include "engine/local_stage.h"
 #include "rpc/channel.h"
 #include "rpc/messages.h"
 #include "rpc/node_service.h"
+#include "rpc/remote_generator.h"
 #include "rpc/remote_stage.h"
 
 namespace strata::rpc {
@@ -46,9 +51,11 @@ class OneStageNode final : public NodeHandler {
     return stage_;
   }
   std::shared_ptr<engine::Generator> scheduler(std::string& why) override {
+    if (scheduler_) return scheduler_;
     why = "not the leader";
     return nullptr;
   }
+  void lead(std::shared_ptr<engine::Generator> scheduler) { scheduler_ = std::move(scheduler); }
   std::optional<ModelManifestReply> manifest(const std::string&, std::string& why) override {
     why = "no model here";
     return std::nullopt;
@@ -72,6 +79,40 @@ class OneStageNode final : public NodeHandler {
   }();
   tensor::ThreadPool pool_;
   std::shared_ptr<engine::LocalStage> stage_;
+  std::shared_ptr<engine::Generator> scheduler_;
+};
+
+// A scheduler whose requests produce no token (as while it waits for a new placement): it
+// only ends one when its `cancelled` says so.
+class SilentScheduler final : public engine::Generator {
+ public:
+  engine::ModelLimits limits() const override { return {128, 1, 1}; }
+  bool submit(engine::GenerationRequest, engine::RequestCallbacks callbacks) override {
+    std::lock_guard lock(mutex_);
+    callbacks_ = std::move(callbacks);
+    submitted_.notify_all();
+    return true;
+  }
+  void shutdown() override {}
+  // Waits up to `limit` for the request's cancelled() to say so, then ends it Cancelled.
+  bool cancelled_within(std::chrono::milliseconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    std::unique_lock lock(mutex_);
+    if (!submitted_.wait_until(lock, deadline, [&] { return callbacks_.cancelled != nullptr; })) return false;
+    while (!callbacks_.cancelled()) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      lock.lock();
+    }
+    callbacks_.on_finish(engine::FinishReason::Cancelled, {});
+    return true;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable submitted_;
+  engine::RequestCallbacks callbacks_;
 };
 
 class NodeServiceTest : public ::testing::Test {
@@ -479,6 +520,30 @@ TEST(LayerKvMessage, TravelsInThePoolsElementTypeBitForBit) {
     EXPECT_EQ(back.values.bytes, kv.values.bytes);
     EXPECT_EQ(back.tokens, kv.tokens);
   }
+}
+
+// A request that entered at another node, whose client leaves while no token comes: the
+// leader hears of it within a fraction of a second, not at the request's next token.
+TEST_F(NodeServiceTest, ARemoteRequestCancelledWhileNoTokenComesEndsAtTheLeader) {
+  auto scheduler = std::make_shared<SilentScheduler>();
+  node_.lead(scheduler);
+  RemoteGenerator generator(Caller{"client", kEpoch, std::make_shared<ClusterKey>("secret")});
+  std::atomic<bool> gone{false};
+  std::promise<engine::FinishReason> finished;
+  engine::RequestCallbacks callbacks;
+  callbacks.on_token = [](const engine::GeneratedToken&) { return true; };
+  callbacks.on_finish = [&finished](engine::FinishReason reason, const std::string&) { finished.set_value(reason); };
+  callbacks.cancelled = [&gone] { return gone.load(); };
+  engine::GenerationRequest request;
+  request.prompt = {1, 300};
+  request.max_tokens = 8;
+  ASSERT_TRUE(generator.submit(make_channel("127.0.0.1:" + std::to_string(server_.port())), request, callbacks));
+  EXPECT_FALSE(scheduler->cancelled_within(std::chrono::milliseconds(300))) << "cancelled before its client left";
+  gone = true;
+  EXPECT_TRUE(scheduler->cancelled_within(std::chrono::seconds(3))) << "the leader was not told";
+  auto reason = finished.get_future();
+  ASSERT_EQ(reason.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(reason.get(), engine::FinishReason::Cancelled);
 }
 
 TEST_F(NodeServiceTest, GenerateNeedsTheLeader) {
