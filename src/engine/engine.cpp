@@ -426,12 +426,17 @@ void Engine::run_loop() {
       running_ = static_cast<int>(active.size());
     }
     finish_cancelled(std::move(cancelled));
-    for (auto& seq : active) {
-      if (!seq->finished && !seq->in_flight && seq->callbacks.cancelled && seq->callbacks.cancelled()) {
-        finish(*seq, FinishReason::Cancelled);
+    // Running requests cancelled meanwhile end between their steps: before a switch (so that
+    // they are not computed again) and before the next launch.
+    const auto finish_cancelled_running = [&] {
+      for (auto& seq : active) {
+        if (!seq->finished && !seq->in_flight && seq->callbacks.cancelled && seq->callbacks.cancelled()) {
+          finish(*seq, FinishReason::Cancelled);
+        }
       }
-    }
-    std::erase_if(active, [](const std::unique_ptr<Sequence>& s) { return s->finished; });
+      std::erase_if(active, [](const std::unique_ptr<Sequence>& s) { return s->finished; });
+    };
+    finish_cancelled_running();
     if (next) {
       results.clear();
       switch_pipeline(active, std::move(*next));
@@ -467,7 +472,7 @@ void Engine::run_loop() {
                    std::to_string(*pool_blocks_ * model::kKvBlock));
       }
     }
-    std::erase_if(active, [](const std::unique_ptr<Sequence>& s) { return s->finished; });
+    finish_cancelled_running();
     while (!broken_ && !switch_pending && static_cast<int>(in_flight_.size()) < pipeline_->depth() &&
            launch_batch(active)) {
     }

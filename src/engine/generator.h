@@ -69,6 +69,7 @@ struct RequestCallbacks {
   // Optional. Asked while the request waits in the queue, and between its steps: true drops it
   // (finishing Cancelled), e.g. when its client went away, without waiting for its next token,
   // which may be far off while the request waits for a new pipeline or would be computed again.
+  // It may be asked on another thread than the other callbacks, at the same time as on_token.
   std::function<bool()> cancelled;
   // Optional. Runs instead of on_finish, last, when the scheduler passes the request on with
   // its state held (see HeldState): it goes on elsewhere from its prompt and the tokens

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "rpc/messages.h"
@@ -12,8 +13,8 @@ struct RemoteGenerator::Call {
   grpc::ClientContext context;
   std::unique_ptr<Node::Stub> stub;
   std::unique_ptr<grpc::ClientReader<GenerateEvent>> reader;
-  std::function<bool()> cancelled;  // the caller's, or empty
-  bool cancelling = false;            // TryCancel was called for it (under the generator's mutex)
+  // The caller's, until the call is cancelled or ends (under the generator's mutex); or empty.
+  std::function<bool()> cancelled;
   std::thread thread;
   std::atomic<bool> ended{false};
 };
@@ -54,24 +55,14 @@ engine::GeneratedToken from_wire(const GenerateEvent& e) {
 
 }  // namespace
 
-void RemoteGenerator::relay(Call& call, engine::RequestCallbacks& callbacks) {
+RemoteGenerator::Ending RemoteGenerator::relay(Call& call, engine::RequestCallbacks& callbacks) {
   GenerateEvent event;
   bool cancelled = false;
   while (call.reader->Read(&event)) {
     if (event.kind() == GenerateEvent::FINISHED) {
       call.reader->Finish();
-      if (event.has_passed_on()) {
-        if (callbacks.on_passed_on) {
-          callbacks.on_passed_on(from_message(event.passed_on()));
-        } else if (callbacks.on_finish) {
-          callbacks.on_finish(engine::FinishReason::Error, std::string(kSchedulerLost) + "it no longer leads");
-        }
-        return;
-      }
-      if (callbacks.on_finish) {
-        callbacks.on_finish(static_cast<engine::FinishReason>(event.finish_reason()), event.error());
-      }
-      return;
+      if (event.has_passed_on()) return {from_message(event.passed_on())};
+      return {std::nullopt, static_cast<engine::FinishReason>(event.finish_reason()), event.error()};
     }
     if (event.kind() != GenerateEvent::TOKEN || cancelled) continue;
     bool keep_going = true;
@@ -80,8 +71,7 @@ void RemoteGenerator::relay(Call& call, engine::RequestCallbacks& callbacks) {
     } catch (const std::exception& e) {
       call.context.TryCancel();
       call.reader->Finish();
-      if (callbacks.on_finish) callbacks.on_finish(engine::FinishReason::Error, std::string("token callback failed: ") + e.what());
-      return;
+      return {std::nullopt, engine::FinishReason::Error, std::string("token callback failed: ") + e.what()};
     }
     if (!keep_going) {
       cancelled = true;
@@ -89,11 +79,22 @@ void RemoteGenerator::relay(Call& call, engine::RequestCallbacks& callbacks) {
     }
   }
   const grpc::Status status = call.reader->Finish();
-  if (!callbacks.on_finish) return;
-  if (cancelled || status.error_code() == grpc::StatusCode::CANCELLED) {
-    callbacks.on_finish(engine::FinishReason::Cancelled, {});
-  } else {
-    callbacks.on_finish(engine::FinishReason::Error, std::string(kSchedulerLost) + status.error_message());
+  if (cancelled || status.error_code() == grpc::StatusCode::CANCELLED) return {std::nullopt, engine::FinishReason::Cancelled};
+  return {std::nullopt, engine::FinishReason::Error, std::string(kSchedulerLost) + status.error_message()};
+}
+
+void RemoteGenerator::end(Call& call, engine::RequestCallbacks& callbacks, const Ending& ending) {
+  {
+    // Its cancelled() is not asked once it has ended.
+    std::lock_guard lock(mutex_);
+    call.cancelled = nullptr;
+  }
+  if (ending.passed_on && callbacks.on_passed_on) {
+    callbacks.on_passed_on(*ending.passed_on);
+  } else if (ending.passed_on && callbacks.on_finish) {
+    callbacks.on_finish(engine::FinishReason::Error, std::string(kSchedulerLost) + "it no longer leads");
+  } else if (callbacks.on_finish) {
+    callbacks.on_finish(ending.reason, ending.error);
   }
 }
 
@@ -104,8 +105,8 @@ void RemoteGenerator::watch_cancellations() {
   std::unique_lock lock(mutex_);
   while (!stop_.wait_for(lock, kCancelCheck, [&] { return stopping_; })) {
     for (const auto& call : calls_) {
-      if (!call->cancelling && !call->ended && call->cancelled && call->cancelled()) {
-        call->cancelling = true;
+      if (call->cancelled && call->cancelled()) {
+        call->cancelled = nullptr;
         call->context.TryCancel();
       }
     }
@@ -136,20 +137,19 @@ bool RemoteGenerator::submit(const std::shared_ptr<grpc::Channel>& channel, engi
         throw engine::Unavailable("the cluster's scheduler cannot take the request: " + status.error_message());
     }
   }
-  Call* raw = call.get();
-  {
-    std::lock_guard lock(mutex_);
-    if (stopping_) {
-      raw->context.TryCancel();
-      raw->reader->Finish();
-      return false;
-    }
-    calls_.push_back(std::move(call));
+  std::lock_guard lock(mutex_);
+  if (stopping_) {
+    call->context.TryCancel();
+    call->reader->Finish();
+    return false;
   }
-  raw->thread = std::thread([raw, callbacks = std::move(callbacks)]() mutable {
-    relay(*raw, callbacks);
+  // Started under the lock, so that reap() never sees the call before its thread is stored.
+  Call* raw = call.get();
+  raw->thread = std::thread([this, raw, callbacks = std::move(callbacks)]() mutable {
+    end(*raw, callbacks, relay(*raw, callbacks));
     raw->ended = true;
   });
+  calls_.push_back(std::move(call));
   return true;
 }
 

@@ -9,6 +9,8 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <thread>
 
@@ -34,8 +36,16 @@ class RemoteGenerator {
 
  private:
   struct Call;
-  // Reads the rest of an accepted call's stream into its callbacks.
-  static void relay(Call& call, engine::RequestCallbacks& callbacks);
+  // How a call ended: passed on with its state held, or finished.
+  struct Ending {
+    std::optional<engine::HeldState> passed_on;
+    engine::FinishReason reason = engine::FinishReason::Error;
+    std::string error;
+  };
+  // Reads the rest of an accepted call's stream into its on_token; returns how it ended.
+  static Ending relay(Call& call, engine::RequestCallbacks& callbacks);
+  // Stops watching the call, then tells its callbacks how it ended.
+  void end(Call& call, engine::RequestCallbacks& callbacks, const Ending& ending);
   void reap();  // joins the threads of calls that have ended
   void watch_cancellations();
 

@@ -221,7 +221,12 @@ TEST_F(EngineTest, ShutdownCancelsWhatIsInFlight) {
   RequestCallbacks probe;
   probe.on_token = [](const GeneratedToken&) { return true; };
   probe.on_finish = [](FinishReason, const std::string&) {};
-  while (engine_->submit(request(prompt(3), 5, 0.0f, 1), probe)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  int probes = 0;
+  while (engine_->submit(request(prompt(3), 5, 0.0f, 1), probe)) {
+    ++probes;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_LT(probes, 999) << "the queue filled up before the engine began to stop";
   release.count_down();
   stopper.join();
   EXPECT_EQ(waiting.get().reason, FinishReason::Cancelled);

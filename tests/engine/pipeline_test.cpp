@@ -222,33 +222,6 @@ TEST(Pipeline, RequestsWaitForANewPipelineWhenAStageIsLostAndGiveTheSameTokens) 
   EXPECT_EQ(after.held(), 0u);
 }
 
-// A client that leaves while its request waits for a new pipeline: the request ends then, not
-// at its first token after the pause, and is not computed again.
-TEST(Pipeline, ARequestCancelledWhileWaitingForANewPipelineEndsThenAndIsNotComputedAgain) {
-  const std::vector<Outcome> alone = alone_on_whole_model(2);
-  Stages before({0, 2, 4});
-  auto vanishing = std::make_shared<VanishingStage>(before.local[1], 6);
-  Stages after({0, 1, 4});
-  {
-    Engine engine({before.local[0], vanishing}, 512, [](Token t) { return t == 2; },
-                  {.context_size = 128, .max_parallel = 8, .max_queued = 8, .replay_wait = std::chrono::seconds(30)},
-                  nullptr);
-    std::atomic<bool> gone{false};
-    auto leaving = submit_for_outcome(engine, request(0), -1, [&gone] { return gone.load(); });
-    auto staying = submit(engine, request(1));
-    while (vanishing->calls() < 6) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    gone = true;
-    ASSERT_EQ(leaving.wait_for(std::chrono::seconds(5)), std::future_status::ready) << "it waited for the pause to end";
-    EXPECT_EQ(leaving.get().reason, FinishReason::Cancelled);
-    engine.replace_pipeline(after.list(), nullptr);
-    const Outcome got = staying.get();
-    EXPECT_EQ(got.tokens, alone[1].tokens);
-    EXPECT_EQ(engine.switch_counts().recomputed, 1u) << "only the request still wanted is computed again";
-    EXPECT_EQ(before.held(), 0u);
-  }
-  EXPECT_EQ(after.held(), 0u);
-}
-
 TEST(Pipeline, WithoutANewPipelineRequestsEndWithTheLossAfterTheWait) {
   Stages stages({0, 2, 4});
   auto vanishing = std::make_shared<VanishingStage>(stages.local[1], 3);
@@ -361,6 +334,36 @@ class CountingStage final : public WrappedStage {
   bool held_ = false;
   bool open_ = false;
 };
+
+// A client that leaves while its request waits for a new pipeline: the request ends then, not
+// at its first token after the pause, and is not computed again.
+TEST(Pipeline, ARequestCancelledWhileWaitingForANewPipelineEndsThenAndIsNotComputedAgain) {
+  const std::vector<Outcome> alone = alone_on_whole_model(2);
+  Stages before({0, 2, 4});
+  auto vanishing = std::make_shared<VanishingStage>(before.local[1], 6);
+  Stages after({0, 1, 4});
+  {
+    auto gate = std::make_shared<CountingStage>(before.local[0], 1);
+    Engine engine({gate, vanishing}, 512, [](Token t) { return t == 2; },
+                  {.context_size = 128, .max_parallel = 8, .max_queued = 8, .replay_wait = std::chrono::seconds(30)},
+                  nullptr);
+    std::atomic<bool> gone{false};
+    auto leaving = submit_for_outcome(engine, request(0), -1, [&gone] { return gone.load(); });
+    auto staying = submit(engine, request(1));
+    gate->wait_until_held();  // both have started before the stage is lost
+    gate->open();
+    while (vanishing->calls() < 6) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    gone = true;
+    ASSERT_EQ(leaving.wait_for(std::chrono::seconds(5)), std::future_status::ready) << "it waited for the pause to end";
+    EXPECT_EQ(leaving.get().reason, FinishReason::Cancelled);
+    engine.replace_pipeline(after.list(), nullptr);
+    const Outcome got = staying.get();
+    EXPECT_EQ(got.tokens, alone[1].tokens);
+    EXPECT_EQ(engine.switch_counts().recomputed, 1u) << "only the request still wanted is computed again";
+    EXPECT_EQ(before.held(), 0u);
+  }
+  EXPECT_EQ(after.held(), 0u);
+}
 
 // Nodes leave and join a running cluster: the sequences' keys and values move to the new
 // stages, none is computed again, and the texts are the whole model's.
