@@ -23,10 +23,10 @@ import time
 import urllib.request
 
 
-def start(strata, model, node_id, threads, peers, ctx, parallel):
+def start(strata, model, node_id, threads, peers, ctx, parallel, extra=()):
     log = tempfile.NamedTemporaryFile(prefix=f"bench-{node_id}-", suffix=".log", delete=False)
     args = [strata, "serve", "-m", model, "--port", "0", "--node-id", node_id, "-t", str(threads),
-            "--placement", "memory", "-c", str(ctx), "--parallel", str(parallel)]
+            "--placement", "memory", "-c", str(ctx), "--parallel", str(parallel), *extra]
     if peers:
         args += ["--peers", peers]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)

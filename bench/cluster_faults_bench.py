@@ -36,10 +36,11 @@ def cluster_status(port):
 def one_round(args, event):
     nodes = []
     try:
-        first = start(args.strata, args.model, "f0", 1, None, args.ctx, 8)
+        extra = ("--test-link-delay-ms", str(args.link_delay_ms)) if args.link_delay_ms else ()
+        first = start(args.strata, args.model, "f0", 1, None, args.ctx, 8, extra)
         nodes.append(first)
         for i in (1, 2):
-            nodes.append(start(args.strata, args.model, f"f{i}", 1, f"127.0.0.1:{first[2]}", args.ctx, 8))
+            nodes.append(start(args.strata, args.model, f"f{i}", 1, f"127.0.0.1:{first[2]}", args.ctx, 8, extra))
         wait_healthy(first[1])
         stages = [s["node"] for s in cluster_status(first[1])["placement"]["stages"]]
         victim = first if event == "leader-drain" else nodes[int(stages[-1][1:])]
@@ -83,6 +84,9 @@ def main():
     parser.add_argument("--ctx", type=int, default=512)
     parser.add_argument("--after", type=float, default=1.0, help="seconds of decoding before the event")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--link-delay-ms", type=int, default=0,
+                        help="latency added to each call between stages (--test-link-delay-ms), so that a small "
+                             "model's streams last long enough for the event")
     args = parser.parse_args()
     for event in args.events.split(","):
         rounds = []

@@ -888,11 +888,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
             addresses.push_back(peer.info.node_address());
           }
         }
-        *request.mutable_sender() = self_info();
-        for (const auto& [id, peer] : peers_) {
-          if (alive(peer)) *request.add_known() = peer.info;
-        }
-        *request.mutable_placement() = placement_;
+        request = hello_request();
       }
       std::erase_if(hellos, [&](const auto& entry) {
         return std::find(addresses.begin(), addresses.end(), entry.first) == addresses.end() &&
@@ -904,11 +900,20 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         if (pending.valid() && pending.wait_for(std::chrono::seconds(0)) != std::future_status::ready) continue;
         ++*unanswered;
         pending = std::async(std::launch::async, [this, address, request, unanswered] {
-          say_hello(address, request);
-          {
-            std::lock_guard lock(mutex_);  // not between the round's look at the count and its wait
-            --*unanswered;
+          rpc::HelloRequest said = request;
+          say_hello(address, said);
+          std::unique_lock lock(mutex_);  // not between the round's look at the count and its wait
+          // News since this Hello left (a placement, this node ready for one) goes out now: the
+          // rounds meanwhile passed this address by, and the next may be half a second away.
+          while (!stopping_ && (said.placement().epoch() != placement_.epoch() ||
+                                said.sender().ready_epoch() != self_info().ready_epoch())) {
+            said = hello_request();
+            lock.unlock();
+            say_hello(address, said);
+            lock.lock();
           }
+          --*unanswered;
+          lock.unlock();
           changed_.notify_all();
         });
       }
@@ -934,6 +939,17 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       act_now_ = false;
       if (stopping_) return;
     }
+  }
+
+  // What this node tells a peer: itself, the nodes it sees alive, its placement (mutex_ held).
+  rpc::HelloRequest hello_request() const {
+    rpc::HelloRequest request;
+    *request.mutable_sender() = self_info();
+    for (const auto& [id, peer] : peers_) {
+      if (alive(peer)) *request.add_known() = peer.info;
+    }
+    *request.mutable_placement() = placement_;
+    return request;
   }
 
   void say_hello(const std::string& address, const rpc::HelloRequest& request) {
