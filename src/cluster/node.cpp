@@ -729,9 +729,11 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (!known) log("discovery found node " + node_id + " at " + address);
   }
 
+  uint64_t ready_epoch() const { return stage_ ? stage_epoch_ : 0; }
+
   rpc::NodeInfo self_info() const {
     rpc::NodeInfo info = self_;
-    info.set_ready_epoch(stage_ ? stage_epoch_ : 0);
+    info.set_ready_epoch(ready_epoch());
     info.set_leaving(leaving_);
     info.set_held_sequences(stage_ ? stage_->stage->sequence_count() : 0);
     if (stage_) {
@@ -874,6 +876,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     while (true) {
       std::vector<std::string> addresses;
       rpc::HelloRequest request;
+      HelloNews news;
       {
         std::unique_lock lock(mutex_);
         if (stopping_) return;
@@ -889,6 +892,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
           }
         }
         request = hello_request();
+        news = hello_news();
       }
       std::erase_if(hellos, [&](const auto& entry) {
         return std::find(addresses.begin(), addresses.end(), entry.first) == addresses.end() &&
@@ -899,22 +903,20 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         std::future<void>& pending = hellos[address];
         if (pending.valid() && pending.wait_for(std::chrono::seconds(0)) != std::future_status::ready) continue;
         ++*unanswered;
-        pending = std::async(std::launch::async, [this, address, request, unanswered] {
-          rpc::HelloRequest said = request;
-          say_hello(address, said);
+        pending = std::async(std::launch::async, [this, address, request, said = news, unanswered]() mutable {
+          say_hello(address, request);
           std::unique_lock lock(mutex_);  // not between the round's look at the count and its wait
-          // News since this Hello left (a placement, this node ready for one) goes out now: the
-          // rounds meanwhile passed this address by, and the next may be half a second away.
-          while (!stopping_ && (said.placement().epoch() != placement_.epoch() ||
-                                said.sender().ready_epoch() != self_info().ready_epoch())) {
-            said = hello_request();
+          --*unanswered;
+          changed_.notify_all();
+          // News since this Hello left goes out now: the rounds meanwhile passed this address
+          // by, and the next may be half a second away.
+          while (!stopping_ && said != hello_news()) {
+            request = hello_request();
+            said = hello_news();
             lock.unlock();
-            say_hello(address, said);
+            say_hello(address, request);
             lock.lock();
           }
-          --*unanswered;
-          lock.unlock();
-          changed_.notify_all();
         });
       }
       {
@@ -939,6 +941,20 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       act_now_ = false;
       if (stopping_) return;
     }
+  }
+
+  // What in a Hello its receiver acts on at once: the placement, and whether this node is ready
+  // for it, serves it or leaves.
+  struct HelloNews {
+    uint64_t epoch = 0;
+    std::string leader;
+    uint64_t ready_epoch = 0;
+    bool serving = false;
+    bool leaving = false;
+    bool operator==(const HelloNews&) const = default;
+  };
+  HelloNews hello_news() const {
+    return {placement_.epoch(), placement_.leader_id(), ready_epoch(), scheduling(), leaving_};
   }
 
   // What this node tells a peer: itself, the nodes it sees alive, its placement (mutex_ held).
