@@ -893,23 +893,21 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         }
         request = hello_request();
         news = hello_news();
+        // A peer whose Hello is still in flight is passed by: its task says this round's news
+        // once the Hello returns (decided under this lock, so that no news falls between).
+        std::erase_if(addresses, [&](const std::string& address) { return !greeting_.insert(address).second; });
       }
       std::erase_if(hellos, [&](const auto& entry) {
         return std::find(addresses.begin(), addresses.end(), entry.first) == addresses.end() &&
                entry.second.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
       });
-      auto unanswered = std::make_shared<std::atomic<int>>(0);  // of this round's Hellos
+      auto unanswered = std::make_shared<std::atomic<int>>(static_cast<int>(addresses.size()));  // of this round's Hellos
       for (const std::string& address : addresses) {
-        std::future<void>& pending = hellos[address];
-        if (pending.valid() && pending.wait_for(std::chrono::seconds(0)) != std::future_status::ready) continue;
-        ++*unanswered;
-        pending = std::async(std::launch::async, [this, address, request, said = news, unanswered]() mutable {
+        hellos[address] = std::async(std::launch::async, [this, address, request, said = news, unanswered]() mutable {
           say_hello(address, request);
           std::unique_lock lock(mutex_);  // not between the round's look at the count and its wait
           --*unanswered;
           changed_.notify_all();
-          // News since this Hello left goes out now: the rounds meanwhile passed this address
-          // by, and the next may be half a second away.
           while (!stopping_ && said != hello_news()) {
             request = hello_request();
             said = hello_news();
@@ -917,6 +915,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
             say_hello(address, request);
             lock.lock();
           }
+          greeting_.erase(address);
         });
       }
       {
@@ -1396,6 +1395,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   std::map<std::string, Clock::time_point> discovered_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
   std::set<std::string> refusals_;
+  std::set<std::string> greeting_;  // addresses with a Hello of the gossip loop in flight
   std::set<std::string> waiting_logged_;
   rpc::Placement placement_;
   std::vector<std::string> last_members_;
