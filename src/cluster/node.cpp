@@ -869,9 +869,10 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   void gossip_loop() {
-    // address -> its Hello in flight. A peer that does not answer (a cable cut) holds up only
+    // address -> its Hello task. A peer that does not answer (a cable cut) holds up only
     // its own Hellos for their deadline, never the round, so that news of the others (a new
-    // placement, a node ready for it) goes on at once.
+    // placement, a node ready for it) goes on at once. Declared before every lock of the loop:
+    // its futures wait for their tasks, which take mutex_.
     std::map<std::string, std::future<void>> hellos;
     while (true) {
       std::vector<std::string> addresses;
@@ -904,18 +905,29 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       auto unanswered = std::make_shared<std::atomic<int>>(static_cast<int>(addresses.size()));  // of this round's Hellos
       for (const std::string& address : addresses) {
         hellos[address] = std::async(std::launch::async, [this, address, request, said = news, unanswered]() mutable {
-          say_hello(address, request);
-          std::unique_lock lock(mutex_);  // not between the round's look at the count and its wait
-          --*unanswered;
-          changed_.notify_all();
-          while (!stopping_ && said != hello_news()) {
-            request = hello_request();
-            said = hello_news();
-            lock.unlock();
+          bool counted = false;
+          try {
             say_hello(address, request);
-            lock.lock();
+            std::unique_lock lock(mutex_);  // not between the round's look at the count and its wait
+            --*unanswered;
+            counted = true;
+            changed_.notify_all();
+            while (!stopping_ && said != hello_news()) {
+              request = hello_request();
+              said = hello_news();
+              lock.unlock();
+              say_hello(address, request);
+              lock.lock();
+            }
+            greeting_.erase(address);
+          } catch (const std::exception& e) {
+            // The next round greets the peer again.
+            std::lock_guard lock(mutex_);
+            if (!counted) --*unanswered;
+            greeting_.erase(address);
+            changed_.notify_all();
+            log("a Hello to " + address + " failed: " + e.what());
           }
-          greeting_.erase(address);
         });
       }
       {
