@@ -898,36 +898,23 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         // once the Hello returns (decided under this lock, so that no news falls between).
         std::erase_if(addresses, [&](const std::string& address) { return !greeting_.insert(address).second; });
       }
-      std::erase_if(hellos, [&](const auto& entry) {
-        return std::find(addresses.begin(), addresses.end(), entry.first) == addresses.end() &&
-               entry.second.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+      std::erase_if(hellos, [](const auto& entry) {
+        return entry.second.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
       });
       auto unanswered = std::make_shared<std::atomic<int>>(static_cast<int>(addresses.size()));  // of this round's Hellos
       for (const std::string& address : addresses) {
         hellos[address] = std::async(std::launch::async, [this, address, request, said = news, unanswered]() mutable {
-          bool counted = false;
-          try {
-            say_hello(address, request);
-            std::unique_lock lock(mutex_);  // not between the round's look at the count and its wait
-            --*unanswered;
-            counted = true;
-            changed_.notify_all();
-            while (!stopping_ && said != hello_news()) {
-              request = hello_request();
-              said = hello_news();
-              lock.unlock();
-              say_hello(address, request);
-              lock.lock();
-            }
-            greeting_.erase(address);
-          } catch (const std::exception& e) {
-            // The next round greets the peer again.
-            std::lock_guard lock(mutex_);
-            if (!counted) --*unanswered;
-            greeting_.erase(address);
-            changed_.notify_all();
-            log("a Hello to " + address + " failed: " + e.what());
+          bool greeted = greet(address, request);
+          std::unique_lock lock(mutex_);  // not between the round's look at the count and its wait
+          --*unanswered;
+          changed_.notify_all();
+          for (HelloNews now; greeted && !stopping_ && (now = hello_news()) != said; said = now) {
+            request = hello_request();
+            lock.unlock();
+            greeted = greet(address, request);
+            lock.lock();
           }
+          greeting_.erase(address);  // a failed Hello is tried again by the next round
         });
       }
       {
@@ -977,6 +964,18 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
     *request.mutable_placement() = placement_;
     return request;
+  }
+
+  // say_hello, which fails only on something unexpected (signing, logging): that is logged.
+  bool greet(const std::string& address, const rpc::HelloRequest& request) {
+    try {
+      say_hello(address, request);
+      return true;
+    } catch (const std::exception& e) {
+      std::lock_guard lock(mutex_);
+      log("a Hello to " + address + " failed: " + e.what());
+      return false;
+    }
   }
 
   void say_hello(const std::string& address, const rpc::HelloRequest& request) {

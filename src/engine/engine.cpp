@@ -436,8 +436,8 @@ void Engine::run_loop() {
       }
       std::erase_if(active, [](const std::unique_ptr<Sequence>& s) { return s->finished; });
     };
-    finish_cancelled_running();
     if (next) {
+      finish_cancelled_running();
       results.clear();
       switch_pipeline(active, std::move(*next));
     }

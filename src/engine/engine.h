@@ -153,7 +153,6 @@ class Engine final : public Generator {
   // pool never runs out: when they would not fit, new requests wait.
   std::optional<int> pool_blocks_;  // probed on the loop thread for each pipeline; none: unknown yet
   static constexpr std::chrono::seconds kPoolProbeRetry{1};
-  static constexpr std::chrono::milliseconds kCancelCheck{100};
   std::chrono::steady_clock::time_point next_pool_probe_;
   SequenceId next_sequence_id_;
   uint64_t next_ticket_ = 1;

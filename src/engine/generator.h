@@ -4,6 +4,7 @@
 // taken over by a later request with the same leading tokens, which computes the same bits.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -84,6 +85,10 @@ struct Unavailable : std::runtime_error {
       : std::runtime_error(why), retry_after_seconds(retry_after_seconds) {}
   int retry_after_seconds;
 };
+
+// How often a request's RequestCallbacks::cancelled is asked while no step or token tells of it
+// (the request waits for a new pipeline, or is relayed to another node's scheduler).
+inline constexpr std::chrono::milliseconds kCancelCheck{100};
 
 struct ModelLimits {
   int context_size = 0;   // prompt + generated tokens must fit

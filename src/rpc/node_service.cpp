@@ -195,7 +195,7 @@ class NodeServer::Service final : public Node::Service {
         events->ready.wait_for(lock, std::chrono::milliseconds(200), [&] { return !events->queue.empty(); });
         batch.swap(events->queue);
         done = events->finished;
-        // The entry node or its client went away: the scheduler ends the request at its next token.
+        // The entry node or its client went away: the scheduler ends the request between its steps.
         if (!writable || context->IsCancelled()) events->cancelled = true;
       }
       for (const GenerateEvent& event : batch) writable = writable && writer->Write(event);

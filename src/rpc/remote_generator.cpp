@@ -103,7 +103,7 @@ RemoteGenerator::RemoteGenerator(Caller caller)
 
 void RemoteGenerator::watch_cancellations() {
   std::unique_lock lock(mutex_);
-  while (!stop_.wait_for(lock, kCancelCheck, [&] { return stopping_; })) {
+  while (!stop_.wait_for(lock, engine::kCancelCheck, [&] { return stopping_; })) {
     for (const auto& call : calls_) {
       if (call->cancelled && call->cancelled()) {
         call->cancelled = nullptr;

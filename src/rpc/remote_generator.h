@@ -1,6 +1,6 @@
 // Runs requests that entered at this node on the leader's scheduler, over the leader's node
 // service: tokens stream back as the leader samples them. When the caller's on_token returns
-// false, or its cancelled() says so (looked at every kCancelCheck, as tokens may not flow: the
+// false, or its cancelled() says so (looked at every engine::kCancelCheck, as tokens may not flow: the
 // request waits for a new placement), the call is cancelled, and the leader drops the request.
 #pragma once
 
@@ -48,8 +48,6 @@ class RemoteGenerator {
   void end(Call& call, engine::RequestCallbacks& callbacks, const Ending& ending);
   void reap();  // joins the threads of calls that have ended
   void watch_cancellations();
-
-  static constexpr std::chrono::milliseconds kCancelCheck{100};
 
   Caller caller_;
   std::mutex mutex_;

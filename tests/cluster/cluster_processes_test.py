@@ -108,13 +108,12 @@ class Node:
         os.unlink(self.log.name)
 
 
-def settled(node, stage_count):
-    """Whether `node` sees a placement over `stage_count` stages that every stage holds and the
-    leader serves."""
-    status = node.get("/cluster")[1]
-    placement = status["placement"]
-    ready = {n["id"]: n["ready_epoch"] for n in status["nodes"]}
-    return (len(placement["stages"]) == stage_count and status["serving"]
+def settled(status, stage_count):
+    """Whether a node's /cluster `status` shows a placement over `stage_count` stages that every
+    stage holds and the leader serves."""
+    placement = status.get("placement", {})
+    ready = {n["id"]: n["ready_epoch"] for n in status.get("nodes", [])}
+    return (bool(status.get("serving")) and len(placement.get("stages", [])) == stage_count
             and all(ready.get(s["node"]) == placement["epoch"] for s in placement["stages"]))
 
 
@@ -130,9 +129,9 @@ def start_cluster(ids, *extra):
         if not check(n.wait_healthy(), f"node {n.id} of {len(ids)} became healthy"):
             print(n.text())
     deadline = time.time() + 30
-    while time.time() < deadline and not settled(first, len(ids)):
+    while time.time() < deadline and not settled(first.get("/cluster")[1], len(ids)):
         time.sleep(0.2)
-    check(settled(first, len(ids)) and all(n.wait_healthy() for n in nodes),
+    check(settled(first.get("/cluster")[1], len(ids)) and all(n.wait_healthy() for n in nodes),
           f"{len(ids)} node(s): the placement uses every node ({first.get('/cluster')[1]['placement']['stages']})")
     return nodes
 
@@ -353,9 +352,9 @@ def main():
     for connection in connections:
         connection.close()
     deadline = time.time() + 30
-    while time.time() < deadline and not settled(nodes[0], 2):
+    while time.time() < deadline and not settled(nodes[0].get("/cluster")[1], 2):
         time.sleep(0.1)
-    check(settled(nodes[0], 2), "clients gone during a loss: the nodes left serve a new placement")
+    check(settled(nodes[0].get("/cluster")[1], 2), "clients gone during a loss: the nodes left serve a new placement")
     check_no_state(nodes[:2], "clients gone during a loss")
     stop_all(nodes)
 

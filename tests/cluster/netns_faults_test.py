@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from cluster_processes_test import stop_all
+from cluster_processes_test import settled, stop_all
 
 STRATA, MODEL = sys.argv[1], sys.argv[2]
 PREFIX = f"sf{os.getpid()}"  # unique per run: namespaces of concurrent runs never meet
@@ -130,19 +130,10 @@ def wait_for(condition, seconds):
     return False
 
 
-def settled(node):
-    """Whether `node` sees a 3-stage placement that every stage holds and the leader serves."""
-    status = node.cluster()
-    placement = status.get("placement", {})
-    ready = {n["id"]: n["ready_epoch"] for n in status.get("nodes", [])}
-    return (status.get("serving") and len(placement.get("stages", [])) == 3
-            and all(ready.get(s["node"]) == placement["epoch"] for s in placement["stages"]))
-
-
 def start_cluster(link_delay_ms=20):
     first = Node(1, link_delay_ms=link_delay_ms)
     nodes = [first, Node(2, first, link_delay_ms), Node(3, first, link_delay_ms)]
-    formed = wait_for(lambda: settled(first) and all((n.curl("/health") or {}).get("status") == "ok" for n in nodes), 40)
+    formed = wait_for(lambda: settled(first.cluster(), 3) and all((n.curl("/health") or {}).get("status") == "ok" for n in nodes), 40)
     if not check(formed, f"three nodes formed a 3-stage cluster ({first.stage_nodes()})"):
         for n in nodes:
             print(f"---- {n.id}\n{n.text()[-3000:]}")
