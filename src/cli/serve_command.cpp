@@ -136,11 +136,11 @@ std::optional<std::string> api_key_from(const ServeOptions& o) {
 // The model of a node that `node.peers`, or discovery, finds: its manifest, kept as a partial
 // model in the cache directory, whose layers' weights the node fetches once placed.
 std::shared_ptr<cluster::PartialModel> model_from_peers(const ServeOptions& o, const cluster::NodeOptions& node) {
-  const auto key = std::make_shared<const rpc::ClusterKey>(o.cluster_key);
+  const auto key = std::make_shared<const rpc::ClusterKey>(node.secret());
   // Nodes found by discovery, of any model (this one has none yet), besides the --peers.
   auto found = std::make_shared<std::pair<std::mutex, std::vector<std::string>>>();
   std::unique_ptr<cluster::Discovery> discovery;
-  if (key->enabled() && node.discovery) {
+  if (!node.cluster_key.empty() && node.discovery) {
     discovery = std::make_unique<cluster::Discovery>(cluster::DiscoveryOptions{
         .self = {.node_id = node.node_id, .node_port = node.node_port, .protocol_version = rpc::kProtocolVersion},
         .port = node.discovery_port,
@@ -177,6 +177,7 @@ int serve(const ServeOptions& o) {
   auto console = std::make_shared<Console>(node.node_id);
   node.log = [console](const std::string& line) { console->log(line); };
   node.cluster_key = o.cluster_key;
+  if (node.cluster_key.empty()) node.local_secret = cluster::local_secret(o.state_dir);
   node.host = !o.node_host.empty() ? o.node_host : (o.cluster_key.empty() ? "127.0.0.1" : "0.0.0.0");
   node.node_port = o.node_port >= 0 ? o.node_port : (o.server.port == 0 ? 0 : o.server.port + 1);
   node.api_address = o.server.host + ":" + std::to_string(o.server.port);
@@ -256,7 +257,7 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--node-host", o->node_host,
                   "Address the node service listens on (default: 127.0.0.1, or 0.0.0.0 with a cluster key)");
   cmd->add_option("--node-id", o->node_id, "This node's id (default: generated once, kept in --state-dir)");
-  cmd->add_option("--state-dir", o->state_dir, "Where the node id is kept (default: $XDG_STATE_HOME/strata or ~/.local/state/strata)");
+  cmd->add_option("--state-dir", o->state_dir, "Where the node id and, without --cluster-key, this user's local secret are kept (default: $XDG_STATE_HOME/strata or ~/.local/state/strata)");
   cmd->add_option("--cluster-key", o->cluster_key, "Secret every node of the cluster shares (also STRATA_CLUSTER_KEY)")
       ->envname("STRATA_CLUSTER_KEY");
   cmd->add_flag("--no-discovery", o->no_discovery, "Do not find nodes on the LAN by multicast (only --peers)");

@@ -1,10 +1,16 @@
 #include "cluster/node.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -74,24 +80,31 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 std::string model_hash(const gguf::File& file) { return rpc::sha256_hex(file.header_bytes()); }
 
+namespace {
+
+fs::path state_directory(const std::string& state_dir) {
+  if (!state_dir.empty()) return state_dir;
+  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && *xdg != '\0') return fs::path(xdg) / "strata";
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return fs::path(home) / ".local" / "state" / "strata";
+  }
+  throw std::runtime_error("no --state-dir, XDG_STATE_HOME or HOME to keep this node's state in");
+}
+
+std::string read_line(const fs::path& file) {
+  std::ifstream in(file);
+  std::string line;
+  if (in) std::getline(in, line);
+  return line;
+}
+
+}  // namespace
+
 std::string resolve_node_id(const std::string& given, const std::string& state_dir) {
   if (!given.empty()) return given;
-  fs::path dir = state_dir;
-  if (dir.empty()) {
-    if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && *xdg != '\0') {
-      dir = fs::path(xdg) / "strata";
-    } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
-      dir = fs::path(home) / ".local" / "state" / "strata";
-    } else {
-      throw std::runtime_error("no --node-id, --state-dir, XDG_STATE_HOME or HOME to keep this node's id in");
-    }
-  }
+  const fs::path dir = state_directory(state_dir);
   const fs::path file = dir / "node-id";
-  if (std::ifstream in(file); in) {
-    std::string id;
-    std::getline(in, id);
-    if (!id.empty()) return id;
-  }
+  if (std::string id = read_line(file); !id.empty()) return id;
   std::random_device random;
   char id[17];
   std::snprintf(id, sizeof id, "%08x%08x", random(), random());
@@ -106,6 +119,39 @@ std::string resolve_node_id(const std::string& given, const std::string& state_d
   return id;
 }
 
+std::string local_secret(const std::string& state_dir) {
+  const fs::path dir = state_directory(state_dir);
+  const fs::path file = dir / "local-secret";
+  const auto refuse = [&](const std::string& why) {
+    return std::runtime_error("cannot keep this user's local cluster secret in " + file.string() + ": " + why);
+  };
+  std::error_code error;
+  if (fs::create_directories(dir, error)) fs::permissions(dir, fs::perms::owner_all, error);
+  if (!fs::exists(file)) {
+    // Written whole under another name and linked into place, so that nodes starting at the
+    // same time agree on one secret: the first link wins, the others read it.
+    const fs::path partial = file.string() + "." + rpc::fresh_nonce();
+    const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) throw refuse(std::strerror(errno));
+    const std::string secret = rpc::fresh_nonce() + rpc::fresh_nonce() + "\n";
+    const bool written = ::write(fd, secret.data(), secret.size()) == static_cast<ssize_t>(secret.size()) && ::fsync(fd) == 0;
+    ::close(fd);
+    const bool linked = written && (::link(partial.c_str(), file.c_str()) == 0 || errno == EEXIST);
+    const int link_error = errno;
+    ::unlink(partial.c_str());
+    if (!linked) throw refuse(std::strerror(written ? link_error : EIO));
+  }
+  struct stat info {};
+  if (::stat(file.c_str(), &info) != 0) throw refuse(std::strerror(errno));
+  // As ssh does with its keys: a secret others can read keeps nobody out.
+  if (info.st_uid != ::getuid() || (info.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    throw refuse("it must belong to this user and be readable by no one else (chmod 600 " + file.string() + ")");
+  }
+  std::string secret = read_line(file);
+  if (secret.size() < 32) throw refuse("it is too short; delete it and start again to make a new one");
+  return secret;
+}
+
 class ClusterNode::Impl final : public rpc::NodeHandler {
  public:
   Impl(std::shared_ptr<const gguf::File> file, std::function<bool(engine::Token)> eog, NodeOptions options)
@@ -114,7 +160,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         options_(std::move(options)),
         config_(model::Config::from_gguf(*file_)),
         footprint_(footprint_of(*file_)),
-        key_(std::make_shared<rpc::ClusterKey>(options_.cluster_key)),
+        key_(std::make_shared<rpc::ClusterKey>(options_.secret())),
         remote_(rpc::Caller{options_.node_id, 0, key_}) {
     if (options_.engine.context_size <= 0) options_.engine.context_size = config_.context_length;
     // The placement reserves KV memory as this node stores it.
@@ -122,7 +168,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (options_.engine.threads <= 0) {
       options_.engine.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     }
-    if (!key_->enabled()) {
+    if (!key_->enabled()) throw std::runtime_error("a node needs a cluster key or this user's local secret");
+    if (!across_machines()) {
       for (const std::string& peer : options_.peers) {
         if (!is_loopback(peer)) {
           throw std::runtime_error("peer " + peer + " is not on this machine: a cluster across machines needs "
@@ -159,7 +206,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     log("node " + options_.node_id + " listens for nodes on " + options_.host + ":" +
         std::to_string(server_->port()) + " (" + units::describe_bytes(self_.memory_bytes()) + " usable, " +
         units::describe_bytes(static_cast<uint64_t>(self_.weight_bytes_per_second())) + "/s of weights)" +
-        (key_->enabled() ? "" : "; no --cluster-key: it forms a cluster only with nodes on this machine"));
+        (across_machines() ? "" : "; no --cluster-key: it forms a cluster only with this user's nodes on this machine"));
     started_ = Clock::now();
     start_discovery();
     gossip_ = std::thread([this] { gossip_loop(); });
@@ -568,6 +615,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (options_.log) options_.log(line);
   }
 
+  // A cluster key was given; without one the node keeps to this machine, under its user's secret.
+  bool across_machines() const { return !options_.cluster_key.empty(); }
+
   // What this node holds of the weights, and its fetch's progress.
   rpc::Weights weights_info() const {
     rpc::Weights weights;
@@ -634,7 +684,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       const std::string& address = peer.info.node_address();
       auto& source = sources_[address];
       if (!source) {
-        source = peer_source(address, rpc::make_bulk_channel(address), self_.model_hash(), options_.node_id, key_);
+        source = peer_source(address, rpc::make_bulk_channel(address, *key_), self_.model_hash(), options_.node_id, key_);
       }
       sources.push_back(source);
     }
@@ -699,7 +749,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   void start_discovery() {
     if (!options_.discovery) return;
-    if (!key_->enabled()) {
+    if (!across_machines()) {
       log("discovery is off: without --cluster-key a node forms a cluster only with nodes on this machine, "
           "named with --peers");
       return;
@@ -864,7 +914,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   std::shared_ptr<grpc::Channel> channel(const std::string& address) {
     auto& ch = channels_[address];
-    if (!ch) ch = rpc::make_channel(address);
+    if (!ch) ch = rpc::make_channel(address, *key_);
     return ch;
   }
 

@@ -28,7 +28,11 @@ struct NodeOptions {
   int node_port = 0;               // 0: any free port
   std::string api_address;         // shown to peers and in /cluster
   std::vector<std::string> peers;  // host:node-port of nodes to join
-  std::string cluster_key;         // empty: a cluster on this machine only
+  // The secret of a cluster across machines; empty: a cluster on this machine only, of the
+  // nodes of this user, under `local_secret`.
+  std::string cluster_key;
+  std::string local_secret;        // see local_secret()
+  const std::string& secret() const { return cluster_key.empty() ? local_secret : cluster_key; }
   bool discovery = true;           // find nodes on the LAN by multicast (needs a cluster key)
   int discovery_port = kDefaultDiscoveryPort;
   std::string discovery_interface;  // empty: every interface that can multicast
@@ -92,5 +96,11 @@ std::string model_hash(const gguf::File& file);
 // `given` when set; otherwise the id kept in `state_dir`/node-id, created there (random) the
 // first time. An empty state_dir means $XDG_STATE_HOME/strata or ~/.local/state/strata.
 std::string resolve_node_id(const std::string& given, const std::string& state_dir);
+
+// The secret that the nodes of this user on this machine share when they have no cluster key:
+// kept in `state_dir`/local-secret (default as for the node id), created there the first time,
+// readable by this user only. Throws std::runtime_error when it cannot be kept, or when the
+// file is another user's or others may read it.
+std::string local_secret(const std::string& state_dir);
 
 }  // namespace strata::cluster

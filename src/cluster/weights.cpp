@@ -573,7 +573,7 @@ rpc::ModelManifestReply fetch_manifest(const std::function<std::vector<std::stri
     const std::vector<std::string> list = addresses();
     for (const std::string& address : list) {
       auto& channel = channels[address];
-      if (!channel) channel = rpc::make_channel(address);
+      if (!channel) channel = rpc::make_channel(address, key);
       grpc::ClientContext context;
       context.set_deadline(std::chrono::system_clock::now() + kManifestDeadline);
       key.sign(context, self_id, "ModelManifest");

@@ -6,6 +6,7 @@
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
+#include <charconv>
 #include <stdexcept>
 
 namespace strata::rpc {
@@ -45,6 +46,11 @@ std::string ClusterKey::mac(std::string_view message) const {
   return hex(digest, length);
 }
 
+const LinkSecurity& ClusterKey::links() const {
+  std::call_once(links_made_, [this] { links_ = std::make_unique<LinkSecurity>(key_); });
+  return *links_;
+}
+
 void ClusterKey::sign(grpc::ClientContext& context, std::string_view sender_id, std::string_view method) const {
   context.AddMetadata("x-strata-sender", std::string(sender_id));
   if (!enabled()) return;
@@ -67,9 +73,8 @@ std::optional<std::string> ClusterKey::refusal(const grpc::ServerContext& contex
     return "the call's cluster-key proof is wrong (the peer has another key)";
   }
   int64_t sent = 0;
-  try {
-    sent = std::stoll(time);
-  } catch (const std::exception&) {
+  const auto [end, error] = std::from_chars(time.data(), time.data() + time.size(), sent);
+  if (time.empty() || error != std::errc() || end != time.data() + time.size()) {
     return "the call's time is not a number";
   }
   const int64_t now = unix_time_ms();

@@ -1,19 +1,23 @@
-// Proves that a node-to-node call comes from a holder of the cluster key: every call carries
-// its sender, a time, a fresh nonce and an HMAC-SHA256 of them and the method under the key.
-// The receiver refuses a wrong or missing MAC, a time more than a minute away from its own,
-// and a nonce it has already seen. Bodies are not encrypted: the key keeps strangers out of
-// the cluster, it does not hide activations on the wire.
+// The cluster key: the secret every node of a cluster holds (--cluster-key, or on one machine
+// its user's local secret). Node links are TLS bound to it (rpc/tls.h): a caller without it
+// is refused in the handshake, and nobody on the network reads or alters what the links
+// carry. Inside a link every call carries besides its sender, a time, a fresh nonce and an
+// HMAC-SHA256 of them and the method under the key; the receiver refuses a wrong or missing
+// MAC, a time more than a minute away from its own, and a nonce it has already seen.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+
+#include "rpc/tls.h"
 
 namespace strata::rpc {
 
@@ -30,8 +34,14 @@ class ClusterKey {
   // HMAC-SHA256 of `message` under the key, as lowercase hex.
   std::string mac(std::string_view message) const;
 
+  // This process's TLS identity under the key, made on first use (it costs a key stretch).
+  // Throws std::runtime_error without a key.
+  const LinkSecurity& links() const;
+
  private:
   std::string key_;
+  mutable std::once_flag links_made_;
+  mutable std::unique_ptr<LinkSecurity> links_;
   std::mutex mutex_;
   std::multimap<int64_t, std::string> seen_nonces_;  // by time, pruned past the window
 };

@@ -23,20 +23,22 @@ grpc::ChannelArguments channel_arguments() {
   // A peer that comes back is tried again soon, not after gRPC's default back-off of minutes.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  // Nodes are reached by address, and every node's certificate carries the same name.
+  args.SetSslTargetNameOverride(kNodeCertificateName);
   return args;
 }
 
 }  // namespace
 
-std::shared_ptr<grpc::Channel> make_channel(const std::string& address) {
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), channel_arguments());
+std::shared_ptr<grpc::Channel> make_channel(const std::string& address, const ClusterKey& key) {
+  return grpc::CreateCustomChannel(address, key.links().channel_credentials(), channel_arguments());
 }
 
-std::shared_ptr<grpc::Channel> make_bulk_channel(const std::string& address) {
+std::shared_ptr<grpc::Channel> make_bulk_channel(const std::string& address, const ClusterKey& key) {
   grpc::ChannelArguments args = channel_arguments();
   // Channels with equal arguments share connections through gRPC's global pool.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(address, key.links().channel_credentials(), args);
 }
 
 void configure_server(grpc::ServerBuilder& builder) {

@@ -1,5 +1,6 @@
-// gRPC settings shared by both ends of a node link: keepalive pings find a peer that stopped
-// answering within a few seconds, and messages may carry a prompt chunk's activations.
+// gRPC settings shared by both ends of a node link: TLS under the cluster key, keepalive pings
+// that find a peer that stopped answering within a few seconds, and messages that may carry a
+// prompt chunk's activations.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -7,12 +8,14 @@
 #include <memory>
 #include <string>
 
+#include "rpc/auth.h"
+
 namespace strata::rpc {
 
-std::shared_ptr<grpc::Channel> make_channel(const std::string& address);
+std::shared_ptr<grpc::Channel> make_channel(const std::string& address, const ClusterKey& key);
 // A channel with a connection of its own, for bulk transfers (weights) that must not queue
 // the pipeline's activations behind them.
-std::shared_ptr<grpc::Channel> make_bulk_channel(const std::string& address);
+std::shared_ptr<grpc::Channel> make_bulk_channel(const std::string& address, const ClusterKey& key);
 void configure_server(grpc::ServerBuilder& builder);
 
 }  // namespace strata::rpc

@@ -37,6 +37,8 @@ class NodeServer::Service final : public Node::Service {
           uint64_t tensor_chunk_bytes)
       : handler_(handler), key_(std::move(key)), log_(std::move(log)), tensor_chunk_bytes_(tensor_chunk_bytes) {}
 
+  const ClusterKey& key() const { return *key_; }
+
   grpc::Status Hello(grpc::ServerContext* context, const HelloRequest* request, HelloReply* reply) override {
     if (auto refused = check(*context, "Hello")) return *refused;
     if (request->sender().protocol_version() != kProtocolVersion) {
@@ -281,7 +283,7 @@ NodeServer::NodeServer(NodeHandler& handler, std::shared_ptr<ClusterKey> key, co
     : service_(std::make_unique<Service>(handler, std::move(key), std::move(log), tensor_chunk_bytes)) {
   grpc::ServerBuilder builder;
   configure_server(builder);
-  builder.AddListeningPort(host + ":" + std::to_string(port), grpc::InsecureServerCredentials(), &port_);
+  builder.AddListeningPort(host + ":" + std::to_string(port), service_->key().links().server_credentials(), &port_);
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) {

@@ -1,6 +1,7 @@
-// The node service refuses what it must not act on: calls without the cluster key's proof or
-// with a wrong one, replays, messages of another placement epoch or protocol, malformed and
-// oversized batches. Every refusal is an error status; the service keeps serving.
+// The node service refuses what it must not act on: connections without a certificate of the
+// cluster key's authority (before any call), calls without the key's proof or with a wrong
+// one, replays, messages of another placement epoch or protocol, malformed and oversized
+// batches. Every refusal is an error status; the service keeps serving.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -121,7 +122,9 @@ class NodeServiceTest : public ::testing::Test {
       : server_(node_, std::make_shared<ClusterKey>("secret"), "127.0.0.1", 0, [this](const std::string& line) {
           log_.push_back(line);
         }),
-        stub_(Node::NewStub(make_channel("127.0.0.1:" + std::to_string(server_.port())))) {}
+        stub_(Node::NewStub(make_channel(address(), key_))) {}
+
+  std::string address() const { return "127.0.0.1:" + std::to_string(server_.port()); }
 
   // One batch on a stream of its own.
   static grpc::Status forward_on(Node::Stub& stub, grpc::ClientContext& context, const ForwardRequest& request,
@@ -178,11 +181,11 @@ class NodeServiceTest : public ::testing::Test {
     return r;
   }
 
+  ClusterKey key_{"secret"};
   OneStageNode node_;
   std::vector<std::string> log_;
   NodeServer server_;
   std::unique_ptr<Node::Stub> stub_;
-  ClusterKey key_{"secret"};
 };
 
 TEST_F(NodeServiceTest, AcceptsASignedBatchOfTheCurrentEpoch) {
@@ -198,6 +201,39 @@ TEST_F(NodeServiceTest, RefusesCallsWithoutTheKeyOrWithAnother) {
   EXPECT_EQ(node_.held(), 0u);
   ASSERT_EQ(log_.size(), 2u);
   EXPECT_NE(log_[0].find("refused a Forward call"), std::string::npos) << log_[0];
+}
+
+// A caller that cannot show a certificate of the cluster key's authority, plain or with TLS
+// under another key, gets no further than the handshake: not one call reaches the service.
+TEST_F(NodeServiceTest, RefusesConnectionsWithoutTheKeysCertificateBeforeAnyCall) {
+  const ClusterKey other("guess");
+  grpc::ChannelArguments args;
+  args.SetSslTargetNameOverride(kNodeCertificateName);
+  for (const auto& credentials : {grpc::InsecureChannelCredentials(), other.links().channel_credentials()}) {
+    auto stub = Node::NewStub(grpc::CreateCustomChannel(address(), credentials, args));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    key_.sign(context, "client", "Forward");  // even with the proof of the key
+    EXPECT_EQ(forward_on(*stub, context, start_sequence(1), nullptr).error_code(), grpc::StatusCode::UNAVAILABLE);
+  }
+  EXPECT_EQ(node_.held(), 0u);
+  EXPECT_TRUE(log_.empty()) << "a call reached the service: " << log_.front();
+  EXPECT_TRUE(forward(start_sequence(2), key_).ok());
+}
+
+TEST_F(NodeServiceTest, RefusesATimeThatIsNotWhollyANumber) {
+  const std::string time = std::to_string(unix_time_ms());
+  for (const std::string& given : {time + "abc", time + " ", "+" + time, std::string()}) {
+    const std::string nonce = fresh_nonce();
+    grpc::ClientContext context;
+    context.AddMetadata("x-strata-sender", "client");
+    context.AddMetadata("x-strata-time", given);
+    context.AddMetadata("x-strata-nonce", nonce);
+    context.AddMetadata("x-strata-mac", key_.mac("client\nForward\n" + given + "\n" + nonce + "\n"));
+    const grpc::Status status = forward_on(*stub_, context, start_sequence(1), nullptr);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << "'" << given << "'";
+  }
+  EXPECT_EQ(node_.held(), 0u);
 }
 
 TEST_F(NodeServiceTest, RefusesAReplayedCall) {
@@ -363,7 +399,7 @@ TEST_F(NodeServiceTest, HoldsACachedPrefixForANewSequence) {
 // A replaced pipeline's stage still lets go of the sequences released on it, without waiting
 // for the node's reply; a stage that runs waits for it.
 TEST_F(NodeServiceTest, AStageStillReleasesAfterItsPipelineWasReplaced) {
-  RemoteStage stage("server", make_channel("127.0.0.1:" + std::to_string(server_.port())),
+  RemoteStage stage("server", make_channel(address(), key_),
                     Caller{"client", kEpoch, std::make_shared<ClusterKey>("secret")});
   for (uint64_t id : {7, 8}) ASSERT_TRUE(forward(start_sequence(id), key_).ok());
   ASSERT_EQ(node_.held(), 2u);
@@ -407,12 +443,13 @@ class SilentPort {
 // release under way when the stage is cancelled ends then, not at its deadline.
 TEST(RemoteStageRelease, NeverWaitsForAHangingNodeOnceCancelled) {
   SilentPort silent;
+  const auto key = std::make_shared<ClusterKey>("secret");
   const engine::SequenceId ids[] = {7};
   const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
   {
-    RemoteStage stage("silent", make_channel(silent.address()), Caller{"client", kEpoch, std::make_shared<ClusterKey>("secret")},
+    RemoteStage stage("silent", make_channel(silent.address(), *key), Caller{"client", kEpoch, key},
                       {}, std::chrono::seconds(2));
     stage.cancel();
     const auto started = std::chrono::steady_clock::now();
@@ -420,7 +457,7 @@ TEST(RemoteStageRelease, NeverWaitsForAHangingNodeOnceCancelled) {
     EXPECT_LT(seconds_since(started), 1.0) << "it waited for the hanging node";
   }
   RemoteStage::wait_for_releases(std::chrono::seconds(5));  // ends at its 2 s deadline
-  RemoteStage stage("silent", make_channel(silent.address()), Caller{"client", kEpoch, std::make_shared<ClusterKey>("secret")},
+  RemoteStage stage("silent", make_channel(silent.address(), *key), Caller{"client", kEpoch, key},
                     {}, std::chrono::seconds(30));
   const auto started = std::chrono::steady_clock::now();
   std::thread canceller([&] {
@@ -439,8 +476,8 @@ TEST_F(NodeServiceTest, RefusesAnOversizedMessage) {
   // A sender without the client-side limit, so that the server's own limit is what refuses.
   grpc::ChannelArguments unlimited;
   unlimited.SetMaxSendMessageSize(-1);
-  auto stub = Node::NewStub(grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server_.port()),
-                                                      grpc::InsecureChannelCredentials(), unlimited));
+  unlimited.SetSslTargetNameOverride(kNodeCertificateName);
+  auto stub = Node::NewStub(grpc::CreateCustomChannel(address(), key_.links().channel_credentials(), unlimited));
   grpc::ClientContext context;
   key_.sign(context, "client", "Forward");
   EXPECT_EQ(forward_on(*stub, context, r, nullptr).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
@@ -537,7 +574,7 @@ TEST_F(NodeServiceTest, ARemoteRequestCancelledWhileNoTokenComesEndsAtTheLeader)
   request.prompt = {1, 300};
   request.max_tokens = 8;
   RemoteGenerator generator(Caller{"client", kEpoch, std::make_shared<ClusterKey>("secret")});  // ends first
-  ASSERT_TRUE(generator.submit(make_channel("127.0.0.1:" + std::to_string(server_.port())), request, callbacks));
+  ASSERT_TRUE(generator.submit(make_channel(address(), key_), request, callbacks));
   EXPECT_FALSE(scheduler->cancelled_within(std::chrono::milliseconds(300))) << "cancelled before its client left";
   gone = true;
   EXPECT_TRUE(scheduler->cancelled_within(std::chrono::seconds(10))) << "the leader was not told";
