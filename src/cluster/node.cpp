@@ -58,6 +58,11 @@ constexpr size_t kRecentPlacements = 4;
 // How long a leader waits for peers named with --peers that have never answered.
 constexpr auto kSeedWait = std::chrono::milliseconds(5000);
 
+// gRPC says a TLS handshake failed (the other end has another cluster key) only in its words.
+bool is_handshake_failure(const std::string& message) {
+  return message.find("andshake") != std::string::npos || message.find("certificate") != std::string::npos;
+}
+
 bool is_loopback_host(const std::string& host) {
   return host == "localhost" || host.starts_with("127.") || host == "[::1]" || host == "::1";
 }
@@ -185,6 +190,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     self_.set_api_address(options_.api_address);
     self_.set_model_hash(model_hash(*file_));
     self_.set_protocol_version(rpc::kProtocolVersion);
+    self_.set_instance(rpc::fresh_nonce());
+    self_.set_started_unix_ms(rpc::unix_time_ms());
     self_.set_model_name(options_.partial ? options_.partial->manifest().model_name()
                                           : fs::path(file_->path()).stem().string());
     self_.set_memory_bytes(options_.memory_limit > 0 ? options_.memory_limit : detect_usable_memory());
@@ -284,6 +291,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         std::unique_lock lock(mutex_);
         while (true) {
           if (stopping_) throw engine::Unavailable("the node is shutting down");
+          if (const std::string why = refusal(); !why.empty()) throw engine::Unavailable("this node takes no part: " + why, 30);
           if (!placement_.error().empty()) throw engine::Unavailable(placement_.error(), 30);
           if (scheduling()) {
             local = scheduler_;
@@ -373,23 +381,35 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   // NodeHandler
-  rpc::HelloReply hello(const rpc::HelloRequest& request, const std::string& peer) override {
-    rpc::HelloReply reply;
+  grpc::Status hello(const rpc::HelloRequest& request, const std::string& peer, rpc::HelloReply& reply) override {
     rpc::NodeInfo sender = request.sender();
     // A node listening on every interface is reached at the host its call came from.
     if (sender.node_address().starts_with(":")) sender.set_node_address(host_of_peer(peer) + sender.node_address());
     {
       std::lock_guard lock(mutex_);
-      // A new placement to load, or a peer now ready for it: act at once, not a gossip round later.
-      if (learn(sender, true, 0.0)) act_now_ = true;
-      for (const rpc::NodeInfo& info : request.known()) learn(info, false, 0.0);
-      if (adopt(request.placement())) act_now_ = true;
+      const IdCheck id = check_id(sender);
+      if (id.verdict == IdCheck::Refused) {
+        log_once("refused " + sender.node_address() + sender.instance(),
+                 "refused node " + sender.node_id() + " at " + sender.node_address() + ": " + id.why);
+        // Perhaps the holder is gone (the node restarted elsewhere): the next Hello to it that
+        // fails says so at once, and the newcomer is let in at its next Hello.
+        if (const auto holder = peers_.find(sender.node_id()); holder != peers_.end()) {
+          holder->second.refused_hellos = std::max(holder->second.refused_hellos, 1);
+          act_now_ = true;
+        }
+        return {grpc::StatusCode::ALREADY_EXISTS, id.why};
+      }
+      if (id.verdict == IdCheck::ThisNodeRefused) note_refused(sender.node_address(), id.why);
       *reply.mutable_node() = self_info();
+      // A node refused takes nothing in, and tells nothing but who it is.
+      if (!refusal().empty()) return grpc::Status::OK;
+      // A new placement to load, or a peer now ready for it: act at once, not a gossip round later.
+      if (take_in(sender, request.known(), request.placement(), 0.0)) act_now_ = true;
       for (const auto& [id, peer] : peers_) *reply.add_known() = peer.info;
       *reply.mutable_placement() = placement_;
     }
     changed_.notify_all();
-    return reply;
+    return grpc::Status::OK;
   }
 
   std::shared_ptr<engine::Stage> stage(uint64_t epoch, std::string& why) override {
@@ -452,6 +472,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   std::pair<int, std::string> health() const {
     std::lock_guard lock(mutex_);
     if (leaving_) return {503, R"({"status":"leaving"})"};
+    if (const std::string why = refusal(); !why.empty()) {
+      return {503, json{{"status", "refused"}, {"waiting_for", "this node takes no part: " + why}}.dump()};
+    }
     if (serving()) {
       return {200, R"({"status":"ok"})"};
     }
@@ -800,7 +823,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
     info.set_load_progress(loading_ ? load_progress_.load() : (stage_ ? 1.0 : 0.0));
     *info.mutable_weights() = weights_info();
-    info.set_state(scheduling() ? "serving"
+    info.set_state(!refusal().empty() ? "refused"
+                   : scheduling()       ? "serving"
                    : info.weights().fetching()                          ? "fetching"
                    : loading_                                           ? "loading"
                    : stage_                                             ? "ready"
@@ -817,14 +841,78 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   bool alive(const Peer& peer) const { return peer.seen && Clock::now() - peer.last_seen < kPeerTimeout; }
   bool compatible(const Peer& peer) const { return peer.problem.empty(); }
 
+  // Whether the process that says `info` about itself may go by its node id: a node id belongs
+  // to one process while it runs. Of two processes under this node's id the one that started
+  // first keeps it; of a peer's, the one heard from first (one restarted on the same address,
+  // or once the first is gone, takes it over).
+  struct IdCheck {
+    enum Verdict { Fine, Refused, ThisNodeRefused } verdict = Fine;
+    std::string why;
+  };
+  IdCheck check_id(const rpc::NodeInfo& info) const {
+    const std::string& id = info.node_id();
+    const auto taken_by = [&](const rpc::NodeInfo& holder) {
+      const int64_t age_ms = std::max<int64_t>(0, rpc::unix_time_ms() - holder.started_unix_ms());
+      return "node id '" + id + "' is taken by the node at " + holder.node_address() + " (started " +
+             std::to_string(age_ms / 1000) + " s ago)";
+    };
+    if (id == options_.node_id) {
+      if (info.instance() == self_.instance()) return {};
+      const bool this_first = self_.started_unix_ms() != info.started_unix_ms()
+                                  ? self_.started_unix_ms() < info.started_unix_ms()
+                                  : self_.instance() < info.instance();
+      return this_first ? IdCheck{IdCheck::Refused, taken_by(self_)} : IdCheck{IdCheck::ThisNodeRefused, taken_by(info)};
+    }
+    const auto found = peers_.find(id);
+    if (found == peers_.end() || !found->second.seen || !alive(found->second)) return {};
+    const rpc::NodeInfo& holder = found->second.info;
+    if (holder.instance() == info.instance() || holder.node_address() == info.node_address()) return {};
+    return {IdCheck::Refused, taken_by(holder)};
+  }
+
+  // Another process runs under this node's id and came first, as the node at `address` says:
+  // this one takes no part while that goes on being said.
+  void note_refused(const std::string& address, const std::string& why) {
+    const bool first = !refused_by_.contains(address);
+    refused_by_[address] = {why, Clock::now()};
+    if (first) {
+      log("this node takes no part in the cluster: " + why + "; give it another --node-id (or --state-dir) (if that node "
+          "was this one before a restart, this one is let in once it is seen gone)");
+    }
+  }
+
+  // Why this node takes no part now, or empty.
+  std::string refusal() const {
+    for (const auto& [address, refused] : refused_by_) {
+      if (Clock::now() - refused.at < kPeerTimeout) return refused.why;
+    }
+    return {};
+  }
+
+  void log_once(const std::string& key, const std::string& line) {
+    if (said_once_.insert(key).second) log(line);
+  }
+
+  // Takes in what a peer says in a Hello or its reply: itself, then, from a node of this model
+  // and protocol only, the nodes it knows and its placement (another model's placements are
+  // its own cluster's). Returns whether that is news to act on at once.
+  bool take_in(const rpc::NodeInfo& node, const google::protobuf::RepeatedPtrField<rpc::NodeInfo>& known,
+               const rpc::Placement& placement, double rtt_ms) {
+    bool news = learn(node, true, rtt_ms);
+    const auto found = peers_.find(node.node_id());
+    if (found == peers_.end() || !compatible(found->second)) return news;
+    for (const rpc::NodeInfo& info : known) learn(info, false, 0.0);
+    return adopt(placement) || news;
+  }
+
   // Takes in what a node says about itself (direct) or what another said about it.
   // Returns whether the peer's readiness or serving state changed, which a leader acts on.
   bool learn(const rpc::NodeInfo& info, bool direct, double rtt_ms) {
     if (info.node_id().empty() || info.node_id() == options_.node_id) return false;
     auto [it, inserted] = peers_.try_emplace(info.node_id());
     Peer& peer = it->second;
-    const bool news = direct && (inserted || peer.info.ready_epoch() != info.ready_epoch() ||
-                                 peer.info.state() != info.state());
+    const bool news = direct && (inserted || peer.info.instance() != info.instance() ||
+                                 peer.info.ready_epoch() != info.ready_epoch() || peer.info.state() != info.state());
     if (direct || inserted) peer.info = info;
     if (direct) {
       peer.seen = true;
@@ -848,7 +936,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // A newer placement wins; at the same epoch, the one of the lower leader id.
   // Returns whether `p` replaced this node's placement.
   bool adopt(const rpc::Placement& p) {
-    if (p.leader_id().empty()) return false;
+    if (p.leader_id().empty() || !refusal().empty()) return false;
+    if (const auto leader = peers_.find(p.leader_id()); leader != peers_.end() && !compatible(leader->second)) return false;
     const bool newer = p.epoch() > placement_.epoch() ||
                        (p.epoch() == placement_.epoch() && p.leader_id() < placement_.leader_id());
     if (!newer) return false;
@@ -892,6 +981,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   std::string waiting_for() const {
+    if (const std::string why = refusal(); !why.empty()) return "this node takes no part: " + why;
     if (!placement_.error().empty()) return placement_.error();
     if (placement_.stages_size() == 0) {
       return "a placement (" + std::to_string(members().size()) + " node(s) known; the leader places the model "
@@ -1055,21 +1145,31 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
           }
         }
       }
+      if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS) note_refused(address, status.error_message());
       if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
           status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-        if (refusals_.insert(address + status.error_message()).second) {
-          log("node at " + address + " refused this node: " + status.error_message());
-        }
+        log_once(address + status.error_message(), "node at " + address + " refused this node: " + status.error_message());
+      }
+      if (status.error_code() == grpc::StatusCode::UNAVAILABLE && is_handshake_failure(status.error_message())) {
+        log_once(address + " handshake",
+                 "the TLS handshake with the node at " + address + " was refused: it has another cluster key (or it "
+                 "is not a Strata node of protocol " + std::to_string(rpc::kProtocolVersion) + "): " + status.error_message());
       }
       return;
     }
-    if (seeds_.contains(address)) seeds_[address] = true;
+    refused_by_.erase(address);
     rpc::NodeInfo info = reply.node();
     if (info.node_address().starts_with(":")) info.set_node_address(address.substr(0, address.rfind(':')) + info.node_address());
+    const IdCheck id = check_id(info);
+    if (id.verdict == IdCheck::Refused) {
+      log_once("refused " + address + info.instance(), "node " + info.node_id() + " at " + address + " is left out: " + id.why);
+      return;
+    }
+    if (id.verdict == IdCheck::ThisNodeRefused) note_refused(address, id.why);
+    if (!refusal().empty()) return;
+    if (seeds_.contains(address)) seeds_[address] = true;
     // The answer may come after its round has acted: news in it starts the next one now.
-    if (learn(info, true, rtt_ms)) act_now_ = true;
-    for (const rpc::NodeInfo& known : reply.known()) learn(known, false, 0.0);
-    if (adopt(reply.placement())) act_now_ = true;
+    if (take_in(info, reply.known(), reply.placement(), rtt_ms)) act_now_ = true;
     if (act_now_) changed_.notify_all();
   }
 
@@ -1114,6 +1214,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   // Leader only: a new placement when the members changed and have settled.
   void place() {
+    if (!refusal().empty()) return;
     const std::vector<std::string> now = members();
     if (now != last_members_) {
       last_members_ = now;
@@ -1171,7 +1272,17 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     set_placement(next);
     act_now_ = true;  // tell the members now
     log("placement " + std::to_string(next.epoch()) + " over " + std::to_string(now.size()) + " node(s): " +
-        stages_text(next) + (next.reason().empty() ? "" : "\n  " + next.reason()));
+        stages_text(next) + (next.reason().empty() ? "" : "\n  " + next.reason()) + left_out_text());
+  }
+
+  // The live nodes that a placement leaves out for their model or protocol, as lines of the
+  // placement's log: a node alone among such nodes says why.
+  std::string left_out_text() const {
+    std::string text;
+    for (const auto& [id, peer] : peers_) {
+      if (alive(peer) && !compatible(peer)) text += "\n  " + id + " at " + peer.info.node_address() + " is left out: it " + peer.problem;
+    }
+    return text;
   }
 
   // A node of the placement that answers at another address now: it restarted (on another
@@ -1217,7 +1328,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   uint64_t max_epoch() const {
     uint64_t epoch = placement_.epoch();
-    for (const auto& [id, peer] : peers_) epoch = std::max(epoch, peer.info.ready_epoch());
+    for (const auto& [id, peer] : peers_) {
+      if (compatible(peer)) epoch = std::max(epoch, peer.info.ready_epoch());
+    }
     return epoch;
   }
 
@@ -1455,7 +1568,12 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // address -> last announcement heard: said Hello to like seeds_, but a leader never waits for them
   std::map<std::string, Clock::time_point> discovered_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
-  std::set<std::string> refusals_;
+  std::set<std::string> said_once_;  // keys of log lines said once
+  struct Refusal {
+    std::string why;
+    Clock::time_point at;
+  };
+  std::map<std::string, Refusal> refused_by_;  // address -> why it refuses this node's id, when it said so last
   std::set<std::string> greeting_;  // addresses with a Hello of the gossip loop in flight
   std::set<std::string> waiting_logged_;
   rpc::Placement placement_;

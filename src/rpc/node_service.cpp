@@ -46,8 +46,7 @@ class NodeServer::Service final : public Node::Service {
               "protocol version " + std::to_string(request->sender().protocol_version()) + " is not this node's " +
                   std::to_string(kProtocolVersion)};
     }
-    *reply = handler_.hello(*request, context->peer());
-    return grpc::Status::OK;
+    return handler_.hello(*request, context->peer(), *reply);
   }
 
   grpc::Status Forward(grpc::ServerContext* context,

@@ -20,7 +20,9 @@ namespace strata::rpc {
 
 // 3: FetchTensorRequest.offset, which a node of 2 would ignore, sending a resumed tensor from
 // its start; a leader's requests passed on with their state (HeldState), and LayerKv.tokens.
-inline constexpr uint32_t kProtocolVersion = 3;
+// 4: TLS links (rpc/tls.h), and NodeInfo.instance, by which a node of 3 would not refuse a
+// second process under its id.
+inline constexpr uint32_t kProtocolVersion = 4;
 
 // FetchTensor sends a tensor in chunks of this size: large enough that per-message costs
 // vanish at 10 Gbit/s, small enough to keep memory flat and progress visible.
@@ -36,8 +38,9 @@ struct TensorBytes {
 class NodeHandler {
  public:
   virtual ~NodeHandler() = default;
-  // `peer` is the caller's transport address ("ipv4:10.0.0.2:43122").
-  virtual HelloReply hello(const HelloRequest& request, const std::string& peer) = 0;
+  // `peer` is the caller's transport address ("ipv4:10.0.0.2:43122"). A refusal (the caller's
+  // node id is another node's) is an error status saying why.
+  virtual grpc::Status hello(const HelloRequest& request, const std::string& peer, HelloReply& reply) = 0;
   // The stage this node runs in placement `epoch`, or null with the reason in `why`.
   virtual std::shared_ptr<engine::Stage> stage(uint64_t epoch, std::string& why) = 0;
   // The scheduler for requests from other nodes (this node leads), or null with `why`.

@@ -3,7 +3,8 @@
 # no --peers, find each other by multicast discovery, place the model over all three and answer
 # greedy completions exactly as one node alone; a fourth node with another key is refused and
 # stays out; a fifth without a model file finds them too, takes their model and fetches the
-# weights of the layers placed on it. Everything runs in namespaces this test creates (the bridge too): no traffic
+# weights of the layers placed on it. What crosses a node's link (tcpdump) is TLS: no model
+# name or hash, no method names, no HTTP/2 in the clear. Everything runs in namespaces this test creates (the bridge too): no traffic
 # reaches any other address. Needs root; prints SKIP and exits 0 only when network namespaces
 # cannot be created at all.
 #
@@ -45,7 +46,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-for tool in ip tc curl python3; do
+for tool in ip tc curl python3 tcpdump; do
   command -v $tool >/dev/null || { echo "FAIL $tool is missing (scripts/install-deps.sh installs it)"; exit 1; }
 done
 
@@ -171,6 +172,36 @@ if wait_until 40 formed; then
 else
   fail "the three nodes did not form a cluster of 3 stages"
   body_of "$PREFIX-n1" /cluster
+fi
+
+# The links carry only TLS: a capture of ns2's TCP traffic while requests enter there (and
+# go to the leader ns1, stage by stage) holds none of what the node messages would show in
+# the clear: every Hello names the model and its hash, and h2c opens with a preface.
+CAPTURE="$WORK/ns2.pcap"
+ip netns exec "$PREFIX-n2" tcpdump -i eth0 -U -s 0 -w "$CAPTURE" tcp >"$WORK/tcpdump.log" 2>&1 &
+TCPDUMP=$!
+PIDS+=($TCPDUMP)
+wait_until 10 grep -q "listening on" "$WORK/tcpdump.log"
+completion_text "$PREFIX-n2" >/dev/null
+completion_text "$PREFIX-n2" >/dev/null
+sleep 1
+kill -INT $TCPDUMP
+wait $TCPDUMP 2>/dev/null
+MODEL_HASH=$(body_of "$PREFIX-n1" /cluster | python3 -c 'import json, sys; print(json.load(sys.stdin)["model"]["hash"])')
+if python3 - "$CAPTURE" "$MODEL_HASH" <<'PY'
+import sys
+data = open(sys.argv[1], "rb").read()
+found = [name for name, marker in [("the model name", b"aidreams260K"), ("the model hash", sys.argv[2][:32].encode()),
+                                   ("a method name", b"strata.rpc.Node"), ("an HTTP/2 preface", b"PRI * HTTP/2.0")]
+         if marker in data]
+records = data.count(b"\x17\x03\x03")
+print(f"{len(data)} bytes captured, {records} TLS application records" + (", in the clear: " + ", ".join(found) if found else ""))
+sys.exit(1 if found or records < 10 else 0)
+PY
+then
+  pass "a capture of ns2's link holds TLS records only, nothing of the node messages in the clear"
+else
+  fail "ns2's link carries node messages in the clear (or too little was captured)"
 fi
 
 # A node with another key on the same bridge.

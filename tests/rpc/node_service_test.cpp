@@ -38,11 +38,10 @@ class OneStageNode final : public NodeHandler {
     stage_ = std::make_shared<engine::LocalStage>(model::Model::load(file), pool_,
                                                   engine::KvOptions{model::KvType::F32, 64});
   }
-  HelloReply hello(const HelloRequest& request, const std::string&) override {
-    HelloReply reply;
+  grpc::Status hello(const HelloRequest& request, const std::string&, HelloReply& reply) override {
     reply.mutable_node()->set_node_id("server");
     reply.mutable_node()->set_state(request.sender().node_id());
-    return reply;
+    return grpc::Status::OK;
   }
   std::shared_ptr<engine::Stage> stage(uint64_t epoch, std::string& why) override {
     if (epoch != kEpoch) {
