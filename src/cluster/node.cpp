@@ -557,6 +557,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       const engine::Engine::SwitchCounts counts = scheduler_->switch_counts();
       body["placement_switches"] = {{"sequences_handed_over", counts.handed_over},
                                     {"sequences_recomputed", counts.recomputed}};
+      body["sequences_preempted"] = scheduler_->preemptions();  // for want of KV blocks, computed again later
     }
     if (leaving_) body["leaving"] = true;
     return body.dump();

@@ -9,6 +9,25 @@
 
 namespace strata::engine {
 
+namespace {
+
+// Layers of one sequence whose state moves at the same time.
+constexpr size_t kConcurrentLayerMoves = 8;
+
+// Blocks that `positions` positions take in a stage's pool.
+int blocks_for(int positions) { return (positions + model::kKvBlock - 1) / model::kKvBlock; }
+
+int default_threads(int threads) {
+  return threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+EngineOptions with_model_context(EngineOptions options, const model::Model& model) {
+  if (options.context_size <= 0) options.context_size = model.config().context_length;
+  return options;
+}
+
+}  // namespace
+
 struct Engine::Sequence {
   Sequence(SequenceId id, GenerationRequest r, RequestCallbacks c, int vocab_size, int capacity)
       : id(id),
@@ -22,6 +41,16 @@ struct Engine::Sequence {
 
   // Inputs not yet through the pipeline: the prompt's rest, or the last sampled token.
   int pending() const { return static_cast<int>(history.size()) - fed; }
+  // Blocks its stages hold once it has fed all it has (a batch in flight included): the
+  // positions its next step reaches, or, while it prefills, the whole prompt's.
+  int blocks_needed() const { return blocks_for(static_cast<int>(history.size())); }
+  // Its stages hold nothing for it (released, or on a pipeline replaced): its next batch
+  // computes it again from its prompt and the tokens it has generated, with the same sampler,
+  // so that what follows is the same.
+  void compute_again() {
+    fed = 0;
+    launched = false;
+  }
 
   SequenceId id;
   GenerationRequest request;
@@ -31,31 +60,12 @@ struct Engine::Sequence {
   int capacity;
   int fed = 0;  // inputs whose keys and values the stages hold
   int generated = 0;
-  int cached_tokens = 0;  // of the prompt, taken from the stages' caches
+  std::optional<int> cached_tokens;  // of the prompt, taken from the stages' caches at its first start
   bool resumed = request.resumed_after > 0 || request.held.has_value();  // until its first start
   bool launched = false;  // the stages may hold state for it
   bool in_flight = false;
   bool finished = false;
 };
-
-namespace {
-
-// Layers of one sequence whose state moves at the same time.
-constexpr size_t kConcurrentLayerMoves = 8;
-
-// Blocks a sequence may fill in a stage's pool.
-int blocks_for(int capacity) { return (capacity + model::kKvBlock - 1) / model::kKvBlock; }
-
-int default_threads(int threads) {
-  return threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-EngineOptions with_model_context(EngineOptions options, const model::Model& model) {
-  if (options.context_size <= 0) options.context_size = model.config().context_length;
-  return options;
-}
-
-}  // namespace
 
 Engine::Engine(std::shared_ptr<model::Model> model, std::function<bool(Token)> is_end_of_generation,
                EngineOptions options)
@@ -114,6 +124,8 @@ void Engine::replace_pipeline(std::vector<std::shared_ptr<Stage>> stages, tensor
 }
 
 Engine::SwitchCounts Engine::switch_counts() const { return {handed_over_.load(), recomputed_.load()}; }
+
+uint64_t Engine::preemptions() const { return preemptions_.load(); }
 
 bool Engine::move_state(const std::vector<std::shared_ptr<Stage>>& from, SequenceId from_id, int positions,
                         const std::vector<std::shared_ptr<Stage>>& to, const Sequence& seq) {
@@ -215,8 +227,7 @@ void Engine::switch_pipeline(std::vector<std::unique_ptr<Sequence>>& active, Nex
         }
       }
     }
-    seq->fed = 0;
-    seq->launched = false;
+    seq->compute_again();
     ++recomputed_;
   }
   // Moved or to be computed again, the old stages' copies are of no more use. The old pipeline
@@ -281,7 +292,7 @@ void Engine::start_sequence(Sequence& seq) {
     }
   }
   seq.fed = held;
-  if (seq.generated == 0) seq.cached_tokens = held;
+  if (!seq.cached_tokens) seq.cached_tokens = held;
 }
 
 ModelLimits Engine::limits() const {
@@ -358,8 +369,65 @@ void Engine::stop(const std::string& why, std::optional<uint64_t> passing_on) {
 
 void Engine::finish(Sequence& seq, FinishReason reason, const std::string& error) {
   seq.finished = true;
-  if (seq.launched) pipeline_->release({seq.id});  // the sequence's state goes with it
+  release_state(seq);
   if (seq.callbacks.on_finish) seq.callbacks.on_finish(reason, error);
+}
+
+void Engine::release_state(Sequence& seq) {
+  if (!seq.launched) return;
+  pipeline_->release({seq.id});
+  if (!in_flight_.empty()) releasing_.push_back({next_ticket_, seq.blocks_needed()});
+  seq.compute_again();
+}
+
+int Engine::blocks_needed(const std::vector<std::unique_ptr<Sequence>>& active) const {
+  int blocks = 0;
+  for (const auto& seq : active) blocks += seq->blocks_needed();
+  return blocks;
+}
+
+int Engine::blocks_releasing() {
+  const uint64_t oldest_in_flight = in_flight_.empty() ? next_ticket_ : in_flight_.begin()->first;
+  std::erase_if(releasing_, [&](const Releasing& r) { return r.next_ticket <= oldest_in_flight; });
+  int blocks = 0;
+  for (const Releasing& r : releasing_) blocks += r.blocks;
+  return blocks;
+}
+
+bool Engine::room_for(const std::vector<std::unique_ptr<Sequence>>& active, int more) {
+  const int pool = pool_blocks_.value_or(0);
+  return pool == 0 || blocks_needed(active) + blocks_releasing() + more <= pool;
+}
+
+void Engine::make_room(std::vector<std::unique_ptr<Sequence>>& active) {
+  const int pool = pool_blocks_.value_or(0);
+  if (pool == 0) return;
+  // Pre-empted, such a sequence would come back to the same want of room.
+  for (auto& seq : active) {
+    if (seq->in_flight || seq->blocks_needed() <= pool) continue;
+    const std::string after =
+        seq->generated > 0 ? " after " + std::to_string(seq->generated) + " generated tokens" : std::string();
+    finish(*seq, FinishReason::Error,
+           "the request needs " + std::to_string(seq->history.size()) + " positions of KV memory" + after +
+               ", but a stage's pool holds " + std::to_string(pool * model::kKvBlock));
+  }
+  std::erase_if(active, [](const std::unique_ptr<Sequence>& s) { return s->finished; });
+  // The sequences in flight fit: they did when launched, and grow only once back.
+  std::vector<std::unique_ptr<Sequence>> preempted;  // newest first
+  int needed = blocks_needed(active);
+  for (size_t i = active.size(); needed > pool && i-- > 0;) {
+    if (active[i]->in_flight) continue;
+    needed -= active[i]->blocks_needed();
+    if (active[i]->launched) ++preemptions_;  // not one admitted in this round, before others grew
+    release_state(*active[i]);
+    preempted.push_back(std::move(active[i]));
+  }
+  if (preempted.empty()) return;
+  std::erase(active, nullptr);
+  std::lock_guard lock(mutex_);
+  // Oldest first, ahead of every request that waits: the room that returns goes to them.
+  for (auto& seq : preempted) queue_.push_front(std::move(seq));
+  running_ = static_cast<int>(active.size());
 }
 
 void Engine::run_loop() {
@@ -370,12 +438,8 @@ void Engine::run_loop() {
     // The queue's head fits in the pools beside the admitted sequences (or never will:
     // then it is admitted to fail).
     const auto head_fits = [&] {
-      const int pool = pool_blocks_.value_or(0);
-      const int need = blocks_for(queue_.front()->capacity);
-      if (pool == 0 || need > pool) return true;
-      int reserved = 0;
-      for (const auto& seq : active) reserved += blocks_for(seq->capacity);
-      return reserved + need <= pool;
+      const int need = queue_.front()->blocks_needed();
+      return room_for(active, need) || need > *pool_blocks_;
     };
     std::deque<Pipeline::Result> results;
     std::vector<std::unique_ptr<Sequence>> cancelled;
@@ -395,7 +459,9 @@ void Engine::run_loop() {
           return false;
         }
         if (!queue_.empty() && static_cast<int>(active.size()) < options_.max_parallel && head_fits()) return true;
-        return std::any_of(active.begin(), active.end(), [](const auto& s) { return !s->in_flight; });
+        const bool may_start = room_for(active, 0);
+        return std::any_of(active.begin(), active.end(),
+                           [&](const auto& s) { return !s->in_flight && (s->launched || may_start); });
       };
       const auto woken = [&] { return ending() || switch_ready() || !results_.empty() || can_launch(); };
       if (broken_) {
@@ -464,17 +530,11 @@ void Engine::run_loop() {
       }
       broken_since_ = std::chrono::steady_clock::now();
     }
-    for (auto& seq : active) {
-      if (!seq->launched && pool_blocks_.value_or(0) > 0 && blocks_for(seq->capacity) > *pool_blocks_) {
-        finish(*seq, FinishReason::Error,
-               "the request needs " + std::to_string(blocks_for(seq->capacity) * model::kKvBlock) +
-                   " positions of KV memory, but a stage's pool holds " +
-                   std::to_string(*pool_blocks_ * model::kKvBlock));
-      }
-    }
     finish_cancelled_running();
-    while (!broken_ && !switch_pending && static_cast<int>(in_flight_.size()) < pipeline_->depth() &&
-           launch_batch(active)) {
+    if (!broken_ && !switch_pending && static_cast<int>(in_flight_.size()) < pipeline_->depth()) {
+      make_room(active);
+      while (static_cast<int>(in_flight_.size()) < pipeline_->depth() && launch_batch(active)) {
+      }
     }
     std::lock_guard lock(mutex_);
     running_ = static_cast<int>(active.size());
@@ -497,6 +557,7 @@ void Engine::end_all(std::vector<std::unique_ptr<Sequence>>& active) {
 }
 
 bool Engine::launch_batch(const std::vector<std::unique_ptr<Sequence>>& active) {
+  const bool may_start = room_for(active, 0);
   // Up to an even share of the sequences per batch, so that every stage gets a group.
   const int depth = pipeline_->depth();
   const size_t share = (active.size() + static_cast<size_t>(depth) - 1) / static_cast<size_t>(depth);
@@ -505,7 +566,10 @@ bool Engine::launch_batch(const std::vector<std::unique_ptr<Sequence>>& active) 
   int prefill_budget = options_.prefill_chunk;
   for (const auto& seq : active) {
     if (seq->in_flight || seq->finished || flight.owners.size() >= share) continue;
-    if (!seq->launched) start_sequence(*seq);
+    if (!seq->launched) {
+      if (!may_start) continue;
+      start_sequence(*seq);
+    }
     int count = seq->pending();
     if (count > 1) {
       count = std::min(count, prefill_budget);
@@ -579,7 +643,7 @@ void Engine::complete(const InFlight& batch, const Pipeline::Result& result) {
     }
     GeneratedToken& out = tokens_out[k];
     out.end_of_generation = is_end_of_generation_(out.token);
-    out.cached_tokens = seq.cached_tokens;
+    out.cached_tokens = seq.cached_tokens.value_or(0);
     seq.history.push_back(out.token);
     ++seq.generated;
     bool keep_going = true;

@@ -86,6 +86,9 @@ class Engine final : public Generator {
     uint64_t recomputed = 0;
   };
   SwitchCounts switch_counts() const;
+  // Running sequences whose state the stages let go, back to the queue's front, because the KV
+  // pools had no room for their next step; each is computed again when room returns.
+  uint64_t preemptions() const;
 
  private:
   struct Sequence;
@@ -118,6 +121,20 @@ class Engine final : public Generator {
   bool launch_batch(const std::vector<std::unique_ptr<Sequence>>& active);
   void complete(const InFlight& batch, const Pipeline::Result& result);
   void finish(Sequence& seq, FinishReason reason, const std::string& error = {});
+  // The stages let the sequence's state go, after the batches already sent to them; should it
+  // go on, it is computed again.
+  void release_state(Sequence& seq);
+  // Before a launch: the sequences that cannot fit the smallest pool even alone end with an
+  // error; then, while the running ones need more blocks than it has, the newest that is not
+  // in flight goes back to the queue's front.
+  void make_room(std::vector<std::unique_ptr<Sequence>>& active);
+  // Blocks that the running sequences need once they have fed all they have.
+  int blocks_needed(const std::vector<std::unique_ptr<Sequence>>& active) const;
+  // Blocks that a stage may still hold for sequences released while batches were in flight.
+  int blocks_releasing();
+  // Whether `more` blocks fit in the smallest pool beside both, so that a new sequence may be
+  // admitted, and start.
+  bool room_for(const std::vector<std::unique_ptr<Sequence>>& active, int more);
   // Before a sequence's first batch on a pipeline: the positions every stage holds for it
   // from its cache, which it does not compute again.
   void start_sequence(Sequence& seq);
@@ -146,17 +163,28 @@ class Engine final : public Generator {
   std::optional<NextPipeline> next_pipeline_;
   std::atomic<uint64_t> handed_over_{0};
   std::atomic<uint64_t> recomputed_{0};
+  std::atomic<uint64_t> preemptions_{0};
   std::thread loop_;
 
   // Owned by the loop thread.
-  // Admitted sequences reserve blocks for their whole capacity in every stage's pool, so a
-  // pool never runs out: when they would not fit, new requests wait.
+  // Sequences are admitted, and launched, while the blocks they need (blocks_needed) fit in
+  // the smallest stage pool, so that no pool runs out in a step; as they grow, the newest go
+  // back to the queue (make_room).
   std::optional<int> pool_blocks_;  // probed on the loop thread for each pipeline; none: unknown yet
   static constexpr std::chrono::seconds kPoolProbeRetry{1};
   std::chrono::steady_clock::time_point next_pool_probe_;
   SequenceId next_sequence_id_;
   uint64_t next_ticket_ = 1;
   std::map<uint64_t, InFlight> in_flight_;
+  // A released sequence's blocks, which a stage may hold until the batches launched before its
+  // release (tickets below `next_ticket`) are through it. A new sequence's cached prefix is
+  // pinned on every stage at its start, outside the pipeline's order, so these count against
+  // its start; the next step of a running sequence reaches each stage after the release.
+  struct Releasing {
+    uint64_t next_ticket;
+    int blocks;
+  };
+  std::vector<Releasing> releasing_;
   // A stage was lost: nothing is launched until a new pipeline comes or the wait is over.
   bool broken_ = false;
   std::chrono::steady_clock::time_point broken_since_;

@@ -13,7 +13,7 @@ if ! command -v clang++ >/dev/null || ! echo '#include <version>' | clang++ -std
 fi
 CC=clang CXX=clang++ cmake -S "$source_dir" -B "$build_dir" -G "$generator" -DCMAKE_BUILD_TYPE=Release \
   -DSTRATA_CORE_ONLY=ON -DCMAKE_CXX_FLAGS=-stdlib=libc++ >/dev/null
-tests=(tensor_test model_test tokenizer_test sampling_test engine_test pipeline_test prefix_cache_test)
+tests=(tensor_test model_test tokenizer_test sampling_test engine_test pipeline_test prefix_cache_test admission_test)
 # Two jobs, not one per core plus two: ctest runs another test beside this one.
 cmake --build "$build_dir" --parallel 2 --target "${tests[@]}"
 for t in "${tests[@]}"; do
