@@ -85,6 +85,7 @@ std::string element(const std::string& param, size_t index) {
 std::string read_content(const json& content, const std::string& param) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) invalid_type(param, "a string or an array of content parts");
+  if (content.empty()) invalid_value(param, "must contain at least one content part.");
   std::string text;
   for (size_t i = 0; i < content.size(); ++i) {
     const json& part = content[i];
@@ -96,10 +97,11 @@ std::string read_content(const json& content, const std::string& param) {
       unsupported(part_param + ".type", "only \"text\" content parts are supported.");
     }
     for (const auto& [key, value] : part.items()) {
-      if (key == "type") continue;
-      if (key != "text") unsupported(part_param + "." + key, "not supported in content parts.");
-      text += read_string(value, part_param + ".text");
+      if (key != "type" && key != "text") unsupported(part_param + "." + key, "not supported in content parts.");
     }
+    auto part_text = part.find("text");
+    if (part_text == part.end()) missing(part_param + ".text");
+    text += read_string(*part_text, part_param + ".text");
   }
   return text;
 }
