@@ -7,6 +7,7 @@
 #include <random>
 
 #include "api/api_error.h"
+#include "engine/generator.h"
 
 namespace strata::api {
 namespace {
@@ -17,7 +18,7 @@ constexpr size_t kMaxStopStrings = 4;
 // Deeper nesting is never a real request; refusing it while parsing keeps a body of brackets
 // from costing seconds and hundreds of megabytes.
 constexpr int kMaxJsonDepth = 64;
-constexpr int kMaxTopLogprobs = 20;
+using engine::kMaxTopLogprobs;
 
 [[noreturn]] void invalid_type(const std::string& param, const char* expected) {
   throw ApiError(400, "Invalid type for '" + param + "': expected " + expected + ".", param,
@@ -38,11 +39,11 @@ constexpr int kMaxTopLogprobs = 20;
                  "unsupported_parameter");
 }
 
-double read_number(const json& value, const std::string& param, double min, double max) {
+double read_number(const json& value, const std::string& param, sampling::Range range) {
   if (!value.is_number()) invalid_type(param, "a number");
   double number = value.get<double>();
-  if (!(number >= min && number <= max)) {
-    invalid_value(param, "must be between " + json(min).dump() + " and " + json(max).dump() + ".");
+  if (!range.contains(number)) {
+    invalid_value(param, "must be between " + json(range.min).dump() + " and " + json(range.max).dump() + ".");
   }
   return number;
 }
@@ -66,6 +67,10 @@ int64_t read_integer(const json& value, const std::string& param, int64_t min, i
                   "must be between " + std::to_string(min) + " and " + std::to_string(max) + ".");
   }
   return number;
+}
+
+int read_integer(const json& value, const std::string& param, sampling::Range range) {
+  return static_cast<int>(read_integer(value, param, static_cast<int64_t>(range.min), static_cast<int64_t>(range.max)));
 }
 
 bool read_bool(const json& value, const std::string& param) {
@@ -176,24 +181,23 @@ std::vector<std::string> read_stop(const json& stop, const std::string& param) {
 bool read_sampling_field(const std::string& key, const json& value, const std::string& prefix,
                          CompletionRequest& request) {
   const std::string param = prefix + key;
-  auto& sampling = request.sampling;
-  constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+  auto& params = request.sampling;
   if (key == "temperature") {
-    sampling.temperature = float(read_number(value, param, 0, 2));
+    params.temperature = float(read_number(value, param, sampling::kTemperatureRange));
   } else if (key == "top_p") {
-    sampling.top_p = float(read_number(value, param, 0, 1));
+    params.top_p = float(read_number(value, param, sampling::kProbabilityRange));
   } else if (key == "top_k") {
-    sampling.top_k = int(read_integer(value, param, 0, kIntMax));
+    params.top_k = read_integer(value, param, sampling::kTopKRange);
   } else if (key == "min_p") {
-    sampling.min_p = float(read_number(value, param, 0, 1));
+    params.min_p = float(read_number(value, param, sampling::kProbabilityRange));
   } else if (key == "presence_penalty") {
-    sampling.presence_penalty = float(read_number(value, param, -2, 2));
+    params.presence_penalty = float(read_number(value, param, sampling::kPresencePenaltyRange));
   } else if (key == "frequency_penalty") {
-    sampling.frequency_penalty = float(read_number(value, param, -2, 2));
+    params.frequency_penalty = float(read_number(value, param, sampling::kPresencePenaltyRange));
   } else if (key == "stop") {
     request.stop = read_stop(value, param);
   } else if (key == "seed") {
-    sampling.seed = static_cast<uint64_t>(read_integer(
+    params.seed = static_cast<uint64_t>(read_integer(
         value, param, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
   } else {
     return false;
@@ -283,9 +287,9 @@ void read_ollama_options(const json& options, CompletionRequest& request) {
       if (count == 0) invalid_value(param, "must be positive, -1 or -2.");
       if (count > 0) request.max_tokens = int(count);
     } else if (key == "repeat_penalty") {
-      request.sampling.repetition_penalty = float(read_number(value, param, 0.01, 10));
+      request.sampling.repetition_penalty = float(read_number(value, param, sampling::kRepetitionPenaltyRange));
     } else if (key == "repeat_last_n") {
-      request.sampling.penalty_last_n = int(read_integer(value, param, -1, kIntMax));
+      request.sampling.penalty_last_n = read_integer(value, param, sampling::kPenaltyLastNRange);
     } else if (!contains(ignored_ollama_options(), key)) {
       unknown(param);
     }
@@ -328,7 +332,7 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
     } else if (key == "max_completion_tokens" && chat) {
       max_completion_tokens = int(read_integer(value, key, 1, kIntMax));
     } else if (key == "repetition_penalty") {
-      request.sampling.repetition_penalty = float(read_number(value, key, 0.01, 10));
+      request.sampling.repetition_penalty = float(read_number(value, key, sampling::kRepetitionPenaltyRange));
     } else if (key == "stream") {
       request.stream = read_bool(value, key);
     } else if (key == "stream_options") {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 
 #include "rpc/channel.h"
 
@@ -29,6 +30,13 @@ engine::GenerationRequest to_engine(const GenerateRequest& r) {
   return out;
 }
 
+// INVALID_ARGUMENT naming the field that breaks its rule, or nothing for a well-formed request.
+template <typename Request>
+std::optional<grpc::Status> refusal_of(const Request& request) {
+  if (std::string why = malformed(request); !why.empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
+  return std::nullopt;
+}
+
 }  // namespace
 
 class NodeServer::Service final : public Node::Service {
@@ -44,6 +52,7 @@ class NodeServer::Service final : public Node::Service {
               "protocol version " + std::to_string(request->sender().protocol_version()) + " is not this node's " +
                   std::to_string(kProtocolVersion)};
     }
+    if (auto refused = refusal_of(*request)) return *refused;
     *reply = handler_.hello(*request, context->peer());
     return grpc::Status::OK;
   }
@@ -62,6 +71,7 @@ class NodeServer::Service final : public Node::Service {
 
   grpc::Status Release(grpc::ServerContext* context, const ReleaseRequest* request, ReleaseReply*) override {
     if (auto refused = check(*context, "Release")) return *refused;
+    if (auto refused = refusal_of(*request)) return *refused;
     std::string why;
     const std::shared_ptr<engine::Stage> stage = handler_.stage(request->epoch(), why);
     if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
@@ -73,7 +83,7 @@ class NodeServer::Service final : public Node::Service {
   grpc::Status HoldPrefix(grpc::ServerContext* context, const HoldPrefixRequest* request,
                           HoldPrefixReply* reply) override {
     if (auto refused = check(*context, "HoldPrefix")) return *refused;
-    if (const std::string why = malformed(*request); !why.empty()) return {grpc::StatusCode::INVALID_ARGUMENT, why};
+    if (auto refused = refusal_of(*request)) return *refused;
     std::string why;
     const std::shared_ptr<engine::Stage> stage = handler_.stage(request->epoch(), why);
     if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
@@ -93,6 +103,7 @@ class NodeServer::Service final : public Node::Service {
 
   grpc::Status ReadKv(grpc::ServerContext* context, const ReadKvRequest* request, LayerKv* reply) override {
     if (auto refused = check(*context, "ReadKv")) return *refused;
+    if (auto refused = refusal_of(*request)) return *refused;
     std::string why;
     const std::shared_ptr<engine::Stage> stage = handler_.stage(request->epoch(), why);
     if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
@@ -106,7 +117,7 @@ class NodeServer::Service final : public Node::Service {
 
   grpc::Status WriteKv(grpc::ServerContext* context, const WriteKvRequest* request, WriteKvReply*) override {
     if (auto refused = check(*context, "WriteKv")) return *refused;
-    if (const std::string why = malformed(request->kv()); !why.empty()) return {grpc::StatusCode::INVALID_ARGUMENT, why};
+    if (auto refused = refusal_of(*request)) return *refused;
     std::string why;
     const std::shared_ptr<engine::Stage> stage = handler_.stage(request->epoch(), why);
     if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
@@ -121,6 +132,7 @@ class NodeServer::Service final : public Node::Service {
   grpc::Status Generate(grpc::ServerContext* context, const GenerateRequest* request,
                         grpc::ServerWriter<GenerateEvent>* writer) override {
     if (auto refused = check(*context, "Generate")) return *refused;
+    if (auto refused = refusal_of(*request)) return *refused;
     std::string why;
     const std::shared_ptr<engine::Generator> scheduler = handler_.scheduler(why);
     if (!scheduler) return {grpc::StatusCode::UNAVAILABLE, why};
@@ -206,6 +218,7 @@ class NodeServer::Service final : public Node::Service {
   grpc::Status ModelManifest(grpc::ServerContext* context, const ModelManifestRequest* request,
                              ModelManifestReply* reply) override {
     if (auto refused = check(*context, "ModelManifest")) return *refused;
+    if (auto refused = refusal_of(*request)) return *refused;
     std::string why;
     std::optional<ModelManifestReply> manifest = handler_.manifest(request->model_hash(), why);
     if (!manifest) return {grpc::StatusCode::NOT_FOUND, why};
@@ -216,6 +229,7 @@ class NodeServer::Service final : public Node::Service {
   grpc::Status FetchTensor(grpc::ServerContext* context, const FetchTensorRequest* request,
                            grpc::ServerWriter<TensorChunk>* writer) override {
     if (auto refused = check(*context, "FetchTensor")) return *refused;
+    if (auto refused = refusal_of(*request)) return *refused;
     std::string why;
     const std::optional<TensorBytes> tensor = handler_.tensor(*request, why);
     if (!tensor) return {grpc::StatusCode::NOT_FOUND, why};
@@ -237,9 +251,7 @@ class NodeServer::Service final : public Node::Service {
 
  private:
   grpc::Status forward(const ForwardRequest& request, ForwardReply& reply) {
-    if (const std::string why = malformed(request); !why.empty()) {
-      return {grpc::StatusCode::INVALID_ARGUMENT, why};
-    }
+    if (auto refused = refusal_of(request)) return *refused;
     std::string why;
     const std::shared_ptr<engine::Stage> stage = handler_.stage(request.epoch(), why);
     if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
