@@ -14,6 +14,7 @@
 #include "cli/model_source.h"
 #include "cluster/discovery.h"
 #include "cluster/node.h"
+#include "rpc/channel.h"
 #include "rpc/node_service.h"
 #include "tokenizer/tokenizer.h"
 #include "units/byte_size.h"
@@ -176,9 +177,11 @@ int serve(const ServeOptions& o) {
   node.node_id = cluster::resolve_node_id(o.node_id, o.state_dir);
   auto console = std::make_shared<Console>(node.node_id);
   node.log = [console](const std::string& line) { console->log(line); };
+  rpc::route_grpc_log(node.log);
   node.cluster_key = o.cluster_key;
   node.host = !o.node_host.empty() ? o.node_host : (o.cluster_key.empty() ? "127.0.0.1" : "0.0.0.0");
   node.node_port = o.node_port >= 0 ? o.node_port : (o.server.port == 0 ? 0 : o.server.port + 1);
+  node.any_port_if_taken = o.node_port < 0;
   node.api_address = o.server.host + ":" + std::to_string(o.server.port);
   node.peers = o.peers;
   node.discovery = !o.no_discovery;
@@ -251,7 +254,8 @@ void add_serve_command(CLI::App& app, Action& action) {
                   "Origin browsers may call the API from, or '*' (repeatable; default: none)");
   cmd->add_flag("--log-requests", o->server.log_requests, "Print one line per answered request to stderr");
   cmd->add_option("--peers", o->peers, "Nodes to join, host:node-port (comma-separated)")->delimiter(',');
-  cmd->add_option("--node-port", o->node_port, "Port for other nodes (default: --port + 1; 0 with --port 0)")
+  cmd->add_option("--node-port", o->node_port,
+                  "Port for other nodes (default: --port + 1, or any free port when that is taken; 0 with --port 0)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--node-host", o->node_host,
                   "Address the node service listens on (default: 127.0.0.1, or 0.0.0.0 with a cluster key)");

@@ -1,7 +1,12 @@
 #include "rpc/node_service.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -28,6 +33,28 @@ engine::GenerationRequest to_engine(const GenerateRequest& r) {
   out.resumed_after = r.resumed_after();
   if (r.has_held()) out.held = from_message(r.held());
   return out;
+}
+
+// Why host:port cannot be bound, as the system says it ("Address already in use"), which gRPC
+// tells only its log; empty when it can be bound now. Bound as gRPC binds, with SO_REUSEADDR.
+std::string bind_refusal(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (const int error = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); error != 0) {
+    return ::gai_strerror(error);
+  }
+  const int fd = ::socket(found->ai_family, found->ai_socktype, found->ai_protocol);
+  const int reuse = 1;
+  int error = fd < 0 ? errno : 0;
+  if (error == 0 && (::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof reuse) != 0 ||
+                     ::bind(fd, found->ai_addr, found->ai_addrlen) != 0)) {
+    error = errno;
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(found);
+  return error == 0 ? std::string() : std::strerror(error);
 }
 
 // INVALID_ARGUMENT naming the field that breaks its rule, or nothing for a well-formed request.
@@ -297,7 +324,8 @@ NodeServer::NodeServer(NodeHandler& handler, std::shared_ptr<ClusterKey> key, co
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) {
-    throw std::runtime_error("cannot listen for nodes on " + host + ":" + std::to_string(port));
+    const std::string why = bind_refusal(host, port);
+    throw std::runtime_error("cannot listen for nodes on " + host + ":" + std::to_string(port) + (why.empty() ? "" : ": " + why));
   }
 }
 
