@@ -135,8 +135,11 @@ std::optional<std::string> api_key_from(const ServeOptions& o) {
 }
 
 // The model of a node that `node.peers`, or discovery, finds: its manifest, kept as a partial
-// model in the cache directory, whose layers' weights the node fetches once placed.
-std::shared_ptr<cluster::PartialModel> model_from_peers(const ServeOptions& o, const cluster::NodeOptions& node) {
+// model in the cache directory, whose layers' weights the node fetches once placed. Until the
+// manifest comes the API answers that it waits for it, on the port it serves on afterwards
+// (`server.port` becomes the one taken).
+std::shared_ptr<cluster::PartialModel> model_from_peers(const ServeOptions& o, const cluster::NodeOptions& node,
+                                                        api::ServerOptions& server) {
   const auto key = std::make_shared<const rpc::ClusterKey>(o.cluster_key);
   // Nodes found by discovery, of any model (this one has none yet), besides the --peers.
   auto found = std::make_shared<std::pair<std::mutex, std::vector<std::string>>>();
@@ -161,6 +164,16 @@ std::shared_ptr<cluster::PartialModel> model_from_peers(const ServeOptions& o, c
     all.insert(all.end(), found->second.begin(), found->second.end());
     return all;
   };
+  const api::WaitingServer waiting(server, [addresses] {
+    const std::vector<std::string> peers = addresses();
+    std::string named;
+    for (const std::string& peer : peers) named += (named.empty() ? "" : ", ") + peer;
+    if (peers.empty()) return std::string("the model's manifest from a peer (none found yet)");
+    return "the model's manifest from peer" + std::string(peers.size() > 1 ? "s " : " ") + named;
+  });
+  server.port = waiting.port();
+  std::fprintf(stderr, "strata: waiting for the model of its peers; http://%s:%d answers 503 until it is here\n",
+               server.host.c_str(), server.port);
   return cluster::PartialModel::open(cache_dir_or_default(o.cache_dir),
                                      cluster::fetch_manifest(addresses, node.node_id, *key, node.log),
                                      o.test_fetch_checkpoint_bytes);
@@ -202,7 +215,7 @@ int serve(const ServeOptions& o) {
   // Without a file, a node that joins others takes their model and fetches its layers' weights.
   std::shared_ptr<const gguf::File> file;
   if (o.model.empty() && (!o.peers.empty() || (!o.cluster_key.empty() && !o.no_discovery))) {
-    node.partial = model_from_peers(o, node);
+    node.partial = model_from_peers(o, node, server);
     node.on_transfer = [console](const cluster::TransferStats::Snapshot& s) { console->progress(s); };
     node.test_fetch_delay = std::chrono::milliseconds(o.test_fetch_delay_ms);
     file = node.partial->file();

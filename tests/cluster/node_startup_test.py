@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """How a `strata serve` starts when things around it are not as planned: a single node whose
 default node port (--port + 1) is taken listens for nodes on another one and serves, and says
-which; one given a taken --node-port exits with an error saying so. Whatever goes wrong, every
-line on stderr is Strata's: gRPC's own log lines go through Strata's log.
+which; one given a taken --node-port exits with an error saying so; a node without a model file
+whose peer is dead answers /health (503, saying it waits for that peer's manifest) and requests
+(503) until the peer comes, then serves its model. Whatever goes wrong, every line on stderr is
+Strata's: gRPC's own log lines go through Strata's log.
 
 usage: node_startup_test.py STRATA MODEL.gguf
 """
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -140,9 +143,46 @@ def given_node_port_taken():
     check(not foreign_lines(result.stderr), f"no raw gRPC line: {foreign_lines(result.stderr)}")
 
 
+def dead_peer():
+    ports = free_ports(5)  # the waiting node's API and node ports, the peer's, and its node port
+    api, peer_api, peer_node = ports, ports + 2, ports + 4
+    cache = tempfile.mkdtemp(prefix="strata-startup-cache-")
+    waiting = Serve("--port", str(api), "--node-id", "w", "--peers", f"127.0.0.1:{peer_node}", "--cache-dir", cache)
+    peer = None
+    try:
+        health = wait_for(lambda: request(api, "/health"), 20)
+        if not check(health and health[0] == 503, f"a node waiting for a dead peer answers /health with 503 ({health})"):
+            print(waiting.text())
+        why = health[1].get("waiting_for", "") if health else ""
+        check(health and health[1].get("status") == "waiting" and
+              why == f"the model's manifest from peer 127.0.0.1:{peer_node}",
+              f"/health says it waits for the peer's manifest: {health and health[1]}")
+        completion = request(api, "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 4})
+        check(completion and completion[0] == 503 and completion[2].get("Retry-After") and
+              why in completion[1].get("error", {}).get("message", ""),
+              f"a request meanwhile gets 503 with Retry-After, saying what the node waits for: {completion}")
+
+        peer = Serve("-m", MODEL, "--port", str(peer_api), "--node-port", str(peer_node), "--node-id", "a")
+        served = waiting.healthy(api, 60)
+        if not check(served, "once the peer runs, the waiting node serves"):
+            print(waiting.text())
+        body = {"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0}
+        answers = [request(p, "/v1/completions", body) for p in (api, peer_api)]
+        check(all(a and a[0] == 200 for a in answers) and
+              answers[0][1]["choices"][0]["text"] == answers[1][1]["choices"][0]["text"],
+              f"it serves the peer's model, with the peer's answer: {answers}")
+        check(not foreign_lines(waiting.text()), f"no raw gRPC line: {foreign_lines(waiting.text())}")
+    finally:
+        for node in (waiting, peer):
+            if node:
+                node.stop()
+        shutil.rmtree(cache, ignore_errors=True)
+
+
 def main():
     default_node_port_taken()
     given_node_port_taken()
+    dead_peer()
     if FAILURES:
         print(f"{len(FAILURES)} check(s) failed")
         return 1
