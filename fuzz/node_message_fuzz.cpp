@@ -1,22 +1,34 @@
-// Bytes from the network as node-to-node messages: decoding and the batch check must reject
-// anything malformed without crashing, whatever the bytes.
+// Bytes from the network as node-to-node messages: decoding and every message's check must
+// reject anything malformed without crashing, whatever the bytes.
 #include <cstddef>
 #include <cstdint>
 
 #include "rpc/messages.h"
 
+namespace {
+
+template <typename Message>
+void parse_and_check(const uint8_t* data, size_t size) {
+  Message message;
+  if (message.ParseFromArray(data, static_cast<int>(size))) (void)strata::rpc::malformed(message);
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  strata::rpc::ForwardRequest forward;
-  if (forward.ParseFromArray(data, static_cast<int>(size))) (void)strata::rpc::malformed(forward);
-  strata::rpc::WriteKvRequest handed_over;
-  if (handed_over.ParseFromArray(data, static_cast<int>(size))) (void)strata::rpc::malformed(handed_over.kv());
-  strata::rpc::HelloRequest hello;
-  (void)hello.ParseFromArray(data, static_cast<int>(size));
-  strata::rpc::GenerateRequest generate;
-  (void)generate.ParseFromArray(data, static_cast<int>(size));
-  strata::rpc::ModelManifestReply manifest;
-  if (manifest.ParseFromArray(data, static_cast<int>(size))) (void)strata::rpc::malformed(manifest);
-  strata::rpc::TensorChunk chunk;
+  using namespace strata::rpc;
+  parse_and_check<HelloRequest>(data, size);
+  parse_and_check<ForwardRequest>(data, size);
+  parse_and_check<ReleaseRequest>(data, size);
+  parse_and_check<HoldPrefixRequest>(data, size);
+  parse_and_check<ReadKvRequest>(data, size);
+  parse_and_check<WriteKvRequest>(data, size);
+  parse_and_check<LayerKv>(data, size);
+  parse_and_check<GenerateRequest>(data, size);
+  parse_and_check<ModelManifestRequest>(data, size);
+  parse_and_check<FetchTensorRequest>(data, size);
+  parse_and_check<ModelManifestReply>(data, size);
+  TensorChunk chunk;
   (void)chunk.ParseFromArray(data, static_cast<int>(size));
   return 0;
 }

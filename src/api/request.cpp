@@ -7,6 +7,7 @@
 #include <random>
 
 #include "api/api_error.h"
+#include "engine/generator.h"
 
 namespace strata::api {
 namespace {
@@ -17,7 +18,7 @@ constexpr size_t kMaxStopStrings = 4;
 // Deeper nesting is never a real request; refusing it while parsing keeps a body of brackets
 // from costing seconds and hundreds of megabytes.
 constexpr int kMaxJsonDepth = 64;
-constexpr int kMaxTopLogprobs = 20;
+using engine::kMaxTopLogprobs;
 
 [[noreturn]] void invalid_type(const std::string& param, const char* expected) {
   throw ApiError(400, "Invalid type for '" + param + "': expected " + expected + ".", param,
@@ -38,11 +39,11 @@ constexpr int kMaxTopLogprobs = 20;
                  "unsupported_parameter");
 }
 
-double read_number(const json& value, const std::string& param, double min, double max) {
+double read_number(const json& value, const std::string& param, sampling::Range range) {
   if (!value.is_number()) invalid_type(param, "a number");
   double number = value.get<double>();
-  if (!(number >= min && number <= max)) {
-    invalid_value(param, "must be between " + json(min).dump() + " and " + json(max).dump() + ".");
+  if (!range.contains(number)) {
+    invalid_value(param, "must be between " + json(range.min).dump() + " and " + json(range.max).dump() + ".");
   }
   return number;
 }
@@ -68,6 +69,10 @@ int64_t read_integer(const json& value, const std::string& param, int64_t min, i
   return number;
 }
 
+int read_integer(const json& value, const std::string& param, sampling::Range range) {
+  return static_cast<int>(read_integer(value, param, static_cast<int64_t>(range.min), static_cast<int64_t>(range.max)));
+}
+
 bool read_bool(const json& value, const std::string& param) {
   if (!value.is_boolean()) invalid_type(param, "a boolean");
   return value.get<bool>();
@@ -85,6 +90,7 @@ std::string element(const std::string& param, size_t index) {
 std::string read_content(const json& content, const std::string& param) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) invalid_type(param, "a string or an array of content parts");
+  if (content.empty()) invalid_value(param, "must contain at least one content part.");
   std::string text;
   for (size_t i = 0; i < content.size(); ++i) {
     const json& part = content[i];
@@ -96,10 +102,11 @@ std::string read_content(const json& content, const std::string& param) {
       unsupported(part_param + ".type", "only \"text\" content parts are supported.");
     }
     for (const auto& [key, value] : part.items()) {
-      if (key == "type") continue;
-      if (key != "text") unsupported(part_param + "." + key, "not supported in content parts.");
-      text += read_string(value, part_param + ".text");
+      if (key != "type" && key != "text") unsupported(part_param + "." + key, "not supported in content parts.");
     }
+    auto part_text = part.find("text");
+    if (part_text == part.end()) missing(part_param + ".text");
+    text += read_string(*part_text, part_param + ".text");
   }
   return text;
 }
@@ -174,24 +181,23 @@ std::vector<std::string> read_stop(const json& stop, const std::string& param) {
 bool read_sampling_field(const std::string& key, const json& value, const std::string& prefix,
                          CompletionRequest& request) {
   const std::string param = prefix + key;
-  auto& sampling = request.sampling;
-  constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+  auto& params = request.sampling;
   if (key == "temperature") {
-    sampling.temperature = float(read_number(value, param, 0, 2));
+    params.temperature = float(read_number(value, param, sampling::kTemperatureRange));
   } else if (key == "top_p") {
-    sampling.top_p = float(read_number(value, param, 0, 1));
+    params.top_p = float(read_number(value, param, sampling::kProbabilityRange));
   } else if (key == "top_k") {
-    sampling.top_k = int(read_integer(value, param, 0, kIntMax));
+    params.top_k = read_integer(value, param, sampling::kTopKRange);
   } else if (key == "min_p") {
-    sampling.min_p = float(read_number(value, param, 0, 1));
+    params.min_p = float(read_number(value, param, sampling::kProbabilityRange));
   } else if (key == "presence_penalty") {
-    sampling.presence_penalty = float(read_number(value, param, -2, 2));
+    params.presence_penalty = float(read_number(value, param, sampling::kPresencePenaltyRange));
   } else if (key == "frequency_penalty") {
-    sampling.frequency_penalty = float(read_number(value, param, -2, 2));
+    params.frequency_penalty = float(read_number(value, param, sampling::kPresencePenaltyRange));
   } else if (key == "stop") {
     request.stop = read_stop(value, param);
   } else if (key == "seed") {
-    sampling.seed = static_cast<uint64_t>(read_integer(
+    params.seed = static_cast<uint64_t>(read_integer(
         value, param, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
   } else {
     return false;
@@ -281,9 +287,9 @@ void read_ollama_options(const json& options, CompletionRequest& request) {
       if (count == 0) invalid_value(param, "must be positive, -1 or -2.");
       if (count > 0) request.max_tokens = int(count);
     } else if (key == "repeat_penalty") {
-      request.sampling.repetition_penalty = float(read_number(value, param, 0.01, 10));
+      request.sampling.repetition_penalty = float(read_number(value, param, sampling::kRepetitionPenaltyRange));
     } else if (key == "repeat_last_n") {
-      request.sampling.penalty_last_n = int(read_integer(value, param, -1, kIntMax));
+      request.sampling.penalty_last_n = read_integer(value, param, sampling::kPenaltyLastNRange);
     } else if (!contains(ignored_ollama_options(), key)) {
       unknown(param);
     }
@@ -326,7 +332,7 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
     } else if (key == "max_completion_tokens" && chat) {
       max_completion_tokens = int(read_integer(value, key, 1, kIntMax));
     } else if (key == "repetition_penalty") {
-      request.sampling.repetition_penalty = float(read_number(value, key, 0.01, 10));
+      request.sampling.repetition_penalty = float(read_number(value, key, sampling::kRepetitionPenaltyRange));
     } else if (key == "stream") {
       request.stream = read_bool(value, key);
     } else if (key == "stream_options") {

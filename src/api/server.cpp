@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <stdexcept>
@@ -78,6 +79,77 @@ std::string_view finish_reason(const GenerationOutcome& outcome) {
   return outcome.kind == GenerationOutcome::Kind::Length ? "length" : "stop";
 }
 
+http::Options http_options(const ServerOptions& options, int64_t workers) {
+  std::vector<std::string> host_names = options.host_names;
+  host_names.push_back(options.host);  // when it is a name, clients use it
+  return {options.host, options.port, options.limits, std::move(host_names),
+          size_t(std::clamp(workers, kMinHttpThreads, kMaxHttpThreads))};
+}
+
+void check_api_key(const ServerOptions& options, const http::Request& request) {
+  if (options.api_key && request.path != "/health" &&
+      !same_secret(bearer_credentials(request.header("Authorization")), *options.api_key)) {
+    throw ApiError(401, "Incorrect or missing API key. Send it as \"Authorization: Bearer <key>\".", {},
+                   "invalid_api_key");
+  }
+}
+
+// Ollama's clients expect its error shape on its endpoints.
+http::Response error_response(const http::Request& request, const ApiError& error) {
+  http::Response response;
+  response.status = error.status;
+  const bool ollama = request.path.starts_with("/api/");
+  response.body = ollama ? ollama_error_body(error) : openai_error_body(error);
+  if (error.status == 429 || error.status == 503) {
+    response.headers.emplace_back("Retry-After", std::to_string(std::max(1, error.retry_after_seconds)));
+  }
+  return response;
+}
+
+std::string refusal_code(int status) {
+  switch (status) {
+    case 403:
+      return "host_not_allowed";
+    case 413:
+      return "request_too_large";
+    case 415:
+      return "unsupported_media_type";
+    case 431:
+      return "request_header_too_large";
+    case 503:
+      return "too_many_connections";
+    default:
+      return "invalid_request";
+  }
+}
+
+// The Access-Control-Allow-Origin value for the request's Origin, when it is allowed.
+std::optional<std::string> cors_origin(const ServerOptions& options, const http::Request& request) {
+  const std::string origin = request.header("Origin");
+  if (origin.empty()) return std::nullopt;
+  for (const auto& allowed : options.cors_origins) {
+    if (allowed == "*" || allowed == origin) return allowed;
+  }
+  return std::nullopt;
+}
+
+ApiError model_not_ready(const std::string& why) {
+  return ApiError(503, "the model is not ready to run requests yet: waiting for " + why, {}, "model_unavailable");
+}
+
+// What every answer gets on its way out: CORS headers for allowed origins, and its log line.
+http::Response sent(const ServerOptions& options, const http::Request& request, http::Response response) {
+  if (const auto origin = cors_origin(options, request)) {
+    response.headers.emplace_back("Access-Control-Allow-Origin", *origin);
+    if (*origin != "*") response.headers.emplace_back("Vary", "Origin");
+  }
+  if (options.log_requests) {
+    std::fprintf(stderr, "strata: %s %s %s %d\n", request.remote_address.c_str(), request.method.c_str(),
+                 request.path.c_str(), response.status);
+  }
+  return response;
+}
+
 }  // namespace
 
 class Server::Impl final : public http::Service {
@@ -91,7 +163,7 @@ class Server::Impl final : public http::Service {
         longest_token_bytes_(longest_token_bytes(tokenizer)),
         options_(std::move(options)),
         created_(unix_time()),
-        http_(http_options(options_, generator.limits()), *this) {
+        http_(http_options(options_, workers_for(generator.limits())), *this) {
     if (options_.api_key && options_.api_key->empty()) {
       throw std::invalid_argument("The API key is empty; leave it unset to serve without one.");
     }
@@ -118,18 +190,7 @@ class Server::Impl final : public http::Service {
     http_.stop(kAnswerGrace);
   }
 
-  http::Response handle(const http::Request& request) override {
-    http::Response response = answer(request);
-    if (const auto origin = cors_origin(request)) {
-      response.headers.emplace_back("Access-Control-Allow-Origin", *origin);
-      if (*origin != "*") response.headers.emplace_back("Vary", "Origin");
-    }
-    if (options_.log_requests) {
-      std::fprintf(stderr, "strata: %s %s %s %d\n", request.remote_address.c_str(),
-                   request.method.c_str(), request.path.c_str(), response.status);
-    }
-    return response;
-  }
+  http::Response handle(const http::Request& request) override { return sent(options_, request, answer(request)); }
 
   http::Response refuse(const http::Request& request, int status,
                         const std::string& message) override {
@@ -144,14 +205,10 @@ class Server::Impl final : public http::Service {
     RouteHandler handler;
   };
 
-  static http::Options http_options(const ServerOptions& options, engine::ModelLimits limits) {
-    // Every running or queued request holds a worker while it waits for tokens; the spare ones
-    // keep /health and errors answering when the engine is full.
-    const auto workers = std::clamp<int64_t>(int64_t{limits.max_parallel} + limits.max_queued + 4,
-                                             kMinHttpThreads, kMaxHttpThreads);
-    std::vector<std::string> host_names = options.host_names;
-    host_names.push_back(options.host);  // when it is a name, clients use it
-    return {options.host, options.port, options.limits, std::move(host_names), size_t(workers)};
+  // Every running or queued request holds a worker while it waits for tokens; the spare ones
+  // keep /health and errors answering when the engine is full.
+  static int64_t workers_for(engine::ModelLimits limits) {
+    return int64_t{limits.max_parallel} + limits.max_queued + 4;
   }
 
   void route(std::string method, const std::string& path, RouteHandler handler) {
@@ -243,55 +300,11 @@ class Server::Impl final : public http::Service {
 
   void admit(const http::Request& request) const {
     if (stopping_) throw ApiError(503, "The server is shutting down.");
-    if (options_.api_key && request.path != "/health" &&
-        !same_secret(bearer_credentials(request.header("Authorization")), *options_.api_key)) {
-      throw ApiError(401,
-                     "Incorrect or missing API key. Send it as \"Authorization: Bearer <key>\".",
-                     {}, "invalid_api_key");
-    }
-  }
-
-  // Ollama's clients expect its error shape on its endpoints.
-  static http::Response error_response(const http::Request& request, const ApiError& error) {
-    http::Response response;
-    response.status = error.status;
-    const bool ollama = request.path.starts_with("/api/");
-    response.body = ollama ? ollama_error_body(error) : openai_error_body(error);
-    if (error.status == 429 || error.status == 503) {
-      response.headers.emplace_back("Retry-After", std::to_string(std::max(1, error.retry_after_seconds)));
-    }
-    return response;
-  }
-
-  static std::string refusal_code(int status) {
-    switch (status) {
-      case 403:
-        return "host_not_allowed";
-      case 413:
-        return "request_too_large";
-      case 415:
-        return "unsupported_media_type";
-      case 431:
-        return "request_header_too_large";
-      case 503:
-        return "too_many_connections";
-      default:
-        return "invalid_request";
-    }
-  }
-
-  // The Access-Control-Allow-Origin value for the request's Origin, when it is allowed.
-  std::optional<std::string> cors_origin(const http::Request& request) const {
-    const std::string origin = request.header("Origin");
-    if (origin.empty()) return std::nullopt;
-    for (const auto& allowed : options_.cors_origins) {
-      if (allowed == "*" || allowed == origin) return allowed;
-    }
-    return std::nullopt;
+    check_api_key(options_, request);
   }
 
   bool is_cors_preflight(const http::Request& request) const {
-    return request.method == "OPTIONS" && cors_origin(request) &&
+    return request.method == "OPTIONS" && cors_origin(options_, request) &&
            !request.header("Access-Control-Request-Method").empty();
   }
 
@@ -467,8 +480,7 @@ class Server::Impl final : public http::Service {
           if (std::chrono::steady_clock::now() >= wait_ends) {
             done = true;
             forget(session);
-            return writer->stream_error(ApiError(503, "the model is not ready to run requests yet: waiting for " + why,
-                                                 {}, "model_unavailable"));
+            return writer->stream_error(model_not_ready(why));
           }
           started = true;
           return writer->stream_waiting(why);
@@ -548,6 +560,48 @@ Server::~Server() = default;
 void Server::start() { impl_->start(); }
 int Server::port() const { return impl_->port(); }
 void Server::stop() { impl_->stop(); }
+
+class WaitingServer::Impl final : public http::Service {
+ public:
+  Impl(ServerOptions options, std::function<std::string()> waiting_for)
+      : options_(std::move(options)),
+        waiting_for_(std::move(waiting_for)),
+        http_(http_options(options_, kMinHttpThreads), *this),
+        port_(http_.start()) {}
+
+  int port() const { return port_; }
+
+  http::Response handle(const http::Request& request) override {
+    if (request.method == "GET" && request.path == "/health") {
+      http::Response response;
+      response.status = 503;
+      response.body = nlohmann::json{{"status", "waiting"}, {"waiting_for", waiting_for_()}}.dump();
+      return sent(options_, request, std::move(response));
+    }
+    try {
+      check_api_key(options_, request);
+    } catch (const ApiError& refused) {
+      return sent(options_, request, error_response(request, refused));
+    }
+    return sent(options_, request, error_response(request, model_not_ready(waiting_for_())));
+  }
+
+  http::Response refuse(const http::Request& request, int status, const std::string& message) override {
+    return error_response(request, ApiError(status, message, {}, refusal_code(status)));
+  }
+
+ private:
+  const ServerOptions options_;
+  const std::function<std::string()> waiting_for_;
+  http::Server http_;  // its threads call into the members above
+  const int port_;
+};
+
+WaitingServer::WaitingServer(const ServerOptions& options, std::function<std::string()> waiting_for)
+    : impl_(std::make_unique<Impl>(options, std::move(waiting_for))) {}
+
+WaitingServer::~WaitingServer() = default;
+int WaitingServer::port() const { return impl_->port(); }
 
 std::string model_name_from_path(const std::string& model_path) {
   std::filesystem::path path(model_path);

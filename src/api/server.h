@@ -81,6 +81,24 @@ class Server {
   std::unique_ptr<Impl> impl_;
 };
 
+// What `strata serve` answers while it has no model yet (a node that waits for its peers' model):
+// GET /health 503 with {"status": "waiting", "waiting_for": ...}, every other request (behind
+// the API key) 503 with Retry-After, saying what it waits for. Listens from its construction
+// (throws std::runtime_error when it cannot bind) until it is destroyed.
+class WaitingServer {
+ public:
+  WaitingServer(const ServerOptions& options, std::function<std::string()> waiting_for);
+  ~WaitingServer();
+  WaitingServer(const WaitingServer&) = delete;
+  WaitingServer& operator=(const WaitingServer&) = delete;
+
+  int port() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // The name the API serves a model file under: its file name without ".gguf".
 std::string model_name_from_path(const std::string& model_path);
 

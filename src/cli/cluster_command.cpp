@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "cli/cluster_table.h"
 #include "cli/commands.h"
 
 namespace strata::cli {
@@ -21,15 +22,6 @@ struct ClusterOptions {
   std::string api_key;
   bool force = false;  // drain: leave even when the cluster cannot do without the node
 };
-
-std::string layers_of(const json& placement, const std::string& node) {
-  for (const json& stage : placement["stages"]) {
-    if (stage["node"] == node) {
-      return std::to_string(stage["first_layer"].get<int>()) + "-" + std::to_string(stage["last_layer"].get<int>() - 1);
-    }
-  }
-  return "-";
-}
 
 std::string address_of(const ClusterOptions& o) { return "http://" + o.host + ":" + std::to_string(o.port); }
 
@@ -48,31 +40,7 @@ int print_cluster(const ClusterOptions& o) {
   if (result->status != 200) {
     throw std::runtime_error("GET /cluster answered " + std::to_string(result->status) + ": " + result->body);
   }
-  const json c = json::parse(result->body);
-  const json& placement = c["placement"];
-  std::printf("model %s (hash %s, %d layers); leader %s; placement %llu (%s)%s\n",
-              c["model"]["name"].get<std::string>().c_str(), c["model"]["hash"].get<std::string>().substr(0, 12).c_str(),
-              c["model"]["layers"].get<int>(), c["leader"].get<std::string>().c_str(),
-              static_cast<unsigned long long>(placement["epoch"].get<uint64_t>()),
-              placement["strategy"].get<std::string>().c_str(), c["serving"].get<bool>() ? ", serving" : ", NOT serving");
-  std::printf("%-18s %-8s %-22s %-22s %10s %11s %7s %8s %5s\n", "NODE", "STATE", "NODE ADDRESS", "API", "MEMORY",
-              "SPEED", "LAYERS", "RTT", "SEQS");
-  for (const json& n : c["nodes"]) {
-    const std::string id = n["id"].get<std::string>() + (n["self"].get<bool>() ? " *" : "");
-    const std::string rtt = n.contains("rtt_ms") ? std::to_string(n["rtt_ms"].get<double>()).substr(0, 5) + "ms" : "-";
-    std::string state = n["state"].get<std::string>();
-    if (n.contains("alive") && !n["alive"].get<bool>()) state = "lost";
-    char speed[32];
-    std::snprintf(speed, sizeof speed, "%.1f GB/s", n["weight_bytes_per_second"].get<double>() / 1e9);
-    std::printf("%-18s %-8s %-22s %-22s %10s %11s %7s %8s %5llu\n", id.c_str(), state.c_str(),
-                n["node_address"].get<std::string>().c_str(), n["api_address"].get<std::string>().c_str(),
-                n["memory"].get<std::string>().c_str(), speed, layers_of(placement, n["id"]).c_str(), rtt.c_str(),
-                static_cast<unsigned long long>(n["held_sequences"].get<uint64_t>()));
-    if (n.contains("problem")) std::printf("    left out: %s\n", n["problem"].get<std::string>().c_str());
-  }
-  if (!placement["error"].get<std::string>().empty()) std::printf("\n%s\n", placement["error"].get<std::string>().c_str());
-  if (!placement["reason"].get<std::string>().empty()) std::printf("\n%s\n", placement["reason"].get<std::string>().c_str());
-  if (c.contains("waiting_for")) std::printf("waiting for: %s\n", c["waiting_for"].get<std::string>().c_str());
+  std::fputs(cluster_table(json::parse(result->body)).c_str(), stdout);
   return 0;
 }
 

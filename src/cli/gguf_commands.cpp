@@ -1,9 +1,11 @@
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/model_source.h"
 #include "gguf/gguf.h"
+#include "hub/progress.h"
 #include "model/synthetic.h"
 #include "tensor/dtype.h"
 
@@ -53,11 +55,20 @@ int synth(const std::string& shape_name, const std::string& type_name, const std
   }
   const model::WeightTypes types = model::parse_weight_types(type_name);
   const std::string partial = out + ".partial";
-  model::write_synthetic_model(*shape, types, partial, seed, [](const std::string& name, int index, int count) {
-    std::fprintf(stderr, "\rwriting tensor %d/%d %-32s", index + 1, count, name.c_str());
+  std::optional<hub::Progress> progress;  // once the size is known
+  model::write_synthetic_model(*shape, types, partial, seed, [&](uint64_t written, uint64_t total) {
+    if (!progress) {
+      progress.emplace(stderr, std::filesystem::path(out).filename().string(), total);
+      progress->start(0);
+    }
+    if (written < total) {
+      progress->update(written);
+    } else {
+      progress->finish(written);
+    }
   });
   std::filesystem::rename(partial, out);
-  std::fprintf(stderr, "\nwrote %s: %s, %s, random weights\n", out.c_str(), shape->description, types.name.c_str());
+  std::fprintf(stderr, "wrote %s: %s, %s, random weights\n", out.c_str(), shape->description, types.name.c_str());
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include "cli/model_source.h"
 #include "cluster/discovery.h"
 #include "cluster/node.h"
+#include "rpc/channel.h"
 #include "rpc/node_service.h"
 #include "tokenizer/tokenizer.h"
 #include "units/byte_size.h"
@@ -134,8 +135,11 @@ std::optional<std::string> api_key_from(const ServeOptions& o) {
 }
 
 // The model of a node that `node.peers`, or discovery, finds: its manifest, kept as a partial
-// model in the cache directory, whose layers' weights the node fetches once placed.
-std::shared_ptr<cluster::PartialModel> model_from_peers(const ServeOptions& o, const cluster::NodeOptions& node) {
+// model in the cache directory, whose layers' weights the node fetches once placed. Until the
+// manifest comes the API answers that it waits for it, on the port it serves on afterwards
+// (`server.port` becomes the one taken).
+std::shared_ptr<cluster::PartialModel> model_from_peers(const ServeOptions& o, const cluster::NodeOptions& node,
+                                                        api::ServerOptions& server) {
   const auto key = std::make_shared<const rpc::ClusterKey>(node.secret());
   // Nodes found by discovery, of any model (this one has none yet), besides the --peers.
   auto found = std::make_shared<std::pair<std::mutex, std::vector<std::string>>>();
@@ -160,6 +164,16 @@ std::shared_ptr<cluster::PartialModel> model_from_peers(const ServeOptions& o, c
     all.insert(all.end(), found->second.begin(), found->second.end());
     return all;
   };
+  const api::WaitingServer waiting(server, [addresses] {
+    const std::vector<std::string> peers = addresses();
+    std::string named;
+    for (const std::string& peer : peers) named += (named.empty() ? "" : ", ") + peer;
+    if (peers.empty()) return std::string("the model's manifest from a peer (none found yet)");
+    return "the model's manifest from peer" + std::string(peers.size() > 1 ? "s " : " ") + named;
+  });
+  server.port = waiting.port();
+  std::fprintf(stderr, "strata: waiting for the model of its peers; http://%s:%d answers 503 until it is here\n",
+               server.host.c_str(), server.port);
   return cluster::PartialModel::open(cache_dir_or_default(o.cache_dir),
                                      cluster::fetch_manifest(addresses, node.node_id, *key, node.log),
                                      o.test_fetch_checkpoint_bytes);
@@ -176,10 +190,12 @@ int serve(const ServeOptions& o) {
   node.node_id = cluster::resolve_node_id(o.node_id, o.state_dir);
   auto console = std::make_shared<Console>(node.node_id);
   node.log = [console](const std::string& line) { console->log(line); };
+  rpc::route_grpc_log(node.log);
   node.cluster_key = o.cluster_key;
   if (node.cluster_key.empty()) node.local_secret = cluster::local_secret(o.state_dir);
   node.host = !o.node_host.empty() ? o.node_host : (o.cluster_key.empty() ? "127.0.0.1" : "0.0.0.0");
   node.node_port = o.node_port >= 0 ? o.node_port : (o.server.port == 0 ? 0 : o.server.port + 1);
+  node.any_port_if_taken = o.node_port < 0;
   node.api_address = o.server.host + ":" + std::to_string(o.server.port);
   node.peers = o.peers;
   node.discovery = !o.no_discovery;
@@ -200,7 +216,7 @@ int serve(const ServeOptions& o) {
   // Without a file, a node that joins others takes their model and fetches its layers' weights.
   std::shared_ptr<const gguf::File> file;
   if (o.model.empty() && (!o.peers.empty() || (!o.cluster_key.empty() && !o.no_discovery))) {
-    node.partial = model_from_peers(o, node);
+    node.partial = model_from_peers(o, node, server);
     node.on_transfer = [console](const cluster::TransferStats::Snapshot& s) { console->progress(s); };
     node.test_fetch_delay = std::chrono::milliseconds(o.test_fetch_delay_ms);
     file = node.partial->file();
@@ -252,7 +268,8 @@ void add_serve_command(CLI::App& app, Action& action) {
                   "Origin browsers may call the API from, or '*' (repeatable; default: none)");
   cmd->add_flag("--log-requests", o->server.log_requests, "Print one line per answered request to stderr");
   cmd->add_option("--peers", o->peers, "Nodes to join, host:node-port (comma-separated)")->delimiter(',');
-  cmd->add_option("--node-port", o->node_port, "Port for other nodes (default: --port + 1; 0 with --port 0)")
+  cmd->add_option("--node-port", o->node_port,
+                  "Port for other nodes (default: --port + 1, or any free port when that is taken; 0 with --port 0)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--node-host", o->node_host,
                   "Address the node service listens on (default: 127.0.0.1, or 0.0.0.0 with a cluster key)");

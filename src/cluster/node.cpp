@@ -205,9 +205,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     self_.set_state("starting");
     for (const std::string& peer : options_.peers) seeds_[peer] = false;
 
-    server_ = std::make_unique<rpc::NodeServer>(*this, key_, options_.host, options_.node_port,
-                                                [this](const std::string& line) { log(line); },
-                                                options_.test_tensor_chunk_bytes);
+    server_ = listen_for_nodes();
     const std::string advertised_host = options_.host == "0.0.0.0" ? "" : options_.host;
     self_.set_node_address(advertised_host + ":" + std::to_string(server_->port()));
     log("node " + options_.node_id + " listens for nodes on " + options_.host + ":" +
@@ -220,6 +218,21 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   ~Impl() override { shutdown(); }
+
+  std::unique_ptr<rpc::NodeServer> listen_for_nodes() {
+    const auto listen = [this](int port) {
+      return std::make_unique<rpc::NodeServer>(*this, key_, options_.host, port,
+                                               [this](const std::string& line) { log(line); },
+                                               options_.test_tensor_chunk_bytes);
+    };
+    if (!options_.any_port_if_taken || options_.node_port == 0) return listen(options_.node_port);
+    try {
+      return listen(options_.node_port);
+    } catch (const std::runtime_error& taken) {
+      log(std::string(taken.what()) + "; listening on any free port instead");
+      return listen(0);
+    }
+  }
 
   int node_port() const { return server_->port(); }
 

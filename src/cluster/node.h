@@ -26,6 +26,7 @@ struct NodeOptions {
   std::string node_id;             // see resolve_node_id
   std::string host = "127.0.0.1";  // where the node service listens
   int node_port = 0;               // 0: any free port
+  bool any_port_if_taken = false;  // node_port is only a default: when it is taken, any free port
   std::string api_address;         // shown to peers and in /cluster
   std::vector<std::string> peers;  // host:node-port of nodes to join
   // The secret of a cluster across machines; empty: a cluster on this machine only, of the

@@ -315,7 +315,7 @@ bool Engine::submit(GenerationRequest request, RequestCallbacks callbacks) {
                                 std::to_string(request.prompt.size()) + " in the prompt + " +
                                 std::to_string(request.max_tokens) + " to generate)");
   }
-  request.top_logprobs = std::clamp(request.top_logprobs, 0, 20);
+  request.top_logprobs = std::clamp(request.top_logprobs, 0, kMaxTopLogprobs);
   std::vector<std::unique_ptr<Sequence>> cancelled;
   bool accepted = false;
   {

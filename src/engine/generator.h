@@ -29,6 +29,8 @@ struct HeldState {
   int positions = 0;
 };
 
+inline constexpr int kMaxTopLogprobs = 20;
+
 struct GenerationRequest {
   std::vector<Token> prompt;  // already tokenized, BOS included when wanted
   int max_tokens = 16;
@@ -36,7 +38,7 @@ struct GenerationRequest {
   // Report each token's log-probability, a log-softmax over the vocabulary that is skipped
   // when nobody asked for it.
   bool logprobs = false;
-  int top_logprobs = 0;  // how many alternatives to report per token (0..20), with logprobs
+  int top_logprobs = 0;  // how many alternatives to report per token (0..kMaxTopLogprobs), with logprobs
   // A request that moves to another scheduler part-way (its node was lost) goes on there: its
   // prompt then ends with the tokens it had generated, this many, and the sampler skips the
   // random draws that chose them, so that what follows is what would have followed.

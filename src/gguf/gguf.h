@@ -132,8 +132,9 @@ class Writer {
   void add_tensor(std::string name, std::vector<uint64_t> dims, uint32_t type, Producer produce);
   void add_tensor(std::string name, std::vector<uint64_t> dims, uint32_t type,
                   std::vector<uint8_t> bytes);
-  // `progress` (optional) hears of each tensor before its bytes are produced.
-  using Progress = std::function<void(const std::string& tensor, int index, int count)>;
+  // `progress` (optional) hears how many of the tensors' bytes are written, of how many: before
+  // each tensor's bytes are produced, and once they all are.
+  using Progress = std::function<void(uint64_t written, uint64_t total)>;
   void write(const std::string& path, uint64_t alignment = 32, const Progress& progress = {}) const;
 
  private:

@@ -144,15 +144,19 @@ void Writer::write(const std::string& path, uint64_t alignment, const Progress& 
   }
   out.pad_to(alignment);
   std::vector<uint8_t> buffer;
-  int index = 0;
+  uint64_t total = 0;
+  for (const PendingTensor& t : tensors_) total += t.info.size_bytes;
+  uint64_t written = 0;
   for (const PendingTensor& t : tensors_) {
-    if (progress) progress(t.info.name, index++, static_cast<int>(tensors_.size()));
+    if (progress) progress(written, total);
     buffer.resize(t.info.size_bytes);
     t.produce(buffer.data(), buffer.size());
     out.bytes(buffer.data(), buffer.size());
     out.pad_to(alignment);
+    written += t.info.size_bytes;
   }
   out.close();
+  if (progress) progress(written, total);
 }
 
 }  // namespace strata::gguf

@@ -121,7 +121,7 @@ WeightTypes parse_weight_types(std::string_view name) {
 }
 
 void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types,
-                           const std::string& path, uint64_t seed, const SynthProgress& progress) {
+                           const std::string& path, uint64_t seed, const gguf::Writer::Progress& progress) {
   const int block = static_cast<int>(tensor::info(types.base).block_elements);
   for (int dim : {shape.embedding_dim, shape.ffn_dim}) {
     if (dim % block != 0 || dim % tensor::info(types.important).block_elements != 0) {

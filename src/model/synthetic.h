@@ -2,11 +2,11 @@
 // download. Their text is noise; the files say so (general.name and strata.synthetic).
 #pragma once
 
-#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
 
+#include "gguf/gguf.h"
 #include "tensor/dtype.h"
 
 namespace strata::model {
@@ -39,11 +39,10 @@ struct WeightTypes {
 // Accepts every computable type name and the mixes Q4_K_M and Q5_K_M; throws naming the choices.
 WeightTypes parse_weight_types(std::string_view name);
 
-using SynthProgress = std::function<void(const std::string& tensor, int index, int count)>;
-
-// Writes the model to `path`. Same shape, types and seed give the same file.
+// Writes the model to `path`. Same shape, types and seed give the same file. `progress` hears
+// how many of its tensors' bytes are written (gguf::Writer::write).
 void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types,
                            const std::string& path, uint64_t seed,
-                           const SynthProgress& progress = {});
+                           const gguf::Writer::Progress& progress = {});
 
 }  // namespace strata::model

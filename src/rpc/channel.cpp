@@ -1,7 +1,17 @@
 #include "rpc/channel.h"
 
+#include <grpc/support/log.h>
+
+#include <atomic>
+
 namespace strata::rpc {
 namespace {
+
+std::atomic<const std::function<void(const std::string&)>*> grpc_log{nullptr};
+
+void forward_grpc_log(gpr_log_func_args* args) {
+  if (const auto* log = grpc_log.load()) (*log)(std::string("gRPC: ") + args->message);
+}
 
 // A prompt chunk of 256 tokens of an 8192-wide model is 8 MiB of activations.
 constexpr int kMaxMessageBytes = 64 << 20;
@@ -52,6 +62,12 @@ void configure_server(grpc::ServerBuilder& builder) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, kKeepaliveMs / 2);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWindowBytes);
+}
+
+void route_grpc_log(std::function<void(const std::string&)> log) {
+  // Never freed: gRPC's threads may still log while the process exits.
+  grpc_log = new std::function<void(const std::string&)>(std::move(log));
+  gpr_set_log_function(forward_grpc_log);
 }
 
 }  // namespace strata::rpc

@@ -5,6 +5,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -17,5 +18,9 @@ std::shared_ptr<grpc::Channel> make_channel(const std::string& address, const Cl
 // the pipeline's activations behind them.
 std::shared_ptr<grpc::Channel> make_bulk_channel(const std::string& address, const ClusterKey& key);
 void configure_server(grpc::ServerBuilder& builder);
+
+// Sends gRPC's own log lines (errors, unless GRPC_VERBOSITY asks for more) to `log` as
+// "gRPC: ..." instead of gRPC's format on stderr. Called once, at start-up, before any call.
+void route_grpc_log(std::function<void(const std::string&)> log);
 
 }  // namespace strata::rpc

@@ -1,6 +1,14 @@
 #include "rpc/messages.h"
 
+#include <cmath>
+#include <cstdio>
+#include <initializer_list>
+#include <limits>
+#include <set>
 #include <stdexcept>
+#include <string_view>
+
+#include "sampling/params.h"
 
 namespace strata::rpc {
 namespace {
@@ -8,45 +16,323 @@ namespace {
 constexpr int kMaxSequencesPerBatch = 4096;
 constexpr int64_t kMaxRowsPerBatch = 1 << 16;
 constexpr int kMaxCapacity = 1 << 20;
+constexpr int kMaxLayers = 1 << 16;
+constexpr int kMaxNodes = 1024;  // in a Hello's lists and a placement
+constexpr size_t kMaxNameBytes = 1024;      // ids, addresses, names
+constexpr size_t kMaxTextBytes = 64 << 10;  // a placement's reason or error, a line per node
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr sampling::Range kFractionRange{0, 1};
 
-// The element type a LayerKv message's rows are in.
-model::KvType wire_type(const LayerKv& kv) { return kv.half() ? model::KvType::F16 : model::KvType::F32; }
+// The first field that breaks its rule; the checks below throw it, malformed() returns it.
+struct Malformed {
+  std::string why;
+};
 
-}  // namespace
+[[noreturn]] void refuse(std::string_view field, const std::string& why) {
+  throw Malformed{"field '" + std::string(field) + "' " + why};
+}
 
-std::string malformed(const ForwardRequest& request) {
-  if (request.sequences_size() == 0) return "the batch has no sequences";
-  if (request.sequences_size() > kMaxSequencesPerBatch) return "the batch has too many sequences";
-  int64_t rows = 0;
-  for (const SequenceWork& w : request.sequences()) {
-    if (w.token_count() <= 0) return "a sequence has no inputs";
-    if (w.first_position() < 0) return "a sequence starts at a negative position";
-    if (w.capacity() <= 0 || w.capacity() > kMaxCapacity) return "a sequence asks for an impossible capacity";
-    if (int64_t{w.first_position()} + w.token_count() > w.capacity()) return "a sequence runs past its capacity";
-    rows += w.token_count();
-  }
-  if (rows > kMaxRowsPerBatch) return "the batch has too many rows";
-  if (request.tokens_size() != rows) return "the token count does not match the sequences";
-  if (request.hidden().size() % (static_cast<size_t>(rows) * sizeof(float)) != 0) {
-    return "the hidden rows do not match the sequences";
+template <typename Checks>
+std::string first_problem(const Checks& checks) {
+  try {
+    checks();
+  } catch (const Malformed& problem) {
+    return problem.why;
   }
   return {};
 }
 
-std::string malformed(const LayerKv& kv) {
-  if (kv.layer() < 0) return "the state is of a negative layer";
-  if (kv.positions() < 0 || kv.capacity() < kv.positions() || kv.capacity() > kMaxCapacity) {
-    return "the state has impossible positions or capacity";
+std::string at(std::string_view list, int index) { return std::string(list) + "[" + std::to_string(index) + "]"; }
+
+std::string number_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.10g", value);
+  return text;
+}
+
+// One rule per kind of field.
+
+enum class Presence { Optional, Required };
+
+void check_integer(std::string_view field, int64_t value, int64_t min, int64_t max) {
+  if (value < min || value > max) {
+    refuse(field, "is " + std::to_string(value) + ", not between " + std::to_string(min) + " and " +
+                      std::to_string(max));
   }
-  if (kv.keys().size() != kv.values().size()) return "the state's keys and values differ in size";
+}
+
+void check_integer(std::string_view field, int64_t value, sampling::Range range) {
+  check_integer(field, value, static_cast<int64_t>(range.min), static_cast<int64_t>(range.max));
+}
+
+void check_number(std::string_view field, double value, sampling::Range range) {
+  if (!range.contains(value)) {
+    refuse(field, "is " + number_text(value) + ", not between " + number_text(range.min) + " and " +
+                      number_text(range.max));
+  }
+}
+
+// A rate or a duration a node measured.
+void check_measure(std::string_view field, double value) {
+  if (!(value >= 0 && std::isfinite(value))) refuse(field, "is " + number_text(value) + ", not a finite number >= 0");
+}
+
+void check_name(std::string_view field, const std::string& value, Presence presence = Presence::Optional) {
+  if (presence == Presence::Required && value.empty()) refuse(field, "is empty");
+  if (value.size() > kMaxNameBytes) refuse(field, "is longer than " + std::to_string(kMaxNameBytes) + " bytes");
+}
+
+void check_text(std::string_view field, const std::string& value) {
+  if (value.size() > kMaxTextBytes) refuse(field, "is longer than " + std::to_string(kMaxTextBytes) + " bytes");
+}
+
+void check_choice(std::string_view field, const std::string& value, std::initializer_list<std::string_view> choices) {
+  std::string listed;
+  for (const std::string_view choice : choices) {
+    if (value == choice) return;
+    listed += (listed.empty() ? "'" : ", '") + std::string(choice) + "'";
+  }
+  check_name(field, value);
+  refuse(field, "is '" + value + "', not one of " + listed);
+}
+
+// HOST:PORT, the host empty for a node that listens on every interface (it is reached at the
+// address its calls come from). `min_port` 0 lets an API say it asked for any free port.
+void check_address(std::string_view field, const std::string& value, int min_port) {
+  check_name(field, value, Presence::Required);
+  const size_t colon = value.rfind(':');
+  const std::string port = colon == std::string::npos ? std::string() : value.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoi(port) < min_port || std::stoi(port) > 65535) {
+    refuse(field, "is '" + value + "', not HOST:PORT with a port from " + std::to_string(min_port) + " to 65535");
+  }
+}
+
+// A SHA-256 as lowercase hex.
+void check_hash(std::string_view field, const std::string& value, Presence presence) {
+  if (value.empty() && presence == Presence::Optional) return;
+  if (value.size() != 64 || value.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    refuse(field, "is not 64 lowercase hex digits (a SHA-256)");
+  }
+}
+
+void check_entries(std::string_view field, int count, int64_t max) {
+  if (count > max) refuse(field, "has " + std::to_string(count) + " entries, more than " + std::to_string(max));
+}
+
+// Which ids are in the vocabulary is the model's to say; none is negative.
+void check_tokens(std::string_view field, const google::protobuf::RepeatedField<int32_t>& tokens, int64_t max) {
+  check_entries(field, tokens.size(), max);
+  for (int i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0) refuse(at(field, i), "is " + std::to_string(tokens[i]) + ", not a token id");
+  }
+}
+
+void check_layer(std::string_view field, int32_t layer) { check_integer(field, layer, 0, kMaxLayers - 1); }
+
+void check_sender(const std::string& sender_id) { check_name("sender_id", sender_id, Presence::Required); }
+
+void check_sampling(const SamplingParams& s) {
+  check_number("sampling.temperature", s.temperature(), sampling::kTemperatureRange);
+  check_integer("sampling.top_k", s.top_k(), sampling::kTopKRange);
+  check_number("sampling.top_p", s.top_p(), sampling::kProbabilityRange);
+  check_number("sampling.min_p", s.min_p(), sampling::kProbabilityRange);
+  check_number("sampling.repetition_penalty", s.repetition_penalty(), sampling::kRepetitionPenaltyRange);
+  check_number("sampling.presence_penalty", s.presence_penalty(), sampling::kPresencePenaltyRange);
+  check_number("sampling.frequency_penalty", s.frequency_penalty(), sampling::kPresencePenaltyRange);
+  check_integer("sampling.penalty_last_n", s.penalty_last_n(), sampling::kPenaltyLastNRange);
+}
+
+// `path` is where the node sits in its message ("sender.", "known[2].").
+void check_node(const NodeInfo& node, const std::string& path) {
+  const auto field = [&path](std::string_view name) { return path + std::string(name); };
+  check_name(field("node_id"), node.node_id(), Presence::Required);
+  if (node.protocol_version() != kProtocolVersion) {
+    // Listed and left out, never placed; its fields may follow its own protocol's rules, and
+    // only those that name it are shown.
+    check_name(field("node_address"), node.node_address());
+    check_name(field("api_address"), node.api_address());
+    check_name(field("model_hash"), node.model_hash());
+    check_name(field("model_name"), node.model_name());
+    return;
+  }
+  check_address(field("node_address"), node.node_address(), 1);
+  check_address(field("api_address"), node.api_address(), 0);
+  check_hash(field("model_hash"), node.model_hash(), Presence::Required);
+  check_name(field("model_name"), node.model_name());
+  check_measure(field("weight_bytes_per_second"), node.weight_bytes_per_second());
+  check_choice(field("state"), node.state(), {"starting", "fetching", "loading", "ready", "idle", "serving"});
+  check_number(field("load_progress"), node.load_progress(), kFractionRange);
+  if (node.has_kv_cache()) {
+    const KvCacheStats& kv = node.kv_cache();
+    check_choice(field("kv_cache.type"), kv.type(), {"f32", "f16"});
+    check_integer(field("kv_cache.pool_blocks"), kv.pool_blocks(), 0, kInt32Max);
+    check_integer(field("kv_cache.used_blocks"), kv.used_blocks(), 0, kv.pool_blocks());
+    check_integer(field("kv_cache.pinned_blocks"), kv.pinned_blocks(), 0, kv.pool_blocks());
+  }
+  const Weights& weights = node.weights();
+  check_entries(field("weights.layer_bytes"), weights.layer_bytes_size(), kMaxLayers);
+  check_measure(field("weights.bytes_per_second"), weights.bytes_per_second());
+  check_measure(field("weights.eta_seconds"), weights.eta_seconds());
+}
+
+void check_placement(const Placement& placement, const std::string& path) {
+  const auto field = [&path](std::string_view name) { return path + std::string(name); };
+  const bool placed = placement.stages_size() > 0;
+  check_name(field("leader_id"), placement.leader_id(), placed ? Presence::Required : Presence::Optional);
+  check_choice(field("strategy"), placement.strategy(), {"", "speed", "memory", "fixed"});
+  check_text(field("reason"), placement.reason());
+  check_text(field("error"), placement.error());
+  if (placed && !placement.error().empty()) refuse(field("stages"), "are set beside an error, which leaves none");
+  check_entries(field("stages"), placement.stages_size(), kMaxNodes);
+  std::set<std::string> staged;
+  int64_t first_unplaced = 0;  // stages follow each other from layer 0 on
+  for (int i = 0; i < placement.stages_size(); ++i) {
+    const Stage& stage = placement.stages(i);
+    const std::string at_stage = at(field("stages"), i) + ".";
+    check_name(at_stage + "node_id", stage.node_id(), Presence::Required);
+    if (!staged.insert(stage.node_id()).second) refuse(at_stage + "node_id", "names a node with a stage before");
+    check_address(at_stage + "node_address", stage.node_address(), 1);
+    check_integer(at_stage + "first_layer", stage.first_layer(), first_unplaced, first_unplaced);
+    check_integer(at_stage + "last_layer", stage.last_layer(), first_unplaced + 1, kMaxLayers);
+    first_unplaced = stage.last_layer();
+  }
+}
+
+// The element type a LayerKv message's rows are in.
+model::KvType wire_type(const LayerKv& kv) { return kv.half() ? model::KvType::F16 : model::KvType::F32; }
+
+void check_layer_kv(const LayerKv& kv, const std::string& path) {
+  const auto field = [&path](std::string_view name) { return path + std::string(name); };
+  check_layer(field("layer"), kv.layer());
+  check_integer(field("positions"), kv.positions(), 0, kMaxCapacity);
+  check_integer(field("capacity"), kv.capacity(), kv.positions(), kMaxCapacity);
+  if (kv.keys().size() != kv.values().size()) {
+    refuse(field("values"), "are " + std::to_string(kv.values().size()) + " bytes, the keys " +
+                                std::to_string(kv.keys().size()));
+  }
   const size_t element = model::kv_element_bytes(wire_type(kv));
-  const size_t row_floats = kv.positions() == 0 ? 0 : kv.keys().size() / element / static_cast<size_t>(kv.positions());
-  if (kv.positions() == 0 ? !kv.keys().empty()
-                          : row_floats == 0 || kv.keys().size() != row_floats * element * static_cast<size_t>(kv.positions())) {
-    return "the state's keys are not whole rows of its positions";
+  const size_t positions = static_cast<size_t>(kv.positions());
+  const size_t row_elements = positions == 0 ? 0 : kv.keys().size() / element / positions;
+  if (positions == 0 ? !kv.keys().empty() : row_elements == 0 || kv.keys().size() != row_elements * element * positions) {
+    refuse(field("keys"), "are not whole rows of " + std::to_string(positions) + " positions");
   }
-  if (kv.tokens_size() != 0 && kv.tokens_size() != kv.positions()) return "the state's token ids do not match its positions";
-  return {};
+  if (kv.tokens_size() != 0 && kv.tokens_size() != kv.positions()) {
+    refuse(field("tokens"), "hold " + std::to_string(kv.tokens_size()) + " ids for " + std::to_string(positions) +
+                                " positions");
+  }
+  check_tokens(field("tokens"), kv.tokens(), kMaxCapacity);
+}
+
+}  // namespace
+
+std::string malformed(const HelloRequest& request) {
+  return first_problem([&] {
+    check_node(request.sender(), "sender.");
+    check_entries("known", request.known_size(), kMaxNodes);
+    for (int i = 0; i < request.known_size(); ++i) check_node(request.known(i), at("known", i) + ".");
+    check_placement(request.placement(), "placement.");
+  });
+}
+
+std::string malformed(const ForwardRequest& request) {
+  return first_problem([&] {
+    check_sender(request.sender_id());
+    if (request.sequences_size() == 0) refuse("sequences", "is empty: the batch has no sequences");
+    check_entries("sequences", request.sequences_size(), kMaxSequencesPerBatch);
+    int64_t rows = 0;
+    for (int i = 0; i < request.sequences_size(); ++i) {
+      const SequenceWork& work = request.sequences(i);
+      const std::string at_work = at("sequences", i) + ".";
+      check_integer(at_work + "token_count", work.token_count(), 1, kMaxRowsPerBatch);
+      check_integer(at_work + "capacity", work.capacity(), 1, kMaxCapacity);
+      check_integer(at_work + "first_position", work.first_position(), 0, work.capacity() - work.token_count());
+      rows += work.token_count();
+    }
+    if (rows > kMaxRowsPerBatch) {
+      refuse("sequences", "have " + std::to_string(rows) + " inputs, more than " + std::to_string(kMaxRowsPerBatch));
+    }
+    if (request.tokens_size() != rows) {
+      refuse("tokens", "hold " + std::to_string(request.tokens_size()) + " ids for " + std::to_string(rows) + " inputs");
+    }
+    check_tokens("tokens", request.tokens(), kMaxRowsPerBatch);
+    if (request.hidden().size() % (static_cast<size_t>(rows) * sizeof(float)) != 0) {
+      refuse("hidden", "is not whole rows of floats for " + std::to_string(rows) + " inputs");
+    }
+  });
+}
+
+std::string malformed(const ReleaseRequest& request) {
+  return first_problem([&] {
+    check_sender(request.sender_id());
+    check_entries("sequence_ids", request.sequence_ids_size(), kMaxSequencesPerBatch);
+  });
+}
+
+std::string malformed(const HoldPrefixRequest& request) {
+  return first_problem([&] {
+    check_sender(request.sender_id());
+    check_tokens("tokens", request.tokens(), kMaxCapacity);
+    if (request.sequence_id() == 0) {  // a query of the pool's size
+      if (request.tokens_size() != 0) refuse("tokens", "are set in a query of the pool's size (sequence_id 0)");
+      return;
+    }
+    check_integer("capacity", request.capacity(), 1, kMaxCapacity);
+    if (request.tokens_size() >= request.capacity()) {
+      refuse("tokens", "hold " + std::to_string(request.tokens_size()) + " ids, a prefix past the sequence's capacity");
+    }
+  });
+}
+
+std::string malformed(const ReadKvRequest& request) {
+  return first_problem([&] {
+    check_sender(request.sender_id());
+    check_layer("layer", request.layer());
+  });
+}
+
+std::string malformed(const WriteKvRequest& request) {
+  return first_problem([&] {
+    check_sender(request.sender_id());
+    check_layer_kv(request.kv(), "kv.");
+  });
+}
+
+std::string malformed(const LayerKv& kv) {
+  return first_problem([&] { check_layer_kv(kv, ""); });
+}
+
+std::string malformed(const GenerateRequest& request) {
+  return first_problem([&] {
+    check_sender(request.sender_id());
+    if (request.prompt_size() == 0) refuse("prompt", "is empty");
+    check_tokens("prompt", request.prompt(), kMaxCapacity);
+    check_integer("max_tokens", request.max_tokens(), 1, kInt32Max);
+    check_sampling(request.sampling());
+    check_integer("top_logprobs", request.top_logprobs(), 0, engine::kMaxTopLogprobs);
+    check_integer("resumed_after", request.resumed_after(), 0, request.prompt_size() - 1);
+    if (request.has_held()) check_integer("held.positions", request.held().positions(), 0, request.prompt_size());
+  });
+}
+
+std::string malformed(const ModelManifestRequest& request) {
+  return first_problem([&] { check_hash("model_hash", request.model_hash(), Presence::Optional); });
+}
+
+std::string malformed(const FetchTensorRequest& request) {
+  return first_problem([&] { check_hash("model_hash", request.model_hash(), Presence::Required); });
+}
+
+std::string malformed(const ModelManifestReply& manifest) {
+  return first_problem([&] {
+    if (manifest.header().size() < 24) refuse("header", "is shorter than a GGUF header");
+    if (manifest.file_size() < manifest.header().size()) refuse("file_size", "is smaller than the header");
+    check_hash("model_hash", manifest.model_hash(), Presence::Required);
+    check_name("model_name", manifest.model_name());
+    for (int i = 0; i < manifest.tensor_sha256_size(); ++i) {
+      if (manifest.tensor_sha256(i).size() != 32) refuse(at("tensor_sha256", i), "is not 32 bytes (a SHA-256)");
+    }
+  });
 }
 
 void to_message(const engine::LayerKv& kv, LayerKv& out) {
@@ -79,26 +365,6 @@ void to_message(const engine::HeldState& held, HeldState& out) {
 
 engine::HeldState from_message(const HeldState& message) {
   return {message.epoch(), message.sequence_id(), message.positions()};
-}
-
-std::string malformed(const ModelManifestReply& manifest) {
-  if (manifest.header().size() < 24) return "the manifest's header is shorter than a GGUF header";
-  if (manifest.file_size() < manifest.header().size()) return "the manifest's file is smaller than its header";
-  if (manifest.model_hash().size() != 64 ||
-      manifest.model_hash().find_first_not_of("0123456789abcdef") != std::string::npos) {
-    return "the manifest's model hash is not 64 lowercase hex digits";
-  }
-  for (const std::string& hash : manifest.tensor_sha256()) {
-    if (hash.size() != 32) return "a tensor hash of the manifest is not 32 bytes";
-  }
-  return {};
-}
-
-std::string malformed(const HoldPrefixRequest& request) {
-  if (request.sequence_id() == 0) return request.tokens_size() == 0 ? std::string() : "a pool query carries tokens";
-  if (request.capacity() <= 0 || request.capacity() > kMaxCapacity) return "a sequence asks for an impossible capacity";
-  if (request.tokens_size() >= request.capacity()) return "the prefix runs past the sequence's capacity";
-  return {};
 }
 
 }  // namespace strata::rpc

@@ -10,12 +10,36 @@
 
 namespace strata::rpc {
 
-// Why a batch cannot be run (no sequences, counts that do not add up, impossible positions or
-// capacities, too many rows), or empty when it is well-formed.
+// 3: FetchTensorRequest.offset, which a node of 2 would ignore, sending a resumed tensor from
+// its start; a leader's requests passed on with their state (HeldState), and LayerKv.tokens.
+// 4: TLS links (rpc/tls.h), and NodeInfo.instance, by which a node of 3 would not refuse a
+// second process under its id.
+inline constexpr uint32_t kProtocolVersion = 4;
+
+// Why a message cannot be acted on, naming the first field that breaks its rule ("field
+// 'sampling.temperature' is nan, not between 0 and 2"), or empty when it is well-formed. Every
+// request of the node protocol has one, which its handler asks first; each kind of field (an id,
+// an address, a hash, a token, a count, a number with a range) has one rule, and the sampling
+// fields the ranges the API refuses others by (sampling/params.h). What needs the node's own
+// state (an epoch, a sequence, a tensor index) is the handler's to check.
+std::string malformed(const HelloRequest& request);
+// Also: counts that do not add up, impossible positions or capacities, too many rows.
 std::string malformed(const ForwardRequest& request);
-// Why handed-over state cannot be taken (impossible positions or capacity, keys and values
-// that are not whole rows of the same size), or empty.
+std::string malformed(const ReleaseRequest& request);
+std::string malformed(const HoldPrefixRequest& request);
+std::string malformed(const ReadKvRequest& request);
+std::string malformed(const WriteKvRequest& request);
+std::string malformed(const GenerateRequest& request);
+std::string malformed(const ModelManifestRequest& request);
+std::string malformed(const FetchTensorRequest& request);
+// Handed-over state that cannot be taken (impossible positions or capacity, keys and values
+// that are not whole rows of the same size), whether it comes in a WriteKv call or a ReadKv reply.
 std::string malformed(const LayerKv& kv);
+// A model manifest that cannot describe a GGUF file (no header, a file smaller than its header,
+// a hash that is not 64 hex digits, tensor hashes that are not 32 bytes). Whether the header
+// parses, and holds as many tensors as hashes, is the GGUF reader's to say.
+std::string malformed(const ModelManifestReply& manifest);
+
 // A sequence's handed-over state as a message and back (check it with malformed first): its
 // rows in the element type they have (`half` for an f16 pool's), the same bytes back.
 void to_message(const engine::LayerKv& kv, LayerKv& out);
@@ -23,12 +47,5 @@ engine::LayerKv from_message(const LayerKv& message);
 // Where a passed-on request left its state, as a message and back.
 void to_message(const engine::HeldState& held, HeldState& out);
 engine::HeldState from_message(const HeldState& message);
-
-// Why a model manifest cannot describe a GGUF file (no header, a file smaller than its header,
-// a hash that is not 64 hex digits, tensor hashes that are not 32 bytes), or empty. Whether the
-// header parses, and holds as many tensors as hashes, is the GGUF reader's to say.
-std::string malformed(const ModelManifestReply& manifest);
-// The same for a HoldPrefix call.
-std::string malformed(const HoldPrefixRequest& request);
 
 }  // namespace strata::rpc

@@ -1,11 +1,17 @@
 #include "rpc/node_service.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 
 #include "rpc/channel.h"
 
@@ -29,6 +35,35 @@ engine::GenerationRequest to_engine(const GenerateRequest& r) {
   return out;
 }
 
+// Why host:port cannot be bound, as the system says it ("Address already in use"), which gRPC
+// tells only its log; empty when it can be bound now. Bound as gRPC binds, with SO_REUSEADDR.
+std::string bind_refusal(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (const int error = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); error != 0) {
+    return ::gai_strerror(error);
+  }
+  const int fd = ::socket(found->ai_family, found->ai_socktype, found->ai_protocol);
+  const int reuse = 1;
+  int error = fd < 0 ? errno : 0;
+  if (error == 0 && (::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof reuse) != 0 ||
+                     ::bind(fd, found->ai_addr, found->ai_addrlen) != 0)) {
+    error = errno;
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(found);
+  return error == 0 ? std::string() : std::strerror(error);
+}
+
+// INVALID_ARGUMENT naming the field that breaks its rule, or nothing for a well-formed request.
+template <typename Request>
+std::optional<grpc::Status> refusal_of(const Request& request) {
+  if (std::string why = malformed(request); !why.empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
+  return std::nullopt;
+}
+
 }  // namespace
 
 class NodeServer::Service final : public Node::Service {
@@ -46,6 +81,7 @@ class NodeServer::Service final : public Node::Service {
               "protocol version " + std::to_string(request->sender().protocol_version()) + " is not this node's " +
                   std::to_string(kProtocolVersion)};
     }
+    if (auto refused = refusal_of(*request)) return *refused;
     return handler_.hello(*request, context->peer(), *reply);
   }
 
@@ -63,6 +99,7 @@ class NodeServer::Service final : public Node::Service {
 
   grpc::Status Release(grpc::ServerContext* context, const ReleaseRequest* request, ReleaseReply*) override {
     if (auto refused = check(*context, "Release")) return *refused;
+    if (auto refused = refusal_of(*request)) return *refused;
     std::string why;
     const std::shared_ptr<engine::Stage> stage = handler_.stage(request->epoch(), why);
     if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
@@ -74,7 +111,7 @@ class NodeServer::Service final : public Node::Service {
   grpc::Status HoldPrefix(grpc::ServerContext* context, const HoldPrefixRequest* request,
                           HoldPrefixReply* reply) override {
     if (auto refused = check(*context, "HoldPrefix")) return *refused;
-    if (const std::string why = malformed(*request); !why.empty()) return {grpc::StatusCode::INVALID_ARGUMENT, why};
+    if (auto refused = refusal_of(*request)) return *refused;
     std::string why;
     const std::shared_ptr<engine::Stage> stage = handler_.stage(request->epoch(), why);
     if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
@@ -94,6 +131,7 @@ class NodeServer::Service final : public Node::Service {
 
   grpc::Status ReadKv(grpc::ServerContext* context, const ReadKvRequest* request, LayerKv* reply) override {
     if (auto refused = check(*context, "ReadKv")) return *refused;
+    if (auto refused = refusal_of(*request)) return *refused;
     std::string why;
     const std::shared_ptr<engine::Stage> stage = handler_.stage(request->epoch(), why);
     if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
@@ -107,7 +145,7 @@ class NodeServer::Service final : public Node::Service {
 
   grpc::Status WriteKv(grpc::ServerContext* context, const WriteKvRequest* request, WriteKvReply*) override {
     if (auto refused = check(*context, "WriteKv")) return *refused;
-    if (const std::string why = malformed(request->kv()); !why.empty()) return {grpc::StatusCode::INVALID_ARGUMENT, why};
+    if (auto refused = refusal_of(*request)) return *refused;
     std::string why;
     const std::shared_ptr<engine::Stage> stage = handler_.stage(request->epoch(), why);
     if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
@@ -122,6 +160,7 @@ class NodeServer::Service final : public Node::Service {
   grpc::Status Generate(grpc::ServerContext* context, const GenerateRequest* request,
                         grpc::ServerWriter<GenerateEvent>* writer) override {
     if (auto refused = check(*context, "Generate")) return *refused;
+    if (auto refused = refusal_of(*request)) return *refused;
     std::string why;
     const std::shared_ptr<engine::Generator> scheduler = handler_.scheduler(why);
     if (!scheduler) return {grpc::StatusCode::UNAVAILABLE, why};
@@ -207,6 +246,7 @@ class NodeServer::Service final : public Node::Service {
   grpc::Status ModelManifest(grpc::ServerContext* context, const ModelManifestRequest* request,
                              ModelManifestReply* reply) override {
     if (auto refused = check(*context, "ModelManifest")) return *refused;
+    if (auto refused = refusal_of(*request)) return *refused;
     std::string why;
     std::optional<ModelManifestReply> manifest = handler_.manifest(request->model_hash(), why);
     if (!manifest) return {grpc::StatusCode::NOT_FOUND, why};
@@ -217,6 +257,7 @@ class NodeServer::Service final : public Node::Service {
   grpc::Status FetchTensor(grpc::ServerContext* context, const FetchTensorRequest* request,
                            grpc::ServerWriter<TensorChunk>* writer) override {
     if (auto refused = check(*context, "FetchTensor")) return *refused;
+    if (auto refused = refusal_of(*request)) return *refused;
     std::string why;
     const std::optional<TensorBytes> tensor = handler_.tensor(*request, why);
     if (!tensor) return {grpc::StatusCode::NOT_FOUND, why};
@@ -238,9 +279,7 @@ class NodeServer::Service final : public Node::Service {
 
  private:
   grpc::Status forward(const ForwardRequest& request, ForwardReply& reply) {
-    if (const std::string why = malformed(request); !why.empty()) {
-      return {grpc::StatusCode::INVALID_ARGUMENT, why};
-    }
+    if (auto refused = refusal_of(request)) return *refused;
     std::string why;
     const std::shared_ptr<engine::Stage> stage = handler_.stage(request.epoch(), why);
     if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
@@ -286,7 +325,8 @@ NodeServer::NodeServer(NodeHandler& handler, std::shared_ptr<ClusterKey> key, co
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) {
-    throw std::runtime_error("cannot listen for nodes on " + host + ":" + std::to_string(port));
+    const std::string why = bind_refusal(host, port);
+    throw std::runtime_error("cannot listen for nodes on " + host + ":" + std::to_string(port) + (why.empty() ? "" : ": " + why));
   }
 }
 

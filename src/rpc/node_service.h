@@ -18,12 +18,6 @@
 
 namespace strata::rpc {
 
-// 3: FetchTensorRequest.offset, which a node of 2 would ignore, sending a resumed tensor from
-// its start; a leader's requests passed on with their state (HeldState), and LayerKv.tokens.
-// 4: TLS links (rpc/tls.h), and NodeInfo.instance, by which a node of 3 would not refuse a
-// second process under its id.
-inline constexpr uint32_t kProtocolVersion = 4;
-
 // FetchTensor sends a tensor in chunks of this size: large enough that per-message costs
 // vanish at 10 Gbit/s, small enough to keep memory flat and progress visible.
 inline constexpr uint64_t kTensorChunkBytes = 1 << 20;

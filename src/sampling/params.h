@@ -2,8 +2,23 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 namespace strata::sampling {
+
+// The values a request may give a parameter, both ends included; NaN is in no range. The API
+// and the node service refuse any other, so the sampler never sees one.
+struct Range {
+  double min;
+  double max;
+  bool contains(double value) const { return value >= min && value <= max; }
+};
+inline constexpr Range kTemperatureRange{0, 2};
+inline constexpr Range kTopKRange{0, std::numeric_limits<int32_t>::max()};
+inline constexpr Range kProbabilityRange{0, 1};  // top_p, min_p
+inline constexpr Range kRepetitionPenaltyRange{0.01, 10};
+inline constexpr Range kPresencePenaltyRange{-2, 2};  // presence and frequency penalties
+inline constexpr Range kPenaltyLastNRange{-1, std::numeric_limits<int32_t>::max()};
 
 struct SamplingParams {
   float temperature = 0.8f;         // 0 = greedy (argmax; ties -> lowest token id)

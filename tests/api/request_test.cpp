@@ -62,6 +62,25 @@ TEST(RequestTest, ErrorsNameTheParameter) {
   }
 }
 
+// A content part carries what its type says, as OpenAI requires: a text part without its text,
+// or content without any part, is a 400 naming the field, not an empty message.
+TEST(RequestTest, ContentPartsCarryWhatTheirTypeSays) {
+  for (const auto& [content, param] :
+       {std::pair(R"([{"type":"text"}])", "messages[0].content[0].text"),
+        std::pair(R"([{"type":"text","text":"a"},{"type":"text"}])", "messages[0].content[1].text"),
+        std::pair("[]", "messages[0].content")}) {
+    try {
+      chat(std::string(R"({"messages":[{"role":"user","content":)") + content + "}]}");
+      ADD_FAILURE() << content << " was accepted";
+    } catch (const ApiError& error) {
+      EXPECT_EQ(error.status, 400) << content;
+      EXPECT_EQ(error.param, param) << content;
+      EXPECT_NE(std::string(error.what()).find(param), std::string::npos) << error.what();
+    }
+  }
+  EXPECT_EQ(chat(R"({"messages":[{"role":"user","content":[{"type":"text","text":""}]}]})").messages[0].content, "");
+}
+
 TEST(RequestTest, ADrainBodyIsEmptyOrSaysWhetherToForce) {
   EXPECT_FALSE(parse_drain_force(""));
   EXPECT_FALSE(parse_drain_force(" \n"));

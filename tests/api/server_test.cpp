@@ -1118,6 +1118,34 @@ TEST_F(ApiServerTest, StopDoesNotWaitForSlowClients) {
   EXPECT_TRUE(silent.closed_within(seconds(1)));
 }
 
+// Before a node has a model, /health says what it waits for and every other request gets a
+// 503 saying the same, behind the API key like the server's.
+TEST(WaitingServerTest, SaysWhatItWaitsForUntilTheModelIsHere) {
+  ServerOptions options;
+  options.port = 0;
+  options.api_key = "sesame";
+  const WaitingServer waiting(options, [] { return std::string("the model's manifest from peer 127.0.0.1:9"); });
+  httplib::Client client("127.0.0.1", waiting.port());
+  const auto health = client.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_EQ(json::parse(health->body),
+            (json{{"status", "waiting"}, {"waiting_for", "the model's manifest from peer 127.0.0.1:9"}}));
+  const auto anonymous = client.Post("/v1/completions", R"({"prompt":"hi"})", "application/json");
+  ASSERT_TRUE(anonymous);
+  EXPECT_EQ(anonymous->status, 401);
+  const auto completion = client.Post("/v1/completions", {{"Authorization", "Bearer sesame"}}, R"({"prompt":"hi"})",
+                                      "application/json");
+  ASSERT_TRUE(completion);
+  EXPECT_EQ(completion->status, 503);
+  EXPECT_EQ(completion->get_header_value("Retry-After"), "1");
+  const json error = json::parse(completion->body)["error"];
+  EXPECT_EQ(error["code"], "model_unavailable");
+  EXPECT_NE(error["message"].get<std::string>().find("waiting for the model's manifest from peer 127.0.0.1:9"),
+            std::string::npos)
+      << error;
+}
+
 TEST(ModelNameTest, IsTheFileNameWithoutGguf) {
   EXPECT_EQ(model_name_from_path("/models/llama-3-8b.Q4_0.gguf"), "llama-3-8b.Q4_0");
   EXPECT_EQ(model_name_from_path("weights.bin"), "weights.bin");

@@ -183,6 +183,9 @@ TEST(Cli, SynthWritesALoadableModel) {
   const std::string path = temp_path("synth.gguf");
   const Result r = strata("gguf synth --shape qwen2-tiny --type Q8_0 -o " + path);
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  // stderr is a file here: progress comes as whole lines, never a bar redrawn with '\r'.
+  EXPECT_EQ(r.err.find('\r'), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(100%)"), std::string::npos) << r.err;
   const Result run = strata("run -m " + path + " -p hello -n 8 --temp 0");
   EXPECT_EQ(run.exit_code, 0) << run.err;
   expect_one_line_error(strata("gguf synth --shape nope --type Q8_0 -o " + path), "unknown shape");

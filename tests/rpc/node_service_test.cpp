@@ -14,7 +14,9 @@
 #include <bit>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <future>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -115,6 +117,22 @@ class SilentScheduler final : public engine::Generator {
   engine::RequestCallbacks callbacks_;
 };
 
+// A scheduler that ends every request it is given at once, counting them.
+class CountingScheduler final : public engine::Generator {
+ public:
+  engine::ModelLimits limits() const override { return {128, 1, 1}; }
+  bool submit(engine::GenerationRequest, engine::RequestCallbacks callbacks) override {
+    ++submitted;
+    callbacks.on_finish(engine::FinishReason::Stop, {});
+    return true;
+  }
+  void shutdown() override {}
+  std::atomic<int> submitted{0};
+};
+
+// Any SHA-256, as peers name models by.
+const std::string kModelHash(64, 'a');
+
 class NodeServiceTest : public ::testing::Test {
  protected:
   NodeServiceTest()
@@ -152,6 +170,7 @@ class NodeServiceTest : public ::testing::Test {
     grpc::ClientContext context;
     key_.sign(context, "client", "FetchTensor");
     FetchTensorRequest request;
+    request.set_model_hash(kModelHash);
     request.set_tensor(0);
     request.set_offset(offset);
     auto reader = stub_->FetchTensor(&context, request);
@@ -178,6 +197,38 @@ class NodeServiceTest : public ::testing::Test {
     r.add_tokens(1);
     r.add_tokens(300);
     return r;
+  }
+
+  // A request as a node that relays one sends it (RemoteGenerator): every field in range.
+  static GenerateRequest valid_generate() {
+    GenerateRequest r;
+    r.set_sender_id("client");
+    r.add_prompt(1);
+    r.add_prompt(300);
+    r.set_max_tokens(8);
+    SamplingParams* s = r.mutable_sampling();
+    const sampling::SamplingParams defaults;
+    s->set_temperature(defaults.temperature);
+    s->set_top_k(defaults.top_k);
+    s->set_top_p(defaults.top_p);
+    s->set_min_p(defaults.min_p);
+    s->set_repetition_penalty(defaults.repetition_penalty);
+    s->set_presence_penalty(defaults.presence_penalty);
+    s->set_frequency_penalty(defaults.frequency_penalty);
+    s->set_penalty_last_n(defaults.penalty_last_n);
+    r.set_logprobs(true);
+    r.set_top_logprobs(5);
+    return r;
+  }
+
+  grpc::Status generate(const GenerateRequest& request) {
+    grpc::ClientContext context;
+    key_.sign(context, "client", "Generate");
+    auto reader = stub_->Generate(&context, request);
+    GenerateEvent event;
+    while (reader->Read(&event)) {
+    }
+    return reader->Finish();
   }
 
   ClusterKey key_{"secret"};
@@ -299,6 +350,7 @@ TEST_F(NodeServiceTest, RefusesATensorItLacksOrAnUnsignedFetch) {
     grpc::ClientContext context;
     if (key != nullptr) key->sign(context, "client", "FetchTensor");
     FetchTensorRequest request;
+    request.set_model_hash(kModelHash);
     request.set_tensor(index);
     auto reader = stub_->FetchTensor(&context, request);
     TensorChunk chunk;
@@ -585,12 +637,181 @@ TEST_F(NodeServiceTest, ARemoteRequestCancelledWhileNoTokenComesEndsAtTheLeader)
 TEST_F(NodeServiceTest, GenerateNeedsTheLeader) {
   grpc::ClientContext context;
   key_.sign(context, "client", "Generate");
-  GenerateRequest request;
-  request.add_prompt(1);
-  auto reader = stub_->Generate(&context, request);
+  auto reader = stub_->Generate(&context, valid_generate());
   GenerateEvent event;
   EXPECT_FALSE(reader->Read(&event));
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+// A relayed request is checked as the API checks its JSON: each field out of its range is
+// refused, naming the field, before the scheduler sees anything.
+TEST_F(NodeServiceTest, RefusesARelayedRequestWithAFieldOutOfRange) {
+  auto scheduler = std::make_shared<CountingScheduler>();
+  node_.lead(scheduler);
+  ASSERT_TRUE(generate(valid_generate()).ok());
+  ASSERT_EQ(scheduler->submitted, 1);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<std::pair<std::string, std::function<void(GenerateRequest&)>>> cases = {
+      {"sender_id", [](GenerateRequest& r) { r.clear_sender_id(); }},
+      {"prompt", [](GenerateRequest& r) { r.clear_prompt(); }},
+      {"prompt[1]", [](GenerateRequest& r) { r.set_prompt(1, -5); }},
+      {"max_tokens", [](GenerateRequest& r) { r.set_max_tokens(0); }},
+      {"sampling.temperature", [nan](GenerateRequest& r) { r.mutable_sampling()->set_temperature(nan); }},
+      {"sampling.temperature", [](GenerateRequest& r) { r.mutable_sampling()->set_temperature(2.5f); }},
+      {"sampling.top_k", [](GenerateRequest& r) { r.mutable_sampling()->set_top_k(-1); }},
+      {"sampling.top_p", [](GenerateRequest& r) { r.mutable_sampling()->set_top_p(1.5f); }},
+      {"sampling.top_p", [nan](GenerateRequest& r) { r.mutable_sampling()->set_top_p(nan); }},
+      {"sampling.min_p", [](GenerateRequest& r) { r.mutable_sampling()->set_min_p(-0.1f); }},
+      {"sampling.repetition_penalty", [](GenerateRequest& r) { r.mutable_sampling()->set_repetition_penalty(0); }},
+      {"sampling.presence_penalty", [](GenerateRequest& r) { r.mutable_sampling()->set_presence_penalty(3); }},
+      {"sampling.frequency_penalty", [](GenerateRequest& r) { r.mutable_sampling()->set_frequency_penalty(-2.5f); }},
+      {"sampling.penalty_last_n", [](GenerateRequest& r) { r.mutable_sampling()->set_penalty_last_n(-2); }},
+      {"top_logprobs", [](GenerateRequest& r) { r.set_top_logprobs(21); }},
+      {"top_logprobs", [](GenerateRequest& r) { r.set_top_logprobs(-1); }},
+      {"resumed_after", [](GenerateRequest& r) { r.set_resumed_after(2); }},
+      {"held.positions", [](GenerateRequest& r) { r.mutable_held()->set_positions(-1); }},
+  };
+  for (const auto& [field, spoil] : cases) {
+    GenerateRequest request = valid_generate();
+    spoil(request);
+    const grpc::Status status = generate(request);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field;
+    EXPECT_NE(status.error_message().find("'" + field + "'"), std::string::npos) << field << ": " << status.error_message();
+  }
+  EXPECT_EQ(scheduler->submitted, 1) << "the scheduler was given a malformed request";
+}
+
+// Every other call is checked the same way, before the node acts on it.
+TEST_F(NodeServiceTest, RefusesEveryKindOfCallWithAFieldOutOfRange) {
+  const auto call = [this](const char* method, auto invoke) {
+    grpc::ClientContext context;
+    key_.sign(context, "client", method);
+    return invoke(context);
+  };
+  const auto hello = [&](const std::function<void(HelloRequest&)>& spoil) {
+    HelloRequest request;
+    NodeInfo& sender = *request.mutable_sender();
+    sender.set_node_id("client");
+    sender.set_node_address("127.0.0.1:9001");
+    sender.set_api_address("127.0.0.1:9000");
+    sender.set_model_hash(kModelHash);
+    sender.set_protocol_version(kProtocolVersion);
+    sender.set_state("starting");
+    sender.set_weight_bytes_per_second(1e9);
+    Placement& placement = *request.mutable_placement();
+    placement.set_epoch(kEpoch);
+    placement.set_leader_id("client");
+    placement.set_strategy("speed");
+    for (const auto& [id, first, last] : {std::tuple("client", 0, 2), std::tuple("server", 2, 4)}) {
+      Stage& stage = *placement.add_stages();
+      stage.set_node_id(id);
+      stage.set_node_address("127.0.0.1:9001");
+      stage.set_first_layer(first);
+      stage.set_last_layer(last);
+    }
+    spoil(request);
+    return call("Hello", [&](grpc::ClientContext& context) {
+      HelloReply reply;
+      return stub_->Hello(&context, request, &reply);
+    });
+  };
+  const std::vector<std::tuple<std::string, std::function<grpc::Status()>>> cases = {
+      {"", [&] { return hello([](HelloRequest&) {}); }},
+      {"sender.node_id", [&] { return hello([](HelloRequest& r) { r.mutable_sender()->clear_node_id(); }); }},
+      {"sender.node_address",
+       [&] { return hello([](HelloRequest& r) { r.mutable_sender()->set_node_address("127.0.0.1"); }); }},
+      {"sender.weight_bytes_per_second", [&] {
+         return hello([](HelloRequest& r) {
+           r.mutable_sender()->set_weight_bytes_per_second(std::numeric_limits<double>::quiet_NaN());
+         });
+       }},
+      {"sender.state", [&] { return hello([](HelloRequest& r) { r.mutable_sender()->set_state("dancing"); }); }},
+      {"sender.load_progress", [&] { return hello([](HelloRequest& r) { r.mutable_sender()->set_load_progress(2); }); }},
+      {"known[0].model_hash", [&] {
+         return hello([](HelloRequest& r) {
+           *r.add_known() = r.sender();
+           r.mutable_known(0)->set_model_hash("cafe");
+         });
+       }},
+      {"placement.stages[1].first_layer",
+       [&] { return hello([](HelloRequest& r) { r.mutable_placement()->mutable_stages(1)->set_first_layer(1); }); }},
+      {"placement.stages[1].node_id",
+       [&] { return hello([](HelloRequest& r) { r.mutable_placement()->mutable_stages(1)->set_node_id("client"); }); }},
+      {"placement.strategy",
+       [&] { return hello([](HelloRequest& r) { r.mutable_placement()->set_strategy("luck"); }); }},
+      {"sender_id", [&] {
+         return call("Release", [&](grpc::ClientContext& context) {
+           ReleaseRequest request;
+           request.set_epoch(kEpoch);
+           ReleaseReply reply;
+           return stub_->Release(&context, request, &reply);
+         });
+       }},
+      {"tokens[0]", [&] {
+         return call("HoldPrefix", [&](grpc::ClientContext& context) {
+           HoldPrefixRequest request;
+           request.set_sender_id("client");
+           request.set_epoch(kEpoch);
+           request.set_sequence_id(3);
+           request.set_capacity(64);
+           request.add_tokens(-1);
+           HoldPrefixReply reply;
+           return stub_->HoldPrefix(&context, request, &reply);
+         });
+       }},
+      {"layer", [&] {
+         return call("ReadKv", [&](grpc::ClientContext& context) {
+           ReadKvRequest request;
+           request.set_sender_id("client");
+           request.set_epoch(kEpoch);
+           request.set_sequence_id(1);
+           request.set_layer(-1);
+           LayerKv reply;
+           return stub_->ReadKv(&context, request, &reply);
+         });
+       }},
+      {"kv.tokens[0]", [&] {
+         return call("WriteKv", [&](grpc::ClientContext& context) {
+           WriteKvRequest request;
+           request.set_sender_id("client");
+           request.set_epoch(kEpoch);
+           request.mutable_kv()->set_sequence_id(2);
+           request.mutable_kv()->set_positions(1);
+           request.mutable_kv()->set_capacity(16);
+           request.mutable_kv()->set_keys(std::string(8, '\0'));
+           request.mutable_kv()->set_values(std::string(8, '\0'));
+           request.mutable_kv()->add_tokens(-7);
+           WriteKvReply reply;
+           return stub_->WriteKv(&context, request, &reply);
+         });
+       }},
+      {"model_hash", [&] {
+         return call("ModelManifest", [&](grpc::ClientContext& context) {
+           ModelManifestRequest request;
+           request.set_model_hash("not a hash");
+           ModelManifestReply reply;
+           return stub_->ModelManifest(&context, request, &reply);
+         });
+       }},
+      {"model_hash", [&] {
+         return call("FetchTensor", [&](grpc::ClientContext& context) {
+           auto reader = stub_->FetchTensor(&context, FetchTensorRequest());
+           TensorChunk chunk;
+           while (reader->Read(&chunk)) {
+           }
+           return reader->Finish();
+         });
+       }},
+  };
+  for (const auto& [field, invoke] : cases) {
+    const grpc::Status status = invoke();
+    if (field.empty()) {
+      EXPECT_TRUE(status.ok()) << "a well-formed Hello: " << status.error_message();
+      continue;
+    }
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field << ": " << status.error_message();
+    EXPECT_NE(status.error_message().find("'" + field + "'"), std::string::npos) << field << ": " << status.error_message();
+  }
 }
 
 }  // namespace
