@@ -594,7 +594,12 @@ rpc::ModelManifestReply fetch_manifest(const std::function<std::vector<std::stri
       log(list.empty() ? "waiting for a node that has a model (none known yet)"
                        : "waiting for a node that has a model" + problems);
     }
-    std::this_thread::sleep_for(kRetry);
+    // Waiting on the channels, not asleep: gRPC connects (and completes a TLS handshake) only
+    // while someone polls it, and otherwise only at its backup poll, every 5 s, too seldom for
+    // a connection's keepalive pings.
+    const auto retry_at = std::chrono::system_clock::now() + kRetry;
+    for (const auto& [address, channel] : channels) channel->WaitForConnected(retry_at);
+    std::this_thread::sleep_until(retry_at);
   }
 }
 

@@ -3,14 +3,33 @@
 #include <grpc/support/log.h>
 
 #include <atomic>
+#include <mutex>
+#include <set>
+#include <string_view>
 
 namespace strata::rpc {
 namespace {
 
 std::atomic<const std::function<void(const std::string&)>*> grpc_log{nullptr};
 
+// Each line once (of the first thousand kinds): gRPC says the same again at every
+// reconnection, such as a handshake refused to a caller without the cluster key, which another
+// cluster's node tries again every second.
 void forward_grpc_log(gpr_log_func_args* args) {
-  if (const auto* log = grpc_log.load()) (*log)(std::string("gRPC: ") + args->message);
+  const auto* log = grpc_log.load();
+  if (log == nullptr) return;
+  static std::mutex mutex;
+  static std::set<std::string, std::less<>> said;
+  constexpr size_t kMostRemembered = 1024;
+  const std::string_view message = args->message;
+  {
+    std::lock_guard lock(mutex);
+    if (said.contains(message)) return;
+    if (said.size() < kMostRemembered) said.emplace(message);
+  }
+  const bool handshake = message.find("andshake failed") != std::string_view::npos;
+  (*log)("gRPC: " + std::string(message) +
+         (handshake ? " (a TLS handshake refused: the other end lacks this cluster's key, or is not a Strata node)" : ""));
 }
 
 // A prompt chunk of 256 tokens of an 8192-wide model is 8 MiB of activations.

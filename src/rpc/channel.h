@@ -19,7 +19,7 @@ std::shared_ptr<grpc::Channel> make_channel(const std::string& address, const Cl
 std::shared_ptr<grpc::Channel> make_bulk_channel(const std::string& address, const ClusterKey& key);
 void configure_server(grpc::ServerBuilder& builder);
 
-// Sends gRPC's own log lines (errors, unless GRPC_VERBOSITY asks for more) to `log` as
+// Sends gRPC's own log lines (errors, unless GRPC_VERBOSITY asks for more) to `log`, each once, as
 // "gRPC: ..." instead of gRPC's format on stderr. Called once, at start-up, before any call.
 void route_grpc_log(std::function<void(const std::string&)> log);
 
