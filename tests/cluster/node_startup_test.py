@@ -20,15 +20,7 @@ import time
 import urllib.error
 import urllib.request
 
-STRATA, MODEL = sys.argv[1], sys.argv[2]
-FAILURES = []
-
-
-def check(condition, message):
-    if not condition:
-        FAILURES.append(message)
-        print("FAIL " + message, flush=True)
-    return condition
+from cluster_processes_test import STRATA, MODEL, FAILURES, check  # noqa: E402  (its main does not run)
 
 
 def listening_socket(port):
