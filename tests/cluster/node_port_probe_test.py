@@ -233,22 +233,26 @@ def main():
         certificate = self_signed_client_certificate(folder)
         state = os.path.join(folder, "state")
         keyless = Node("p0", "--state-dir", state, "--api-key", "api-secret")
-        check(keyless.wait_healthy(), "the keyless node serves")
-        mode = lambda path: oct(os.stat(path).st_mode & 0o777) if os.path.exists(path) else "missing"
-        secret = os.path.join(state, "local-secret")
-        check(mode(secret) == "0o600", f"the keyless node's secret is readable by its user only ({mode(secret)})")
-        check(mode(state) == "0o700", f"the state directory it made is its user's only ({mode(state)})")
-        check(api_status(keyless) == 401 and api_status(keyless, "api-secret") == 200,
-              "the API key still guards the API")
-        probe(keyless, "keyless", certificate, "api-secret")
-        keyless.stop()
+        try:
+            check(keyless.wait_healthy(), "the keyless node serves")
+            mode = lambda path: oct(os.stat(path).st_mode & 0o777) if os.path.exists(path) else "missing"
+            secret = os.path.join(state, "local-secret")
+            check(mode(secret) == "0o600", f"the keyless node's secret is readable by its user only ({mode(secret)})")
+            check(mode(state) == "0o700", f"the state directory it made is its user's only ({mode(state)})")
+            check(api_status(keyless) == 401 and api_status(keyless, "api-secret") == 200,
+                  "the API key still guards the API")
+            probe(keyless, "keyless", certificate, "api-secret")
+        finally:
+            keyless.stop()
 
         keyed = Node("p1", "--cluster-key", "right", "--node-host", "127.0.0.1", "--no-discovery")
-        check(keyed.wait_healthy(), "the keyed node serves")
-        reference = answer(keyed.complete(REQUESTS[0]))
-        probe(keyed, "keyed", certificate)
-        check(answer(keyed.complete(REQUESTS[0])) == reference, "the keyed node answers as before the probe")
-        keyed.stop()
+        try:
+            check(keyed.wait_healthy(), "the keyed node serves")
+            reference = answer(keyed.complete(REQUESTS[0]))
+            probe(keyed, "keyed", certificate)
+            check(answer(keyed.complete(REQUESTS[0])) == reference, "the keyed node answers as before the probe")
+        finally:
+            keyed.stop()
     print(f"{len(FAILURES)} failed" if FAILURES else "node port probe: all checks passed")
     return 1 if FAILURES else 0
 
