@@ -46,7 +46,7 @@ int inspect(const std::string& given, bool all_tensors) {
 }
 
 int synth(const std::string& shape_name, const std::string& type_name, const std::string& out,
-          uint64_t seed) {
+          uint64_t seed, int layers) {
   const model::SyntheticShape* shape = model::find_synthetic_shape(shape_name);
   if (shape == nullptr) {
     std::string names;
@@ -66,7 +66,7 @@ int synth(const std::string& shape_name, const std::string& type_name, const std
     } else {
       progress->finish(written);
     }
-  });
+  }, layers);
   std::filesystem::rename(partial, out);
   std::fprintf(stderr, "wrote %s: %s, %s, random weights\n", out.c_str(), shape->description, types.name.c_str());
   return 0;
@@ -88,6 +88,7 @@ void add_gguf_commands(CLI::App& app, Action& action) {
   struct SynthOptions {
     std::string shape, type = "Q4_0", out;
     uint64_t seed = 1;
+    int layers = 0;
   };
   auto o = std::make_shared<SynthOptions>();
   std::string shapes_help = "Model shape:";
@@ -97,7 +98,11 @@ void add_gguf_commands(CLI::App& app, Action& action) {
   synth_cmd->add_option("--type", o->type, "Weight type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M");
   synth_cmd->add_option("-o,--output", o->out, "Output file")->required();
   synth_cmd->add_option("--seed", o->seed, "Seed for the random weights");
-  synth_cmd->callback([&action, o] { action = [o] { return synth(o->shape, o->type, o->out, o->seed); }; });
+  synth_cmd->add_option("--layers", o->layers, "Write only the first N layers of the shape (default: all)")
+      ->check(CLI::PositiveNumber);
+  synth_cmd->callback([&action, o] {
+    action = [o] { return synth(o->shape, o->type, o->out, o->seed, o->layers); };
+  });
 }
 
 }  // namespace strata::cli

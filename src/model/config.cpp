@@ -29,15 +29,27 @@ Config Config::from_gguf(const gguf::File& file) {
     c.arch = Arch::Qwen2;
     c.rope_style = RopeStyle::Halves;
     c.has_qkv_bias = true;
+  } else if (*arch == "qwen3" || *arch == "qwen3moe") {
+    c.arch = *arch == "qwen3" ? Arch::Qwen3 : Arch::Qwen3Moe;
+    c.rope_style = RopeStyle::Halves;
+    c.has_qk_norm = true;
   } else {
     throw std::runtime_error("unsupported model architecture '" + *arch +
-                             "' (supported: llama, qwen2)");
+                             "' (supported: llama, qwen2, qwen3, qwen3moe)");
   }
   const std::string p = *arch + ".";
   constexpr int kMaxDim = 1 << 20;
   c.embedding_dim = required_int(file, p + "embedding_length", 1, kMaxDim);
   c.layer_count = required_int(file, p + "block_count", 1, 4096);
   c.ffn_dim = required_int(file, p + "feed_forward_length", 1, kMaxDim);
+  // Mixtral is a Llama with experts; Qwen3-MoE always has them.
+  if (file.find(p + "expert_count") || c.arch == Arch::Qwen3Moe) {
+    c.expert_count = required_int(file, p + "expert_count", 1, 4096);
+    c.experts_per_token = required_int(file, p + "expert_used_count", 1, c.expert_count);
+    c.expert_ffn_dim = file.find(p + "expert_feed_forward_length")
+                           ? required_int(file, p + "expert_feed_forward_length", 1, kMaxDim)
+                           : c.ffn_dim;
+  }
   c.head_count = required_int(file, p + "attention.head_count", 1, 4096);
   c.kv_head_count = file.find(p + "attention.head_count_kv")
                         ? required_int(file, p + "attention.head_count_kv", 1, c.head_count)

@@ -1,4 +1,5 @@
-// Hyper-parameters of a Llama-family model, read and validated from GGUF metadata.
+// Hyper-parameters of a Llama-family model (Llama, Mixtral, Qwen2, Qwen3, Qwen3-MoE), read and
+// validated from GGUF metadata.
 #pragma once
 
 #include <string>
@@ -7,7 +8,7 @@
 
 namespace strata::model {
 
-enum class Arch { Llama, Qwen2 };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe };
 
 // Which dimensions RoPE rotates together: Llama GGUFs are converted for adjacent pairs
 // (x[2i], x[2i+1]); Qwen2 keeps the NeoX halves (x[i], x[i + d/2]).
@@ -30,8 +31,16 @@ struct Config {
   float rope_linear_scale = 1.0f;  // positions are divided by this ("linear" rope scaling)
   RopeStyle rope_style = RopeStyle::AdjacentPairs;
   bool has_qkv_bias = false;
+  bool has_qk_norm = false;  // each head of Q and K is RMS-normalized before RoPE (Qwen3)
+  // A Mixture-of-Experts FFN: each token runs `experts_per_token` of `expert_count` experts
+  // (FFNs of `expert_ffn_dim`), chosen by a router's softmax, and sums their outputs weighted
+  // by the chosen probabilities, renormalized to add up to 1. 0: one dense FFN of ffn_dim.
+  int expert_count = 0;
+  int experts_per_token = 0;
+  int expert_ffn_dim = 0;
 
   int kv_dim() const { return kv_head_count * head_dim; }
+  bool has_experts() const { return expert_count > 0; }
   int q_dim() const { return head_count * head_dim; }
 
   // Throws std::runtime_error naming the missing or inconsistent key.

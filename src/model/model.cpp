@@ -34,28 +34,28 @@ class TensorBinder {
 
   // A weight matrix of `rows` outputs by `cols` inputs (GGUF dims {cols, rows}).
   tensor::Matrix matrix(const std::string& name, int64_t cols, int64_t rows) const {
-    const gguf::TensorInfo* found = file_.find_tensor(name);
-    if (found == nullptr) throw std::runtime_error("model lacks tensor '" + name + "'");
-    const auto info = tensor::dtype_info(found->type);
-    if (!info || !info->computable) {
-      throw std::runtime_error("tensor '" + name + "' has type " +
-                               (info ? std::string(info->name) : std::to_string(found->type)) +
-                               ", which Strata cannot compute (supported: F32, F16, BF16, Q8_0, "
-                               "Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)");
-    }
-    const gguf::TensorInfo& t = require(name, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)});
+    const gguf::TensorInfo& t = computable(name, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)});
     return {static_cast<tensor::DType>(t.type), rows, cols, file_.tensor_data(t)};
   }
 
   // A weight matrix in its kernels' layout. When that is a copy, the file's pages of it
   // are let go, so that the weights are not held twice.
   tensor::PreparedMatrix prepared(const std::string& name, int64_t cols, int64_t rows) const {
-    const tensor::Matrix source = matrix(name, cols, rows);
-    tensor::PreparedMatrix prepared(source);
-    if (prepared.interleaved() != nullptr) {
-      file_.release_pages(static_cast<const uint8_t*>(source.data), matrix_bytes(source));
+    return prepare(matrix(name, cols, rows));
+  }
+
+  // The `count` matrices of a 3-D tensor of experts (GGUF dims {cols, rows, count}), each
+  // `rows` outputs by `cols` inputs, in their kernels' layout.
+  std::vector<tensor::PreparedMatrix> experts(const std::string& name, int64_t cols, int64_t rows, int count) const {
+    const gguf::TensorInfo& t =
+        computable(name, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), static_cast<uint64_t>(count)});
+    const auto type = static_cast<tensor::DType>(t.type);
+    const uint64_t expert_bytes = *tensor::row_bytes(type, static_cast<uint64_t>(cols)) * static_cast<uint64_t>(rows);
+    std::vector<tensor::PreparedMatrix> matrices;
+    for (int e = 0; e < count; ++e) {
+      matrices.push_back(prepare({type, rows, cols, file_.tensor_data(t) + expert_bytes * static_cast<uint64_t>(e)}));
     }
-    return prepared;
+    return matrices;
   }
 
   // A small F32 vector (norm weights, biases, rope factors).
@@ -68,6 +68,27 @@ class TensorBinder {
   }
 
  private:
+  const gguf::TensorInfo& computable(const std::string& name, const std::vector<uint64_t>& dims) const {
+    const gguf::TensorInfo* found = file_.find_tensor(name);
+    if (found == nullptr) throw std::runtime_error("model lacks tensor '" + name + "'");
+    const auto info = tensor::dtype_info(found->type);
+    if (!info || !info->computable) {
+      throw std::runtime_error("tensor '" + name + "' has type " +
+                               (info ? std::string(info->name) : std::to_string(found->type)) +
+                               ", which Strata cannot compute (supported: F32, F16, BF16, Q8_0, "
+                               "Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)");
+    }
+    return require(name, dims);
+  }
+
+  tensor::PreparedMatrix prepare(const tensor::Matrix& source) const {
+    tensor::PreparedMatrix prepared(source);
+    if (prepared.interleaved() != nullptr) {
+      file_.release_pages(static_cast<const uint8_t*>(source.data), matrix_bytes(source));
+    }
+    return prepared;
+  }
+
   const gguf::TensorInfo& require(const std::string& name, const std::vector<uint64_t>& dims) const {
     const gguf::TensorInfo* t = file_.find_tensor(name);
     if (t == nullptr) throw std::runtime_error("model lacks tensor '" + name + "'");
@@ -363,10 +384,21 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
       l.k_bias = bind.vector(p + "attn_k.bias", c.kv_dim());
       l.v_bias = bind.vector(p + "attn_v.bias", c.kv_dim());
     }
+    if (c.has_qk_norm) {
+      l.q_norm = bind.vector(p + "attn_q_norm.weight", c.head_dim);
+      l.k_norm = bind.vector(p + "attn_k_norm.weight", c.head_dim);
+    }
     l.ffn_norm = bind.vector(p + "ffn_norm.weight", c.embedding_dim);
-    l.gate = bind.prepared(p + "ffn_gate.weight", c.embedding_dim, c.ffn_dim);
-    l.up = bind.prepared(p + "ffn_up.weight", c.embedding_dim, c.ffn_dim);
-    l.down = bind.prepared(p + "ffn_down.weight", c.ffn_dim, c.embedding_dim);
+    if (c.has_experts()) {
+      l.router = bind.prepared(p + "ffn_gate_inp.weight", c.embedding_dim, c.expert_count);
+      l.expert_gate = bind.experts(p + "ffn_gate_exps.weight", c.embedding_dim, c.expert_ffn_dim, c.expert_count);
+      l.expert_up = bind.experts(p + "ffn_up_exps.weight", c.embedding_dim, c.expert_ffn_dim, c.expert_count);
+      l.expert_down = bind.experts(p + "ffn_down_exps.weight", c.expert_ffn_dim, c.embedding_dim, c.expert_count);
+    } else {
+      l.gate = bind.prepared(p + "ffn_gate.weight", c.embedding_dim, c.ffn_dim);
+      l.up = bind.prepared(p + "ffn_up.weight", c.embedding_dim, c.ffn_dim);
+      l.down = bind.prepared(p + "ffn_down.weight", c.ffn_dim, c.embedding_dim);
+    }
   };
   const int64_t items = range.size() + 1;
   std::atomic<int64_t> bound{0};
@@ -402,8 +434,14 @@ std::unique_ptr<KvState> Model::new_sequence(int capacity, KvType type) const {
 uint64_t Model::weight_bytes() const {
   uint64_t total = 0;
   for (const auto& l : layers_) {
-    for (const tensor::PreparedMatrix* m : {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down}) {
+    for (const tensor::PreparedMatrix* m : {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down, &l->router}) {
       total += matrix_bytes(m->source());
+    }
+    if (!l->expert_gate.empty()) {
+      const uint64_t one_expert = matrix_bytes(l->expert_gate.front().source()) +
+                                  matrix_bytes(l->expert_up.front().source()) +
+                                  matrix_bytes(l->expert_down.front().source());
+      total += one_expert * static_cast<uint64_t>(config_.experts_per_token);
     }
   }
   if (output_) total += matrix_bytes(output_->source());
@@ -524,6 +562,74 @@ void Model::attention(int layer_index, tensor::ThreadPool& pool) {
   });
 }
 
+void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) {
+  const Config& c = config_;
+  const size_t dim = static_cast<size_t>(c.embedding_dim);
+  const size_t n = static_cast<size_t>(rows);
+  const size_t k = static_cast<size_t>(c.experts_per_token);
+  const size_t experts = static_cast<size_t>(c.expert_count);
+  router_scores_.resize(n * experts);
+  tensor::matmul(layer.router, normed_.data(), rows, router_scores_.data(), pool);
+  // Each row's choice depends on its own scores only: the softmax's probabilities, the k
+  // largest (ties to the lower expert index), renormalized to add up to 1 in that order.
+  chosen_experts_.resize(n * k);
+  chosen_weights_.resize(n * k);
+  std::vector<int> order(experts);
+  for (size_t r = 0; r < n; ++r) {
+    float* p = router_scores_.data() + r * experts;
+    // The kernels' exponential, the same bits on every path and architecture.
+    const float total = tensor::softmax_numerators(p, static_cast<int64_t>(experts), 1.0f);
+    for (size_t e = 0; e < experts; ++e) p[e] /= total;
+    for (size_t e = 0; e < experts; ++e) order[e] = static_cast<int>(e);
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                      [p](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float chosen_total = 0.0f;
+    for (size_t j = 0; j < k; ++j) chosen_total += p[order[j]];
+    for (size_t j = 0; j < k; ++j) {
+      chosen_experts_[r * k + j] = order[j];
+      chosen_weights_[r * k + j] = p[order[j]] / chosen_total;
+    }
+  }
+  // Each expert runs once over the rows that chose it, so its weights are read once a batch;
+  // a row's output from it is the same whichever rows share the call.
+  slot_out_.resize(n * k * dim);
+  std::vector<size_t> slots;  // (row * k + j) of the rows that chose the expert
+  for (size_t e = 0; e < experts; ++e) {
+    slots.clear();
+    for (size_t s = 0; s < n * k; ++s) {
+      if (chosen_experts_[s] == static_cast<int>(e)) slots.push_back(s);
+    }
+    if (slots.empty()) continue;
+    const int64_t count = static_cast<int64_t>(slots.size());
+    const size_t ffn = static_cast<size_t>(c.expert_ffn_dim);
+    expert_in_.resize(slots.size() * dim);
+    expert_gate_.resize(slots.size() * ffn);
+    expert_up_.resize(slots.size() * ffn);
+    expert_out_.resize(slots.size() * dim);
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const float* row = normed_.data() + slots[i] / k * dim;
+      std::copy(row, row + dim, expert_in_.data() + i * dim);
+    }
+    tensor::matmul({{layer.expert_gate[e], expert_gate_.data()}, {layer.expert_up[e], expert_up_.data()}},
+                   expert_in_.data(), count, pool);
+    tensor::silu_times(expert_gate_.data(), expert_up_.data(), count * static_cast<int64_t>(ffn));
+    tensor::matmul(layer.expert_down[e], expert_gate_.data(), count, expert_out_.data(), pool);
+    for (size_t i = 0; i < slots.size(); ++i) {
+      std::copy(expert_out_.data() + i * dim, expert_out_.data() + (i + 1) * dim, slot_out_.data() + slots[i] * dim);
+    }
+  }
+  // The weighted sum in the row's own order of choices.
+  for (size_t r = 0; r < n; ++r) {
+    float* out = proj_.data() + r * dim;
+    for (size_t d = 0; d < dim; ++d) out[d] = chosen_weights_[r * k] * slot_out_[(r * k) * dim + d];
+    for (size_t j = 1; j < k; ++j) {
+      const float w = chosen_weights_[r * k + j];
+      const float* expert = slot_out_.data() + (r * k + j) * dim;
+      for (size_t d = 0; d < dim; ++d) out[d] += w * expert[d];
+    }
+  }
+}
+
 std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::span<const Token> tokens,
                                   std::span<const float> hidden, tensor::ThreadPool& pool) {
   const Config& c = config_;
@@ -560,8 +666,10 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
   k_.resize(n * c.kv_dim());
   v_.resize(n * c.kv_dim());
   attn_out_.resize(n * c.q_dim());
-  gate_.resize(n * c.ffn_dim);
-  up_.resize(n * c.ffn_dim);
+  if (!c.has_experts()) {
+    gate_.resize(n * c.ffn_dim);
+    up_.resize(n * c.ffn_dim);
+  }
   proj_.resize(n * dim);
   for (const SequenceSlice& s : slices) {
     if (!s.kv->reserve(s.kv->size() + s.token_count)) {
@@ -577,6 +685,10 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
     add_bias(q_.data(), layer.q_bias, rows, c.q_dim());
     add_bias(k_.data(), layer.k_bias, rows, c.kv_dim());
     add_bias(v_.data(), layer.v_bias, rows, c.kv_dim());
+    if (c.has_qk_norm) {
+      rms_norm_rows(q_.data(), layer.q_norm, rows * c.head_count, c.head_dim, c.rms_epsilon, q_.data());
+      rms_norm_rows(k_.data(), layer.k_norm, rows * c.kv_head_count, c.head_dim, c.rms_epsilon, k_.data());
+    }
     rope(q_.data(), rows, c.head_count);
     rope(k_.data(), rows, c.kv_head_count);
     for (size_t row = 0; row < n; ++row) {
@@ -587,9 +699,13 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
     add_in_place(x_, proj_, n * dim);
 
     rms_norm_rows(x_.data(), layer.ffn_norm, rows, dim, c.rms_epsilon, normed_.data());
-    tensor::matmul({{layer.gate, gate_.data()}, {layer.up, up_.data()}}, normed_.data(), rows, pool);
-    tensor::silu_times(gate_.data(), up_.data(), static_cast<int64_t>(n) * c.ffn_dim);
-    tensor::matmul(layer.down, gate_.data(), rows, proj_.data(), pool);
+    if (c.has_experts()) {
+      experts_ffn(layer, rows, pool);
+    } else {
+      tensor::matmul({{layer.gate, gate_.data()}, {layer.up, up_.data()}}, normed_.data(), rows, pool);
+      tensor::silu_times(gate_.data(), up_.data(), static_cast<int64_t>(n) * c.ffn_dim);
+      tensor::matmul(layer.down, gate_.data(), rows, proj_.data(), pool);
+    }
     add_in_place(x_, proj_, n * dim);
   }
   for (const SequenceSlice& s : slices) s.kv->size_ += s.token_count;

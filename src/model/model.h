@@ -1,4 +1,5 @@
-// The forward pass of a contiguous range of layers of a Llama-family model.
+// The forward pass of a contiguous range of layers of a Llama-family model, dense or with a
+// Mixture-of-Experts FFN.
 //
 // A node holds layers [first, last): the first range also embeds tokens, the last also
 // produces logits, and the hidden states between ranges are plain float rows. Every row's
@@ -112,7 +113,8 @@ class Model {
   std::shared_ptr<KvPool> new_kv_pool(int blocks, KvType type) const;
   // A sequence with a pool of its own, just large enough for `capacity` positions.
   std::unique_ptr<KvState> new_sequence(int capacity, KvType type = KvType::F32) const;
-  // Bytes of weights read for one token through this range.
+  // Bytes of weights read for one token through this range: of a Mixture-of-Experts FFN, only
+  // the experts a token runs (as many as it chooses, each of the same size).
   uint64_t weight_bytes() const;
 
   // Runs the batch through this range. Throws KvPoolFull, having computed nothing, when a
@@ -131,14 +133,20 @@ class Model {
     const float* q_bias = nullptr;
     const float* k_bias = nullptr;
     const float* v_bias = nullptr;
+    const float* q_norm = nullptr;  // head_dim weights, with has_qk_norm
+    const float* k_norm = nullptr;
     const float* ffn_norm = nullptr;
-    tensor::PreparedMatrix gate, up, down;
+    tensor::PreparedMatrix gate, up, down;  // a dense FFN
+    tensor::PreparedMatrix router;          // with experts: one score per expert
+    std::vector<tensor::PreparedMatrix> expert_gate, expert_up, expert_down;
   };
 
   Model() = default;
   void embed(std::span<const Token> tokens, float* out) const;
   // Each batch row attends over its own sequence's cache, rows 0..its position.
   void attention(int layer_index, tensor::ThreadPool& pool);
+  // proj_ = the experts' FFN of normed_, each row through the experts it chooses.
+  void experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool);
   // Rotation of each input row, computed once per batch for all layers and heads.
   void prepare_rope(std::span<const int> positions);
   void rope(float* rows, int row_count, int heads) const;
@@ -154,6 +162,11 @@ class Model {
 
   // Scratch rows for the current batch, reused between calls.
   std::vector<float> x_, normed_, q_, k_, v_, attn_out_, gate_, up_, proj_;
+  // With experts: router scores (row x expert), each row's choices (row x slot: expert and
+  // weight), one expert's rows gathered and computed, and each (row, slot)'s output.
+  std::vector<float> router_scores_, expert_in_, expert_gate_, expert_up_, expert_out_, slot_out_;
+  std::vector<int> chosen_experts_;
+  std::vector<float> chosen_weights_;
   std::vector<int> positions_;   // per batch row: its position in its sequence
   std::vector<KvState*> row_kv_;  // per batch row: its sequence's cache
   std::vector<float> rope_cos_, rope_sin_;  // row x rotated pair

@@ -15,7 +15,7 @@
 namespace strata::model {
 namespace {
 
-constexpr std::array<SyntheticShape, 5> kShapes{{
+constexpr std::array<SyntheticShape, 8> kShapes{{
     {"tinyllama-1.1b", "TinyLlama-1.1B (Llama 2 architecture, GQA 32/4)", "llama", 32000, 2048,
      2048, 22, 32, 4, 5632, 10000.0f, false},
     {"llama-3.2-1b", "Llama-3.2-1B (GQA 32/8, 128k vocabulary, tied head)", "llama", 128256,
@@ -26,6 +26,12 @@ constexpr std::array<SyntheticShape, 5> kShapes{{
      512, 1000000.0f, true},
     {"demo", "a small Llama for trying Strata without a download", "llama", 4096, 512, 256, 4,
      4, 2, 768, 10000.0f, false},
+    {"qwen3-0.6b", "Qwen3-0.6B (QK-norm, head size 128 beside a width of 1024, tied head)", "qwen3", 151936,
+     40960, 1024, 28, 16, 8, 3072, 1000000.0f, true, 128},
+    {"qwen3-30b-a3b", "Qwen3-30B-A3B (Mixture of Experts: 8 of 128 experts of 768, QK-norm)", "qwen3moe",
+     151936, 40960, 2048, 48, 32, 4, 6144, 1000000.0f, false, 128, 128, 8, 768},
+    {"mixtral-8x7b", "Mixtral-8x7B (a Llama with 2 of 8 experts of 14336)", "llama", 32000, 32768, 4096, 32,
+     32, 8, 14336, 1000000.0f, false, 0, 8, 2, 14336},
 }};
 
 // splitmix64: a tiny, well-mixed generator; every row gets its own stream so rows can be
@@ -121,9 +127,17 @@ WeightTypes parse_weight_types(std::string_view name) {
 }
 
 void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types,
-                           const std::string& path, uint64_t seed, const gguf::Writer::Progress& progress) {
+                           const std::string& path, uint64_t seed, const gguf::Writer::Progress& progress,
+                           int layers) {
+  if (layers < 0 || layers > shape.layer_count) {
+    throw std::invalid_argument(std::string("shape ") + shape.name + " has " + std::to_string(shape.layer_count) +
+                                " layers; cannot write " + std::to_string(layers));
+  }
+  const int layer_count = layers > 0 ? layers : shape.layer_count;
   const int block = static_cast<int>(tensor::info(types.base).block_elements);
-  for (int dim : {shape.embedding_dim, shape.ffn_dim}) {
+  const int head_dim = shape.head_dim > 0 ? shape.head_dim : shape.embedding_dim / shape.head_count;
+  const bool experts = shape.expert_count > 0;
+  for (int dim : {shape.embedding_dim, experts ? shape.expert_ffn_dim : shape.ffn_dim, shape.head_count * head_dim}) {
     if (dim % block != 0 || dim % tensor::info(types.important).block_elements != 0) {
       throw std::invalid_argument(std::string("shape ") + shape.name + " has a dimension (" +
                                   std::to_string(dim) + ") that is not a multiple of the " +
@@ -132,18 +146,24 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   }
   gguf::Writer w;
   const std::string a = shape.arch;
-  const int head_dim = shape.embedding_dim / shape.head_count;
   w.set("general.architecture", gguf::Value::string(a));
   w.set("general.name", gguf::Value::string(std::string(shape.name) + " (random weights)"));
   w.set("strata.synthetic", gguf::Value::boolean(true));
   w.set(a + ".vocab_size", gguf::Value::u32(static_cast<uint32_t>(shape.vocab_size)));
   w.set(a + ".context_length", gguf::Value::u32(static_cast<uint32_t>(shape.context_length)));
   w.set(a + ".embedding_length", gguf::Value::u32(static_cast<uint32_t>(shape.embedding_dim)));
-  w.set(a + ".block_count", gguf::Value::u32(static_cast<uint32_t>(shape.layer_count)));
+  w.set(a + ".block_count", gguf::Value::u32(static_cast<uint32_t>(layer_count)));
   w.set(a + ".feed_forward_length", gguf::Value::u32(static_cast<uint32_t>(shape.ffn_dim)));
   w.set(a + ".attention.head_count", gguf::Value::u32(static_cast<uint32_t>(shape.head_count)));
   w.set(a + ".attention.head_count_kv", gguf::Value::u32(static_cast<uint32_t>(shape.kv_head_count)));
+  w.set(a + ".attention.key_length", gguf::Value::u32(static_cast<uint32_t>(head_dim)));
+  w.set(a + ".attention.value_length", gguf::Value::u32(static_cast<uint32_t>(head_dim)));
   w.set(a + ".rope.dimension_count", gguf::Value::u32(static_cast<uint32_t>(head_dim)));
+  if (experts) {
+    w.set(a + ".expert_count", gguf::Value::u32(static_cast<uint32_t>(shape.expert_count)));
+    w.set(a + ".expert_used_count", gguf::Value::u32(static_cast<uint32_t>(shape.experts_per_token)));
+    w.set(a + ".expert_feed_forward_length", gguf::Value::u32(static_cast<uint32_t>(shape.expert_ffn_dim)));
+  }
   w.set(a + ".rope.freq_base", gguf::Value::f32(shape.rope_freq_base));
   w.set(a + ".attention.layer_norm_rms_epsilon", gguf::Value::f32(1e-5f));
   add_vocabulary(w, shape.vocab_size);
@@ -151,22 +171,27 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   auto pool = std::make_shared<tensor::ThreadPool>(
       static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   // Matrices: rows of `cols` values uniform in +-sqrt(3/cols), which keeps activations at unit
-  // scale through the layers. Vectors (norms, biases) stay F32.
-  auto matrix = [&](const std::string& name, int cols, int rows, tensor::DType type) {
+  // scale through the layers; a tensor of experts is `count` such matrices. Vectors (norms,
+  // biases) stay F32.
+  auto matrices = [&](const std::string& name, int cols, int rows, int count, tensor::DType type) {
     const uint64_t tensor_seed = hash_name(name, seed);
-    w.add_tensor(name, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)},
-                 static_cast<uint32_t>(type), [=](uint8_t* dst, uint64_t) {
-                   const uint64_t row_bytes = *tensor::row_bytes(type, static_cast<uint64_t>(cols));
-                   const float amplitude = std::sqrt(3.0f / static_cast<float>(cols));
-                   pool->parallel_for(rows, [&](int64_t begin, int64_t end) {
-                     std::vector<float> values(static_cast<size_t>(cols));
-                     for (int64_t r = begin; r < end; ++r) {
-                       uint64_t state = mix(tensor_seed + static_cast<uint64_t>(r));
-                       for (float& v : values) v = uniform(state) * amplitude;
-                       tensor::quantize_row(type, values.data(), dst + row_bytes * static_cast<uint64_t>(r), cols);
-                     }
-                   });
-                 });
+    std::vector<uint64_t> dims{static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
+    if (count > 1) dims.push_back(static_cast<uint64_t>(count));
+    w.add_tensor(name, dims, static_cast<uint32_t>(type), [=](uint8_t* dst, uint64_t) {
+      const uint64_t row_bytes = *tensor::row_bytes(type, static_cast<uint64_t>(cols));
+      const float amplitude = std::sqrt(3.0f / static_cast<float>(cols));
+      pool->parallel_for(static_cast<int64_t>(rows) * count, [&](int64_t begin, int64_t end) {
+        std::vector<float> values(static_cast<size_t>(cols));
+        for (int64_t r = begin; r < end; ++r) {
+          uint64_t state = mix(tensor_seed + static_cast<uint64_t>(r));
+          for (float& v : values) v = uniform(state) * amplitude;
+          tensor::quantize_row(type, values.data(), dst + row_bytes * static_cast<uint64_t>(r), cols);
+        }
+      });
+    });
+  };
+  auto matrix = [&](const std::string& name, int cols, int rows, tensor::DType type) {
+    matrices(name, cols, rows, 1, type);
   };
   auto vector = [&](const std::string& name, int length, float center, float spread) {
     std::vector<uint8_t> bytes(static_cast<size_t>(length) * sizeof(float));
@@ -179,13 +204,13 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
                  std::move(bytes));
   };
 
-  const int q_dim = shape.embedding_dim;
+  const int q_dim = shape.head_count * head_dim;
   const int kv_dim = shape.kv_head_count * head_dim;
   matrix("token_embd.weight", shape.embedding_dim, shape.vocab_size, types.base);
-  for (int i = 0; i < shape.layer_count; ++i) {
+  for (int i = 0; i < layer_count; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     const tensor::DType boosted =
-        types.mixed && uses_more_bits(i, shape.layer_count) ? types.important : types.base;
+        types.mixed && uses_more_bits(i, layer_count) ? types.important : types.base;
     vector(p + "attn_norm.weight", shape.embedding_dim, 1.0f, 0.1f);
     matrix(p + "attn_q.weight", shape.embedding_dim, q_dim, types.base);
     matrix(p + "attn_k.weight", shape.embedding_dim, kv_dim, types.base);
@@ -195,11 +220,23 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
       vector(p + "attn_k.bias", kv_dim, 0.0f, 0.1f);
       vector(p + "attn_v.bias", kv_dim, 0.0f, 0.1f);
     }
+    if (a == "qwen3" || a == "qwen3moe") {
+      vector(p + "attn_q_norm.weight", head_dim, 1.0f, 0.1f);
+      vector(p + "attn_k_norm.weight", head_dim, 1.0f, 0.1f);
+    }
     matrix(p + "attn_output.weight", q_dim, shape.embedding_dim, types.base);
     vector(p + "ffn_norm.weight", shape.embedding_dim, 1.0f, 0.1f);
-    matrix(p + "ffn_gate.weight", shape.embedding_dim, shape.ffn_dim, types.base);
-    matrix(p + "ffn_up.weight", shape.embedding_dim, shape.ffn_dim, types.base);
-    matrix(p + "ffn_down.weight", shape.ffn_dim, shape.embedding_dim, boosted);
+    if (experts) {
+      // The router stays F32, as llama.cpp's converter and quantizer keep it.
+      matrix(p + "ffn_gate_inp.weight", shape.embedding_dim, shape.expert_count, tensor::DType::F32);
+      matrices(p + "ffn_gate_exps.weight", shape.embedding_dim, shape.expert_ffn_dim, shape.expert_count, types.base);
+      matrices(p + "ffn_up_exps.weight", shape.embedding_dim, shape.expert_ffn_dim, shape.expert_count, types.base);
+      matrices(p + "ffn_down_exps.weight", shape.expert_ffn_dim, shape.embedding_dim, shape.expert_count, boosted);
+    } else {
+      matrix(p + "ffn_gate.weight", shape.embedding_dim, shape.ffn_dim, types.base);
+      matrix(p + "ffn_up.weight", shape.embedding_dim, shape.ffn_dim, types.base);
+      matrix(p + "ffn_down.weight", shape.ffn_dim, shape.embedding_dim, boosted);
+    }
   }
   vector("output_norm.weight", shape.embedding_dim, 1.0f, 0.1f);
   if (!shape.tied_output) {

@@ -14,7 +14,7 @@ namespace strata::model {
 struct SyntheticShape {
   const char* name;
   const char* description;
-  const char* arch;  // "llama" or "qwen2"
+  const char* arch;  // general.architecture: "llama", "qwen2", "qwen3" or "qwen3moe"
   int vocab_size;
   int context_length;
   int embedding_dim;
@@ -24,6 +24,10 @@ struct SyntheticShape {
   int ffn_dim;
   float rope_freq_base;
   bool tied_output;
+  int head_dim = 0;           // 0: embedding_dim / head_count
+  int expert_count = 0;       // 0: a dense FFN
+  int experts_per_token = 0;
+  int expert_ffn_dim = 0;
 };
 
 std::span<const SyntheticShape> synthetic_shapes();
@@ -40,9 +44,10 @@ struct WeightTypes {
 WeightTypes parse_weight_types(std::string_view name);
 
 // Writes the model to `path`. Same shape, types and seed give the same file. `progress` hears
-// how many of its tensors' bytes are written (gguf::Writer::write).
+// how many of its tensors' bytes are written (gguf::Writer::write). `layers`, when given, is
+// how many of the shape's layers to write (a model of real dimensions that fits here).
 void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types,
                            const std::string& path, uint64_t seed,
-                           const gguf::Writer::Progress& progress = {});
+                           const gguf::Writer::Progress& progress = {}, int layers = 0);
 
 }  // namespace strata::model
