@@ -192,7 +192,7 @@ int serve(const ServeOptions& o) {
   node.log = [console](const std::string& line) { console->log(line); };
   rpc::route_grpc_log(node.log);
   node.cluster_key = o.cluster_key;
-  if (node.cluster_key.empty()) node.local_secret = cluster::local_secret(o.state_dir);
+  if (node.cluster_key.empty()) node.local_secret = cluster::read_or_create_local_secret();
   node.host = !o.node_host.empty() ? o.node_host : (o.cluster_key.empty() ? "127.0.0.1" : "0.0.0.0");
   node.node_port = o.node_port >= 0 ? o.node_port : (o.server.port == 0 ? 0 : o.server.port + 1);
   node.any_port_if_taken = o.node_port < 0;
@@ -274,7 +274,7 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--node-host", o->node_host,
                   "Address the node service listens on (default: 127.0.0.1, or 0.0.0.0 with a cluster key)");
   cmd->add_option("--node-id", o->node_id, "This node's id (default: generated once, kept in --state-dir)");
-  cmd->add_option("--state-dir", o->state_dir, "Where the node id and, without --cluster-key, this user's local secret are kept (default: $XDG_STATE_HOME/strata or ~/.local/state/strata)");
+  cmd->add_option("--state-dir", o->state_dir, "Where the node id is kept (default: $XDG_STATE_HOME/strata or ~/.local/state/strata)");
   cmd->add_option("--cluster-key", o->cluster_key, "Secret every node of the cluster shares (also STRATA_CLUSTER_KEY)")
       ->envname("STRATA_CLUSTER_KEY");
   cmd->add_flag("--no-discovery", o->no_discovery, "Do not find nodes on the LAN by multicast (only --peers)");

@@ -221,7 +221,7 @@ std::vector<MulticastInterface> multicast_interfaces(const std::string& only) {
 }
 
 Discovery::Discovery(DiscoveryOptions options) : options_(std::move(options)) {
-  if (!options_.key || !options_.key->enabled()) throw std::runtime_error("discovery needs a cluster key");
+  if (!options_.key) throw std::runtime_error("discovery needs a cluster key");
   Announcement longest = options_.self;
   longest.host = "255.255.255.255";
   if (encode_announcement(longest, *options_.key, rpc::unix_time_ms(), rpc::fresh_nonce()).size() > kMaxAnnouncementBytes) {

@@ -80,7 +80,7 @@ struct DiscoveryOptions {
   Announcement self;  // host is set per interface
   int port = kDefaultDiscoveryPort;
   std::string interface_name;  // empty: every interface multicast_interfaces finds
-  std::shared_ptr<const rpc::ClusterKey> key;  // must be enabled
+  std::shared_ptr<const rpc::ClusterKey> key;  // required
   std::function<void(const std::string& node_id, const std::string& address)> on_found;
   std::function<void(const std::string&)> log;
 };

@@ -58,11 +58,6 @@ constexpr size_t kRecentPlacements = 4;
 // How long a leader waits for peers named with --peers that have never answered.
 constexpr auto kSeedWait = std::chrono::milliseconds(5000);
 
-// gRPC says a TLS handshake failed (the other end has another cluster key) only in its words.
-bool is_handshake_failure(const std::string& message) {
-  return message.find("andshake") != std::string::npos || message.find("certificate") != std::string::npos;
-}
-
 bool is_loopback_host(const std::string& host) {
   return host == "localhost" || host.starts_with("127.") || host == "[::1]" || host == "::1";
 }
@@ -96,12 +91,19 @@ fs::path state_directory(const std::string& state_dir) {
   throw std::runtime_error("no --state-dir, XDG_STATE_HOME or HOME to keep this node's state in");
 }
 
+// The directory, made if it is not there (readable by this user only, then).
+void make_state_directory(const fs::path& dir) {
+  if (fs::create_directories(dir)) fs::permissions(dir, fs::perms::owner_all);
+}
+
 std::string read_line(const fs::path& file) {
   std::ifstream in(file);
   std::string line;
   if (in) std::getline(in, line);
   return line;
 }
+
+constexpr size_t kLocalSecretDigits = 64;
 
 }  // namespace
 
@@ -113,7 +115,7 @@ std::string resolve_node_id(const std::string& given, const std::string& state_d
   std::random_device random;
   char id[17];
   std::snprintf(id, sizeof id, "%08x%08x", random(), random());
-  fs::create_directories(dir);
+  make_state_directory(dir);
   const fs::path partial = file.string() + ".partial";
   {
     std::ofstream out(partial);
@@ -124,19 +126,27 @@ std::string resolve_node_id(const std::string& given, const std::string& state_d
   return id;
 }
 
-std::string local_secret(const std::string& state_dir) {
-  const fs::path dir = state_directory(state_dir);
+std::string read_or_create_local_secret() {
+  const fs::path dir = state_directory({});
   const fs::path file = dir / "local-secret";
   const auto refuse = [&](const std::string& why) {
     return std::runtime_error("cannot keep this user's local cluster secret in " + file.string() + ": " + why);
   };
-  std::error_code error;
-  if (fs::create_directories(dir, error)) fs::permissions(dir, fs::perms::owner_all, error);
-  if (!fs::exists(file)) {
+  try {
+    make_state_directory(dir);
+  } catch (const fs::filesystem_error& e) {
+    throw refuse(e.code().message());
+  }
+  struct stat info {};
+  // A directory others may write to would let them put their own file, or a link, in its place.
+  if (::stat(dir.c_str(), &info) != 0 || info.st_uid != ::getuid() || (info.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    throw refuse(dir.string() + " must be this user's, and writable by no one else (chmod 700 " + dir.string() + ")");
+  }
+  if (!fs::exists(fs::symlink_status(file))) {
     // Written whole under another name and linked into place, so that nodes starting at the
     // same time agree on one secret: the first link wins, the others read it.
     const fs::path partial = file.string() + "." + rpc::fresh_nonce();
-    const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+    const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) throw refuse(std::strerror(errno));
     const std::string secret = rpc::fresh_nonce() + rpc::fresh_nonce() + "\n";
     const bool written = ::write(fd, secret.data(), secret.size()) == static_cast<ssize_t>(secret.size()) && ::fsync(fd) == 0;
@@ -146,14 +156,26 @@ std::string local_secret(const std::string& state_dir) {
     ::unlink(partial.c_str());
     if (!linked) throw refuse(std::strerror(written ? link_error : EIO));
   }
-  struct stat info {};
-  if (::stat(file.c_str(), &info) != 0) throw refuse(std::strerror(errno));
-  // As ssh does with its keys: a secret others can read keeps nobody out.
-  if (info.st_uid != ::getuid() || (info.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
-    throw refuse("it must belong to this user and be readable by no one else (chmod 600 " + file.string() + ")");
+  // Read through the descriptor that was checked, never through a link: as ssh does with its
+  // keys, a secret others can read, or that is some other file, keeps nobody out.
+  const int fd = ::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) throw refuse(errno == ELOOP ? "it is a symbolic link" : std::strerror(errno));
+  char text[kLocalSecretDigits + 2] = {};
+  const bool private_file = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_uid == ::getuid() &&
+                            (info.st_mode & (S_IRWXG | S_IRWXO)) == 0 && info.st_nlink == 1;
+  const ssize_t length = private_file ? ::read(fd, text, sizeof text) : 0;
+  ::close(fd);
+  if (!private_file) {
+    throw refuse("it must be a file of this user's, with no other link, readable by no one else (chmod 600 " +
+                 file.string() + ")");
   }
-  std::string secret = read_line(file);
-  if (secret.size() < 32) throw refuse("it is too short; delete it and start again to make a new one");
+  std::string secret(text, static_cast<size_t>(std::max<ssize_t>(length, 0)));
+  if (secret.ends_with('\n')) secret.pop_back();
+  if (secret.size() != kLocalSecretDigits ||
+      secret.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    throw refuse("it is not " + std::to_string(kLocalSecretDigits) +
+                 " hex digits; delete it and start again to make a new one");
+  }
   return secret;
 }
 
@@ -173,7 +195,6 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (options_.engine.threads <= 0) {
       options_.engine.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     }
-    if (!key_->enabled()) throw std::runtime_error("a node needs a cluster key or this user's local secret");
     if (!across_machines()) {
       for (const std::string& peer : options_.peers) {
         if (!is_loopback(peer)) {
@@ -228,7 +249,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (!options_.any_port_if_taken || options_.node_port == 0) return listen(options_.node_port);
     try {
       return listen(options_.node_port);
-    } catch (const std::runtime_error& taken) {
+    } catch (const rpc::PortTaken& taken) {
       log(std::string(taken.what()) + "; listening on any free port instead");
       return listen(0);
     }
@@ -404,12 +425,6 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       if (id.verdict == IdCheck::Refused) {
         log_once("refused " + sender.node_address() + sender.instance(),
                  "refused node " + sender.node_id() + " at " + sender.node_address() + ": " + id.why);
-        // Perhaps the holder is gone (the node restarted elsewhere): the next Hello to it that
-        // fails says so at once, and the newcomer is let in at its next Hello.
-        if (const auto holder = peers_.find(sender.node_id()); holder != peers_.end()) {
-          holder->second.refused_hellos = std::max(holder->second.refused_hellos, 1);
-          act_now_ = true;
-        }
         return {grpc::StatusCode::ALREADY_EXISTS, id.why};
       }
       if (id.verdict == IdCheck::ThisNodeRefused) note_refused(sender.node_address(), id.why);
@@ -427,6 +442,10 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   std::shared_ptr<engine::Stage> stage(uint64_t epoch, std::string& why) override {
     std::lock_guard lock(mutex_);
+    if (const std::string refused = refusal(); !refused.empty()) {
+      why = "node " + options_.node_id + " takes no part: " + refused;
+      return nullptr;
+    }
     // The previous placement's stage serves until the leader has switched, and hands over
     // the state of its sequences then.
     if (previous_stage_ && previous_epoch_ == epoch) {
@@ -442,7 +461,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   std::shared_ptr<engine::Generator> scheduler(std::string& why) override {
     std::lock_guard lock(mutex_);
-    if (!scheduling()) {
+    if (!scheduling() || !refusal().empty()) {
       why = "node " + options_.node_id + " does not schedule requests now: " + waiting_for();
       return nullptr;
     }
@@ -499,6 +518,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   std::string readiness() const {
     std::lock_guard lock(mutex_);
+    if (!refusal().empty()) return waiting_for();
     if (serving() || stopping_ || !placement_.error().empty()) return {};
     std::string why = waiting_for();
     if (loading_) why += " (this node has " + std::to_string(static_cast<int>(load_progress_.load() * 100)) + "% of its layers)";
@@ -856,13 +876,18 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   bool compatible(const Peer& peer) const { return peer.problem.empty(); }
 
   // Whether the process that says `info` about itself may go by its node id: a node id belongs
-  // to one process while it runs. Of two processes under this node's id the one that started
-  // first keeps it; of a peer's, the one heard from first (one restarted on the same address,
-  // or once the first is gone, takes it over).
+  // to one process while it runs, the one of those under it that started first (then: the
+  // lower instance), the same rule on every node. A process restarted on the same address, or
+  // once the one before it is seen gone, takes it over. (A node that says it is refused is
+  // placed nowhere until it says otherwise: members().)
   struct IdCheck {
     enum Verdict { Fine, Refused, ThisNodeRefused } verdict = Fine;
     std::string why;
   };
+  static bool came_first(const rpc::NodeInfo& a, const rpc::NodeInfo& b) {
+    return a.started_unix_ms() != b.started_unix_ms() ? a.started_unix_ms() < b.started_unix_ms()
+                                                      : a.instance() < b.instance();
+  }
   IdCheck check_id(const rpc::NodeInfo& info) const {
     const std::string& id = info.node_id();
     const auto taken_by = [&](const rpc::NodeInfo& holder) {
@@ -872,16 +897,15 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     };
     if (id == options_.node_id) {
       if (info.instance() == self_.instance()) return {};
-      const bool this_first = self_.started_unix_ms() != info.started_unix_ms()
-                                  ? self_.started_unix_ms() < info.started_unix_ms()
-                                  : self_.instance() < info.instance();
-      return this_first ? IdCheck{IdCheck::Refused, taken_by(self_)} : IdCheck{IdCheck::ThisNodeRefused, taken_by(info)};
+      return came_first(self_, info) ? IdCheck{IdCheck::Refused, taken_by(self_)}
+                                     : IdCheck{IdCheck::ThisNodeRefused, taken_by(info)};
     }
     const auto found = peers_.find(id);
-    if (found == peers_.end() || !found->second.seen || !alive(found->second)) return {};
-    const rpc::NodeInfo& holder = found->second.info;
-    if (holder.instance() == info.instance() || holder.node_address() == info.node_address()) return {};
-    return {IdCheck::Refused, taken_by(holder)};
+    const bool held = found != peers_.end() && found->second.seen && alive(found->second) &&
+                      found->second.info.instance() != info.instance() &&
+                      found->second.info.node_address() != info.node_address();
+    if (!held || came_first(info, found->second.info)) return {};
+    return {IdCheck::Refused, taken_by(found->second.info)};
   }
 
   // Another process runs under this node's id and came first, as the node at `address` says:
@@ -893,6 +917,14 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       log("this node takes no part in the cluster: " + why + "; give it another --node-id (or --state-dir) (if that node "
           "was this one before a restart, this one is let in once it is seen gone)");
     }
+  }
+
+  // A node refused holds nothing and schedules nothing: its placement, made before it was
+  // refused, is let go with its stage and its requests.
+  void stand_aside(const std::string& why) {
+    if (scheduler_) retire(std::move(scheduler_), "this node takes no part: " + why, std::nullopt);
+    if (placement_.stages_size() > 0 || !placement_.error().empty()) placement_ = rpc::Placement();
+    apply();
   }
 
   // Why this node takes no part now, or empty.
@@ -975,7 +1007,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     std::vector<std::string> ids;
     if (!leaving_) ids.push_back(options_.node_id);
     for (const auto& [id, peer] : peers_) {
-      if (alive(peer) && compatible(peer) && !peer.info.leaving()) ids.push_back(id);
+      if (alive(peer) && compatible(peer) && !peer.info.leaving() && peer.info.state() != "refused") ids.push_back(id);
     }
     std::sort(ids.begin(), ids.end());
     return ids;
@@ -1078,13 +1110,17 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         if (stopping_) return;
         drop_departed();
         const uint64_t epoch = placement_.epoch();
-        if (leader_id() == options_.node_id) place();
-        // A new placement goes out first (the next round, at once): loading layers here would
-        // take the cores its Hellos need.
-        if (placement_.epoch() == epoch) {
-          apply();
-          start_scheduler();
-          drop_previous_stage();
+        if (const std::string why = refusal(); !why.empty()) {
+          stand_aside(why);
+        } else {
+          if (leader_id() == options_.node_id) place();
+          // A new placement goes out first (the next round, at once): loading layers here would
+          // take the cores its Hellos need.
+          if (placement_.epoch() == epoch) {
+            apply();
+            start_scheduler();
+            drop_previous_stage();
+          }
         }
       }
       changed_.notify_all();
@@ -1164,11 +1200,15 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
           status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
         log_once(address + status.error_message(), "node at " + address + " refused this node: " + status.error_message());
       }
-      if (status.error_code() == grpc::StatusCode::UNAVAILABLE && is_handshake_failure(status.error_message())) {
+      if (status.error_code() == grpc::StatusCode::UNAVAILABLE && rpc::is_handshake_failure(status.error_message())) {
         log_once(address + " handshake",
                  "the TLS handshake with the node at " + address + " was refused: it has another cluster key (or it "
                  "is not a Strata node of protocol " + std::to_string(rpc::kProtocolVersion) + "): " + status.error_message());
       }
+      return;
+    }
+    if (const std::string why = rpc::malformed(reply); !why.empty()) {
+      log_once(address + why, "refused the Hello reply of the node at " + address + ": " + why);
       return;
     }
     refused_by_.erase(address);

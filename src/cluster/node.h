@@ -32,7 +32,7 @@ struct NodeOptions {
   // The secret of a cluster across machines; empty: a cluster on this machine only, of the
   // nodes of this user, under `local_secret`.
   std::string cluster_key;
-  std::string local_secret;        // see local_secret()
+  std::string local_secret;        // see read_or_create_local_secret()
   const std::string& secret() const { return cluster_key.empty() ? local_secret : cluster_key; }
   bool discovery = true;           // find nodes on the LAN by multicast (needs a cluster key)
   int discovery_port = kDefaultDiscoveryPort;
@@ -99,9 +99,11 @@ std::string model_hash(const gguf::File& file);
 std::string resolve_node_id(const std::string& given, const std::string& state_dir);
 
 // The secret that the nodes of this user on this machine share when they have no cluster key:
-// kept in `state_dir`/local-secret (default as for the node id), created there the first time,
-// readable by this user only. Throws std::runtime_error when it cannot be kept, or when the
-// file is another user's or others may read it.
-std::string local_secret(const std::string& state_dir);
+// kept in local-secret in the default state directory ($XDG_STATE_HOME/strata or
+// ~/.local/state/strata, whatever --state-dir says, so that every node of the user finds it),
+// created there the first time, readable by this user only. Throws std::runtime_error when it
+// cannot be kept, or when the file or its directory is another user's, others may read the
+// file or write the directory, or the file is a link.
+std::string read_or_create_local_secret();
 
 }  // namespace strata::cluster

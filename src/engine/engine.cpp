@@ -386,15 +386,18 @@ int Engine::blocks_needed(const std::vector<std::unique_ptr<Sequence>>& active) 
   return blocks;
 }
 
-int Engine::blocks_releasing() {
+bool Engine::released_everywhere(const Releasing& r) const {
   const uint64_t oldest_in_flight = in_flight_.empty() ? next_ticket_ : in_flight_.begin()->first;
-  std::erase_if(releasing_, [&](const Releasing& r) { return r.next_ticket <= oldest_in_flight; });
+  return r.next_ticket <= oldest_in_flight;
+}
+
+int Engine::blocks_releasing() const {
   int blocks = 0;
-  for (const Releasing& r : releasing_) blocks += r.blocks;
+  for (const Releasing& r : releasing_) blocks += released_everywhere(r) ? 0 : r.blocks;
   return blocks;
 }
 
-bool Engine::room_for(const std::vector<std::unique_ptr<Sequence>>& active, int more) {
+bool Engine::room_for(const std::vector<std::unique_ptr<Sequence>>& active, int more) const {
   const int pool = pool_blocks_.value_or(0);
   return pool == 0 || blocks_needed(active) + blocks_releasing() + more <= pool;
 }
@@ -439,7 +442,7 @@ void Engine::run_loop() {
     // then it is admitted to fail).
     const auto head_fits = [&] {
       const int need = queue_.front()->blocks_needed();
-      return room_for(active, need) || need > *pool_blocks_;
+      return room_for(active, need) || need > pool_blocks_.value_or(0);
     };
     std::deque<Pipeline::Result> results;
     std::vector<std::unique_ptr<Sequence>> cancelled;
@@ -522,6 +525,7 @@ void Engine::run_loop() {
       }
       complete(batch.mapped(), result);
     }
+    std::erase_if(releasing_, [&](const Releasing& r) { return released_everywhere(r); });
     if (waited_too_long) {
       for (auto& seq : active) {
         if (!seq->finished && !seq->in_flight) {

@@ -131,10 +131,10 @@ class Engine final : public Generator {
   // Blocks that the running sequences need once they have fed all they have.
   int blocks_needed(const std::vector<std::unique_ptr<Sequence>>& active) const;
   // Blocks that a stage may still hold for sequences released while batches were in flight.
-  int blocks_releasing();
+  int blocks_releasing() const;
   // Whether `more` blocks fit in the smallest pool beside both, so that a new sequence may be
   // admitted, and start.
-  bool room_for(const std::vector<std::unique_ptr<Sequence>>& active, int more);
+  bool room_for(const std::vector<std::unique_ptr<Sequence>>& active, int more) const;
   // Before a sequence's first batch on a pipeline: the positions every stage holds for it
   // from its cache, which it does not compute again.
   void start_sequence(Sequence& seq);
@@ -185,6 +185,8 @@ class Engine final : public Generator {
     int blocks;
   };
   std::vector<Releasing> releasing_;
+  // Every stage has let its blocks go: the batches in flight at its release are back.
+  bool released_everywhere(const Releasing& r) const;
   // A stage was lost: nothing is launched until a new pipeline comes or the wait is over.
   bool broken_ = false;
   std::chrono::steady_clock::time_point broken_since_;

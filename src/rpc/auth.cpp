@@ -34,7 +34,9 @@ std::string signed_text(std::string_view sender, std::string_view method, std::s
 
 }  // namespace
 
-ClusterKey::ClusterKey(std::string key) : key_(std::move(key)) {}
+ClusterKey::ClusterKey(std::string key) : key_(std::move(key)) {
+  if (key_.empty()) throw std::invalid_argument("a cluster key cannot be empty");
+}
 
 std::string ClusterKey::mac(std::string_view message) const {
   unsigned char digest[EVP_MAX_MD_SIZE];
@@ -53,7 +55,6 @@ const LinkSecurity& ClusterKey::links() const {
 
 void ClusterKey::sign(grpc::ClientContext& context, std::string_view sender_id, std::string_view method) const {
   context.AddMetadata("x-strata-sender", std::string(sender_id));
-  if (!enabled()) return;
   const std::string nonce = fresh_nonce();
   const std::string time = std::to_string(unix_time_ms());
   context.AddMetadata("x-strata-time", time);
@@ -62,7 +63,6 @@ void ClusterKey::sign(grpc::ClientContext& context, std::string_view sender_id, 
 }
 
 std::optional<std::string> ClusterKey::refusal(const grpc::ServerContext& context, std::string_view method) {
-  if (!enabled()) return std::nullopt;
   const std::string sender = metadata(context, "x-strata-sender");
   const std::string time = metadata(context, "x-strata-time");
   const std::string nonce = metadata(context, "x-strata-nonce");

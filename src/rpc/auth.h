@@ -23,10 +23,11 @@ namespace strata::rpc {
 
 class ClusterKey {
  public:
-  explicit ClusterKey(std::string key = {});
-  bool enabled() const { return !key_.empty(); }
+  // Throws std::invalid_argument for an empty key: every node has one (rpc/tls.h), its user's
+  // local secret when no cluster key is given.
+  explicit ClusterKey(std::string key);
 
-  // Adds the sender's id and, with a key, its proof to an outgoing call.
+  // Adds the sender's id and its proof to an outgoing call.
   void sign(grpc::ClientContext& context, std::string_view sender_id, std::string_view method) const;
   // Why an incoming call is refused, or nullopt when it is accepted.
   std::optional<std::string> refusal(const grpc::ServerContext& context, std::string_view method);
@@ -35,7 +36,6 @@ class ClusterKey {
   std::string mac(std::string_view message) const;
 
   // This process's TLS identity under the key, made on first use (it costs a key stretch).
-  // Throws std::runtime_error without a key.
   const LinkSecurity& links() const;
 
  private:

@@ -27,9 +27,10 @@ void forward_grpc_log(gpr_log_func_args* args) {
     if (said.contains(message)) return;
     if (said.size() < kMostRemembered) said.emplace(message);
   }
-  const bool handshake = message.find("andshake failed") != std::string_view::npos;
   (*log)("gRPC: " + std::string(message) +
-         (handshake ? " (a TLS handshake refused: the other end lacks this cluster's key, or is not a Strata node)" : ""));
+         (is_handshake_failure(message)
+              ? " (a TLS handshake refused: the other end lacks this cluster's key, or is not a Strata node)"
+              : ""));
 }
 
 // A prompt chunk of 256 tokens of an 8192-wide model is 8 MiB of activations.
@@ -81,6 +82,11 @@ void configure_server(grpc::ServerBuilder& builder) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, kKeepaliveMs / 2);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWindowBytes);
+}
+
+bool is_handshake_failure(std::string_view message) {
+  return message.find("andshake failed") != std::string_view::npos ||
+         message.find("certificate verify failed") != std::string_view::npos;
 }
 
 void route_grpc_log(std::function<void(const std::string&)> log) {

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "rpc/auth.h"
 
@@ -18,6 +19,10 @@ std::shared_ptr<grpc::Channel> make_channel(const std::string& address, const Cl
 // the pipeline's activations behind them.
 std::shared_ptr<grpc::Channel> make_bulk_channel(const std::string& address, const ClusterKey& key);
 void configure_server(grpc::ServerBuilder& builder);
+
+// Whether gRPC's words (a status message, a log line) say a TLS handshake failed: the other end
+// has another cluster key, or is no Strata node.
+bool is_handshake_failure(std::string_view message);
 
 // Sends gRPC's own log lines (errors, unless GRPC_VERBOSITY asks for more) to `log`, each once, as
 // "gRPC: ..." instead of gRPC's format on stderr. Called once, at start-up, before any call.

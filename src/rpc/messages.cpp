@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <limits>
 #include <set>
+#include <span>
 #include <stdexcept>
 #include <string_view>
 
@@ -72,6 +73,13 @@ void check_number(std::string_view field, double value, sampling::Range range) {
   }
 }
 
+// A field of a float type, against its range's bounds as floats: the API's bounds, after the
+// same rounding (0.01 becomes 0.0099999998 on the way).
+void check_number(std::string_view field, float value, sampling::Range range) {
+  check_number(field, static_cast<double>(value),
+               {static_cast<float>(range.min), static_cast<float>(range.max)});
+}
+
 // A rate or a duration a node measured.
 void check_measure(std::string_view field, double value) {
   if (!(value >= 0 && std::isfinite(value))) refuse(field, "is " + number_text(value) + ", not a finite number >= 0");
@@ -86,7 +94,7 @@ void check_text(std::string_view field, const std::string& value) {
   if (value.size() > kMaxTextBytes) refuse(field, "is longer than " + std::to_string(kMaxTextBytes) + " bytes");
 }
 
-void check_choice(std::string_view field, const std::string& value, std::initializer_list<std::string_view> choices) {
+void check_choice(std::string_view field, const std::string& value, std::span<const std::string_view> choices) {
   std::string listed;
   for (const std::string_view choice : choices) {
     if (value == choice) return;
@@ -94,6 +102,10 @@ void check_choice(std::string_view field, const std::string& value, std::initial
   }
   check_name(field, value);
   refuse(field, "is '" + value + "', not one of " + listed);
+}
+
+void check_choice(std::string_view field, const std::string& value, std::initializer_list<std::string_view> choices) {
+  check_choice(field, value, std::span<const std::string_view>(choices.begin(), choices.size()));
 }
 
 // HOST:PORT, the host empty for a node that listens on every interface (it is reached at the
@@ -161,7 +173,7 @@ void check_node(const NodeInfo& node, const std::string& path) {
   check_hash(field("model_hash"), node.model_hash(), Presence::Required);
   check_name(field("model_name"), node.model_name());
   check_measure(field("weight_bytes_per_second"), node.weight_bytes_per_second());
-  check_choice(field("state"), node.state(), {"starting", "fetching", "loading", "ready", "idle", "serving"});
+  check_choice(field("state"), node.state(), kNodeStates);
   check_number(field("load_progress"), node.load_progress(), kFractionRange);
   if (node.has_kv_cache()) {
     const KvCacheStats& kv = node.kv_cache();
@@ -226,13 +238,25 @@ void check_layer_kv(const LayerKv& kv, const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+// What both sides of a Hello say: who they are, whom they know, their placement.
+void check_greeting(const NodeInfo& node, std::string_view node_field,
+                    const google::protobuf::RepeatedPtrField<NodeInfo>& known, const Placement& placement) {
+  check_node(node, std::string(node_field) + ".");
+  check_entries("known", known.size(), kMaxNodes);
+  for (int i = 0; i < known.size(); ++i) check_node(known[i], at("known", i) + ".");
+  check_placement(placement, "placement.");
+}
+
+}  // namespace
+
 std::string malformed(const HelloRequest& request) {
-  return first_problem([&] {
-    check_node(request.sender(), "sender.");
-    check_entries("known", request.known_size(), kMaxNodes);
-    for (int i = 0; i < request.known_size(); ++i) check_node(request.known(i), at("known", i) + ".");
-    check_placement(request.placement(), "placement.");
-  });
+  return first_problem([&] { check_greeting(request.sender(), "sender", request.known(), request.placement()); });
+}
+
+std::string malformed(const HelloReply& reply) {
+  return first_problem([&] { check_greeting(reply.node(), "node", reply.known(), reply.placement()); });
 }
 
 std::string malformed(const ForwardRequest& request) {

@@ -2,7 +2,9 @@
 // fuzzer can drive them with nothing but the generated message code.
 #pragma once
 
+#include <array>
 #include <string>
+#include <string_view>
 
 #include "engine/generator.h"
 #include "engine/stage.h"
@@ -16,6 +18,12 @@ namespace strata::rpc {
 // second process under its id.
 inline constexpr uint32_t kProtocolVersion = 4;
 
+// What a node can say it is doing (NodeInfo.state): placed nowhere yet, placed elsewhere,
+// fetching or loading its layers, holding them, leading the placement it serves, or taking no
+// part (its node id is another process's).
+inline constexpr std::array<std::string_view, 7> kNodeStates{"starting", "idle",    "fetching", "loading",
+                                                             "ready",    "serving", "refused"};
+
 // Why a message cannot be acted on, naming the first field that breaks its rule ("field
 // 'sampling.temperature' is nan, not between 0 and 2"), or empty when it is well-formed. Every
 // request of the node protocol has one, which its handler asks first; each kind of field (an id,
@@ -23,6 +31,7 @@ inline constexpr uint32_t kProtocolVersion = 4;
 // fields the ranges the API refuses others by (sampling/params.h). What needs the node's own
 // state (an epoch, a sequence, a tensor index) is the handler's to check.
 std::string malformed(const HelloRequest& request);
+std::string malformed(const HelloReply& reply);
 // Also: counts that do not add up, impossible positions or capacities, too many rows.
 std::string malformed(const ForwardRequest& request);
 std::string malformed(const ReleaseRequest& request);

@@ -35,15 +35,20 @@ engine::GenerationRequest to_engine(const GenerateRequest& r) {
   return out;
 }
 
-// Why host:port cannot be bound, as the system says it ("Address already in use"), which gRPC
-// tells only its log; empty when it can be bound now. Bound as gRPC binds, with SO_REUSEADDR.
-std::string bind_refusal(const std::string& host, int port) {
+// Why host:port cannot be bound (an errno, or its text when the address does not resolve),
+// which gRPC tells only its log; 0 when it can be bound now. Bound as gRPC binds, with
+// SO_REUSEADDR.
+struct BindRefusal {
+  int error = 0;
+  std::string text;
+};
+BindRefusal bind_refusal(const std::string& host, int port) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* found = nullptr;
   if (const int error = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); error != 0) {
-    return ::gai_strerror(error);
+    return {EINVAL, ::gai_strerror(error)};
   }
   const int fd = ::socket(found->ai_family, found->ai_socktype, found->ai_protocol);
   const int reuse = 1;
@@ -54,7 +59,7 @@ std::string bind_refusal(const std::string& host, int port) {
   }
   if (fd >= 0) ::close(fd);
   ::freeaddrinfo(found);
-  return error == 0 ? std::string() : std::strerror(error);
+  return {error, error == 0 ? std::string() : std::strerror(error)};
 }
 
 // INVALID_ARGUMENT naming the field that breaks its rule, or nothing for a well-formed request.
@@ -325,8 +330,11 @@ NodeServer::NodeServer(NodeHandler& handler, std::shared_ptr<ClusterKey> key, co
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) {
-    const std::string why = bind_refusal(host, port);
-    throw std::runtime_error("cannot listen for nodes on " + host + ":" + std::to_string(port) + (why.empty() ? "" : ": " + why));
+    const BindRefusal why = bind_refusal(host, port);
+    const std::string what = "cannot listen for nodes on " + host + ":" + std::to_string(port) +
+                             (why.text.empty() ? "" : ": " + why.text);
+    if (why.error == EADDRINUSE) throw PortTaken(what);
+    throw std::runtime_error(what);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 
 #include "engine/generator.h"
@@ -46,9 +47,15 @@ class NodeHandler {
   virtual std::optional<TensorBytes> tensor(const FetchTensorRequest& request, std::string& why) = 0;
 };
 
+// The port asked for is another process's.
+struct PortTaken : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 class NodeServer {
  public:
-  // Listens on host:port (0: any free port). Throws std::runtime_error when it cannot bind.
+  // Listens on host:port (0: any free port). Throws PortTaken when another process has the
+  // port, std::runtime_error when it cannot bind for another reason.
   // `tensor_chunk_bytes` other than kTensorChunkBytes is for tests that cut a fetch mid-tensor.
   NodeServer(NodeHandler& handler, std::shared_ptr<ClusterKey> key, const std::string& host, int port,
              std::function<void(const std::string&)> log, uint64_t tensor_chunk_bytes = kTensorChunkBytes);

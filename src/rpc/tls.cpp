@@ -156,15 +156,14 @@ LinkSecurity::LinkSecurity(std::string_view secret) {
   authority_fingerprint_ = fingerprint_of(authority_cert.get());
   private_key_pem_ = pem_of(own.get());
   certificate_pem_ = pem_of(own_cert.get());
-}
-
-std::shared_ptr<grpc::ChannelCredentials> LinkSecurity::channel_credentials() const {
   grpc::SslCredentialsOptions options;
   options.pem_root_certs = authority_pem_;
   options.pem_private_key = private_key_pem_;
   options.pem_cert_chain = certificate_pem_;
-  return grpc::SslCredentials(options);
+  channel_credentials_ = grpc::SslCredentials(options);
 }
+
+std::shared_ptr<grpc::ChannelCredentials> LinkSecurity::channel_credentials() const { return channel_credentials_; }
 
 std::shared_ptr<grpc::ServerCredentials> LinkSecurity::server_credentials() const {
   grpc::SslServerCredentialsOptions options(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);

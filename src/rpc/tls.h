@@ -34,6 +34,7 @@ class LinkSecurity {
   const std::string& authority_fingerprint() const { return authority_fingerprint_; }
 
  private:
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;  // one for every channel, so that they share connections
   std::string authority_pem_;
   std::string authority_fingerprint_;
   std::string private_key_pem_;

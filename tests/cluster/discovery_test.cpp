@@ -121,7 +121,8 @@ TEST_F(DiscoveryTest, MalformedDatagramsAreRefused) {
 }
 
 TEST(DiscoveryOptionsTest, NeedsAKeyAKnownInterfaceAndAShortId) {
-  EXPECT_THROW(Discovery({.key = std::make_shared<rpc::ClusterKey>()}), std::runtime_error);
+  EXPECT_THROW(Discovery({.key = nullptr}), std::runtime_error);
+  EXPECT_THROW(rpc::ClusterKey(""), std::invalid_argument);
   EXPECT_THROW(multicast_interfaces("no-such-interface0"), std::runtime_error);
   // Receivers would refuse its announcements as too big: it is refused before it starts.
   const auto key = std::make_shared<rpc::ClusterKey>("secret");

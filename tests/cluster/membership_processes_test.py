@@ -88,9 +88,15 @@ def duplicate_id(reference):
     said = second.text()
     check("this node takes no part in the cluster: node id 'd2' is taken by the node at " + address in said
           and "--node-id" in said, f"the second d2 says it is refused, and what to do:\n{said}")
-    status, body = second.get("/health")
-    check(status == 503 and body.get("status") == "refused" and "node id 'd2' is taken" in body.get("waiting_for", ""),
-          f"the second d2's /health says it is refused ({status} {body})")
+    # For longer than twice the 3 s a refusal is remembered: it stays refused, never placing.
+    answers = set()
+    deadline = time.time() + 7
+    while time.time() < deadline:
+        status, body = second.get("/health")
+        answers.add((status, body.get("status"), "node id 'd2' is taken" in body.get("waiting_for", "")))
+        time.sleep(0.25)
+    check(answers == {(503, "refused", True)}, f"the second d2's /health says it is refused at every look ({answers})")
+    check("placement" not in second.text(), f"the second d2 never placed nor adopted a placement:\n{second.text()}")
     check(answer(nodes[1].complete(REQUESTS[0])) == reference[0], "the cluster answers as one node meanwhile")
     second.stop()
 

@@ -4,7 +4,8 @@ the clear (an unsigned Generate, ModelManifest and FetchTensor, a fake member an
 placement as its leader) and over TLS without a certificate of the cluster's authority get not
 one HTTP/2 frame back, the placement stays put, and twelve such calls of 60 MiB each leave the
 node's memory within 100 MB of where it was. A keyless node keeps its user's secret in its state
-directory, readable by that user only; its API key still guards its API.
+directory (made readable by that user only), itself readable by that user only; its API key
+still guards its API.
 
 usage: node_port_probe_test.py STRATA MODEL.gguf
 """
@@ -231,8 +232,10 @@ def api_status(node, key=None):
 def main():
     with tempfile.TemporaryDirectory() as folder:
         certificate = self_signed_client_certificate(folder)
-        state = os.path.join(folder, "state")
-        keyless = Node("p0", "--state-dir", state, "--api-key", "api-secret")
+        # This user's state directory, made by the node: the local secret is kept there.
+        os.environ["XDG_STATE_HOME"] = folder
+        state = os.path.join(folder, "strata")
+        keyless = Node("p0", "--api-key", "api-secret")
         try:
             check(keyless.wait_healthy(), "the keyless node serves")
             mode = lambda path: oct(os.stat(path).st_mode & 0o777) if os.path.exists(path) else "missing"

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <bit>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <functional>
 #include <future>
@@ -245,8 +246,10 @@ TEST_F(NodeServiceTest, AcceptsASignedBatchOfTheCurrentEpoch) {
   EXPECT_EQ(node_.held(), 1u);
 }
 
-TEST_F(NodeServiceTest, RefusesCallsWithoutTheKeyOrWithAnother) {
-  EXPECT_EQ(forward(start_sequence(1), ClusterKey("")).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+TEST_F(NodeServiceTest, RefusesCallsWithoutTheKeysProofOrWithAnother) {
+  grpc::ClientContext unsigned_call;
+  unsigned_call.AddMetadata("x-strata-sender", "client");
+  EXPECT_EQ(forward_on(*stub_, unsigned_call, start_sequence(1), nullptr).error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(forward(start_sequence(1), ClusterKey("guess")).error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(node_.held(), 0u);
   ASSERT_EQ(log_.size(), 2u);
@@ -812,6 +815,46 @@ TEST_F(NodeServiceTest, RefusesEveryKindOfCallWithAFieldOutOfRange) {
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field << ": " << status.error_message();
     EXPECT_NE(status.error_message().find("'" + field + "'"), std::string::npos) << field << ": " << status.error_message();
   }
+}
+
+// What real nodes send passes: every state a node can say it is in (one refused among them),
+// a Hello reply like its request, and the sampling bounds the API takes, once rounded to the
+// floats the message carries (0.01 becomes 0.0099999998).
+TEST(NodeMessages, TakeEveryStateANodeSaysAndTheBoundsTheApiTakes) {
+  HelloReply reply;
+  NodeInfo& node = *reply.mutable_node();
+  node.set_node_id("a");
+  node.set_node_address(":9001");  // a node listening on every interface
+  node.set_api_address("0.0.0.0:9000");
+  node.set_model_hash(std::string(64, 'f'));
+  node.set_protocol_version(kProtocolVersion);
+  for (const std::string_view state : kNodeStates) {
+    node.set_state(std::string(state));
+    EXPECT_EQ(malformed(reply), "") << state;
+  }
+  *reply.add_known() = node;
+  reply.mutable_known(0)->set_node_address("127.0.0.1:9003");
+  EXPECT_EQ(malformed(reply), "");
+  node.set_state("dancing");
+  EXPECT_NE(malformed(reply).find("node.state"), std::string::npos) << malformed(reply);
+
+  GenerateRequest request;
+  request.set_sender_id("b");
+  request.add_prompt(1);
+  request.set_max_tokens(8);
+  const sampling::SamplingParams defaults;
+  SamplingParams& s = *request.mutable_sampling();
+  s.set_temperature(2);
+  s.set_top_k(defaults.top_k);
+  s.set_top_p(1);
+  s.set_min_p(0);
+  s.set_repetition_penalty(static_cast<float>(sampling::kRepetitionPenaltyRange.min));
+  s.set_presence_penalty(-2);
+  s.set_frequency_penalty(2);
+  s.set_penalty_last_n(-1);
+  EXPECT_EQ(malformed(request), "");
+  s.set_repetition_penalty(std::nextafter(static_cast<float>(sampling::kRepetitionPenaltyRange.min), 0.0f));
+  EXPECT_NE(malformed(request).find("repetition_penalty"), std::string::npos);
 }
 
 }  // namespace
