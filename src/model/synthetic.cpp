@@ -15,7 +15,7 @@
 namespace strata::model {
 namespace {
 
-constexpr std::array<SyntheticShape, 8> kShapes{{
+constexpr std::array<SyntheticShape, 10> kShapes{{
     {"tinyllama-1.1b", "TinyLlama-1.1B (Llama 2 architecture, GQA 32/4)", "llama", 32000, 2048,
      2048, 22, 32, 4, 5632, 10000.0f, false},
     {"llama-3.2-1b", "Llama-3.2-1B (GQA 32/8, 128k vocabulary, tied head)", "llama", 128256,
@@ -32,6 +32,10 @@ constexpr std::array<SyntheticShape, 8> kShapes{{
      151936, 40960, 2048, 48, 32, 4, 6144, 1000000.0f, false, 128, 128, 8, 768},
     {"mixtral-8x7b", "Mixtral-8x7B (a Llama with 2 of 8 experts of 14336)", "llama", 32000, 32768, 4096, 32,
      32, 8, 14336, 1000000.0f, false, 0, 8, 2, 14336},
+    {"qwen3-tiny", "a small Qwen3 (QK-norm, heads of 64 beside a width of 128), for tests", "qwen3", 2048, 512,
+     128, 4, 4, 2, 256, 1000000.0f, true, 64},
+    {"qwen3moe-tiny", "a small Qwen3-MoE (2 of 8 experts of 64), for tests", "qwen3moe", 2048, 512, 128, 4, 4, 2,
+     256, 1000000.0f, false, 32, 8, 2, 64},
 }};
 
 // splitmix64: a tiny, well-mixed generator; every row gets its own stream so rows can be
