@@ -6,15 +6,20 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <map>
 #include <optional>
 #include <random>
 
+#include "gguf_variant.h"
 #include "model/model.h"
+#include "model/synthetic.h"
 #include "units/byte_size.h"
 
 namespace strata::cluster {
@@ -79,15 +84,26 @@ std::map<std::string, int> layers_per_node(const Placement& p) {
   return counts;
 }
 
-// Predicted time of a pipeline, from the definition.
+// What a token reads of a layer: all of it, unless the footprint says less (experts).
+uint64_t layer_read(const ModelFootprint& m, int layer) {
+  return m.layer_read_bytes.empty() ? m.layer_weight_bytes[static_cast<size_t>(layer)]
+                                    : m.layer_read_bytes[static_cast<size_t>(layer)];
+}
+
+// What a token reads on a stage: its layers' share, and the head on the last.
+uint64_t stage_read(const ModelFootprint& m, const Stage& s) {
+  uint64_t bytes = 0;
+  for (int layer = s.first_layer; layer < s.last_layer; ++layer) bytes += layer_read(m, layer);
+  return s.last_layer == m.layer_count ? bytes + m.head_bytes : bytes;
+}
+
+// Predicted time of a pipeline, from the definition: the bytes a token reads on each stage at
+// its node's speed, and a hop per hand-over.
 double pipeline_seconds(const std::vector<Stage>& stages, const std::vector<NodeCapacity>& nodes,
                         const ModelFootprint& m, double hop_seconds) {
   double seconds = hop_seconds * static_cast<double>(stages.size() - 1);
   for (const Stage& s : stages) {
-    double bytes = 0;
-    for (int layer = s.first_layer; layer < s.last_layer; ++layer) bytes += m.layer_weight_bytes[layer];
-    if (s.last_layer == m.layer_count) bytes += static_cast<double>(m.head_bytes);
-    seconds += bytes / node_named(nodes, s.node_id).weight_bytes_per_second;
+    seconds += static_cast<double>(stage_read(m, s)) / node_named(nodes, s.node_id).weight_bytes_per_second;
   }
   return seconds;
 }
@@ -364,6 +380,25 @@ TEST(Placement, SpeedIsTheBruteForceOptimumForThreeNodesSixUnequalLayers) {
   }
 }
 
+// Mixture-of-Experts layers: each holds more than a token reads, by a share of its own. The
+// memory rule counts what a stage holds, the time what a token reads.
+TEST(Placement, SpeedIsTheBruteForceOptimumWhenTokensReadPartOfEachLayer) {
+  std::mt19937 rng(23);
+  std::uniform_int_distribution<uint64_t> layer_bytes(50, 150), extra_bytes(0, 200), memory(150, 700);
+  std::uniform_real_distribution<double> speed(1e3, 8e3), hop(0.0, 0.05), read_share(0.02, 1.0);
+  for (int scenario = 0; scenario < 300; ++scenario) {
+    ModelFootprint m{6, {}, extra_bytes(rng), extra_bytes(rng), 1};
+    for (int layer = 0; layer < 6; ++layer) {
+      m.layer_weight_bytes.push_back(layer_bytes(rng));
+      m.layer_read_bytes.push_back(static_cast<uint64_t>(std::ceil(read_share(rng) * m.layer_weight_bytes.back())));
+    }
+    std::vector<NodeCapacity> nodes;
+    for (const char* id : {"n1", "n2", "n3"}) nodes.push_back({id, memory(rng), speed(rng)});
+    SCOPED_TRACE("scenario " + std::to_string(scenario));
+    expect_speed_matches_brute_force(nodes, m, 10, hop(rng));
+  }
+}
+
 TEST(Placement, SpeedIsTheBruteForceOptimumForFourNodesEqualLayers) {
   std::mt19937 rng(5);
   std::uniform_int_distribution<uint64_t> extra_bytes(0, 300), memory(150, 900);
@@ -471,6 +506,12 @@ TEST(Placement, RejectsUnusableInput) {
   const std::vector<NodeCapacity> fine = {{"a", 1000, 1e9}};
   EXPECT_THROW(place_layers(fine, uniform_model(0, 100, 0, 0, 0), {}), std::invalid_argument);
   EXPECT_THROW(place_layers(fine, m, {0, Strategy::Speed, -1.0}), std::invalid_argument);
+  ModelFootprint reads_too_much = m;
+  reads_too_much.layer_read_bytes = {100, 100, 101, 100};
+  EXPECT_THROW(place_layers(fine, reads_too_much, {}), std::invalid_argument);
+  ModelFootprint reads_too_few_layers = m;
+  reads_too_few_layers.layer_read_bytes = {10, 10, 10};
+  EXPECT_THROW(place_layers(fine, reads_too_few_layers, {}), std::invalid_argument);
 }
 
 TEST(CheckPlacement, AcceptsValidAndRejectsEachKindOfInvalid) {
@@ -512,6 +553,17 @@ TEST(TensorRole, EachNameHasOneRole) {
   EXPECT_THROW(role_of_tensor("blk.4.attn_q.weight", 4), std::runtime_error);
   EXPECT_THROW(role_of_tensor("blk.x.attn_q.weight", 4), std::runtime_error);
   EXPECT_THROW(role_of_tensor("blk.2", 4), std::runtime_error);
+  // Of a layer's tensors of experts a token reads only the experts it runs; everything else of
+  // the layer, the router and a shared expert too, it reads whole.
+  for (const char* experts : {"blk.1.ffn_gate_exps.weight", "blk.1.ffn_up_exps.weight", "blk.1.ffn_down_exps.weight",
+                              "blk.1.ffn_gate_exps.bias", "blk.1.ffn_down_exps.bias"}) {
+    EXPECT_TRUE(role_of_tensor(experts, 4).experts) << experts;
+    EXPECT_EQ(role_of_tensor(experts, 4).layer, 1) << experts;
+  }
+  for (const char* whole : {"blk.1.ffn_gate_inp.weight", "blk.1.ffn_gate_shexp.weight", "blk.1.ffn_down.weight",
+                            "blk.1.attn_q.weight", "blk.1.ffn_norm.weight", "token_embd.weight", "output.weight"}) {
+    EXPECT_FALSE(role_of_tensor(whole, 4).experts) << whole;
+  }
 }
 
 TEST(Footprint, FromTheSharedModelsTensorTable) {
@@ -532,6 +584,83 @@ TEST(Footprint, FromTheSharedModelsTensorTable) {
     const uint64_t head_matrix = layer == 3 ? f.embedding_bytes : 0;
     EXPECT_EQ(f.layer_weight_bytes[static_cast<size_t>(layer)] + head_matrix, one_layer->weight_bytes() + 2 * norm_bytes);
   }
+  // A dense model: a token reads every byte of each layer.
+  EXPECT_EQ(f.layer_read_bytes, f.layer_weight_bytes);
+}
+
+// A synthetic Qwen3-MoE of the tiny shape, in Q8_0, in the test's temporary directory.
+class MoeFootprint : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    path_ = new std::string(
+        (std::filesystem::temp_directory_path() / ("strata_placement_test_" + std::to_string(::getpid()) + "_moe.gguf"))
+            .string());
+    model::write_synthetic_model(shape(), model::parse_weight_types("Q8_0"), *path_, 7);
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove(*path_);
+    delete path_;
+  }
+  static const model::SyntheticShape& shape() { return *model::find_synthetic_shape("qwen3moe-tiny"); }
+  static std::string* path_;
+};
+std::string* MoeFootprint::path_ = nullptr;
+
+TEST_F(MoeFootprint, ALayerHoldsEveryExpertAndATokenReadsTheOnesItRuns) {
+  auto file = std::shared_ptr<const gguf::File>(gguf::File::open(*path_));
+  const ModelFootprint f = footprint_of(*file);
+  // From the shape: Q8_0 stores 32 weights in 34 bytes; norms and the router stay F32.
+  const model::SyntheticShape& s = shape();
+  const auto q8_0 = [](uint64_t weights) { return weights / 32 * 34; };
+  const uint64_t dim = static_cast<uint64_t>(s.embedding_dim), head_dim = static_cast<uint64_t>(s.head_dim);
+  const uint64_t q_dim = static_cast<uint64_t>(s.head_count) * head_dim;
+  const uint64_t kv_dim = static_cast<uint64_t>(s.kv_head_count) * head_dim;
+  const uint64_t experts = static_cast<uint64_t>(s.expert_count);
+  const uint64_t norms = (2 * dim + 2 * head_dim) * sizeof(float);  // attn, ffn; Q and K per head
+  const uint64_t attention = q8_0(2 * dim * q_dim + 2 * dim * kv_dim);
+  const uint64_t router = dim * experts * sizeof(float);
+  const uint64_t one_expert = q8_0(3 * dim * static_cast<uint64_t>(s.expert_ffn_dim));  // gate, up, down
+  const uint64_t held = norms + attention + router + experts * one_expert;
+  const uint64_t read = norms + attention + router + static_cast<uint64_t>(s.experts_per_token) * one_expert;
+  ASSERT_EQ(f.layer_count, s.layer_count);
+  EXPECT_EQ(f.layer_weight_bytes, std::vector<uint64_t>(static_cast<size_t>(s.layer_count), held));
+  EXPECT_EQ(f.layer_read_bytes, std::vector<uint64_t>(static_cast<size_t>(s.layer_count), read));
+  EXPECT_LT(read, held / 2);
+  // The model's own count of what a token reads through one layer agrees (its matrices, not the
+  // norms; the last layer's Model also reads the head's matrix).
+  for (int layer = 0; layer < s.layer_count; ++layer) {
+    const auto one_layer = model::Model::load(file, {layer, layer + 1});
+    const uint64_t head_matrix = layer + 1 == s.layer_count ? f.head_bytes - dim * sizeof(float) : 0;
+    EXPECT_EQ(f.layer_read_bytes[static_cast<size_t>(layer)] + head_matrix, one_layer->weight_bytes() + norms);
+  }
+}
+
+TEST_F(MoeFootprint, TensorsOfExpertsMustMatchTheExpertCount) {
+  auto moe = gguf::File::open(*path_);
+  auto dense = gguf::File::open(STRATA_SHARED_DIR "/models/aidreams260K.gguf");
+  const auto footprint_with = [](const gguf::File& source, const char* name, size_t length) {
+    const std::string path = *path_ + ".variant";
+    model::testing::write_variant(source, path, {}, {{name, std::vector<float>(length, 0.0f)}});
+    auto file = gguf::File::open(path);
+    std::filesystem::remove(path);
+    return footprint_of(*file);
+  };
+  const auto expect_refused = [&](const gguf::File& source, const char* name, size_t length, const std::string& says) {
+    try {
+      footprint_with(source, name, length);
+      ADD_FAILURE() << name << " accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  // A dense model's metadata counts no experts; a bias of 64 is not one per each of 8 experts.
+  expect_refused(*dense, "blk.0.ffn_up_exps.bias", 8, "counts none");
+  expect_refused(*moe, "blk.0.ffn_up_exps.bias", 64, "not the model's 8 experts");
+  // One value per expert is read as the experts a token runs: 2 of 8 floats.
+  const ModelFootprint plain = footprint_of(*moe);
+  const ModelFootprint with_bias = footprint_with(*moe, "blk.0.ffn_up_exps.bias", 8);
+  EXPECT_EQ(with_bias.layer_weight_bytes[0], plain.layer_weight_bytes[0] + 8 * sizeof(float));
+  EXPECT_EQ(with_bias.layer_read_bytes[0], plain.layer_read_bytes[0] + 2 * sizeof(float));
 }
 
 }  // namespace
