@@ -14,6 +14,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <random>
 
@@ -661,6 +662,327 @@ TEST_F(MoeFootprint, TensorsOfExpertsMustMatchTheExpertCount) {
   const ModelFootprint with_bias = footprint_with(*moe, "blk.0.ffn_up_exps.bias", 8);
   EXPECT_EQ(with_bias.layer_weight_bytes[0], plain.layer_weight_bytes[0] + 8 * sizeof(float));
   EXPECT_EQ(with_bias.layer_read_bytes[0], plain.layer_read_bytes[0] + 2 * sizeof(float));
+}
+
+
+// Two published Mixture-of-Experts models, their footprints built from their shapes as their
+// GGUF files store them, then placed on the seed's four nodes and on four times them.
+
+// How a GGUF type stores weights: bytes per block of weights, as ggml lays the blocks out.
+struct Encoding {
+  const char* name;
+  uint64_t block_bytes;
+  uint64_t block_weights;
+  bool operator==(const Encoding&) const = default;
+};
+constexpr Encoding kF32{"F32", 4, 1};
+constexpr Encoding kF16{"F16", 2, 1};
+constexpr Encoding kQ8_0{"Q8_0", 34, 32};    // 8.5 bits: 32 int8 and an f16 scale
+constexpr Encoding kMXFP4{"MXFP4", 17, 32};  // 4.25 bits: 32 4-bit floats and a shared 8-bit exponent
+constexpr Encoding kQ4_K{"Q4_K", 144, 256};  // 4.5 bits
+constexpr Encoding kQ6_K{"Q6_K", 210, 256};  // 6.5625 bits
+
+struct Tensor {
+  uint64_t weights;
+  Encoding encoding;
+  bool experts = false;  // one of a layer's tensors of experts
+};
+
+enum class Count { Weights, Bytes };
+uint64_t amount(const Tensor& t, Count count) {
+  return count == Count::Weights ? t.weights : t.weights / t.encoding.block_weights * t.encoding.block_bytes;
+}
+
+// A model's tensors as its GGUF file lists them, grouped as a stage holds them.
+struct PublishedModel {
+  std::vector<std::vector<Tensor>> layers;
+  Tensor embedding;
+  std::vector<Tensor> head;  // output norm and matrix
+  uint64_t expert_count;
+  uint64_t experts_used;
+  uint64_t kv_bytes_per_layer_per_token;
+
+  std::vector<Tensor> all() const {
+    std::vector<Tensor> tensors{embedding};
+    for (const auto& layer : layers) tensors.insert(tensors.end(), layer.begin(), layer.end());
+    tensors.insert(tensors.end(), head.begin(), head.end());
+    return tensors;
+  }
+  size_t tensors_in(Encoding encoding) const {
+    const std::vector<Tensor> tensors = all();
+    return static_cast<size_t>(
+        std::count_if(tensors.begin(), tensors.end(), [&](const Tensor& t) { return t.encoding == encoding; }));
+  }
+  uint64_t held(Count count) const {
+    uint64_t sum = 0;
+    for (const Tensor& t : all()) sum += amount(t, count);
+    return sum;
+  }
+  // What a token reads of a tensor: of a tensor of experts, the experts it runs.
+  uint64_t read(const Tensor& t, Count count) const {
+    return t.experts ? amount(t, count) / expert_count * experts_used : amount(t, count);
+  }
+  // What a token reads of the whole model: every layer's share and the head; of the embedding
+  // one row, which no count here includes (nor do the model cards' active parameters).
+  uint64_t read_per_token(Count count) const {
+    uint64_t sum = 0;
+    for (const auto& layer : layers) {
+      for (const Tensor& t : layer) sum += read(t, count);
+    }
+    for (const Tensor& t : head) sum += amount(t, count);
+    return sum;
+  }
+  ModelFootprint footprint() const {
+    ModelFootprint f{static_cast<int>(layers.size()), {}, amount(embedding, Count::Bytes), 0,
+                     kv_bytes_per_layer_per_token};
+    for (const auto& layer : layers) {
+      uint64_t held = 0, read_per_token = 0;
+      for (const Tensor& t : layer) {
+        held += amount(t, Count::Bytes);
+        read_per_token += read(t, Count::Bytes);
+      }
+      f.layer_weight_bytes.push_back(held);
+      f.layer_read_bytes.push_back(read_per_token);
+    }
+    for (const Tensor& t : head) f.head_bytes += amount(t, Count::Bytes);
+    return f;
+  }
+};
+
+// Strata keeps keys and values in f16 by default (--kv-type f16), for every position of the
+// context in every layer (gpt-oss's sliding-window layers would need fewer).
+constexpr uint64_t kv_f16(uint64_t kv_dim) { return 2 * kv_dim * 2; }
+
+// gpt-oss-120b, from openai/gpt-oss-120b's config.json as llama.cpp's GGUF files carry it (load
+// logs of lmstudio-community's gpt-oss-120b-MXFP4, 59.02 GiB like ggml-org's, and, in
+// ik_llama.cpp issue #895, of unsloth's gpt-oss-120b-F16): 36 layers, hidden size 2880, 64
+// query heads and 8 KV heads of 64, 128 experts of which a token runs 4, each an FFN of 2880
+// (gate and up from 2880, down back to it), vocabulary 201088, the head apart from the
+// embedding. Every attention projection has a bias, every head a sink, the router and every
+// expert biases. The experts are MXFP4 in every GGUF; norms, biases, sinks and the router F32;
+// the other matrices (attention, embedding, output) are `matrices`: Q8_0 in ggml-org's file,
+// F16 in unsloth's.
+PublishedModel gpt_oss_120b(Encoding matrices) {
+  constexpr uint64_t layers = 36, hidden = 2880, heads = 64, kv_heads = 8, head_dim = 64, vocab = 201088;
+  constexpr uint64_t experts = 128, used = 4, expert_ffn = 2880;
+  constexpr uint64_t q = heads * head_dim, kv = kv_heads * head_dim;
+  const std::vector<Tensor> layer = {
+      {hidden, kF32},          {hidden, kF32},  // attn_norm, post_attention_norm
+      {hidden * q, matrices},  {q, kF32},       // attn_q and its bias
+      {hidden * kv, matrices}, {kv, kF32},      // attn_k
+      {hidden * kv, matrices}, {kv, kF32},      // attn_v
+      {q * hidden, matrices},  {hidden, kF32},  // attn_output
+      {heads, kF32},                            // attn_sinks
+      {hidden * experts, kF32}, {experts, kF32},  // ffn_gate_inp: the router
+      {hidden * expert_ffn * experts, kMXFP4, true}, {expert_ffn * experts, kF32, true},  // ffn_gate_exps
+      {hidden * expert_ffn * experts, kMXFP4, true}, {expert_ffn * experts, kF32, true},  // ffn_up_exps
+      {expert_ffn * hidden * experts, kMXFP4, true}, {hidden * experts, kF32, true},      // ffn_down_exps
+  };
+  return {std::vector<std::vector<Tensor>>(layers, layer), {hidden * vocab, matrices},
+          {{hidden, kF32}, {hidden * vocab, matrices}}, experts, used, kv_f16(kv)};
+}
+
+// llama.cpp's use_more_bits (src/llama-quant.cpp): the layers whose attn_v and ffn_down (so
+// ffn_down_exps) Q4_K_M stores in Q6_K.
+bool q4_k_m_uses_q6_k(uint64_t layer, uint64_t layers) {
+  return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
+}
+
+// Qwen3-235B-A22B in Q4_K_M, from Qwen/Qwen3-235B-A22B's config.json as the GGUF carries it
+// (the load log of unsloth's Qwen3-235B-A22B-Q4_K_M in ik_llama.cpp issue #389): 94 layers,
+// hidden size 4096, 64 query heads and 4 KV heads of 128, RMS norms of Q and K per head, no
+// biases, 128 experts of which a token runs 8, each an FFN of 1536, vocabulary 151936, the
+// head apart from the embedding. llama.cpp's Q4_K_M (llama_tensor_get_type) keeps norms and
+// the router F32, stores output.weight in Q6_K, attn_v and ffn_down_exps in Q6_K in the layers
+// use_more_bits picks, and every other matrix in Q4_K.
+PublishedModel qwen3_235b_a22b_q4_k_m() {
+  constexpr uint64_t layers = 94, hidden = 4096, heads = 64, kv_heads = 4, head_dim = 128, vocab = 151936;
+  constexpr uint64_t experts = 128, used = 8, expert_ffn = 1536;
+  constexpr uint64_t q = heads * head_dim, kv = kv_heads * head_dim;
+  PublishedModel model{
+      {}, {hidden * vocab, kQ4_K}, {{hidden, kF32}, {hidden * vocab, kQ6_K}}, experts, used, kv_f16(kv)};
+  for (uint64_t layer = 0; layer < layers; ++layer) {
+    const Encoding more_bits = q4_k_m_uses_q6_k(layer, layers) ? kQ6_K : kQ4_K;
+    model.layers.push_back({
+        {hidden, kF32}, {hidden, kF32},      // attn_norm, ffn_norm
+        {head_dim, kF32}, {head_dim, kF32},  // attn_q_norm, attn_k_norm
+        {hidden * q, kQ4_K}, {hidden * kv, kQ4_K}, {hidden * kv, more_bits}, {q * hidden, kQ4_K},
+        {hidden * experts, kF32},                                // ffn_gate_inp: the router
+        {hidden * expert_ffn * experts, kQ4_K, true},            // ffn_gate_exps
+        {hidden * expert_ffn * experts, kQ4_K, true},            // ffn_up_exps
+        {expert_ffn * hidden * experts, more_bits, true},        // ffn_down_exps
+    });
+  }
+  return model;
+}
+
+constexpr double kGiBytes = 1024.0 * 1024.0 * 1024.0;
+
+double layers_gib(const ModelFootprint& f) {
+  return std::accumulate(f.layer_weight_bytes.begin(), f.layer_weight_bytes.end(), 0.0) / kGiBytes;
+}
+
+// The tables above against what llama.cpp printed loading the files (tensors per type, "model
+// params", "model size", "repeating layers": the layers alone) and the model cards' active
+// parameters (5.1B of 117B; 22B of 235B), which count the head but not the embedding.
+TEST(PublishedMoeModel, TheShapesGiveTheSizesLlamaCppReports) {
+  for (const PublishedModel& model : {gpt_oss_120b(kQ8_0), gpt_oss_120b(kF16), qwen3_235b_a22b_q4_k_m()}) {
+    for (const Tensor& t : model.all()) EXPECT_EQ(t.weights % t.encoding.block_weights, 0u) << t.encoding.name;
+  }
+  for (const Encoding matrices : {kQ8_0, kF16}) {
+    const PublishedModel m = gpt_oss_120b(matrices);
+    SCOPED_TRACE(matrices.name);
+    EXPECT_EQ(m.all().size(), 687u);
+    EXPECT_EQ(m.tensors_in(kF32), 433u);
+    EXPECT_EQ(m.tensors_in(matrices), 146u);
+    EXPECT_EQ(m.tensors_in(kMXFP4), 108u);
+    EXPECT_NEAR(m.held(Count::Weights) / 1e9, 116.829, 0.0005);
+    EXPECT_NEAR(m.read_per_token(Count::Weights) / 1e9, 5.1, 0.05);
+  }
+  EXPECT_NEAR(gpt_oss_120b(kQ8_0).held(Count::Bytes) / kGiBytes, 59.02, 0.005);
+  EXPECT_NEAR(gpt_oss_120b(kF16).held(Count::Bytes) / kGiBytes, 60.868, 0.0005);
+  EXPECT_NEAR(layers_gib(gpt_oss_120b(kF16).footprint()), 58.710, 0.0005);
+
+  const PublishedModel qwen = qwen3_235b_a22b_q4_k_m();
+  EXPECT_EQ(qwen.all().size(), 1131u);
+  EXPECT_EQ(qwen.tensors_in(kF32), 471u);
+  EXPECT_EQ(qwen.tensors_in(kQ4_K), 567u);
+  EXPECT_EQ(qwen.tensors_in(kQ6_K), 93u);  // the head, and attn_v and ffn_down_exps of 46 layers
+  EXPECT_NEAR(qwen.held(Count::Weights) / 1e9, 235.094, 0.0005);
+  EXPECT_NEAR(qwen.held(Count::Bytes) / kGiBytes, 132.386, 0.0005);
+  EXPECT_NEAR(layers_gib(qwen.footprint()), 131.584, 0.0005);
+  EXPECT_NEAR(qwen.read_per_token(Count::Weights) / 1e9, 22.0, 0.5);
+}
+
+std::vector<NodeCapacity> four_times(std::vector<NodeCapacity> nodes) {
+  for (NodeCapacity& node : nodes) node.memory_bytes *= 4;
+  return nodes;
+}
+
+// The least bytes a token reads on the slowest stage of any pipeline of exactly `stage_count`
+// stages that obeys the memory rule: every ordered choice of distinct nodes and every split
+// into that many contiguous stages. nullopt: no such pipeline fits.
+std::optional<uint64_t> least_slowest_stage_read(const std::vector<NodeCapacity>& nodes, const ModelFootprint& m,
+                                                 uint64_t kv_tokens, size_t stage_count) {
+  std::optional<uint64_t> best;
+  std::vector<bool> used(nodes.size(), false);
+  std::function<void(int, size_t, uint64_t)> extend = [&](int first, size_t stages, uint64_t slowest) {
+    if (first == m.layer_count || stages == stage_count) {
+      if (first == m.layer_count && stages == stage_count && (!best || slowest < *best)) best = slowest;
+      return;
+    }
+    for (size_t n = 0; n < nodes.size(); ++n) {
+      if (used[n]) continue;
+      for (int last = first + 1; last <= m.layer_count; ++last) {
+        if (stage_need(m, kv_tokens, first, last) > nodes[n].memory_bytes) break;  // more layers need more
+        used[n] = true;
+        extend(last, stages + 1, std::max(slowest, stage_read(m, {nodes[n].id, first, last})));
+        used[n] = false;
+      }
+    }
+  };
+  extend(0, 0, 0);
+  return best;
+}
+
+uint64_t slowest_stage_read(const Placement& p, const ModelFootprint& m) {
+  uint64_t slowest = 0;
+  for (const Stage& s : p.stages) slowest = std::max(slowest, stage_read(m, s));
+  return slowest;
+}
+
+// The seed's nodes all read weights at the same speed, so every pipeline reads the same bytes
+// per token in the same time and differs only by its hops: the fastest has the fewest stages
+// that fit, and among those the least read on its slowest stage. Its predicted time is what a
+// token reads of the whole model at that speed, plus the hops: far less than every byte held.
+void expect_speed_strategy_reads_only_active_bytes(const std::vector<NodeCapacity>& nodes, const PublishedModel& model,
+                                                   size_t expected_stages) {
+  const ModelFootprint m = model.footprint();
+  const Placement p = place_layers(nodes, m, {kContext4096, Strategy::Speed});
+  expect_valid(p, nodes, m, kContext4096);
+  for (size_t fewer = 1; fewer < expected_stages; ++fewer) {
+    EXPECT_FALSE(least_slowest_stage_read(nodes, m, kContext4096, fewer)) << fewer << " stages fit";
+  }
+  EXPECT_EQ(p.stages.size(), expected_stages) << p.reason;
+  EXPECT_EQ(slowest_stage_read(p, m), least_slowest_stage_read(nodes, m, kContext4096, expected_stages)) << p.reason;
+  const double speed = nodes[0].weight_bytes_per_second;
+  const double read_seconds = static_cast<double>(model.read_per_token(Count::Bytes)) / speed;
+  const double hops_seconds = kDefaultHopSeconds * static_cast<double>(expected_stages - 1);
+  EXPECT_NEAR(p.predicted_seconds_per_token, read_seconds + hops_seconds, 1e-12 * read_seconds);
+  EXPECT_LT(p.predicted_seconds_per_token * 10, static_cast<double>(model.held(Count::Bytes)) / speed);
+}
+
+// Every node takes part, with layers in proportion to its memory (the floor or the ceiling of
+// its share), each stage obeying the memory rule; the time predicted is the bytes read.
+void expect_memory_strategy_is_memory_weighted(const std::vector<NodeCapacity>& nodes, const PublishedModel& model) {
+  const ModelFootprint m = model.footprint();
+  const Placement p = place_layers(nodes, m, {kContext4096, Strategy::Memory});
+  expect_valid(p, nodes, m, kContext4096);
+  double memory = 0;
+  for (const NodeCapacity& node : nodes) memory += static_cast<double>(node.memory_bytes);
+  std::map<std::string, int> counts = layers_per_node(p);
+  ASSERT_EQ(counts.size(), nodes.size()) << p.reason;
+  for (const NodeCapacity& node : nodes) {
+    const double share = m.layer_count * static_cast<double>(node.memory_bytes) / memory;
+    EXPECT_GE(counts[node.id], static_cast<int>(std::floor(share))) << node.id << "\n" << p.reason;
+    EXPECT_LE(counts[node.id], static_cast<int>(std::ceil(share))) << node.id << "\n" << p.reason;
+  }
+  EXPECT_NEAR(p.predicted_seconds_per_token, pipeline_seconds(p.stages, nodes, m, kDefaultHopSeconds),
+              1e-12 * p.predicted_seconds_per_token);
+}
+
+// gpt-oss in unsloth's F16 file: its attention and other matrices in 16 bits, the larger of the
+// two by 1.8 GiB.
+TEST(PublishedMoeModel, GptOss120bOnTheSeedsFourNodes) {
+  const auto nodes = seed_cluster();  // 16, 16, 32 and 32 GB
+  const PublishedModel model = gpt_oss_120b(kF16);
+  const ModelFootprint m = model.footprint();
+  // 65 GB with its KV: more than two 32 GB nodes hold, within the four's 96 GB.
+  const uint64_t need = stage_need(m, kContext4096, 0, m.layer_count);
+  ASSERT_GT(need, 64 * kGB);
+  ASSERT_LT(need, 96 * kGB);
+  expect_speed_strategy_reads_only_active_bytes(nodes, model, 3);
+  expect_memory_strategy_is_memory_weighted(nodes, model);
+  // 36 layers over 16:16:32:32 is exactly 6, 6, 12 and 12.
+  EXPECT_EQ(layers_per_node(place_layers(nodes, m, {kContext4096, Strategy::Memory})),
+            (std::map<std::string, int>{{"a", 6}, {"b", 6}, {"c", 12}, {"d", 12}}));
+}
+
+TEST(PublishedMoeModel, GptOss120bOnFourTimesTheSeedsNodes) {
+  const auto nodes = four_times(seed_cluster());  // 64, 64, 128 and 128 GB
+  const PublishedModel model = gpt_oss_120b(kF16);
+  const ModelFootprint m = model.footprint();
+  // One 128 GB node holds it all: no hop.
+  ASSERT_LT(stage_need(m, kContext4096, 0, m.layer_count), 128 * kGB);
+  expect_speed_strategy_reads_only_active_bytes(nodes, model, 1);
+  expect_memory_strategy_is_memory_weighted(nodes, model);
+}
+
+TEST(PublishedMoeModel, Qwen3_235bDoesNotFitTheSeedsFourNodes) {
+  const auto nodes = seed_cluster();  // 16, 16, 32 and 32 GB
+  const ModelFootprint m = qwen3_235b_a22b_q4_k_m().footprint();
+  // Every node holds a layer, so all 96 GB count; the model needs every byte of every expert.
+  for (const NodeCapacity& node : nodes) ASSERT_LE(stage_need(m, kContext4096, 1, 2), node.memory_bytes);
+  const uint64_t missing = stage_need(m, kContext4096, 0, m.layer_count) - 96 * kGB;
+  for (Strategy strategy : {Strategy::Speed, Strategy::Memory}) {
+    try {
+      place_layers(nodes, m, {kContext4096, strategy});
+      ADD_FAILURE() << "a 143 GB model placed in 96 GB";
+    } catch (const DoesNotFit& e) {
+      EXPECT_EQ(e.missing_bytes(), missing);
+      EXPECT_NE(std::string(e.what()).find(units::describe_bytes(missing) + " missing"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(PublishedMoeModel, Qwen3_235bOnFourTimesTheSeedsNodes) {
+  const auto nodes = four_times(seed_cluster());  // 64, 64, 128 and 128 GB
+  const PublishedModel model = qwen3_235b_a22b_q4_k_m();
+  const ModelFootprint m = model.footprint();
+  // 143 GB: more than a 128 GB node holds.
+  ASSERT_GT(stage_need(m, kContext4096, 0, m.layer_count), 128 * kGB);
+  expect_speed_strategy_reads_only_active_bytes(nodes, model, 2);
+  expect_memory_strategy_is_memory_weighted(nodes, model);
 }
 
 }  // namespace
