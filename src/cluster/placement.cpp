@@ -21,32 +21,54 @@ constexpr uint64_t kMaxBytes = std::numeric_limits<uint64_t>::max();
 uint64_t saturating_add(uint64_t a, uint64_t b) { return a > kMaxBytes - b ? kMaxBytes : a + b; }
 uint64_t saturating_mul(uint64_t a, uint64_t b) { return b != 0 && a > kMaxBytes / b ? kMaxBytes : a * b; }
 
+std::vector<uint64_t> prefix_sums(const std::vector<uint64_t>& values) {
+  std::vector<uint64_t> prefix{0};
+  for (uint64_t value : values) prefix.push_back(saturating_add(prefix.back(), value));
+  return prefix;
+}
+
 // The footprint with prefix sums, so that any stage's needs cost O(1).
 class Layers {
  public:
   Layers(const ModelFootprint& model, uint64_t kv_tokens)
       : model_(model), kv_per_layer_(saturating_mul(kv_tokens, model.kv_bytes_per_layer_per_token)) {
     if (model.layer_count < 1) throw std::invalid_argument("the model has no layers to place");
-    if (model.layer_weight_bytes.size() != static_cast<size_t>(model.layer_count)) {
-      throw std::invalid_argument("the footprint lists " + std::to_string(model.layer_weight_bytes.size()) +
-                                  " layer sizes for " + std::to_string(model.layer_count) + " layers");
+    const auto check_count = [&](const std::vector<uint64_t>& sizes, const char* what) {
+      if (sizes.size() != static_cast<size_t>(model.layer_count)) {
+        throw std::invalid_argument("the footprint lists " + std::to_string(sizes.size()) + " " + what + " for " +
+                                    std::to_string(model.layer_count) + " layers");
+      }
+    };
+    check_count(model.layer_weight_bytes, "layer sizes");
+    held_prefix_ = prefix_sums(model.layer_weight_bytes);
+    if (model.layer_read_bytes.empty()) {
+      read_prefix_ = held_prefix_;
+    } else {
+      check_count(model.layer_read_bytes, "sizes read per token");
+      for (size_t layer = 0; layer < model.layer_read_bytes.size(); ++layer) {
+        if (model.layer_read_bytes[layer] > model.layer_weight_bytes[layer]) {
+          throw std::invalid_argument("layer " + std::to_string(layer) + " reads " +
+                                      std::to_string(model.layer_read_bytes[layer]) + " bytes per token of the " +
+                                      std::to_string(model.layer_weight_bytes[layer]) + " it holds");
+        }
+      }
+      read_prefix_ = prefix_sums(model.layer_read_bytes);
     }
-    prefix_.push_back(0);
-    for (uint64_t bytes : model.layer_weight_bytes) prefix_.push_back(saturating_add(prefix_.back(), bytes));
     smallest_layer_ = *std::min_element(model.layer_weight_bytes.begin(), model.layer_weight_bytes.end());
   }
 
   int count() const { return model_.layer_count; }
 
-  // Weights a stage reads for every token: its layers, and the head on the last stage. The
-  // embedding is not streamed: a token reads one row of it.
-  uint64_t streamed_bytes(int first, int last) const {
-    const uint64_t layers = prefix_[static_cast<size_t>(last)] - prefix_[static_cast<size_t>(first)];
-    return last == count() ? saturating_add(layers, model_.head_bytes) : layers;
-  }
+  // Weights a stage holds apart from the embedding: every byte of its layers, and the head on
+  // the last stage.
+  uint64_t held_bytes(int first, int last) const { return with_head(held_prefix_, first, last); }
+
+  // Weights a stage reads for every token: its layers' (of experts only those a token runs), and
+  // the head on the last stage. The embedding is not read whole: a token reads one row of it.
+  uint64_t read_bytes(int first, int last) const { return with_head(read_prefix_, first, last); }
 
   // Every weight the model's stages hold together.
-  uint64_t weight_bytes() const { return saturating_add(streamed_bytes(0, count()), model_.embedding_bytes); }
+  uint64_t weight_bytes() const { return saturating_add(held_bytes(0, count()), model_.embedding_bytes); }
 
   // The KV `node` keeps per layer it runs, when it has no pool of a fixed size.
   uint64_t kv_per_layer(const NodeCapacity& node) const {
@@ -62,7 +84,7 @@ class Layers {
 
   // What the memory rule counts for a stage on `node`.
   uint64_t memory_bytes(const NodeCapacity& node, int first, int last) const {
-    uint64_t need = saturating_add(streamed_bytes(first, last), kv_bytes(node, last - first));
+    uint64_t need = saturating_add(held_bytes(first, last), kv_bytes(node, last - first));
     if (first == 0) need = saturating_add(need, model_.embedding_bytes);
     return need;
   }
@@ -73,10 +95,16 @@ class Layers {
   }
 
  private:
+  uint64_t with_head(const std::vector<uint64_t>& prefix, int first, int last) const {
+    const uint64_t layers = prefix[static_cast<size_t>(last)] - prefix[static_cast<size_t>(first)];
+    return last == count() ? saturating_add(layers, model_.head_bytes) : layers;
+  }
+
   const ModelFootprint& model_;
   uint64_t kv_per_layer_;
   uint64_t smallest_layer_;
-  std::vector<uint64_t> prefix_;  // prefix_[i]: weight bytes of layers [0, i)
+  std::vector<uint64_t> held_prefix_;  // held_prefix_[i]: bytes of layers [0, i)
+  std::vector<uint64_t> read_prefix_;  // read_prefix_[i]: bytes of layers [0, i) a token reads
 };
 
 // Nodes sorted by id: every later choice iterates in this order, so the input order never
@@ -96,8 +124,10 @@ std::vector<NodeCapacity> sorted_nodes(std::span<const NodeCapacity> nodes) {
   return sorted;
 }
 
+// A token's time on a stage: the weights it reads there, at the node's measured speed. Of a
+// Mixture-of-Experts layer that is the experts it runs, not all the node holds.
 double stage_seconds(const NodeCapacity& node, const Layers& layers, int first, int last) {
-  return static_cast<double>(layers.streamed_bytes(first, last)) / node.weight_bytes_per_second;
+  return static_cast<double>(layers.read_bytes(first, last)) / node.weight_bytes_per_second;
 }
 
 // Bytes of weights each node lacks, per layer and for the embedding and head, with prefix sums
@@ -406,7 +436,10 @@ TensorRole role_of_tensor(std::string_view name, int layer_count) {
     throw std::runtime_error("tensor '" + std::string(name) + "' names no layer of the model's " +
                              std::to_string(layer_count));
   }
-  return {TensorRole::Layer, layer};
+  // llama.cpp names a layer's tensors of experts "<part>_exps.weight" (and ".bias"); a shared
+  // expert ("_shexp") is read by every token, as the router ("ffn_gate_inp") is.
+  const std::string_view part = name.substr(static_cast<size_t>(end - name.data()) + 1);
+  return {TensorRole::Layer, layer, part.substr(0, part.find('.')).ends_with("_exps")};
 }
 
 ModelFootprint footprint_of(const gguf::File& file) {
@@ -414,7 +447,19 @@ ModelFootprint footprint_of(const gguf::File& file) {
   ModelFootprint footprint;
   footprint.layer_count = config.layer_count;
   footprint.layer_weight_bytes.assign(static_cast<size_t>(config.layer_count), 0);
+  footprint.layer_read_bytes.assign(static_cast<size_t>(config.layer_count), 0);
   footprint.kv_bytes_per_layer_per_token = 2 * static_cast<uint64_t>(config.kv_dim()) * sizeof(float);
+  // What a token reads of a tensor of experts: the experts it runs, each of the same size.
+  const auto read_of_experts = [&](const gguf::TensorInfo& t) {
+    if (!config.has_experts()) {
+      throw std::runtime_error("tensor '" + t.name + "' holds experts, but the model's metadata counts none");
+    }
+    if (t.dims.empty() || t.dims.back() != static_cast<uint64_t>(config.expert_count)) {
+      throw std::runtime_error("tensor '" + t.name + "' holds experts, but its last dimension is not the model's " +
+                               std::to_string(config.expert_count) + " experts");
+    }
+    return t.size_bytes / static_cast<uint64_t>(config.expert_count) * static_cast<uint64_t>(config.experts_per_token);
+  };
   // The reader sized every tensor from its dtype's block layout. Tensors outside the layers,
   // embedding and head (rope_freqs) are a few kilobytes and ignored.
   const gguf::TensorInfo* output = nullptr;
@@ -422,7 +467,10 @@ ModelFootprint footprint_of(const gguf::File& file) {
   for (const gguf::TensorInfo& t : file.tensors()) {
     const TensorRole role = role_of_tensor(t.name, config.layer_count);
     switch (role.kind) {
-      case TensorRole::Layer: footprint.layer_weight_bytes[static_cast<size_t>(role.layer)] += t.size_bytes; break;
+      case TensorRole::Layer:
+        footprint.layer_weight_bytes[static_cast<size_t>(role.layer)] += t.size_bytes;
+        footprint.layer_read_bytes[static_cast<size_t>(role.layer)] += role.experts ? read_of_experts(t) : t.size_bytes;
+        break;
       case TensorRole::Embedding: embedding = &t; break;
       case TensorRole::OutputMatrix: output = &t; break;
       case TensorRole::OutputNorm: footprint.head_bytes += t.size_bytes; break;
@@ -460,7 +508,7 @@ Placement place_layers(std::span<const NodeCapacity> input_nodes, const ModelFoo
   std::optional<Split> split;
   std::string kept;  // why a slower placement that keeps more weights won, if one did
   if (!candidates.empty() && request.strategy == Strategy::Speed) {
-    // Time per token of one stream: each stage streams its weights at its node's speed, and
+    // Time per token of one stream: each stage reads its weights at its node's speed, and
     // every stage after the first waits one hop. Equal times go to the fewest bytes to fetch,
     // then to the faster slowest stage.
     const auto seconds = [&](size_t node, int first, int last) {

@@ -35,13 +35,18 @@ struct NodeCapacity {
   uint64_t kv_bytes_per_layer = 0;
 };
 
-// What a model needs, per part that a stage may hold.
+// What a model needs, per part that a stage may hold. Memory counts every byte a stage holds;
+// speed, the bytes it reads per token.
 struct ModelFootprint {
   int layer_count = 0;
-  std::vector<uint64_t> layer_weight_bytes;  // one entry per layer
-  uint64_t embedding_bytes = 0;              // token embedding: first stage only
-  uint64_t head_bytes = 0;                   // output norm and matrix: last stage only
+  std::vector<uint64_t> layer_weight_bytes;  // one entry per layer: every byte of its tensors
+  uint64_t embedding_bytes = 0;              // token embedding: first stage only (a token reads one row)
+  uint64_t head_bytes = 0;                   // output norm and matrix: last stage only, read whole
   uint64_t kv_bytes_per_layer_per_token = 0;
+  // Per layer, the bytes one token reads: of a Mixture-of-Experts layer only the experts it
+  // runs (expert_used_count of expert_count), far less than it holds. Empty: every byte (a
+  // dense model).
+  std::vector<uint64_t> layer_read_bytes;
 };
 
 // What part of the model a tensor is, by its name: the one rule that placement, fetching and
@@ -56,21 +61,26 @@ struct TensorRole {
   };
   Kind kind = Shared;
   int layer = -1;  // for Layer
+  // For Layer: a tensor of experts (blk.N.ffn_gate_exps, _up_exps, _down_exps, their biases),
+  // the expert count its last dimension, of which a token reads only the experts it runs.
+  bool experts = false;
 };
 // Throws std::runtime_error for a blk. name that names no layer of `layer_count`.
 TensorRole role_of_tensor(std::string_view name, int layer_count);
 
-// Sizes from the file's tensor table (blk.N.* per layer; a head tied to token_embd still costs
-// its bytes on the last stage). Throws std::runtime_error for a file that is not a model.
+// Sizes from the file's metadata and tensor table (blk.N.* per layer; a head tied to token_embd
+// still costs its bytes on the last stage). A layer's tensors of experts are read at
+// expert_used_count / expert_count of their bytes. Throws std::runtime_error for a file that is
+// not a model, or whose tensors of experts do not match its expert count.
 ModelFootprint footprint_of(const gguf::File& file);
 
 enum class Strategy {
   // Every node that can hold a layer takes part, with layers in proportion to its usable memory
   // (largest remainder), moved as little as the memory rule needs.
   Memory,
-  // The least predicted time per token for one stream: Σ stage weight bytes / node speed + hop
-  // × (stages − 1). Nodes not needed stay out. Ties go to the faster slowest stage, then to
-  // the first pipeline found, the search going in node-id order.
+  // The least predicted time per token for one stream: Σ stage bytes read per token / node
+  // speed + hop × (stages − 1). Nodes not needed stay out. Ties go to the faster slowest
+  // stage, then to the first pipeline found, the search going in node-id order.
   Speed,
 };
 
@@ -115,11 +125,12 @@ class DoesNotFit : public std::runtime_error {
   uint64_t missing_bytes_;
 };
 
-// Memory rule, for every stage: its layers' weights + its KV (the node's kv_pool_bytes, or
-// kv_tokens × kv bytes per layer per token × its layer count) (+ embedding when first, + head
-// when last) ≤ its node's memory_bytes.
-// Throws DoesNotFit, or std::invalid_argument for unusable input (no layers, duplicate or
-// empty node ids, a speed that is not positive and finite).
+// Memory rule, for every stage: its layers' weights (every byte, all experts) + its KV (the
+// node's kv_pool_bytes, or kv_tokens × kv bytes per layer per token × its layer count)
+// (+ embedding when first, + head when last) ≤ its node's memory_bytes.
+// Throws DoesNotFit, or std::invalid_argument for unusable input (no layers, a layer that
+// reads more bytes than it holds, duplicate or empty node ids, a speed that is not positive and
+// finite).
 Placement place_layers(std::span<const NodeCapacity> nodes, const ModelFootprint& model,
                        const PlacementRequest& request);
 

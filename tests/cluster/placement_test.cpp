@@ -6,15 +6,21 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <random>
 
+#include "gguf_variant.h"
 #include "model/model.h"
+#include "model/synthetic.h"
 #include "units/byte_size.h"
 
 namespace strata::cluster {
@@ -79,15 +85,26 @@ std::map<std::string, int> layers_per_node(const Placement& p) {
   return counts;
 }
 
-// Predicted time of a pipeline, from the definition.
+// What a token reads of a layer: all of it, unless the footprint says less (experts).
+uint64_t layer_read(const ModelFootprint& m, int layer) {
+  return m.layer_read_bytes.empty() ? m.layer_weight_bytes[static_cast<size_t>(layer)]
+                                    : m.layer_read_bytes[static_cast<size_t>(layer)];
+}
+
+// What a token reads on a stage: its layers' share, and the head on the last.
+uint64_t stage_read(const ModelFootprint& m, const Stage& s) {
+  uint64_t bytes = 0;
+  for (int layer = s.first_layer; layer < s.last_layer; ++layer) bytes += layer_read(m, layer);
+  return s.last_layer == m.layer_count ? bytes + m.head_bytes : bytes;
+}
+
+// Predicted time of a pipeline, from the definition: the bytes a token reads on each stage at
+// its node's speed, and a hop per hand-over.
 double pipeline_seconds(const std::vector<Stage>& stages, const std::vector<NodeCapacity>& nodes,
                         const ModelFootprint& m, double hop_seconds) {
   double seconds = hop_seconds * static_cast<double>(stages.size() - 1);
   for (const Stage& s : stages) {
-    double bytes = 0;
-    for (int layer = s.first_layer; layer < s.last_layer; ++layer) bytes += m.layer_weight_bytes[layer];
-    if (s.last_layer == m.layer_count) bytes += static_cast<double>(m.head_bytes);
-    seconds += bytes / node_named(nodes, s.node_id).weight_bytes_per_second;
+    seconds += static_cast<double>(stage_read(m, s)) / node_named(nodes, s.node_id).weight_bytes_per_second;
   }
   return seconds;
 }
@@ -364,6 +381,25 @@ TEST(Placement, SpeedIsTheBruteForceOptimumForThreeNodesSixUnequalLayers) {
   }
 }
 
+// Mixture-of-Experts layers: each holds more than a token reads, by a share of its own. The
+// memory rule counts what a stage holds, the time what a token reads.
+TEST(Placement, SpeedIsTheBruteForceOptimumWhenTokensReadPartOfEachLayer) {
+  std::mt19937 rng(23);
+  std::uniform_int_distribution<uint64_t> layer_bytes(50, 150), extra_bytes(0, 200), memory(150, 700);
+  std::uniform_real_distribution<double> speed(1e3, 8e3), hop(0.0, 0.05), read_share(0.02, 1.0);
+  for (int scenario = 0; scenario < 300; ++scenario) {
+    ModelFootprint m{6, {}, extra_bytes(rng), extra_bytes(rng), 1};
+    for (int layer = 0; layer < 6; ++layer) {
+      m.layer_weight_bytes.push_back(layer_bytes(rng));
+      m.layer_read_bytes.push_back(static_cast<uint64_t>(std::ceil(read_share(rng) * m.layer_weight_bytes.back())));
+    }
+    std::vector<NodeCapacity> nodes;
+    for (const char* id : {"n1", "n2", "n3"}) nodes.push_back({id, memory(rng), speed(rng)});
+    SCOPED_TRACE("scenario " + std::to_string(scenario));
+    expect_speed_matches_brute_force(nodes, m, 10, hop(rng));
+  }
+}
+
 TEST(Placement, SpeedIsTheBruteForceOptimumForFourNodesEqualLayers) {
   std::mt19937 rng(5);
   std::uniform_int_distribution<uint64_t> extra_bytes(0, 300), memory(150, 900);
@@ -471,6 +507,12 @@ TEST(Placement, RejectsUnusableInput) {
   const std::vector<NodeCapacity> fine = {{"a", 1000, 1e9}};
   EXPECT_THROW(place_layers(fine, uniform_model(0, 100, 0, 0, 0), {}), std::invalid_argument);
   EXPECT_THROW(place_layers(fine, m, {0, Strategy::Speed, -1.0}), std::invalid_argument);
+  ModelFootprint reads_too_much = m;
+  reads_too_much.layer_read_bytes = {100, 100, 101, 100};
+  EXPECT_THROW(place_layers(fine, reads_too_much, {}), std::invalid_argument);
+  ModelFootprint reads_too_few_layers = m;
+  reads_too_few_layers.layer_read_bytes = {10, 10, 10};
+  EXPECT_THROW(place_layers(fine, reads_too_few_layers, {}), std::invalid_argument);
 }
 
 TEST(CheckPlacement, AcceptsValidAndRejectsEachKindOfInvalid) {
@@ -512,6 +554,17 @@ TEST(TensorRole, EachNameHasOneRole) {
   EXPECT_THROW(role_of_tensor("blk.4.attn_q.weight", 4), std::runtime_error);
   EXPECT_THROW(role_of_tensor("blk.x.attn_q.weight", 4), std::runtime_error);
   EXPECT_THROW(role_of_tensor("blk.2", 4), std::runtime_error);
+  // Of a layer's tensors of experts a token reads only the experts it runs; everything else of
+  // the layer, the router and a shared expert too, it reads whole.
+  for (const char* experts : {"blk.1.ffn_gate_exps.weight", "blk.1.ffn_up_exps.weight", "blk.1.ffn_down_exps.weight",
+                              "blk.1.ffn_gate_exps.bias", "blk.1.ffn_down_exps.bias"}) {
+    EXPECT_TRUE(role_of_tensor(experts, 4).experts) << experts;
+    EXPECT_EQ(role_of_tensor(experts, 4).layer, 1) << experts;
+  }
+  for (const char* whole : {"blk.1.ffn_gate_inp.weight", "blk.1.ffn_gate_shexp.weight", "blk.1.ffn_down.weight",
+                            "blk.1.attn_q.weight", "blk.1.ffn_norm.weight", "token_embd.weight", "output.weight"}) {
+    EXPECT_FALSE(role_of_tensor(whole, 4).experts) << whole;
+  }
 }
 
 TEST(Footprint, FromTheSharedModelsTensorTable) {
@@ -532,6 +585,404 @@ TEST(Footprint, FromTheSharedModelsTensorTable) {
     const uint64_t head_matrix = layer == 3 ? f.embedding_bytes : 0;
     EXPECT_EQ(f.layer_weight_bytes[static_cast<size_t>(layer)] + head_matrix, one_layer->weight_bytes() + 2 * norm_bytes);
   }
+  // A dense model: a token reads every byte of each layer.
+  EXPECT_EQ(f.layer_read_bytes, f.layer_weight_bytes);
+}
+
+// A synthetic Qwen3-MoE of the tiny shape, in Q8_0, in the test's temporary directory.
+class MoeFootprint : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    path_ = new std::string(
+        (std::filesystem::temp_directory_path() / ("strata_placement_test_" + std::to_string(::getpid()) + "_moe.gguf"))
+            .string());
+    model::write_synthetic_model(shape(), model::parse_weight_types("Q8_0"), *path_, 7);
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove(*path_);
+    delete path_;
+  }
+  static const model::SyntheticShape& shape() { return *model::find_synthetic_shape("qwen3moe-tiny"); }
+  static std::string* path_;
+};
+std::string* MoeFootprint::path_ = nullptr;
+
+TEST_F(MoeFootprint, ALayerHoldsEveryExpertAndATokenReadsTheOnesItRuns) {
+  auto file = std::shared_ptr<const gguf::File>(gguf::File::open(*path_));
+  const ModelFootprint f = footprint_of(*file);
+  // From the shape: Q8_0 stores 32 weights in 34 bytes; norms and the router stay F32.
+  const model::SyntheticShape& s = shape();
+  const auto q8_0 = [](uint64_t weights) { return weights / 32 * 34; };
+  const uint64_t dim = static_cast<uint64_t>(s.embedding_dim), head_dim = static_cast<uint64_t>(s.head_dim);
+  const uint64_t q_dim = static_cast<uint64_t>(s.head_count) * head_dim;
+  const uint64_t kv_dim = static_cast<uint64_t>(s.kv_head_count) * head_dim;
+  const uint64_t experts = static_cast<uint64_t>(s.expert_count);
+  const uint64_t norms = (2 * dim + 2 * head_dim) * sizeof(float);  // attn, ffn; Q and K per head
+  const uint64_t attention = q8_0(2 * dim * q_dim + 2 * dim * kv_dim);
+  const uint64_t router = dim * experts * sizeof(float);
+  const uint64_t one_expert = q8_0(3 * dim * static_cast<uint64_t>(s.expert_ffn_dim));  // gate, up, down
+  const uint64_t held = norms + attention + router + experts * one_expert;
+  const uint64_t read = norms + attention + router + static_cast<uint64_t>(s.experts_per_token) * one_expert;
+  ASSERT_EQ(f.layer_count, s.layer_count);
+  EXPECT_EQ(f.layer_weight_bytes, std::vector<uint64_t>(static_cast<size_t>(s.layer_count), held));
+  EXPECT_EQ(f.layer_read_bytes, std::vector<uint64_t>(static_cast<size_t>(s.layer_count), read));
+  EXPECT_LT(read, held / 2);
+  // The model's own count of what a token reads through one layer agrees (its matrices, not the
+  // norms; the last layer's Model also reads the head's matrix).
+  for (int layer = 0; layer < s.layer_count; ++layer) {
+    const auto one_layer = model::Model::load(file, {layer, layer + 1});
+    const uint64_t head_matrix = layer + 1 == s.layer_count ? f.head_bytes - dim * sizeof(float) : 0;
+    EXPECT_EQ(f.layer_read_bytes[static_cast<size_t>(layer)] + head_matrix, one_layer->weight_bytes() + norms);
+  }
+}
+
+TEST_F(MoeFootprint, TensorsOfExpertsMustMatchTheExpertCount) {
+  auto moe = gguf::File::open(*path_);
+  auto dense = gguf::File::open(STRATA_SHARED_DIR "/models/aidreams260K.gguf");
+  const auto footprint_with = [](const gguf::File& source, const char* name, size_t length) {
+    const std::string path = *path_ + ".variant";
+    model::testing::write_variant(source, path, {}, {{name, std::vector<float>(length, 0.0f)}});
+    auto file = gguf::File::open(path);
+    std::filesystem::remove(path);
+    return footprint_of(*file);
+  };
+  const auto expect_refused = [&](const gguf::File& source, const char* name, size_t length, const std::string& says) {
+    try {
+      footprint_with(source, name, length);
+      ADD_FAILURE() << name << " accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  // A dense model's metadata counts no experts; a bias of 64 is not one per each of 8 experts.
+  expect_refused(*dense, "blk.0.ffn_up_exps.bias", 8, "counts none");
+  expect_refused(*moe, "blk.0.ffn_up_exps.bias", 64, "not the model's 8 experts");
+  // One value per expert is read as the experts a token runs: 2 of 8 floats.
+  const ModelFootprint plain = footprint_of(*moe);
+  const ModelFootprint with_bias = footprint_with(*moe, "blk.0.ffn_up_exps.bias", 8);
+  EXPECT_EQ(with_bias.layer_weight_bytes[0], plain.layer_weight_bytes[0] + 8 * sizeof(float));
+  EXPECT_EQ(with_bias.layer_read_bytes[0], plain.layer_read_bytes[0] + 2 * sizeof(float));
+}
+
+
+// Two published Mixture-of-Experts models, their footprints built from their shapes as their
+// GGUF files store them, then placed on the seed's four nodes and on four times them.
+
+// How a GGUF type stores weights: bytes per block of weights, as ggml lays the blocks out.
+struct Encoding {
+  const char* name;
+  uint64_t block_bytes;
+  uint64_t block_weights;
+  bool operator==(const Encoding&) const = default;
+};
+constexpr Encoding kF32{"F32", 4, 1};
+constexpr Encoding kF16{"F16", 2, 1};
+constexpr Encoding kQ8_0{"Q8_0", 34, 32};    // 8.5 bits: 32 int8 and an f16 scale
+constexpr Encoding kMXFP4{"MXFP4", 17, 32};  // 4.25 bits: 32 4-bit floats and a shared 8-bit exponent
+constexpr Encoding kQ4_K{"Q4_K", 144, 256};  // 4.5 bits
+constexpr Encoding kQ6_K{"Q6_K", 210, 256};  // 6.5625 bits
+
+struct Tensor {
+  uint64_t weights;
+  Encoding encoding;
+  bool experts = false;  // one of a layer's tensors of experts
+};
+
+enum class Count { Weights, Bytes };
+uint64_t amount(const Tensor& t, Count count) {
+  return count == Count::Weights ? t.weights : t.weights / t.encoding.block_weights * t.encoding.block_bytes;
+}
+
+// A model's tensors as its GGUF file lists them, grouped as a stage holds them.
+struct PublishedModel {
+  std::vector<std::vector<Tensor>> layers;
+  Tensor embedding;
+  std::vector<Tensor> head;  // output norm and matrix
+  uint64_t expert_count;
+  uint64_t experts_used;
+  uint64_t kv_bytes_per_layer_per_token;
+
+  std::vector<Tensor> all() const {
+    std::vector<Tensor> tensors{embedding};
+    for (const auto& layer : layers) tensors.insert(tensors.end(), layer.begin(), layer.end());
+    tensors.insert(tensors.end(), head.begin(), head.end());
+    return tensors;
+  }
+  size_t tensors_in(Encoding encoding) const {
+    const std::vector<Tensor> tensors = all();
+    return static_cast<size_t>(
+        std::count_if(tensors.begin(), tensors.end(), [&](const Tensor& t) { return t.encoding == encoding; }));
+  }
+  uint64_t held(Count count) const {
+    uint64_t sum = 0;
+    for (const Tensor& t : all()) sum += amount(t, count);
+    return sum;
+  }
+  // What a token reads of a tensor: of a tensor of experts, the experts it runs.
+  uint64_t read(const Tensor& t, Count count) const {
+    return t.experts ? amount(t, count) / expert_count * experts_used : amount(t, count);
+  }
+  // What a token reads of the whole model: every layer's share and the head; of the embedding
+  // one row, which no count here includes (nor do the model cards' active parameters).
+  uint64_t read_per_token(Count count) const {
+    uint64_t sum = 0;
+    for (const auto& layer : layers) {
+      for (const Tensor& t : layer) sum += read(t, count);
+    }
+    for (const Tensor& t : head) sum += amount(t, count);
+    return sum;
+  }
+  ModelFootprint footprint() const {
+    ModelFootprint f{static_cast<int>(layers.size()), {}, amount(embedding, Count::Bytes), 0,
+                     kv_bytes_per_layer_per_token};
+    for (const auto& layer : layers) {
+      uint64_t held = 0, read_per_token = 0;
+      for (const Tensor& t : layer) {
+        held += amount(t, Count::Bytes);
+        read_per_token += read(t, Count::Bytes);
+      }
+      f.layer_weight_bytes.push_back(held);
+      f.layer_read_bytes.push_back(read_per_token);
+    }
+    for (const Tensor& t : head) f.head_bytes += amount(t, Count::Bytes);
+    return f;
+  }
+};
+
+// Strata keeps keys and values in f16 by default (--kv-type f16), for every position of the
+// context in every layer (gpt-oss's sliding-window layers would need fewer).
+constexpr uint64_t kv_f16(uint64_t kv_dim) { return 2 * kv_dim * 2; }
+
+// gpt-oss-120b, from openai/gpt-oss-120b's config.json as llama.cpp's GGUF files carry it (load
+// logs of lmstudio-community's gpt-oss-120b-MXFP4, 59.02 GiB like ggml-org's, and, in
+// ik_llama.cpp issue #895, of unsloth's gpt-oss-120b-F16): 36 layers, hidden size 2880, 64
+// query heads and 8 KV heads of 64, 128 experts of which a token runs 4, each an FFN of 2880
+// (gate and up from 2880, down back to it), vocabulary 201088, the head apart from the
+// embedding. Every attention projection has a bias, every head a sink, the router and every
+// expert biases. The experts are MXFP4 in every GGUF; norms, biases, sinks and the router F32;
+// the other matrices (attention, embedding, output) are `matrices`: Q8_0 in ggml-org's file,
+// F16 in unsloth's.
+PublishedModel gpt_oss_120b(Encoding matrices) {
+  constexpr uint64_t layers = 36, hidden = 2880, heads = 64, kv_heads = 8, head_dim = 64, vocab = 201088;
+  constexpr uint64_t experts = 128, used = 4, expert_ffn = 2880;
+  constexpr uint64_t q = heads * head_dim, kv = kv_heads * head_dim;
+  const std::vector<Tensor> layer = {
+      {hidden, kF32},          {hidden, kF32},  // attn_norm, post_attention_norm
+      {hidden * q, matrices},  {q, kF32},       // attn_q and its bias
+      {hidden * kv, matrices}, {kv, kF32},      // attn_k
+      {hidden * kv, matrices}, {kv, kF32},      // attn_v
+      {q * hidden, matrices},  {hidden, kF32},  // attn_output
+      {heads, kF32},                            // attn_sinks
+      {hidden * experts, kF32}, {experts, kF32},  // ffn_gate_inp: the router
+      {hidden * expert_ffn * experts, kMXFP4, true}, {expert_ffn * experts, kF32, true},  // ffn_gate_exps
+      {hidden * expert_ffn * experts, kMXFP4, true}, {expert_ffn * experts, kF32, true},  // ffn_up_exps
+      {expert_ffn * hidden * experts, kMXFP4, true}, {hidden * experts, kF32, true},      // ffn_down_exps
+  };
+  return {std::vector<std::vector<Tensor>>(layers, layer), {hidden * vocab, matrices},
+          {{hidden, kF32}, {hidden * vocab, matrices}}, experts, used, kv_f16(kv)};
+}
+
+// llama.cpp's use_more_bits (src/llama-quant.cpp): the layers whose attn_v and ffn_down (so
+// ffn_down_exps) Q4_K_M stores in Q6_K.
+bool q4_k_m_uses_q6_k(uint64_t layer, uint64_t layers) {
+  return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
+}
+
+// Qwen3-235B-A22B in Q4_K_M, from Qwen/Qwen3-235B-A22B's config.json as the GGUF carries it
+// (the load log of unsloth's Qwen3-235B-A22B-Q4_K_M in ik_llama.cpp issue #389): 94 layers,
+// hidden size 4096, 64 query heads and 4 KV heads of 128, RMS norms of Q and K per head, no
+// biases, 128 experts of which a token runs 8, each an FFN of 1536, vocabulary 151936, the
+// head apart from the embedding. llama.cpp's Q4_K_M (llama_tensor_get_type) keeps norms and
+// the router F32, stores output.weight in Q6_K, attn_v and ffn_down_exps in Q6_K in the layers
+// use_more_bits picks, and every other matrix in Q4_K.
+PublishedModel qwen3_235b_a22b_q4_k_m() {
+  constexpr uint64_t layers = 94, hidden = 4096, heads = 64, kv_heads = 4, head_dim = 128, vocab = 151936;
+  constexpr uint64_t experts = 128, used = 8, expert_ffn = 1536;
+  constexpr uint64_t q = heads * head_dim, kv = kv_heads * head_dim;
+  PublishedModel model{
+      {}, {hidden * vocab, kQ4_K}, {{hidden, kF32}, {hidden * vocab, kQ6_K}}, experts, used, kv_f16(kv)};
+  for (uint64_t layer = 0; layer < layers; ++layer) {
+    const Encoding more_bits = q4_k_m_uses_q6_k(layer, layers) ? kQ6_K : kQ4_K;
+    model.layers.push_back({
+        {hidden, kF32}, {hidden, kF32},      // attn_norm, ffn_norm
+        {head_dim, kF32}, {head_dim, kF32},  // attn_q_norm, attn_k_norm
+        {hidden * q, kQ4_K}, {hidden * kv, kQ4_K}, {hidden * kv, more_bits}, {q * hidden, kQ4_K},
+        {hidden * experts, kF32},                                // ffn_gate_inp: the router
+        {hidden * expert_ffn * experts, kQ4_K, true},            // ffn_gate_exps
+        {hidden * expert_ffn * experts, kQ4_K, true},            // ffn_up_exps
+        {expert_ffn * hidden * experts, more_bits, true},        // ffn_down_exps
+    });
+  }
+  return model;
+}
+
+constexpr double kGiBytes = 1024.0 * 1024.0 * 1024.0;
+
+double layers_gib(const ModelFootprint& f) {
+  return std::accumulate(f.layer_weight_bytes.begin(), f.layer_weight_bytes.end(), 0.0) / kGiBytes;
+}
+
+// The tables above against what llama.cpp printed loading the files (tensors per type, "model
+// params", "model size", "repeating layers": the layers alone) and the model cards' active
+// parameters (5.1B of 117B; 22B of 235B), which count the head but not the embedding.
+TEST(PublishedMoeModel, TheShapesGiveTheSizesLlamaCppReports) {
+  for (const PublishedModel& model : {gpt_oss_120b(kQ8_0), gpt_oss_120b(kF16), qwen3_235b_a22b_q4_k_m()}) {
+    for (const Tensor& t : model.all()) EXPECT_EQ(t.weights % t.encoding.block_weights, 0u) << t.encoding.name;
+  }
+  for (const Encoding matrices : {kQ8_0, kF16}) {
+    const PublishedModel m = gpt_oss_120b(matrices);
+    SCOPED_TRACE(matrices.name);
+    EXPECT_EQ(m.all().size(), 687u);
+    EXPECT_EQ(m.tensors_in(kF32), 433u);
+    EXPECT_EQ(m.tensors_in(matrices), 146u);
+    EXPECT_EQ(m.tensors_in(kMXFP4), 108u);
+    EXPECT_NEAR(m.held(Count::Weights) / 1e9, 116.829, 0.0005);
+    EXPECT_NEAR(m.read_per_token(Count::Weights) / 1e9, 5.1, 0.05);
+  }
+  EXPECT_NEAR(gpt_oss_120b(kQ8_0).held(Count::Bytes) / kGiBytes, 59.02, 0.005);
+  EXPECT_NEAR(gpt_oss_120b(kF16).held(Count::Bytes) / kGiBytes, 60.868, 0.0005);
+  EXPECT_NEAR(layers_gib(gpt_oss_120b(kF16).footprint()), 58.710, 0.0005);
+
+  const PublishedModel qwen = qwen3_235b_a22b_q4_k_m();
+  EXPECT_EQ(qwen.all().size(), 1131u);
+  EXPECT_EQ(qwen.tensors_in(kF32), 471u);
+  EXPECT_EQ(qwen.tensors_in(kQ4_K), 567u);
+  EXPECT_EQ(qwen.tensors_in(kQ6_K), 93u);  // the head, and attn_v and ffn_down_exps of 46 layers
+  EXPECT_NEAR(qwen.held(Count::Weights) / 1e9, 235.094, 0.0005);
+  EXPECT_NEAR(qwen.held(Count::Bytes) / kGiBytes, 132.386, 0.0005);
+  EXPECT_NEAR(layers_gib(qwen.footprint()), 131.584, 0.0005);
+  EXPECT_NEAR(qwen.read_per_token(Count::Weights) / 1e9, 22.0, 0.5);
+}
+
+std::vector<NodeCapacity> four_times(std::vector<NodeCapacity> nodes) {
+  for (NodeCapacity& node : nodes) node.memory_bytes *= 4;
+  return nodes;
+}
+
+// The least bytes a token reads on the slowest stage of any pipeline of exactly `stage_count`
+// stages that obeys the memory rule: every ordered choice of distinct nodes and every split
+// into that many contiguous stages. nullopt: no such pipeline fits.
+std::optional<uint64_t> least_slowest_stage_read(const std::vector<NodeCapacity>& nodes, const ModelFootprint& m,
+                                                 uint64_t kv_tokens, size_t stage_count) {
+  std::optional<uint64_t> best;
+  std::vector<bool> used(nodes.size(), false);
+  std::function<void(int, size_t, uint64_t)> extend = [&](int first, size_t stages, uint64_t slowest) {
+    if (first == m.layer_count || stages == stage_count) {
+      if (first == m.layer_count && stages == stage_count && (!best || slowest < *best)) best = slowest;
+      return;
+    }
+    for (size_t n = 0; n < nodes.size(); ++n) {
+      if (used[n]) continue;
+      for (int last = first + 1; last <= m.layer_count; ++last) {
+        if (stage_need(m, kv_tokens, first, last) > nodes[n].memory_bytes) break;  // more layers need more
+        used[n] = true;
+        extend(last, stages + 1, std::max(slowest, stage_read(m, {nodes[n].id, first, last})));
+        used[n] = false;
+      }
+    }
+  };
+  extend(0, 0, 0);
+  return best;
+}
+
+uint64_t slowest_stage_read(const Placement& p, const ModelFootprint& m) {
+  uint64_t slowest = 0;
+  for (const Stage& s : p.stages) slowest = std::max(slowest, stage_read(m, s));
+  return slowest;
+}
+
+// The seed's nodes all read weights at the same speed, so every pipeline reads the same bytes
+// per token in the same time and differs only by its hops: the fastest has the fewest stages
+// that fit, and among those the least read on its slowest stage. Its predicted time is what a
+// token reads of the whole model at that speed, plus the hops: far less than every byte held.
+void expect_speed_strategy_reads_only_active_bytes(const std::vector<NodeCapacity>& nodes, const PublishedModel& model,
+                                                   size_t expected_stages) {
+  const ModelFootprint m = model.footprint();
+  const Placement p = place_layers(nodes, m, {kContext4096, Strategy::Speed});
+  expect_valid(p, nodes, m, kContext4096);
+  for (size_t fewer = 1; fewer < expected_stages; ++fewer) {
+    EXPECT_FALSE(least_slowest_stage_read(nodes, m, kContext4096, fewer)) << fewer << " stages fit";
+  }
+  EXPECT_EQ(p.stages.size(), expected_stages) << p.reason;
+  EXPECT_EQ(slowest_stage_read(p, m), least_slowest_stage_read(nodes, m, kContext4096, expected_stages)) << p.reason;
+  const double speed = nodes[0].weight_bytes_per_second;
+  const double read_seconds = static_cast<double>(model.read_per_token(Count::Bytes)) / speed;
+  const double hops_seconds = kDefaultHopSeconds * static_cast<double>(expected_stages - 1);
+  EXPECT_NEAR(p.predicted_seconds_per_token, read_seconds + hops_seconds, 1e-12 * read_seconds);
+  EXPECT_LT(p.predicted_seconds_per_token * 10, static_cast<double>(model.held(Count::Bytes)) / speed);
+}
+
+// Every node takes part, with layers in proportion to its memory (the floor or the ceiling of
+// its share), each stage obeying the memory rule; the time predicted is the bytes read.
+void expect_memory_strategy_is_memory_weighted(const std::vector<NodeCapacity>& nodes, const PublishedModel& model) {
+  const ModelFootprint m = model.footprint();
+  const Placement p = place_layers(nodes, m, {kContext4096, Strategy::Memory});
+  expect_valid(p, nodes, m, kContext4096);
+  double memory = 0;
+  for (const NodeCapacity& node : nodes) memory += static_cast<double>(node.memory_bytes);
+  std::map<std::string, int> counts = layers_per_node(p);
+  ASSERT_EQ(counts.size(), nodes.size()) << p.reason;
+  for (const NodeCapacity& node : nodes) {
+    const double share = m.layer_count * static_cast<double>(node.memory_bytes) / memory;
+    EXPECT_GE(counts[node.id], static_cast<int>(std::floor(share))) << node.id << "\n" << p.reason;
+    EXPECT_LE(counts[node.id], static_cast<int>(std::ceil(share))) << node.id << "\n" << p.reason;
+  }
+  EXPECT_NEAR(p.predicted_seconds_per_token, pipeline_seconds(p.stages, nodes, m, kDefaultHopSeconds),
+              1e-12 * p.predicted_seconds_per_token);
+}
+
+// gpt-oss in unsloth's F16 file: its attention and other matrices in 16 bits, the larger of the
+// two by 1.8 GiB.
+TEST(PublishedMoeModel, GptOss120bOnTheSeedsFourNodes) {
+  const auto nodes = seed_cluster();  // 16, 16, 32 and 32 GB
+  const PublishedModel model = gpt_oss_120b(kF16);
+  const ModelFootprint m = model.footprint();
+  // 65 GB with its KV: more than two 32 GB nodes hold, within the four's 96 GB.
+  const uint64_t need = stage_need(m, kContext4096, 0, m.layer_count);
+  ASSERT_GT(need, 64 * kGB);
+  ASSERT_LT(need, 96 * kGB);
+  expect_speed_strategy_reads_only_active_bytes(nodes, model, 3);
+  expect_memory_strategy_is_memory_weighted(nodes, model);
+  // 36 layers over 16:16:32:32 is exactly 6, 6, 12 and 12.
+  EXPECT_EQ(layers_per_node(place_layers(nodes, m, {kContext4096, Strategy::Memory})),
+            (std::map<std::string, int>{{"a", 6}, {"b", 6}, {"c", 12}, {"d", 12}}));
+}
+
+TEST(PublishedMoeModel, GptOss120bOnFourTimesTheSeedsNodes) {
+  const auto nodes = four_times(seed_cluster());  // 64, 64, 128 and 128 GB
+  const PublishedModel model = gpt_oss_120b(kF16);
+  const ModelFootprint m = model.footprint();
+  // One 128 GB node holds it all: no hop.
+  ASSERT_LT(stage_need(m, kContext4096, 0, m.layer_count), 128 * kGB);
+  expect_speed_strategy_reads_only_active_bytes(nodes, model, 1);
+  expect_memory_strategy_is_memory_weighted(nodes, model);
+}
+
+TEST(PublishedMoeModel, Qwen3_235bDoesNotFitTheSeedsFourNodes) {
+  const auto nodes = seed_cluster();  // 16, 16, 32 and 32 GB
+  const ModelFootprint m = qwen3_235b_a22b_q4_k_m().footprint();
+  // Every node holds a layer, so all 96 GB count; the model needs every byte of every expert.
+  for (const NodeCapacity& node : nodes) ASSERT_LE(stage_need(m, kContext4096, 1, 2), node.memory_bytes);
+  const uint64_t missing = stage_need(m, kContext4096, 0, m.layer_count) - 96 * kGB;
+  for (Strategy strategy : {Strategy::Speed, Strategy::Memory}) {
+    try {
+      place_layers(nodes, m, {kContext4096, strategy});
+      ADD_FAILURE() << "a 143 GB model placed in 96 GB";
+    } catch (const DoesNotFit& e) {
+      EXPECT_EQ(e.missing_bytes(), missing);
+      EXPECT_NE(std::string(e.what()).find(units::describe_bytes(missing) + " missing"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(PublishedMoeModel, Qwen3_235bOnFourTimesTheSeedsNodes) {
+  const auto nodes = four_times(seed_cluster());  // 64, 64, 128 and 128 GB
+  const PublishedModel model = qwen3_235b_a22b_q4_k_m();
+  const ModelFootprint m = model.footprint();
+  // 143 GB: more than a 128 GB node holds.
+  ASSERT_GT(stage_need(m, kContext4096, 0, m.layer_count), 128 * kGB);
+  expect_speed_strategy_reads_only_active_bytes(nodes, model, 2);
+  expect_memory_strategy_is_memory_weighted(nodes, model);
 }
 
 }  // namespace
