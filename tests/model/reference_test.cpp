@@ -289,14 +289,29 @@ std::vector<std::vector<double>> run_experts_model(const std::string& arch, cons
   return forward_all(*gguf::File::open(file.path), tokens, &choices);
 }
 
+// The one layer's choices for `tokens`: each position's experts, in order, and its router
+// scores, a times kRouter's column.
+void expect_choices(const ExpertChoices& choices, const std::vector<int32_t>& tokens,
+                    const std::vector<std::vector<int>>& experts) {
+  ASSERT_EQ(choices.size(), 1u);
+  ASSERT_EQ(choices[0].size(), experts.size());
+  const double a = 1.0 / std::sqrt(0.25 + static_cast<double>(1e-6f));
+  for (size_t t = 0; t < experts.size(); ++t) {
+    EXPECT_EQ(choices[0][t].experts, experts[t]) << "position " << t;
+    ASSERT_EQ(choices[0][t].scores.size(), 4u);
+    for (size_t e = 0; e < 4; ++e) EXPECT_NEAR(choices[0][t].scores[e], a * kRouter[e][tokens[t]], 1e-12);
+  }
+}
+
 TEST(Reference, ExpertsAreTheRoutersTopChoicesWeightedByTheirRenormalizedProbabilities) {
   for (const char* arch : {"llama", "qwen3moe"}) {
     SCOPED_TRACE(arch);
     ExpertChoices choices;
     // Token 0 scores (2, 0, 1, -1): experts 0 then 2. Token 2 scores (0, 1, 0, 3): 3 then 1,
     // the order of choices, not of indices.
-    const auto logits = run_experts_model(arch, {0, 2}, choices);
-    EXPECT_EQ(choices, (ExpertChoices{{{0, 2}, {3, 1}}}));
+    const std::vector<int32_t> tokens{0, 2};
+    const auto logits = run_experts_model(arch, tokens, choices);
+    expect_choices(choices, tokens, {{0, 2}, {3, 1}});
     expect_near(logits, {experts_hand_logits(0, 0, 2), experts_hand_logits(2, 3, 1)}, 1e-12);
   }
 }
@@ -306,8 +321,9 @@ TEST(Reference, ExpertTiesGoToTheLowerIndex) {
     SCOPED_TRACE(arch);
     ExpertChoices choices;
     // Token 1 scores (2, 1, 0, 1): expert 0, then 1 and 3 tie. Token 3 scores 0 for all.
-    const auto logits = run_experts_model(arch, {1, 3}, choices);
-    EXPECT_EQ(choices, (ExpertChoices{{{0, 1}, {0, 1}}}));
+    const std::vector<int32_t> tokens{1, 3};
+    const auto logits = run_experts_model(arch, tokens, choices);
+    expect_choices(choices, tokens, {{0, 1}, {0, 1}});
     expect_near(logits, {experts_hand_logits(1, 0, 1), experts_hand_logits(3, 0, 1)}, 1e-12);
   }
 }

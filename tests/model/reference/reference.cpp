@@ -274,7 +274,7 @@ std::vector<int> top_experts(const Vector& probabilities, size_t count) {
 // is computed for every position (plainly; the engine runs each only on the rows that chose
 // it). Records each position's choices in `choices`.
 Matrix mixture_of_experts(const gguf::File& model, const std::string& block, const Hyperparameters& hp,
-                          const Matrix& inputs, std::vector<std::vector<int>>& choices) {
+                          const Matrix& inputs, std::vector<ExpertChoice>& choices) {
   const Matrix scores = project(require(model, block + "ffn_gate_inp.weight", {hp.embedding, hp.expert_count}),
                                 inputs, std::nullopt);
   const auto experts = [&](const char* name, uint64_t cols, uint64_t rows) {
@@ -304,7 +304,7 @@ Matrix mixture_of_experts(const gguf::File& model, const std::string& block, con
       const double weight = probabilities[static_cast<size_t>(e)] / chosen_total;
       for (size_t i = 0; i < hp.embedding; ++i) outputs[t][i] += weight * expert_outputs[static_cast<size_t>(e)][t][i];
     }
-    choices.push_back(chosen);
+    choices.push_back({chosen, scores[t]});
   }
   return outputs;
 }
@@ -425,7 +425,7 @@ std::vector<std::vector<double>> forward_all(const gguf::File& model, std::span<
 
     const Matrix ffn_input = rms_norm(x, norm("ffn_norm.weight", hp.embedding), hp.rms_epsilon);
     if (hp.expert_count > 0) {
-      std::vector<std::vector<int>> layer_choices;
+      std::vector<ExpertChoice> layer_choices;
       add_in_place(x, mixture_of_experts(model, block, hp, ffn_input, layer_choices));
       if (expert_choices) expert_choices->push_back(std::move(layer_choices));
     } else {

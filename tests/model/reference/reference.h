@@ -17,9 +17,15 @@
 
 namespace strata::reference {
 
-// Of a model with experts: the experts each position chose in each layer, in its order of
-// choices (the highest probability first), as [layer][position][choice].
-using ExpertChoices = std::vector<std::vector<std::vector<int>>>;
+// Of a model with experts, one position's routing in one layer: the experts it chose, in its
+// order of choices (the highest probability first), and every expert's router score (where
+// the scores are close, a forward pass whose hidden states are off a little may choose
+// otherwise).
+struct ExpertChoice {
+  std::vector<int> experts;
+  std::vector<double> scores;
+};
+using ExpertChoices = std::vector<std::vector<ExpertChoice>>;  // [layer][position]
 
 // The logits over the vocabulary after each position of `tokens` (causal: row i depends only
 // on tokens[0..i]); of a model with experts, their choices into `expert_choices` when given.
