@@ -81,19 +81,25 @@ struct TinyModel {
   void vector(const std::string& name, std::vector<float> values) {
     tensors[name] = {{values.size()}, std::move(values)};
   }
+  // `count` row-major matrices of rows x cols, one after another: GGUF dims {cols, rows, count}.
+  void experts(const std::string& name, uint64_t count, uint64_t rows, uint64_t cols, std::vector<float> values) {
+    ASSERT_EQ(values.size(), count * rows * cols) << name;
+    tensors[name] = {{cols, rows, count}, std::move(values)};
+  }
 
   void write(const std::string& path, DType matrix_type = DType::F32) const {
     gguf::Writer writer;
     writer.set("general.architecture", gguf::Value::string(arch));
     for (const auto& [key, value] : metadata) writer.set(key, value);
     for (const auto& [name, t] : tensors) {
-      const DType type = t.dims.size() == 2 ? matrix_type : DType::F32;
+      const DType type = t.dims.size() >= 2 ? matrix_type : DType::F32;
       std::vector<uint8_t> bytes;
       if (tensor::info(type).block_elements > 1) {
         const auto cols = static_cast<int64_t>(t.dims[0]);
+        const uint64_t rows = t.values.size() / t.dims[0];  // of every matrix of the tensor
         const uint64_t row_size = *tensor::row_bytes(type, t.dims[0]);
-        bytes.resize(row_size * t.dims[1]);
-        for (uint64_t r = 0; r < t.dims[1]; ++r) {
+        bytes.resize(row_size * rows);
+        for (uint64_t r = 0; r < rows; ++r) {
           tensor::quantize_row(type, t.values.data() + r * t.dims[0], bytes.data() + r * row_size, cols);
         }
       }
@@ -145,11 +151,12 @@ TinyModel hand_checkable_model(const std::string& arch) {
 // there: h0 = (a,0,0,0), h1 = (0,0,a,0). At position 1 the query (h1 rotated) meets the key
 // of position 0, k0 = (0,0,a,0), with the angle of the pair holding component 2: pair (2,3) at
 // frequency 10000^(-2/4) = 0.01 for llama, pair (0,2) at frequency 1 for NeoX (qwen2); its own
-// key is orthogonal to it. So the scores are a^2 cos(angle) / 2 and 0.
-std::vector<std::vector<double>> hand_logits(double angle, double v_bias) {
+// key is orthogonal to it. So the scores are a^2 cos(angle) / 2 and 0; `qk_scale` multiplies
+// the first, for a model that normalizes queries and keys (qwen3).
+std::vector<std::vector<double>> hand_logits(double angle, double v_bias, double qk_scale = 1.0) {
   const double eps = static_cast<double>(1e-6f);
   const double a = 1.0 / std::sqrt(0.25 + eps);
-  const double p0 = 1.0 / (1.0 + std::exp(-a * a * std::cos(angle) / 2.0));
+  const double p0 = 1.0 / (1.0 + std::exp(-a * a * qk_scale * std::cos(angle) / 2.0));
   const double p1 = 1.0 - p0;
   // Residual after attention: embedding + weighted values, v0 = (a, b, 0, a), v1 = (0, b, a, 0).
   std::vector<std::vector<double>> residual = {{1.0 + a, v_bias, 0.0, a},
@@ -196,6 +203,131 @@ TEST(Reference, Qwen2MatchesAHandComputationWithNeoxRopeAndBiases) {
   expect_near(forward_all(*model, tokens), hand_logits(1.0, 1.0), 1e-12);
 }
 
+TEST(Reference, Qwen3NormalizesEachHeadOfQueriesAndKeysBeforeRope) {
+  TinyModel m = hand_checkable_model("qwen3");
+  // Only dimension 2's weights meet (the rest multiply zeros): 2 for queries, 1.5 for keys.
+  m.vector("blk.0.attn_q_norm.weight", {3, 1, 2, 1});
+  m.vector("blk.0.attn_k_norm.weight", {0.5, 1, 1.5, 1});
+  TempFile file("hand_qwen3.gguf");
+  m.write(file.path);
+  // The query of position 1 and the key of position 0 are both (0, 0, a, 0): normalized over
+  // their head, a becomes a / sqrt(a^2 / 4 + eps), then times its weight; so the score is that
+  // of the unnormalized model times 2 * 1.5 / (a^2 / 4 + eps). Both rotate by NeoX's angles.
+  const double eps = static_cast<double>(1e-6f);
+  const double a = 1.0 / std::sqrt(0.25 + eps);
+  const std::vector<int32_t> tokens{0, 1};
+  expect_near(forward_all(*gguf::File::open(file.path), tokens), hand_logits(1.0, 0.0, 2 * 1.5 / (a * a / 4 + eps)),
+              1e-12);
+}
+
+// 1 layer, dim 4, 1 head of 4, vocabulary 4 (token t embedded as unit vector t, read out by an
+// identity head), and a Mixture-of-Experts FFN of 4 experts of width 1, 2 per token: Mixtral's
+// (`llama` with expert_count) or Qwen3-MoE's. Attention adds nothing (its output projection is
+// zero), so the FFN sees the normalized embedding a e_t, a = 1/sqrt(1/4 + eps). Every expert's
+// gate row is all ones and expert e's up row all e + 1, so expert e gives silu(a) (e + 1) a,
+// which its down column writes to dimension e. Token t's router scores are a times column t
+// of `kRouter`.
+constexpr float kRouter[4][4] = {  // [expert][token]
+    {2, 2, 0, 0},
+    {0, 1, 1, 0},
+    {1, 0, 0, 0},
+    {-1, 1, 3, 0},
+};
+
+TinyModel experts_model(const std::string& arch) {
+  TinyModel m = hand_checkable_model(arch);
+  m.matrix("token_embd.weight", 4, 4, {1, 0, 0, 0,  0, 1, 0, 0,  0, 0, 1, 0,  0, 0, 0, 1});
+  m.matrix("output.weight", 4, 4, {1, 0, 0, 0,  0, 1, 0, 0,  0, 0, 1, 0,  0, 0, 0, 1});
+  m.matrix("blk.0.attn_output.weight", 4, 4, std::vector<float>(16, 0.0f));
+  for (const char* dense : {"blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight"}) {
+    m.tensors.erase(dense);
+  }
+  m.metadata[arch + ".expert_count"] = gguf::Value::u32(4);
+  m.metadata[arch + ".expert_used_count"] = gguf::Value::u32(2);
+  if (arch == "qwen3moe") {
+    // Its experts' width is their own key, not the dense FFN's.
+    m.metadata["qwen3moe.feed_forward_length"] = gguf::Value::u32(3);
+    m.metadata["qwen3moe.expert_feed_forward_length"] = gguf::Value::u32(1);
+    m.vector("blk.0.attn_q_norm.weight", {1, 1, 1, 1});
+    m.vector("blk.0.attn_k_norm.weight", {1, 1, 1, 1});
+  }
+  std::vector<float> router;
+  for (const auto& expert : kRouter) router.insert(router.end(), expert, expert + 4);
+  m.matrix("blk.0.ffn_gate_inp.weight", 4, 4, router);
+  m.experts("blk.0.ffn_gate_exps.weight", 4, 1, 4, std::vector<float>(16, 1.0f));
+  std::vector<float> up, down(16, 0.0f);
+  for (int e = 0; e < 4; ++e) {
+    up.insert(up.end(), 4, static_cast<float>(e + 1));
+    down[static_cast<size_t>(e * 4 + e)] = 1.0f;  // expert e's 4 x 1 matrix: row e
+  }
+  m.experts("blk.0.ffn_up_exps.weight", 4, 1, 4, up);
+  m.experts("blk.0.ffn_down_exps.weight", 4, 4, 1, down);
+  return m;
+}
+
+// The logits of experts_model after token t, which chose experts `first` and then `second`,
+// weighted p_first / (p_first + p_second) = 1 / (1 + exp(-(s_first - s_second))) and 1 minus
+// that: their outputs in their dimensions beside the embedding, then the final RMSNorm.
+std::vector<double> experts_hand_logits(int t, int first, int second) {
+  const double eps = static_cast<double>(1e-6f);
+  const double a = 1.0 / std::sqrt(0.25 + eps);
+  const double gap = a * (kRouter[first][t] - kRouter[second][t]);
+  std::vector<double> x(4, 0.0);
+  x[static_cast<size_t>(t)] = 1.0;
+  const double silu_a = a / (1.0 + std::exp(-a));
+  x[static_cast<size_t>(first)] += 1.0 / (1.0 + std::exp(-gap)) * silu_a * (first + 1) * a;
+  x[static_cast<size_t>(second)] += 1.0 / (1.0 + std::exp(gap)) * silu_a * (second + 1) * a;
+  const double rms = std::sqrt((x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3]) / 4.0 + eps);
+  for (double& v : x) v /= rms;
+  return x;
+}
+
+std::vector<std::vector<double>> run_experts_model(const std::string& arch, const std::vector<int32_t>& tokens,
+                                                   ExpertChoices& choices) {
+  TempFile file("hand_" + arch + "_experts.gguf");
+  experts_model(arch).write(file.path);
+  return forward_all(*gguf::File::open(file.path), tokens, &choices);
+}
+
+// The one layer's choices for `tokens`: each position's experts, in order, and its router
+// scores, a times kRouter's column.
+void expect_choices(const ExpertChoices& choices, const std::vector<int32_t>& tokens,
+                    const std::vector<std::vector<int>>& experts) {
+  ASSERT_EQ(choices.size(), 1u);
+  ASSERT_EQ(choices[0].size(), experts.size());
+  const double a = 1.0 / std::sqrt(0.25 + static_cast<double>(1e-6f));
+  for (size_t t = 0; t < experts.size(); ++t) {
+    EXPECT_EQ(choices[0][t].experts, experts[t]) << "position " << t;
+    ASSERT_EQ(choices[0][t].scores.size(), 4u);
+    for (size_t e = 0; e < 4; ++e) EXPECT_NEAR(choices[0][t].scores[e], a * kRouter[e][tokens[t]], 1e-12);
+  }
+}
+
+TEST(Reference, ExpertsAreTheRoutersTopChoicesWeightedByTheirRenormalizedProbabilities) {
+  for (const char* arch : {"llama", "qwen3moe"}) {
+    SCOPED_TRACE(arch);
+    ExpertChoices choices;
+    // Token 0 scores (2, 0, 1, -1): experts 0 then 2. Token 2 scores (0, 1, 0, 3): 3 then 1,
+    // the order of choices, not of indices.
+    const std::vector<int32_t> tokens{0, 2};
+    const auto logits = run_experts_model(arch, tokens, choices);
+    expect_choices(choices, tokens, {{0, 2}, {3, 1}});
+    expect_near(logits, {experts_hand_logits(0, 0, 2), experts_hand_logits(2, 3, 1)}, 1e-12);
+  }
+}
+
+TEST(Reference, ExpertTiesGoToTheLowerIndex) {
+  for (const char* arch : {"llama", "qwen3moe"}) {
+    SCOPED_TRACE(arch);
+    ExpertChoices choices;
+    // Token 1 scores (2, 1, 0, 1): expert 0, then 1 and 3 tie. Token 3 scores 0 for all.
+    const std::vector<int32_t> tokens{1, 3};
+    const auto logits = run_experts_model(arch, tokens, choices);
+    expect_choices(choices, tokens, {{0, 1}, {0, 1}});
+    expect_near(logits, {experts_hand_logits(1, 0, 1), experts_hand_logits(3, 0, 1)}, 1e-12);
+  }
+}
+
 // Weights that are multiples of 1/64 in [-1, 1]: exact in F16 and BF16.
 std::vector<float> pseudo_random(size_t count, uint32_t seed) {
   std::vector<float> values(count);
@@ -209,8 +341,9 @@ std::vector<float> pseudo_random(size_t count, uint32_t seed) {
 
 // 2 layers, dim 8, 4 query heads of 2, FFN 6, vocabulary 5; `kv_heads` 2 or 4. With 4, each
 // of the 2 key/value heads is duplicated so that the model computes the same function.
-TinyModel random_model(uint32_t kv_heads) {
+TinyModel random_model(uint32_t kv_heads, const std::string& arch = "llama") {
   TinyModel m;
+  m.arch = arch;
   m.set_shape(8, 2, 6, 4, kv_heads, 2);
   m.matrix("token_embd.weight", 5, 8, pseudo_random(40, 1));
   m.vector("output_norm.weight", pseudo_random(8, 2));
@@ -224,6 +357,10 @@ TinyModel random_model(uint32_t kv_heads) {
     m.matrix(b + "ffn_gate.weight", 6, 8, pseudo_random(48, seed + 7));
     m.matrix(b + "ffn_up.weight", 6, 8, pseudo_random(48, seed + 8));
     m.matrix(b + "ffn_down.weight", 8, 6, pseudo_random(48, seed + 9));
+    if (arch == "qwen3") {
+      m.vector(b + "attn_q_norm.weight", pseudo_random(2, seed + 13));
+      m.vector(b + "attn_k_norm.weight", pseudo_random(2, seed + 14));
+    }
     for (const char* name : {"attn_k.weight", "attn_v.weight"}) {
       // Two heads of 2 rows of 8.
       const std::vector<float> grouped = pseudo_random(32, seed + (name[5] == 'k' ? 11u : 12u));
@@ -253,6 +390,31 @@ const std::vector<int32_t> kTinyTokens{1, 4, 0, 2, 2, 3};
 
 TEST(Reference, GroupedQueryAttentionSharesKeyValueHeads) {
   expect_near(run(random_model(2), kTinyTokens), run(random_model(4), kTinyTokens), 1e-12);
+}
+
+// QK-norm normalizes each head on its own: scaling one query head's rows of attn_q by 4 and
+// one key head's rows of attn_k by 1/4 leaves a qwen3 model's logits as they were (exactly:
+// powers of two, and no epsilon), while a llama's change.
+TEST(Reference, Qwen3QkNormMakesEachHeadIndependentOfItsScale) {
+  for (const char* arch : {"qwen3", "llama"}) {
+    SCOPED_TRACE(arch);
+    TinyModel plain = random_model(2, arch);
+    plain.metadata[std::string(arch) + ".attention.layer_norm_rms_epsilon"] = gguf::Value::f32(0.0f);
+    TinyModel scaled = plain;
+    for (const char* layer : {"blk.0.", "blk.1."}) {
+      std::vector<float>& q = scaled.tensors[std::string(layer) + "attn_q.weight"].values;
+      for (size_t i = 16; i < 32; ++i) q[i] *= 4.0f;  // rows 2 and 3: query head 1
+      std::vector<float>& k = scaled.tensors[std::string(layer) + "attn_k.weight"].values;
+      for (size_t i = 0; i < 16; ++i) k[i] *= 0.25f;  // rows 0 and 1: key head 0
+    }
+    const auto expected = run(plain, kTinyTokens);
+    const auto actual = run(scaled, kTinyTokens);
+    if (std::string(arch) == "qwen3") {
+      expect_near(actual, expected, 0.0);
+    } else {
+      EXPECT_NE(actual, expected);
+    }
+  }
 }
 
 TEST(Reference, TiedOutputUsesTheTokenEmbeddings) {
@@ -313,6 +475,15 @@ TEST(Reference, RefusesWhatItCannotRun) {
   TinyModel missing = random_model(2);
   missing.tensors.erase("blk.1.ffn_up.weight");
   EXPECT_THROW(run(missing, kTinyTokens), gguf::Error);
+  TinyModel no_head_norm = random_model(2, "qwen3");
+  no_head_norm.tensors.erase("blk.0.attn_k_norm.weight");
+  EXPECT_THROW(run(no_head_norm, kTinyTokens), gguf::Error);
+  TinyModel misshapen_experts = experts_model("llama");
+  misshapen_experts.experts("blk.0.ffn_down_exps.weight", 2, 4, 1, std::vector<float>(8, 0.0f));
+  EXPECT_THROW(run(misshapen_experts, {0, 1}), gguf::Error);
+  TinyModel too_many_chosen = experts_model("qwen3moe");
+  too_many_chosen.metadata["qwen3moe.expert_used_count"] = gguf::Value::u32(5);
+  EXPECT_THROW(run(too_many_chosen, {0, 1}), gguf::Error);
   EXPECT_THROW(run(random_model(2), {0, 5}), std::invalid_argument);
   EXPECT_THROW(run(random_model(2), std::vector<int32_t>(17, 0)), std::invalid_argument);
 }

@@ -1,5 +1,6 @@
 #include "reference/reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -16,7 +17,8 @@ using Vector = std::vector<double>;
 using Matrix = std::vector<Vector>;  // one row per position
 
 struct Hyperparameters {
-  bool neox_rope = false;  // qwen2 rotates (x[i], x[i + n/2]); llama (x[2i], x[2i+1])
+  bool neox_rope = false;  // qwen2 and qwen3 rotate (x[i], x[i + n/2]); llama (x[2i], x[2i+1])
+  bool qk_norm = false;    // qwen3: each head of Q and K is RMS-normalized before RoPE
   size_t embedding = 0;
   size_t layers = 0;
   size_t feed_forward = 0;
@@ -28,6 +30,11 @@ struct Hyperparameters {
   size_t rope_dims = 0;
   double rope_base = 10000.0;
   double rope_position_scale = 1.0;  // 1 / linear scaling factor
+  // A Mixture-of-Experts FFN (Mixtral, Qwen3-MoE) when expert_count > 0: experts_per_token of
+  // expert_count SwiGLU experts of expert_feed_forward rows each.
+  size_t expert_count = 0;
+  size_t experts_per_token = 0;
+  size_t expert_feed_forward = 0;
 };
 
 size_t required_uint(const gguf::File& model, const std::string& key) {
@@ -38,15 +45,27 @@ size_t required_uint(const gguf::File& model, const std::string& key) {
 
 Hyperparameters read_hyperparameters(const gguf::File& model) {
   const std::optional<std::string> arch = model.get_string("general.architecture");
-  if (arch != "llama" && arch != "qwen2") {
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe") {
     throw gguf::Error("reference: unsupported architecture " + arch.value_or("(none)"));
   }
   const std::string prefix = *arch + ".";
   Hyperparameters hp;
-  hp.neox_rope = *arch == "qwen2";
+  hp.neox_rope = *arch != "llama";
+  hp.qk_norm = *arch == "qwen3" || *arch == "qwen3moe";
   hp.embedding = required_uint(model, prefix + "embedding_length");
   hp.layers = required_uint(model, prefix + "block_count");
   hp.feed_forward = required_uint(model, prefix + "feed_forward_length");
+  // Mixtral is a llama whose metadata counts experts; Qwen3-MoE always has them.
+  if (model.get_uint(prefix + "expert_count") || *arch == "qwen3moe") {
+    hp.expert_count = required_uint(model, prefix + "expert_count");
+    hp.experts_per_token = required_uint(model, prefix + "expert_used_count");
+    // Mixtral's experts are feed_forward_length wide; Qwen3-MoE names their width.
+    hp.expert_feed_forward =
+        model.get_uint(prefix + "expert_feed_forward_length").value_or(hp.feed_forward);
+    if (hp.experts_per_token > hp.expert_count || hp.expert_feed_forward == 0) {
+      throw gguf::Error("reference: inconsistent expert counts");
+    }
+  }
   hp.heads = required_uint(model, prefix + "attention.head_count");
   hp.kv_heads = model.get_uint(prefix + "attention.head_count_kv").value_or(hp.heads);
   hp.head_dim = model.get_uint(prefix + "attention.key_length").value_or(hp.embedding / hp.heads);
@@ -87,10 +106,12 @@ double half_to_double(uint16_t bits) {
   return sign ? -magnitude : magnitude;
 }
 
-// A weight matrix of `rows` rows of `cols` values (GGUF dims {cols, rows}), decoded row by row.
+// A weight matrix of `rows` rows of `cols` values (GGUF dims {cols, rows}), decoded row by row;
+// or matrix `matrix` of a tensor of several (dims {cols, rows, count}: a layer's experts).
 class Weight {
  public:
-  Weight(const gguf::File& model, const gguf::TensorInfo& info) : model_(model), info_(info) {
+  Weight(const gguf::File& model, const gguf::TensorInfo& info, size_t matrix = 0)
+      : model_(model), info_(info) {
     const auto type = static_cast<tensor::DType>(info.type);
     if (!tensor::info(type).computable) {
       throw gguf::Error("reference: tensor " + info.name + " has unsupported type " +
@@ -99,6 +120,7 @@ class Weight {
     const std::optional<uint64_t> bytes = tensor::row_bytes(type, info.dims[0]);
     if (!bytes) throw gguf::Error("reference: rows of " + info.name + " are not whole blocks");
     row_bytes_ = static_cast<size_t>(*bytes);
+    first_byte_ = matrix * rows() * row_bytes_;
   }
   size_t cols() const { return static_cast<size_t>(info_.dims[0]); }
   size_t rows() const { return info_.dims.size() > 1 ? static_cast<size_t>(info_.dims[1]) : 1; }
@@ -106,7 +128,7 @@ class Weight {
   // Plain float types are decoded here; block-quantized rows go through the engine's
   // dequantizer, which has its own tests against hand-built blocks.
   Vector row(size_t index) const {
-    const uint8_t* data = model_.tensor_data(info_) + index * row_bytes_;
+    const uint8_t* data = model_.tensor_data(info_) + first_byte_ + index * row_bytes_;
     Vector values(cols());
     switch (static_cast<tensor::DType>(info_.type)) {
       case tensor::DType::F32:
@@ -147,6 +169,7 @@ class Weight {
   const gguf::File& model_;
   const gguf::TensorInfo& info_;
   size_t row_bytes_ = 0;
+  size_t first_byte_ = 0;
 };
 
 const gguf::TensorInfo* find_with_shape(const gguf::File& model, const std::string& name,
@@ -160,6 +183,16 @@ Weight require(const gguf::File& model, const std::string& name, std::vector<uin
   const gguf::TensorInfo* info = find_with_shape(model, name, std::move(dims));
   if (!info) throw gguf::Error("reference: missing tensor " + name);
   return Weight(model, *info);
+}
+
+// The `count` matrices of a tensor of experts, each `rows` rows of `cols` values.
+std::vector<Weight> require_experts(const gguf::File& model, const std::string& name, uint64_t cols,
+                                    uint64_t rows, uint64_t count) {
+  const gguf::TensorInfo* info = find_with_shape(model, name, {cols, rows, count});
+  if (!info) throw gguf::Error("reference: missing tensor " + name);
+  std::vector<Weight> experts;
+  for (size_t e = 0; e < count; ++e) experts.emplace_back(model, *info, e);
+  return experts;
 }
 
 std::optional<Vector> optional_vector(const gguf::File& model, const std::string& name, size_t n) {
@@ -195,7 +228,86 @@ Matrix rms_norm(const Matrix& inputs, const Vector& weight, double epsilon) {
   return outputs;
 }
 
+// RMSNorm of each head of every position on its own, with one weight per head dimension.
+void rms_norm_heads(Matrix& projections, size_t head_count, size_t head_dim, const Vector& weight,
+                    double epsilon) {
+  for (Vector& x : projections) {
+    for (size_t head = 0; head < head_count; ++head) {
+      const auto first = x.begin() + static_cast<std::ptrdiff_t>(head * head_dim);
+      const Matrix normed = rms_norm({Vector(first, first + static_cast<std::ptrdiff_t>(head_dim))}, weight, epsilon);
+      std::copy(normed[0].begin(), normed[0].end(), first);
+    }
+  }
+}
+
 double silu(double x) { return x / (1.0 + std::exp(-x)); }
+
+// The SwiGLU feed-forward network down(silu(gate x) * up x) of every position.
+Matrix swiglu(const Weight& gate, const Weight& up, const Weight& down, const Matrix& inputs) {
+  const Matrix gates = project(gate, inputs, std::nullopt);
+  Matrix hidden = project(up, inputs, std::nullopt);
+  for (size_t t = 0; t < hidden.size(); ++t) {
+    for (size_t i = 0; i < hidden[t].size(); ++i) hidden[t][i] *= silu(gates[t][i]);
+  }
+  return project(down, hidden, std::nullopt);
+}
+
+// The `count` indices of the largest probabilities, largest first; of equal ones the lower index.
+std::vector<int> top_experts(const Vector& probabilities, size_t count) {
+  std::vector<int> chosen;
+  std::vector<bool> taken(probabilities.size(), false);
+  while (chosen.size() < count) {
+    size_t best = probabilities.size();
+    for (size_t e = 0; e < probabilities.size(); ++e) {
+      // Strictly greater: an equal probability further on does not displace the lower index.
+      if (!taken[e] && (best == probabilities.size() || probabilities[e] > probabilities[best])) best = e;
+    }
+    taken[best] = true;
+    chosen.push_back(static_cast<int>(best));
+  }
+  return chosen;
+}
+
+// A Mixture-of-Experts FFN: each position's router scores go through a softmax; the position
+// takes the experts of its top experts_per_token probabilities, and sums their SwiGLU outputs
+// weighted by those probabilities divided by their sum, in its order of choices. Every expert
+// is computed for every position (plainly; the engine runs each only on the rows that chose
+// it). Records each position's choices in `choices`.
+Matrix mixture_of_experts(const gguf::File& model, const std::string& block, const Hyperparameters& hp,
+                          const Matrix& inputs, std::vector<ExpertChoice>& choices) {
+  const Matrix scores = project(require(model, block + "ffn_gate_inp.weight", {hp.embedding, hp.expert_count}),
+                                inputs, std::nullopt);
+  const auto experts = [&](const char* name, uint64_t cols, uint64_t rows) {
+    return require_experts(model, block + name, cols, rows, hp.expert_count);
+  };
+  const std::vector<Weight> gates = experts("ffn_gate_exps.weight", hp.embedding, hp.expert_feed_forward);
+  const std::vector<Weight> ups = experts("ffn_up_exps.weight", hp.embedding, hp.expert_feed_forward);
+  const std::vector<Weight> downs = experts("ffn_down_exps.weight", hp.expert_feed_forward, hp.embedding);
+  std::vector<Matrix> expert_outputs;
+  for (size_t e = 0; e < hp.expert_count; ++e) expert_outputs.push_back(swiglu(gates[e], ups[e], downs[e], inputs));
+
+  Matrix outputs(inputs.size(), Vector(hp.embedding, 0.0));
+  choices.clear();
+  for (size_t t = 0; t < inputs.size(); ++t) {
+    const double max_score = *std::max_element(scores[t].begin(), scores[t].end());
+    Vector probabilities(hp.expert_count);
+    double total = 0.0;
+    for (size_t e = 0; e < hp.expert_count; ++e) {
+      probabilities[e] = std::exp(scores[t][e] - max_score);
+      total += probabilities[e];
+    }
+    for (double& p : probabilities) p /= total;
+    const std::vector<int> chosen = top_experts(probabilities, hp.experts_per_token);
+    double chosen_total = 0.0;
+    for (int e : chosen) chosen_total += probabilities[static_cast<size_t>(e)];
+    for (int e : chosen) {
+      const double weight = probabilities[static_cast<size_t>(e)] / chosen_total;
+      for (size_t i = 0; i < hp.embedding; ++i) outputs[t][i] += weight * expert_outputs[static_cast<size_t>(e)][t][i];
+    }
+    choices.push_back({chosen, scores[t]});
+  }
+  return outputs;
+}
 
 // Rotates each head of every position by its position's angles.
 void apply_rope(Matrix& projections, size_t head_count, const Hyperparameters& hp,
@@ -260,8 +372,8 @@ void add_in_place(Matrix& accumulator, const Matrix& addend) {
 
 }  // namespace
 
-std::vector<std::vector<double>> forward_all(const gguf::File& model,
-                                             std::span<const int32_t> tokens) {
+std::vector<std::vector<double>> forward_all(const gguf::File& model, std::span<const int32_t> tokens,
+                                             ExpertChoices* expert_choices) {
   const Hyperparameters hp = read_hyperparameters(model);
   const gguf::TensorInfo* embedding_info = model.find_tensor("token_embd.weight");
   if (!embedding_info || embedding_info->dims.size() != 2 || embedding_info->dims[0] != hp.embedding) {
@@ -286,8 +398,8 @@ std::vector<std::vector<double>> forward_all(const gguf::File& model,
       optional_vector(model, "rope_freqs.weight", hp.rope_dims / 2);
   for (size_t layer = 0; layer < hp.layers; ++layer) {
     const std::string block = "blk." + std::to_string(layer) + ".";
-    const auto norm = [&](const char* name) {
-      const std::optional<Vector> weight = optional_vector(model, block + name, hp.embedding);
+    const auto norm = [&](const char* name, size_t size) {
+      const std::optional<Vector> weight = optional_vector(model, block + name, size);
       if (!weight) throw gguf::Error("reference: missing tensor " + block + name);
       return *weight;
     };
@@ -295,28 +407,33 @@ std::vector<std::vector<double>> forward_all(const gguf::File& model,
       return optional_vector(model, block + name, size);
     };
 
-    const Matrix attention_input = rms_norm(x, norm("attn_norm.weight"), hp.rms_epsilon);
+    const Matrix attention_input = rms_norm(x, norm("attn_norm.weight", hp.embedding), hp.rms_epsilon);
     Matrix queries = project(require(model, block + "attn_q.weight", {hp.embedding, q_size}),
                              attention_input, bias("attn_q.bias", q_size));
     Matrix keys = project(require(model, block + "attn_k.weight", {hp.embedding, kv_size}),
                           attention_input, bias("attn_k.bias", kv_size));
     const Matrix values = project(require(model, block + "attn_v.weight", {hp.embedding, kv_size}),
                                   attention_input, bias("attn_v.bias", kv_size));
+    if (hp.qk_norm) {
+      rms_norm_heads(queries, hp.heads, hp.head_dim, norm("attn_q_norm.weight", hp.head_dim), hp.rms_epsilon);
+      rms_norm_heads(keys, hp.kv_heads, hp.head_dim, norm("attn_k_norm.weight", hp.head_dim), hp.rms_epsilon);
+    }
     apply_rope(queries, hp.heads, hp, frequency_factors);
     apply_rope(keys, hp.kv_heads, hp, frequency_factors);
     add_in_place(x, project(require(model, block + "attn_output.weight", {q_size, hp.embedding}),
                             attend(queries, keys, values, hp), bias("attn_output.bias", hp.embedding)));
 
-    const Matrix ffn_input = rms_norm(x, norm("ffn_norm.weight"), hp.rms_epsilon);
-    const Matrix gate = project(require(model, block + "ffn_gate.weight", {hp.embedding, hp.feed_forward}),
-                                ffn_input, std::nullopt);
-    Matrix hidden = project(require(model, block + "ffn_up.weight", {hp.embedding, hp.feed_forward}),
-                            ffn_input, std::nullopt);
-    for (size_t t = 0; t < hidden.size(); ++t) {
-      for (size_t i = 0; i < hp.feed_forward; ++i) hidden[t][i] *= silu(gate[t][i]);
+    const Matrix ffn_input = rms_norm(x, norm("ffn_norm.weight", hp.embedding), hp.rms_epsilon);
+    if (hp.expert_count > 0) {
+      std::vector<ExpertChoice> layer_choices;
+      add_in_place(x, mixture_of_experts(model, block, hp, ffn_input, layer_choices));
+      if (expert_choices) expert_choices->push_back(std::move(layer_choices));
+    } else {
+      add_in_place(x, swiglu(require(model, block + "ffn_gate.weight", {hp.embedding, hp.feed_forward}),
+                             require(model, block + "ffn_up.weight", {hp.embedding, hp.feed_forward}),
+                             require(model, block + "ffn_down.weight", {hp.feed_forward, hp.embedding}),
+                             ffn_input));
     }
-    add_in_place(x, project(require(model, block + "ffn_down.weight", {hp.feed_forward, hp.embedding}),
-                            hidden, std::nullopt));
   }
 
   const std::optional<Vector> output_norm = optional_vector(model, "output_norm.weight", hp.embedding);

@@ -1,7 +1,8 @@
-// A deliberately plain forward pass in double precision for GGUF `llama` and `qwen2` models,
-// written from the model definitions only, so that tests can check the optimized engine
-// against it. Slow by design: it recomputes everything from scratch and decodes every weight
-// row as it uses it.
+// A deliberately plain forward pass in double precision for GGUF `llama` (Mixtral too: a llama
+// with experts), `qwen2`, `qwen3` and `qwen3moe` models, written from the model definitions
+// only, so that tests can check the optimized engine against it. Slow by design: it
+// recomputes everything from scratch, decodes every weight row as it uses it and runs every
+// expert on every position.
 //
 // Weight types: F32, F16 and BF16 are decoded here; the block-quantized types the engine can
 // compute (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) are expanded to float with
@@ -16,11 +17,22 @@
 
 namespace strata::reference {
 
+// Of a model with experts, one position's routing in one layer: the experts it chose, in its
+// order of choices (the highest probability first), and every expert's router score (where
+// the scores are close, a forward pass whose hidden states are off a little may choose
+// otherwise).
+struct ExpertChoice {
+  std::vector<int> experts;
+  std::vector<double> scores;
+};
+using ExpertChoices = std::vector<std::vector<ExpertChoice>>;  // [layer][position]
+
 // The logits over the vocabulary after each position of `tokens` (causal: row i depends only
-// on tokens[0..i]). Throws gguf::Error for a model it cannot run (unknown architecture,
-// missing or misshapen tensor, unsupported weight type or RoPE scaling) and
-// std::invalid_argument for tokens outside the vocabulary or beyond the context length.
-std::vector<std::vector<double>> forward_all(const gguf::File& model,
-                                             std::span<const int32_t> tokens);
+// on tokens[0..i]); of a model with experts, their choices into `expert_choices` when given.
+// Throws gguf::Error for a model it cannot run (unknown architecture, missing or misshapen
+// tensor, unsupported weight type or RoPE scaling) and std::invalid_argument for tokens
+// outside the vocabulary or beyond the context length.
+std::vector<std::vector<double>> forward_all(const gguf::File& model, std::span<const int32_t> tokens,
+                                             ExpertChoices* expert_choices = nullptr);
 
 }  // namespace strata::reference
