@@ -72,10 +72,12 @@ bool is_other(char32_t cp) { return !is_whitespace(cp) && !is_letter(cp) && !is_
 // [^\r\n\p{L}\p{N}]
 bool is_letter_prefix(char32_t cp) { return !is_newline(cp) && !is_letter(cp) && !is_number(cp); }
 
+// The run of characters from `pos` that match, counted up to `limit`: a bounded repetition such
+// as \p{N}{1,3} must not look further, or a long run would be scanned once per match.
 template <typename Predicate>
-size_t run_length(Piece s, size_t pos, Predicate matches) {
+size_t run_length(Piece s, size_t pos, Predicate matches, size_t limit = Piece::npos) {
   size_t n = 0;
-  while (pos + n < s.size() && matches(s[pos + n])) ++n;
+  while (n < limit && pos + n < s.size() && matches(s[pos + n])) ++n;
   return n;
 }
 
@@ -132,7 +134,7 @@ size_t match_gpt2(Piece s, size_t pos) {
 size_t match_llama3_family(Piece s, size_t pos, size_t max_digits) {
   if (size_t n = contraction(s, pos, true)) return n;
   if (size_t n = optional_prefix_then_run(s, pos, is_letter_prefix, is_letter)) return n;
-  if (size_t n = run_length(s, pos, is_number)) return std::min(n, max_digits);
+  if (size_t n = run_length(s, pos, is_number, max_digits)) return n;
   if (size_t n = optional_space_then_run(s, pos, is_other)) {
     return n + run_length(s, pos + n, is_newline);
   }

@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
+
+#include "test_support.h"
 
 namespace strata::tokenizer {
 namespace {
@@ -82,6 +85,19 @@ TEST(Llama3PreTokenizer, PiecesConcatenateToTheInputEvenForInvalidUtf8) {
 
 TEST(Qwen2PreTokenizer, SplitsEveryDigit) {
   EXPECT_EQ(split(PreTokenizer::Qwen2, "x12345"), (Pieces{"x", "1", "2", "3", "4", "5"}));
+}
+
+// Llama 3 and Qwen take digits in groups of at most three (Qwen: one): a long number must not be
+// scanned again for every group.
+TEST(Llama3PreTokenizer, LongNumbersSplitInLinearTime) {
+  const std::string digits(64 * 1024, '7');
+  for (PreTokenizer kind : {PreTokenizer::Llama3, PreTokenizer::Qwen2}) {
+    const auto start = test::thread_cpu_time();
+    const std::vector<std::string_view> pieces = pre_tokenize(kind, digits);
+    const auto elapsed = test::thread_cpu_time() - start;
+    EXPECT_GE(pieces.size(), digits.size() / 3);
+    EXPECT_LT(elapsed, std::chrono::milliseconds(100));
+  }
 }
 
 TEST(Gpt2PreTokenizer, SplitsLikeTheGpt2Regex) {

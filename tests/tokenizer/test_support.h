@@ -2,6 +2,9 @@
 // is independent of the code under test.
 #pragma once
 
+#include <time.h>
+
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -30,6 +33,14 @@ inline LoadedTokenizer load(const std::filesystem::path& path) {
 
 inline LoadedTokenizer load_vocab(std::string_view name) {
   return load(vocab_dir() / ("ggml-vocab-" + std::string(name) + ".gguf"));
+}
+
+// The time this thread has run, not the wall time: speed bounds in tests catch a quadratic
+// encoder, and a loaded machine must not trip them.
+inline std::chrono::nanoseconds thread_cpu_time() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec);
 }
 
 // Strict UTF-8: no overlong forms, surrogates, values past U+10FFFF or truncated sequences.

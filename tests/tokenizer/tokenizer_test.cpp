@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 
 #include "test_support.h"
 
@@ -291,14 +290,6 @@ TEST_F(SyntheticVocabulary, UserDefinedTokensAreAlwaysMatchedControlTokensOnRequ
   EXPECT_FALSE(tok->is_control(7));
 }
 
-// The time this thread has run, not the wall time: the bounds below catch a quadratic encoder,
-// and a loaded machine must not trip them.
-std::chrono::nanoseconds thread_cpu_time() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec);
-}
-
 // About 4 KB of mixed text, encoded with the largest vocabulary and the SentencePiece one.
 TEST(TokenizerSpeed, EncodesKilobytesInMilliseconds) {
   std::string text;
@@ -309,9 +300,9 @@ TEST(TokenizerSpeed, EncodesKilobytesInMilliseconds) {
   }
   for (std::string_view name : {"deepseek-llm", "llama-spm"}) {
     const test::LoadedTokenizer loaded = test::load_vocab(name);
-    const auto start = thread_cpu_time();
+    const auto start = test::thread_cpu_time();
     const std::vector<Token> tokens = loaded.tokenizer->encode(text, true, true);
-    const auto elapsed = thread_cpu_time() - start;
+    const auto elapsed = test::thread_cpu_time() - start;
     EXPECT_GT(tokens.size(), 500u);
     EXPECT_LT(elapsed, std::chrono::milliseconds(100)) << name;
   }
@@ -325,9 +316,9 @@ TEST(TokenizerSpeed, LongRunsStayLinear) {
   for (std::string_view name : {"falcon", "deepseek-llm", "llama-spm"}) {
     const test::LoadedTokenizer loaded = test::load_vocab(name);
     for (const std::string& text : runs) {
-      const auto start = thread_cpu_time();
+      const auto start = test::thread_cpu_time();
       const std::vector<Token> tokens = loaded.tokenizer->encode(text, false, false);
-      const auto elapsed = thread_cpu_time() - start;
+      const auto elapsed = test::thread_cpu_time() - start;
       EXPECT_LT(elapsed, std::chrono::milliseconds(300)) << name << ", run of '" << text[0] << "'";
       EXPECT_EQ(loaded.tokenizer->decode(tokens), text) << name;
     }
