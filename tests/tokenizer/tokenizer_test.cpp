@@ -265,6 +265,28 @@ TEST_F(SyntheticVocabulary, Llama3VocabulariesTakeWholeTokensBeforeMerging) {
   EXPECT_FALSE(gpt2->add_bos_by_default());
 }
 
+TEST_F(SyntheticVocabulary, QwenVocabulariesEncodeTheNfcOfTheText) {
+  const auto load_with_pre = [&](const char* pre) {
+    gguf::Writer writer;
+    writer.set("tokenizer.ggml.model", gguf::Value::string("gpt2"));
+    writer.set("tokenizer.ggml.pre", gguf::Value::string(pre));
+    // In GPT-2's byte alphabet: e, then U+0301's bytes CC 81, then é's bytes C3 A9, then é.
+    writer.set("tokenizer.ggml.tokens", strings({"e", "\u00CC", "\u0123", "\u00C3", "\u00A9",
+                                                 "\u00C3\u00A9"}));
+    writer.set("tokenizer.ggml.merges", strings({"\u00C3 \u00A9"}));
+    writer.write(path_.string());
+    const auto file = gguf::File::open(path_.string());
+    return Tokenizer::from_gguf(*file);
+  };
+  const std::string decomposed = "e\u0301";
+  const auto qwen = load_with_pre("qwen2");
+  EXPECT_EQ(qwen->encode(decomposed, false, false), (std::vector<Token>{5}));
+  EXPECT_EQ(qwen->decode(qwen->encode(decomposed, false, false)), "\u00E9");
+  // Other vocabularies take the text as it is.
+  const auto gpt2 = load_with_pre("gpt-2");
+  EXPECT_EQ(gpt2->encode(decomposed, false, false), (std::vector<Token>{0, 1, 2}));
+}
+
 TEST_F(SyntheticVocabulary, UserDefinedTokensAreAlwaysMatchedControlTokensOnRequest) {
   gguf::Writer writer;
   writer.set("tokenizer.ggml.model", gguf::Value::string("gpt2"));
