@@ -87,6 +87,26 @@ def llama_cpp_ids(llama_tokenize, vocabulary, text):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def gpt2_byte_of_character():
+    """GPT-2's byte alphabet backwards: printable Latin-1 bytes stand for themselves, the other 68
+    bytes for U+0100 upwards in byte order."""
+    printable = [b for b in range(256) if 0x21 <= b <= 0x7E or 0xA1 <= b <= 0xAC or b >= 0xAE]
+    others = [b for b in range(256) if b not in printable]
+    table = {chr(b): b for b in printable}
+    table.update({chr(0x100 + i): b for i, b in enumerate(others)})
+    return table
+
+
+BYTE_OF_CHARACTER = gpt2_byte_of_character()
+
+
+def readable(token_text, model):
+    """A byte-level token as the text it stands for (bytes of a split character escaped)."""
+    if model != "gpt2" or any(c not in BYTE_OF_CHARACTER for c in token_text):
+        return token_text
+    return bytes(BYTE_OF_CHARACTER[c] for c in token_text).decode("utf-8", "backslashreplace")
+
+
 def first_difference(a, b):
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
@@ -94,8 +114,9 @@ def first_difference(a, b):
     return min(len(a), len(b))
 
 
-def pieces(token_texts, ids, start, count=6):
-    return " ".join(repr(token_texts[i]) for i in ids[start:start + count]) or "(end)"
+def pieces(token_texts, model, ids, start, count=6):
+    shown = [repr(readable(token_texts[i], model)) for i in ids[start:start + count]]
+    return " ".join(shown) or "(end)"
 
 
 def main():
@@ -144,7 +165,7 @@ def main():
             at = min(first_difference(a, b) for _, a in encodings for _, b in encodings if a != b)
             print(f"  {name} ({agree}): from token {at} of {len(reference[i])}")
             for label, ids in encodings:
-                print(f"    {label:12} {pieces(token_texts, ids, at)}")
+                print(f"    {label:12} {pieces(token_texts, family['model'], ids, at)}")
     return 1 if strata_differs_from_reference else 0
 
 

@@ -17,6 +17,8 @@ What the converter would take from elsewhere is derived here from the two files,
     tokenizer.json's merge list from those scores (highest first), so each token gets minus the
     rank of the first merge that makes it: the same order, hence the same encodings. Tokens that
     no merge makes (single characters, bytes) are never merge results and score below all.
+  * Added tokens keep their text. The converter encodes and decodes the non-normalized ones, which
+    gives each its text back, but for Gemma's runs of ▁, which become spaces either way.
   * Special ids and add_bos/add_eos: tokenizer_config.json's *_token and add_*_token, else a
     TemplateProcessing post-processor that starts with BOS or ends with EOS, as the converter.
 Only the standard library; GGUF v3 as its specification gives it (no tensors).
@@ -174,9 +176,9 @@ def special_tokens(tokenizer, config):
         if isinstance(config.get(f"add_{kind}_token"), bool):
             adds[kind] = config[f"add_{kind}_token"]
         content = token_content(config.get(f"{kind}_token"))
-        token_id = next((t["id"] for t in tokenizer["added_tokens"] if t["content"] == content), None)
-        if token_id is not None:
-            keys[key] = (UINT32, token_id)
+        ids = [token["id"] for token in tokenizer["added_tokens"] if token["content"] == content]
+        if ids:
+            keys[key] = (UINT32, ids[0])
     for kind in ("bos", "eos"):
         if kind in adds:
             keys[f"tokenizer.ggml.add_{kind}_token"] = (BOOL, adds[kind])
