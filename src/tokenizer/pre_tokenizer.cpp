@@ -34,6 +34,8 @@ std::optional<PreTokenizer> pre_tokenizer_from_name(std::string_view name) {
       Entry{"dbrx", PreTokenizer::Llama3},
       Entry{"smaug-bpe", PreTokenizer::Llama3},
       Entry{"qwen2", PreTokenizer::Qwen2},
+      Entry{"gpt-4o", PreTokenizer::Gpt4o},
+      Entry{"deepseek-v3", PreTokenizer::DeepseekV3},
       Entry{"deepseek-llm", PreTokenizer::DeepseekLlm},
       Entry{"deepseek-coder", PreTokenizer::DeepseekCoder},
       Entry{"falcon", PreTokenizer::Falcon},
@@ -67,15 +69,48 @@ bool in_ranges(std::span<const CodepointRun> ranges, char32_t cp) {
 bool is_space(char32_t cp) { return cp == ' '; }
 bool is_newline(char32_t cp) { return cp == '\r' || cp == '\n'; }
 bool is_punctuation(char32_t cp) { return classify(cp) == CodepointClass::Punctuation; }
+bool is_punctuation_or_symbol(char32_t cp) {
+  const CodepointClass cls = classify(cp);
+  return cls == CodepointClass::Punctuation || cls == CodepointClass::Symbol;
+}
+bool is_letter_or_mark(char32_t cp) {
+  return is_letter(cp) || classify(cp) == CodepointClass::Mark;
+}
+bool is_ascii_letter(char32_t cp) { return (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z'); }
+// [!-/:-@[-`{-~]
+bool is_ascii_punctuation(char32_t cp) {
+  return cp >= '!' && cp <= '~' && !is_ascii_letter(cp) && !(cp >= '0' && cp <= '9');
+}
+// o200k's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and [\p{Ll}\p{Lm}\p{Lo}\p{M}]: the capitals, or the
+// lower-case letters, each with the letters and marks that have no case.
+bool is_caseless(CodepointClass cls) {
+  return cls == CodepointClass::ModifierLetter || cls == CodepointClass::OtherLetter ||
+         cls == CodepointClass::Mark;
+}
+bool is_upper_or_caseless(char32_t cp) {
+  const CodepointClass cls = classify(cp);
+  return cls == CodepointClass::UppercaseLetter || cls == CodepointClass::TitlecaseLetter ||
+         is_caseless(cls);
+}
+bool is_lower_or_caseless(char32_t cp) {
+  const CodepointClass cls = classify(cp);
+  return cls == CodepointClass::LowercaseLetter || is_caseless(cls);
+}
 // [^\s\p{L}\p{N}]
 bool is_other(char32_t cp) { return !is_whitespace(cp) && !is_letter(cp) && !is_number(cp); }
 // [^\r\n\p{L}\p{N}]
 bool is_letter_prefix(char32_t cp) { return !is_newline(cp) && !is_letter(cp) && !is_number(cp); }
+// [^\r\n\p{L}\p{P}\p{S}]
+bool is_letter_prefix_not_punctuation(char32_t cp) {
+  return !is_newline(cp) && !is_letter(cp) && !is_punctuation_or_symbol(cp);
+}
 
+// The run of characters from `pos` that match, counted up to `limit`: a bounded repetition such
+// as \p{N}{1,3} must not look further, or a long run would be scanned once per match.
 template <typename Predicate>
-size_t run_length(Piece s, size_t pos, Predicate matches) {
+size_t run_length(Piece s, size_t pos, Predicate matches, size_t limit = Piece::npos) {
   size_t n = 0;
-  while (pos + n < s.size() && matches(s[pos + n])) ++n;
+  while (n < limit && pos + n < s.size() && matches(s[pos + n])) ++n;
   return n;
 }
 
@@ -127,15 +162,8 @@ size_t match_gpt2(Piece s, size_t pos) {
   return whitespace_not_before_text(s, pos);
 }
 
-// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max_digits}|
-//  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-size_t match_llama3_family(Piece s, size_t pos, size_t max_digits) {
-  if (size_t n = contraction(s, pos, true)) return n;
-  if (size_t n = optional_prefix_then_run(s, pos, is_letter_prefix, is_letter)) return n;
-  if (size_t n = run_length(s, pos, is_number)) return std::min(n, max_digits);
-  if (size_t n = optional_space_then_run(s, pos, is_other)) {
-    return n + run_length(s, pos + n, is_newline);
-  }
+// \s*[\r\n]+|\s+(?!\S)|\s+, the alternatives that end the Llama 3 family of regexes.
+size_t whitespace_alternatives(Piece s, size_t pos) {
   const size_t whitespace = run_length(s, pos, is_whitespace);
   // \s*[\r\n]+ ends at the last newline of the whitespace run.
   for (size_t n = whitespace; n > 0; --n) {
@@ -145,8 +173,115 @@ size_t match_llama3_family(Piece s, size_t pos, size_t max_digits) {
   return whitespace;
 }
 
+// \p{N}{1,max_digits}
+size_t numbers_up_to(Piece s, size_t pos, size_t max_digits) {
+  return run_length(s, pos, is_number, max_digits);
+}
+
+// `P?X+T*` for a one-character prefix P (tried first), a run X and a trailing run T.
+template <typename PrefixPredicate, typename Predicate, typename TrailingPredicate>
+size_t optional_prefix_run_then_trailing(Piece s, size_t pos, PrefixPredicate prefix,
+                                         Predicate matches, TrailingPredicate trailing) {
+  const size_t n = optional_prefix_then_run(s, pos, prefix, matches);
+  return n == 0 ? 0 : n + run_length(s, pos + n, trailing);
+}
+
+// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max_digits}|
+//  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+size_t match_llama3_family(Piece s, size_t pos, size_t max_digits) {
+  if (size_t n = contraction(s, pos, true)) return n;
+  if (size_t n = optional_prefix_then_run(s, pos, is_letter_prefix, is_letter)) return n;
+  if (size_t n = numbers_up_to(s, pos, max_digits)) return n;
+  if (size_t n = optional_prefix_run_then_trailing(s, pos, is_space, is_other, is_newline)) {
+    return n;
+  }
+  return whitespace_alternatives(s, pos);
+}
+
 size_t match_llama3(Piece s, size_t pos) { return match_llama3_family(s, pos, 3); }
 size_t match_qwen2(Piece s, size_t pos) { return match_llama3_family(s, pos, 1); }
+
+// [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+: the first part takes its longest
+// run, then gives characters back until the second can start.
+size_t upper_then_lower(Piece s, size_t pos) {
+  const size_t upper = run_length(s, pos, is_upper_or_caseless);
+  for (size_t taken = upper + 1; taken-- > 0;) {
+    if (pos + taken < s.size() && is_lower_or_caseless(s[pos + taken])) {
+      return taken + run_length(s, pos + taken, is_lower_or_caseless);
+    }
+  }
+  return 0;
+}
+
+// [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*
+size_t upper_then_optional_lower(Piece s, size_t pos) {
+  const size_t upper = run_length(s, pos, is_upper_or_caseless);
+  return upper == 0 ? 0 : upper + run_length(s, pos + upper, is_lower_or_caseless);
+}
+
+// [^\r\n\p{L}\p{N}]?WORD(?i:'s|'t|'re|'ve|'m|'ll|'d)?, the prefix tried first.
+size_t o200k_word(Piece s, size_t pos, size_t (*word)(Piece, size_t)) {
+  const auto word_from = [&](size_t start) -> size_t {
+    const size_t n = start < s.size() ? word(s, start) : 0;
+    if (n == 0) return 0;
+    const size_t end = start + n;
+    return end - pos + (end < s.size() ? contraction(s, end, true) : 0);
+  };
+  if (is_letter_prefix(s[pos])) {
+    if (size_t n = word_from(pos + 1)) return n;
+  }
+  return word_from(pos);
+}
+
+// [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+// [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+// \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+size_t match_o200k(Piece s, size_t pos) {
+  if (size_t n = o200k_word(s, pos, upper_then_lower)) return n;
+  if (size_t n = o200k_word(s, pos, upper_then_optional_lower)) return n;
+  if (size_t n = numbers_up_to(s, pos, 3)) return n;
+  // The '/' of [\r\n/]* can never follow the run, which takes every '/' itself.
+  if (size_t n = optional_prefix_run_then_trailing(s, pos, is_space, is_other, is_newline)) {
+    return n;
+  }
+  return whitespace_alternatives(s, pos);
+}
+
+// \p{N}{1,3}
+size_t match_up_to_three_numbers(Piece s, size_t pos) { return numbers_up_to(s, pos, 3); }
+
+// [一-龥぀-ゟ゠-ヿ]: CJK ideographs, hiragana and katakana.
+constexpr CodepointRun kDeepseekV3CjkAndKana[] = {
+    {0x4E00, 0x9FA5}, {0x3040, 0x309F}, {0x30A0, 0x30FF}};
+
+// [一-龥぀-ゟ゠-ヿ]+
+size_t match_cjk_and_kana(Piece s, size_t pos) {
+  return run_length(s, pos, [](char32_t cp) { return in_ranges(kDeepseekV3CjkAndKana, cp); });
+}
+
+// [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+
+size_t ascii_punctuation_then_ascii_letters(Piece s, size_t pos) {
+  if (!is_ascii_punctuation(s[pos])) return 0;
+  const size_t letters = run_length(s, pos + 1, is_ascii_letter);
+  return letters == 0 ? 0 : 1 + letters;
+}
+
+// [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+|
+//  ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+size_t match_deepseek_v3_text(Piece s, size_t pos) {
+  if (size_t n = ascii_punctuation_then_ascii_letters(s, pos)) return n;
+  if (size_t n = optional_prefix_then_run(s, pos, is_letter_prefix_not_punctuation,
+                                          is_letter_or_mark)) {
+    return n;
+  }
+  if (size_t n = optional_prefix_run_then_trailing(s, pos, is_space, is_punctuation_or_symbol,
+                                                   is_newline)) {
+    return n;
+  }
+  return whitespace_alternatives(s, pos);
+}
 
 // [\r\n]
 size_t match_newline(Piece s, size_t pos) { return is_newline(s[pos]) ? 1 : 0; }
@@ -255,6 +390,9 @@ std::span<const Matcher> matchers_for(PreTokenizer kind) {
   static constexpr Matcher kGpt2[] = {match_gpt2};
   static constexpr Matcher kLlama3[] = {match_llama3};
   static constexpr Matcher kQwen2[] = {match_qwen2};
+  static constexpr Matcher kGpt4o[] = {match_o200k};
+  static constexpr Matcher kDeepseekV3[] = {match_up_to_three_numbers, match_cjk_and_kana,
+                                            match_deepseek_v3_text};
   static constexpr Matcher kDeepseekLlm[] = {
       match_newline,
       match_deepseek_cased_letters,
@@ -277,6 +415,8 @@ std::span<const Matcher> matchers_for(PreTokenizer kind) {
     case PreTokenizer::Gpt2: return kGpt2;
     case PreTokenizer::Llama3: return kLlama3;
     case PreTokenizer::Qwen2: return kQwen2;
+    case PreTokenizer::Gpt4o: return kGpt4o;
+    case PreTokenizer::DeepseekV3: return kDeepseekV3;
     case PreTokenizer::DeepseekLlm: return kDeepseekLlm;
     case PreTokenizer::DeepseekCoder: return kDeepseekCoder;
     case PreTokenizer::Falcon: return kFalcon;

@@ -16,6 +16,8 @@ enum class PreTokenizer {
   Gpt2,           // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
   Llama3,         // the Llama 3 regex, digits in groups of up to three
   Qwen2,          // the Llama 3 regex with single digits
+  Gpt4o,          // o200k (gpt-oss): words split by case, contractions attached, digits by three
+  DeepseekV3,     // digits by three, then CJK and kana runs, then words, punctuation, whitespace
   DeepseekLlm,    // newlines, cased-letter runs, punctuation runs, trailing spaces, CJK, numbers
   DeepseekCoder,  // newlines, letter runs, punctuation runs, CJK, single digits
   Falcon,         // punctuation runs, then GPT-2, then groups of three ASCII digits

@@ -241,6 +241,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& file) {
     const bool llama3_vocabulary = pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe";
     impl->ignore_merges = llama3_vocabulary;
     add_bos_default = llama3_vocabulary;
+    // Qwen's tokenizer.json has an NFC normalizer, which GGUF files do not record (llama.cpp
+    // does not normalize); its pre-tokenizer, which only Qwen's vocabularies name, stands for it.
+    impl->normalize_to_nfc = impl->pre_tokenizer == PreTokenizer::Qwen2;
   }
   impl->bos = special_token_id(file, "tokenizer.ggml.bos_token_id", default_bos, n);
   impl->eos = special_token_id(file, "tokenizer.ggml.eos_token_id", default_eos, n);
@@ -317,6 +320,8 @@ std::vector<Token> Tokenizer::encode(std::string_view text, bool add_bos,
     }
     if (impl_->model == Model::SentencePiece) {
       impl_->encode_sentencepiece(fragment.text, impl_->add_space_prefix && after_special, tokens);
+    } else if (impl_->normalize_to_nfc) {
+      impl_->encode_byte_level(unicode::to_nfc(fragment.text), tokens);
     } else {
       impl_->encode_byte_level(fragment.text, tokens);
     }

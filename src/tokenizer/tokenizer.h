@@ -1,6 +1,7 @@
 // Text <-> token ids for the vocabularies GGUF files carry: SentencePiece-style BPE
 // (tokenizer.ggml.model = "llama") and GPT-2-style byte-level BPE ("gpt2"), following
-// llama.cpp's behaviour so that its test vectors reproduce exactly.
+// llama.cpp's behaviour so that its test vectors reproduce exactly, and Hugging Face's where the
+// two part (Qwen's NFC, o200k's and DeepSeek V3's regexes as tokenizer.json states them).
 #pragma once
 
 #include <cstdint>

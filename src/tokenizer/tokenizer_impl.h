@@ -54,6 +54,7 @@ struct Tokenizer::Impl {
   StringMap<int32_t> merge_ranks;  // "left right" -> rank, lower merges first
   PreTokenizer pre_tokenizer = PreTokenizer::Gpt2;
   bool ignore_merges = false;  // a piece that is a whole token is taken as is (Llama 3)
+  bool normalize_to_nfc = false;  // text goes to NFC before it is split (Qwen)
 
   Token bos = -1;
   Token eos = -1;

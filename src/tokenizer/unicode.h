@@ -1,5 +1,5 @@
 // Unicode facts the tokenizers need: UTF-8 decoding that tolerates bad input, general-category
-// classes for the pre-tokenizers, and GPT-2's byte <-> code point mapping.
+// classes for the pre-tokenizers, NFC normalization, and GPT-2's byte <-> code point mapping.
 #pragma once
 
 #include <cstddef>
@@ -10,9 +10,21 @@
 
 namespace strata::tokenizer::unicode {
 
-// The general-category classes that pre-tokenizer regexes name (\p{L}, \p{N}, \p{P}, \p{S},
-// \p{M}); everything else (separators, controls, format, unassigned) is Other.
-enum class CodepointClass : uint8_t { Other, Letter, Number, Punctuation, Symbol, Mark };
+// The general-category classes that pre-tokenizer regexes name: \p{L} by its five parts (o200k's
+// regex names \p{Lu}, \p{Ll}, \p{Lt}, \p{Lm}, \p{Lo}), \p{N}, \p{P}, \p{S}, \p{M}; everything
+// else (separators, controls, format, unassigned) is Other.
+enum class CodepointClass : uint8_t {
+  Other,
+  UppercaseLetter,
+  LowercaseLetter,
+  TitlecaseLetter,
+  ModifierLetter,
+  OtherLetter,
+  Number,
+  Punctuation,
+  Symbol,
+  Mark,
+};
 
 struct CodepointRange {
   char32_t first;
@@ -28,7 +40,10 @@ extern const size_t kCodepointClassRangeCount;
 CodepointClass classify(char32_t cp);
 // The White_Space property, which is what \s means in the regexes the tokenizers come from.
 bool is_whitespace(char32_t cp);
-inline bool is_letter(char32_t cp) { return classify(cp) == CodepointClass::Letter; }
+inline bool is_letter(char32_t cp) {
+  const CodepointClass cls = classify(cp);
+  return cls >= CodepointClass::UppercaseLetter && cls <= CodepointClass::OtherLetter;
+}
 inline bool is_number(char32_t cp) { return classify(cp) == CodepointClass::Number; }
 
 constexpr char32_t kReplacementCharacter = 0xFFFD;
@@ -44,6 +59,36 @@ struct Utf8Decoded {
 Utf8Decoded decode_utf8_at(std::string_view text, size_t pos);
 
 void append_utf8(std::string& out, char32_t cp);
+
+// What NFC needs, generated with the classes above: the canonical combining class of the code
+// points whose class is not 0, every canonical decomposition one level deep (second = 0 for a
+// single code point), and the pairs that compose again, sorted by (first, second).
+struct CombiningClassRange {
+  char32_t first;
+  char32_t last;
+  uint8_t combining_class;
+};
+struct Decomposition {
+  char32_t codepoint;
+  char32_t first;
+  char32_t second;
+};
+struct Composition {
+  char32_t first;
+  char32_t second;
+  char32_t composite;
+};
+extern const CombiningClassRange kCombiningClassRanges[];
+extern const size_t kCombiningClassRangeCount;
+extern const Decomposition kDecompositions[];
+extern const size_t kDecompositionCount;
+extern const Composition kCompositions[];
+extern const size_t kCompositionCount;
+
+uint8_t combining_class(char32_t cp);
+// Unicode Normalization Form C: canonical decomposition, canonical order, canonical composition.
+// Bytes that are not UTF-8 stay as they are, and nothing composes across them.
+std::string to_nfc(std::string_view text);
 
 // GPT-2's byte-level alphabet: every byte maps to a printable code point so that BPE vocabularies
 // never contain raw control bytes or spaces (the space byte becomes U+0120 'Ġ').

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 
 #include "test_support.h"
 
@@ -266,6 +265,28 @@ TEST_F(SyntheticVocabulary, Llama3VocabulariesTakeWholeTokensBeforeMerging) {
   EXPECT_FALSE(gpt2->add_bos_by_default());
 }
 
+TEST_F(SyntheticVocabulary, QwenVocabulariesEncodeTheNfcOfTheText) {
+  const auto load_with_pre = [&](const char* pre) {
+    gguf::Writer writer;
+    writer.set("tokenizer.ggml.model", gguf::Value::string("gpt2"));
+    writer.set("tokenizer.ggml.pre", gguf::Value::string(pre));
+    // In GPT-2's byte alphabet: e, then U+0301's bytes CC 81, then é's bytes C3 A9, then é.
+    writer.set("tokenizer.ggml.tokens", strings({"e", "\u00CC", "\u0123", "\u00C3", "\u00A9",
+                                                 "\u00C3\u00A9"}));
+    writer.set("tokenizer.ggml.merges", strings({"\u00C3 \u00A9"}));
+    writer.write(path_.string());
+    const auto file = gguf::File::open(path_.string());
+    return Tokenizer::from_gguf(*file);
+  };
+  const std::string decomposed = "e\u0301";
+  const auto qwen = load_with_pre("qwen2");
+  EXPECT_EQ(qwen->encode(decomposed, false, false), (std::vector<Token>{5}));
+  EXPECT_EQ(qwen->decode(qwen->encode(decomposed, false, false)), "\u00E9");
+  // Other vocabularies take the text as it is.
+  const auto gpt2 = load_with_pre("gpt-2");
+  EXPECT_EQ(gpt2->encode(decomposed, false, false), (std::vector<Token>{0, 1, 2}));
+}
+
 TEST_F(SyntheticVocabulary, UserDefinedTokensAreAlwaysMatchedControlTokensOnRequest) {
   gguf::Writer writer;
   writer.set("tokenizer.ggml.model", gguf::Value::string("gpt2"));
@@ -291,14 +312,6 @@ TEST_F(SyntheticVocabulary, UserDefinedTokensAreAlwaysMatchedControlTokensOnRequ
   EXPECT_FALSE(tok->is_control(7));
 }
 
-// The time this thread has run, not the wall time: the bounds below catch a quadratic encoder,
-// and a loaded machine must not trip them.
-std::chrono::nanoseconds thread_cpu_time() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec);
-}
-
 // About 4 KB of mixed text, encoded with the largest vocabulary and the SentencePiece one.
 TEST(TokenizerSpeed, EncodesKilobytesInMilliseconds) {
   std::string text;
@@ -309,9 +322,9 @@ TEST(TokenizerSpeed, EncodesKilobytesInMilliseconds) {
   }
   for (std::string_view name : {"deepseek-llm", "llama-spm"}) {
     const test::LoadedTokenizer loaded = test::load_vocab(name);
-    const auto start = thread_cpu_time();
+    const auto start = test::thread_cpu_time();
     const std::vector<Token> tokens = loaded.tokenizer->encode(text, true, true);
-    const auto elapsed = thread_cpu_time() - start;
+    const auto elapsed = test::thread_cpu_time() - start;
     EXPECT_GT(tokens.size(), 500u);
     EXPECT_LT(elapsed, std::chrono::milliseconds(100)) << name;
   }
@@ -325,9 +338,9 @@ TEST(TokenizerSpeed, LongRunsStayLinear) {
   for (std::string_view name : {"falcon", "deepseek-llm", "llama-spm"}) {
     const test::LoadedTokenizer loaded = test::load_vocab(name);
     for (const std::string& text : runs) {
-      const auto start = thread_cpu_time();
+      const auto start = test::thread_cpu_time();
       const std::vector<Token> tokens = loaded.tokenizer->encode(text, false, false);
-      const auto elapsed = thread_cpu_time() - start;
+      const auto elapsed = test::thread_cpu_time() - start;
       EXPECT_LT(elapsed, std::chrono::milliseconds(300)) << name << ", run of '" << text[0] << "'";
       EXPECT_EQ(loaded.tokenizer->decode(tokens), text) << name;
     }

@@ -6,8 +6,11 @@ namespace strata::tokenizer::unicode {
 namespace {
 
 TEST(Unicode, ClassifiesGeneralCategories) {
-  EXPECT_EQ(classify('A'), CodepointClass::Letter);
-  EXPECT_EQ(classify(0x4E2D), CodepointClass::Letter);  // 中
+  EXPECT_EQ(classify('A'), CodepointClass::UppercaseLetter);
+  EXPECT_EQ(classify('a'), CodepointClass::LowercaseLetter);
+  EXPECT_EQ(classify(0x01C5), CodepointClass::TitlecaseLetter);  // ǅ
+  EXPECT_EQ(classify(0x02B0), CodepointClass::ModifierLetter);   // ʰ
+  EXPECT_EQ(classify(0x4E2D), CodepointClass::OtherLetter);      // 中
   EXPECT_EQ(classify(0x0663), CodepointClass::Number);  // Arabic-Indic three
   EXPECT_EQ(classify(0x00BD), CodepointClass::Number);  // ½
   EXPECT_EQ(classify('!'), CodepointClass::Punctuation);
@@ -17,6 +20,15 @@ TEST(Unicode, ClassifiesGeneralCategories) {
   EXPECT_EQ(classify(' '), CodepointClass::Other);
   EXPECT_EQ(classify(0x200D), CodepointClass::Other);  // zero-width joiner
   EXPECT_EQ(classify(0x10FFFF), CodepointClass::Other);
+}
+
+TEST(Unicode, EveryKindOfLetterIsALetter) {
+  for (char32_t cp : {U'A', U'a', U'\u01C5', U'\u02B0', U'\u4E2D'}) {
+    EXPECT_TRUE(is_letter(cp)) << static_cast<uint32_t>(cp);
+  }
+  for (char32_t cp : {U'1', U'\u0301', U'$', U' '}) {
+    EXPECT_FALSE(is_letter(cp)) << static_cast<uint32_t>(cp);
+  }
 }
 
 TEST(Unicode, WhiteSpaceProperty) {
@@ -49,6 +61,39 @@ TEST(Unicode, ReportsTruncatedSequencesAsIncomplete) {
   const Utf8Decoded decoded = decode_utf8_at("a\xF0\x9F\xA6", 1);
   EXPECT_EQ(decoded.status, Utf8Status::Incomplete);
   EXPECT_EQ(decoded.length, 3u);
+}
+
+TEST(Nfc, ComposesBaseAndMarks) {
+  EXPECT_EQ(to_nfc("Cafe\u0301"), "Caf\u00E9");
+  // ư + hook above: two marks on one base, composed one after the other.
+  EXPECT_EQ(to_nfc("Cu\u031B\u0309a"), "C\u1EEDa");
+  EXPECT_EQ(to_nfc("Vie\u0323\u0302t"), "Vi\u1EC7t");
+}
+
+TEST(Nfc, OrdersMarksByCombiningClassFirst) {
+  // Dot below (class 220) goes before acute (230) whichever was typed first; ạ then composes and
+  // the acute, which no precomposed letter has with it, stays.
+  EXPECT_EQ(to_nfc("a\u0301\u0323"), "\u1EA1\u0301");
+  EXPECT_EQ(to_nfc("a\u0323\u0301"), "\u1EA1\u0301");
+}
+
+TEST(Nfc, SingletonsAndExclusionsStayDecomposed) {
+  EXPECT_EQ(to_nfc("\u212B"), "\u00C5");  // ANGSTROM SIGN -> Å
+  EXPECT_EQ(to_nfc("\u2126"), "\u03A9");  // OHM SIGN -> Ω
+  EXPECT_EQ(to_nfc("\u0958"), "\u0915\u093C");  // क़ is excluded from composition
+}
+
+TEST(Nfc, HangulJamoComposeIntoSyllables) {
+  EXPECT_EQ(to_nfc("\u1100\u1161\u11A8"), "\uAC01");  // 각
+  EXPECT_EQ(to_nfc("\u1100\u1161"), "\uAC00");         // 가
+  EXPECT_EQ(to_nfc("\uAC00\u11A8"), "\uAC01");
+}
+
+TEST(Nfc, LeavesNormalizedAndInvalidTextAlone) {
+  for (std::string_view text : {"", "plain ASCII", "Caf\u00E9 \u4E2D\u6587 \xF0\x9F\xA6\x99",
+                                "\u0301 leading mark", "a\xFF\u0301", "e\xC3"}) {
+    EXPECT_EQ(to_nfc(text), text) << testing::PrintToString(text);
+  }
 }
 
 TEST(Unicode, ByteLevelAlphabetIsABijection) {
