@@ -652,6 +652,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     std::string problem;  // why it cannot take part
     bool gone_logged = false;
     int refused_hellos = 0;  // in a row
+    bool restarted = false;  // another process of it answers than when the placement was made
   };
   // This node's stage for one placement epoch, with its own pool: a forward of an older
   // epoch that is still running never shares threads with the new one.
@@ -870,7 +871,15 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // This node schedules the requests of the current placement.
   bool scheduling() const { return scheduler_ && scheduler_epoch_ == placement_.epoch(); }
   // Requests can run now: here, or at a leader that serves.
-  bool serving() const { return scheduling() || serving_leader() != nullptr; }
+  // The placement names this node, which holds no stage at all: it restarted faster than it
+  // was seen leaving, and the leader serves through its previous process, gone. (A node that
+  // changes stages keeps its previous one meanwhile.)
+  bool own_stage_missing() const {
+    const bool placed_here = std::any_of(placement_.stages().begin(), placement_.stages().end(),
+                                         [&](const rpc::Stage& s) { return s.node_id() == options_.node_id; });
+    return placed_here && !stage_ && !previous_stage_;
+  }
+  bool serving() const { return scheduling() || (serving_leader() != nullptr && !own_stage_missing()); }
 
   bool alive(const Peer& peer) const { return peer.seen && Clock::now() - peer.last_seen < kPeerTimeout; }
   bool compatible(const Peer& peer) const { return peer.problem.empty(); }
@@ -959,6 +968,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     Peer& peer = it->second;
     const bool news = direct && (inserted || peer.info.instance() != info.instance() ||
                                  peer.info.ready_epoch() != info.ready_epoch() || peer.info.state() != info.state());
+    if (direct && !inserted && !peer.info.instance().empty() && peer.info.instance() != info.instance()) {
+      peer.restarted = true;
+    }
     if (direct || inserted) peer.info = info;
     if (direct) {
       peer.seen = true;
@@ -1323,6 +1335,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       next.set_error(std::string("the model does not fit this cluster: ") + e.what());
     }
     placed_members_ = now;
+    for (auto& [id, peer] : peers_) peer.restarted = false;
     set_placement(next);
     act_now_ = true;  // tell the members now
     log("placement " + std::to_string(next.epoch()) + " over " + std::to_string(now.size()) + " node(s): " +
@@ -1339,12 +1352,14 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     return text;
   }
 
-  // A node of the placement that answers at another address now: it restarted (on another
-  // port) faster than it could be seen leaving, and the placement must name it anew.
+  // A node of the placement that restarted faster than it could be seen leaving (another
+  // process answers, perhaps at another address): it holds none of its layers, and the
+  // placement must name it anew.
   bool stage_moved() const {
     return std::any_of(placement_.stages().begin(), placement_.stages().end(), [&](const rpc::Stage& s) {
       const auto found = peers_.find(s.node_id());
-      return found != peers_.end() && alive(found->second) && found->second.info.node_address() != s.node_address();
+      return found != peers_.end() && alive(found->second) &&
+             (found->second.restarted || found->second.info.node_address() != s.node_address());
     });
   }
 
