@@ -94,11 +94,7 @@ TEST_P(ModelFamilies, LongRunsStayLinear) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Reference, ModelFamilies, testing::ValuesIn(kFamilies),
-                         [](const testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+                         [](const testing::TestParamInfo<std::string>& info) { return test::test_name(info.param); });
 
 }  // namespace
 }  // namespace strata::tokenizer

@@ -21,6 +21,12 @@
 
 namespace strata::tokenizer::test {
 
+// A vocabulary's name as a test name: gtest allows no '-'.
+inline std::string test_name(std::string name) {
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
 inline std::filesystem::path vocab_dir() {
   return std::filesystem::path(STRATA_SHARED_DIR) / "vocab";
 }

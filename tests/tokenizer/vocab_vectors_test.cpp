@@ -74,11 +74,7 @@ TEST_P(VocabVectors, ExpectedIdsDecodeToTheInput) {
 }
 
 INSTANTIATE_TEST_SUITE_P(SharedVocab, VocabVectors, testing::ValuesIn(test::vocabularies_with_vectors(vocab_dir())),
-                         [](const testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+                         [](const testing::TestParamInfo<std::string>& info) { return test::test_name(info.param); });
 
 }  // namespace
 }  // namespace strata::tokenizer
