@@ -325,7 +325,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         std::unique_lock lock(mutex_);
         while (true) {
           if (stopping_) throw engine::Unavailable("the node is shutting down");
-          if (const std::string why = refusal(); !why.empty()) throw engine::Unavailable("this node takes no part: " + why, 30);
+          if (const std::string why = refusal(); !why.empty()) throw engine::Unavailable(why, 30);
           if (!placement_.error().empty()) throw engine::Unavailable(placement_.error(), 30);
           if (scheduling()) {
             local = scheduler_;
@@ -442,10 +442,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   std::shared_ptr<engine::Stage> stage(uint64_t epoch, std::string& why) override {
     std::lock_guard lock(mutex_);
-    if (const std::string refused = refusal(); !refused.empty()) {
-      why = "node " + options_.node_id + " takes no part: " + refused;
-      return nullptr;
-    }
+    if (why = refusal(); !why.empty()) return nullptr;
     // The previous placement's stage serves until the leader has switched, and hands over
     // the state of its sequences then.
     if (previous_stage_ && previous_epoch_ == epoch) {
@@ -505,7 +502,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     std::lock_guard lock(mutex_);
     if (leaving_) return {503, R"({"status":"leaving"})"};
     if (const std::string why = refusal(); !why.empty()) {
-      return {503, json{{"status", "refused"}, {"waiting_for", "this node takes no part: " + why}}.dump()};
+      return {503, json{{"status", "refused"}, {"waiting_for", why}}.dump()};
     }
     if (serving()) {
       return {200, R"({"status":"ok"})"};
@@ -931,15 +928,16 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // A node refused holds nothing and schedules nothing: its placement, made before it was
   // refused, is let go with its stage and its requests.
   void stand_aside(const std::string& why) {
-    if (scheduler_) retire(std::move(scheduler_), "this node takes no part: " + why, std::nullopt);
+    if (scheduler_) retire(std::move(scheduler_), why, std::nullopt);
     if (placement_.stages_size() > 0 || !placement_.error().empty()) placement_ = rpc::Placement();
     apply();
   }
 
-  // Why this node takes no part now, or empty.
+  // Why this node takes no part now ("this node takes no part: node id 'b' is taken by ..."),
+  // or empty.
   std::string refusal() const {
     for (const auto& [address, refused] : refused_by_) {
-      if (Clock::now() - refused.at < kPeerTimeout) return refused.why;
+      if (Clock::now() - refused.at < kPeerTimeout) return "this node takes no part: " + refused.why;
     }
     return {};
   }
@@ -1039,7 +1037,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   std::string waiting_for() const {
-    if (const std::string why = refusal(); !why.empty()) return "this node takes no part: " + why;
+    if (const std::string why = refusal(); !why.empty()) return why;
     if (!placement_.error().empty()) return placement_.error();
     if (placement_.stages_size() == 0) {
       return "a placement (" + std::to_string(members().size()) + " node(s) known; the leader places the model "
