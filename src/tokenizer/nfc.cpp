@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -77,12 +78,21 @@ std::u32string normalize(std::u32string_view text) {
   std::vector<uint8_t> classes(s.size());
   std::transform(s.begin(), s.end(), classes.begin(), combining_class);
 
-  // Canonical order: each run of non-starters sorted by class, stably.
-  for (size_t i = 1; i < s.size(); ++i) {
-    for (size_t j = i; j > 0 && classes[j] != 0 && classes[j - 1] > classes[j]; --j) {
-      std::swap(s[j], s[j - 1]);
-      std::swap(classes[j], classes[j - 1]);
+  // Canonical order: each run of non-starters sorted by class, stably, in n log n: text from
+  // outside may hold a run of any length.
+  std::vector<std::pair<uint8_t, char32_t>> run;
+  for (size_t begin = 0; begin < s.size();) {
+    if (classes[begin] == 0) {
+      ++begin;
+      continue;
     }
+    size_t end = begin;
+    while (end < s.size() && classes[end] != 0) ++end;
+    run.clear();
+    for (size_t i = begin; i < end; ++i) run.emplace_back(classes[i], s[i]);
+    std::stable_sort(run.begin(), run.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (size_t i = begin; i < end; ++i) std::tie(classes[i], s[i]) = run[i - begin];
+    begin = end;
   }
 
   // Canonical composition: a character joins the last starter unless something between them

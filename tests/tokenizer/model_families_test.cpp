@@ -82,7 +82,7 @@ TEST_P(ModelFamilies, LongRunsStayLinear) {
   const std::string runs[] = {
       std::string(n, 'A'),          std::string(n, 'a'),     std::string(n, '7'),
       std::string(n, ' ') + "x",    repeated("\t!", n / 2),  repeated("e\u0301", n / 3),
-      repeated("\u4E2D", n / 3),    repeated("\u200D", n / 3)};
+      repeated("\u4E2D", n / 3),    repeated("\u200D", n / 3), repeated("\u0301\u0316", n / 4)};
   for (const std::string& text : runs) {
     const auto start = test::thread_cpu_time();
     const std::vector<Token> tokens = loaded.tokenizer->encode(text, false, false);
