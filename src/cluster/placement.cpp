@@ -137,16 +137,16 @@ class Fetches {
   Fetches(const std::vector<NodeCapacity>& nodes, const ModelFootprint& model) : model_(model) {
     for (const NodeCapacity& node : nodes) {
       const Holdings& held = node.held;
-      std::vector<uint64_t> prefix{0};
+      std::vector<uint64_t> missing;
       for (int layer = 0; layer < model.layer_count; ++layer) {
         const uint64_t size = model.layer_weight_bytes[static_cast<size_t>(layer)];
         const uint64_t have = held.everything ? size
                               : static_cast<size_t>(layer) < held.layer_bytes.size()
                                   ? std::min(size, held.layer_bytes[static_cast<size_t>(layer)])
                                   : 0;
-        prefix.push_back(saturating_add(prefix.back(), size - have));
+        missing.push_back(size - have);
       }
-      prefix_.push_back(std::move(prefix));
+      prefix_.push_back(prefix_sums(missing));
       lacks_embedding_.push_back(!held.everything && !held.embedding);
       lacks_head_.push_back(!held.everything && !held.head);
       any_ = any_ || prefix_.back().back() > 0 || lacks_embedding_.back() || lacks_head_.back();
@@ -458,7 +458,7 @@ ModelFootprint footprint_of(const gguf::File& file) {
       throw std::runtime_error("tensor '" + t.name + "' holds experts, but its last dimension is not the model's " +
                                std::to_string(config.expert_count) + " experts");
     }
-    return t.size_bytes / static_cast<uint64_t>(config.expert_count) * static_cast<uint64_t>(config.experts_per_token);
+    return config.expert_bytes_read(t.size_bytes);
   };
   // The reader sized every tensor from its dtype's block layout. Tensors outside the layers,
   // embedding and head (rope_freqs) are a few kilobytes and ignored.

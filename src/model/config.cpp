@@ -23,14 +23,11 @@ Config Config::from_gguf(const gguf::File& file) {
   if (!arch) throw std::runtime_error("model metadata lacks 'general.architecture'");
   c.arch_name = *arch;
   if (*arch == "llama") {
-    c.arch = Arch::Llama;
     c.rope_style = RopeStyle::AdjacentPairs;
   } else if (*arch == "qwen2") {
-    c.arch = Arch::Qwen2;
     c.rope_style = RopeStyle::Halves;
     c.has_qkv_bias = true;
   } else if (*arch == "qwen3" || *arch == "qwen3moe") {
-    c.arch = *arch == "qwen3" ? Arch::Qwen3 : Arch::Qwen3Moe;
     c.rope_style = RopeStyle::Halves;
     c.has_qk_norm = true;
   } else {
@@ -43,7 +40,7 @@ Config Config::from_gguf(const gguf::File& file) {
   c.layer_count = required_int(file, p + "block_count", 1, 4096);
   c.ffn_dim = required_int(file, p + "feed_forward_length", 1, kMaxDim);
   // Mixtral is a Llama with experts; Qwen3-MoE always has them.
-  if (file.find(p + "expert_count") || c.arch == Arch::Qwen3Moe) {
+  if (file.find(p + "expert_count") || *arch == "qwen3moe") {
     c.expert_count = required_int(file, p + "expert_count", 1, 4096);
     c.experts_per_token = required_int(file, p + "expert_used_count", 1, c.expert_count);
     c.expert_ffn_dim = file.find(p + "expert_feed_forward_length")

@@ -2,20 +2,18 @@
 // validated from GGUF metadata.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "gguf/gguf.h"
 
 namespace strata::model {
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe };
-
 // Which dimensions RoPE rotates together: Llama GGUFs are converted for adjacent pairs
 // (x[2i], x[2i+1]); Qwen2 keeps the NeoX halves (x[i], x[i + d/2]).
 enum class RopeStyle { AdjacentPairs, Halves };
 
 struct Config {
-  Arch arch = Arch::Llama;
   std::string arch_name;
   int vocab_size = 0;
   int context_length = 0;  // what the model was trained for
@@ -41,6 +39,11 @@ struct Config {
 
   int kv_dim() const { return kv_head_count * head_dim; }
   bool has_experts() const { return expert_count > 0; }
+  // Of a tensor (or tensors) holding all the experts of a layer, the bytes one token reads:
+  // its experts_per_token experts', each of the same size.
+  uint64_t expert_bytes_read(uint64_t all_experts_bytes) const {
+    return all_experts_bytes / static_cast<uint64_t>(expert_count) * static_cast<uint64_t>(experts_per_token);
+  }
   int q_dim() const { return head_count * head_dim; }
 
   // Throws std::runtime_error naming the missing or inconsistent key.

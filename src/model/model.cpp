@@ -437,11 +437,10 @@ uint64_t Model::weight_bytes() const {
     for (const tensor::PreparedMatrix* m : {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down, &l->router}) {
       total += matrix_bytes(m->source());
     }
-    if (!l->expert_gate.empty()) {
-      const uint64_t one_expert = matrix_bytes(l->expert_gate.front().source()) +
-                                  matrix_bytes(l->expert_up.front().source()) +
-                                  matrix_bytes(l->expert_down.front().source());
-      total += one_expert * static_cast<uint64_t>(config_.experts_per_token);
+    for (const auto* experts : {&l->expert_gate, &l->expert_up, &l->expert_down}) {
+      if (!experts->empty()) {
+        total += config_.expert_bytes_read(matrix_bytes(experts->front().source()) * experts->size());
+      }
     }
   }
   if (output_) total += matrix_bytes(output_->source());
@@ -574,7 +573,8 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   // largest (ties to the lower expert index), renormalized to add up to 1 in that order.
   chosen_experts_.resize(n * k);
   chosen_weights_.resize(n * k);
-  std::vector<int> order(experts);
+  std::vector<int>& order = expert_order_;
+  order.resize(experts);
   for (size_t r = 0; r < n; ++r) {
     float* p = router_scores_.data() + r * experts;
     // The kernels' exponential, the same bits on every path and architecture.
@@ -593,12 +593,16 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   // Each expert runs once over the rows that chose it, so its weights are read once a batch;
   // a row's output from it is the same whichever rows share the call.
   slot_out_.resize(n * k * dim);
-  std::vector<size_t> slots;  // (row * k + j) of the rows that chose the expert
+  // The slots (row * k + j) that chose each expert, in ascending order, by a counting sort:
+  // expert e's are expert_slots_[expert_starts_[e] .. expert_starts_[e + 1]).
+  expert_starts_.assign(experts + 1, 0);
+  for (const int e : chosen_experts_) ++expert_starts_[static_cast<size_t>(e) + 1];
+  for (size_t e = 0; e < experts; ++e) expert_starts_[e + 1] += expert_starts_[e];
+  expert_slots_.resize(n * k);
+  expert_fill_.assign(expert_starts_.begin(), expert_starts_.end() - 1);
+  for (size_t s = 0; s < n * k; ++s) expert_slots_[expert_fill_[static_cast<size_t>(chosen_experts_[s])]++] = s;
   for (size_t e = 0; e < experts; ++e) {
-    slots.clear();
-    for (size_t s = 0; s < n * k; ++s) {
-      if (chosen_experts_[s] == static_cast<int>(e)) slots.push_back(s);
-    }
+    const std::span<const size_t> slots(expert_slots_.data() + expert_starts_[e], expert_starts_[e + 1] - expert_starts_[e]);
     if (slots.empty()) continue;
     const int64_t count = static_cast<int64_t>(slots.size());
     const size_t ffn = static_cast<size_t>(c.expert_ffn_dim);

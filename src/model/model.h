@@ -167,6 +167,8 @@ class Model {
   std::vector<float> router_scores_, expert_in_, expert_gate_, expert_up_, expert_out_, slot_out_;
   std::vector<int> chosen_experts_;
   std::vector<float> chosen_weights_;
+  std::vector<int> expert_order_;                  // one row's experts, the chosen first
+  std::vector<size_t> expert_starts_, expert_fill_, expert_slots_;  // the slots of each expert, in order
   std::vector<int> positions_;   // per batch row: its position in its sequence
   std::vector<KvState*> row_kv_;  // per batch row: its sequence's cache
   std::vector<float> rope_cos_, rope_sin_;  // row x rotated pair

@@ -179,12 +179,13 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   // biases) stay F32.
   auto matrices = [&](const std::string& name, int cols, int rows, int count, tensor::DType type) {
     const uint64_t tensor_seed = hash_name(name, seed);
+    // count 0: one matrix, 2-D; otherwise a 3-D tensor of `count` experts.
     std::vector<uint64_t> dims{static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
-    if (count > 1) dims.push_back(static_cast<uint64_t>(count));
+    if (count > 0) dims.push_back(static_cast<uint64_t>(count));
     w.add_tensor(name, dims, static_cast<uint32_t>(type), [=](uint8_t* dst, uint64_t) {
       const uint64_t row_bytes = *tensor::row_bytes(type, static_cast<uint64_t>(cols));
       const float amplitude = std::sqrt(3.0f / static_cast<float>(cols));
-      pool->parallel_for(static_cast<int64_t>(rows) * count, [&](int64_t begin, int64_t end) {
+      pool->parallel_for(static_cast<int64_t>(rows) * std::max(count, 1), [&](int64_t begin, int64_t end) {
         std::vector<float> values(static_cast<size_t>(cols));
         for (int64_t r = begin; r < end; ++r) {
           uint64_t state = mix(tensor_seed + static_cast<uint64_t>(r));
@@ -195,7 +196,7 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
     });
   };
   auto matrix = [&](const std::string& name, int cols, int rows, tensor::DType type) {
-    matrices(name, cols, rows, 1, type);
+    matrices(name, cols, rows, 0, type);
   };
   auto vector = [&](const std::string& name, int length, float center, float spread) {
     std::vector<uint8_t> bytes(static_cast<size_t>(length) * sizeof(float));

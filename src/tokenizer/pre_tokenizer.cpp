@@ -77,9 +77,10 @@ bool is_letter_or_mark(char32_t cp) {
   return is_letter(cp) || classify(cp) == CodepointClass::Mark;
 }
 bool is_ascii_letter(char32_t cp) { return (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z'); }
+bool is_ascii_digit(char32_t cp) { return cp >= '0' && cp <= '9'; }
 // [!-/:-@[-`{-~]
 bool is_ascii_punctuation(char32_t cp) {
-  return cp >= '!' && cp <= '~' && !is_ascii_letter(cp) && !(cp >= '0' && cp <= '9');
+  return cp >= '!' && cp <= '~' && !is_ascii_letter(cp) && !is_ascii_digit(cp);
 }
 // o200k's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and [\p{Ll}\p{Lm}\p{Lo}\p{M}]: the capitals, or the
 // lower-case letters, each with the letters and marks that have no case.
@@ -382,7 +383,6 @@ size_t match_punctuation_and_ascii_symbols(Piece s, size_t pos) {
 // [0-9][0-9][0-9]
 size_t match_three_ascii_digits(Piece s, size_t pos) {
   if (pos + 3 > s.size()) return 0;
-  const auto is_ascii_digit = [](char32_t cp) { return cp >= '0' && cp <= '9'; };
   return std::all_of(s.begin() + pos, s.begin() + pos + 3, is_ascii_digit) ? 3 : 0;
 }
 

@@ -88,11 +88,16 @@ def check(path):
     names = {name: dims for _, _, name, dims in infos}
     if names['token_embd.weight'] != [meta[f'{arch}.embedding_length'], len(tokens)]:
         raise ValueError('token_embd.weight does not match the vocabulary')
+    experts = meta.get(f'{arch}.expert_count', 0)
+    # A Mixture-of-Experts layer has a router and 3-D tensors of its experts instead of one FFN.
+    ffn = ('ffn_gate_inp', 'ffn_gate_exps', 'ffn_up_exps', 'ffn_down_exps') if experts else ('ffn_gate', 'ffn_up', 'ffn_down')
     for i in range(meta[f'{arch}.block_count']):
-        for part in ('attn_norm', 'attn_q', 'attn_k', 'attn_v', 'attn_output', 'ffn_norm',
-                     'ffn_gate', 'ffn_up', 'ffn_down'):
+        for part in ('attn_norm', 'attn_q', 'attn_k', 'attn_v', 'attn_output', 'ffn_norm') + ffn:
             if f'blk.{i}.{part}.weight' not in names:
                 raise ValueError(f'missing blk.{i}.{part}.weight')
+        for part in ('ffn_gate_exps', 'ffn_up_exps', 'ffn_down_exps') if experts else ():
+            if len(names[f'blk.{i}.{part}.weight']) != 3 or names[f'blk.{i}.{part}.weight'][2] != experts:
+                raise ValueError(f'blk.{i}.{part}.weight does not hold {experts} experts')
     return f'{path}: GGUF v{version}, {len(meta)} keys, {len(infos)} tensors, {len(tokens)} tokens'
 
 

@@ -15,7 +15,6 @@ Exits 1 when Strata and Hugging Face differ anywhere (the CTest test would fail 
 """
 import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,8 @@ import time
 
 SEPARATOR = "\n__ggml_vocab_test__\n"
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "gguf"))
+from independent_reader import Reader  # noqa: E402
 
 
 def read_texts(path):
@@ -37,41 +38,13 @@ def read_ids(lines):
 def read_token_texts(path):
     """tokenizer.ggml.tokens of a GGUF file, to show the pieces where encodings differ."""
     with open(path, "rb") as f:
-        data = f.read()
-    pos = 24  # magic, version, tensor count, key count
-    key_count = struct.unpack_from("<Q", data, 16)[0]
-    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-
-    def string(at):
-        n = struct.unpack_from("<Q", data, at)[0]
-        return data[at + 8:at + 8 + n].decode("utf-8", "replace"), at + 8 + n
-
-    def skip(kind, at):
-        if kind == 8:
-            return string(at)[1]
-        if kind == 9:
-            inner, count = struct.unpack_from("<IQ", data, at)
-            at += 12
-            if inner != 8:
-                return at + sizes[inner] * count
-            for _ in range(count):
-                at = string(at)[1]
-            return at
-        return at + sizes[kind]
-
-    for _ in range(key_count):
-        key, pos = string(pos)
-        kind = struct.unpack_from("<I", data, pos)[0]
-        pos += 4
+        r = Reader(f.read())
+    r.pos = 16  # magic, version, tensor count
+    for _ in range(r.take("<Q")):
+        key = r.string()
+        value = r.value(r.take("<I"))
         if key == "tokenizer.ggml.tokens":
-            count = struct.unpack_from("<Q", data, pos + 4)[0]
-            pos += 12
-            texts = []
-            for _ in range(count):
-                text, pos = string(pos)
-                texts.append(text)
-            return texts
-        pos = skip(kind, pos)
+            return value
     raise ValueError(f"{path} has no tokenizer.ggml.tokens")
 
 
