@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <stdexcept>
+#include <utility>
 
 namespace strata::model {
 namespace {
@@ -15,6 +16,28 @@ int required_int(const gguf::File& file, const std::string& key, int min_value, 
   return static_cast<int>(*v);
 }
 
+// Which layers slide: the metadata's per-layer flags, or a period n (the metadata's, else the
+// architecture's) in which all but the last layer of each n slide, as llama.cpp reads them.
+std::vector<bool> layer_slides(const gguf::File& file, const std::string& key, int layer_count,
+                                 int default_period) {
+  std::vector<bool> sliding(static_cast<size_t>(layer_count));
+  if (const gguf::Array* flags = file.get_array(key)) {
+    if (flags->items.size() != sliding.size()) {
+      throw std::runtime_error("model metadata '" + key + "' has " + std::to_string(flags->items.size()) +
+                               " entries for " + std::to_string(layer_count) + " layers");
+    }
+    for (size_t l = 0; l < sliding.size(); ++l) {
+      const auto flag = flags->items[l].as_bool();
+      if (!flag) throw std::runtime_error("model metadata '" + key + "' holds a value that is not a bool");
+      sliding[l] = *flag;
+    }
+    return sliding;
+  }
+  const int period = file.find(key) ? required_int(file, key, 1, 4096) : default_period;
+  for (int l = 0; l < layer_count; ++l) sliding[static_cast<size_t>(l)] = l % period < period - 1;
+  return sliding;
+}
+
 }  // namespace
 
 Config Config::from_gguf(const gguf::File& file) {
@@ -22,6 +45,9 @@ Config Config::from_gguf(const gguf::File& file) {
   const auto arch = file.get_string("general.architecture");
   if (!arch) throw std::runtime_error("model metadata lacks 'general.architecture'");
   c.arch_name = *arch;
+  // Architectures with sliding-window layers: all but the last of each period slide, unless
+  // the metadata says otherwise. 0: no sliding window.
+  int sliding_period = 0;
   if (*arch == "llama") {
     c.rope_style = RopeStyle::AdjacentPairs;
   } else if (*arch == "qwen2") {
@@ -30,17 +56,25 @@ Config Config::from_gguf(const gguf::File& file) {
   } else if (*arch == "qwen3" || *arch == "qwen3moe") {
     c.rope_style = RopeStyle::Halves;
     c.has_qk_norm = true;
+  } else if (*arch == "gpt-oss") {
+    c.rope_style = RopeStyle::Halves;
+    c.has_qkv_bias = true;
+    c.has_output_bias = true;
+    c.has_attention_sinks = true;
+    c.has_expert_biases = true;
+    c.activation = Activation::ClampedSwiglu;
+    sliding_period = 2;
   } else {
     throw std::runtime_error("unsupported model architecture '" + *arch +
-                             "' (supported: llama, qwen2, qwen3, qwen3moe)");
+                             "' (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss)");
   }
   const std::string p = *arch + ".";
   constexpr int kMaxDim = 1 << 20;
   c.embedding_dim = required_int(file, p + "embedding_length", 1, kMaxDim);
   c.layer_count = required_int(file, p + "block_count", 1, 4096);
   c.ffn_dim = required_int(file, p + "feed_forward_length", 1, kMaxDim);
-  // Mixtral is a Llama with experts; Qwen3-MoE always has them.
-  if (file.find(p + "expert_count") || *arch == "qwen3moe") {
+  // Mixtral is a Llama with experts; Qwen3-MoE and gpt-oss always have them.
+  if (file.find(p + "expert_count") || *arch == "qwen3moe" || *arch == "gpt-oss") {
     c.expert_count = required_int(file, p + "expert_count", 1, 4096);
     c.experts_per_token = required_int(file, p + "expert_used_count", 1, c.expert_count);
     c.expert_ffn_dim = file.find(p + "expert_feed_forward_length")
@@ -68,15 +102,38 @@ Config Config::from_gguf(const gguf::File& file) {
   }
   if (auto base = file.get_float(p + "rope.freq_base")) c.rope_freq_base = static_cast<float>(*base);
   if (!(c.rope_freq_base > 0)) throw std::runtime_error("rope.freq_base must be positive");
+  c.rope_freq_base_sliding = c.rope_freq_base;
+  if (auto base = file.get_float(p + "rope.freq_base_swa")) c.rope_freq_base_sliding = static_cast<float>(*base);
+  if (!(c.rope_freq_base_sliding > 0)) throw std::runtime_error("rope.freq_base_swa must be positive");
   const auto scaling = file.get_string(p + "rope.scaling.type");
-  if (scaling && *scaling == "linear") {
+  if (scaling && (*scaling == "linear" || *scaling == "yarn")) {
     const auto factor = file.get_float(p + "rope.scaling.factor");
-    if (!factor || !(*factor >= 1.0)) {
-      throw std::runtime_error("linear rope scaling needs rope.scaling.factor >= 1");
+    if (!factor || !(*factor >= 1.0) || !(*factor <= 1e6)) {
+      throw std::runtime_error(*scaling + " rope scaling needs rope.scaling.factor in [1, 1e6]");
     }
-    c.rope_linear_scale = static_cast<float>(*factor);
+    if (*scaling == "linear") {
+      c.rope_linear_scale = static_cast<float>(*factor);
+    } else {
+      c.yarn.factor = static_cast<float>(*factor);
+      c.yarn.original_context = file.find(p + "rope.scaling.original_context_length")
+                                    ? required_int(file, p + "rope.scaling.original_context_length", 1, 1 << 24)
+                                    : c.context_length;
+      for (auto [key, value] : {std::pair{"rope.scaling.yarn_beta_fast", &c.yarn.beta_fast},
+                                std::pair{"rope.scaling.yarn_beta_slow", &c.yarn.beta_slow}}) {
+        if (auto v = file.get_float(p + key)) *value = static_cast<float>(*v);
+        if (!(*value > 0 && *value < 1e6)) throw std::runtime_error(p + key + " must be positive");
+      }
+      for (const char* key : {"rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor",
+                              "rope.scaling.yarn_log_multiplier"}) {
+        if (file.find(p + key)) throw std::runtime_error("unsupported YaRN parameter '" + p + key + "'");
+      }
+    }
   } else if (scaling && *scaling != "none") {
     throw std::runtime_error("unsupported rope scaling type '" + *scaling + "'");
+  }
+  if (sliding_period > 0) {
+    c.sliding_window = required_int(file, p + "attention.sliding_window", 1, 1 << 24);
+    c.sliding_layers = layer_slides(file, p + "attention.sliding_window_pattern", c.layer_count, sliding_period);
   }
   if (const gguf::Array* tokens = file.get_array("tokenizer.ggml.tokens")) {
     c.vocab_size = static_cast<int>(tokens->items.size());

@@ -1,9 +1,10 @@
-// Hyper-parameters of a Llama-family model (Llama, Mixtral, Qwen2, Qwen3, Qwen3-MoE), read and
-// validated from GGUF metadata.
+// Hyper-parameters of a Llama-family model (Llama, Mixtral, Qwen2, Qwen3, Qwen3-MoE, gpt-oss),
+// read and validated from GGUF metadata.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "gguf/gguf.h"
 
@@ -12,6 +13,23 @@ namespace strata::model {
 // Which dimensions RoPE rotates together: Llama GGUFs are converted for adjacent pairs
 // (x[2i], x[2i+1]); Qwen2 keeps the NeoX halves (x[i], x[i + d/2]).
 enum class RopeStyle { AdjacentPairs, Halves };
+
+// YaRN context extension (gpt-oss): pair i's frequency blends the interpolated frequency
+// (divided by `factor`) and the original one by a ramp over the pairs between the correction
+// dimensions of beta_fast and beta_slow rotations within original_context positions, and
+// both cos and sin are scaled by 1 + 0.1 ln(factor), as llama.cpp's ggml_rope_ext does.
+struct Yarn {
+  float factor = 0.0f;  // 0: no YaRN
+  int original_context = 0;
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+};
+
+// What a layer's FFN computes from its gate g and up u projections.
+enum class Activation {
+  Silu,         // silu(g) * u
+  ClampedSwiglu // gpt-oss: min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1)
+};
 
 struct Config {
   std::string arch_name;
@@ -28,7 +46,17 @@ struct Config {
   float rope_freq_base = 10000.0f;
   float rope_linear_scale = 1.0f;  // positions are divided by this ("linear" rope scaling)
   RopeStyle rope_style = RopeStyle::AdjacentPairs;
+  Yarn yarn;
+  // Layers with sliding-window attention see only the last `sliding_window` positions (their
+  // own included); sliding_layers[l] says which layers. 0: every layer sees every position.
+  int sliding_window = 0;
+  std::vector<bool> sliding_layers;
+  float rope_freq_base_sliding = 10000.0f;  // the sliding layers' RoPE base
   bool has_qkv_bias = false;
+  bool has_output_bias = false;      // attn_output.bias
+  bool has_attention_sinks = false;  // a learned logit per head that joins every softmax (gpt-oss)
+  bool has_expert_biases = false;    // router and experts' gate, up and down biases (gpt-oss)
+  Activation activation = Activation::Silu;
   bool has_qk_norm = false;  // each head of Q and K is RMS-normalized before RoPE (Qwen3)
   // A Mixture-of-Experts FFN: each token runs `experts_per_token` of `expert_count` experts
   // (FFNs of `expert_ffn_dim`), chosen by a router's softmax, and sums their outputs weighted
@@ -38,6 +66,9 @@ struct Config {
   int expert_ffn_dim = 0;
 
   int kv_dim() const { return kv_head_count * head_dim; }
+  bool is_sliding(int layer) const {
+    return sliding_window > 0 && sliding_layers[static_cast<size_t>(layer)];
+  }
   bool has_experts() const { return expert_count > 0; }
   // Of a tensor (or tensors) holding all the experts of a layer, the bytes one token reads:
   // its experts_per_token experts', each of the same size.

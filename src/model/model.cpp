@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <numbers>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -24,6 +25,15 @@ std::string shape_text(const std::vector<uint64_t>& dims) {
 
 uint64_t matrix_bytes(const tensor::Matrix& m) {
   return *tensor::row_bytes(m.type, static_cast<uint64_t>(m.cols)) * static_cast<uint64_t>(m.rows);
+}
+
+std::string computable_type_names() {
+  std::string names;
+  for (uint32_t id = 0; id < 64; ++id) {
+    const auto info = tensor::dtype_info(id);
+    if (info && info->computable) names += (names.empty() ? "" : ", ") + std::string(info->name);
+  }
+  return names;
 }
 
 class TensorBinder {
@@ -60,14 +70,22 @@ class TensorBinder {
 
   // A small F32 vector (norm weights, biases, rope factors).
   const float* vector(const std::string& name, int64_t length) const {
-    const gguf::TensorInfo& t = require(name, {static_cast<uint64_t>(length)});
+    return floats(name, {static_cast<uint64_t>(length)});
+  }
+  // `count` F32 vectors of `length` (GGUF dims {length, count}): one bias per expert.
+  const float* vectors(const std::string& name, int64_t length, int count) const {
+    return floats(name, {static_cast<uint64_t>(length), static_cast<uint64_t>(count)});
+  }
+
+ private:
+  const float* floats(const std::string& name, const std::vector<uint64_t>& dims) const {
+    const gguf::TensorInfo& t = require(name, dims);
     if (t.type != static_cast<uint32_t>(tensor::DType::F32)) {
       throw std::runtime_error("tensor '" + name + "' must be F32");
     }
     return reinterpret_cast<const float*>(file_.tensor_data(t));
   }
 
- private:
   const gguf::TensorInfo& computable(const std::string& name, const std::vector<uint64_t>& dims) const {
     const gguf::TensorInfo* found = file_.find_tensor(name);
     if (found == nullptr) throw std::runtime_error("model lacks tensor '" + name + "'");
@@ -75,8 +93,7 @@ class TensorBinder {
     if (!info || !info->computable) {
       throw std::runtime_error("tensor '" + name + "' has type " +
                                (info ? std::string(info->name) : std::to_string(found->type)) +
-                               ", which Strata cannot compute (supported: F32, F16, BF16, Q8_0, "
-                               "Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)");
+                               ", which Strata cannot compute (supported: " + computable_type_names() + ")");
     }
     return require(name, dims);
   }
@@ -122,6 +139,39 @@ void add_bias(float* rows, const float* bias, int row_count, int dim) {
     for (int i = 0; i < dim; ++i) rows[static_cast<size_t>(r) * dim + i] += bias[i];
   }
 }
+
+}  // namespace
+
+Model::Rope Model::rope_table(const Config& c, float base, const float* freq_factors) {
+  Rope rope;
+  const int pairs = c.rope_dim / 2;
+  // YaRN's ramp runs between the pairs that turn beta_fast and beta_slow times within the
+  // original context, rounded outwards as llama.cpp rounds them.
+  double low = 0.0, high = 0.0;
+  if (c.yarn.factor > 0.0f) {
+    const auto pair_of = [&](double turns) {
+      return c.rope_dim * std::log(c.yarn.original_context / (turns * 2.0 * std::numbers::pi)) / (2.0 * std::log(base));
+    };
+    low = std::max(0.0, std::floor(pair_of(c.yarn.beta_fast)));
+    high = std::min(c.rope_dim - 1.0, std::ceil(pair_of(c.yarn.beta_slow)));
+    rope.magnitude = static_cast<float>(1.0 + 0.1 * std::log(static_cast<double>(c.yarn.factor)));
+  }
+  rope.inverse_freq.resize(static_cast<size_t>(pairs));
+  for (int i = 0; i < pairs; ++i) {
+    double inv = std::pow(static_cast<double>(base), -2.0 * i / c.rope_dim);
+    if (freq_factors != nullptr) inv /= freq_factors[i];
+    inv /= c.rope_linear_scale;
+    if (c.yarn.factor > 0.0f) {
+      // 1 keeps the original frequency (fast pairs), 0 takes the interpolated one.
+      const double extrapolation = 1.0 - std::clamp((i - low) / std::max(0.001, high - low), 0.0, 1.0);
+      inv *= extrapolation + (1.0 - extrapolation) / c.yarn.factor;
+    }
+    rope.inverse_freq[static_cast<size_t>(i)] = static_cast<float>(inv);
+  }
+  return rope;
+}
+
+namespace {
 
 void add_in_place(std::vector<float>& x, const std::vector<float>& delta, size_t count) {
   for (size_t i = 0; i < count; ++i) x[i] += delta[i];
@@ -379,6 +429,8 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
     l.k = bind.prepared(p + "attn_k.weight", c.embedding_dim, c.kv_dim());
     l.v = bind.prepared(p + "attn_v.weight", c.embedding_dim, c.kv_dim());
     l.o = bind.prepared(p + "attn_output.weight", c.q_dim(), c.embedding_dim);
+    if (c.has_output_bias) l.o_bias = bind.vector(p + "attn_output.bias", c.embedding_dim);
+    if (c.has_attention_sinks) l.sinks = bind.vector(p + "attn_sinks.weight", c.head_count);
     if (c.has_qkv_bias) {
       l.q_bias = bind.vector(p + "attn_q.bias", c.q_dim());
       l.k_bias = bind.vector(p + "attn_k.bias", c.kv_dim());
@@ -388,12 +440,20 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
       l.q_norm = bind.vector(p + "attn_q_norm.weight", c.head_dim);
       l.k_norm = bind.vector(p + "attn_k_norm.weight", c.head_dim);
     }
-    l.ffn_norm = bind.vector(p + "ffn_norm.weight", c.embedding_dim);
+    // gpt-oss names its pre-FFN norm after the attention it follows.
+    l.ffn_norm = bind.vector(p + (c.arch_name == "gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight"),
+                             c.embedding_dim);
     if (c.has_experts()) {
       l.router = bind.prepared(p + "ffn_gate_inp.weight", c.embedding_dim, c.expert_count);
       l.expert_gate = bind.experts(p + "ffn_gate_exps.weight", c.embedding_dim, c.expert_ffn_dim, c.expert_count);
       l.expert_up = bind.experts(p + "ffn_up_exps.weight", c.embedding_dim, c.expert_ffn_dim, c.expert_count);
       l.expert_down = bind.experts(p + "ffn_down_exps.weight", c.expert_ffn_dim, c.embedding_dim, c.expert_count);
+      if (c.has_expert_biases) {
+        l.router_bias = bind.vector(p + "ffn_gate_inp.bias", c.expert_count);
+        l.expert_gate_bias = bind.vectors(p + "ffn_gate_exps.bias", c.expert_ffn_dim, c.expert_count);
+        l.expert_up_bias = bind.vectors(p + "ffn_up_exps.bias", c.expert_ffn_dim, c.expert_count);
+        l.expert_down_bias = bind.vectors(p + "ffn_down_exps.bias", c.embedding_dim, c.expert_count);
+      }
     } else {
       l.gate = bind.prepared(p + "ffn_gate.weight", c.embedding_dim, c.ffn_dim);
       l.up = bind.prepared(p + "ffn_up.weight", c.embedding_dim, c.ffn_dim);
@@ -410,14 +470,14 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
   });
 
   // Llama 3.1-style scaling ships per-pair frequency divisors as a tensor.
-  const int pairs = c.rope_dim / 2;
-  const float* freq_factors = bind.find("rope_freqs.weight") ? bind.vector("rope_freqs.weight", pairs)
+  const float* freq_factors = bind.find("rope_freqs.weight") ? bind.vector("rope_freqs.weight", c.rope_dim / 2)
                                                              : nullptr;
-  m->rope_inverse_freq_.resize(static_cast<size_t>(pairs));
-  for (int i = 0; i < pairs; ++i) {
-    double inv = std::pow(static_cast<double>(c.rope_freq_base), -2.0 * i / c.rope_dim);
-    if (freq_factors != nullptr) inv /= freq_factors[i];
-    m->rope_inverse_freq_[static_cast<size_t>(i)] = static_cast<float>(inv / c.rope_linear_scale);
+  m->ropes_.push_back(rope_table(c, c.rope_freq_base, freq_factors));
+  if (c.sliding_window > 0 && c.rope_freq_base_sliding != c.rope_freq_base) {
+    m->ropes_.push_back(rope_table(c, c.rope_freq_base_sliding, freq_factors));
+  }
+  for (int l = range.first; l < range.last; ++l) {
+    m->layer_rope_.push_back(c.is_sliding(l) && m->ropes_.size() > 1 ? 1 : 0);
   }
   m->file_ = std::move(file);
   return m;
@@ -460,26 +520,28 @@ void Model::embed(std::span<const Token> tokens, float* out) const {
 }
 
 void Model::prepare_rope(std::span<const int> positions) {
-  const size_t pairs = rope_inverse_freq_.size();
-  rope_cos_.resize(positions.size() * pairs);
-  rope_sin_.resize(positions.size() * pairs);
-  for (size_t r = 0; r < positions.size(); ++r) {
-    for (size_t i = 0; i < pairs; ++i) {
-      const float angle = static_cast<float>(positions[r]) * rope_inverse_freq_[i];
-      rope_cos_[r * pairs + i] = std::cos(angle);
-      rope_sin_[r * pairs + i] = std::sin(angle);
+  for (Rope& rope : ropes_) {
+    const size_t pairs = rope.inverse_freq.size();
+    rope.cos.resize(positions.size() * pairs);
+    rope.sin.resize(positions.size() * pairs);
+    for (size_t r = 0; r < positions.size(); ++r) {
+      for (size_t i = 0; i < pairs; ++i) {
+        const float angle = static_cast<float>(positions[r]) * rope.inverse_freq[i];
+        rope.cos[r * pairs + i] = std::cos(angle) * rope.magnitude;
+        rope.sin[r * pairs + i] = std::sin(angle) * rope.magnitude;
+      }
     }
   }
 }
 
-void Model::rope(float* rows, int row_count, int heads) const {
+void Model::rope(const Rope& table, float* rows, int row_count, int heads) const {
   const int head_dim = config_.head_dim;
-  const size_t pairs = rope_inverse_freq_.size();
+  const size_t pairs = table.inverse_freq.size();
   // Adjacent pairs rotate (2i, 2i+1); halves rotate (i, i + rope_dim/2).
   const bool adjacent = config_.rope_style == RopeStyle::AdjacentPairs;
   for (int r = 0; r < row_count; ++r) {
-    const float* cos_row = rope_cos_.data() + static_cast<size_t>(r) * pairs;
-    const float* sin_row = rope_sin_.data() + static_cast<size_t>(r) * pairs;
+    const float* cos_row = table.cos.data() + static_cast<size_t>(r) * pairs;
+    const float* sin_row = table.sin.data() + static_cast<size_t>(r) * pairs;
     for (int h = 0; h < heads; ++h) {
       float* head = rows + (static_cast<size_t>(r) * heads + h) * head_dim;
       for (size_t i = 0; i < pairs; ++i) {
@@ -494,8 +556,9 @@ void Model::rope(float* rows, int row_count, int heads) const {
   }
 }
 
-void Model::attention(int layer_index, tensor::ThreadPool& pool) {
+void Model::attention(int layer_index, const Layer& layer, tensor::ThreadPool& pool) {
   const Config& c = config_;
+  const bool sliding = c.is_sliding(range_.first + layer_index);
   const int heads = c.head_count;
   const int kv_heads = c.kv_head_count;
   const int group = heads / kv_heads;
@@ -532,25 +595,37 @@ void Model::attention(int layer_index, tensor::ThreadPool& pool) {
                              static_cast<int64_t>(layout.head_elements));
         return static_cast<const float*>(widened.data());
       };
+      // Keys [first_key, span) are visible; they are scored from the start of first_key's
+      // block, the keys before it in that block left out of the softmax. With sinks, each
+      // head's scores end with its sink, divided by the scale that the softmax multiplies in.
       const int64_t span = positions_[row] + 1;
-      weights.resize(static_cast<size_t>(n_heads * span));
+      const int64_t first_key = sliding ? std::max<int64_t>(0, span - c.sliding_window) : 0;
+      const int64_t scored_from = first_key / kKvBlock * kKvBlock;
+      const int64_t scored = span - scored_from;
+      const int64_t stride = scored + (layer.sinks != nullptr ? 1 : 0);
+      weights.resize(static_cast<size_t>(n_heads * stride));
       const float* q = q_.data() + (row * heads + static_cast<size_t>(first_head)) * head_dim;
-      for (int64_t first = 0; first < span; first += kKvBlock) {
+      for (int64_t first = scored_from; first < span; first += kKvBlock) {
         const int64_t count = std::min<int64_t>(kKvBlock, span - first);
         tensor::key_scores(q, head_dim, n_heads, floats(static_cast<int>(first / kKvBlock), key_offset), 0, head_dim,
-                           count, weights.data() + first, span);
+                           count, weights.data() + (first - scored_from), stride);
       }
       totals.resize(static_cast<size_t>(n_heads));
       float* out = attn_out_.data() + (row * heads + static_cast<size_t>(first_head)) * head_dim;
-      for (int j = 0; j < n_heads; ++j) totals[j] = tensor::softmax_numerators(weights.data() + j * span, span, scale);
+      const int64_t skipped = first_key - scored_from;
+      for (int j = 0; j < n_heads; ++j) {
+        if (layer.sinks != nullptr) weights[j * stride + scored] = layer.sinks[first_head + j] / scale;
+        totals[j] = tensor::softmax_numerators(weights.data() + j * stride + skipped, stride - skipped, scale);
+      }
       std::fill(out, out + n_heads * head_dim, 0.0f);
       // Block by block, so that the heads after the first read its values from L1.
-      for (int64_t first = 0; first < span; first += kKvBlock) {
-        const float* values = floats(static_cast<int>(first / kKvBlock), value_offset);
-        const int64_t count = std::min<int64_t>(kKvBlock, span - first);
+      for (int64_t first = scored_from; first < span; first += kKvBlock) {
+        const int64_t from = std::max(first, first_key);
+        const float* values = floats(static_cast<int>(first / kKvBlock), value_offset) + (from - first) * head_dim;
+        const int64_t count = std::min<int64_t>(first + kKvBlock, span) - from;
         for (int j = 0; j < n_heads; ++j) {
-          tensor::add_scaled_rows(weights.data() + j * span + first, values, head_dim, count, head_dim,
-                                  out + j * head_dim);
+          tensor::add_scaled_rows(weights.data() + j * stride + (from - scored_from), values, head_dim, count,
+                                  head_dim, out + j * head_dim);
         }
       }
       for (int j = 0; j < n_heads; ++j) {
@@ -561,6 +636,13 @@ void Model::attention(int layer_index, tensor::ThreadPool& pool) {
   });
 }
 
+void Model::activate(float* gate, const float* up, int64_t n) const {
+  switch (config_.activation) {
+    case Activation::Silu: tensor::silu_times(gate, up, n); return;
+    case Activation::ClampedSwiglu: tensor::clamped_swiglu_times(gate, up, n, 1.702f, 7.0f); return;
+  }
+}
+
 void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) {
   const Config& c = config_;
   const size_t dim = static_cast<size_t>(c.embedding_dim);
@@ -569,6 +651,7 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   const size_t experts = static_cast<size_t>(c.expert_count);
   router_scores_.resize(n * experts);
   tensor::matmul(layer.router, normed_.data(), rows, router_scores_.data(), pool);
+  add_bias(router_scores_.data(), layer.router_bias, rows, c.expert_count);
   // Each row's choice depends on its own scores only: the softmax's probabilities, the k
   // largest (ties to the lower expert index), renormalized to add up to 1 in that order.
   chosen_experts_.resize(n * k);
@@ -616,8 +699,15 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
     }
     tensor::matmul({{layer.expert_gate[e], expert_gate_.data()}, {layer.expert_up[e], expert_up_.data()}},
                    expert_in_.data(), count, pool);
-    tensor::silu_times(expert_gate_.data(), expert_up_.data(), count * static_cast<int64_t>(ffn));
+    if (layer.expert_gate_bias != nullptr) {
+      add_bias(expert_gate_.data(), layer.expert_gate_bias + e * ffn, static_cast<int>(count), c.expert_ffn_dim);
+      add_bias(expert_up_.data(), layer.expert_up_bias + e * ffn, static_cast<int>(count), c.expert_ffn_dim);
+    }
+    activate(expert_gate_.data(), expert_up_.data(), count * static_cast<int64_t>(ffn));
     tensor::matmul(layer.expert_down[e], expert_gate_.data(), count, expert_out_.data(), pool);
+    if (layer.expert_down_bias != nullptr) {
+      add_bias(expert_out_.data(), layer.expert_down_bias + e * dim, static_cast<int>(count), c.embedding_dim);
+    }
     for (size_t i = 0; i < slots.size(); ++i) {
       std::copy(expert_out_.data() + i * dim, expert_out_.data() + (i + 1) * dim, slot_out_.data() + slots[i] * dim);
     }
@@ -693,13 +783,15 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
       rms_norm_rows(q_.data(), layer.q_norm, rows * c.head_count, c.head_dim, c.rms_epsilon, q_.data());
       rms_norm_rows(k_.data(), layer.k_norm, rows * c.kv_head_count, c.head_dim, c.rms_epsilon, k_.data());
     }
-    rope(q_.data(), rows, c.head_count);
-    rope(k_.data(), rows, c.kv_head_count);
+    const Rope& table = ropes_[layer_rope_[static_cast<size_t>(l)]];
+    rope(table, q_.data(), rows, c.head_count);
+    rope(table, k_.data(), rows, c.kv_head_count);
     for (size_t row = 0; row < n; ++row) {
       row_kv_[row]->store(l, positions_[row], k_.data() + row * c.kv_dim(), v_.data() + row * c.kv_dim());
     }
-    attention(l, pool);
+    attention(l, layer, pool);
     tensor::matmul(layer.o, attn_out_.data(), rows, proj_.data(), pool);
+    add_bias(proj_.data(), layer.o_bias, rows, dim);
     add_in_place(x_, proj_, n * dim);
 
     rms_norm_rows(x_.data(), layer.ffn_norm, rows, dim, c.rms_epsilon, normed_.data());
@@ -707,7 +799,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
       experts_ffn(layer, rows, pool);
     } else {
       tensor::matmul({{layer.gate, gate_.data()}, {layer.up, up_.data()}}, normed_.data(), rows, pool);
-      tensor::silu_times(gate_.data(), up_.data(), static_cast<int64_t>(n) * c.ffn_dim);
+      activate(gate_.data(), up_.data(), static_cast<int64_t>(n) * c.ffn_dim);
       tensor::matmul(layer.down, gate_.data(), rows, proj_.data(), pool);
     }
     add_in_place(x_, proj_, n * dim);

@@ -135,21 +135,39 @@ class Model {
     const float* v_bias = nullptr;
     const float* q_norm = nullptr;  // head_dim weights, with has_qk_norm
     const float* k_norm = nullptr;
+    const float* o_bias = nullptr;
+    const float* sinks = nullptr;  // head_count logits, with has_attention_sinks
     const float* ffn_norm = nullptr;
     tensor::PreparedMatrix gate, up, down;  // a dense FFN
     tensor::PreparedMatrix router;          // with experts: one score per expert
     std::vector<tensor::PreparedMatrix> expert_gate, expert_up, expert_down;
+    // With has_expert_biases: the router's, then each expert's (expert after expert).
+    const float* router_bias = nullptr;
+    const float* expert_gate_bias = nullptr;
+    const float* expert_up_bias = nullptr;
+    const float* expert_down_bias = nullptr;
   };
+  // One RoPE base's rotation: per pair its inverse frequency; per batch row and pair the
+  // cos and sin of its angle, times `magnitude` (YaRN's; 1 otherwise).
+  struct Rope {
+    std::vector<float> inverse_freq;
+    float magnitude = 1.0f;
+    std::vector<float> cos, sin;
+  };
+  static Rope rope_table(const Config& c, float base, const float* freq_factors);
 
   Model() = default;
   void embed(std::span<const Token> tokens, float* out) const;
-  // Each batch row attends over its own sequence's cache, rows 0..its position.
-  void attention(int layer_index, tensor::ThreadPool& pool);
+  // Each batch row attends over its own sequence's cache: rows 0..its position, or in a
+  // sliding layer the last sliding_window of them.
+  void attention(int layer_index, const Layer& layer, tensor::ThreadPool& pool);
+  // gate = the config's activation of gate and up.
+  void activate(float* gate, const float* up, int64_t n) const;
   // proj_ = the experts' FFN of normed_, each row through the experts it chooses.
   void experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool);
   // Rotation of each input row, computed once per batch for all layers and heads.
   void prepare_rope(std::span<const int> positions);
-  void rope(float* rows, int row_count, int heads) const;
+  void rope(const Rope& table, float* rows, int row_count, int heads) const;
 
   std::shared_ptr<const gguf::File> file_;
   Config config_;
@@ -158,7 +176,10 @@ class Model {
   const float* output_norm_ = nullptr;
   std::shared_ptr<const tensor::PreparedMatrix> output_;
   std::vector<std::shared_ptr<const Layer>> layers_;
-  std::vector<float> rope_inverse_freq_;  // per rotated pair
+  // The full layers' RoPE, and the sliding ones' where their base differs; per layer of the
+  // range, the index of its table.
+  std::vector<Rope> ropes_;
+  std::vector<size_t> layer_rope_;
 
   // Scratch rows for the current batch, reused between calls.
   std::vector<float> x_, normed_, q_, k_, v_, attn_out_, gate_, up_, proj_;
@@ -171,7 +192,6 @@ class Model {
   std::vector<size_t> expert_starts_, expert_fill_, expert_slots_;  // the slots of each expert, in order
   std::vector<int> positions_;   // per batch row: its position in its sequence
   std::vector<KvState*> row_kv_;  // per batch row: its sequence's cache
-  std::vector<float> rope_cos_, rope_sin_;  // row x rotated pair
 };
 
 }  // namespace strata::model

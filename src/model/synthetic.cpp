@@ -15,7 +15,7 @@
 namespace strata::model {
 namespace {
 
-constexpr std::array<SyntheticShape, 10> kShapes{{
+constexpr std::array<SyntheticShape, 13> kShapes{{
     {"tinyllama-1.1b", "TinyLlama-1.1B (Llama 2 architecture, GQA 32/4)", "llama", 32000, 2048,
      2048, 22, 32, 4, 5632, 10000.0f, false},
     {"llama-3.2-1b", "Llama-3.2-1B (GQA 32/8, 128k vocabulary, tied head)", "llama", 128256,
@@ -36,6 +36,12 @@ constexpr std::array<SyntheticShape, 10> kShapes{{
      128, 4, 4, 2, 256, 1000000.0f, true, 64},
     {"qwen3moe-tiny", "a small Qwen3-MoE (2 of 8 experts of 64), for tests", "qwen3moe", 2048, 512, 128, 4, 4, 2,
      256, 1000000.0f, false, 32, 8, 2, 64},
+    {"gpt-oss-20b", "gpt-oss-20b (4 of 32 experts of 2880, attention sinks, every other layer a window of 128)",
+     "gpt-oss", 201088, 131072, 2880, 24, 64, 8, 2880, 150000.0f, false, 64, 32, 4, 2880, 128},
+    {"gpt-oss-120b", "gpt-oss-120b (4 of 128 experts of 2880, attention sinks, every other layer a window of 128)",
+     "gpt-oss", 201088, 131072, 2880, 36, 64, 8, 2880, 150000.0f, false, 64, 128, 4, 2880, 128},
+    {"gpt-oss-tiny", "a small gpt-oss (4 of 32 experts of 64, sinks, YaRN, a window of 12 in the even layers), for tests",
+     "gpt-oss", 2048, 512, 128, 4, 4, 2, 64, 150000.0f, false, 32, 32, 4, 64, 12},
 }};
 
 // splitmix64: a tiny, well-mixed generator; every row gets its own stream so rows can be
@@ -169,6 +175,13 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
     w.set(a + ".expert_feed_forward_length", gguf::Value::u32(static_cast<uint32_t>(shape.expert_ffn_dim)));
   }
   w.set(a + ".rope.freq_base", gguf::Value::f32(shape.rope_freq_base));
+  const bool gpt_oss = a == "gpt-oss";
+  if (gpt_oss) {  // the released models' YaRN and window
+    w.set(a + ".rope.scaling.type", gguf::Value::string("yarn"));
+    w.set(a + ".rope.scaling.factor", gguf::Value::f32(32.0f));
+    w.set(a + ".rope.scaling.original_context_length", gguf::Value::u32(4096));
+    w.set(a + ".attention.sliding_window", gguf::Value::u32(static_cast<uint32_t>(shape.sliding_window)));
+  }
   w.set(a + ".attention.layer_norm_rms_epsilon", gguf::Value::f32(1e-5f));
   add_vocabulary(w, shape.vocab_size);
 
@@ -198,15 +211,21 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   auto matrix = [&](const std::string& name, int cols, int rows, tensor::DType type) {
     matrices(name, cols, rows, 0, type);
   };
-  auto vector = [&](const std::string& name, int length, float center, float spread) {
-    std::vector<uint8_t> bytes(static_cast<size_t>(length) * sizeof(float));
+  // `count` vectors (0: one, 1-D) of `length` values uniform in center +- spread.
+  auto vectors = [&](const std::string& name, int length, int count, float center, float spread) {
+    const size_t values = static_cast<size_t>(length) * static_cast<size_t>(std::max(count, 1));
+    std::vector<uint8_t> bytes(values * sizeof(float));
     uint64_t state = hash_name(name, seed);
-    for (int i = 0; i < length; ++i) {
+    for (size_t i = 0; i < values; ++i) {
       const float v = center + spread * uniform(state);
-      std::memcpy(bytes.data() + static_cast<size_t>(i) * sizeof(float), &v, sizeof v);
+      std::memcpy(bytes.data() + i * sizeof(float), &v, sizeof v);
     }
-    w.add_tensor(name, {static_cast<uint64_t>(length)}, static_cast<uint32_t>(tensor::DType::F32),
-                 std::move(bytes));
+    std::vector<uint64_t> dims{static_cast<uint64_t>(length)};
+    if (count > 0) dims.push_back(static_cast<uint64_t>(count));
+    w.add_tensor(name, dims, static_cast<uint32_t>(tensor::DType::F32), std::move(bytes));
+  };
+  auto vector = [&](const std::string& name, int length, float center, float spread) {
+    vectors(name, length, 0, center, spread);
   };
 
   const int q_dim = shape.head_count * head_dim;
@@ -220,7 +239,7 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
     matrix(p + "attn_q.weight", shape.embedding_dim, q_dim, types.base);
     matrix(p + "attn_k.weight", shape.embedding_dim, kv_dim, types.base);
     matrix(p + "attn_v.weight", shape.embedding_dim, kv_dim, boosted);
-    if (a == "qwen2") {
+    if (a == "qwen2" || gpt_oss) {
       vector(p + "attn_q.bias", q_dim, 0.0f, 0.1f);
       vector(p + "attn_k.bias", kv_dim, 0.0f, 0.1f);
       vector(p + "attn_v.bias", kv_dim, 0.0f, 0.1f);
@@ -230,13 +249,23 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
       vector(p + "attn_k_norm.weight", head_dim, 1.0f, 0.1f);
     }
     matrix(p + "attn_output.weight", q_dim, shape.embedding_dim, types.base);
-    vector(p + "ffn_norm.weight", shape.embedding_dim, 1.0f, 0.1f);
+    if (gpt_oss) {
+      vector(p + "attn_output.bias", shape.embedding_dim, 0.0f, 0.1f);
+      vector(p + "attn_sinks.weight", shape.head_count, 0.0f, 2.0f);
+    }
+    vector(p + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), shape.embedding_dim, 1.0f, 0.1f);
     if (experts) {
       // The router stays F32, as llama.cpp's converter and quantizer keep it.
       matrix(p + "ffn_gate_inp.weight", shape.embedding_dim, shape.expert_count, tensor::DType::F32);
       matrices(p + "ffn_gate_exps.weight", shape.embedding_dim, shape.expert_ffn_dim, shape.expert_count, types.base);
       matrices(p + "ffn_up_exps.weight", shape.embedding_dim, shape.expert_ffn_dim, shape.expert_count, types.base);
       matrices(p + "ffn_down_exps.weight", shape.expert_ffn_dim, shape.embedding_dim, shape.expert_count, boosted);
+      if (gpt_oss) {
+        vector(p + "ffn_gate_inp.bias", shape.expert_count, 0.0f, 0.5f);
+        vectors(p + "ffn_gate_exps.bias", shape.expert_ffn_dim, shape.expert_count, 0.0f, 0.1f);
+        vectors(p + "ffn_up_exps.bias", shape.expert_ffn_dim, shape.expert_count, 0.0f, 0.1f);
+        vectors(p + "ffn_down_exps.bias", shape.embedding_dim, shape.expert_count, 0.0f, 0.1f);
+      }
     } else {
       matrix(p + "ffn_gate.weight", shape.embedding_dim, shape.ffn_dim, types.base);
       matrix(p + "ffn_up.weight", shape.embedding_dim, shape.ffn_dim, types.base);

@@ -14,7 +14,7 @@ namespace strata::model {
 struct SyntheticShape {
   const char* name;
   const char* description;
-  const char* arch;  // general.architecture: "llama", "qwen2", "qwen3" or "qwen3moe"
+  const char* arch;  // general.architecture: "llama", "qwen2", "qwen3", "qwen3moe" or "gpt-oss"
   int vocab_size;
   int context_length;
   int embedding_dim;
@@ -28,6 +28,7 @@ struct SyntheticShape {
   int expert_count = 0;       // 0: a dense FFN
   int experts_per_token = 0;
   int expert_ffn_dim = 0;
+  int sliding_window = 0;     // gpt-oss: the even layers' window
 };
 
 std::span<const SyntheticShape> synthetic_shapes();

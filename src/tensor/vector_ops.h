@@ -35,5 +35,8 @@ float softmax_numerators(float* x, int64_t n, float scale);
 float quantize_int8(const float* x, int64_t n, int8_t* qs);
 // gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)).
 void silu_times(float* gate, const float* up, int64_t n);
+// gpt-oss's gated unit: with g = min(gate[i], limit) and u = clamp(up[i], -limit, limit),
+// gate[i] = g / (1 + exp(-alpha * g)) * (u + 1).
+void clamped_swiglu_times(float* gate, const float* up, int64_t n, float alpha, float limit);
 
 }  // namespace strata::tensor

@@ -91,8 +91,11 @@ def check(path):
     experts = meta.get(f'{arch}.expert_count', 0)
     # A Mixture-of-Experts layer has a router and 3-D tensors of its experts instead of one FFN.
     ffn = ('ffn_gate_inp', 'ffn_gate_exps', 'ffn_up_exps', 'ffn_down_exps') if experts else ('ffn_gate', 'ffn_up', 'ffn_down')
+    # gpt-oss names its pre-FFN norm post_attention_norm, and has a sink per attention head.
+    attention = ('attn_norm', 'attn_q', 'attn_k', 'attn_v', 'attn_output')
+    attention += ('post_attention_norm', 'attn_sinks') if arch == 'gpt-oss' else ('ffn_norm',)
     for i in range(meta[f'{arch}.block_count']):
-        for part in ('attn_norm', 'attn_q', 'attn_k', 'attn_v', 'attn_output', 'ffn_norm') + ffn:
+        for part in attention + ffn:
             if f'blk.{i}.{part}.weight' not in names:
                 raise ValueError(f'missing blk.{i}.{part}.weight')
         for part in ('ffn_gate_exps', 'ffn_up_exps', 'ffn_down_exps') if experts else ():

@@ -28,6 +28,8 @@ CASES = [
     ("qwen3moe (small)", "qwen3moe-tiny", 0, "F32", 32, ["Q4_K_M"]),
     ("qwen3moe (Qwen3-30B-A3B's dimensions)", "qwen3-30b-a3b", 1, "F16", 8, ["Q4_K_M"]),
     ("Mixtral (8x7B's dimensions)", "mixtral-8x7b", 1, "F16", 8, []),
+    ("gpt-oss (small: sinks, YaRN, a window of 12 in the even layers)", "gpt-oss-tiny", 0, "F32", 32, ["Q4_0"]),
+    ("gpt-oss (gpt-oss-20b's dimensions)", "gpt-oss-20b", 2, "F16", 8, ["Q8_0"]),
 ]
 PROMPT = [1, 2, 300, 400, 17, 99, 123, 500, 42, 7, 260, 1000, 77, 31, 5, 600]
 FAILURES = []

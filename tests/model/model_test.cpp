@@ -37,15 +37,21 @@ constexpr SyntheticShape kGqa6{"gqa6", "tests: GQA 12/2, head size 40", "llama",
 // qwen3moe-tiny (2 of 8, with QK-norm and NeoX RoPE) it sums three experts per token.
 constexpr SyntheticShape kMixtralTiny{"mixtral-tiny", "tests: a llama with 3 of 6 experts of 64", "llama", 1024, 128,
                                       128, 4, 4, 2, 64, 10000.0f, false, 0, 6, 3, 64};
+// gpt-oss-tiny with as many experts as it chooses: every expert runs for every token, so that
+// the quantized weights' error is compared without routing. (With 4 of 32, 8-bit activations
+// move enough router scores across a choice to change most positions' experts somewhere.)
+constexpr SyntheticShape kGptOssEveryExpert{"gpt-oss-every-expert", "tests: gpt-oss-tiny with 4 of 4 experts",
+                                            "gpt-oss", 2048, 512, 128, 4, 4, 2, 64, 150000.0f, false, 32, 4, 4, 64, 12};
 
 // Writes (once per test binary) a small synthetic model of `shape` in `type`.
 std::string synthetic_model(const std::string& shape, const std::string& type) {
   const fs::path path = fs::temp_directory_path() /
                         ("strata_model_test_" + std::to_string(::getpid()) + "_" + shape + "_" + type + ".gguf");
   if (!fs::exists(path)) {
-    const SyntheticShape& s = shape == kGqa6.name           ? kGqa6
-                              : shape == kMixtralTiny.name ? kMixtralTiny
-                                                           : *find_synthetic_shape(shape);
+    const SyntheticShape& s = shape == kGqa6.name                 ? kGqa6
+                              : shape == kMixtralTiny.name       ? kMixtralTiny
+                              : shape == kGptOssEveryExpert.name ? kGptOssEveryExpert
+                                                                 : *find_synthetic_shape(shape);
     write_synthetic_model(s, parse_weight_types(type), path.string(), 7);
   }
   return path.string();
@@ -204,7 +210,8 @@ INSTANTIATE_TEST_SUITE_P(
                       TypeCase{"qwen3-tiny", "F32", 1e-4}, TypeCase{"qwen3-tiny", "Q8_0", 0.06},
                       TypeCase{"qwen3moe-tiny", "F32", 1e-4}, TypeCase{"qwen3moe-tiny", "Q8_0", 0.06},
                       TypeCase{"qwen3moe-tiny", "Q4_0", 0.06}, TypeCase{"mixtral-tiny", "F32", 1e-4},
-                      TypeCase{"mixtral-tiny", "Q4_0", 0.06}),
+                      TypeCase{"mixtral-tiny", "Q4_0", 0.06}, TypeCase{"gpt-oss-tiny", "F32", 1e-4},
+                      TypeCase{"gpt-oss-every-expert", "Q8_0", 0.06}),
     [](const auto& info) { return case_name(info.param.shape, info.param.type); });
 
 // A copy of `source` with extra metadata and tensors, or tensors rewritten, for variants the
@@ -424,7 +431,8 @@ INSTANTIATE_TEST_SUITE_P(Models, BitExact,
                          ::testing::Values(ModelCase{"dreams", ""}, ModelCase{"demo", "Q4_0"},
                                            ModelCase{"demo", "Q8_0"}, ModelCase{"demo", "Q4_K_M"},
                                            ModelCase{"demo", "F16"}, ModelCase{"qwen3-tiny", "Q8_0"},
-                                           ModelCase{"qwen3moe-tiny", "F32"}, ModelCase{"qwen3moe-tiny", "Q4_0"}),
+                                           ModelCase{"qwen3moe-tiny", "F32"}, ModelCase{"qwen3moe-tiny", "Q4_0"},
+                                           ModelCase{"gpt-oss-tiny", "F32"}, ModelCase{"gpt-oss-tiny", "Q8_0"}),
                          [](const auto& info) { return case_name(info.param.shape, info.param.type); });
 
 // With the interleaved weight types every kernel path computes the same bits, and the
@@ -435,9 +443,10 @@ TEST(BitExactAcrossIsas, EveryTypeGivesTheSameLogitsOnEveryIsa) {
   for (const char* type : {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_M", "Q5_K_M", "F32", "F16", "BF16"}) {
     cases.push_back({"demo", type});
   }
-  // QK-norm, and experts run over the rows that chose them, on every path too.
+  // QK-norm, and experts run over the rows that chose them, on every path too; gpt-oss's
+  // sinks, window and clamped SwiGLU as well.
   cases.insert(cases.end(), {{"qwen3-tiny", "Q8_0"}, {"qwen3moe-tiny", "F32"}, {"qwen3moe-tiny", "Q4_0"},
-                             {"qwen3moe-tiny", "Q8_0"}});
+                             {"qwen3moe-tiny", "Q8_0"}, {"gpt-oss-tiny", "F32"}, {"gpt-oss-tiny", "Q8_0"}});
   for (const ModelCase& c : cases) {
     SCOPED_TRACE(case_name(c.shape, c.type));
     auto model = Model::load(open_case(c));

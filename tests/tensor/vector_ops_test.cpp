@@ -192,5 +192,28 @@ TEST(VectorOps, SiluTimes) {
   }
 }
 
+// Values beyond the limit on both sides, so that every clamp is taken; every ISA the same bits.
+TEST(VectorOps, ClampedSwigluTimesOnEveryIsa) {
+  constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+  for (int64_t n : {1, 5, 8, 13, 64}) {
+    const auto gate = random_values(n, 12.0f, 7);
+    const auto up = random_values(n, 12.0f, 8);
+    std::vector<float> first_isa;
+    for (Isa isa : available_isas()) {
+      force_isa(isa);
+      auto out = gate;
+      clamped_swiglu_times(out.data(), up.data(), n, kAlpha, kLimit);
+      for (size_t i = 0; i < out.size(); ++i) {
+        const double g = std::min<double>(gate[i], kLimit);
+        const double u = std::clamp<double>(up[i], -kLimit, kLimit);
+        EXPECT_NEAR(out[i], g / (1.0 + std::exp(-kAlpha * g)) * (u + 1.0), 1e-5 * (1.0 + std::abs(g * u))) << i;
+      }
+      if (first_isa.empty()) first_isa = out;
+      EXPECT_EQ(std::memcmp(out.data(), first_isa.data(), out.size() * sizeof(float)), 0) << isa_name(isa);
+    }
+    force_isa(detected_isa());
+  }
+}
+
 }  // namespace
 }  // namespace strata::tensor

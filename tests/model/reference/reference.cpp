@@ -35,6 +35,14 @@ struct Hyperparameters {
   size_t expert_count = 0;
   size_t experts_per_token = 0;
   size_t expert_feed_forward = 0;
+  // gpt-oss: attention sinks; the even layers attend to the last `sliding_window` positions;
+  // YaRN RoPE; the router picks the top experts by score and weighs them by a softmax over
+  // just their scores; experts have biases and the clamped SwiGLU
+  // (g = min(gate, 7), u = clamp(up, -7, 7): g sigmoid(1.702 g) (u + 1)).
+  bool gpt_oss = false;
+  size_t sliding_window = 0;
+  double yarn_factor = 0.0;  // 0: no YaRN
+  double yarn_original_context = 0.0;
 };
 
 size_t required_uint(const gguf::File& model, const std::string& key) {
@@ -45,18 +53,20 @@ size_t required_uint(const gguf::File& model, const std::string& key) {
 
 Hyperparameters read_hyperparameters(const gguf::File& model) {
   const std::optional<std::string> arch = model.get_string("general.architecture");
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe") {
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe" && arch != "gpt-oss") {
     throw gguf::Error("reference: unsupported architecture " + arch.value_or("(none)"));
   }
   const std::string prefix = *arch + ".";
   Hyperparameters hp;
   hp.neox_rope = *arch != "llama";
   hp.qk_norm = *arch == "qwen3" || *arch == "qwen3moe";
+  hp.gpt_oss = *arch == "gpt-oss";
+  if (hp.gpt_oss) hp.sliding_window = required_uint(model, prefix + "attention.sliding_window");
   hp.embedding = required_uint(model, prefix + "embedding_length");
   hp.layers = required_uint(model, prefix + "block_count");
   hp.feed_forward = required_uint(model, prefix + "feed_forward_length");
   // Mixtral is a llama whose metadata counts experts; Qwen3-MoE always has them.
-  if (model.get_uint(prefix + "expert_count") || *arch == "qwen3moe") {
+  if (model.get_uint(prefix + "expert_count") || *arch == "qwen3moe" || hp.gpt_oss) {
     hp.expert_count = required_uint(model, prefix + "expert_count");
     hp.experts_per_token = required_uint(model, prefix + "expert_used_count");
     // Mixtral's experts are feed_forward_length wide; Qwen3-MoE names their width.
@@ -85,6 +95,10 @@ Hyperparameters read_hyperparameters(const gguf::File& model) {
     const double factor = model.get_float(prefix + "rope.scaling.factor").value_or(1.0);
     if (factor <= 0.0) throw gguf::Error("reference: RoPE scaling factor must be positive");
     hp.rope_position_scale = 1.0 / factor;
+  } else if (scaling == "yarn") {
+    hp.yarn_factor = model.get_float(prefix + "rope.scaling.factor").value_or(1.0);
+    hp.yarn_original_context = static_cast<double>(required_uint(model, prefix + "rope.scaling.original_context_length"));
+    if (hp.yarn_factor < 1.0) throw gguf::Error("reference: YaRN factor below 1");
   } else if (scaling != "none") {
     throw gguf::Error("reference: unsupported RoPE scaling " + scaling);
   }
@@ -242,14 +256,28 @@ void rms_norm_heads(Matrix& projections, size_t head_count, size_t head_dim, con
 
 double silu(double x) { return x / (1.0 + std::exp(-x)); }
 
-// The SwiGLU feed-forward network down(silu(gate x) * up x) of every position.
-Matrix swiglu(const Weight& gate, const Weight& up, const Weight& down, const Matrix& inputs) {
-  const Matrix gates = project(gate, inputs, std::nullopt);
-  Matrix hidden = project(up, inputs, std::nullopt);
+struct FfnBiases {
+  std::optional<Vector> gate, up, down;
+};
+
+// The gated feed-forward network down(act(gate x, up x)) of every position: SwiGLU,
+// silu(g) * u, or gpt-oss's clamped form (Hyperparameters), biases added where given.
+Matrix gated_ffn(const Weight& gate, const Weight& up, const Weight& down, const Matrix& inputs, bool clamped,
+                 const FfnBiases& biases = {}) {
+  const Matrix gates = project(gate, inputs, biases.gate);
+  Matrix hidden = project(up, inputs, biases.up);
   for (size_t t = 0; t < hidden.size(); ++t) {
-    for (size_t i = 0; i < hidden[t].size(); ++i) hidden[t][i] *= silu(gates[t][i]);
+    for (size_t i = 0; i < hidden[t].size(); ++i) {
+      if (clamped) {
+        const double g = std::min(gates[t][i], 7.0);
+        const double u = std::clamp(hidden[t][i], -7.0, 7.0);
+        hidden[t][i] = g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0);
+      } else {
+        hidden[t][i] *= silu(gates[t][i]);
+      }
+    }
   }
-  return project(down, hidden, std::nullopt);
+  return project(down, hidden, biases.down);
 }
 
 // The `count` indices of the largest probabilities, largest first; of equal ones the lower index.
@@ -276,15 +304,26 @@ std::vector<int> top_experts(const Vector& probabilities, size_t count) {
 Matrix mixture_of_experts(const gguf::File& model, const std::string& block, const Hyperparameters& hp,
                           const Matrix& inputs, std::vector<ExpertChoice>& choices) {
   const Matrix scores = project(require(model, block + "ffn_gate_inp.weight", {hp.embedding, hp.expert_count}),
-                                inputs, std::nullopt);
+                                inputs, optional_vector(model, block + "ffn_gate_inp.bias", hp.expert_count));
   const auto experts = [&](const char* name, uint64_t cols, uint64_t rows) {
     return require_experts(model, block + name, cols, rows, hp.expert_count);
   };
   const std::vector<Weight> gates = experts("ffn_gate_exps.weight", hp.embedding, hp.expert_feed_forward);
   const std::vector<Weight> ups = experts("ffn_up_exps.weight", hp.embedding, hp.expert_feed_forward);
   const std::vector<Weight> downs = experts("ffn_down_exps.weight", hp.expert_feed_forward, hp.embedding);
+  // gpt-oss's experts have biases: row e of a {length, experts} tensor is expert e's.
+  const auto expert_bias = [&](const char* name, uint64_t length, size_t e) -> std::optional<Vector> {
+    const gguf::TensorInfo* info = find_with_shape(model, block + name, {length, hp.expert_count});
+    if (!info) return std::nullopt;
+    return Weight(model, *info).row(e);
+  };
   std::vector<Matrix> expert_outputs;
-  for (size_t e = 0; e < hp.expert_count; ++e) expert_outputs.push_back(swiglu(gates[e], ups[e], downs[e], inputs));
+  for (size_t e = 0; e < hp.expert_count; ++e) {
+    const FfnBiases biases{expert_bias("ffn_gate_exps.bias", hp.expert_feed_forward, e),
+                           expert_bias("ffn_up_exps.bias", hp.expert_feed_forward, e),
+                           expert_bias("ffn_down_exps.bias", hp.embedding, e)};
+    expert_outputs.push_back(gated_ffn(gates[e], ups[e], downs[e], inputs, hp.gpt_oss, biases));
+  }
 
   Matrix outputs(inputs.size(), Vector(hp.embedding, 0.0));
   choices.clear();
@@ -297,16 +336,40 @@ Matrix mixture_of_experts(const gguf::File& model, const std::string& block, con
       total += probabilities[e];
     }
     for (double& p : probabilities) p /= total;
-    const std::vector<int> chosen = top_experts(probabilities, hp.experts_per_token);
+    // gpt-oss chooses by score and softmaxes only the chosen scores; the others by probability
+    // and divide by the chosen ones' sum. (The same weights in exact arithmetic.)
+    const std::vector<int> chosen = top_experts(hp.gpt_oss ? scores[t] : probabilities, hp.experts_per_token);
     double chosen_total = 0.0;
     for (int e : chosen) chosen_total += probabilities[static_cast<size_t>(e)];
+    double chosen_max = -INFINITY, chosen_exp_total = 0.0;
+    for (int e : chosen) chosen_max = std::max(chosen_max, scores[t][static_cast<size_t>(e)]);
+    for (int e : chosen) chosen_exp_total += std::exp(scores[t][static_cast<size_t>(e)] - chosen_max);
     for (int e : chosen) {
-      const double weight = probabilities[static_cast<size_t>(e)] / chosen_total;
+      const double weight = hp.gpt_oss ? std::exp(scores[t][static_cast<size_t>(e)] - chosen_max) / chosen_exp_total
+                                       : probabilities[static_cast<size_t>(e)] / chosen_total;
       for (size_t i = 0; i < hp.embedding; ++i) outputs[t][i] += weight * expert_outputs[static_cast<size_t>(e)][t][i];
     }
     choices.push_back({chosen, scores[t]});
   }
   return outputs;
+}
+
+// YaRN (as llama.cpp applies it to GGUF files): the pairs that turn more than beta_fast = 32
+// times within the original context keep their frequency, those that turn fewer than
+// beta_slow = 1 times take it divided by the factor, with a linear ramp between (the pair
+// bounds rounded outwards).
+double yarn_frequency_scale(const Hyperparameters& hp, size_t pair) {
+  if (hp.yarn_factor == 0.0) return 1.0;
+  const double dims = static_cast<double>(hp.rope_dims);
+  const auto pair_turning = [&](double turns) {
+    return dims * std::log(hp.yarn_original_context / (turns * 2.0 * 3.14159265358979323846)) /
+           (2.0 * std::log(hp.rope_base));
+  };
+  const double low = std::max(0.0, std::floor(pair_turning(32.0)));
+  const double high = std::min(dims - 1.0, std::ceil(pair_turning(1.0)));
+  const double ramp = std::clamp((static_cast<double>(pair) - low) / std::max(0.001, high - low), 0.0, 1.0);
+  const double kept = 1.0 - ramp;
+  return kept + (1.0 - kept) / hp.yarn_factor;
 }
 
 // Rotates each head of every position by its position's angles.
@@ -318,23 +381,27 @@ void apply_rope(Matrix& projections, size_t head_count, const Hyperparameters& h
       double* x = projections[position].data() + head * hp.head_dim;
       for (size_t i = 0; i < half; ++i) {
         const double inverse_frequency =
-            std::pow(hp.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(hp.rope_dims));
+            std::pow(hp.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(hp.rope_dims)) *
+            yarn_frequency_scale(hp, i);
         const double angle = static_cast<double>(position) * hp.rope_position_scale *
                              inverse_frequency / (frequency_factors ? (*frequency_factors)[i] : 1.0);
         const size_t first = hp.neox_rope ? i : 2 * i;
         const size_t second = hp.neox_rope ? i + half : 2 * i + 1;
         const double a = x[first];
         const double b = x[second];
-        x[first] = a * std::cos(angle) - b * std::sin(angle);
-        x[second] = a * std::sin(angle) + b * std::cos(angle);
+        const double magnitude = hp.yarn_factor > 0.0 ? 1.0 + 0.1 * std::log(hp.yarn_factor) : 1.0;
+        x[first] = magnitude * (a * std::cos(angle) - b * std::sin(angle));
+        x[second] = magnitude * (a * std::sin(angle) + b * std::cos(angle));
       }
     }
   }
 }
 
-// Causal multi-head attention with grouped key/value heads.
-Matrix attend(const Matrix& queries, const Matrix& keys, const Matrix& values,
-              const Hyperparameters& hp) {
+// Causal multi-head attention with grouped key/value heads; position t sees positions
+// t - window + 1 .. t (window 0: all before it). A head's sink is one more logit in its
+// softmax, with no value.
+Matrix attend(const Matrix& queries, const Matrix& keys, const Matrix& values, const Hyperparameters& hp,
+              size_t window, const std::optional<Vector>& sinks) {
   const size_t group = hp.heads / hp.kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hp.head_dim));
   Matrix outputs(queries.size(), Vector(hp.heads * hp.head_dim, 0.0));
@@ -342,19 +409,20 @@ Matrix attend(const Matrix& queries, const Matrix& keys, const Matrix& values,
     for (size_t head = 0; head < hp.heads; ++head) {
       const size_t q_offset = head * hp.head_dim;
       const size_t kv_offset = (head / group) * hp.head_dim;
-      Vector scores(t + 1);
-      for (size_t j = 0; j <= t; ++j) {
+      const size_t first = window > 0 && t + 1 > window ? t + 1 - window : 0;
+      Vector scores(t + 1, -INFINITY);
+      for (size_t j = first; j <= t; ++j) {
         double score = 0.0;
         for (size_t d = 0; d < hp.head_dim; ++d) {
           score += queries[t][q_offset + d] * keys[j][kv_offset + d];
         }
         scores[j] = score * scale;
       }
-      double max_score = -INFINITY;
+      double max_score = sinks ? (*sinks)[head] : -INFINITY;
       for (double s : scores) max_score = std::max(max_score, s);
-      double total = 0.0;
+      double total = sinks ? std::exp((*sinks)[head] - max_score) : 0.0;
       for (double& s : scores) total += (s = std::exp(s - max_score));
-      for (size_t j = 0; j <= t; ++j) {
+      for (size_t j = first; j <= t; ++j) {
         for (size_t d = 0; d < hp.head_dim; ++d) {
           outputs[t][q_offset + d] += scores[j] / total * values[j][kv_offset + d];
         }
@@ -420,19 +488,22 @@ std::vector<std::vector<double>> forward_all(const gguf::File& model, std::span<
     }
     apply_rope(queries, hp.heads, hp, frequency_factors);
     apply_rope(keys, hp.kv_heads, hp, frequency_factors);
+    const size_t window = hp.gpt_oss && layer % 2 == 0 ? hp.sliding_window : 0;
     add_in_place(x, project(require(model, block + "attn_output.weight", {q_size, hp.embedding}),
-                            attend(queries, keys, values, hp), bias("attn_output.bias", hp.embedding)));
+                            attend(queries, keys, values, hp, window, bias("attn_sinks.weight", hp.heads)),
+                            bias("attn_output.bias", hp.embedding)));
 
-    const Matrix ffn_input = rms_norm(x, norm("ffn_norm.weight", hp.embedding), hp.rms_epsilon);
+    const Matrix ffn_input =
+        rms_norm(x, norm(hp.gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight", hp.embedding), hp.rms_epsilon);
     if (hp.expert_count > 0) {
       std::vector<ExpertChoice> layer_choices;
       add_in_place(x, mixture_of_experts(model, block, hp, ffn_input, layer_choices));
       if (expert_choices) expert_choices->push_back(std::move(layer_choices));
     } else {
-      add_in_place(x, swiglu(require(model, block + "ffn_gate.weight", {hp.embedding, hp.feed_forward}),
-                             require(model, block + "ffn_up.weight", {hp.embedding, hp.feed_forward}),
-                             require(model, block + "ffn_down.weight", {hp.feed_forward, hp.embedding}),
-                             ffn_input));
+      add_in_place(x, gated_ffn(require(model, block + "ffn_gate.weight", {hp.embedding, hp.feed_forward}),
+                                require(model, block + "ffn_up.weight", {hp.embedding, hp.feed_forward}),
+                                require(model, block + "ffn_down.weight", {hp.feed_forward, hp.embedding}),
+                                ffn_input, false));
     }
   }
 
