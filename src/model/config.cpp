@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <cmath>
 #include <stdexcept>
 #include <utility>
 
@@ -64,9 +65,17 @@ Config Config::from_gguf(const gguf::File& file) {
     c.has_expert_biases = true;
     c.activation = Activation::ClampedSwiglu;
     sliding_period = 2;
+  } else if (*arch == "gemma3") {
+    c.rope_style = RopeStyle::Halves;
+    c.has_qk_norm = true;
+    c.activation = Activation::Gelu;
+    c.scales_embeddings = true;
+    c.has_post_norms = true;
+    c.sliding_rope_scaled = false;
+    sliding_period = 6;
   } else {
     throw std::runtime_error("unsupported model architecture '" + *arch +
-                             "' (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss)");
+                             "' (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3)");
   }
   const std::string p = *arch + ".";
   constexpr int kMaxDim = 1 << 20;
@@ -102,7 +111,8 @@ Config Config::from_gguf(const gguf::File& file) {
   }
   if (auto base = file.get_float(p + "rope.freq_base")) c.rope_freq_base = static_cast<float>(*base);
   if (!(c.rope_freq_base > 0)) throw std::runtime_error("rope.freq_base must be positive");
-  c.rope_freq_base_sliding = c.rope_freq_base;
+  // Gemma 3's local layers keep the base of 10000 unless the metadata names theirs.
+  c.rope_freq_base_sliding = *arch == "gemma3" ? 10000.0f : c.rope_freq_base;
   if (auto base = file.get_float(p + "rope.freq_base_swa")) c.rope_freq_base_sliding = static_cast<float>(*base);
   if (!(c.rope_freq_base_sliding > 0)) throw std::runtime_error("rope.freq_base_swa must be positive");
   const auto scaling = file.get_string(p + "rope.scaling.type");
@@ -131,9 +141,20 @@ Config Config::from_gguf(const gguf::File& file) {
   } else if (scaling && *scaling != "none") {
     throw std::runtime_error("unsupported rope scaling type '" + *scaling + "'");
   }
-  if (sliding_period > 0) {
+  // A Gemma 3 without a window (its sliding_window_pattern of 1) has only global layers.
+  if (sliding_period > 0 && (*arch != "gemma3" || file.find(p + "attention.sliding_window"))) {
     c.sliding_window = required_int(file, p + "attention.sliding_window", 1, 1 << 24);
     c.sliding_layers = layer_slides(file, p + "attention.sliding_window_pattern", c.layer_count, sliding_period);
+  }
+  if (*arch == "gemma3") {
+    // Gemma 3 scales queries by its query_pre_attn_scalar, which GGUF does not carry: the
+    // head size, but width / heads for the 27B (62 layers), as llama.cpp reads these files.
+    c.attention_scale = 1.0f / std::sqrt(static_cast<float>(
+                                   c.layer_count == 62 ? c.embedding_dim / c.head_count : c.head_dim));
+  }
+  if (auto cap = *arch == "gemma3" ? file.get_float(p + "final_logit_softcapping") : std::nullopt) {
+    if (!(*cap >= 0.0 && *cap < 1e6)) throw std::runtime_error(p + "final_logit_softcapping is out of range");
+    c.logit_softcap = static_cast<float>(*cap);
   }
   if (const gguf::Array* tokens = file.get_array("tokenizer.ggml.tokens")) {
     c.vocab_size = static_cast<int>(tokens->items.size());

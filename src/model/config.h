@@ -1,5 +1,5 @@
-// Hyper-parameters of a Llama-family model (Llama, Mixtral, Qwen2, Qwen3, Qwen3-MoE, gpt-oss),
-// read and validated from GGUF metadata.
+// Hyper-parameters of a Llama-family model (Llama, Mixtral, Qwen2, Qwen3, Qwen3-MoE, gpt-oss,
+// Gemma 3), read and validated from GGUF metadata.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +28,8 @@ struct Yarn {
 // What a layer's FFN computes from its gate g and up u projections.
 enum class Activation {
   Silu,         // silu(g) * u
-  ClampedSwiglu // gpt-oss: min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1)
+  ClampedSwiglu, // gpt-oss: min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1)
+  Gelu           // Gemma: gelu(g) * u, GELU's tanh form
 };
 
 struct Config {
@@ -52,6 +53,14 @@ struct Config {
   int sliding_window = 0;
   std::vector<bool> sliding_layers;
   float rope_freq_base_sliding = 10000.0f;  // the sliding layers' RoPE base
+  bool sliding_rope_scaled = true;  // whether the sliding layers' RoPE takes the scaling too
+  float attention_scale = 0.0f;     // of the query-key products; 0: 1 / sqrt(head_dim)
+  // Gemma: the embeddings are multiplied by sqrt(embedding_dim), the attention and FFN outputs
+  // RMS-normalized (post_attention_norm, post_ffw_norm) before they join the residual, and
+  // the logits softly capped to (-cap, cap) by cap * tanh(logit / cap) when cap > 0.
+  bool scales_embeddings = false;
+  bool has_post_norms = false;
+  float logit_softcap = 0.0f;
   bool has_qkv_bias = false;
   bool has_output_bias = false;      // attn_output.bias
   bool has_attention_sinks = false;  // a learned logit per head that joins every softmax (gpt-oss)

@@ -142,29 +142,31 @@ void add_bias(float* rows, const float* bias, int row_count, int dim) {
 
 }  // namespace
 
-Model::Rope Model::rope_table(const Config& c, float base, const float* freq_factors) {
+Model::Rope Model::rope_table(const Config& c, float base, const float* freq_factors, bool scaled) {
   Rope rope;
+  const Yarn yarn = scaled ? c.yarn : Yarn{};
+  const float linear_scale = scaled ? c.rope_linear_scale : 1.0f;
   const int pairs = c.rope_dim / 2;
   // YaRN's ramp runs between the pairs that turn beta_fast and beta_slow times within the
   // original context, rounded outwards as llama.cpp rounds them.
   double low = 0.0, high = 0.0;
-  if (c.yarn.factor > 0.0f) {
+  if (yarn.factor > 0.0f) {
     const auto pair_of = [&](double turns) {
-      return c.rope_dim * std::log(c.yarn.original_context / (turns * 2.0 * std::numbers::pi)) / (2.0 * std::log(base));
+      return c.rope_dim * std::log(yarn.original_context / (turns * 2.0 * std::numbers::pi)) / (2.0 * std::log(base));
     };
-    low = std::max(0.0, std::floor(pair_of(c.yarn.beta_fast)));
-    high = std::min(c.rope_dim - 1.0, std::ceil(pair_of(c.yarn.beta_slow)));
-    rope.magnitude = static_cast<float>(1.0 + 0.1 * std::log(static_cast<double>(c.yarn.factor)));
+    low = std::max(0.0, std::floor(pair_of(yarn.beta_fast)));
+    high = std::min(c.rope_dim - 1.0, std::ceil(pair_of(yarn.beta_slow)));
+    rope.magnitude = static_cast<float>(1.0 + 0.1 * std::log(static_cast<double>(yarn.factor)));
   }
   rope.inverse_freq.resize(static_cast<size_t>(pairs));
   for (int i = 0; i < pairs; ++i) {
     double inv = std::pow(static_cast<double>(base), -2.0 * i / c.rope_dim);
     if (freq_factors != nullptr) inv /= freq_factors[i];
-    inv /= c.rope_linear_scale;
-    if (c.yarn.factor > 0.0f) {
+    inv /= linear_scale;
+    if (yarn.factor > 0.0f) {
       // 1 keeps the original frequency (fast pairs), 0 takes the interpolated one.
       const double extrapolation = 1.0 - std::clamp((i - low) / std::max(0.001, high - low), 0.0, 1.0);
-      inv *= extrapolation + (1.0 - extrapolation) / c.yarn.factor;
+      inv *= extrapolation + (1.0 - extrapolation) / yarn.factor;
     }
     rope.inverse_freq[static_cast<size_t>(i)] = static_cast<float>(inv);
   }
@@ -431,6 +433,10 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
     l.o = bind.prepared(p + "attn_output.weight", c.q_dim(), c.embedding_dim);
     if (c.has_output_bias) l.o_bias = bind.vector(p + "attn_output.bias", c.embedding_dim);
     if (c.has_attention_sinks) l.sinks = bind.vector(p + "attn_sinks.weight", c.head_count);
+    if (c.has_post_norms) {
+      l.post_attention_norm = bind.vector(p + "post_attention_norm.weight", c.embedding_dim);
+      l.post_ffn_norm = bind.vector(p + "post_ffw_norm.weight", c.embedding_dim);
+    }
     if (c.has_qkv_bias) {
       l.q_bias = bind.vector(p + "attn_q.bias", c.q_dim());
       l.k_bias = bind.vector(p + "attn_k.bias", c.kv_dim());
@@ -472,9 +478,9 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
   // Llama 3.1-style scaling ships per-pair frequency divisors as a tensor.
   const float* freq_factors = bind.find("rope_freqs.weight") ? bind.vector("rope_freqs.weight", c.rope_dim / 2)
                                                              : nullptr;
-  m->ropes_.push_back(rope_table(c, c.rope_freq_base, freq_factors));
-  if (c.sliding_window > 0 && c.rope_freq_base_sliding != c.rope_freq_base) {
-    m->ropes_.push_back(rope_table(c, c.rope_freq_base_sliding, freq_factors));
+  m->ropes_.push_back(rope_table(c, c.rope_freq_base, freq_factors, true));
+  if (c.sliding_window > 0 && (c.rope_freq_base_sliding != c.rope_freq_base || !c.sliding_rope_scaled)) {
+    m->ropes_.push_back(rope_table(c, c.rope_freq_base_sliding, freq_factors, c.sliding_rope_scaled));
   }
   for (int l = range.first; l < range.last; ++l) {
     m->layer_rope_.push_back(c.is_sliding(l) && m->ropes_.size() > 1 ? 1 : 0);
@@ -514,8 +520,12 @@ void Model::embed(std::span<const Token> tokens, float* out) const {
       throw std::invalid_argument("token id " + std::to_string(tokens[i]) + " is outside the vocabulary");
     }
     const auto* src = static_cast<const uint8_t*>(embedding_.data) + row * static_cast<uint64_t>(tokens[i]);
-    tensor::dequantize_row(embedding_.type, src, out + i * static_cast<size_t>(config_.embedding_dim),
-                           config_.embedding_dim);
+    float* row = out + i * static_cast<size_t>(config_.embedding_dim);
+    tensor::dequantize_row(embedding_.type, src, row, config_.embedding_dim);
+    if (config_.scales_embeddings) {
+      const float scale = std::sqrt(static_cast<float>(config_.embedding_dim));
+      for (int d = 0; d < config_.embedding_dim; ++d) row[d] *= scale;
+    }
   }
 }
 
@@ -563,7 +573,7 @@ void Model::attention(int layer_index, const Layer& layer, tensor::ThreadPool& p
   const int kv_heads = c.kv_head_count;
   const int group = heads / kv_heads;
   const int head_dim = c.head_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const float scale = c.attention_scale > 0.0f ? c.attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
   // An item takes every query head that shares a KV head, so that each block of the cache is
   // read (and, stored as f16, widened) once for all of them; when that leaves threads idle
   // (a lone token), items of four heads. A head's arithmetic is the same either way.
@@ -640,6 +650,7 @@ void Model::activate(float* gate, const float* up, int64_t n) const {
   switch (config_.activation) {
     case Activation::Silu: tensor::silu_times(gate, up, n); return;
     case Activation::ClampedSwiglu: tensor::clamped_swiglu_times(gate, up, n, 1.702f, 7.0f); return;
+    case Activation::Gelu: tensor::gelu_times(gate, up, n); return;
   }
 }
 
@@ -792,6 +803,9 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
     attention(l, layer, pool);
     tensor::matmul(layer.o, attn_out_.data(), rows, proj_.data(), pool);
     add_bias(proj_.data(), layer.o_bias, rows, dim);
+    if (layer.post_attention_norm != nullptr) {
+      rms_norm_rows(proj_.data(), layer.post_attention_norm, rows, dim, c.rms_epsilon, proj_.data());
+    }
     add_in_place(x_, proj_, n * dim);
 
     rms_norm_rows(x_.data(), layer.ffn_norm, rows, dim, c.rms_epsilon, normed_.data());
@@ -802,6 +816,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
       activate(gate_.data(), up_.data(), static_cast<int64_t>(n) * c.ffn_dim);
       tensor::matmul(layer.down, gate_.data(), rows, proj_.data(), pool);
     }
+    if (layer.post_ffn_norm != nullptr) rms_norm_rows(proj_.data(), layer.post_ffn_norm, rows, dim, c.rms_epsilon, proj_.data());
     add_in_place(x_, proj_, n * dim);
   }
   for (const SequenceSlice& s : slices) s.kv->size_ += s.token_count;
@@ -824,6 +839,9 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
   const int64_t selected_rows = static_cast<int64_t>(selected.size() / dim);
   std::vector<float> logits(static_cast<size_t>(selected_rows) * c.vocab_size);
   tensor::matmul(*output_, selected.data(), selected_rows, logits.data(), pool);
+  if (c.logit_softcap > 0.0f) {
+    for (float& logit : logits) logit = c.logit_softcap * std::tanh(logit / c.logit_softcap);
+  }
   return logits;
 }
 

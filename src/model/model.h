@@ -138,6 +138,8 @@ class Model {
     const float* o_bias = nullptr;
     const float* sinks = nullptr;  // head_count logits, with has_attention_sinks
     const float* ffn_norm = nullptr;
+    const float* post_attention_norm = nullptr;  // with has_post_norms
+    const float* post_ffn_norm = nullptr;
     tensor::PreparedMatrix gate, up, down;  // a dense FFN
     tensor::PreparedMatrix router;          // with experts: one score per expert
     std::vector<tensor::PreparedMatrix> expert_gate, expert_up, expert_down;
@@ -154,7 +156,8 @@ class Model {
     float magnitude = 1.0f;
     std::vector<float> cos, sin;
   };
-  static Rope rope_table(const Config& c, float base, const float* freq_factors);
+  // `scaled`: with the model's RoPE scaling (linear or YaRN), else plain.
+  static Rope rope_table(const Config& c, float base, const float* freq_factors, bool scaled);
 
   Model() = default;
   void embed(std::span<const Token> tokens, float* out) const;

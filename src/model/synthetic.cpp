@@ -15,7 +15,7 @@
 namespace strata::model {
 namespace {
 
-constexpr std::array<SyntheticShape, 13> kShapes{{
+constexpr std::array<SyntheticShape, 17> kShapes{{
     {"tinyllama-1.1b", "TinyLlama-1.1B (Llama 2 architecture, GQA 32/4)", "llama", 32000, 2048,
      2048, 22, 32, 4, 5632, 10000.0f, false},
     {"llama-3.2-1b", "Llama-3.2-1B (GQA 32/8, 128k vocabulary, tied head)", "llama", 128256,
@@ -42,6 +42,14 @@ constexpr std::array<SyntheticShape, 13> kShapes{{
      "gpt-oss", 201088, 131072, 2880, 36, 64, 8, 2880, 150000.0f, false, 64, 128, 4, 2880, 128},
     {"gpt-oss-tiny", "a small gpt-oss (4 of 32 experts of 64, sinks, YaRN, a window of 12 in the even layers), for tests",
      "gpt-oss", 2048, 512, 128, 4, 4, 2, 64, 150000.0f, false, 32, 32, 4, 64, 12},
+    {"gemma-3-1b", "Gemma 3 1B (5 local layers of a window of 512 to 1 global, GeGLU, QK-norm, tied head)",
+     "gemma3", 262144, 32768, 1152, 26, 4, 1, 6912, 1000000.0f, true, 256, 0, 0, 0, 512},
+    {"gemma-3-4b", "Gemma 3 4B (5 local layers of a window of 1024 to 1 global, linear RoPE scaling of 8)",
+     "gemma3", 262144, 131072, 2560, 34, 8, 4, 10240, 1000000.0f, true, 256, 0, 0, 0, 1024, 8.0f},
+    {"gemma-3-27b", "Gemma 3 27B (queries scaled by width / heads, 5 local layers to 1 global)", "gemma3", 262144,
+     131072, 5376, 62, 32, 16, 21504, 1000000.0f, true, 128, 0, 0, 0, 1024, 8.0f},
+    {"gemma3-tiny", "a small Gemma 3 (6 layers, a window of 12 in 5 of them, RoPE scaling on the global one), for tests",
+     "gemma3", 2048, 512, 128, 6, 4, 2, 256, 1000000.0f, true, 32, 0, 0, 0, 12, 8.0f},
 }};
 
 // splitmix64: a tiny, well-mixed generator; every row gets its own stream so rows can be
@@ -176,10 +184,17 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   }
   w.set(a + ".rope.freq_base", gguf::Value::f32(shape.rope_freq_base));
   const bool gpt_oss = a == "gpt-oss";
-  if (gpt_oss) {  // the released models' YaRN and window
+  const bool gemma = a == "gemma3";
+  if (gpt_oss) {  // the released models' YaRN
     w.set(a + ".rope.scaling.type", gguf::Value::string("yarn"));
     w.set(a + ".rope.scaling.factor", gguf::Value::f32(32.0f));
     w.set(a + ".rope.scaling.original_context_length", gguf::Value::u32(4096));
+  }
+  if (shape.rope_linear_factor > 0.0f) {
+    w.set(a + ".rope.scaling.type", gguf::Value::string("linear"));
+    w.set(a + ".rope.scaling.factor", gguf::Value::f32(shape.rope_linear_factor));
+  }
+  if (shape.sliding_window > 0) {
     w.set(a + ".attention.sliding_window", gguf::Value::u32(static_cast<uint32_t>(shape.sliding_window)));
   }
   w.set(a + ".attention.layer_norm_rms_epsilon", gguf::Value::f32(1e-5f));
@@ -244,7 +259,7 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
       vector(p + "attn_k.bias", kv_dim, 0.0f, 0.1f);
       vector(p + "attn_v.bias", kv_dim, 0.0f, 0.1f);
     }
-    if (a == "qwen3" || a == "qwen3moe") {
+    if (a == "qwen3" || a == "qwen3moe" || gemma) {
       vector(p + "attn_q_norm.weight", head_dim, 1.0f, 0.1f);
       vector(p + "attn_k_norm.weight", head_dim, 1.0f, 0.1f);
     }
@@ -252,6 +267,10 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
     if (gpt_oss) {
       vector(p + "attn_output.bias", shape.embedding_dim, 0.0f, 0.1f);
       vector(p + "attn_sinks.weight", shape.head_count, 0.0f, 2.0f);
+    }
+    if (gemma) {
+      vector(p + "post_attention_norm.weight", shape.embedding_dim, 1.0f, 0.1f);
+      vector(p + "post_ffw_norm.weight", shape.embedding_dim, 1.0f, 0.1f);
     }
     vector(p + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), shape.embedding_dim, 1.0f, 0.1f);
     if (experts) {

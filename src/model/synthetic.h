@@ -14,7 +14,7 @@ namespace strata::model {
 struct SyntheticShape {
   const char* name;
   const char* description;
-  const char* arch;  // general.architecture: "llama", "qwen2", "qwen3", "qwen3moe" or "gpt-oss"
+  const char* arch;  // general.architecture: "llama", "qwen2", "qwen3", "qwen3moe", "gpt-oss" or "gemma3"
   int vocab_size;
   int context_length;
   int embedding_dim;
@@ -28,7 +28,8 @@ struct SyntheticShape {
   int expert_count = 0;       // 0: a dense FFN
   int experts_per_token = 0;
   int expert_ffn_dim = 0;
-  int sliding_window = 0;     // gpt-oss: the even layers' window
+  int sliding_window = 0;     // gpt-oss: the even layers' window; gemma3: 5 of every 6 layers'
+  float rope_linear_factor = 0.0f;  // > 0: linear RoPE scaling (Gemma 3: its global layers only)
 };
 
 std::span<const SyntheticShape> synthetic_shapes();

@@ -74,6 +74,7 @@ struct VectorKernels {
   float (*quantize_int8)(const float* x, int64_t n, int8_t* qs);
   void (*silu_times)(float* gate, const float* up, int64_t n);
   void (*clamped_swiglu_times)(float* gate, const float* up, int64_t n, float alpha, float limit);
+  void (*gelu_times)(float* gate, const float* up, int64_t n);
   void (*fp16_to_fp32)(const uint16_t* src, float* dst, int64_t n);  // exact on every ISA
 };
 

@@ -163,7 +163,7 @@ void scalar_fp16_to_fp32(const uint16_t* src, float* dst, int64_t n) {
 
 VectorKernels scalar_vector_ops() {
   return {scalar_key_scores, scalar_add_scaled_rows,     lanes_softmax_numerators, lanes_quantize_int8,
-          lanes_silu_times,  lanes_clamped_swiglu_times, scalar_fp16_to_fp32};
+          lanes_silu_times,  lanes_clamped_swiglu_times, lanes_gelu_times,         scalar_fp16_to_fp32};
 }
 
 InterleavedKernels scalar_interleaved(DType type) {

@@ -30,6 +30,8 @@ float quantize_int8(const float* x, int64_t n, int8_t* qs) {
 
 void silu_times(float* gate, const float* up, int64_t n) { kernels::active_vector_ops().silu_times(gate, up, n); }
 
+void gelu_times(float* gate, const float* up, int64_t n) { kernels::active_vector_ops().gelu_times(gate, up, n); }
+
 void clamped_swiglu_times(float* gate, const float* up, int64_t n, float alpha, float limit) {
   kernels::active_vector_ops().clamped_swiglu_times(gate, up, n, alpha, limit);
 }

@@ -38,5 +38,7 @@ void silu_times(float* gate, const float* up, int64_t n);
 // gpt-oss's gated unit: with g = min(gate[i], limit) and u = clamp(up[i], -limit, limit),
 // gate[i] = g / (1 + exp(-alpha * g)) * (u + 1).
 void clamped_swiglu_times(float* gate, const float* up, int64_t n, float alpha, float limit);
+// gate[i] = gelu(gate[i]) * up[i], GELU's tanh form: gelu(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+void gelu_times(float* gate, const float* up, int64_t n);
 
 }  // namespace strata::tensor

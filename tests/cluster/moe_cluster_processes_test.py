@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""A Mixture-of-Experts model (`strata gguf synth --shape qwen3moe-tiny`: Qwen3-MoE, 2 of 8
-experts per token, QK-norm) served by real `strata serve` processes on 127.0.0.1: a cluster of
-three answers every greedy and seeded request (text and logprobs) at every node as one node
-does, alone and concurrently, and a stage killed mid-stream leaves the whole text the fault-free
-one.
+"""A model of a newer architecture (`strata gguf synth --shape SHAPE`, Q8_0: qwen3moe-tiny,
+Qwen3-MoE with 2 of 8 experts per token and QK-norm, by default; gpt-oss-tiny, experts, sinks
+and sliding-window layers; gemma3-tiny, sliding-window layers and GeGLU) served by real
+`strata serve` processes on 127.0.0.1: a cluster of three answers every greedy and seeded
+request (text and logprobs) at every node as one node does, alone and concurrently, and a stage
+killed mid-stream leaves the whole text the fault-free one.
 
-usage: moe_cluster_processes_test.py STRATA
+usage: moe_cluster_processes_test.py STRATA [SHAPE]
 """
 import concurrent.futures
 import os
@@ -15,9 +16,10 @@ import sys
 import tempfile
 
 STRATA = sys.argv[1]
+SHAPE = sys.argv[2] if len(sys.argv) > 2 else "qwen3moe-tiny"
 WORK = tempfile.mkdtemp(prefix="strata-moe-")
-MOE = os.path.join(WORK, "qwen3moe-tiny-q8_0.gguf")
-subprocess.run([STRATA, "gguf", "synth", "--shape", "qwen3moe-tiny", "--type", "Q8_0", "-o", MOE], check=True,
+MOE = os.path.join(WORK, f"{SHAPE}-q8_0.gguf")
+subprocess.run([STRATA, "gguf", "synth", "--shape", SHAPE, "--type", "Q8_0", "-o", MOE], check=True,
                capture_output=True)
 sys.argv[2:] = [MOE]  # the model every Node of cluster_processes_test starts with
 
@@ -51,7 +53,7 @@ def main():
     finally:
         os.unlink(MOE)
         os.rmdir(WORK)
-    print(f"{len(FAILURES)} failed" if FAILURES else "MoE cluster processes: all checks passed")
+    print(f"{len(FAILURES)} failed" if FAILURES else f"{SHAPE} cluster processes: all checks passed")
     return 1 if FAILURES else 0
 
 

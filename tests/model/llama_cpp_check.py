@@ -30,6 +30,10 @@ CASES = [
     ("Mixtral (8x7B's dimensions)", "mixtral-8x7b", 1, "F16", 8, []),
     ("gpt-oss (small: sinks, YaRN, a window of 12 in the even layers)", "gpt-oss-tiny", 0, "F32", 32, ["Q4_0"]),
     ("gpt-oss (gpt-oss-20b's dimensions)", "gpt-oss-20b", 2, "F16", 8, ["Q8_0"]),
+    ("gemma3 (small: a window of 12 in 5 of 6 layers, RoPE scaling on the global one)", "gemma3-tiny", 0, "F32", 32,
+     ["Q8_0", "Q4_0"]),
+    ("gemma3 (Gemma 3 4B's dimensions, 5 local layers and the first global one)", "gemma-3-4b", 6, "F16", 8,
+     ["Q4_K_M"]),
 ]
 PROMPT = [1, 2, 300, 400, 17, 99, 123, 500, 42, 7, 260, 1000, 77, 31, 5, 600]
 FAILURES = []

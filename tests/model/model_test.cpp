@@ -211,7 +211,8 @@ INSTANTIATE_TEST_SUITE_P(
                       TypeCase{"qwen3moe-tiny", "F32", 1e-4}, TypeCase{"qwen3moe-tiny", "Q8_0", 0.06},
                       TypeCase{"qwen3moe-tiny", "Q4_0", 0.06}, TypeCase{"mixtral-tiny", "F32", 1e-4},
                       TypeCase{"mixtral-tiny", "Q4_0", 0.06}, TypeCase{"gpt-oss-tiny", "F32", 1e-4},
-                      TypeCase{"gpt-oss-every-expert", "Q8_0", 0.06}),
+                      TypeCase{"gpt-oss-every-expert", "Q8_0", 0.06}, TypeCase{"gemma3-tiny", "F32", 1e-4},
+                      TypeCase{"gemma3-tiny", "Q8_0", 0.06}),
     [](const auto& info) { return case_name(info.param.shape, info.param.type); });
 
 // A copy of `source` with extra metadata and tensors, or tensors rewritten, for variants the
@@ -432,7 +433,8 @@ INSTANTIATE_TEST_SUITE_P(Models, BitExact,
                                            ModelCase{"demo", "Q8_0"}, ModelCase{"demo", "Q4_K_M"},
                                            ModelCase{"demo", "F16"}, ModelCase{"qwen3-tiny", "Q8_0"},
                                            ModelCase{"qwen3moe-tiny", "F32"}, ModelCase{"qwen3moe-tiny", "Q4_0"},
-                                           ModelCase{"gpt-oss-tiny", "F32"}, ModelCase{"gpt-oss-tiny", "Q8_0"}),
+                                           ModelCase{"gpt-oss-tiny", "F32"}, ModelCase{"gpt-oss-tiny", "Q8_0"},
+                                           ModelCase{"gemma3-tiny", "F32"}, ModelCase{"gemma3-tiny", "Q4_0"}),
                          [](const auto& info) { return case_name(info.param.shape, info.param.type); });
 
 // With the interleaved weight types every kernel path computes the same bits, and the
@@ -444,9 +446,10 @@ TEST(BitExactAcrossIsas, EveryTypeGivesTheSameLogitsOnEveryIsa) {
     cases.push_back({"demo", type});
   }
   // QK-norm, and experts run over the rows that chose them, on every path too; gpt-oss's
-  // sinks, window and clamped SwiGLU as well.
+  // sinks, window and clamped SwiGLU, and Gemma 3's GeGLU and post-norms as well.
   cases.insert(cases.end(), {{"qwen3-tiny", "Q8_0"}, {"qwen3moe-tiny", "F32"}, {"qwen3moe-tiny", "Q4_0"},
-                             {"qwen3moe-tiny", "Q8_0"}, {"gpt-oss-tiny", "F32"}, {"gpt-oss-tiny", "Q8_0"}});
+                             {"qwen3moe-tiny", "Q8_0"}, {"gpt-oss-tiny", "F32"}, {"gpt-oss-tiny", "Q8_0"},
+                             {"gemma3-tiny", "F32"}, {"gemma3-tiny", "Q8_0"}});
   for (const ModelCase& c : cases) {
     SCOPED_TRACE(case_name(c.shape, c.type));
     auto model = Model::load(open_case(c));

@@ -192,6 +192,28 @@ TEST(VectorOps, SiluTimes) {
   }
 }
 
+// Large gates of both signs, where the exponential saturates; every ISA the same bits.
+TEST(VectorOps, GeluTimesOnEveryIsa) {
+  for (int64_t n : {1, 5, 8, 13, 64}) {
+    const auto gate = random_values(n, 12.0f, 9);
+    const auto up = random_values(n, 2.0f, 10);
+    std::vector<float> first_isa;
+    for (Isa isa : available_isas()) {
+      force_isa(isa);
+      auto out = gate;
+      gelu_times(out.data(), up.data(), n);
+      for (size_t i = 0; i < out.size(); ++i) {
+        const double g = gate[i];
+        const double gelu = 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / 3.14159265358979323846) * (g + 0.044715 * g * g * g)));
+        EXPECT_NEAR(out[i], gelu * up[i], 1e-5 * (1.0 + std::abs(gelu * up[i]))) << i;
+      }
+      if (first_isa.empty()) first_isa = out;
+      EXPECT_EQ(std::memcmp(out.data(), first_isa.data(), out.size() * sizeof(float)), 0) << isa_name(isa);
+    }
+    force_isa(detected_isa());
+  }
+}
+
 // Values beyond the limit on both sides, so that every clamp is taken; every ISA the same bits.
 TEST(VectorOps, ClampedSwigluTimesOnEveryIsa) {
   constexpr float kAlpha = 1.702f, kLimit = 7.0f;

@@ -43,6 +43,11 @@ struct Hyperparameters {
   size_t sliding_window = 0;
   double yarn_factor = 0.0;  // 0: no YaRN
   double yarn_original_context = 0.0;
+  // Gemma 3: embeddings times sqrt(width); 5 of every 6 layers local (a window, RoPE base
+  // 10000, unscaled), the 6th global; queries scaled by 1 / sqrt(query_pre_attn_scalar), which
+  // is the head size (the 27B's, of 62 layers, width / heads); attention and FFN outputs
+  // RMS-normalized before the residual; GeGLU (tanh GELU) FFNs.
+  bool gemma = false;
 };
 
 size_t required_uint(const gguf::File& model, const std::string& key) {
@@ -53,15 +58,17 @@ size_t required_uint(const gguf::File& model, const std::string& key) {
 
 Hyperparameters read_hyperparameters(const gguf::File& model) {
   const std::optional<std::string> arch = model.get_string("general.architecture");
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe" && arch != "gpt-oss") {
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe" && arch != "gpt-oss" &&
+      arch != "gemma3") {
     throw gguf::Error("reference: unsupported architecture " + arch.value_or("(none)"));
   }
   const std::string prefix = *arch + ".";
   Hyperparameters hp;
   hp.neox_rope = *arch != "llama";
-  hp.qk_norm = *arch == "qwen3" || *arch == "qwen3moe";
+  hp.gemma = *arch == "gemma3";
+  hp.qk_norm = *arch == "qwen3" || *arch == "qwen3moe" || hp.gemma;
   hp.gpt_oss = *arch == "gpt-oss";
-  if (hp.gpt_oss) hp.sliding_window = required_uint(model, prefix + "attention.sliding_window");
+  if (hp.gpt_oss || hp.gemma) hp.sliding_window = required_uint(model, prefix + "attention.sliding_window");
   hp.embedding = required_uint(model, prefix + "embedding_length");
   hp.layers = required_uint(model, prefix + "block_count");
   hp.feed_forward = required_uint(model, prefix + "feed_forward_length");
@@ -261,19 +268,27 @@ struct FfnBiases {
 };
 
 // The gated feed-forward network down(act(gate x, up x)) of every position: SwiGLU,
-// silu(g) * u, or gpt-oss's clamped form (Hyperparameters), biases added where given.
-Matrix gated_ffn(const Weight& gate, const Weight& up, const Weight& down, const Matrix& inputs, bool clamped,
+// silu(g) * u, gpt-oss's clamped form or Gemma's GeGLU (Hyperparameters), biases added
+// where given.
+enum class Gating { Silu, ClampedSilu, Gelu };
+
+Matrix gated_ffn(const Weight& gate, const Weight& up, const Weight& down, const Matrix& inputs, Gating gating,
                  const FfnBiases& biases = {}) {
   const Matrix gates = project(gate, inputs, biases.gate);
   Matrix hidden = project(up, inputs, biases.up);
   for (size_t t = 0; t < hidden.size(); ++t) {
     for (size_t i = 0; i < hidden[t].size(); ++i) {
-      if (clamped) {
-        const double g = std::min(gates[t][i], 7.0);
-        const double u = std::clamp(hidden[t][i], -7.0, 7.0);
-        hidden[t][i] = g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0);
-      } else {
-        hidden[t][i] *= silu(gates[t][i]);
+      const double g = gates[t][i];
+      switch (gating) {
+        case Gating::Silu: hidden[t][i] *= silu(g); break;
+        case Gating::ClampedSilu: {
+          const double clamped = std::min(g, 7.0);
+          hidden[t][i] = clamped / (1.0 + std::exp(-1.702 * clamped)) * (std::clamp(hidden[t][i], -7.0, 7.0) + 1.0);
+          break;
+        }
+        case Gating::Gelu:
+          hidden[t][i] *= 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / 3.14159265358979323846) * (g + 0.044715 * g * g * g)));
+          break;
       }
     }
   }
@@ -322,7 +337,8 @@ Matrix mixture_of_experts(const gguf::File& model, const std::string& block, con
     const FfnBiases biases{expert_bias("ffn_gate_exps.bias", hp.expert_feed_forward, e),
                            expert_bias("ffn_up_exps.bias", hp.expert_feed_forward, e),
                            expert_bias("ffn_down_exps.bias", hp.embedding, e)};
-    expert_outputs.push_back(gated_ffn(gates[e], ups[e], downs[e], inputs, hp.gpt_oss, biases));
+    expert_outputs.push_back(
+        gated_ffn(gates[e], ups[e], downs[e], inputs, hp.gpt_oss ? Gating::ClampedSilu : Gating::Silu, biases));
   }
 
   Matrix outputs(inputs.size(), Vector(hp.embedding, 0.0));
@@ -403,7 +419,9 @@ void apply_rope(Matrix& projections, size_t head_count, const Hyperparameters& h
 Matrix attend(const Matrix& queries, const Matrix& keys, const Matrix& values, const Hyperparameters& hp,
               size_t window, const std::optional<Vector>& sinks) {
   const size_t group = hp.heads / hp.kv_heads;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hp.head_dim));
+  const double query_scalar = hp.gemma && hp.layers == 62 ? static_cast<double>(hp.embedding / hp.heads)
+                                                           : static_cast<double>(hp.head_dim);
+  const double scale = 1.0 / std::sqrt(query_scalar);
   Matrix outputs(queries.size(), Vector(hp.heads * hp.head_dim, 0.0));
   for (size_t t = 0; t < queries.size(); ++t) {
     for (size_t head = 0; head < hp.heads; ++head) {
@@ -457,6 +475,9 @@ std::vector<std::vector<double>> forward_all(const gguf::File& model, std::span<
       throw std::invalid_argument("reference: token " + std::to_string(token) + " outside the vocabulary");
     }
     x.push_back(embeddings.row(static_cast<size_t>(token)));
+    if (hp.gemma) {
+      for (double& v : x.back()) v *= std::sqrt(static_cast<double>(hp.embedding));
+    }
   }
 
   const uint64_t q_size = hp.heads * hp.head_dim;
@@ -486,12 +507,20 @@ std::vector<std::vector<double>> forward_all(const gguf::File& model, std::span<
       rms_norm_heads(queries, hp.heads, hp.head_dim, norm("attn_q_norm.weight", hp.head_dim), hp.rms_epsilon);
       rms_norm_heads(keys, hp.kv_heads, hp.head_dim, norm("attn_k_norm.weight", hp.head_dim), hp.rms_epsilon);
     }
-    apply_rope(queries, hp.heads, hp, frequency_factors);
-    apply_rope(keys, hp.kv_heads, hp, frequency_factors);
-    const size_t window = hp.gpt_oss && layer % 2 == 0 ? hp.sliding_window : 0;
-    add_in_place(x, project(require(model, block + "attn_output.weight", {q_size, hp.embedding}),
-                            attend(queries, keys, values, hp, window, bias("attn_sinks.weight", hp.heads)),
-                            bias("attn_output.bias", hp.embedding)));
+    const bool local = (hp.gpt_oss && layer % 2 == 0) || (hp.gemma && (layer + 1) % 6 != 0);
+    Hyperparameters rope = hp;
+    if (hp.gemma && local) {
+      rope.rope_base = 10000.0;
+      rope.rope_position_scale = 1.0;
+    }
+    apply_rope(queries, hp.heads, rope, frequency_factors);
+    apply_rope(keys, hp.kv_heads, rope, frequency_factors);
+    Matrix attention = project(require(model, block + "attn_output.weight", {q_size, hp.embedding}),
+                               attend(queries, keys, values, hp, local ? hp.sliding_window : 0,
+                                      bias("attn_sinks.weight", hp.heads)),
+                               bias("attn_output.bias", hp.embedding));
+    if (hp.gemma) attention = rms_norm(attention, norm("post_attention_norm.weight", hp.embedding), hp.rms_epsilon);
+    add_in_place(x, attention);
 
     const Matrix ffn_input =
         rms_norm(x, norm(hp.gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight", hp.embedding), hp.rms_epsilon);
@@ -500,10 +529,12 @@ std::vector<std::vector<double>> forward_all(const gguf::File& model, std::span<
       add_in_place(x, mixture_of_experts(model, block, hp, ffn_input, layer_choices));
       if (expert_choices) expert_choices->push_back(std::move(layer_choices));
     } else {
-      add_in_place(x, gated_ffn(require(model, block + "ffn_gate.weight", {hp.embedding, hp.feed_forward}),
-                                require(model, block + "ffn_up.weight", {hp.embedding, hp.feed_forward}),
-                                require(model, block + "ffn_down.weight", {hp.feed_forward, hp.embedding}),
-                                ffn_input, false));
+      Matrix ffn = gated_ffn(require(model, block + "ffn_gate.weight", {hp.embedding, hp.feed_forward}),
+                             require(model, block + "ffn_up.weight", {hp.embedding, hp.feed_forward}),
+                             require(model, block + "ffn_down.weight", {hp.feed_forward, hp.embedding}), ffn_input,
+                             hp.gemma ? Gating::Gelu : Gating::Silu);
+      if (hp.gemma) ffn = rms_norm(ffn, norm("post_ffw_norm.weight", hp.embedding), hp.rms_epsilon);
+      add_in_place(x, ffn);
     }
   }
 

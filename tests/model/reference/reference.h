@@ -1,5 +1,5 @@
 // A deliberately plain forward pass in double precision for GGUF `llama` (Mixtral too: a llama
-// with experts), `qwen2`, `qwen3`, `qwen3moe` and `gpt-oss` models, written from the model definitions
+// with experts), `qwen2`, `qwen3`, `qwen3moe`, `gpt-oss` and `gemma3` models, written from the model definitions
 // only, so that tests can check the optimized engine against it. Slow by design: it
 // recomputes everything from scratch, decodes every weight row as it uses it and runs every
 // expert on every position.
