@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds the tensor and model tests for aarch64 and runs them under qemu-user on a CPU with
 # the dot-product extension (max) and on one without it (cortex-a53); then the logits of the
-# shared model and of a small Mixture-of-Experts model there must equal this machine's byte
-# for byte. GCC builds everything below; clang,
-# where installed, builds the kernels' tests and the logits dump again (into
-# CROSS_BUILD_DIR-clang), so that both compilers' NEON code is held to the same bits.
+# shared model and of small models of the newer architectures (experts, sinks, sliding
+# windows: tests/model/logits_dump.cpp) there must equal this machine's byte for byte. GCC
+# builds everything below; clang, where installed, builds the kernels' tests and the logits
+# dump again (into CROSS_BUILD_DIR-clang), so that both compilers' NEON code is held to the
+# same bits.
 # usage: aarch64_test.sh SOURCE_DIR CROSS_BUILD_DIR CMAKE_GENERATOR HOST_LOGITS_DUMP
 set -euo pipefail
 source_dir=$1 build_dir=$2 generator=$3 host_dump=$4

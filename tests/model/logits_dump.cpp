@@ -1,6 +1,8 @@
-// Writes the logits for every position of the test prompt, as the raw floats of this machine,
-// on the fastest kernel path it has: of the shared model, then of a small Mixture-of-Experts
-// model (qwen3moe-tiny in Q4_0, written here from its seed, the same file on every machine).
+// Writes the logits for every position of a prompt, as the raw floats of this machine, on the
+// fastest kernel path it has: of the shared model (the test prompt), then of small models of
+// the newer architectures in Q4_0, written here from their seeds (the same files on every
+// machine), over 40 tokens: qwen3moe-tiny (experts), gpt-oss-tiny (experts, sinks, a window of
+// 12) and gemma3-tiny (a window of 12, GeGLU).
 // tests/cross compares the file written on one architecture with the one written on another,
 // byte for byte.
 #include <unistd.h>
@@ -17,9 +19,9 @@
 
 namespace {
 
-std::vector<float> prompt_logits(std::shared_ptr<const strata::gguf::File> file) {
+std::vector<float> prompt_logits(std::shared_ptr<const strata::gguf::File> file,
+                                 const std::vector<strata::model::Token>& prompt) {
   using namespace strata;
-  const auto& prompt = model::testing::kOnceUponATime;
   auto model = model::Model::load(std::move(file));
   tensor::ThreadPool pool(2);
   auto kv = model->new_sequence(static_cast<int>(prompt.size()));
@@ -35,23 +37,25 @@ int main(int argc, char** argv) {
     std::cerr << "usage: " << argv[0] << " OUTPUT_FILE\n";
     return 2;
   }
-  const std::vector<float> dreams = prompt_logits(gguf::File::open(model::testing::kDreams));
-  const std::string experts_path = (std::filesystem::temp_directory_path() /
-                                    ("strata_logits_dump_" + std::to_string(::getpid()) + "_qwen3moe-tiny.gguf"))
-                                       .string();
-  model::write_synthetic_model(*model::find_synthetic_shape("qwen3moe-tiny"), model::parse_weight_types("Q4_0"),
-                               experts_path, 7);
-  const std::vector<float> experts = prompt_logits(gguf::File::open(experts_path));
-  std::filesystem::remove(experts_path);
-
   std::ofstream out(argv[1], std::ios::binary);
-  for (const std::vector<float>* logits : {&dreams, &experts}) {
-    out.write(reinterpret_cast<const char*>(logits->data()), static_cast<std::streamsize>(logits->size() * sizeof(float)));
+  const auto write = [&](const std::vector<float>& logits) {
+    out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
+  };
+  write(prompt_logits(gguf::File::open(model::testing::kDreams), model::testing::kOnceUponATime));
+  std::vector<model::Token> long_prompt{1};
+  for (int i = 1; i < 40; ++i) long_prompt.push_back((i * 131 + 5) % 2000 + 3);
+  for (const char* shape : {"qwen3moe-tiny", "gpt-oss-tiny", "gemma3-tiny"}) {
+    const std::string path = (std::filesystem::temp_directory_path() /
+                              ("strata_logits_dump_" + std::to_string(::getpid()) + "_" + shape + ".gguf"))
+                                 .string();
+    model::write_synthetic_model(*model::find_synthetic_shape(shape), model::parse_weight_types("Q4_0"), path, 7);
+    write(prompt_logits(gguf::File::open(path), long_prompt));
+    std::filesystem::remove(path);
   }
   if (!out.flush()) {
     std::cerr << "cannot write " << argv[1] << "\n";
     return 1;
   }
-  std::cout << dreams.size() << " logits of the shared model and " << experts.size()
-            << " of qwen3moe-tiny Q4_0 on the " << tensor::isa_name(tensor::active_isa()) << " path\n";
+  std::cout << "logits of the shared model, qwen3moe-tiny, gpt-oss-tiny and gemma3-tiny (Q4_0) on the "
+            << tensor::isa_name(tensor::active_isa()) << " path\n";
 }
