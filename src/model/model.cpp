@@ -695,33 +695,57 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   expert_slots_.resize(n * k);
   expert_fill_.assign(expert_starts_.begin(), expert_starts_.end() - 1);
   for (size_t s = 0; s < n * k; ++s) expert_slots_[expert_fill_[static_cast<size_t>(chosen_experts_[s])]++] = s;
-  for (size_t e = 0; e < experts; ++e) {
-    const std::span<const size_t> slots(expert_slots_.data() + expert_starts_[e], expert_starts_[e + 1] - expert_starts_[e]);
-    if (slots.empty()) continue;
-    const int64_t count = static_cast<int64_t>(slots.size());
-    const size_t ffn = static_cast<size_t>(c.expert_ffn_dim);
-    expert_in_.resize(slots.size() * dim);
-    expert_gate_.resize(slots.size() * ffn);
-    expert_up_.resize(slots.size() * ffn);
-    expert_out_.resize(slots.size() * dim);
-    for (size_t i = 0; i < slots.size(); ++i) {
-      const float* row = normed_.data() + slots[i] / k * dim;
-      std::copy(row, row + dim, expert_in_.data() + i * dim);
+  // The slots' rows gathered in that order, so that expert e's are rows expert_starts_[e] ..
+  // of expert_in_; all experts' gate and up products then run in one parallel loop, and all
+  // their down products in another (two thread waits a layer, not two an expert).
+  const size_t ffn = static_cast<size_t>(c.expert_ffn_dim);
+  const size_t slot_count = n * k;
+  expert_in_.resize(slot_count * dim);
+  expert_gate_.resize(slot_count * ffn);
+  expert_up_.resize(slot_count * ffn);
+  expert_out_.resize(slot_count * dim);
+  for (size_t i = 0; i < slot_count; ++i) {
+    const float* row = normed_.data() + expert_slots_[i] / k * dim;
+    std::copy(row, row + dim, expert_in_.data() + i * dim);
+  }
+  const auto each_expert = [&](const auto& run) {
+    for (size_t e = 0; e < experts; ++e) {
+      const size_t first = expert_starts_[e];
+      const auto count = static_cast<int64_t>(expert_starts_[e + 1] - first);
+      if (count > 0) run(e, first, count);
     }
-    tensor::matmul({{layer.expert_gate[e], expert_gate_.data()}, {layer.expert_up[e], expert_up_.data()}},
-                   expert_in_.data(), count, pool);
-    if (layer.expert_gate_bias != nullptr) {
-      add_bias(expert_gate_.data(), layer.expert_gate_bias + e * ffn, static_cast<int>(count), c.expert_ffn_dim);
-      add_bias(expert_up_.data(), layer.expert_up_bias + e * ffn, static_cast<int>(count), c.expert_ffn_dim);
-    }
-    activate(expert_gate_.data(), expert_up_.data(), count * static_cast<int64_t>(ffn));
-    tensor::matmul(layer.expert_down[e], expert_gate_.data(), count, expert_out_.data(), pool);
-    if (layer.expert_down_bias != nullptr) {
-      add_bias(expert_out_.data(), layer.expert_down_bias + e * dim, static_cast<int>(count), c.embedding_dim);
-    }
-    for (size_t i = 0; i < slots.size(); ++i) {
-      std::copy(expert_out_.data() + i * dim, expert_out_.data() + (i + 1) * dim, slot_out_.data() + slots[i] * dim);
-    }
+  };
+  expert_jobs_.clear();
+  each_expert([&](size_t e, size_t first, int64_t count) {
+    const float* in = expert_in_.data() + first * dim;
+    expert_jobs_.push_back({{layer.expert_gate[e], expert_gate_.data() + first * ffn}, in, count});
+    expert_jobs_.push_back({{layer.expert_up[e], expert_up_.data() + first * ffn}, in, count});
+  });
+  tensor::matmul(expert_jobs_, pool);
+  if (layer.expert_gate_bias != nullptr) {
+    each_expert([&](size_t e, size_t first, int64_t count) {
+      add_bias(expert_gate_.data() + first * ffn, layer.expert_gate_bias + e * ffn, static_cast<int>(count),
+               c.expert_ffn_dim);
+      add_bias(expert_up_.data() + first * ffn, layer.expert_up_bias + e * ffn, static_cast<int>(count),
+               c.expert_ffn_dim);
+    });
+  }
+  activate(expert_gate_.data(), expert_up_.data(), static_cast<int64_t>(slot_count * ffn));
+  expert_jobs_.clear();
+  each_expert([&](size_t e, size_t first, int64_t count) {
+    expert_jobs_.push_back({{layer.expert_down[e], expert_out_.data() + first * dim}, expert_gate_.data() + first * ffn,
+                            count});
+  });
+  tensor::matmul(expert_jobs_, pool);
+  if (layer.expert_down_bias != nullptr) {
+    each_expert([&](size_t e, size_t first, int64_t count) {
+      add_bias(expert_out_.data() + first * dim, layer.expert_down_bias + e * dim, static_cast<int>(count),
+               c.embedding_dim);
+    });
+  }
+  for (size_t i = 0; i < slot_count; ++i) {
+    std::copy(expert_out_.data() + i * dim, expert_out_.data() + (i + 1) * dim,
+              slot_out_.data() + expert_slots_[i] * dim);
   }
   // The weighted sum in the row's own order of choices.
   for (size_t r = 0; r < n; ++r) {

@@ -192,6 +192,7 @@ class Model {
   std::vector<int> chosen_experts_;
   std::vector<float> chosen_weights_;
   std::vector<int> expert_order_;                  // one row's experts, the chosen first
+  std::vector<tensor::MatmulJob> expert_jobs_;
   std::vector<size_t> expert_starts_, expert_fill_, expert_slots_;  // the slots of each expert, in order
   std::vector<int> positions_;   // per batch row: its position in its sequence
   std::vector<KvState*> row_kv_;  // per batch row: its sequence's cache

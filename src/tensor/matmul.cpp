@@ -194,43 +194,79 @@ void pack_interleaved(const Matrix& m, interleaved::Format f, std::byte* out) {
   }
 }
 
-// Products whose formats share one activation layout and offset (interleaved_compatible).
+// Jobs whose formats share one activation layout and offset (interleaved_compatible). Each
+// job's input is quantized once for all the jobs after it that take the same input.
 template <class Activation>
-void interleaved_matmul(std::span<const Product> products, const float* x, int64_t n_tokens, ThreadPool& pool) {
-  const Matrix& first = products.front().w.source();
-  const interleaved::Format format = interleaved::format_of(first.type);
-  const int64_t n_blocks = first.cols / format.block;
+void interleaved_matmul(std::span<const MatmulJob> jobs, ThreadPool& pool) {
+  const interleaved::Format format = interleaved::format_of(jobs.front().product.w.source().type);
 
   // Buffers reused between calls; the lambdas below run on other threads, so they must
   // reach them through these plain pointers, not the thread_local names.
+  thread_local std::vector<size_t> input_buffer;  // per job: the first of its token rows
   thread_local std::vector<const void*> token_buffer;
-  token_buffer.resize(static_cast<size_t>(n_tokens));
+  std::vector<size_t>& first_token_row = input_buffer;
+  first_token_row.resize(jobs.size());
+  size_t token_rows_total = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const bool shared = i > 0 && jobs[i].x == jobs[i - 1].x && jobs[i].n_tokens == jobs[i - 1].n_tokens &&
+                        jobs[i].product.w.source().cols == jobs[i - 1].product.w.source().cols;
+    first_token_row[i] = shared ? first_token_row[i - 1] : token_rows_total;
+    if (!shared) token_rows_total += static_cast<size_t>(jobs[i].n_tokens);
+  }
+  token_buffer.resize(token_rows_total);
   const void** token_rows = token_buffer.data();
   if constexpr (std::is_same_v<Activation, float>) {  // float weights take x as it is
-    for (int64_t t = 0; t < n_tokens; ++t) token_rows[t] = x + t * first.cols;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      for (int64_t t = 0; t < jobs[i].n_tokens; ++t) {
+        token_rows[first_token_row[i] + static_cast<size_t>(t)] = jobs[i].x + t * jobs[i].product.w.source().cols;
+      }
+    }
   } else {
+    // One quantized row per distinct input row, in job order, of cols / block activations.
+    struct Row {
+      const float* x;
+      int64_t cols;
+      size_t first_activation;
+    };
+    thread_local std::vector<Row> row_buffer;
     thread_local std::vector<Activation> activation_buffer;
-    activation_buffer.resize(static_cast<size_t>(n_tokens * n_blocks));
+    row_buffer.resize(token_rows_total);
+    size_t activations_total = 0;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (i > 0 && first_token_row[i] == first_token_row[i - 1]) continue;
+      const int64_t cols = jobs[i].product.w.source().cols;
+      for (int64_t t = 0; t < jobs[i].n_tokens; ++t) {
+        row_buffer[first_token_row[i] + static_cast<size_t>(t)] = {jobs[i].x + t * cols, cols, activations_total};
+        activations_total += static_cast<size_t>(cols / format.block);
+      }
+    }
+    activation_buffer.resize(activations_total);
     Activation* activations = activation_buffer.data();
-    for (int64_t t = 0; t < n_tokens; ++t) token_rows[t] = activations + t * n_blocks;
+    const Row* source_rows = row_buffer.data();
+    for (size_t r = 0; r < token_rows_total; ++r) token_rows[r] = activations + source_rows[r].first_activation;
     const auto quantize_rows = [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) {
-        quantize_interleaved(x + t * first.cols, first.cols, format.offset, activations + t * n_blocks);
+      for (int64_t r = begin; r < end; ++r) {
+        const Row& row = source_rows[r];
+        quantize_interleaved(row.x, row.cols, format.offset, activations + row.first_activation);
       }
     };
-    if (n_tokens < pool.size()) {
-      quantize_rows(0, n_tokens);
+    const auto rows = static_cast<int64_t>(token_rows_total);
+    if (rows < pool.size()) {
+      quantize_rows(0, rows);
     } else {
-      pool.parallel_for(n_tokens, quantize_rows);
+      pool.parallel_for(rows, quantize_rows);
     }
   }
 
-  // One loop over the groups of all products, product after product.
+  // One loop over the groups of all jobs, job after job.
   struct Part {
     const uint8_t* groups;
     size_t group_size;
     int64_t rows;
+    int64_t n_blocks;
     int64_t first_group;  // in the joint numbering
+    const void* const* tokens;
+    int64_t n_tokens;
     InterleavedKernels kernel;
     float* y;
   };
@@ -238,11 +274,14 @@ void interleaved_matmul(std::span<const Product> products, const float* x, int64
   std::vector<Part>& parts = part_buffer;
   parts.clear();
   int64_t n_groups = 0;
-  for (const Product& p : products) {
-    const Matrix& w = p.w.source();
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Matrix& w = jobs[i].product.w.source();
     const interleaved::Format f = interleaved::format_of(w.type);
-    parts.push_back({reinterpret_cast<const uint8_t*>(p.w.interleaved()), interleaved::group_bytes(f, n_blocks),
-                     w.rows, n_groups, kernels_of(active_isa()).interleaved(w.type), p.y});
+    const int64_t n_blocks = w.cols / f.block;
+    parts.push_back({reinterpret_cast<const uint8_t*>(jobs[i].product.w.interleaved()),
+                     interleaved::group_bytes(f, n_blocks), w.rows, n_blocks, n_groups,
+                     token_rows + first_token_row[i], jobs[i].n_tokens,
+                     kernels_of(active_isa()).interleaved(w.type), jobs[i].product.y});
     n_groups += (w.rows + interleaved::kRows - 1) / interleaved::kRows;
   }
   pool.parallel_for(n_groups, [&](int64_t group_begin, int64_t group_end) {
@@ -254,9 +293,10 @@ void interleaved_matmul(std::span<const Product> products, const float* x, int64
       const int64_t g = joint - part.first_group;
       const int64_t first_row = g * interleaved::kRows;
       const int rows = static_cast<int>(std::min<int64_t>(interleaved::kRows, part.rows - first_row));
-      for (int64_t t0 = 0; t0 < n_tokens; t0 += part.kernel.max_tokens) {
-        const int tokens = static_cast<int>(std::min<int64_t>(part.kernel.max_tokens, n_tokens - t0));
-        part.kernel.run(part.groups + static_cast<size_t>(g) * part.group_size, n_blocks, token_rows + t0, tokens, out);
+      for (int64_t t0 = 0; t0 < part.n_tokens; t0 += part.kernel.max_tokens) {
+        const int tokens = static_cast<int>(std::min<int64_t>(part.kernel.max_tokens, part.n_tokens - t0));
+        part.kernel.run(part.groups + static_cast<size_t>(g) * part.group_size, part.n_blocks, part.tokens + t0,
+                        tokens, out);
         for (int t = 0; t < tokens; ++t) {
           std::copy_n(out + t * interleaved::kRows, rows, part.y + (t0 + t) * part.rows + first_row);
         }
@@ -265,22 +305,22 @@ void interleaved_matmul(std::span<const Product> products, const float* x, int64
   });
 }
 
-// Whether two interleaved matrices can share one quantized input.
+// Whether two interleaved matrices can share one loop (and, with the same input and cols,
+// one quantized input).
 bool interleaved_compatible(const PreparedMatrix& a, const PreparedMatrix& b) {
   const interleaved::Format fa = interleaved::format_of(a.source().type);
   const interleaved::Format fb = interleaved::format_of(b.source().type);
-  return a.interleaved() != nullptr && b.interleaved() != nullptr && a.source().cols == b.source().cols &&
-         fa.block == fb.block && fa.offset == fb.offset;
+  return a.interleaved() != nullptr && b.interleaved() != nullptr && fa.block == fb.block && fa.offset == fb.offset;
 }
 
-void interleaved_matmul(std::span<const Product> products, const float* x, int64_t n_tokens, ThreadPool& pool) {
-  const int block = interleaved::format_of(products.front().w.source().type).block;
+void interleaved_matmul(std::span<const MatmulJob> jobs, ThreadPool& pool) {
+  const int block = interleaved::format_of(jobs.front().product.w.source().type).block;
   if (block == kQK) {
-    interleaved_matmul<InterleavedActivation>(products, x, n_tokens, pool);
+    interleaved_matmul<InterleavedActivation>(jobs, pool);
   } else if (block == 1) {
-    interleaved_matmul<float>(products, x, n_tokens, pool);
+    interleaved_matmul<float>(jobs, pool);
   } else {
-    interleaved_matmul<InterleavedActivation256>(products, x, n_tokens, pool);
+    interleaved_matmul<InterleavedActivation256>(jobs, pool);
   }
 }
 
@@ -350,15 +390,23 @@ void matmul(const PreparedMatrix& prepared, const float* x, int64_t n_tokens, fl
 }
 
 void matmul(std::initializer_list<Product> products, const float* x, int64_t n_tokens, ThreadPool& pool) {
-  if (n_tokens == 0) return;
-  const std::span<const Product> all(products.begin(), products.size());
-  // Runs of neighbours that can share the quantized input go together.
-  for (size_t begin = 0; begin < all.size();) {
+  thread_local std::vector<MatmulJob> jobs;
+  jobs.clear();
+  for (const Product& p : products) jobs.push_back({p, x, n_tokens});
+  matmul(std::span<const MatmulJob>(jobs), pool);
+}
+
+void matmul(std::span<const MatmulJob> jobs, ThreadPool& pool) {
+  // Runs of neighbours that can share one loop go together.
+  for (size_t begin = 0; begin < jobs.size();) {
     size_t end = begin + 1;
-    if (all[begin].w.interleaved() != nullptr) {  // else a matrix without rows: nothing to do
-      while (end < all.size() && interleaved_compatible(all[begin].w, all[end].w)) ++end;
-      interleaved_matmul(all.subspan(begin, end - begin), x, n_tokens, pool);
-    }
+    if (jobs[begin].product.w.interleaved() != nullptr && jobs[begin].n_tokens > 0) {
+      while (end < jobs.size() && jobs[end].n_tokens > 0 &&
+             interleaved_compatible(jobs[begin].product.w, jobs[end].product.w)) {
+        ++end;
+      }
+      interleaved_matmul(jobs.subspan(begin, end - begin), pool);
+    }  // else a matrix without rows or a job without tokens: nothing to do
     begin = end;
   }
 }

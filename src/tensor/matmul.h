@@ -58,6 +58,16 @@ struct Product {
 };
 void matmul(std::initializer_list<Product> products, const float* x, int64_t n_tokens, ThreadPool& pool);
 
+// Products over inputs of their own (a Mixture of Experts' experts, each over the rows that
+// chose it), each y exactly what its own matmul gives, in as few parallel loops as their
+// layouts allow: one thread wait for all of them rather than one per product.
+struct MatmulJob {
+  Product product;
+  const float* x;
+  int64_t n_tokens;
+};
+void matmul(std::span<const MatmulJob> jobs, ThreadPool& pool);
+
 enum class Isa { Scalar, Avx2, Avx512, Neon, NeonDotprod };
 
 // The paths this build has and this CPU runs, Scalar first and the fastest last. Avx2 needs

@@ -284,6 +284,45 @@ TEST(Matmul, ProductsSharingAnInputEqualSeparateProducts) {
   }
 }
 
+// Jobs over inputs of their own (of different widths and token counts, some sharing one
+// input, one with no tokens) give what each gives alone, in one loop or several.
+TEST(Matmul, JobsOverTheirOwnInputsEqualSeparateProducts) {
+  ThreadPool pool(2);
+  for (const auto& types : std::vector<std::vector<DType>>{{DType::Q4_0, DType::Q4_0, DType::Q8_0, DType::Q8_0, DType::Q4_0},
+                                                           {DType::Q4_K, DType::Q4_K, DType::Q6_K, DType::Q6_K, DType::Q5_K},
+                                                           {DType::F32, DType::F16, DType::Q4_0, DType::Q4_0, DType::F32}}) {
+    // Jobs 2 and 3: as wide and as many tokens, but inputs of their own (two experts).
+    const std::vector<int64_t> cols{512, 512, 256, 256, 768}, tokens{3, 3, 1, 1, 9};
+    std::vector<std::vector<float>> inputs;
+    for (size_t i = 0; i < types.size(); ++i) {
+      inputs.push_back(random_floats(static_cast<size_t>(tokens[i] * cols[i]), 40 + static_cast<uint32_t>(i)));
+    }
+    inputs[1] = inputs[0];  // the second job takes the first's input (the same rows, another copy)
+    std::vector<TestMatrix> matrices;
+    std::vector<PreparedMatrix> prepared;
+    for (size_t i = 0; i < types.size(); ++i) {
+      matrices.push_back(make_matrix(types[i], 16 * static_cast<int64_t>(i) + 9, cols[i], 50 + static_cast<uint32_t>(i)));
+    }
+    for (const TestMatrix& m : matrices) prepared.emplace_back(m.view());
+    std::vector<std::vector<float>> joint(types.size());
+    std::vector<MatmulJob> jobs;
+    std::vector<float> untouched(16, NAN);
+    for (size_t i = 0; i < types.size(); ++i) {
+      joint[i].assign(static_cast<size_t>(matrices[i].rows * tokens[i]), NAN);
+      if (i == 2) jobs.push_back({{prepared[0], untouched.data()}, inputs[0].data(), 0});
+      // Jobs 0 and 1 read one buffer, as a gate and an up product do.
+      jobs.push_back({{prepared[i], joint[i].data()}, (i == 1 ? inputs[0] : inputs[i]).data(), tokens[i]});
+    }
+    matmul(std::span<const MatmulJob>(jobs), pool);
+    EXPECT_TRUE(std::all_of(untouched.begin(), untouched.end(), [](float v) { return std::isnan(v); }));
+    for (size_t i = 0; i < types.size(); ++i) {
+      const std::vector<float> alone = run(matrices[i].view(), inputs[i], tokens[i], pool);
+      ASSERT_EQ(0, std::memcmp(alone.data(), joint[i].data(), alone.size() * sizeof(float)))
+          << dtype_name(types[i]) << " job " << i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, MatmulTypeTest, ::testing::ValuesIn(kSupportedTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
