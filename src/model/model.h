@@ -138,15 +138,21 @@ class Model {
     const float* ffn_norm = nullptr;
     tensor::PreparedMatrix gate, up, down;  // a dense FFN
     tensor::PreparedMatrix router;          // with experts: one score per expert
+    const float* selection_bias = nullptr;  // with expert_selection_bias: one per expert
     std::vector<tensor::PreparedMatrix> expert_gate, expert_up, expert_down;
+    tensor::PreparedMatrix shared_gate, shared_up, shared_down;  // with a shared expert
   };
 
   Model() = default;
   void embed(std::span<const Token> tokens, float* out) const;
   // Each batch row attends over its own sequence's cache, rows 0..its position.
   void attention(int layer_index, tensor::ThreadPool& pool);
-  // proj_ = the experts' FFN of normed_, each row through the experts it chooses.
+  // proj_ = the experts' FFN of normed_, each row through the experts it chooses (and the
+  // shared expert).
   void experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool);
+  // out = down(silu(gate x) * up x) of normed_'s rows, `width` the FFN's.
+  void swiglu(const tensor::PreparedMatrix& gate, const tensor::PreparedMatrix& up, const tensor::PreparedMatrix& down,
+              int width, int rows, float* out, tensor::ThreadPool& pool);
   // Rotation of each input row, computed once per batch for all layers and heads.
   void prepare_rope(std::span<const int> positions);
   void rope(float* rows, int row_count, int heads) const;
@@ -164,7 +170,7 @@ class Model {
   std::vector<float> x_, normed_, q_, k_, v_, attn_out_, gate_, up_, proj_;
   // With experts: router scores (row x expert), each row's choices (row x slot: expert and
   // weight), one expert's rows gathered and computed, and each (row, slot)'s output.
-  std::vector<float> router_scores_, expert_in_, expert_gate_, expert_up_, expert_out_, slot_out_;
+  std::vector<float> router_scores_, selection_, expert_in_, expert_gate_, expert_up_, expert_out_, slot_out_;
   std::vector<int> chosen_experts_;
   std::vector<float> chosen_weights_;
   std::vector<int> expert_order_;                  // one row's experts, the chosen first

@@ -14,7 +14,7 @@ namespace strata::model {
 struct SyntheticShape {
   const char* name;
   const char* description;
-  const char* arch;  // general.architecture: "llama", "qwen2", "qwen3" or "qwen3moe"
+  const char* arch;  // general.architecture: "llama", "qwen2", "qwen3", "qwen3moe", "phi3" or "glm4moe"
   int vocab_size;
   int context_length;
   int embedding_dim;
@@ -28,6 +28,13 @@ struct SyntheticShape {
   int expert_count = 0;       // 0: a dense FFN
   int experts_per_token = 0;
   int expert_ffn_dim = 0;
+  // GLM-4.5's kind of Mixture of Experts, and its attention (glm4moe only):
+  int shared_expert_count = 0;     // experts every token runs, of expert_ffn_dim each
+  int leading_dense_layers = 0;    // the first layers' FFN is dense, of ffn_dim
+  int nextn_layers = 0;            // NextN layers written after the layers (`--layers` counts the others)
+  int rope_dim = 0;                // 0: all of head_dim
+  float expert_weights_scale = 1.0f;
+  bool qk_norm = false;            // Q and K normalized per head (Qwen3 always)
 };
 
 std::span<const SyntheticShape> synthetic_shapes();

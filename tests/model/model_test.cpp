@@ -151,8 +151,9 @@ double routing_margin(const reference::ExpertChoice& choice) {
 
 // Expects the engine's logits for `tokens` within `tolerance` (relative to the largest) of the
 // reference's, and returns the reference's choices of experts. With experts, a position whose
-// routing in some layer is within `tolerance` of changing may take another expert in the
-// engine, whose hidden states are off by about as much (router scores are of unit scale here),
+// routing in some layer is within `tolerance` of changing (in router scores, which are of unit
+// scale here, or what the ranked scores move by for that) may take another expert in the
+// engine, whose hidden states are off by about as much,
 // and its logits are then another function's: those positions are left out (their keys and
 // values move later ones a little, within the tolerance), but never most of them.
 reference::ExpertChoices expect_agreement(const std::shared_ptr<const gguf::File>& file, const std::vector<Token>& tokens,
@@ -161,7 +162,9 @@ reference::ExpertChoices expect_agreement(const std::shared_ptr<const gguf::File
   const auto reference = reference::forward_all(*file, tokens, &choices);
   std::vector<bool> left_out(tokens.size(), false);
   for (const auto& layer : choices) {
-    for (size_t t = 0; t < tokens.size(); ++t) left_out[t] = left_out[t] || routing_margin(layer[t]) < tolerance;
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      left_out[t] = left_out[t] || routing_margin(layer[t]) < tolerance * layer[t].slope;
+    }
   }
   const auto left_out_count = std::count(left_out.begin(), left_out.end(), true);
   EXPECT_LE(left_out_count, static_cast<std::ptrdiff_t>(tokens.size() / 2)) << label;
@@ -204,7 +207,10 @@ INSTANTIATE_TEST_SUITE_P(
                       TypeCase{"qwen3-tiny", "F32", 1e-4}, TypeCase{"qwen3-tiny", "Q8_0", 0.06},
                       TypeCase{"qwen3moe-tiny", "F32", 1e-4}, TypeCase{"qwen3moe-tiny", "Q8_0", 0.06},
                       TypeCase{"qwen3moe-tiny", "Q4_0", 0.06}, TypeCase{"mixtral-tiny", "F32", 1e-4},
-                      TypeCase{"mixtral-tiny", "Q4_0", 0.06}),
+                      TypeCase{"mixtral-tiny", "Q4_0", 0.06}, TypeCase{"phi3-tiny", "F32", 1e-4},
+                      TypeCase{"phi3-tiny", "F16", 1e-4}, TypeCase{"phi3-tiny", "Q8_0", 0.06},
+                      TypeCase{"glm4moe-tiny", "F32", 1e-4}, TypeCase{"glm4moe-tiny", "Q8_0", 0.06},
+                      TypeCase{"glm4moe-tiny", "Q4_0", 0.06}),
     [](const auto& info) { return case_name(info.param.shape, info.param.type); });
 
 // A copy of `source` with extra metadata and tensors, or tensors rewritten, for variants the
@@ -246,6 +252,44 @@ TEST(ModelVsReference, ExpertsOfEqualScoresGoToTheLowerIndex) {
   }
   EXPECT_GT(decided_by_the_tie, 0);
   std::printf("%d of %zu routings decided by the tie\n", decided_by_the_tie, choices.size() * tokens.size());
+}
+
+// Each of GLM-4.5's routing ingredients changes glm4moe-tiny's logits, and the engine follows the
+// reference without it: the selection bias (zeroed), the weights' scale (1 for 2.5) and their
+// normalization (off).
+TEST(ModelVsReference, GlmRoutingIngredientsEachChangeTheLogits) {
+  const std::string base = synthetic_model("glm4moe-tiny", "F32");
+  const auto tokens = sample_tokens(40, Config::from_gguf(*gguf::File::open(base)).vocab_size);
+  const auto logits = engine_logits(*Model::load(open_model(base)), tokens, 2);
+  const std::vector<std::string> variants = {
+      variant_of(base, "no_selection_bias", {}, {},
+                 [](const gguf::TensorInfo& t, std::vector<uint8_t>& bytes) {
+                   if (t.name.ends_with("exp_probs_b.bias")) std::fill(bytes.begin(), bytes.end(), 0);
+                 }),
+      variant_of(base, "unscaled", {{"glm4moe.expert_weights_scale", gguf::Value::f32(1.0f)}}, {}),
+      variant_of(base, "unnormalized", {{"glm4moe.expert_weights_norm", gguf::Value::boolean(false)}}, {})};
+  for (const std::string& path : variants) {
+    auto file = open_model(path);
+    EXPECT_NE(engine_logits(*Model::load(file), tokens, 2), logits) << path;
+    expect_agreement(file, tokens, 1e-4, path);
+  }
+}
+
+// GLM's NextN layer (blk.4 of glm4moe-tiny) is not part of the forward pass: with its tensors
+// all NaN the logits keep their bits.
+TEST(ModelLoad, GlmNextNLayerIsNeverRead) {
+  const std::string base = synthetic_model("glm4moe-tiny", "F32");
+  auto file = open_model(base);
+  const Config config = Config::from_gguf(*file);
+  ASSERT_EQ(config.layer_count, 4);
+  ASSERT_EQ(config.skipped_layer_count, 1);
+  const std::string poisoned =
+      variant_of(base, "nan_nextn", {}, {}, [](const gguf::TensorInfo& t, std::vector<uint8_t>& bytes) {
+        if (t.name.starts_with("blk.4.")) std::fill(bytes.begin(), bytes.end(), 0xFF);
+      });
+  const auto tokens = sample_tokens(20, config.vocab_size);
+  EXPECT_TRUE(same_bits(engine_logits(*Model::load(open_model(poisoned)), tokens, 2),
+                        engine_logits(*Model::load(file), tokens, 2)));
 }
 
 TEST(ModelVsReference, RopeScalingAgreesWithDoublePrecision) {
@@ -424,7 +468,9 @@ INSTANTIATE_TEST_SUITE_P(Models, BitExact,
                          ::testing::Values(ModelCase{"dreams", ""}, ModelCase{"demo", "Q4_0"},
                                            ModelCase{"demo", "Q8_0"}, ModelCase{"demo", "Q4_K_M"},
                                            ModelCase{"demo", "F16"}, ModelCase{"qwen3-tiny", "Q8_0"},
-                                           ModelCase{"qwen3moe-tiny", "F32"}, ModelCase{"qwen3moe-tiny", "Q4_0"}),
+                                           ModelCase{"qwen3moe-tiny", "F32"}, ModelCase{"qwen3moe-tiny", "Q4_0"},
+                                           ModelCase{"phi3-tiny", "Q8_0"}, ModelCase{"phi3-tiny", "F16"},
+                                           ModelCase{"glm4moe-tiny", "F32"}, ModelCase{"glm4moe-tiny", "Q4_0"}),
                          [](const auto& info) { return case_name(info.param.shape, info.param.type); });
 
 // With the interleaved weight types every kernel path computes the same bits, and the
@@ -435,9 +481,11 @@ TEST(BitExactAcrossIsas, EveryTypeGivesTheSameLogitsOnEveryIsa) {
   for (const char* type : {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_M", "Q5_K_M", "F32", "F16", "BF16"}) {
     cases.push_back({"demo", type});
   }
-  // QK-norm, and experts run over the rows that chose them, on every path too.
+  // QK-norm, experts run over the rows that chose them, fused matrices used in parts, and
+  // sigmoid routing with a shared expert, on every path too.
   cases.insert(cases.end(), {{"qwen3-tiny", "Q8_0"}, {"qwen3moe-tiny", "F32"}, {"qwen3moe-tiny", "Q4_0"},
-                             {"qwen3moe-tiny", "Q8_0"}});
+                             {"qwen3moe-tiny", "Q8_0"}, {"phi3-tiny", "Q8_0"}, {"phi3-tiny", "Q4_0"},
+                             {"glm4moe-tiny", "F32"}, {"glm4moe-tiny", "Q4_0"}});
   for (const ModelCase& c : cases) {
     SCOPED_TRACE(case_name(c.shape, c.type));
     auto model = Model::load(open_case(c));
@@ -536,6 +584,22 @@ TEST(KvStateMove, RowsMoveBitForBitAndConvertBetweenPoolTypes) {
   }
 }
 
+// Phi-3's long-context variants scale RoPE by factors chosen by the context length (LongRoPE),
+// which Strata does not do: such a file is refused by name, not run with the wrong angles.
+TEST(ModelErrors, RefusesLongRope) {
+  const std::string base = synthetic_model("phi3-tiny", "F32");
+  const int pairs = Config::from_gguf(*gguf::File::open(base)).rope_dim / 2;
+  const std::string longrope = variant_of(base, "longrope", {},
+                                          {{"rope_factors_long.weight", std::vector<float>(pairs, 4.0f)},
+                                           {"rope_factors_short.weight", std::vector<float>(pairs, 1.0f)}});
+  try {
+    Model::load(open_model(longrope));
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("LongRoPE"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ModelErrors, RejectsBadRangesTokensAndOverflow) {
   auto f = open_model(kDreams);
   EXPECT_THROW(Model::load(f, {2, 2}), std::runtime_error);
@@ -561,6 +625,9 @@ TEST(ModelErrors, NamesUnknownArchitectureAndMissingTensor) {
     FAIL();
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("unsupported model architecture 'mamba'"), std::string::npos) << e.what();
+    for (const char* arch : {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "glm4moe"}) {
+      EXPECT_NE(std::string(e.what()).find(arch), std::string::npos) << e.what();
+    }
   }
   gguf::Writer llama;
   llama.set("general.architecture", gguf::Value::string("llama"));
