@@ -584,6 +584,39 @@ TEST(KvStateMove, RowsMoveBitForBitAndConvertBetweenPoolTypes) {
   }
 }
 
+// A file whose q, k and v (and their biases) are one attn_qkv, as llama.cpp also loads them, runs
+// its parts as the separate tensors would, bit for bit: qwen2-tiny (biased) in Q8_0.
+TEST(ModelLoad, FusedQkvAndBiasGiveTheSeparateTensorsLogits) {
+  const std::string base = synthetic_model("qwen2-tiny", "Q8_0");
+  auto source = open_model(base);
+  gguf::Writer w;
+  for (const auto& kv : source->metadata()) w.set(kv.key, kv.value);
+  for (const auto& t : source->tensors()) {
+    const auto at = t.name.find(".attn_q.");
+    if (t.name.find(".attn_k.") != std::string::npos || t.name.find(".attn_v.") != std::string::npos) continue;
+    std::vector<uint8_t> bytes(source->tensor_data(t), source->tensor_data(t) + t.size_bytes);
+    if (at == std::string::npos) {
+      w.add_tensor(t.name, t.dims, t.type, std::move(bytes));
+      continue;
+    }
+    std::vector<uint64_t> dims = t.dims;
+    for (const char* part : {".attn_k.", ".attn_v."}) {
+      const gguf::TensorInfo& kv = *source->find_tensor(t.name.substr(0, at) + part + t.name.substr(at + 8));
+      bytes.insert(bytes.end(), source->tensor_data(kv), source->tensor_data(kv) + kv.size_bytes);
+      dims.back() += kv.dims.back();
+    }
+    w.add_tensor(t.name.substr(0, at) + ".attn_qkv." + t.name.substr(at + 8), dims, t.type, std::move(bytes));
+  }
+  const std::string fused =
+      (fs::temp_directory_path() / ("strata_model_test_" + std::to_string(::getpid()) + "_fused_qkv.gguf")).string();
+  w.write(fused);
+  auto file = open_model(fused);
+  ASSERT_NE(file->find_tensor("blk.0.attn_qkv.bias"), nullptr);
+  ASSERT_EQ(file->find_tensor("blk.0.attn_k.weight"), nullptr);
+  const auto tokens = sample_tokens(20, Config::from_gguf(*file).vocab_size);
+  EXPECT_TRUE(same_bits(engine_logits(*Model::load(file), tokens, 2), engine_logits(*Model::load(source), tokens, 2)));
+}
+
 // Phi-3's long-context variants scale RoPE by factors chosen by the context length (LongRoPE),
 // which Strata does not do: such a file is refused by name, not run with the wrong angles.
 TEST(ModelErrors, RefusesLongRope) {
