@@ -28,6 +28,13 @@ CASES = [
     ("qwen3moe (small)", "qwen3moe-tiny", 0, "F32", 32, ["Q4_K_M"]),
     ("qwen3moe (Qwen3-30B-A3B's dimensions)", "qwen3-30b-a3b", 1, "F16", 8, ["Q4_K_M"]),
     ("Mixtral (8x7B's dimensions)", "mixtral-8x7b", 1, "F16", 8, []),
+    ("phi3 (small)", "phi3-tiny", 0, "F32", 32, ["Q8_0"]),
+    ("phi3 (Phi-3-mini-4k's dimensions)", "phi-3-mini", 2, "F32", 32, ["Q4_K_M", "Q8_0"]),
+    ("phi3 (Phi-4's dimensions)", "phi-4", 1, "F16", 8, []),
+    # No quantized file: the prompt's last position is within 0.002 of another choice of experts
+    # in its first MoE layer (docs/TESTING.md), which quantization error decides.
+    ("glm4moe (small)", "glm4moe-tiny", 0, "F32", 32, []),
+    ("glm4moe (GLM-4.5-Air's dimensions: the dense layer and an MoE layer)", "glm-4.5-air", 2, "F16", 8, ["Q4_K_M"]),
 ]
 PROMPT = [1, 2, 300, 400, 17, 99, 123, 500, 42, 7, 260, 1000, 77, 31, 5, 600]
 FAILURES = []
