@@ -64,9 +64,9 @@ Config Config::from_gguf(const gguf::File& file) {
                            : c.ffn_dim;
   }
   if (*arch == "glm4moe") {
-    // As llama.cpp reads them: sigmoid gating unless the file says otherwise, and weights
-    // neither normalized nor scaled unless it says so.
-    // llama.cpp's numbers: 0 unset, 1 softmax, 2 sigmoid.
+    // As llama.cpp reads them: sigmoid gating unless the file says otherwise (llama.cpp's
+    // numbers: 0 unset, 1 softmax, 2 sigmoid), and weights neither normalized nor scaled
+    // unless it says so.
     const int gating = file.find(p + "expert_gating_func") ? required_int(file, p + "expert_gating_func", 0, 2) : 0;
     c.expert_gating = gating == 1 ? ExpertGating::Softmax : ExpertGating::Sigmoid;
     c.expert_selection_bias = true;
