@@ -717,7 +717,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // Whether a peer that says `w` about itself holds tensor `index` whole and verified.
   bool peer_holds(const rpc::Weights& w, size_t index) const {
     if (w.whole_file()) return true;
-    const TensorRole role = role_of_tensor(file_->tensors()[index].name, config_.layer_count);
+    const TensorRole role =
+        role_of_tensor(file_->tensors()[index].name, config_.layer_count, config_.skipped_layer_count);
     switch (role.kind) {
       case TensorRole::Layer:
         return role.layer < w.layer_bytes_size() &&
@@ -726,6 +727,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       case TensorRole::OutputMatrix:
       case TensorRole::OutputNorm: return w.head();
       case TensorRole::Shared: return w.shared();
+      case TensorRole::Unused: return false;  // no node fetches it
     }
     return false;
   }

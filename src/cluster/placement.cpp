@@ -425,17 +425,20 @@ void check_request(const PlacementRequest& request) {
 
 }  // namespace
 
-TensorRole role_of_tensor(std::string_view name, int layer_count) {
+TensorRole role_of_tensor(std::string_view name, int layer_count, int skipped_layer_count) {
   if (name == "token_embd.weight") return {TensorRole::Embedding};
   if (name == "output.weight") return {TensorRole::OutputMatrix};
   if (name == "output_norm.weight") return {TensorRole::OutputNorm};
   if (!name.starts_with("blk.")) return {TensorRole::Shared};
   int layer = -1;
   const auto [end, error] = std::from_chars(name.data() + 4, name.data() + name.size(), layer);
-  if (error != std::errc{} || end == name.data() + name.size() || *end != '.' || layer < 0 || layer >= layer_count) {
+  if (error != std::errc{} || end == name.data() + name.size() || *end != '.' || layer < 0 ||
+      layer >= layer_count + skipped_layer_count) {
+    const std::string skipped = skipped_layer_count > 0 ? " and " + std::to_string(skipped_layer_count) + " skipped" : "";
     throw std::runtime_error("tensor '" + std::string(name) + "' names no layer of the model's " +
-                             std::to_string(layer_count));
+                             std::to_string(layer_count) + skipped);
   }
+  if (layer >= layer_count) return {TensorRole::Unused, layer};
   // llama.cpp names a layer's tensors of experts "<part>_exps.weight" (and ".bias"); a shared
   // expert ("_shexp") is read by every token, as the router ("ffn_gate_inp") is.
   const std::string_view part = name.substr(static_cast<size_t>(end - name.data()) + 1);
@@ -465,7 +468,7 @@ ModelFootprint footprint_of(const gguf::File& file) {
   const gguf::TensorInfo* output = nullptr;
   const gguf::TensorInfo* embedding = nullptr;
   for (const gguf::TensorInfo& t : file.tensors()) {
-    const TensorRole role = role_of_tensor(t.name, config.layer_count);
+    const TensorRole role = role_of_tensor(t.name, config.layer_count, config.skipped_layer_count);
     switch (role.kind) {
       case TensorRole::Layer:
         footprint.layer_weight_bytes[static_cast<size_t>(role.layer)] += t.size_bytes;
@@ -474,7 +477,8 @@ ModelFootprint footprint_of(const gguf::File& file) {
       case TensorRole::Embedding: embedding = &t; break;
       case TensorRole::OutputMatrix: output = &t; break;
       case TensorRole::OutputNorm: footprint.head_bytes += t.size_bytes; break;
-      case TensorRole::Shared: break;
+      case TensorRole::Shared:
+      case TensorRole::Unused: break;
     }
   }
   if (embedding == nullptr) throw std::runtime_error("model lacks tensor 'token_embd.weight'");

@@ -58,6 +58,7 @@ struct TensorRole {
     OutputMatrix,  // output.weight: the last stage
     OutputNorm,    // output_norm: the last stage
     Shared,        // anything else (rope_freqs): every stage reads it
+    Unused,        // blk.N.* of a block after the model's layers (GLM's NextN): no stage reads it
   };
   Kind kind = Shared;
   int layer = -1;  // for Layer
@@ -65,8 +66,9 @@ struct TensorRole {
   // the expert count its last dimension, of which a token reads only the experts it runs.
   bool experts = false;
 };
-// Throws std::runtime_error for a blk. name that names no layer of `layer_count`.
-TensorRole role_of_tensor(std::string_view name, int layer_count);
+// `skipped_layer_count` blocks follow the `layer_count` layers (Config::skipped_layer_count).
+// Throws std::runtime_error for a blk. name that names no block of them.
+TensorRole role_of_tensor(std::string_view name, int layer_count, int skipped_layer_count = 0);
 
 // Sizes from the file's metadata and tensor table (blk.N.* per layer; a head tied to token_embd
 // still costs its bytes on the last stage). A layer's tensors of experts are read at

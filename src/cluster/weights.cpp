@@ -185,7 +185,7 @@ std::vector<size_t> tensors_for(const gguf::File& file, model::LayerRange range)
   const bool tied_head = file.find_tensor("output.weight") == nullptr;
   std::vector<size_t> needed;
   for (size_t i = 0; i < file.tensors().size(); ++i) {
-    const TensorRole role = role_of_tensor(file.tensors()[i].name, config.layer_count);
+    const TensorRole role = role_of_tensor(file.tensors()[i].name, config.layer_count, config.skipped_layer_count);
     bool wanted = true;
     switch (role.kind) {
       case TensorRole::Layer: wanted = role.layer >= range.first && role.layer < range.last; break;
@@ -193,6 +193,7 @@ std::vector<size_t> tensors_for(const gguf::File& file, model::LayerRange range)
       case TensorRole::OutputMatrix:
       case TensorRole::OutputNorm: wanted = range.has_head(config); break;
       case TensorRole::Shared: break;
+      case TensorRole::Unused: wanted = false; break;
     }
     if (wanted) needed.push_back(i);
   }
@@ -290,14 +291,15 @@ bool PartialModel::complete() const {
 rpc::Weights PartialModel::held() const {
   std::lock_guard lock(mutex_);
   if (held_weights_) return *held_weights_;
-  const int layer_count = model::Config::from_gguf(*file_).layer_count;
+  const model::Config config = model::Config::from_gguf(*file_);
+  const int layer_count = config.layer_count;
   rpc::Weights weights;
   std::vector<uint64_t> layers(static_cast<size_t>(layer_count), 0);
   bool embedding = false, output = false, output_norm = false, shared = true;
   const bool tied_head = file_->find_tensor("output.weight") == nullptr;
   for (size_t i = 0; i < held_.size(); ++i) {
     const gguf::TensorInfo& t = file_->tensors()[i];
-    const TensorRole role = role_of_tensor(t.name, layer_count);
+    const TensorRole role = role_of_tensor(t.name, layer_count, config.skipped_layer_count);
     if (role.kind == TensorRole::Shared) shared = shared && held_[i];
     if (!held_[i]) continue;
     switch (role.kind) {
@@ -305,7 +307,8 @@ rpc::Weights PartialModel::held() const {
       case TensorRole::Embedding: embedding = true; break;
       case TensorRole::OutputMatrix: output = true; break;
       case TensorRole::OutputNorm: output_norm = true; break;
-      case TensorRole::Shared: break;
+      case TensorRole::Shared:
+      case TensorRole::Unused: break;
     }
   }
   weights.set_whole_file(std::all_of(held_.begin(), held_.end(), [](bool h) { return h; }));

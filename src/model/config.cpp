@@ -64,6 +64,8 @@ Config Config::from_gguf(const gguf::File& file) {
     c.has_attention_sinks = true;
     c.has_expert_biases = true;
     c.activation = Activation::ClampedSwiglu;
+    // gpt-oss names its pre-FFN norm after the attention it follows.
+    c.ffn_norm_name = "post_attention_norm";
     sliding_period = 2;
   } else if (*arch == "gemma3") {
     c.rope_style = RopeStyle::Halves;
@@ -73,22 +75,62 @@ Config Config::from_gguf(const gguf::File& file) {
     c.has_post_norms = true;
     c.sliding_rope_scaled = false;
     sliding_period = 6;
+  } else if (*arch == "phi3") {
+    c.rope_style = RopeStyle::Halves;
+    c.fused_gate_up = true;
+  } else if (*arch == "glm4moe") {
+    c.rope_style = RopeStyle::Halves;
+    c.has_qkv_bias = true;
+    // GLM-4.5 (355B) normalizes each head of Q and K; GLM-4.5-Air does not.
+    c.has_qk_norm = file.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
+    c.ffn_norm_name = "post_attention_norm";
   } else {
     throw std::runtime_error("unsupported model architecture '" + *arch +
-                             "' (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3)");
+                             "' (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, phi3, glm4moe)");
+  }
+  // Phi-3's long-context variants (Phi-3-mini-128k, Phi-3.5, Phi-4-mini) ship them.
+  if (file.find_tensor("rope_factors_long.weight") || file.find_tensor("rope_factors_short.weight")) {
+    throw std::runtime_error("LongRoPE (tensors rope_factors_long and rope_factors_short) is not supported");
   }
   const std::string p = *arch + ".";
   constexpr int kMaxDim = 1 << 20;
   c.embedding_dim = required_int(file, p + "embedding_length", 1, kMaxDim);
-  c.layer_count = required_int(file, p + "block_count", 1, 4096);
+  const int block_count = required_int(file, p + "block_count", 1, 4096);
+  c.skipped_layer_count =
+      file.find(p + "nextn_predict_layers") ? required_int(file, p + "nextn_predict_layers", 0, block_count - 1) : 0;
+  c.layer_count = block_count - c.skipped_layer_count;
   c.ffn_dim = required_int(file, p + "feed_forward_length", 1, kMaxDim);
-  // Mixtral is a Llama with experts; Qwen3-MoE and gpt-oss always have them.
-  if (file.find(p + "expert_count") || *arch == "qwen3moe" || *arch == "gpt-oss") {
+  // Mixtral is a Llama with experts; Qwen3-MoE, gpt-oss and GLM-4.5 always have them.
+  if (file.find(p + "expert_count") || *arch == "qwen3moe" || *arch == "gpt-oss" || *arch == "glm4moe") {
     c.expert_count = required_int(file, p + "expert_count", 1, 4096);
     c.experts_per_token = required_int(file, p + "expert_used_count", 1, c.expert_count);
     c.expert_ffn_dim = file.find(p + "expert_feed_forward_length")
                            ? required_int(file, p + "expert_feed_forward_length", 1, kMaxDim)
                            : c.ffn_dim;
+  }
+  if (*arch == "glm4moe") {
+    // As llama.cpp reads them: sigmoid gating unless the file says otherwise (llama.cpp's
+    // numbers: 0 unset, 1 softmax, 2 sigmoid), and weights neither normalized nor scaled
+    // unless it says so.
+    const int gating = file.find(p + "expert_gating_func") ? required_int(file, p + "expert_gating_func", 0, 2) : 0;
+    c.expert_gating = gating == 1 ? ExpertGating::Softmax : ExpertGating::Sigmoid;
+    c.expert_selection_bias = true;
+    c.expert_weights_norm = file.get_bool(p + "expert_weights_norm").value_or(false);
+    const double scale = file.get_float(p + "expert_weights_scale").value_or(1.0);
+    if (!(scale > 0)) throw std::runtime_error("model metadata '" + p + "expert_weights_scale' must be positive");
+    c.expert_weights_scale = static_cast<float>(scale);
+    const int shared = file.find(p + "expert_shared_count") ? required_int(file, p + "expert_shared_count", 0, 64) : 0;
+    c.shared_expert_ffn_dim = shared * c.expert_ffn_dim;
+    c.leading_dense_layers = file.find(p + "leading_dense_block_count")
+                                 ? required_int(file, p + "leading_dense_block_count", 0, c.layer_count)
+                                 : 0;
+    if (const gguf::Array* sections = file.get_array(p + "rope.dimension_sections")) {
+      for (const gguf::Value& v : sections->items) {
+        if (v.as_uint().value_or(0) != 0) {
+          throw std::runtime_error("multimodal RoPE (" + p + "rope.dimension_sections, GLM-4.5V) is not supported");
+        }
+      }
+    }
   }
   c.head_count = required_int(file, p + "attention.head_count", 1, 4096);
   c.kv_head_count = file.find(p + "attention.head_count_kv")

@@ -1,5 +1,5 @@
 // Hyper-parameters of a Llama-family model (Llama, Mixtral, Qwen2, Qwen3, Qwen3-MoE, gpt-oss,
-// Gemma 3), read and validated from GGUF metadata.
+// Gemma 3, Phi-3, GLM-4.5), read and validated from GGUF metadata.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +31,9 @@ enum class Activation {
   ClampedSwiglu, // gpt-oss: min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1)
   Gelu           // Gemma: gelu(g) * u, GELU's tanh form
 };
+// How a Mixture-of-Experts router's scores become probabilities: a softmax over the experts
+// (Mixtral, Qwen3-MoE), or each expert's own sigmoid (GLM-4.5).
+enum class ExpertGating { Softmax, Sigmoid };
 
 struct Config {
   std::string arch_name;
@@ -67,18 +70,37 @@ struct Config {
   bool has_expert_biases = false;    // router and experts' gate, up and down biases (gpt-oss)
   Activation activation = Activation::Silu;
   bool has_qk_norm = false;  // each head of Q and K is RMS-normalized before RoPE (Qwen3)
+  // The FFN's gate and up are one matrix (ffn_up) of 2 ffn_dim rows, gate first (Phi-3).
+  bool fused_gate_up = false;
+  // The name of the RMS norm before the FFN, "blk.N.<name>.weight": GLM's converter keeps
+  // Hugging Face's post_attention_layernorm as post_attention_norm.
+  std::string ffn_norm_name = "ffn_norm";
   // A Mixture-of-Experts FFN: each token runs `experts_per_token` of `expert_count` experts
-  // (FFNs of `expert_ffn_dim`), chosen by a router's softmax, and sums their outputs weighted
-  // by the chosen probabilities, renormalized to add up to 1. 0: one dense FFN of ffn_dim.
+  // (FFNs of `expert_ffn_dim`) and sums their outputs weighted by their router probabilities
+  // (expert_gating of the router's scores), divided by their sum when expert_weights_norm,
+  // then times expert_weights_scale. The choice is the k largest probabilities, each plus its
+  // expert's bias (blk.N.exp_probs_b) when expert_selection_bias. 0: one dense FFN of ffn_dim.
   int expert_count = 0;
   int experts_per_token = 0;
   int expert_ffn_dim = 0;
+  ExpertGating expert_gating = ExpertGating::Softmax;
+  bool expert_selection_bias = false;
+  bool expert_weights_norm = true;
+  float expert_weights_scale = 1.0f;
+  // Beside the chosen experts every token runs a shared one (ffn_*_shexp) of this width; 0: none.
+  int shared_expert_ffn_dim = 0;
+  // The first layers of a model with experts have a dense FFN of ffn_dim instead (GLM-4.5).
+  int leading_dense_layers = 0;
+  // Blocks of the file after the model's layer_count that inference skips: GLM's NextN layers,
+  // for multi-token prediction, whose tensors no forward pass reads.
+  int skipped_layer_count = 0;
 
   int kv_dim() const { return kv_head_count * head_dim; }
   bool is_sliding(int layer) const {
     return sliding_window > 0 && sliding_layers[static_cast<size_t>(layer)];
   }
   bool has_experts() const { return expert_count > 0; }
+  bool layer_has_experts(int layer) const { return has_experts() && layer >= leading_dense_layers; }
   // Of a tensor (or tensors) holding all the experts of a layer, the bytes one token reads:
   // its experts_per_token experts', each of the same size.
   uint64_t expert_bytes_read(uint64_t all_experts_bytes) const {

@@ -68,6 +68,24 @@ class TensorBinder {
     return matrices;
   }
 
+  // Consecutive row ranges of one matrix of `cols` inputs (GGUF dims {cols, the ranges' sum}),
+  // each in its kernels' layout: a fused attn_qkv or gate-and-up is used by the kernels of its
+  // parts, as the rows of a GGUF matrix lie one after another.
+  std::vector<tensor::PreparedMatrix> split_rows(const std::string& name, int64_t cols,
+                                                 std::initializer_list<int64_t> parts) const {
+    int64_t total = 0;
+    for (const int64_t rows : parts) total += rows;
+    const tensor::Matrix whole = matrix(name, cols, total);
+    const uint64_t row_bytes = *tensor::row_bytes(whole.type, static_cast<uint64_t>(cols));
+    std::vector<tensor::PreparedMatrix> matrices;
+    uint64_t first = 0;
+    for (const int64_t rows : parts) {
+      matrices.push_back(prepare({whole.type, rows, cols, static_cast<const uint8_t*>(whole.data) + row_bytes * first}));
+      first += static_cast<uint64_t>(rows);
+    }
+    return matrices;
+  }
+
   // A small F32 vector (norm weights, biases, rope factors).
   const float* vector(const std::string& name, int64_t length) const {
     return floats(name, {static_cast<uint64_t>(length)});
@@ -427,9 +445,18 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
     Layer& l = *layer;
     m->layers_[static_cast<size_t>(item)] = layer;
     l.attn_norm = bind.vector(p + "attn_norm.weight", c.embedding_dim);
-    l.q = bind.prepared(p + "attn_q.weight", c.embedding_dim, c.q_dim());
-    l.k = bind.prepared(p + "attn_k.weight", c.embedding_dim, c.kv_dim());
-    l.v = bind.prepared(p + "attn_v.weight", c.embedding_dim, c.kv_dim());
+    // Phi-3's converter keeps Q, K and V as one matrix (attn_qkv), in that order.
+    const bool fused_qkv = bind.find(p + "attn_qkv.weight") != nullptr;
+    if (fused_qkv) {
+      auto qkv = bind.split_rows(p + "attn_qkv.weight", c.embedding_dim, {c.q_dim(), c.kv_dim(), c.kv_dim()});
+      l.q = std::move(qkv[0]);
+      l.k = std::move(qkv[1]);
+      l.v = std::move(qkv[2]);
+    } else {
+      l.q = bind.prepared(p + "attn_q.weight", c.embedding_dim, c.q_dim());
+      l.k = bind.prepared(p + "attn_k.weight", c.embedding_dim, c.kv_dim());
+      l.v = bind.prepared(p + "attn_v.weight", c.embedding_dim, c.kv_dim());
+    }
     l.o = bind.prepared(p + "attn_output.weight", c.q_dim(), c.embedding_dim);
     if (c.has_output_bias) l.o_bias = bind.vector(p + "attn_output.bias", c.embedding_dim);
     if (c.has_attention_sinks) l.sinks = bind.vector(p + "attn_sinks.weight", c.head_count);
@@ -437,7 +464,11 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
       l.post_attention_norm = bind.vector(p + "post_attention_norm.weight", c.embedding_dim);
       l.post_ffn_norm = bind.vector(p + "post_ffw_norm.weight", c.embedding_dim);
     }
-    if (c.has_qkv_bias) {
+    if (c.has_qkv_bias && fused_qkv) {
+      l.q_bias = bind.vector(p + "attn_qkv.bias", c.q_dim() + 2 * c.kv_dim());
+      l.k_bias = l.q_bias + c.q_dim();
+      l.v_bias = l.k_bias + c.kv_dim();
+    } else if (c.has_qkv_bias) {
       l.q_bias = bind.vector(p + "attn_q.bias", c.q_dim());
       l.k_bias = bind.vector(p + "attn_k.bias", c.kv_dim());
       l.v_bias = bind.vector(p + "attn_v.bias", c.kv_dim());
@@ -446,11 +477,10 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
       l.q_norm = bind.vector(p + "attn_q_norm.weight", c.head_dim);
       l.k_norm = bind.vector(p + "attn_k_norm.weight", c.head_dim);
     }
-    // gpt-oss names its pre-FFN norm after the attention it follows.
-    l.ffn_norm = bind.vector(p + (c.arch_name == "gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight"),
-                             c.embedding_dim);
-    if (c.has_experts()) {
+    l.ffn_norm = bind.vector(p + c.ffn_norm_name + ".weight", c.embedding_dim);
+    if (c.layer_has_experts(global)) {
       l.router = bind.prepared(p + "ffn_gate_inp.weight", c.embedding_dim, c.expert_count);
+      if (c.expert_selection_bias) l.selection_bias = bind.vector(p + "exp_probs_b.bias", c.expert_count);
       l.expert_gate = bind.experts(p + "ffn_gate_exps.weight", c.embedding_dim, c.expert_ffn_dim, c.expert_count);
       l.expert_up = bind.experts(p + "ffn_up_exps.weight", c.embedding_dim, c.expert_ffn_dim, c.expert_count);
       l.expert_down = bind.experts(p + "ffn_down_exps.weight", c.expert_ffn_dim, c.embedding_dim, c.expert_count);
@@ -460,6 +490,16 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
         l.expert_up_bias = bind.vectors(p + "ffn_up_exps.bias", c.expert_ffn_dim, c.expert_count);
         l.expert_down_bias = bind.vectors(p + "ffn_down_exps.bias", c.embedding_dim, c.expert_count);
       }
+      if (c.shared_expert_ffn_dim > 0) {
+        l.shared_gate = bind.prepared(p + "ffn_gate_shexp.weight", c.embedding_dim, c.shared_expert_ffn_dim);
+        l.shared_up = bind.prepared(p + "ffn_up_shexp.weight", c.embedding_dim, c.shared_expert_ffn_dim);
+        l.shared_down = bind.prepared(p + "ffn_down_shexp.weight", c.shared_expert_ffn_dim, c.embedding_dim);
+      }
+    } else if (c.fused_gate_up) {
+      auto gate_up = bind.split_rows(p + "ffn_up.weight", c.embedding_dim, {c.ffn_dim, c.ffn_dim});
+      l.gate = std::move(gate_up[0]);
+      l.up = std::move(gate_up[1]);
+      l.down = bind.prepared(p + "ffn_down.weight", c.ffn_dim, c.embedding_dim);
     } else {
       l.gate = bind.prepared(p + "ffn_gate.weight", c.embedding_dim, c.ffn_dim);
       l.up = bind.prepared(p + "ffn_up.weight", c.embedding_dim, c.ffn_dim);
@@ -500,7 +540,8 @@ std::unique_ptr<KvState> Model::new_sequence(int capacity, KvType type) const {
 uint64_t Model::weight_bytes() const {
   uint64_t total = 0;
   for (const auto& l : layers_) {
-    for (const tensor::PreparedMatrix* m : {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down, &l->router}) {
+    for (const tensor::PreparedMatrix* m : {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down, &l->router,
+                                            &l->shared_gate, &l->shared_up, &l->shared_down}) {
       total += matrix_bytes(m->source());
     }
     for (const auto* experts : {&l->expert_gate, &l->expert_up, &l->expert_down}) {
@@ -663,25 +704,44 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   router_scores_.resize(n * experts);
   tensor::matmul(layer.router, normed_.data(), rows, router_scores_.data(), pool);
   add_bias(router_scores_.data(), layer.router_bias, rows, c.expert_count);
-  // Each row's choice depends on its own scores only: the softmax's probabilities, the k
-  // largest (ties to the lower expert index), renormalized to add up to 1 in that order.
+  // Each row's choice depends on its own scores only: its probabilities (plus the selection
+  // bias), the k largest (ties to the lower expert index); their weights the probabilities,
+  // normalized to add up to 1 in that order and scaled as the config says.
   chosen_experts_.resize(n * k);
   chosen_weights_.resize(n * k);
+  selection_.resize(experts);
   std::vector<int>& order = expert_order_;
   order.resize(experts);
   for (size_t r = 0; r < n; ++r) {
     float* p = router_scores_.data() + r * experts;
     // The kernels' exponential, the same bits on every path and architecture.
-    const float total = tensor::softmax_numerators(p, static_cast<int64_t>(experts), 1.0f);
-    for (size_t e = 0; e < experts; ++e) p[e] /= total;
+    if (c.expert_gating == ExpertGating::Softmax) {
+      const float total = tensor::softmax_numerators(p, static_cast<int64_t>(experts), 1.0f);
+      for (size_t e = 0; e < experts; ++e) p[e] /= total;
+    } else {
+      // sigmoid(s) = e^s / (e^s + e^0), the softmax of {s, 0}.
+      for (size_t e = 0; e < experts; ++e) {
+        float pair[2] = {p[e], 0.0f};
+        const float total = tensor::softmax_numerators(pair, 2, 1.0f);
+        p[e] = pair[0] / total;
+      }
+    }
+    const float* ranked = p;
+    if (layer.selection_bias != nullptr) {
+      for (size_t e = 0; e < experts; ++e) selection_[e] = p[e] + layer.selection_bias[e];
+      ranked = selection_.data();
+    }
     for (size_t e = 0; e < experts; ++e) order[e] = static_cast<int>(e);
     std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
-                      [p](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+                      [ranked](int a, int b) { return ranked[a] > ranked[b] || (ranked[a] == ranked[b] && a < b); });
     float chosen_total = 0.0f;
     for (size_t j = 0; j < k; ++j) chosen_total += p[order[j]];
+    // llama.cpp's floor under the sum (the smallest normal half): sigmoids of very negative
+    // scores would otherwise divide by almost nothing. A softmax's k largest never sum below it.
+    const float divisor = c.expert_weights_norm ? std::max(chosen_total, 6.103515625e-5f) : 1.0f;
     for (size_t j = 0; j < k; ++j) {
       chosen_experts_[r * k + j] = order[j];
-      chosen_weights_[r * k + j] = p[order[j]] / chosen_total;
+      chosen_weights_[r * k + j] = p[order[j]] / divisor * c.expert_weights_scale;
     }
   }
   // Each expert runs once over the rows that chose it, so its weights are read once a batch;
@@ -757,6 +817,21 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
       for (size_t d = 0; d < dim; ++d) out[d] += w * expert[d];
     }
   }
+  if (c.shared_expert_ffn_dim > 0) {
+    expert_out_.resize(n * dim);
+    dense_ffn(layer.shared_gate, layer.shared_up, layer.shared_down, c.shared_expert_ffn_dim, rows, expert_out_.data(),
+           pool);
+    add_in_place(proj_, expert_out_, n * dim);
+  }
+}
+
+void Model::dense_ffn(const tensor::PreparedMatrix& gate, const tensor::PreparedMatrix& up,
+                      const tensor::PreparedMatrix& down, int width, int rows, float* out, tensor::ThreadPool& pool) {
+  gate_.resize(static_cast<size_t>(rows) * static_cast<size_t>(width));
+  up_.resize(gate_.size());
+  tensor::matmul({{gate, gate_.data()}, {up, up_.data()}}, normed_.data(), rows, pool);
+  activate(gate_.data(), up_.data(), static_cast<int64_t>(gate_.size()));
+  tensor::matmul(down, gate_.data(), rows, out, pool);
 }
 
 std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::span<const Token> tokens,
@@ -795,10 +870,6 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
   k_.resize(n * c.kv_dim());
   v_.resize(n * c.kv_dim());
   attn_out_.resize(n * c.q_dim());
-  if (!c.has_experts()) {
-    gate_.resize(n * c.ffn_dim);
-    up_.resize(n * c.ffn_dim);
-  }
   proj_.resize(n * dim);
   for (const SequenceSlice& s : slices) {
     if (!s.kv->reserve(s.kv->size() + s.token_count)) {
@@ -833,12 +904,10 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
     add_in_place(x_, proj_, n * dim);
 
     rms_norm_rows(x_.data(), layer.ffn_norm, rows, dim, c.rms_epsilon, normed_.data());
-    if (c.has_experts()) {
+    if (c.layer_has_experts(range_.first + l)) {
       experts_ffn(layer, rows, pool);
     } else {
-      tensor::matmul({{layer.gate, gate_.data()}, {layer.up, up_.data()}}, normed_.data(), rows, pool);
-      activate(gate_.data(), up_.data(), static_cast<int64_t>(n) * c.ffn_dim);
-      tensor::matmul(layer.down, gate_.data(), rows, proj_.data(), pool);
+      dense_ffn(layer.gate, layer.up, layer.down, c.ffn_dim, rows, proj_.data(), pool);
     }
     if (layer.post_ffn_norm != nullptr) rms_norm_rows(proj_.data(), layer.post_ffn_norm, rows, dim, c.rms_epsilon, proj_.data());
     add_in_place(x_, proj_, n * dim);

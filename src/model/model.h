@@ -142,12 +142,14 @@ class Model {
     const float* post_ffn_norm = nullptr;
     tensor::PreparedMatrix gate, up, down;  // a dense FFN
     tensor::PreparedMatrix router;          // with experts: one score per expert
+    const float* selection_bias = nullptr;  // with expert_selection_bias: one per expert
     std::vector<tensor::PreparedMatrix> expert_gate, expert_up, expert_down;
     // With has_expert_biases: the router's, then each expert's (expert after expert).
     const float* router_bias = nullptr;
     const float* expert_gate_bias = nullptr;
     const float* expert_up_bias = nullptr;
     const float* expert_down_bias = nullptr;
+    tensor::PreparedMatrix shared_gate, shared_up, shared_down;  // with a shared expert
   };
   // One RoPE base's rotation: per pair its inverse frequency; per batch row and pair the
   // cos and sin of its angle, times `magnitude` (YaRN's; 1 otherwise).
@@ -166,8 +168,12 @@ class Model {
   void attention(int layer_index, const Layer& layer, tensor::ThreadPool& pool);
   // gate = the config's activation of gate and up.
   void activate(float* gate, const float* up, int64_t n) const;
-  // proj_ = the experts' FFN of normed_, each row through the experts it chooses.
+  // proj_ = the experts' FFN of normed_, each row through the experts it chooses (and the
+  // shared expert).
   void experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool);
+  // out = down(activation(gate x, up x)) of normed_'s rows, `width` the FFN's.
+  void dense_ffn(const tensor::PreparedMatrix& gate, const tensor::PreparedMatrix& up,
+                 const tensor::PreparedMatrix& down, int width, int rows, float* out, tensor::ThreadPool& pool);
   // Rotation of each input row, computed once per batch for all layers and heads.
   void prepare_rope(std::span<const int> positions);
   void rope(const Rope& table, float* rows, int row_count, int heads) const;
@@ -188,7 +194,7 @@ class Model {
   std::vector<float> x_, normed_, q_, k_, v_, attn_out_, gate_, up_, proj_;
   // With experts: router scores (row x expert), each row's choices (row x slot: expert and
   // weight), one expert's rows gathered and computed, and each (row, slot)'s output.
-  std::vector<float> router_scores_, expert_in_, expert_gate_, expert_up_, expert_out_, slot_out_;
+  std::vector<float> router_scores_, selection_, expert_in_, expert_gate_, expert_up_, expert_out_, slot_out_;
   std::vector<int> chosen_experts_;
   std::vector<float> chosen_weights_;
   std::vector<int> expert_order_;                  // one row's experts, the chosen first

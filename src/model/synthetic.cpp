@@ -15,7 +15,7 @@
 namespace strata::model {
 namespace {
 
-constexpr std::array<SyntheticShape, 17> kShapes{{
+constexpr std::array<SyntheticShape, 22> kShapes{{
     {"tinyllama-1.1b", "TinyLlama-1.1B (Llama 2 architecture, GQA 32/4)", "llama", 32000, 2048,
      2048, 22, 32, 4, 5632, 10000.0f, false},
     {"llama-3.2-1b", "Llama-3.2-1B (GQA 32/8, 128k vocabulary, tied head)", "llama", 128256,
@@ -37,19 +37,31 @@ constexpr std::array<SyntheticShape, 17> kShapes{{
     {"qwen3moe-tiny", "a small Qwen3-MoE (2 of 8 experts of 64), for tests", "qwen3moe", 2048, 512, 128, 4, 4, 2,
      256, 1000000.0f, false, 32, 8, 2, 64},
     {"gpt-oss-20b", "gpt-oss-20b (4 of 32 experts of 2880, attention sinks, every other layer a window of 128)",
-     "gpt-oss", 201088, 131072, 2880, 24, 64, 8, 2880, 150000.0f, false, 64, 32, 4, 2880, 128},
+     "gpt-oss", 201088, 131072, 2880, 24, 64, 8, 2880, 150000.0f, false, 64, 32, 4, 2880, 0, 0, 0, 0, 1.0f, false, 128},
     {"gpt-oss-120b", "gpt-oss-120b (4 of 128 experts of 2880, attention sinks, every other layer a window of 128)",
-     "gpt-oss", 201088, 131072, 2880, 36, 64, 8, 2880, 150000.0f, false, 64, 128, 4, 2880, 128},
+     "gpt-oss", 201088, 131072, 2880, 36, 64, 8, 2880, 150000.0f, false, 64, 128, 4, 2880, 0, 0, 0, 0, 1.0f, false, 128},
     {"gpt-oss-tiny", "a small gpt-oss (4 of 32 experts of 64, sinks, YaRN, a window of 12 in the even layers), for tests",
-     "gpt-oss", 2048, 512, 128, 4, 4, 2, 64, 150000.0f, false, 32, 32, 4, 64, 12},
+     "gpt-oss", 2048, 512, 128, 4, 4, 2, 64, 150000.0f, false, 32, 32, 4, 64, 0, 0, 0, 0, 1.0f, false, 12},
     {"gemma-3-1b", "Gemma 3 1B (5 local layers of a window of 512 to 1 global, GeGLU, QK-norm, tied head)",
-     "gemma3", 262144, 32768, 1152, 26, 4, 1, 6912, 1000000.0f, true, 256, 0, 0, 0, 512},
+     "gemma3", 262144, 32768, 1152, 26, 4, 1, 6912, 1000000.0f, true, 256, 0, 0, 0, 0, 0, 0, 0, 1.0f, true, 512},
     {"gemma-3-4b", "Gemma 3 4B (5 local layers of a window of 1024 to 1 global, linear RoPE scaling of 8)",
-     "gemma3", 262144, 131072, 2560, 34, 8, 4, 10240, 1000000.0f, true, 256, 0, 0, 0, 1024, 8.0f},
+     "gemma3", 262144, 131072, 2560, 34, 8, 4, 10240, 1000000.0f, true, 256, 0, 0, 0, 0, 0, 0, 0, 1.0f, true, 1024, 8.0f},
     {"gemma-3-27b", "Gemma 3 27B (queries scaled by width / heads, 5 local layers to 1 global)", "gemma3", 262144,
-     131072, 5376, 62, 32, 16, 21504, 1000000.0f, true, 128, 0, 0, 0, 1024, 8.0f},
+     131072, 5376, 62, 32, 16, 21504, 1000000.0f, true, 128, 0, 0, 0, 0, 0, 0, 0, 1.0f, true, 1024, 8.0f},
     {"gemma3-tiny", "a small Gemma 3 (6 layers, a window of 12 in 5 of them, RoPE scaling on the global one), for tests",
-     "gemma3", 2048, 512, 128, 6, 4, 2, 256, 1000000.0f, true, 32, 0, 0, 0, 12, 8.0f},
+     "gemma3", 2048, 512, 128, 6, 4, 2, 256, 1000000.0f, true, 32, 0, 0, 0, 0, 0, 0, 0, 1.0f, true, 12, 8.0f},
+    {"phi-3-mini", "Phi-3-mini-4k (fused QKV and gate-up, 32 heads of 96)", "phi3", 32064, 4096, 3072, 32, 32, 32,
+     8192, 10000.0f, false},
+    {"phi-4", "Phi-4 14B (fused QKV and gate-up, GQA 40/10, 100k vocabulary)", "phi3", 100352, 16384, 5120, 40, 40,
+     10, 17920, 250000.0f, false},
+    {"phi3-tiny", "a small Phi-3 (fused QKV and gate-up, GQA 4/2), for tests", "phi3", 2048, 512, 128, 4, 4, 2, 256,
+     10000.0f, false},
+    {"glm-4.5-air", "GLM-4.5-Air (1 dense layer, then 8 of 128 experts of 1408 and a shared one; a NextN layer)",
+     "glm4moe", 151552, 131072, 4096, 46, 96, 8, 10944, 1000000.0f, false, 128, 128, 8, 1408, 1, 1, 1, 64},
+    {"glm4moe-tiny",
+     "a small GLM-4.5 (a dense layer, then 2 of 8 experts of 64 and a shared one, scaled by 2.5; QK-norm, half-rotated "
+     "heads of 64 beside a width of 128; a NextN layer), for tests",
+     "glm4moe", 2048, 512, 128, 4, 4, 2, 256, 1000000.0f, false, 64, 8, 2, 64, 1, 1, 1, 32, 2.5f, true},
 }};
 
 // splitmix64: a tiny, well-mixed generator; every row gets its own stream so rows can be
@@ -72,8 +84,9 @@ uint64_t hash_name(const std::string& s, uint64_t seed) {
   return h;
 }
 
-// SentencePiece-style vocabulary: control tokens, the 256 byte tokens, then letter pieces.
-void add_vocabulary(gguf::Writer& w, int vocab_size) {
+// SentencePiece-style vocabulary: control tokens (<unk>, <s>, </s>, then `controls`), the 256
+// byte tokens, then letter pieces.
+void add_vocabulary(gguf::Writer& w, int vocab_size, std::initializer_list<const char*> controls) {
   std::vector<gguf::Value> tokens, scores, types;
   auto add = [&](std::string text, int type) {
     scores.push_back(gguf::Value::f32(-static_cast<float>(tokens.size())));
@@ -83,6 +96,7 @@ void add_vocabulary(gguf::Writer& w, int vocab_size) {
   add("<unk>", 2);
   add("<s>", 3);
   add("</s>", 3);
+  for (const char* control : controls) add(control, 3);
   for (int b = 0; b < 256; ++b) {
     char name[8];
     std::snprintf(name, sizeof name, "<0x%02X>", b);
@@ -152,10 +166,13 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
                                 " layers; cannot write " + std::to_string(layers));
   }
   const int layer_count = layers > 0 ? layers : shape.layer_count;
+  const int block_count = layer_count + shape.nextn_layers;
   const int block = static_cast<int>(tensor::info(types.base).block_elements);
   const int head_dim = shape.head_dim > 0 ? shape.head_dim : shape.embedding_dim / shape.head_count;
   const bool experts = shape.expert_count > 0;
-  for (int dim : {shape.embedding_dim, experts ? shape.expert_ffn_dim : shape.ffn_dim, shape.head_count * head_dim}) {
+  const bool dense_layers = !experts || shape.leading_dense_layers > 0;
+  for (int dim : {shape.embedding_dim, experts ? shape.expert_ffn_dim : shape.ffn_dim,
+                  dense_layers ? shape.ffn_dim : shape.embedding_dim, shape.head_count * head_dim}) {
     if (dim % block != 0 || dim % tensor::info(types.important).block_elements != 0) {
       throw std::invalid_argument(std::string("shape ") + shape.name + " has a dimension (" +
                                   std::to_string(dim) + ") that is not a multiple of the " +
@@ -170,17 +187,27 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   w.set(a + ".vocab_size", gguf::Value::u32(static_cast<uint32_t>(shape.vocab_size)));
   w.set(a + ".context_length", gguf::Value::u32(static_cast<uint32_t>(shape.context_length)));
   w.set(a + ".embedding_length", gguf::Value::u32(static_cast<uint32_t>(shape.embedding_dim)));
-  w.set(a + ".block_count", gguf::Value::u32(static_cast<uint32_t>(layer_count)));
+  w.set(a + ".block_count", gguf::Value::u32(static_cast<uint32_t>(block_count)));
   w.set(a + ".feed_forward_length", gguf::Value::u32(static_cast<uint32_t>(shape.ffn_dim)));
   w.set(a + ".attention.head_count", gguf::Value::u32(static_cast<uint32_t>(shape.head_count)));
   w.set(a + ".attention.head_count_kv", gguf::Value::u32(static_cast<uint32_t>(shape.kv_head_count)));
   w.set(a + ".attention.key_length", gguf::Value::u32(static_cast<uint32_t>(head_dim)));
   w.set(a + ".attention.value_length", gguf::Value::u32(static_cast<uint32_t>(head_dim)));
-  w.set(a + ".rope.dimension_count", gguf::Value::u32(static_cast<uint32_t>(head_dim)));
+  const int rope_dim = shape.rope_dim > 0 ? shape.rope_dim : head_dim;
+  w.set(a + ".rope.dimension_count", gguf::Value::u32(static_cast<uint32_t>(rope_dim)));
   if (experts) {
     w.set(a + ".expert_count", gguf::Value::u32(static_cast<uint32_t>(shape.expert_count)));
     w.set(a + ".expert_used_count", gguf::Value::u32(static_cast<uint32_t>(shape.experts_per_token)));
     w.set(a + ".expert_feed_forward_length", gguf::Value::u32(static_cast<uint32_t>(shape.expert_ffn_dim)));
+  }
+  const bool glm = a == "glm4moe";
+  if (glm) {  // as llama.cpp's converter writes GLM-4.5's
+    w.set(a + ".expert_shared_count", gguf::Value::u32(static_cast<uint32_t>(shape.shared_expert_count)));
+    w.set(a + ".leading_dense_block_count", gguf::Value::u32(static_cast<uint32_t>(shape.leading_dense_layers)));
+    w.set(a + ".expert_gating_func", gguf::Value::u32(2));  // sigmoid
+    w.set(a + ".expert_weights_scale", gguf::Value::f32(shape.expert_weights_scale));
+    w.set(a + ".expert_weights_norm", gguf::Value::boolean(true));
+    w.set(a + ".nextn_predict_layers", gguf::Value::u32(static_cast<uint32_t>(shape.nextn_layers)));
   }
   w.set(a + ".rope.freq_base", gguf::Value::f32(shape.rope_freq_base));
   const bool gpt_oss = a == "gpt-oss";
@@ -198,7 +225,9 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
     w.set(a + ".attention.sliding_window", gguf::Value::u32(static_cast<uint32_t>(shape.sliding_window)));
   }
   w.set(a + ".attention.layer_norm_rms_epsilon", gguf::Value::f32(1e-5f));
-  add_vocabulary(w, shape.vocab_size);
+  // llama.cpp looks <|endoftext|> up in the vocabulary of a model it takes for Phi-3 by its name.
+  add_vocabulary(w, shape.vocab_size, a == "phi3" ? std::initializer_list<const char*>{"<|endoftext|>"}
+                                                  : std::initializer_list<const char*>{});
 
   auto pool = std::make_shared<tensor::ThreadPool>(
       static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
@@ -246,20 +275,25 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   const int q_dim = shape.head_count * head_dim;
   const int kv_dim = shape.kv_head_count * head_dim;
   matrix("token_embd.weight", shape.embedding_dim, shape.vocab_size, types.base);
-  for (int i = 0; i < layer_count; ++i) {
+  const bool phi3 = a == "phi3";
+  for (int i = 0; i < block_count; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     const tensor::DType boosted =
         types.mixed && uses_more_bits(i, layer_count) ? types.important : types.base;
     vector(p + "attn_norm.weight", shape.embedding_dim, 1.0f, 0.1f);
-    matrix(p + "attn_q.weight", shape.embedding_dim, q_dim, types.base);
-    matrix(p + "attn_k.weight", shape.embedding_dim, kv_dim, types.base);
-    matrix(p + "attn_v.weight", shape.embedding_dim, kv_dim, boosted);
-    if (a == "qwen2" || gpt_oss) {
+    if (phi3) {  // Q, K and V in one matrix, as llama.cpp's converter writes Phi-3's
+      matrix(p + "attn_qkv.weight", shape.embedding_dim, q_dim + 2 * kv_dim, boosted);
+    } else {
+      matrix(p + "attn_q.weight", shape.embedding_dim, q_dim, types.base);
+      matrix(p + "attn_k.weight", shape.embedding_dim, kv_dim, types.base);
+      matrix(p + "attn_v.weight", shape.embedding_dim, kv_dim, boosted);
+    }
+    if (a == "qwen2" || glm || gpt_oss) {
       vector(p + "attn_q.bias", q_dim, 0.0f, 0.1f);
       vector(p + "attn_k.bias", kv_dim, 0.0f, 0.1f);
       vector(p + "attn_v.bias", kv_dim, 0.0f, 0.1f);
     }
-    if (a == "qwen3" || a == "qwen3moe" || gemma) {
+    if (a == "qwen3" || a == "qwen3moe" || shape.qk_norm) {
       vector(p + "attn_q_norm.weight", head_dim, 1.0f, 0.1f);
       vector(p + "attn_k_norm.weight", head_dim, 1.0f, 0.1f);
     }
@@ -272,10 +306,12 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
       vector(p + "post_attention_norm.weight", shape.embedding_dim, 1.0f, 0.1f);
       vector(p + "post_ffw_norm.weight", shape.embedding_dim, 1.0f, 0.1f);
     }
-    vector(p + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), shape.embedding_dim, 1.0f, 0.1f);
-    if (experts) {
+    vector(p + (gpt_oss || glm ? "post_attention_norm.weight" : "ffn_norm.weight"), shape.embedding_dim, 1.0f, 0.1f);
+    if (experts && i >= shape.leading_dense_layers) {
       // The router stays F32, as llama.cpp's converter and quantizer keep it.
       matrix(p + "ffn_gate_inp.weight", shape.embedding_dim, shape.expert_count, tensor::DType::F32);
+      // Selection biases of the size of sigmoid probabilities' differences, so that they change choices.
+      if (glm) vector(p + "exp_probs_b.bias", shape.expert_count, 0.0f, 0.2f);
       matrices(p + "ffn_gate_exps.weight", shape.embedding_dim, shape.expert_ffn_dim, shape.expert_count, types.base);
       matrices(p + "ffn_up_exps.weight", shape.embedding_dim, shape.expert_ffn_dim, shape.expert_count, types.base);
       matrices(p + "ffn_down_exps.weight", shape.expert_ffn_dim, shape.embedding_dim, shape.expert_count, boosted);
@@ -285,10 +321,25 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
         vectors(p + "ffn_up_exps.bias", shape.expert_ffn_dim, shape.expert_count, 0.0f, 0.1f);
         vectors(p + "ffn_down_exps.bias", shape.embedding_dim, shape.expert_count, 0.0f, 0.1f);
       }
+      if (shape.shared_expert_count > 0) {
+        const int shared = shape.shared_expert_count * shape.expert_ffn_dim;
+        matrix(p + "ffn_gate_shexp.weight", shape.embedding_dim, shared, types.base);
+        matrix(p + "ffn_up_shexp.weight", shape.embedding_dim, shared, types.base);
+        matrix(p + "ffn_down_shexp.weight", shared, shape.embedding_dim, boosted);
+      }
+    } else if (phi3) {  // gate and up in one matrix, gate first
+      matrix(p + "ffn_up.weight", shape.embedding_dim, 2 * shape.ffn_dim, types.base);
+      matrix(p + "ffn_down.weight", shape.ffn_dim, shape.embedding_dim, boosted);
     } else {
       matrix(p + "ffn_gate.weight", shape.embedding_dim, shape.ffn_dim, types.base);
       matrix(p + "ffn_up.weight", shape.embedding_dim, shape.ffn_dim, types.base);
       matrix(p + "ffn_down.weight", shape.ffn_dim, shape.embedding_dim, boosted);
+    }
+    if (i >= layer_count) {  // a NextN layer's own tensors, beside a layer's
+      matrix(p + "nextn.eh_proj.weight", 2 * shape.embedding_dim, shape.embedding_dim, types.base);
+      vector(p + "nextn.enorm.weight", shape.embedding_dim, 1.0f, 0.1f);
+      vector(p + "nextn.hnorm.weight", shape.embedding_dim, 1.0f, 0.1f);
+      vector(p + "nextn.shared_head_norm.weight", shape.embedding_dim, 1.0f, 0.1f);
     }
   }
   vector("output_norm.weight", shape.embedding_dim, 1.0f, 0.1f);

@@ -14,7 +14,8 @@ namespace strata::model {
 struct SyntheticShape {
   const char* name;
   const char* description;
-  const char* arch;  // general.architecture: "llama", "qwen2", "qwen3", "qwen3moe", "gpt-oss" or "gemma3"
+  const char* arch;  // general.architecture: "llama", "qwen2", "qwen3", "qwen3moe", "gpt-oss", "gemma3",
+                     // "phi3" or "glm4moe"
   int vocab_size;
   int context_length;
   int embedding_dim;
@@ -28,8 +29,15 @@ struct SyntheticShape {
   int expert_count = 0;       // 0: a dense FFN
   int experts_per_token = 0;
   int expert_ffn_dim = 0;
-  int sliding_window = 0;     // gpt-oss: the even layers' window; gemma3: 5 of every 6 layers'
-  float rope_linear_factor = 0.0f;  // > 0: linear RoPE scaling (Gemma 3: its global layers only)
+  // GLM-4.5's kind of Mixture of Experts, and its attention (glm4moe only, but qk_norm):
+  int shared_expert_count = 0;     // experts every token runs, of expert_ffn_dim each
+  int leading_dense_layers = 0;    // the first layers' FFN is dense, of ffn_dim
+  int nextn_layers = 0;            // NextN layers written after the layers (`--layers` counts the others)
+  int rope_dim = 0;                // 0: all of head_dim
+  float expert_weights_scale = 1.0f;
+  bool qk_norm = false;            // Q and K normalized per head (Qwen3 always)
+  int sliding_window = 0;          // gpt-oss: the even layers' window; gemma3: 5 of every 6 layers'
+  float rope_linear_factor = 0.0f; // > 0: linear RoPE scaling (Gemma 3: its global layers only)
 };
 
 std::span<const SyntheticShape> synthetic_shapes();

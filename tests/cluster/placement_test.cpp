@@ -554,6 +554,11 @@ TEST(TensorRole, EachNameHasOneRole) {
   EXPECT_THROW(role_of_tensor("blk.4.attn_q.weight", 4), std::runtime_error);
   EXPECT_THROW(role_of_tensor("blk.x.attn_q.weight", 4), std::runtime_error);
   EXPECT_THROW(role_of_tensor("blk.2", 4), std::runtime_error);
+  // Blocks after the layers that inference skips (GLM's NextN layer) are no stage's.
+  EXPECT_EQ(role_of_tensor("blk.4.nextn.eh_proj.weight", 4, 1).kind, TensorRole::Unused);
+  EXPECT_EQ(role_of_tensor("blk.4.ffn_up_exps.weight", 4, 1).kind, TensorRole::Unused);
+  EXPECT_EQ(role_of_tensor("blk.3.attn_q.weight", 4, 1).kind, TensorRole::Layer);
+  EXPECT_THROW(role_of_tensor("blk.5.attn_q.weight", 4, 1), std::runtime_error);
   // Of a layer's tensors of experts a token reads only the experts it runs; everything else of
   // the layer, the router and a shared expert too, it reads whole.
   for (const char* experts : {"blk.1.ffn_gate_exps.weight", "blk.1.ffn_up_exps.weight", "blk.1.ffn_down_exps.weight",
@@ -664,6 +669,40 @@ TEST_F(MoeFootprint, TensorsOfExpertsMustMatchTheExpertCount) {
   EXPECT_EQ(with_bias.layer_read_bytes[0], plain.layer_read_bytes[0] + 2 * sizeof(float));
 }
 
+// GLM-4.5's layout in small (glm4moe-tiny, Q8_0): a dense first layer read whole; MoE layers
+// whose shared expert, router and selection bias every token reads, and of whose routed
+// experts it reads those it runs; and a NextN layer that no stage holds or reads.
+TEST(Footprint, GlmDenseLayerSharedExpertAndNextNLayer) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("strata_placement_test_" + std::to_string(::getpid()) + "_glm.gguf"))
+          .string();
+  const model::SyntheticShape& s = *model::find_synthetic_shape("glm4moe-tiny");
+  model::write_synthetic_model(s, model::parse_weight_types("Q8_0"), path, 7);
+  auto file = std::shared_ptr<const gguf::File>(gguf::File::open(path));
+  std::filesystem::remove(path);
+  const ModelFootprint f = footprint_of(*file);
+  ASSERT_EQ(f.layer_count, s.layer_count);
+  ASSERT_EQ(s.leading_dense_layers, 1);
+  EXPECT_EQ(f.layer_read_bytes[0], f.layer_weight_bytes[0]);
+  // Q8_0: 32 weights in 34 bytes; an expert's gate, up and down.
+  const uint64_t one_expert = 3 * static_cast<uint64_t>(s.embedding_dim * s.expert_ffn_dim) / 32 * 34;
+  const uint64_t not_run = static_cast<uint64_t>(s.expert_count - s.experts_per_token) * one_expert;
+  for (size_t layer = 1; layer < static_cast<size_t>(s.layer_count); ++layer) {
+    EXPECT_EQ(f.layer_weight_bytes[layer] - f.layer_read_bytes[layer], not_run);
+  }
+  // The model's own count per layer: its matrices, beside the layer's vectors (norms, biases).
+  const uint64_t head_matrix = f.head_bytes - static_cast<uint64_t>(s.embedding_dim) * sizeof(float);
+  for (int layer = 0; layer < s.layer_count; ++layer) {
+    uint64_t vectors = 0;
+    for (const gguf::TensorInfo& t : file->tensors()) {
+      if (t.dims.size() == 1 && t.name.starts_with("blk." + std::to_string(layer) + ".")) vectors += t.size_bytes;
+    }
+    const auto one_layer = model::Model::load(file, {layer, layer + 1});
+    EXPECT_EQ(f.layer_read_bytes[static_cast<size_t>(layer)] + (layer + 1 == s.layer_count ? head_matrix : 0),
+              one_layer->weight_bytes() + vectors)
+        << "layer " << layer;
+  }
+}
 
 // Two published Mixture-of-Experts models, their footprints built from their shapes as their
 // GGUF files store them, then placed on the seed's four nodes and on four times them.

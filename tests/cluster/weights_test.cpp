@@ -15,6 +15,7 @@
 #include "cluster/node.h"
 #include "cluster/weights.h"
 #include "gguf_variant.h"
+#include "model/synthetic.h"
 
 namespace strata::cluster {
 namespace {
@@ -123,6 +124,22 @@ TEST_F(WeightsTest, ARangeNeedsItsLayersAndTheEmbeddingOrHeadWhereItHasThem) {
   EXPECT_FALSE(last.contains("blk.2.ffn_down.weight"));
   EXPECT_FALSE(names({1, 3}).contains("token_embd.weight"));
   EXPECT_EQ(tensors_for(*original_, {0, 4}).size(), original_->tensors().size());
+}
+
+// GLM's NextN layer (blk.4 of glm4moe-tiny, after its 4 layers) is no range's: not even the
+// whole model's.
+TEST(Weights, NoRangeNeedsTheNextNLayer) {
+  const fs::path path = fs::temp_directory_path() / ("strata-weights-" + std::to_string(::getpid()) + "-glm.gguf");
+  model::write_synthetic_model(*model::find_synthetic_shape("glm4moe-tiny"), model::parse_weight_types("F32"),
+                               path.string(), 7);
+  const auto file = gguf::File::open(path.string());
+  fs::remove(path);
+  size_t nextn = 0;
+  for (const gguf::TensorInfo& t : file->tensors()) nextn += t.name.starts_with("blk.4.");
+  ASSERT_GT(nextn, 0u);
+  const std::vector<size_t> all = tensors_for(*file, {0, 4});
+  EXPECT_EQ(all.size(), file->tensors().size() - nextn);
+  for (size_t i : all) EXPECT_FALSE(file->tensors()[i].name.starts_with("blk.4.")) << file->tensors()[i].name;
 }
 
 TEST_F(WeightsTest, APartialFileHasTheWholeHeaderAndHolesAndKeepsWhatWasVerified) {

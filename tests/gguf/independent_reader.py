@@ -4,7 +4,7 @@
 Usage: independent_reader.py FILE...   Exits non-zero naming the first problem.
 It checks what other GGUF readers (llama.cpp's among them) rely on: the header, every metadata
 value, tensor infos whose data lies aligned and inside the file without overlapping, and the
-keys a llama/qwen2 loader needs.
+keys and tensors a loader of its architecture needs.
 """
 import struct
 import sys
@@ -89,16 +89,23 @@ def check(path):
     if names['token_embd.weight'] != [meta[f'{arch}.embedding_length'], len(tokens)]:
         raise ValueError('token_embd.weight does not match the vocabulary')
     experts = meta.get(f'{arch}.expert_count', 0)
-    # A Mixture-of-Experts layer has a router and 3-D tensors of its experts instead of one FFN.
-    ffn = ('ffn_gate_inp', 'ffn_gate_exps', 'ffn_up_exps', 'ffn_down_exps') if experts else ('ffn_gate', 'ffn_up', 'ffn_down')
-    # gpt-oss names its pre-FFN norm post_attention_norm, and has a sink per attention head.
-    attention = ('attn_norm', 'attn_q', 'attn_k', 'attn_v', 'attn_output')
-    attention += ('post_attention_norm', 'attn_sinks') if arch == 'gpt-oss' else ('ffn_norm',)
+    # GLM-4.5 begins with dense layers; its shared expert is ffn_*_shexp, its FFN norm
+    # post_attention_norm. Phi-3 fuses Q, K and V (attn_qkv) and gate and up (ffn_up). gpt-oss
+    # names its pre-FFN norm post_attention_norm too, and has a sink per attention head.
+    dense_layers = meta.get(f'{arch}.leading_dense_block_count', 0)
+    shared = ('ffn_gate_shexp', 'ffn_up_shexp', 'ffn_down_shexp') if meta.get(f'{arch}.expert_shared_count', 0) else ()
+    attention = ('attn_qkv',) if arch == 'phi3' else ('attn_q', 'attn_k', 'attn_v')
+    attention += ('attn_sinks',) if arch == 'gpt-oss' else ()
+    ffn_norm = 'post_attention_norm' if arch in ('glm4moe', 'gpt-oss') else 'ffn_norm'
+    dense = ('ffn_up', 'ffn_down') if arch == 'phi3' else ('ffn_gate', 'ffn_up', 'ffn_down')
     for i in range(meta[f'{arch}.block_count']):
-        for part in attention + ffn:
+        moe = experts and i >= dense_layers
+        # A Mixture-of-Experts layer has a router and 3-D tensors of its experts instead of one FFN.
+        ffn = ('ffn_gate_inp', 'ffn_gate_exps', 'ffn_up_exps', 'ffn_down_exps') + shared if moe else dense
+        for part in ('attn_norm',) + attention + ('attn_output', ffn_norm) + ffn:
             if f'blk.{i}.{part}.weight' not in names:
                 raise ValueError(f'missing blk.{i}.{part}.weight')
-        for part in ('ffn_gate_exps', 'ffn_up_exps', 'ffn_down_exps') if experts else ():
+        for part in ('ffn_gate_exps', 'ffn_up_exps', 'ffn_down_exps') if moe else ():
             if len(names[f'blk.{i}.{part}.weight']) != 3 or names[f'blk.{i}.{part}.weight'][2] != experts:
                 raise ValueError(f'blk.{i}.{part}.weight does not hold {experts} experts')
     return f'{path}: GGUF v{version}, {len(meta)} keys, {len(infos)} tensors, {len(tokens)} tokens'

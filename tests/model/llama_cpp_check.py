@@ -34,6 +34,13 @@ CASES = [
      ["Q8_0", "Q4_0"]),
     ("gemma3 (Gemma 3 4B's dimensions, 5 local layers and the first global one)", "gemma-3-4b", 6, "F16", 8,
      ["Q4_K_M"]),
+    ("phi3 (small)", "phi3-tiny", 0, "F32", 32, ["Q8_0"]),
+    ("phi3 (Phi-3-mini-4k's dimensions)", "phi-3-mini", 2, "F32", 32, ["Q4_K_M", "Q8_0"]),
+    ("phi3 (Phi-4's dimensions)", "phi-4", 1, "F16", 8, []),
+    # No quantized file: the prompt's last position is within 0.002 of another choice of experts
+    # in its first MoE layer (docs/TESTING.md), which quantization error decides.
+    ("glm4moe (small)", "glm4moe-tiny", 0, "F32", 32, []),
+    ("glm4moe (GLM-4.5-Air's dimensions: the dense layer and an MoE layer)", "glm-4.5-air", 2, "F16", 8, ["Q4_K_M"]),
 ]
 PROMPT = [1, 2, 300, 400, 17, 99, 123, 500, 42, 7, 260, 1000, 77, 31, 5, 600]
 FAILURES = []

@@ -41,7 +41,8 @@ constexpr SyntheticShape kMixtralTiny{"mixtral-tiny", "tests: a llama with 3 of 
 // the quantized weights' error is compared without routing. (With 4 of 32, 8-bit activations
 // move enough router scores across a choice to change most positions' experts somewhere.)
 constexpr SyntheticShape kGptOssEveryExpert{"gpt-oss-every-expert", "tests: gpt-oss-tiny with 4 of 4 experts",
-                                            "gpt-oss", 2048, 512, 128, 4, 4, 2, 64, 150000.0f, false, 32, 4, 4, 64, 12};
+                                            "gpt-oss", 2048, 512,      128,   4,  4, 2, 64, 150000.0f, false, 32, 4, 4, 64,
+                                            0,         0,    0,        0,     1.0f, false, 12};
 
 // Writes (once per test binary) a small synthetic model of `shape` in `type`.
 std::string synthetic_model(const std::string& shape, const std::string& type) {
@@ -157,8 +158,9 @@ double routing_margin(const reference::ExpertChoice& choice) {
 
 // Expects the engine's logits for `tokens` within `tolerance` (relative to the largest) of the
 // reference's, and returns the reference's choices of experts. With experts, a position whose
-// routing in some layer is within `tolerance` of changing may take another expert in the
-// engine, whose hidden states are off by about as much (router scores are of unit scale here),
+// routing in some layer is within `tolerance` of changing (in router scores, which are of unit
+// scale here, or what the ranked scores move by for that) may take another expert in the
+// engine, whose hidden states are off by about as much,
 // and its logits are then another function's: those positions are left out (their keys and
 // values move later ones a little, within the tolerance), but never most of them.
 reference::ExpertChoices expect_agreement(const std::shared_ptr<const gguf::File>& file, const std::vector<Token>& tokens,
@@ -167,7 +169,9 @@ reference::ExpertChoices expect_agreement(const std::shared_ptr<const gguf::File
   const auto reference = reference::forward_all(*file, tokens, &choices);
   std::vector<bool> left_out(tokens.size(), false);
   for (const auto& layer : choices) {
-    for (size_t t = 0; t < tokens.size(); ++t) left_out[t] = left_out[t] || routing_margin(layer[t]) < tolerance;
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      left_out[t] = left_out[t] || routing_margin(layer[t]) < tolerance * layer[t].slope;
+    }
   }
   const auto left_out_count = std::count(left_out.begin(), left_out.end(), true);
   EXPECT_LE(left_out_count, static_cast<std::ptrdiff_t>(tokens.size() / 2)) << label;
@@ -212,7 +216,10 @@ INSTANTIATE_TEST_SUITE_P(
                       TypeCase{"qwen3moe-tiny", "Q4_0", 0.06}, TypeCase{"mixtral-tiny", "F32", 1e-4},
                       TypeCase{"mixtral-tiny", "Q4_0", 0.06}, TypeCase{"gpt-oss-tiny", "F32", 1e-4},
                       TypeCase{"gpt-oss-every-expert", "Q8_0", 0.06}, TypeCase{"gemma3-tiny", "F32", 1e-4},
-                      TypeCase{"gemma3-tiny", "Q8_0", 0.06}),
+                      TypeCase{"gemma3-tiny", "Q8_0", 0.06}, TypeCase{"phi3-tiny", "F32", 1e-4},
+                      TypeCase{"phi3-tiny", "F16", 1e-4}, TypeCase{"phi3-tiny", "Q8_0", 0.06},
+                      TypeCase{"glm4moe-tiny", "F32", 1e-4}, TypeCase{"glm4moe-tiny", "Q8_0", 0.06},
+                      TypeCase{"glm4moe-tiny", "Q4_0", 0.06}),
     [](const auto& info) { return case_name(info.param.shape, info.param.type); });
 
 // A copy of `source` with extra metadata and tensors, or tensors rewritten, for variants the
@@ -254,6 +261,44 @@ TEST(ModelVsReference, ExpertsOfEqualScoresGoToTheLowerIndex) {
   }
   EXPECT_GT(decided_by_the_tie, 0);
   std::printf("%d of %zu routings decided by the tie\n", decided_by_the_tie, choices.size() * tokens.size());
+}
+
+// Each of GLM-4.5's routing ingredients changes glm4moe-tiny's logits, and the engine follows the
+// reference without it: the selection bias (zeroed), the weights' scale (1 for 2.5) and their
+// normalization (off).
+TEST(ModelVsReference, GlmRoutingIngredientsEachChangeTheLogits) {
+  const std::string base = synthetic_model("glm4moe-tiny", "F32");
+  const auto tokens = sample_tokens(40, Config::from_gguf(*gguf::File::open(base)).vocab_size);
+  const auto logits = engine_logits(*Model::load(open_model(base)), tokens, 2);
+  const std::vector<std::string> variants = {
+      variant_of(base, "no_selection_bias", {}, {},
+                 [](const gguf::TensorInfo& t, std::vector<uint8_t>& bytes) {
+                   if (t.name.ends_with("exp_probs_b.bias")) std::fill(bytes.begin(), bytes.end(), 0);
+                 }),
+      variant_of(base, "unscaled", {{"glm4moe.expert_weights_scale", gguf::Value::f32(1.0f)}}, {}),
+      variant_of(base, "unnormalized", {{"glm4moe.expert_weights_norm", gguf::Value::boolean(false)}}, {})};
+  for (const std::string& path : variants) {
+    auto file = open_model(path);
+    EXPECT_NE(engine_logits(*Model::load(file), tokens, 2), logits) << path;
+    expect_agreement(file, tokens, 1e-4, path);
+  }
+}
+
+// GLM's NextN layer (blk.4 of glm4moe-tiny) is not part of the forward pass: with its tensors
+// all NaN the logits keep their bits.
+TEST(ModelLoad, GlmNextNLayerIsNeverRead) {
+  const std::string base = synthetic_model("glm4moe-tiny", "F32");
+  auto file = open_model(base);
+  const Config config = Config::from_gguf(*file);
+  ASSERT_EQ(config.layer_count, 4);
+  ASSERT_EQ(config.skipped_layer_count, 1);
+  const std::string poisoned =
+      variant_of(base, "nan_nextn", {}, {}, [](const gguf::TensorInfo& t, std::vector<uint8_t>& bytes) {
+        if (t.name.starts_with("blk.4.")) std::fill(bytes.begin(), bytes.end(), 0xFF);
+      });
+  const auto tokens = sample_tokens(20, config.vocab_size);
+  EXPECT_TRUE(same_bits(engine_logits(*Model::load(open_model(poisoned)), tokens, 2),
+                        engine_logits(*Model::load(file), tokens, 2)));
 }
 
 TEST(ModelVsReference, RopeScalingAgreesWithDoublePrecision) {
@@ -434,7 +479,9 @@ INSTANTIATE_TEST_SUITE_P(Models, BitExact,
                                            ModelCase{"demo", "F16"}, ModelCase{"qwen3-tiny", "Q8_0"},
                                            ModelCase{"qwen3moe-tiny", "F32"}, ModelCase{"qwen3moe-tiny", "Q4_0"},
                                            ModelCase{"gpt-oss-tiny", "F32"}, ModelCase{"gpt-oss-tiny", "Q8_0"},
-                                           ModelCase{"gemma3-tiny", "F32"}, ModelCase{"gemma3-tiny", "Q4_0"}),
+                                           ModelCase{"gemma3-tiny", "F32"}, ModelCase{"gemma3-tiny", "Q4_0"},
+                                           ModelCase{"phi3-tiny", "Q8_0"}, ModelCase{"phi3-tiny", "F16"},
+                                           ModelCase{"glm4moe-tiny", "F32"}, ModelCase{"glm4moe-tiny", "Q4_0"}),
                          [](const auto& info) { return case_name(info.param.shape, info.param.type); });
 
 // With the interleaved weight types every kernel path computes the same bits, and the
@@ -445,11 +492,13 @@ TEST(BitExactAcrossIsas, EveryTypeGivesTheSameLogitsOnEveryIsa) {
   for (const char* type : {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_M", "Q5_K_M", "F32", "F16", "BF16"}) {
     cases.push_back({"demo", type});
   }
-  // QK-norm, and experts run over the rows that chose them, on every path too; gpt-oss's
-  // sinks, window and clamped SwiGLU, and Gemma 3's GeGLU and post-norms as well.
+  // QK-norm, experts run over the rows that chose them, fused matrices used in parts, sigmoid
+  // routing with a shared expert, gpt-oss's sinks, window and clamped SwiGLU, and Gemma 3's
+  // GeGLU and post-norms, on every path too.
   cases.insert(cases.end(), {{"qwen3-tiny", "Q8_0"}, {"qwen3moe-tiny", "F32"}, {"qwen3moe-tiny", "Q4_0"},
-                             {"qwen3moe-tiny", "Q8_0"}, {"gpt-oss-tiny", "F32"}, {"gpt-oss-tiny", "Q8_0"},
-                             {"gemma3-tiny", "F32"}, {"gemma3-tiny", "Q8_0"}});
+                             {"qwen3moe-tiny", "Q8_0"}, {"phi3-tiny", "Q8_0"}, {"phi3-tiny", "Q4_0"},
+                             {"glm4moe-tiny", "F32"}, {"glm4moe-tiny", "Q4_0"}, {"gpt-oss-tiny", "F32"},
+                             {"gpt-oss-tiny", "Q8_0"}, {"gemma3-tiny", "F32"}, {"gemma3-tiny", "Q8_0"}});
   for (const ModelCase& c : cases) {
     SCOPED_TRACE(case_name(c.shape, c.type));
     auto model = Model::load(open_case(c));
@@ -548,6 +597,55 @@ TEST(KvStateMove, RowsMoveBitForBitAndConvertBetweenPoolTypes) {
   }
 }
 
+// A file whose q, k and v (and their biases) are one attn_qkv, as llama.cpp also loads them, runs
+// its parts as the separate tensors would, bit for bit: qwen2-tiny (biased) in Q8_0.
+TEST(ModelLoad, FusedQkvAndBiasGiveTheSeparateTensorsLogits) {
+  const std::string base = synthetic_model("qwen2-tiny", "Q8_0");
+  auto source = open_model(base);
+  gguf::Writer w;
+  for (const auto& kv : source->metadata()) w.set(kv.key, kv.value);
+  for (const auto& t : source->tensors()) {
+    const auto at = t.name.find(".attn_q.");
+    if (t.name.find(".attn_k.") != std::string::npos || t.name.find(".attn_v.") != std::string::npos) continue;
+    std::vector<uint8_t> bytes(source->tensor_data(t), source->tensor_data(t) + t.size_bytes);
+    if (at == std::string::npos) {
+      w.add_tensor(t.name, t.dims, t.type, std::move(bytes));
+      continue;
+    }
+    std::vector<uint64_t> dims = t.dims;
+    for (const char* part : {".attn_k.", ".attn_v."}) {
+      const gguf::TensorInfo& kv = *source->find_tensor(t.name.substr(0, at) + part + t.name.substr(at + 8));
+      bytes.insert(bytes.end(), source->tensor_data(kv), source->tensor_data(kv) + kv.size_bytes);
+      dims.back() += kv.dims.back();
+    }
+    w.add_tensor(t.name.substr(0, at) + ".attn_qkv." + t.name.substr(at + 8), dims, t.type, std::move(bytes));
+  }
+  const std::string fused =
+      (fs::temp_directory_path() / ("strata_model_test_" + std::to_string(::getpid()) + "_fused_qkv.gguf")).string();
+  w.write(fused);
+  auto file = open_model(fused);
+  ASSERT_NE(file->find_tensor("blk.0.attn_qkv.bias"), nullptr);
+  ASSERT_EQ(file->find_tensor("blk.0.attn_k.weight"), nullptr);
+  const auto tokens = sample_tokens(20, Config::from_gguf(*file).vocab_size);
+  EXPECT_TRUE(same_bits(engine_logits(*Model::load(file), tokens, 2), engine_logits(*Model::load(source), tokens, 2)));
+}
+
+// Phi-3's long-context variants scale RoPE by factors chosen by the context length (LongRoPE),
+// which Strata does not do: such a file is refused by name, not run with the wrong angles.
+TEST(ModelErrors, RefusesLongRope) {
+  const std::string base = synthetic_model("phi3-tiny", "F32");
+  const int pairs = Config::from_gguf(*gguf::File::open(base)).rope_dim / 2;
+  const std::string longrope = variant_of(base, "longrope", {},
+                                          {{"rope_factors_long.weight", std::vector<float>(pairs, 4.0f)},
+                                           {"rope_factors_short.weight", std::vector<float>(pairs, 1.0f)}});
+  try {
+    Model::load(open_model(longrope));
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("LongRoPE"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ModelErrors, RejectsBadRangesTokensAndOverflow) {
   auto f = open_model(kDreams);
   EXPECT_THROW(Model::load(f, {2, 2}), std::runtime_error);
@@ -573,6 +671,9 @@ TEST(ModelErrors, NamesUnknownArchitectureAndMissingTensor) {
     FAIL();
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("unsupported model architecture 'mamba'"), std::string::npos) << e.what();
+    for (const char* arch : {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "glm4moe"}) {
+      EXPECT_NE(std::string(e.what()).find(arch), std::string::npos) << e.what();
+    }
   }
   gguf::Writer llama;
   llama.set("general.architecture", gguf::Value::string("llama"));

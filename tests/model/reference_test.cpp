@@ -220,6 +220,31 @@ TEST(Reference, Qwen3NormalizesEachHeadOfQueriesAndKeysBeforeRope) {
               1e-12);
 }
 
+// Phi-3 keeps Q, K and V as one matrix and the FFN's gate and up as another (gate first): the
+// hand-checkable model so fused computes the function of its parts, with NeoX's angles.
+TEST(Reference, Phi3SplitsItsFusedProjections) {
+  TinyModel m = hand_checkable_model("phi3");
+  const auto take = [&](const std::string& name) {
+    std::vector<float> values = m.tensors.at(name).values;
+    m.tensors.erase(name);
+    return values;
+  };
+  std::vector<float> qkv = take("blk.0.attn_q.weight");
+  for (const char* part : {"blk.0.attn_k.weight", "blk.0.attn_v.weight"}) {
+    const std::vector<float> rows = take(part);
+    qkv.insert(qkv.end(), rows.begin(), rows.end());
+  }
+  m.matrix("blk.0.attn_qkv.weight", 12, 4, qkv);
+  std::vector<float> gate_up = take("blk.0.ffn_gate.weight");
+  const std::vector<float> up = take("blk.0.ffn_up.weight");
+  gate_up.insert(gate_up.end(), up.begin(), up.end());
+  m.matrix("blk.0.ffn_up.weight", 2, 4, gate_up);
+  TempFile file("hand_phi3.gguf");
+  m.write(file.path);
+  const std::vector<int32_t> tokens{0, 1};
+  expect_near(forward_all(*gguf::File::open(file.path), tokens), hand_logits(1.0, 0.0), 1e-12);
+}
+
 // 1 layer, dim 4, 1 head of 4, vocabulary 4 (token t embedded as unit vector t, read out by an
 // identity head), and a Mixture-of-Experts FFN of 4 experts of width 1, 2 per token: Mixtral's
 // (`llama` with expert_count) or Qwen3-MoE's. Attention adds nothing (its output projection is
@@ -314,6 +339,67 @@ TEST(Reference, ExpertsAreTheRoutersTopChoicesWeightedByTheirRenormalizedProbabi
     expect_choices(choices, tokens, {{0, 2}, {3, 1}});
     expect_near(logits, {experts_hand_logits(0, 0, 2), experts_hand_logits(2, 3, 1)}, 1e-12);
   }
+}
+
+// experts_model as GLM-4.5 routes: each expert's sigmoid of its score, ranked for the choice
+// with kGlmBias added, the chosen weights normalized and scaled by 2; beside them a shared
+// expert of width 1 (gate row ones, up row fives) that writes to dimension 0. The FFN's norm is
+// post_attention_norm.
+constexpr float kGlmBias[4] = {0, 0, -0.5f, 0};
+
+TinyModel glm_experts_model() {
+  TinyModel m = experts_model("glm4moe");
+  m.metadata["glm4moe.feed_forward_length"] = gguf::Value::u32(3);
+  m.metadata["glm4moe.expert_feed_forward_length"] = gguf::Value::u32(1);
+  m.metadata["glm4moe.expert_shared_count"] = gguf::Value::u32(1);
+  m.metadata["glm4moe.expert_gating_func"] = gguf::Value::u32(2);
+  m.metadata["glm4moe.expert_weights_norm"] = gguf::Value::boolean(true);
+  m.metadata["glm4moe.expert_weights_scale"] = gguf::Value::f32(2.0f);
+  m.tensors["blk.0.post_attention_norm.weight"] = m.tensors.at("blk.0.ffn_norm.weight");
+  m.tensors.erase("blk.0.ffn_norm.weight");
+  m.vector("blk.0.exp_probs_b.bias", {kGlmBias[0], kGlmBias[1], kGlmBias[2], kGlmBias[3]});
+  m.matrix("blk.0.ffn_gate_shexp.weight", 1, 4, {1, 1, 1, 1});
+  m.matrix("blk.0.ffn_up_shexp.weight", 1, 4, {5, 5, 5, 5});
+  m.matrix("blk.0.ffn_down_shexp.weight", 4, 1, {1, 0, 0, 0});
+  return m;
+}
+
+// The logits of glm_experts_model after token t, which chose experts `first` and `second`:
+// their weights are 2 p_e / (p_first + p_second), p_e = sigmoid(a kRouter[e][t]), unbiased.
+std::vector<double> glm_hand_logits(int t, int first, int second) {
+  const double eps = static_cast<double>(1e-6f);
+  const double a = 1.0 / std::sqrt(0.25 + eps);
+  const auto p = [&](int e) { return 1.0 / (1.0 + std::exp(-a * kRouter[e][t])); };
+  const double silu_a = a / (1.0 + std::exp(-a));
+  std::vector<double> x(4, 0.0);
+  x[static_cast<size_t>(t)] = 1.0;
+  for (const int e : {first, second}) {
+    x[static_cast<size_t>(e)] += 2.0 * p(e) / (p(first) + p(second)) * silu_a * (e + 1) * a;
+  }
+  x[0] += silu_a * 5.0 * a;
+  const double rms = std::sqrt((x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3]) / 4.0 + eps);
+  for (double& v : x) v /= rms;
+  return x;
+}
+
+TEST(Reference, GlmRoutesBySigmoidPlusBiasAndWeighsByTheUnbiasedProbabilities) {
+  TempFile file("hand_glm_experts.gguf");
+  glm_experts_model().write(file.path);
+  ExpertChoices choices;
+  // Token 0's sigmoids rank 0, 2, 1, 3; the bias of -0.5 puts expert 2 behind 1. Token 2 ranks
+  // 3, then 1. Token 1 takes 0, then 1 and 3 tie: 1, the lower index.
+  const std::vector<int32_t> tokens{0, 2, 1};
+  const auto logits = forward_all(*gguf::File::open(file.path), tokens, &choices);
+  ASSERT_EQ(choices.size(), 1u);
+  const std::vector<std::vector<int>> expected{{0, 1}, {3, 1}, {0, 1}};
+  const double a = 1.0 / std::sqrt(0.25 + static_cast<double>(1e-6f));
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    EXPECT_EQ(choices[0][t].experts, expected[t]) << "position " << t;
+    for (size_t e = 0; e < 4; ++e) {  // the scores ranked: the biased probabilities
+      EXPECT_NEAR(choices[0][t].scores[e], 1.0 / (1.0 + std::exp(-a * kRouter[e][tokens[t]])) + kGlmBias[e], 1e-12);
+    }
+  }
+  expect_near(logits, {glm_hand_logits(0, 0, 1), glm_hand_logits(2, 3, 1), glm_hand_logits(1, 0, 1)}, 1e-12);
 }
 
 TEST(Reference, ExpertTiesGoToTheLowerIndex) {
@@ -472,6 +558,9 @@ TEST(Reference, RefusesWhatItCannotRun) {
   TinyModel yarn = random_model(2);
   yarn.metadata["llama.rope.scaling.type"] = gguf::Value::string("yarn");
   EXPECT_THROW(run(yarn, kTinyTokens), gguf::Error);
+  TinyModel longrope = random_model(2);
+  longrope.vector("rope_factors_long.weight", {1.0f});
+  EXPECT_THROW(run(longrope, kTinyTokens), gguf::Error);
   TinyModel missing = random_model(2);
   missing.tensors.erase("blk.1.ffn_up.weight");
   EXPECT_THROW(run(missing, kTinyTokens), gguf::Error);

@@ -17,10 +17,12 @@ using Vector = std::vector<double>;
 using Matrix = std::vector<Vector>;  // one row per position
 
 struct Hyperparameters {
-  bool neox_rope = false;  // qwen2 and qwen3 rotate (x[i], x[i + n/2]); llama (x[2i], x[2i+1])
-  bool qk_norm = false;    // qwen3: each head of Q and K is RMS-normalized before RoPE
+  bool neox_rope = false;  // qwen2, qwen3, phi3 and glm4moe rotate (x[i], x[i + n/2]); llama (x[2i], x[2i+1])
+  bool qk_norm = false;    // qwen3 (and GLM-4.5): each head of Q and K is RMS-normalized before RoPE
+  bool fused_gate_up = false;  // phi3: ffn_up holds the gate's rows, then the up's
+  std::string ffn_norm = "ffn_norm";  // the norm before the FFN; glm4moe's is post_attention_norm
   size_t embedding = 0;
-  size_t layers = 0;
+  size_t layers = 0;  // those the forward pass runs: glm4moe's NextN layers after them are not
   size_t feed_forward = 0;
   size_t heads = 0;
   size_t kv_heads = 0;
@@ -48,6 +50,15 @@ struct Hyperparameters {
   // is the head size (the 27B's, of 62 layers, width / heads); attention and FFN outputs
   // RMS-normalized before the residual; GeGLU (tanh GELU) FFNs.
   bool gemma = false;
+  // glm4moe's routing: each expert's sigmoid of its score, plus a per-expert bias for the choice
+  // only; the chosen weights divided by their sum (when normalized) and scaled; a shared
+  // expert every token runs; and leading layers with a dense FFN instead.
+  bool sigmoid_gating = false;
+  bool selection_bias = false;
+  bool normalize_weights = true;
+  double weights_scale = 1.0;
+  size_t shared_feed_forward = 0;
+  size_t leading_dense = 0;
 };
 
 size_t required_uint(const gguf::File& model, const std::string& key) {
@@ -59,21 +70,37 @@ size_t required_uint(const gguf::File& model, const std::string& key) {
 Hyperparameters read_hyperparameters(const gguf::File& model) {
   const std::optional<std::string> arch = model.get_string("general.architecture");
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe" && arch != "gpt-oss" &&
-      arch != "gemma3") {
+      arch != "gemma3" && arch != "phi3" && arch != "glm4moe") {
     throw gguf::Error("reference: unsupported architecture " + arch.value_or("(none)"));
   }
   const std::string prefix = *arch + ".";
+  const bool glm = *arch == "glm4moe";
   Hyperparameters hp;
   hp.neox_rope = *arch != "llama";
   hp.gemma = *arch == "gemma3";
-  hp.qk_norm = *arch == "qwen3" || *arch == "qwen3moe" || hp.gemma;
+  hp.qk_norm = *arch == "qwen3" || *arch == "qwen3moe" || hp.gemma ||
+               (glm && model.find_tensor("blk.0.attn_q_norm.weight"));
   hp.gpt_oss = *arch == "gpt-oss";
   if (hp.gpt_oss || hp.gemma) hp.sliding_window = required_uint(model, prefix + "attention.sliding_window");
+  hp.fused_gate_up = *arch == "phi3";
+  if (glm || hp.gpt_oss) hp.ffn_norm = "post_attention_norm";
   hp.embedding = required_uint(model, prefix + "embedding_length");
-  hp.layers = required_uint(model, prefix + "block_count");
+  hp.layers = required_uint(model, prefix + "block_count") -
+              model.get_uint(prefix + "nextn_predict_layers").value_or(0);
   hp.feed_forward = required_uint(model, prefix + "feed_forward_length");
-  // Mixtral is a llama whose metadata counts experts; Qwen3-MoE always has them.
-  if (model.get_uint(prefix + "expert_count") || *arch == "qwen3moe" || hp.gpt_oss) {
+  if (glm) {
+    if (model.get_uint(prefix + "expert_gating_func").value_or(2) != 2) {
+      throw gguf::Error("reference: glm4moe with other gating than sigmoid");
+    }
+    hp.sigmoid_gating = true;
+    hp.selection_bias = true;
+    hp.normalize_weights = model.get_bool(prefix + "expert_weights_norm").value_or(false);
+    hp.weights_scale = model.get_float(prefix + "expert_weights_scale").value_or(1.0);
+    hp.leading_dense = model.get_uint(prefix + "leading_dense_block_count").value_or(0);
+  }
+  // Mixtral is a llama whose metadata counts experts; Qwen3-MoE, gpt-oss and GLM-4.5 always
+  // have them.
+  if (model.get_uint(prefix + "expert_count") || *arch == "qwen3moe" || hp.gpt_oss || glm) {
     hp.expert_count = required_uint(model, prefix + "expert_count");
     hp.experts_per_token = required_uint(model, prefix + "expert_used_count");
     // Mixtral's experts are feed_forward_length wide; Qwen3-MoE names their width.
@@ -82,6 +109,10 @@ Hyperparameters read_hyperparameters(const gguf::File& model) {
     if (hp.experts_per_token > hp.expert_count || hp.expert_feed_forward == 0) {
       throw gguf::Error("reference: inconsistent expert counts");
     }
+    hp.shared_feed_forward = model.get_uint(prefix + "expert_shared_count").value_or(0) * hp.expert_feed_forward;
+  }
+  if (model.find_tensor("rope_factors_long.weight") || model.find_tensor("rope_factors_short.weight")) {
+    throw gguf::Error("reference: unsupported LongRoPE factors");
   }
   hp.heads = required_uint(model, prefix + "attention.head_count");
   hp.kv_heads = model.get_uint(prefix + "attention.head_count_kv").value_or(hp.heads);
@@ -267,15 +298,13 @@ struct FfnBiases {
   std::optional<Vector> gate, up, down;
 };
 
-// The gated feed-forward network down(act(gate x, up x)) of every position: SwiGLU,
-// silu(g) * u, gpt-oss's clamped form or Gemma's GeGLU (Hyperparameters), biases added
-// where given.
+// How a gated FFN combines its gate g and up u: SwiGLU, silu(g) * u; gpt-oss's clamped form
+// (Hyperparameters); Gemma's GeGLU, tanh-GELU(g) * u.
 enum class Gating { Silu, ClampedSilu, Gelu };
 
-Matrix gated_ffn(const Weight& gate, const Weight& up, const Weight& down, const Matrix& inputs, Gating gating,
-                 const FfnBiases& biases = {}) {
-  const Matrix gates = project(gate, inputs, biases.gate);
-  Matrix hidden = project(up, inputs, biases.up);
+// down(act(gate, up)) (+ its bias) of every position, from its gate's and up's projections.
+Matrix gated_down(const Matrix& gates, Matrix hidden, const Weight& down, Gating gating,
+                  const std::optional<Vector>& down_bias = std::nullopt) {
   for (size_t t = 0; t < hidden.size(); ++t) {
     for (size_t i = 0; i < hidden[t].size(); ++i) {
       const double g = gates[t][i];
@@ -292,7 +321,24 @@ Matrix gated_ffn(const Weight& gate, const Weight& up, const Weight& down, const
       }
     }
   }
-  return project(down, hidden, biases.down);
+  return project(down, hidden, down_bias);
+}
+
+// The gated feed-forward network down(act(gate x, up x)) of every position, biases added
+// where given.
+Matrix gated_ffn(const Weight& gate, const Weight& up, const Weight& down, const Matrix& inputs, Gating gating,
+                 const FfnBiases& biases = {}) {
+  return gated_down(project(gate, inputs, biases.gate), project(up, inputs, biases.up), down, gating, biases.down);
+}
+
+// Columns [first, first + count) of every row.
+Matrix columns(const Matrix& rows, size_t first, size_t count) {
+  Matrix out;
+  for (const Vector& row : rows) {
+    out.emplace_back(row.begin() + static_cast<std::ptrdiff_t>(first),
+                     row.begin() + static_cast<std::ptrdiff_t>(first + count));
+  }
+  return out;
 }
 
 // The `count` indices of the largest probabilities, largest first; of equal ones the lower index.
@@ -311,11 +357,15 @@ std::vector<int> top_experts(const Vector& probabilities, size_t count) {
   return chosen;
 }
 
-// A Mixture-of-Experts FFN: each position's router scores go through a softmax; the position
-// takes the experts of its top experts_per_token probabilities, and sums their SwiGLU outputs
-// weighted by those probabilities divided by their sum, in its order of choices. Every expert
-// is computed for every position (plainly; the engine runs each only on the rows that chose
-// it). Records each position's choices in `choices`.
+// A Mixture-of-Experts FFN: each position's router scores go through a softmax (or, for
+// glm4moe, each through a sigmoid); the position takes the experts of its top
+// experts_per_token probabilities (glm4moe: each plus its expert's exp_probs_b), and sums
+// their SwiGLU outputs weighted by those probabilities divided by their sum (glm4moe: when
+// expert_weights_norm, then times expert_weights_scale), in its order of choices, plus the
+// shared expert's output. Every expert is computed for every position (plainly; the engine
+// runs each only on the rows that chose it). Records each position's choices in `choices`,
+// with the values its choice ranks as scores: the router's scores, or glm4moe's biased
+// probabilities.
 Matrix mixture_of_experts(const gguf::File& model, const std::string& block, const Hyperparameters& hp,
                           const Matrix& inputs, std::vector<ExpertChoice>& choices) {
   const Matrix scores = project(require(model, block + "ffn_gate_inp.weight", {hp.embedding, hp.expert_count}),
@@ -341,31 +391,51 @@ Matrix mixture_of_experts(const gguf::File& model, const std::string& block, con
         gated_ffn(gates[e], ups[e], downs[e], inputs, hp.gpt_oss ? Gating::ClampedSilu : Gating::Silu, biases));
   }
 
+  const std::optional<Vector> bias =
+      hp.selection_bias ? optional_vector(model, block + "exp_probs_b.bias", hp.expert_count) : std::nullopt;
+  if (hp.selection_bias && !bias) throw gguf::Error("reference: missing tensor " + block + "exp_probs_b.bias");
   Matrix outputs(inputs.size(), Vector(hp.embedding, 0.0));
+  if (hp.shared_feed_forward > 0) {
+    const auto shared = [&](const char* name, uint64_t cols, uint64_t rows) {
+      return require(model, block + name, {cols, rows});
+    };
+    outputs = gated_ffn(shared("ffn_gate_shexp.weight", hp.embedding, hp.shared_feed_forward),
+                        shared("ffn_up_shexp.weight", hp.embedding, hp.shared_feed_forward),
+                        shared("ffn_down_shexp.weight", hp.shared_feed_forward, hp.embedding), inputs, Gating::Silu);
+  }
   choices.clear();
   for (size_t t = 0; t < inputs.size(); ++t) {
-    const double max_score = *std::max_element(scores[t].begin(), scores[t].end());
     Vector probabilities(hp.expert_count);
-    double total = 0.0;
-    for (size_t e = 0; e < hp.expert_count; ++e) {
-      probabilities[e] = std::exp(scores[t][e] - max_score);
-      total += probabilities[e];
+    if (hp.sigmoid_gating) {
+      for (size_t e = 0; e < hp.expert_count; ++e) probabilities[e] = 1.0 / (1.0 + std::exp(-scores[t][e]));
+    } else {
+      const double max_score = *std::max_element(scores[t].begin(), scores[t].end());
+      double total = 0.0;
+      for (size_t e = 0; e < hp.expert_count; ++e) {
+        probabilities[e] = std::exp(scores[t][e] - max_score);
+        total += probabilities[e];
+      }
+      for (double& p : probabilities) p /= total;
     }
-    for (double& p : probabilities) p /= total;
     // gpt-oss chooses by score and softmaxes only the chosen scores; the others by probability
-    // and divide by the chosen ones' sum. (The same weights in exact arithmetic.)
-    const std::vector<int> chosen = top_experts(hp.gpt_oss ? scores[t] : probabilities, hp.experts_per_token);
+    // (glm4moe's plus its expert's bias) and divide by the chosen ones' sum. (The same weights
+    // in exact arithmetic.)
+    Vector ranked = hp.gpt_oss ? scores[t] : probabilities;
+    for (size_t e = 0; bias && e < hp.expert_count; ++e) ranked[e] += (*bias)[e];
+    const std::vector<int> chosen = top_experts(ranked, hp.experts_per_token);
     double chosen_total = 0.0;
     for (int e : chosen) chosen_total += probabilities[static_cast<size_t>(e)];
     double chosen_max = -INFINITY, chosen_exp_total = 0.0;
     for (int e : chosen) chosen_max = std::max(chosen_max, scores[t][static_cast<size_t>(e)]);
     for (int e : chosen) chosen_exp_total += std::exp(scores[t][static_cast<size_t>(e)] - chosen_max);
     for (int e : chosen) {
-      const double weight = hp.gpt_oss ? std::exp(scores[t][static_cast<size_t>(e)] - chosen_max) / chosen_exp_total
-                                       : probabilities[static_cast<size_t>(e)] / chosen_total;
+      const double weight =
+          hp.gpt_oss ? std::exp(scores[t][static_cast<size_t>(e)] - chosen_max) / chosen_exp_total
+                     : probabilities[static_cast<size_t>(e)] / (hp.normalize_weights ? chosen_total : 1.0) *
+                           hp.weights_scale;
       for (size_t i = 0; i < hp.embedding; ++i) outputs[t][i] += weight * expert_outputs[static_cast<size_t>(e)][t][i];
     }
-    choices.push_back({chosen, scores[t]});
+    choices.push_back({chosen, bias ? ranked : scores[t], hp.sigmoid_gating ? 0.25 : 1.0});
   }
   return outputs;
 }
@@ -497,12 +567,21 @@ std::vector<std::vector<double>> forward_all(const gguf::File& model, std::span<
     };
 
     const Matrix attention_input = rms_norm(x, norm("attn_norm.weight", hp.embedding), hp.rms_epsilon);
-    Matrix queries = project(require(model, block + "attn_q.weight", {hp.embedding, q_size}),
-                             attention_input, bias("attn_q.bias", q_size));
-    Matrix keys = project(require(model, block + "attn_k.weight", {hp.embedding, kv_size}),
-                          attention_input, bias("attn_k.bias", kv_size));
-    const Matrix values = project(require(model, block + "attn_v.weight", {hp.embedding, kv_size}),
-                                  attention_input, bias("attn_v.bias", kv_size));
+    Matrix queries, keys, values;
+    if (model.find_tensor(block + "attn_qkv.weight")) {  // phi3: one projection, then its parts
+      const Matrix qkv = project(require(model, block + "attn_qkv.weight", {hp.embedding, q_size + 2 * kv_size}),
+                                 attention_input, bias("attn_qkv.bias", q_size + 2 * kv_size));
+      queries = columns(qkv, 0, q_size);
+      keys = columns(qkv, q_size, kv_size);
+      values = columns(qkv, q_size + kv_size, kv_size);
+    } else {
+      queries = project(require(model, block + "attn_q.weight", {hp.embedding, q_size}), attention_input,
+                        bias("attn_q.bias", q_size));
+      keys = project(require(model, block + "attn_k.weight", {hp.embedding, kv_size}), attention_input,
+                     bias("attn_k.bias", kv_size));
+      values = project(require(model, block + "attn_v.weight", {hp.embedding, kv_size}), attention_input,
+                       bias("attn_v.bias", kv_size));
+    }
     if (hp.qk_norm) {
       rms_norm_heads(queries, hp.heads, hp.head_dim, norm("attn_q_norm.weight", hp.head_dim), hp.rms_epsilon);
       rms_norm_heads(keys, hp.kv_heads, hp.head_dim, norm("attn_k_norm.weight", hp.head_dim), hp.rms_epsilon);
@@ -522,12 +601,17 @@ std::vector<std::vector<double>> forward_all(const gguf::File& model, std::span<
     if (hp.gemma) attention = rms_norm(attention, norm("post_attention_norm.weight", hp.embedding), hp.rms_epsilon);
     add_in_place(x, attention);
 
-    const Matrix ffn_input =
-        rms_norm(x, norm(hp.gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight", hp.embedding), hp.rms_epsilon);
-    if (hp.expert_count > 0) {
+    const Matrix ffn_input = rms_norm(x, norm((hp.ffn_norm + ".weight").c_str(), hp.embedding), hp.rms_epsilon);
+    if (hp.expert_count > 0 && layer >= hp.leading_dense) {
       std::vector<ExpertChoice> layer_choices;
       add_in_place(x, mixture_of_experts(model, block, hp, ffn_input, layer_choices));
       if (expert_choices) expert_choices->push_back(std::move(layer_choices));
+    } else if (hp.fused_gate_up) {
+      const size_t ff = hp.feed_forward;
+      const Matrix gate_up = project(require(model, block + "ffn_up.weight", {hp.embedding, 2 * ff}), ffn_input,
+                                     std::nullopt);
+      add_in_place(x, gated_down(columns(gate_up, 0, ff), columns(gate_up, ff, ff),
+                                 require(model, block + "ffn_down.weight", {ff, hp.embedding}), Gating::Silu));
     } else {
       Matrix ffn = gated_ffn(require(model, block + "ffn_gate.weight", {hp.embedding, hp.feed_forward}),
                              require(model, block + "ffn_up.weight", {hp.embedding, hp.feed_forward}),

@@ -1,7 +1,7 @@
 // A deliberately plain forward pass in double precision for GGUF `llama` (Mixtral too: a llama
-// with experts), `qwen2`, `qwen3`, `qwen3moe`, `gpt-oss` and `gemma3` models, written from the model definitions
-// only, so that tests can check the optimized engine against it. Slow by design: it
-// recomputes everything from scratch, decodes every weight row as it uses it and runs every
+// with experts), `qwen2`, `qwen3`, `qwen3moe`, `gpt-oss`, `gemma3`, `phi3` and `glm4moe` models,
+// written from the model definitions only, so that tests can check the optimized engine
+// against it. Slow by design: it recomputes everything from scratch, decodes every weight row as it uses it and runs every
 // expert on every position.
 //
 // Weight types: F32, F16 and BF16 are decoded here; the block-quantized types the engine can
@@ -18,12 +18,14 @@
 namespace strata::reference {
 
 // Of a model with experts, one position's routing in one layer: the experts it chose, in its
-// order of choices (the highest probability first), and every expert's router score (where
-// the scores are close, a forward pass whose hidden states are off a little may choose
-// otherwise).
+// order of choices (the highest first), and every expert's score the choice ranks: its
+// router score, or for glm4moe its probability plus its selection bias (where the scores are
+// close, a forward pass whose hidden states are off a little may choose otherwise). A router
+// score off by d moves a ranked score by at most `slope` d: 1, or a sigmoid's 1/4.
 struct ExpertChoice {
   std::vector<int> experts;
   std::vector<double> scores;
+  double slope = 1.0;
 };
 using ExpertChoices = std::vector<std::vector<ExpertChoice>>;  // [layer][position]
 
