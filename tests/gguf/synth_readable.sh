@@ -6,7 +6,7 @@ strata=$1
 here=$(cd "$(dirname "$0")" && pwd)
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-for spec in llama-110m:Q4_0 demo:Q4_K_M demo:Q5_K_M demo:F16 demo:BF16 qwen2-tiny:Q8_0 qwen2-tiny:Q6_K \
+for spec in llama-110m:Q4_0 demo:Q4_K_M demo:Q5_K_M demo:Q3_K_M demo:Q2_K demo:F16 demo:BF16 qwen2-tiny:Q8_0 qwen2-tiny:Q6_K \
             qwen3-tiny:Q8_0 qwen3moe-tiny:Q4_0; do
   shape=${spec%%:*}
   type=${spec##*:}
