@@ -73,8 +73,8 @@ void BM_matmul(benchmark::State& state, DType type) {
 }
 
 void register_all() {
-  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K,
-                     DType::Q5_K, DType::Q6_K, DType::F16, DType::BF16, DType::F32}) {
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
+                     DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F16, DType::BF16, DType::F32}) {
     benchmark::RegisterBenchmark(("matmul/" + std::string(dtype_name(type))).c_str(), BM_matmul, type)
         ->Arg(1)
         ->Arg(8)  // a decode step of 8 concurrent requests

@@ -127,7 +127,7 @@ void add_vocabulary(gguf::Writer& w, int vocab_size, std::initializer_list<const
   w.set("tokenizer.ggml.add_eos_token", gguf::Value::boolean(false));
 }
 
-// llama.cpp's *_M mixes give more bits to a subset of attn_v / ffn_down layers.
+// llama.cpp's Q4_K_M and Q5_K_M give more bits to a subset of attn_v / ffn_down layers.
 bool uses_more_bits(int layer, int layer_count) {
   return layer < layer_count / 8 || layer >= 7 * layer_count / 8 ||
          (layer - layer_count / 8) % 3 == 2;
@@ -144,18 +144,42 @@ const SyntheticShape* find_synthetic_shape(std::string_view name) {
   return nullptr;
 }
 
+tensor::DType WeightTypes::type_of(MatrixRole role, int layer, int layer_count) const {
+  using tensor::DType;
+  switch (mix) {
+    case Mix::None: return base;
+    case Mix::MoreBits:
+      if (role == MatrixRole::Output) return DType::Q6_K;
+      if (role == MatrixRole::AttnV || role == MatrixRole::FfnDown) {
+        return uses_more_bits(layer, layer_count) ? DType::Q6_K : base;
+      }
+      return base;
+    case Mix::Q3_K_M:
+      switch (role) {
+        case MatrixRole::Output: return DType::Q6_K;
+        case MatrixRole::AttnOutput: return DType::Q4_K;
+        case MatrixRole::AttnV: return layer < 2 ? DType::Q5_K : DType::Q4_K;
+        case MatrixRole::FfnDown: return layer < layer_count / 16 ? DType::Q5_K : DType::Q4_K;
+        case MatrixRole::Other: return base;
+      }
+  }
+  return base;
+}
+
 WeightTypes parse_weight_types(std::string_view name) {
+  using tensor::DType;
   std::string upper(name);
   for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  if (upper == "Q4_K_M") return {upper, tensor::DType::Q4_K, tensor::DType::Q6_K, true};
-  if (upper == "Q5_K_M") return {upper, tensor::DType::Q5_K, tensor::DType::Q6_K, true};
+  if (upper == "Q3_K_M") return {upper, DType::Q3_K, WeightTypes::Mix::Q3_K_M};
+  if (upper == "Q4_K_M") return {upper, DType::Q4_K, WeightTypes::Mix::MoreBits};
+  if (upper == "Q5_K_M") return {upper, DType::Q5_K, WeightTypes::Mix::MoreBits};
   const auto type = tensor::parse_dtype(upper);
   if (!type || !tensor::info(*type).computable) {
     throw std::invalid_argument("unknown weight type '" + std::string(name) +
-                                "' (choose F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, "
-                                "Q5_K, Q6_K, Q4_K_M or Q5_K_M)");
+                                "' (choose F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, "
+                                "Q5_K, Q6_K, Q3_K_M, Q4_K_M or Q5_K_M)");
   }
-  return {upper, *type, *type, false};
+  return {upper, *type};
 }
 
 void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types,
@@ -167,13 +191,14 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   }
   const int layer_count = layers > 0 ? layers : shape.layer_count;
   const int block_count = layer_count + shape.nextn_layers;
+  // Every type of a mix is of the base type's block size.
   const int block = static_cast<int>(tensor::info(types.base).block_elements);
   const int head_dim = shape.head_dim > 0 ? shape.head_dim : shape.embedding_dim / shape.head_count;
   const bool experts = shape.expert_count > 0;
   const bool dense_layers = !experts || shape.leading_dense_layers > 0;
   for (int dim : {shape.embedding_dim, experts ? shape.expert_ffn_dim : shape.ffn_dim,
                   dense_layers ? shape.ffn_dim : shape.embedding_dim, shape.head_count * head_dim}) {
-    if (dim % block != 0 || dim % tensor::info(types.important).block_elements != 0) {
+    if (dim % block != 0) {
       throw std::invalid_argument(std::string("shape ") + shape.name + " has a dimension (" +
                                   std::to_string(dim) + ") that is not a multiple of the " +
                                   types.name + " block");
@@ -278,15 +303,14 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   const bool phi3 = a == "phi3";
   for (int i = 0; i < block_count; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
-    const tensor::DType boosted =
-        types.mixed && uses_more_bits(i, layer_count) ? types.important : types.base;
+    const auto type_of = [&](MatrixRole role) { return types.type_of(role, i, layer_count); };
     vector(p + "attn_norm.weight", shape.embedding_dim, 1.0f, 0.1f);
     if (phi3) {  // Q, K and V in one matrix, as llama.cpp's converter writes Phi-3's
-      matrix(p + "attn_qkv.weight", shape.embedding_dim, q_dim + 2 * kv_dim, boosted);
+      matrix(p + "attn_qkv.weight", shape.embedding_dim, q_dim + 2 * kv_dim, type_of(MatrixRole::AttnV));
     } else {
       matrix(p + "attn_q.weight", shape.embedding_dim, q_dim, types.base);
       matrix(p + "attn_k.weight", shape.embedding_dim, kv_dim, types.base);
-      matrix(p + "attn_v.weight", shape.embedding_dim, kv_dim, boosted);
+      matrix(p + "attn_v.weight", shape.embedding_dim, kv_dim, type_of(MatrixRole::AttnV));
     }
     if (a == "qwen2" || glm || gpt_oss) {
       vector(p + "attn_q.bias", q_dim, 0.0f, 0.1f);
@@ -297,7 +321,7 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
       vector(p + "attn_q_norm.weight", head_dim, 1.0f, 0.1f);
       vector(p + "attn_k_norm.weight", head_dim, 1.0f, 0.1f);
     }
-    matrix(p + "attn_output.weight", q_dim, shape.embedding_dim, types.base);
+    matrix(p + "attn_output.weight", q_dim, shape.embedding_dim, type_of(MatrixRole::AttnOutput));
     if (gpt_oss) {
       vector(p + "attn_output.bias", shape.embedding_dim, 0.0f, 0.1f);
       vector(p + "attn_sinks.weight", shape.head_count, 0.0f, 2.0f);
@@ -314,7 +338,8 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
       if (glm) vector(p + "exp_probs_b.bias", shape.expert_count, 0.0f, 0.2f);
       matrices(p + "ffn_gate_exps.weight", shape.embedding_dim, shape.expert_ffn_dim, shape.expert_count, types.base);
       matrices(p + "ffn_up_exps.weight", shape.embedding_dim, shape.expert_ffn_dim, shape.expert_count, types.base);
-      matrices(p + "ffn_down_exps.weight", shape.expert_ffn_dim, shape.embedding_dim, shape.expert_count, boosted);
+      matrices(p + "ffn_down_exps.weight", shape.expert_ffn_dim, shape.embedding_dim, shape.expert_count,
+               type_of(MatrixRole::FfnDown));
       if (gpt_oss) {
         vector(p + "ffn_gate_inp.bias", shape.expert_count, 0.0f, 0.5f);
         vectors(p + "ffn_gate_exps.bias", shape.expert_ffn_dim, shape.expert_count, 0.0f, 0.1f);
@@ -325,15 +350,15 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
         const int shared = shape.shared_expert_count * shape.expert_ffn_dim;
         matrix(p + "ffn_gate_shexp.weight", shape.embedding_dim, shared, types.base);
         matrix(p + "ffn_up_shexp.weight", shape.embedding_dim, shared, types.base);
-        matrix(p + "ffn_down_shexp.weight", shared, shape.embedding_dim, boosted);
+        matrix(p + "ffn_down_shexp.weight", shared, shape.embedding_dim, type_of(MatrixRole::FfnDown));
       }
     } else if (phi3) {  // gate and up in one matrix, gate first
       matrix(p + "ffn_up.weight", shape.embedding_dim, 2 * shape.ffn_dim, types.base);
-      matrix(p + "ffn_down.weight", shape.ffn_dim, shape.embedding_dim, boosted);
+      matrix(p + "ffn_down.weight", shape.ffn_dim, shape.embedding_dim, type_of(MatrixRole::FfnDown));
     } else {
       matrix(p + "ffn_gate.weight", shape.embedding_dim, shape.ffn_dim, types.base);
       matrix(p + "ffn_up.weight", shape.embedding_dim, shape.ffn_dim, types.base);
-      matrix(p + "ffn_down.weight", shape.ffn_dim, shape.embedding_dim, boosted);
+      matrix(p + "ffn_down.weight", shape.ffn_dim, shape.embedding_dim, type_of(MatrixRole::FfnDown));
     }
     if (i >= layer_count) {  // a NextN layer's own tensors, beside a layer's
       matrix(p + "nextn.eh_proj.weight", 2 * shape.embedding_dim, shape.embedding_dim, types.base);
@@ -344,7 +369,7 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   }
   vector("output_norm.weight", shape.embedding_dim, 1.0f, 0.1f);
   if (!shape.tied_output) {
-    matrix("output.weight", shape.embedding_dim, shape.vocab_size, types.important);
+    matrix("output.weight", shape.embedding_dim, shape.vocab_size, types.type_of(MatrixRole::Output, 0, layer_count));
   }
   w.write(path, 32, progress);
 }

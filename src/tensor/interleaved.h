@@ -26,23 +26,33 @@
 // block would do for Q4_1 and Q5_1, but Q5_1's 6-line units measured half as fast as
 // 12-line ones in one-token decode from DRAM: 11.5 against 24.6 GB/s on one thread.)
 //
-// K-quants: Q4_K, Q5_K and Q6_K, 256-element super-blocks in the same group layout. Element
-// value is d * scale[j] * (u - offset) - dmin * min[j] over scale groups j of `group`
-// elements (Q4_K/Q5_K: 32 with a 6-bit scale and min, offset 0; Q6_K: 16 with a signed
-// 8-bit scale, no min, offset 32). Levels u have a low nibble and `high_bits` more bits:
-//   sub-block s (0..7, elements 32s .. 32s + 31) takes sub_block_bytes: first its nibbles,
-//            4 chunks laid out as one Q4_0 block: chunk m, byte k of lane r holds element
-//            32s + 4m + k (low nibble) and 32s + 16 + 4m + k (high nibble); then its
-//            high_bits planes: chunk m's bits are in plane m / (4 / high_bits), byte k of
-//            lane r, at bit 2 * high_bits * p for the low-nibble element and high_bits more
-//            for the high-nibble one, p = m % (4 / high_bits). (Measured: Q6_K one-token
-//            matmul 18% faster than with all planes after all nibbles.)
-// So that decode streams about as many bytes as the source file, the 6-bit scales and
-// mins take one byte each rather than a full lane. Meta of a super-block:
+// K-quants: Q2_K, Q3_K, Q4_K, Q5_K and Q6_K, 256-element super-blocks in the same group
+// layout. Element value is d * scale[j] * (u - offset) - dmin * min[j] over scale groups j of
+// `group` elements (Q4_K/Q5_K: 32 with a 6-bit scale and min, offset 0; Q6_K: 16 with a
+// signed 8-bit scale, no min, offset 32; Q3_K: 16 with a signed 6-bit scale, no min, offset
+// 4; Q2_K: 16 with a 4-bit scale and min, offset 0). A level u is a low field of low_bits
+// (4 or 2) and high_bits more above it. Each field of w bits lies in planes of 64 bytes that
+// hold 4 / w chunks each: chunk m's field is in plane m / (4 / w), byte k of lane r, at bit
+// 2w * p for the low-nibble element and w more for the high-nibble one, p = m % (4 / w).
+//   sub-block s (0..7, elements 32s .. 32s + 31) takes sub_block_bytes: first the planes of
+//            its low fields, then those of its high fields. Chunk m, byte k of lane r stands
+//            for elements 32s + 4m + k ("low nibble") and 32s + 16 + 4m + k ("high nibble").
+//            With w = 4 the low planes are 4 chunks laid out as one Q4_0 block. (Measured:
+//            Q6_K one-token matmul 18% faster than with all planes after all nibbles.)
+// So that decode streams about as many bytes as the source file, scales and mins take one
+// byte each rather than a full lane. Meta of a super-block:
 //   Q4_K, Q5_K: d[16], dmin[16] (fp16), scale[8][16] (u8, row r of sub-block s at 16s + r),
 //               min pairs[4][16][2] (u8, min[2k] and min[2k + 1] of row r at 32k + 2r);
-//   Q6_K:       d[16] (fp16), scale[16][16] (s8, row r of group j at 16j + r), then 32
-//               bytes of padding to a whole cache line.
+//   Q2_K:       d[16], dmin[16] (fp16), pairs[8][16][2] of the file's bytes scale | min << 4
+//               (groups 2k and 2k + 1 of row r at 32k + 2r): the kernels split the nibbles,
+//               so that the layout is exactly the file's 84 bytes per row and super-block;
+//   Q6_K, Q3_K: d[16] (fp16), scale[16][16] (s8, row r of group j at 16j + r); Q6_K then
+//               has 32 bytes of padding to a whole cache line, Q3_K two super-blocks per
+//               unit instead. Q3_K's 6-bit scales as bytes make its layout 1824 bytes per 16
+//               rows and super-block against the file's 1760: 3.6% more, the price of the
+//               kernels' reading them as Q6_K's are (packed in 6 bits, 1760 bytes would still
+//               not be a whole number of cache lines). A row of an odd number of super-blocks
+//               adds a zero one (Llama 2 7B's ffn_down, 43 of them: 2.3% more).
 //
 // Float formats: F32, F16 and BF16, one element per block and no meta: block k holds
 // column k of the 16 rows in their stored type, so that one vector load takes a column
@@ -70,6 +80,8 @@ struct Format {
   int high_bits = 0;     // bits of a level above its nibble (not Q8_0, whose levels are bytes)
   int group = 0;         // elements per scale, K-quants only
   bool has_min = false;
+  int low_bits = 4;      // bits of a level's low field: its nibble, or Q2_K's and Q3_K's 2 bits
+  bool scale_min_nibbles = false;  // Q2_K: a scale and a min share a byte
 };
 
 // Offsets within a block's meta. After d[16], the formats with a min term keep the fp16
@@ -77,6 +89,7 @@ struct Format {
 inline constexpr int kMetaMinFactor = 2 * kRows;
 inline constexpr int kMetaScales45 = 4 * kRows;
 inline constexpr int kMetaMins = kMetaScales45 + 8 * kRows;
+inline constexpr int kMetaScaleMinPairs = 4 * kRows;
 inline constexpr int kMetaScales6 = 2 * kRows;
 
 [[maybe_unused]] constexpr Format format_of(DType type) {
@@ -89,21 +102,23 @@ inline constexpr int kMetaScales6 = 2 * kRows;
     case DType::Q4_K: return {256, 2048, kMetaMins + 8 * kRows, 1, 0, 0, 32, true};
     case DType::Q5_K: return {256, 2048 + 8 * 64, kMetaMins + 8 * kRows, 1, 0, 1, 32, true};
     case DType::Q6_K: return {256, 2048 + 16 * 64, kMetaScales6 + 16 * kRows + 32, 1, 32, 2, 16, false};
+    case DType::Q3_K: return {256, 1024 + 8 * 64, kMetaScales6 + 16 * kRows, 2, 4, 1, 16, false, 2};
+    case DType::Q2_K: return {256, 1024, kMetaScaleMinPairs + 16 * kRows, 1, 0, 0, 16, true, 2, true};
     case DType::F32: return {1, 4 * kRows, 0, 1};
     case DType::F16: case DType::BF16: return {1, 2 * kRows, 0, 2};
     default: return {};
   }
 }
 
-[[maybe_unused]] constexpr int sub_block_bytes(Format f) { return 256 + 64 * f.high_bits; }
+[[maybe_unused]] constexpr int sub_block_bytes(Format f) { return 64 * (f.low_bits + f.high_bits); }
 
 [[maybe_unused]] constexpr size_t unit_bytes(Format f) {
   return static_cast<size_t>(f.blocks_per_unit) * static_cast<size_t>(f.levels_bytes + f.meta_bytes);
 }
 
 constexpr bool units_are_whole_lines() {
-  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K,
-                     DType::Q6_K, DType::F32, DType::F16, DType::BF16}) {
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
+                     DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F32, DType::F16, DType::BF16}) {
     if (unit_bytes(format_of(type)) % 64 != 0) return false;
   }
   return true;

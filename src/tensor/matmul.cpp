@@ -92,15 +92,30 @@ void quantize_interleaved(const float* x, int64_t cols, int offset, Activation* 
       a.start = -offset * sum;
       a.sum = static_cast<float>(sum);
     } else {
-      for (int j = 0; j < 16; ++j) a.starts[j] = -offset * sum_of(a.qs + 16 * j, 16);
-      for (int s = 0; s < 8; ++s) a.sums[s] = static_cast<int16_t>(sum_of(a.qs + 32 * s, 32));
+      for (int j = 0; j < 16; ++j) {
+        a.group_sums[j] = static_cast<int16_t>(sum_of(a.qs + 16 * j, 16));
+        a.starts[j] = -offset * a.group_sums[j];
+      }
+      for (int s = 0; s < 8; ++s) a.sums[s] = static_cast<int16_t>(a.group_sums[2 * s] + a.group_sums[2 * s + 1]);
     }
   }
 }
 
+// The byte and bit of lane `lane` that hold the `bits`-bit level fields of chunk m, byte k
+// (interleaved.h): the low-nibble element's field at that bit, the high-nibble one's above it.
+struct FieldPosition {
+  int byte;
+  int shift;
+};
+
+FieldPosition field_position(int bits, int m, int lane, int k) {
+  const int chunks_per_plane = 4 / bits;
+  return {64 * (m / chunks_per_plane) + 4 * lane + k, 2 * bits * (m % chunks_per_plane)};
+}
+
 // A block's levels u = q + offset into lane `lane` of its group's levels (interleaved.h):
-// bytes for Q8_0, else nibbles and high-bit planes. Into zeroed memory: the planes' fields are
-// ORed. Each nibble byte takes its two elements at once: loading a model is mostly this.
+// bytes for Q8_0, else low and high fields in planes. Into zeroed memory: the fields are ORed.
+// Each byte takes its two elements at once: loading a model is mostly this.
 void pack_levels(DType type, interleaved::Format f, const UnpackedBlock& w, int lane, uint8_t* levels) {
   if (type == DType::Q8_0) {
     for (int i = 0; i < w.elements; i += 4) {
@@ -108,23 +123,42 @@ void pack_levels(DType type, interleaved::Format f, const UnpackedBlock& w, int 
     }
     return;
   }
-  const int planes_per_chunk = f.high_bits == 0 ? 0 : 4 / f.high_bits;
+  const int low_mask = (1 << f.low_bits) - 1;
   for (int s = 0; s < w.elements / 32; ++s) {
-    uint8_t* sub_block = levels + interleaved::sub_block_bytes(f) * s;
+    uint8_t* low_planes = levels + interleaved::sub_block_bytes(f) * s;
+    uint8_t* high_planes = low_planes + 64 * f.low_bits;
     const int8_t* q = w.q + 32 * s;
     for (int m = 0; m < 4; ++m) {
       for (int k = 0; k < 4; ++k) {
         // Element 32s + 4m + k in the low nibble, 32s + 16 + 4m + k in the high one.
         const int low = q[4 * m + k] + f.offset;
         const int high = q[16 + 4 * m + k] + f.offset;
-        sub_block[64 * m + 4 * lane + k] = static_cast<uint8_t>((low & 0x0F) | (high & 0x0F) << 4);
+        const FieldPosition l = field_position(f.low_bits, m, lane, k);
+        low_planes[l.byte] |=
+            static_cast<uint8_t>((low & low_mask) << l.shift | (high & low_mask) << (l.shift + f.low_bits));
         if (f.high_bits != 0) {
-          const int bit = 2 * f.high_bits * (m % planes_per_chunk);
-          sub_block[256 + 64 * (m / planes_per_chunk) + 4 * lane + k] |=
-              static_cast<uint8_t>((low >> 4) << bit | (high >> 4) << (bit + f.high_bits));
+          const FieldPosition h = field_position(f.high_bits, m, lane, k);
+          high_planes[h.byte] |= static_cast<uint8_t>((low >> f.low_bits) << h.shift |
+                                                      (high >> f.low_bits) << (h.shift + f.high_bits));
         }
       }
     }
+  }
+}
+
+// Where a block's fp16 d and, for the formats with a min term, the fp16 factor of that term
+// (Q4_1/Q5_1 m, Q2_K/Q4_K/Q5_K dmin) sit within it.
+struct HalfOffsets {
+  size_t d;
+  size_t min_factor;
+};
+
+HalfOffsets half_offsets(DType type) {
+  switch (type) {
+    case DType::Q6_K: return {offsetof(BlockQ6_K, d), 0};
+    case DType::Q3_K: return {offsetof(BlockQ3_K, d), 0};
+    case DType::Q2_K: return {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)};
+    default: return {0, 2};  // every other block begins with them
   }
 }
 
@@ -132,16 +166,16 @@ void pack_levels(DType type, interleaved::Format f, const UnpackedBlock& w, int 
 // group's meta (interleaved.h).
 void pack_meta(DType type, interleaved::Format f, const uint8_t* source, const UnpackedBlock& w, int lane,
                uint8_t* meta) {
-  // Every block but Q6_K's begins with its fp16 d, then for the formats with a min term
-  // the fp16 factor of that term (Q4_1/Q5_1 m, Q4_K/Q5_K dmin).
-  if (type == DType::Q6_K) {
-    std::memcpy(meta + 2 * lane, &reinterpret_cast<const BlockQ6_K*>(source)->d, 2);
-  } else {
-    std::memcpy(meta + 2 * lane, source, 2);
-    if (f.has_min) std::memcpy(meta + interleaved::kMetaMinFactor + 2 * lane, source + 2, 2);
-  }
+  const HalfOffsets halves = half_offsets(type);
+  std::memcpy(meta + 2 * lane, source + halves.d, 2);
+  if (f.has_min) std::memcpy(meta + interleaved::kMetaMinFactor + 2 * lane, source + halves.min_factor, 2);
   if (f.block != kQK_K) return;
-  if (f.has_min) {
+  if (f.scale_min_nibbles) {
+    for (int j = 0; j < 16; ++j) {
+      meta[interleaved::kMetaScaleMinPairs + 2 * interleaved::kRows * (j / 2) + 2 * lane + j % 2] =
+          static_cast<uint8_t>(w.scale[j] | w.min[j] << 4);
+    }
+  } else if (f.has_min) {
     for (int s = 0; s < 8; ++s) {
       meta[interleaved::kMetaScales45 + interleaved::kRows * s + lane] = static_cast<uint8_t>(w.scale[s]);
       meta[interleaved::kMetaMins + 2 * interleaved::kRows * (s / 2) + 2 * lane + s % 2] = w.min[s];

@@ -21,16 +21,18 @@ struct InterleavedActivation {
 };
 static_assert(sizeof(InterleavedActivation) == 44);
 
-// The same for the K-quants' 256-element super-blocks. starts[j] = -offset * (sum of
-// qs[16j .. 16j + 15]) starts the dot of scale group j (Q6_K); sums[s] is the sum of
-// qs[32s .. 32s + 31], which the mins multiply (Q4_K, Q5_K).
+// The same for the K-quants' 256-element super-blocks. group_sums[j] is the sum of
+// qs[16j .. 16j + 15], which Q2_K's mins multiply, and starts[j] = -offset * group_sums[j]
+// starts the dot of scale group j (Q3_K, Q6_K); sums[s] is the sum of qs[32s .. 32s + 31],
+// which the mins of Q4_K and Q5_K multiply.
 struct InterleavedActivation256 {
   float d;
   int32_t starts[16];
   int16_t sums[8];
+  int16_t group_sums[16];
   int8_t qs[256];
 };
-static_assert(sizeof(InterleavedActivation256) == 340);
+static_assert(sizeof(InterleavedActivation256) == 372);
 
 inline constexpr int kMaxInterleavedTokens = 8;
 

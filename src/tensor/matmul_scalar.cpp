@@ -21,15 +21,18 @@ int interleaved_value(const uint8_t* block, int r, int i) {
   if constexpr (kType == DType::Q8_0) {
     return block[i / 4 * 64 + 4 * r + i % 4] - kFormat.offset;
   } else {
-    // A level as in a Q4_x/Q5_x block of 32, or sub-block s of a K-quant's 256.
+    // A level as in a Q4_x/Q5_x block of 32, or sub-block s of a K-quant's 256: a field of
+    // w bits of chunk m is in plane m / (4 / w), at bit 2w * (m % (4 / w)), w more for the
+    // high-nibble element.
     const int s = i / 32, half = i % 32 / 16, m = i % 16 / 4, k = i % 4;
+    const auto field = [&](const uint8_t* planes, int w) {
+      const uint8_t byte = planes[64 * (m / (4 / w)) + 4 * r + k];
+      return (byte >> (2 * w * (m % (4 / w)) + w * half)) & ((1 << w) - 1);
+    };
     const uint8_t* sub_block = block + interleaved::sub_block_bytes(kFormat) * s;
-    int u = (sub_block[64 * m + 4 * r + k] >> (4 * half)) & 0x0F;
+    int u = field(sub_block, kFormat.low_bits);
     if constexpr (kFormat.high_bits != 0) {
-      constexpr int kPlanesPerChunk = 4 / kFormat.high_bits;
-      const uint8_t plane = sub_block[256 + 64 * (m / kPlanesPerChunk) + 4 * r + k];
-      const int bit = 2 * kFormat.high_bits * (m % kPlanesPerChunk) + kFormat.high_bits * half;
-      u |= ((plane >> bit) & ((1 << kFormat.high_bits) - 1)) << 4;
+      u |= field(sub_block + 64 * kFormat.low_bits, kFormat.high_bits) << kFormat.low_bits;
     }
     return u - kFormat.offset;
   }
@@ -59,13 +62,23 @@ float interleaved_block(const uint8_t* block, const uint8_t* meta, int r, const 
   return acc;
 }
 
+// Q2_K's byte scale | min << 4 of group j, row r.
+int scale_min_pair(const uint8_t* meta, int r, int j) {
+  return meta[interleaved::kMetaScaleMinPairs + 2 * interleaved::kRows * (j / 2) + 2 * r + j % 2];
+}
+
 template <DType kType>
 float interleaved_block(const uint8_t* block, const uint8_t* meta, int r, const InterleavedActivation256& x,
                         float acc) {
   constexpr interleaved::Format kFormat = interleaved::format_of(kType);
   const auto scale = [&](int j) -> int {
+    if constexpr (kFormat.scale_min_nibbles) return scale_min_pair(meta, r, j) & 0x0F;
     if constexpr (kFormat.has_min) return meta[interleaved::kMetaScales45 + interleaved::kRows * j + r];
     return static_cast<int8_t>(meta[interleaved::kMetaScales6 + interleaved::kRows * j + r]);
+  };
+  const auto min_of = [&](int j) -> int {
+    if constexpr (kFormat.scale_min_nibbles) return scale_min_pair(meta, r, j) >> 4;
+    return meta[interleaved::kMetaMins + 2 * interleaved::kRows * (j / 2) + 2 * r + j % 2];
   };
   int32_t isum = 0;
   int32_t msum = 0;
@@ -77,9 +90,7 @@ float interleaved_block(const uint8_t* block, const uint8_t* meta, int r, const 
       x_sum += x.qs[i];
     }
     isum += scale(j) * dot;
-    if constexpr (kFormat.has_min) {
-      msum += meta[interleaved::kMetaMins + 2 * interleaved::kRows * (j / 2) + 2 * r + j % 2] * x_sum;
-    }
+    if constexpr (kFormat.has_min) msum += min_of(j) * x_sum;
   }
   acc = std::fma(static_cast<float>(isum), half_at(meta, r) * x.d, acc);
   if constexpr (kFormat.has_min) {
@@ -176,6 +187,8 @@ InterleavedKernels scalar_interleaved(DType type) {
     case DType::Q4_K: return {interleaved_dot<DType::Q4_K>, 1};
     case DType::Q5_K: return {interleaved_dot<DType::Q5_K>, 1};
     case DType::Q6_K: return {interleaved_dot<DType::Q6_K>, 1};
+    case DType::Q2_K: return {interleaved_dot<DType::Q2_K>, 1};
+    case DType::Q3_K: return {interleaved_dot<DType::Q3_K>, 1};
     case DType::F32: return {interleaved_float_dot<DType::F32>, 1};
     case DType::F16: return {interleaved_float_dot<DType::F16>, 1};
     case DType::BF16: return {interleaved_float_dot<DType::BF16>, 1};

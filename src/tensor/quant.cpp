@@ -186,35 +186,116 @@ void pack_k4(const uint8_t* levels, uint8_t* qs, uint8_t* qh) {
   }
 }
 
-template <class Block, int kLevels>
-void quantize_k4(const float* x, Block& b, uint8_t* qh) {
-  float sub_scale[8];
-  float sub_min[8];  // subtracted, >= 0: ggml keeps zero inside every sub-block's range
-  for (int j = 0; j < 8; ++j) {
-    const auto [lo, hi] = std::minmax_element(x + 32 * j, x + 32 * j + 32);
-    const float low = std::min(*lo, 0.0f);
-    sub_scale[j] = (std::max(*hi, low) - low) / (kLevels - 1);
-    sub_min[j] = -low;
-  }
-  const float d = rounded_fp16(*std::max_element(sub_scale, sub_scale + 8) / 63.0f);
-  const float dmin = rounded_fp16(*std::max_element(sub_min, sub_min + 8) / 63.0f);
-  uint8_t scale6[8];
-  uint8_t min6[8];
+// Affine K-quants (Q2_K, Q4_K, Q5_K): kGroups groups of 256 / kGroups elements, each with a
+// scale and a min of kScaleMax + 1 steps under the super-block's d and dmin.
+template <int kGroups>
+struct AffineK {
+  float d;
+  float dmin;
+  uint8_t scale[kGroups];
+  uint8_t min[kGroups];
   uint8_t levels[kQK_K];
-  for (int j = 0; j < 8; ++j) {
-    scale6[j] = static_cast<uint8_t>(d != 0.0f ? clamp_int(round_to_int(sub_scale[j] / d), 0, 63) : 0);
-    min6[j] = static_cast<uint8_t>(dmin != 0.0f ? clamp_int(round_to_int(sub_min[j] / dmin), 0, 63) : 0);
-    const float step = d * scale6[j];
-    const float offset = dmin * min6[j];
-    for (int l = 0; l < 32; ++l) {
-      const int level = step != 0.0f ? round_to_int((x[32 * j + l] + offset) / step) : 0;
-      levels[32 * j + l] = static_cast<uint8_t>(clamp_int(level, 0, kLevels - 1));
+};
+
+template <int kGroups, int kLevels, int kScaleMax>
+AffineK<kGroups> quantize_affine_k(const float* x) {
+  constexpr int kSize = kQK_K / kGroups;
+  float group_scale[kGroups];
+  float group_min[kGroups];  // subtracted, >= 0: ggml keeps zero inside every group's range
+  for (int j = 0; j < kGroups; ++j) {
+    const auto [lo, hi] = std::minmax_element(x + kSize * j, x + kSize * j + kSize);
+    const float low = std::min(*lo, 0.0f);
+    group_scale[j] = (std::max(*hi, low) - low) / (kLevels - 1);
+    group_min[j] = -low;
+  }
+  AffineK<kGroups> q;
+  q.d = rounded_fp16(*std::max_element(group_scale, group_scale + kGroups) / kScaleMax);
+  q.dmin = rounded_fp16(*std::max_element(group_min, group_min + kGroups) / kScaleMax);
+  for (int j = 0; j < kGroups; ++j) {
+    q.scale[j] = static_cast<uint8_t>(q.d != 0.0f ? clamp_int(round_to_int(group_scale[j] / q.d), 0, kScaleMax) : 0);
+    q.min[j] = static_cast<uint8_t>(q.dmin != 0.0f ? clamp_int(round_to_int(group_min[j] / q.dmin), 0, kScaleMax) : 0);
+    const float step = q.d * q.scale[j];
+    const float offset = q.dmin * q.min[j];
+    for (int l = 0; l < kSize; ++l) {
+      const int level = step != 0.0f ? round_to_int((x[kSize * j + l] + offset) / step) : 0;
+      q.levels[kSize * j + l] = static_cast<uint8_t>(clamp_int(level, 0, kLevels - 1));
     }
   }
-  b.d = fp32_to_fp16(d);
-  b.dmin = fp32_to_fp16(dmin);
-  pack_k_scales(scale6, min6, b.scales);
-  pack_k4(levels, b.qs, qh);
+  return q;
+}
+
+template <class Block, int kLevels>
+void quantize_k4(const float* x, Block& b, uint8_t* qh) {
+  const AffineK<8> q = quantize_affine_k<8, kLevels, 63>(x);
+  b.d = fp32_to_fp16(q.d);
+  b.dmin = fp32_to_fp16(q.dmin);
+  pack_k_scales(q.scale, q.min, b.scales);
+  pack_k4(q.levels, b.qs, qh);
+}
+
+// Element 128n + 32j + l of a Q2_K or Q3_K block: its low 2 bits are bits 2j..2j+1 of
+// qs[32n + l]; Q3_K's third bit is bit 4n + j of hmask[l]. It belongs to scale group e / 16.
+struct CrumbPosition {
+  int qs;
+  int qs_shift;
+  int hmask_bit;
+};
+
+CrumbPosition crumb_position(int e) {
+  const int n = e / 128;
+  const int j = e % 128 / 32;
+  return {32 * n + e % 32, 2 * j, 4 * n + j};
+}
+
+void unpack_q2_k(const BlockQ2_K& b, UnpackedBlock& out) {
+  out.elements = kQK_K;
+  out.group_size = 16;
+  out.d = fp16_to_fp32(b.d);
+  out.dm = -fp16_to_fp32(b.dmin);
+  for (int e = 0; e < kQK_K; ++e) {
+    const CrumbPosition p = crumb_position(e);
+    out.q[e] = static_cast<int8_t>((b.qs[p.qs] >> p.qs_shift) & 3);
+  }
+  for (int g = 0; g < 16; ++g) {
+    out.scale[g] = static_cast<int8_t>(b.scales[g] & 0x0F);
+    out.min[g] = static_cast<uint8_t>(b.scales[g] >> 4);
+  }
+}
+
+void quantize_q2_k(const float* x, BlockQ2_K& b) {
+  const AffineK<16> q = quantize_affine_k<16, 4, 15>(x);
+  std::memset(b.qs, 0, sizeof b.qs);
+  for (int e = 0; e < kQK_K; ++e) {
+    const CrumbPosition p = crumb_position(e);
+    b.qs[p.qs] |= static_cast<uint8_t>(q.levels[e] << p.qs_shift);
+  }
+  for (int g = 0; g < 16; ++g) b.scales[g] = static_cast<uint8_t>(q.scale[g] | q.min[g] << 4);
+  b.d = fp32_to_fp16(q.d);
+  b.dmin = fp32_to_fp16(q.dmin);
+}
+
+// Q3_K scale g (6 bits, stored + 32): its low 4 bits are nibble g / 8 of scales[g % 8], its
+// high 2 bits are bits 2(g / 4)..2(g / 4)+1 of scales[8 + g % 4].
+int q3_k_scale(const uint8_t* scales, int g) {
+  const int low = (scales[g % 8] >> (4 * (g / 8))) & 0x0F;
+  const int high = (scales[8 + g % 4] >> (2 * (g / 4))) & 3;
+  return (low | high << 4) - 32;
+}
+
+void unpack_q3_k(const BlockQ3_K& b, UnpackedBlock& out) {
+  out.elements = kQK_K;
+  out.group_size = 16;
+  out.d = fp16_to_fp32(b.d);
+  out.dm = 0.0f;
+  for (int e = 0; e < kQK_K; ++e) {
+    const CrumbPosition p = crumb_position(e);
+    const int level = ((b.qs[p.qs] >> p.qs_shift) & 3) | ((b.hmask[e % 32] >> p.hmask_bit) & 1) << 2;
+    out.q[e] = static_cast<int8_t>(level - 4);
+  }
+  for (int g = 0; g < 16; ++g) {
+    out.scale[g] = static_cast<int8_t>(q3_k_scale(b.scales, g));
+    out.min[g] = 0;
+  }
 }
 
 // Element 128h + 32g + l of a Q6_K block: low 4 bits are nibble (g / 2) of
@@ -250,7 +331,17 @@ void unpack_q6_k(const BlockQ6_K& b, UnpackedBlock& out) {
   }
 }
 
-void quantize_q6_k(const float* x, BlockQ6_K& b) {
+// Symmetric K-quants (Q3_K, Q6_K): 16 groups of 16 whose signed scales of kScaleMax + 1
+// steps either way share the super-block's d; as in the 32-element formats, each group's
+// element of largest magnitude maps to the most negative level. Levels are u = q + kHalf.
+struct SymmetricK {
+  float d;
+  int8_t scale[16];
+  uint8_t levels[kQK_K];
+};
+
+template <int kHalf, int kScaleMax>
+SymmetricK quantize_symmetric_k(const float* x) {
   float group_scale[16];
   float largest = 0.0f;
   for (int g = 0; g < 16; ++g) {
@@ -258,25 +349,52 @@ void quantize_q6_k(const float* x, BlockQ6_K& b) {
     for (int l = 0; l < 16; ++l) {
       if (std::fabs(x[16 * g + l]) > std::fabs(extreme)) extreme = x[16 * g + l];
     }
-    group_scale[g] = extreme / -32.0f;
+    group_scale[g] = extreme / -static_cast<float>(kHalf);
     largest = std::max(largest, std::fabs(group_scale[g]));
   }
-  const float d = rounded_fp16(largest / 127.0f);
-  std::memset(b.ql, 0, sizeof b.ql);
-  std::memset(b.qh, 0, sizeof b.qh);
+  SymmetricK q;
+  q.d = rounded_fp16(largest / static_cast<float>(kScaleMax));
   for (int g = 0; g < 16; ++g) {
-    const int scale = d != 0.0f ? clamp_int(round_to_int(group_scale[g] / d), -128, 127) : 0;
-    b.scales[g] = static_cast<int8_t>(scale);
-    const float step = d * static_cast<float>(scale);
+    const int scale = q.d != 0.0f ? clamp_int(round_to_int(group_scale[g] / q.d), -kScaleMax - 1, kScaleMax) : 0;
+    q.scale[g] = static_cast<int8_t>(scale);
+    const float step = q.d * static_cast<float>(scale);
     for (int l = 0; l < 16; ++l) {
       const int e = 16 * g + l;
-      const int level = clamp_int(step != 0.0f ? round_to_int(x[e] / step) : 0, -32, 31) + 32;
-      const Q6Position p = q6_position(e);
-      b.ql[p.ql] |= static_cast<uint8_t>((level & 0x0F) << p.ql_shift);
-      b.qh[p.qh] |= static_cast<uint8_t>((level >> 4) << p.qh_shift);
+      q.levels[e] = static_cast<uint8_t>(clamp_int(step != 0.0f ? round_to_int(x[e] / step) : 0, -kHalf, kHalf - 1) + kHalf);
     }
   }
-  b.d = fp32_to_fp16(d);
+  return q;
+}
+
+void quantize_q6_k(const float* x, BlockQ6_K& b) {
+  const SymmetricK q = quantize_symmetric_k<32, 127>(x);
+  std::memset(b.ql, 0, sizeof b.ql);
+  std::memset(b.qh, 0, sizeof b.qh);
+  for (int e = 0; e < kQK_K; ++e) {
+    const Q6Position p = q6_position(e);
+    b.ql[p.ql] |= static_cast<uint8_t>((q.levels[e] & 0x0F) << p.ql_shift);
+    b.qh[p.qh] |= static_cast<uint8_t>((q.levels[e] >> 4) << p.qh_shift);
+  }
+  std::memcpy(b.scales, q.scale, sizeof b.scales);
+  b.d = fp32_to_fp16(q.d);
+}
+
+void quantize_q3_k(const float* x, BlockQ3_K& b) {
+  const SymmetricK q = quantize_symmetric_k<4, 31>(x);
+  std::memset(b.qs, 0, sizeof b.qs);
+  std::memset(b.hmask, 0, sizeof b.hmask);
+  std::memset(b.scales, 0, sizeof b.scales);
+  for (int e = 0; e < kQK_K; ++e) {
+    const CrumbPosition p = crumb_position(e);
+    b.qs[p.qs] |= static_cast<uint8_t>((q.levels[e] & 3) << p.qs_shift);
+    b.hmask[e % 32] |= static_cast<uint8_t>((q.levels[e] >> 2) << p.hmask_bit);
+  }
+  for (int g = 0; g < 16; ++g) {
+    const int stored = q.scale[g] + 32;
+    b.scales[g % 8] |= static_cast<uint8_t>((stored & 0x0F) << (4 * (g / 8)));
+    b.scales[8 + g % 4] |= static_cast<uint8_t>((stored >> 4) << (2 * (g / 4)));
+  }
+  b.d = fp32_to_fp16(q.d);
 }
 
 template <class Block, class Fn>
@@ -351,6 +469,12 @@ void unpack_block(DType type, const void* block, UnpackedBlock& out) {
     case DType::Q6_K:
       unpack_q6_k(*static_cast<const BlockQ6_K*>(block), out);
       return;
+    case DType::Q2_K:
+      unpack_q2_k(*static_cast<const BlockQ2_K*>(block), out);
+      return;
+    case DType::Q3_K:
+      unpack_q3_k(*static_cast<const BlockQ3_K*>(block), out);
+      return;
     default:
       throw_unsupported(type, "unpack_block");
   }
@@ -421,6 +545,10 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n) {
       });
     case DType::Q6_K:
       return for_each_block<BlockQ6_K>(dst, n, kQK_K, [&](BlockQ6_K& b, int64_t i) { quantize_q6_k(src + i, b); });
+    case DType::Q2_K:
+      return for_each_block<BlockQ2_K>(dst, n, kQK_K, [&](BlockQ2_K& b, int64_t i) { quantize_q2_k(src + i, b); });
+    case DType::Q3_K:
+      return for_each_block<BlockQ3_K>(dst, n, kQK_K, [&](BlockQ3_K& b, int64_t i) { quantize_q3_k(src + i, b); });
     default:
       throw_unsupported(type, "quantize_row");
   }

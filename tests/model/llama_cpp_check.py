@@ -22,8 +22,8 @@ import tempfile
 
 # (name, synth shape, layers written (0: all), weight type, greedy tokens to compare, quantized types)
 CASES = [
-    ("llama (existing path, the baseline)", "llama-110m", 2, "F32", 32, ["Q4_K_M", "Q8_0"]),
-    ("qwen3", "qwen3-0.6b", 2, "F32", 32, ["Q4_K_M", "Q8_0"]),
+    ("llama (existing path, the baseline)", "llama-110m", 2, "F32", 32, ["Q4_K_M", "Q8_0", "Q3_K_M", "Q2_K"]),
+    ("qwen3", "qwen3-0.6b", 2, "F32", 32, ["Q4_K_M", "Q8_0", "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L"]),
     ("qwen3 (small)", "qwen3-tiny", 0, "F32", 32, []),
     ("qwen3moe (small)", "qwen3moe-tiny", 0, "F32", 32, ["Q4_K_M"]),
     ("qwen3moe (Qwen3-30B-A3B's dimensions)", "qwen3-30b-a3b", 1, "F16", 8, ["Q4_K_M"]),

@@ -209,6 +209,8 @@ INSTANTIATE_TEST_SUITE_P(
                       TypeCase{"demo", "Q5_0", 0.06}, TypeCase{"demo", "Q5_1", 0.06},
                       TypeCase{"demo", "Q4_K", 0.06}, TypeCase{"demo", "Q5_K", 0.06},
                       TypeCase{"demo", "Q6_K", 0.06}, TypeCase{"demo", "Q4_K_M", 0.06},
+                      TypeCase{"demo", "Q2_K", 0.06}, TypeCase{"demo", "Q3_K", 0.06},
+                      TypeCase{"demo", "Q3_K_M", 0.06},
                       TypeCase{"qwen2-tiny", "F32", 1e-4}, TypeCase{"qwen2-tiny", "Q4_K", 0.06},
                       TypeCase{"gqa6", "F32", 1e-4}, TypeCase{"gqa6", "Q8_0", 0.06},
                       TypeCase{"qwen3-tiny", "F32", 1e-4}, TypeCase{"qwen3-tiny", "Q8_0", 0.06},
@@ -489,7 +491,8 @@ INSTANTIATE_TEST_SUITE_P(Models, BitExact,
 TEST(BitExactAcrossIsas, EveryTypeGivesTheSameLogitsOnEveryIsa) {
   using tensor::Isa;
   std::vector<ModelCase> cases;
-  for (const char* type : {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_M", "Q5_K_M", "F32", "F16", "BF16"}) {
+  for (const char* type :
+       {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "F32", "F16", "BF16"}) {
     cases.push_back({"demo", type});
   }
   // QK-norm, experts run over the rows that chose them, fused matrices used in parts, sigmoid

@@ -46,7 +46,7 @@ TestMatrix make_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed) {
 int activation_block(DType type) {
   switch (type) {
     case DType::F32: case DType::F16: case DType::BF16: return 0;
-    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return 256;
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return 256;
     default: return 32;
   }
 }
@@ -224,6 +224,25 @@ void set_extreme_blocks(TestMatrix& m) {
       std::memset(highest->scales, 127, sizeof highest->scales);
       break;
     }
+    case DType::Q2_K: {
+      // Every level, scale and min at its largest: 3, 15 and 15.
+      auto* block = reinterpret_cast<BlockQ2_K*>(row0);
+      std::memset(block->scales, 0xFF, sizeof block->scales);
+      std::memset(block->qs, 0xFF, sizeof block->qs);
+      break;
+    }
+    case DType::Q3_K: {
+      // Row 0: every level -4, every scale -32; row 1: every level 3, every scale 31.
+      auto* lowest = reinterpret_cast<BlockQ3_K*>(row0);
+      std::memset(lowest->hmask, 0, sizeof lowest->hmask);
+      std::memset(lowest->qs, 0, sizeof lowest->qs);
+      std::memset(lowest->scales, 0, sizeof lowest->scales);
+      auto* highest = reinterpret_cast<BlockQ3_K*>(row1);
+      std::memset(highest->hmask, 0xFF, sizeof highest->hmask);
+      std::memset(highest->qs, 0xFF, sizeof highest->qs);
+      std::memset(highest->scales, 0xFF, sizeof highest->scales);
+      break;
+    }
     default: break;
   }
 }
@@ -265,6 +284,8 @@ TEST(Matmul, ProductsSharingAnInputEqualSeparateProducts) {
                                                            {DType::Q4_1, DType::Q5_0, DType::Q8_0},
                                                            {DType::Q5_1, DType::Q4_0, DType::Q5_1},
                                                            {DType::Q4_K, DType::Q5_K, DType::Q6_K},
+                                                           {DType::Q2_K, DType::Q4_K, DType::Q2_K},
+                                                           {DType::Q3_K, DType::Q3_K, DType::Q2_K},
                                                            {DType::Q8_0, DType::F16, DType::Q8_0}}) {
     std::vector<TestMatrix> matrices;
     std::vector<PreparedMatrix> prepared;
@@ -331,7 +352,7 @@ TEST(Matmul, UnsupportedTypeThrowsNamingTheType) {
   const uint8_t bytes[1024] = {};
   const float x[256] = {};
   float y[4];
-  for (DType type : {DType::Q2_K, DType::IQ4_XS, DType::Q8_K}) {
+  for (DType type : {DType::IQ2_XXS, DType::IQ4_XS, DType::Q8_K}) {
     try {
       matmul(PreparedMatrix({type, 1, 256, bytes}), x, 1, y, pool);
       ADD_FAILURE() << dtype_name(type) << " did not throw";

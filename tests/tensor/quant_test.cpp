@@ -121,6 +121,55 @@ void decode_q6_k(const uint8_t* block, float* y) {
   }
 }
 
+// Q2_K: [scales x16: scale | min << 4][qs x64][d][dmin]. Each 128 elements read 32 bytes of
+// qs four times, two bits further each pass; every 16 elements take the next scale byte.
+void decode_q2_k(const uint8_t* block, float* y) {
+  const uint8_t* scales = block;
+  const uint8_t* q = block + 16;
+  const float d = half(block + 80);
+  const float dmin = half(block + 82);
+  int is = 0;
+  for (int n = 0; n < 2; ++n, q += 32) {
+    for (int shift = 0; shift < 8; shift += 2) {
+      for (int half16 = 0; half16 < 2; ++half16) {
+        const uint8_t sc = scales[is++];
+        const float dl = d * (sc & 0xF);
+        const float ml = dmin * (sc >> 4);
+        for (int l = 0; l < 16; ++l) *y++ = dl * ((q[16 * half16 + l] >> shift) & 3) - ml;
+      }
+    }
+  }
+}
+
+// Q3_K: [hmask x32][qs x64][scales x12][d]. Levels as Q2_K's, less 4 where the element's
+// hmask bit (one bit per 32 elements, in order) is clear. The 12 scale bytes: bytes 0..7 hold
+// the low nibbles of scales 0..7 and (high nibbles) 8..15; bytes 8..11 hold their top two
+// bits, scale j in byte 8 + j % 4 at bit 2 * (j / 4). Stored as value + 32.
+void decode_q3_k(const uint8_t* block, float* y) {
+  const uint8_t* hmask = block;
+  const uint8_t* q = block + 32;
+  const uint8_t* packed = block + 96;
+  const float d = half(block + 108);
+  int scales[16];
+  for (int j = 0; j < 8; ++j) {
+    scales[j] = packed[j] & 0xF;
+    scales[j + 8] = packed[j] >> 4;
+  }
+  for (int j = 0; j < 16; ++j) scales[j] = (scales[j] | ((packed[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
+  int is = 0;
+  uint8_t bit = 1;
+  for (int n = 0; n < 2; ++n, q += 32) {
+    for (int shift = 0; shift < 8; shift += 2, bit = static_cast<uint8_t>(bit << 1)) {
+      for (int half16 = 0; half16 < 2; ++half16) {
+        const float dl = d * scales[is++];
+        for (int l = 16 * half16; l < 16 * half16 + 16; ++l) {
+          *y++ = dl * (((q[l] >> shift) & 3) - ((hmask[l] & bit) ? 0 : 4));
+        }
+      }
+    }
+  }
+}
+
 void decode_independently(DType type, const uint8_t* block, float* y) {
   switch (type) {
     case DType::Q4_0: return decode_32(block, false, false, y);
@@ -131,6 +180,8 @@ void decode_independently(DType type, const uint8_t* block, float* y) {
     case DType::Q4_K: return decode_k4(block, false, y);
     case DType::Q5_K: return decode_k4(block, true, y);
     case DType::Q6_K: return decode_q6_k(block, y);
+    case DType::Q2_K: return decode_q2_k(block, y);
+    case DType::Q3_K: return decode_q3_k(block, y);
     default: FAIL() << "no independent decoder";
   }
 }
@@ -145,6 +196,8 @@ std::vector<int> half_offsets(DType type) {
   switch (type) {
     case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K: return {0, 2};
     case DType::Q6_K: return {208};
+    case DType::Q2_K: return {80, 82};
+    case DType::Q3_K: return {108};
     default: return {0};
   }
 }
@@ -197,7 +250,8 @@ INSTANTIATE_TEST_SUITE_P(
                       RoundTripBound{DType::Q4_0, 0.12}, RoundTripBound{DType::Q4_1, 0.12},
                       RoundTripBound{DType::Q5_0, 0.06}, RoundTripBound{DType::Q5_1, 0.06},
                       RoundTripBound{DType::Q4_K, 0.12}, RoundTripBound{DType::Q5_K, 0.06},
-                      RoundTripBound{DType::Q6_K, 0.03}),
+                      RoundTripBound{DType::Q6_K, 0.03}, RoundTripBound{DType::Q3_K, 0.17},
+                      RoundTripBound{DType::Q2_K, 0.36}),
     [](const auto& info) { return std::string(dtype_name(info.param.type)); });
 
 // Within one 32-element block the worst element error is bounded by the quantization
@@ -268,12 +322,37 @@ TEST(Quant, HandBuiltBlocksDecodeToKnownValues) {
   q6_k[192 + 12] = static_cast<uint8_t>(-3);
   dequantize_row(DType::Q6_K, q6_k, y, 256);
   EXPECT_EQ(y[200], 0.25f * -3 * ((0x5 | (2 << 4)) - 32));
+
+  // Q2_K, d = 0.5, dmin = 0.25: element 200 = 128 + 64 + 8 is bits 4..5 of qs[32 + 8], in
+  // group 12, whose byte holds scale 6 and min 3.
+  uint8_t q2_k[84] = {};
+  put_half(q2_k + 80, 0.5f);
+  put_half(q2_k + 82, 0.25f);
+  q2_k[16 + 32 + 8] = 0x30;  // level 3 in bits 4..5
+  q2_k[12] = 0x36;
+  dequantize_row(DType::Q2_K, q2_k, y, 256);
+  EXPECT_EQ(y[200], 0.5f * 6 * 3 - 0.25f * 3);
+  EXPECT_EQ(y[201], -0.25f * 3);
+  EXPECT_EQ(y[0], 0.0f);
+
+  // Q3_K, d = 0.5: element 200's low bits as Q2_K's, its third bit is bit 4 + 2 of
+  // hmask[8]; group 12's scale is 12 - 32 = -20: low nibble 0xC in the high nibble of
+  // byte 4, top bits 0 (byte 8, bits 6..7). Element 201 has neither bit set: level 0 - 4.
+  uint8_t q3_k[110] = {};
+  put_half(q3_k + 108, 0.5f);
+  q3_k[32 + 32 + 8] = 0x10;  // low bits 1
+  q3_k[8] = 1 << 6;          // third bit: level 1 + 4
+  q3_k[96 + 4] = 0xC0;
+  dequantize_row(DType::Q3_K, q3_k, y, 256);
+  EXPECT_EQ(y[200], 0.5f * -20 * 1);
+  EXPECT_EQ(y[201], 0.5f * -20 * -4);
+  EXPECT_EQ(y[0], 0.5f * -32 * -4);  // scale byte 0: stored 0, so -32
 }
 
 TEST(Quant, UnsupportedTypesThrowNamingTheType) {
   float values[256] = {};
   uint8_t bytes[1024] = {};
-  for (DType type : {DType::Q2_K, DType::IQ2_XXS, DType::Q8_1, DType::I32}) {
+  for (DType type : {DType::IQ4_XS, DType::IQ2_XXS, DType::Q8_1, DType::I32}) {
     const std::string name(dtype_name(type));
     try {
       dequantize_row(type, bytes, values, 256);
@@ -294,7 +373,8 @@ TEST(Quant, RaggedRowThrows) {
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantTypeTest,
                          ::testing::Values(DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-                                           DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                                           DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,
+                                           DType::Q6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace
