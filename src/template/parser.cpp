@@ -3,6 +3,7 @@
 // arithmetic, `not` looser than comparisons).
 #include <cctype>
 #include <set>
+#include <stdexcept>
 
 #include "template/ast.h"
 
@@ -34,7 +35,13 @@ std::string unescape(std::string_view s, int line) {
     char c = s[++i];
     auto hex = [&](size_t digits) {
       if (i + digits >= s.size()) fail(line, "truncated escape in a string");
-      char32_t cp = static_cast<char32_t>(std::stoul(std::string(s.substr(i + 1, digits)), nullptr, 16));
+      char32_t cp = 0;
+      for (size_t k = 1; k <= digits; ++k) {
+        auto d = static_cast<unsigned char>(s[i + k]);
+        if (!std::isxdigit(d)) fail(line, "bad escape in a string");
+        cp = cp * 16 + static_cast<char32_t>(std::isdigit(d) ? d - '0' : std::tolower(d) - 'a' + 10);
+      }
+      if (cp > 0x10ffff) fail(line, "bad escape in a string");
       i += digits;
       out += utf8_encode(std::u32string_view(&cp, 1));
     };
@@ -212,7 +219,12 @@ class Lexer {
         take_digits();
       }
     }
-    Value v = is_float ? Value::real(std::stod(digits)) : Value::integer(std::stoll(digits));
+    Value v;
+    try {
+      v = is_float ? Value::real(std::stod(digits)) : Value::integer(std::stoll(digits));
+    } catch (const std::out_of_range&) {
+      fail(line_, "number out of range: " + digits);
+    }
     tokens_.push_back({Token::Kind::Number, line_, digits, v});
     pos_ += n;
   }
@@ -337,6 +349,7 @@ class Parser {
   }
 
   StmtPtr parse_statement() {
+    Nesting nesting(*this);
     auto s = std::make_unique<Stmt>();
     s->line = cur().line;
     if (cur().kind != Token::Kind::Name) unexpected("a statement");
@@ -447,7 +460,17 @@ class Parser {
     return list;
   }
 
+  // Python's parser stops at deep nesting too; here it keeps the recursion off the stack's end.
+  struct Nesting {
+    Parser& p;
+    explicit Nesting(Parser& parser) : p(parser) {
+      if (++p.depth_ > 250) fail(p.cur().line, "nested too deeply");
+    }
+    ~Nesting() { --p.depth_; }
+  };
+
   ExprPtr parse_expression() {
+    Nesting nesting(*this);
     ExprPtr expr = parse_or();
     while (is_name("if")) {
       int line = cur().line;
@@ -491,6 +514,7 @@ class Parser {
   }
 
   ExprPtr parse_not() {
+    Nesting nesting(*this);
     if (is_name("not")) {
       auto e = make(Expr::Kind::Unary, cur().line, "not");
       advance();
@@ -567,6 +591,7 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    Nesting nesting(*this);
     ExprPtr node;
     if (is_op("-") || is_op("+")) {
       node = make(Expr::Kind::Unary, cur().line, cur().text);
@@ -770,6 +795,7 @@ class Parser {
   // Inside an if's branches or a conditional expression, where jinja2 reports an unknown filter
   // or test only when it is reached; elsewhere it is an error before rendering.
   int soft_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

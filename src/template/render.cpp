@@ -790,6 +790,13 @@ class Renderer {
   Value macro(const Stmt& s, const ScopePtr& scope) {
     std::weak_ptr<Scope> defined_in = scope;
     return Value::function(s.text, [this, &s, defined_in](CallArgs& a) {
+      // Where Python would stop a macro that calls itself without end (RecursionError).
+      if (macro_depth_ >= 200) throw TemplateError("macro '" + s.text + "': maximum recursion depth exceeded");
+      ++macro_depth_;
+      struct Leave {
+        int& depth;
+        ~Leave() { --depth; }
+      } leave{macro_depth_};
       auto frame = std::make_shared<Scope>();
       frame->parent = defined_in.lock();
       if (a.positional.size() > s.names.size())
@@ -911,6 +918,7 @@ class Renderer {
   }
 
   std::tm now_;
+  int macro_depth_ = 0;
 };
 
 Value select(const Value& input, CallArgs& a, bool by_attribute, bool keep) {

@@ -83,13 +83,23 @@ def conversations(uses_thinking):
         {"role": "system", "content": "You can call tools."},
         {"role": "user", "content": "What's the weather in Paris?"},
         {"role": "assistant", "content": "",
-         "tool_calls": [{"id": "call_1", "type": "function",
+         "tool_calls": [{"id": "call00001", "type": "function",
                          "function": {"name": "get_weather",
                                       "arguments": {"city": "Paris", "unit": "celsius"}}}]},
-        {"role": "tool", "tool_call_id": "call_1", "name": "get_weather",
+        {"role": "tool", "tool_call_id": "call00001", "name": "get_weather",
          "content": "{\"temperature\": 21, \"sky\": \"clear\"}"},
         {"role": "assistant", "content": "It is 21 °C and clear in Paris."},
         {"role": "user", "content": "And search for museums there."},
+    ]
+    # Tool call ids of nine letters and digits, which Mistral's templates require.
+    # As OpenAI clients send them: arguments a JSON string; an earlier turn's reasoning kept.
+    string_arguments = [
+        {"role": "user", "content": "Search for llamas, then tell me about them."},
+        {"role": "assistant", "content": "", "reasoning_content": "The user wants a search.",
+         "tool_calls": [{"id": "call00002", "type": "function",
+                         "function": {"name": "search",
+                                      "arguments": "{\"query\": \"llamas\", \"limit\": 3}"}}]},
+        {"role": "tool", "tool_call_id": "call00002", "content": "Llamas are camelids."},
     ]
     non_ascii = [
         {"role": "system", "content": "Réponds en français, s'il te plaît — «merci»."},
@@ -102,6 +112,8 @@ def conversations(uses_thinking):
         ("multi-turn", {"messages": multi_turn, "add_generation_prompt": True}),
         ("multi-turn, no generation prompt", {"messages": finished, "add_generation_prompt": False}),
         ("tools", {"messages": tool_calls, "tools": TOOLS, "add_generation_prompt": True}),
+        ("tools, string arguments", {"messages": string_arguments, "tools": TOOLS,
+                                     "add_generation_prompt": True, "reasoning_effort": "high"}),
         ("non-ASCII", {"messages": non_ascii, "add_generation_prompt": True}),
     ]
     if uses_thinking:
@@ -153,7 +165,7 @@ def main():
     if not names:
         print(f"no templates in {directory}")
         return 1
-    total = matched = 0
+    total = matched = rendered = 0
     failed_templates = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
@@ -170,6 +182,7 @@ def main():
                         else got[0] in ("error", "raised"))
                 if same:
                     matched += 1
+                    rendered += expected[0] == "ok"
                     if verbose and expected[0] != "ok":
                         print(f"  {name} / {case}: both fail: {expected[1]!r} / {got[1]!r}")
                 else:
@@ -189,7 +202,8 @@ def main():
                         print(f"    first difference at character {i}:")
                         print(f"    jinja2: {a[max(0, i - 80):i + 80]!r}")
                         print(f"    strata: {b[max(0, i - 80):i + 80]!r}")
-    print(f"{matched} of {total} renders match ({len(names) - len(failed_templates)} of "
+    print(f"{matched} of {total} renders match ({rendered} rendered by both, "
+          f"{matched - rendered} an error in both; {len(names) - len(failed_templates)} of "
           f"{len(names)} templates in every conversation)")
     return 0 if matched == total else 1
 
