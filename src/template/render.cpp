@@ -128,12 +128,6 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
   return out + s.substr(start);
 }
 
-// ASCII only: what templates change the case of are roles and keywords.
-std::string ascii_case(std::string s, bool upper) {
-  for (char& c : s) c = static_cast<char>(upper ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 std::string py_title(const std::string& s) {
   std::string out = s;
   bool previous_cased = false;
@@ -337,8 +331,8 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
     t["callable"] = [](const Value& v, const CallArgs&) { return v.kind() == Value::Kind::Function; };
     t["odd"] = [](const Value& v, const CallArgs&) { return to_index(v, "odd") % 2 != 0; };
     t["even"] = [](const Value& v, const CallArgs&) { return to_index(v, "even") % 2 == 0; };
-    t["lower"] = [](const Value& v, const CallArgs&) { return v.str() == ascii_case(v.str(), false); };
-    t["upper"] = [](const Value& v, const CallArgs&) { return v.str() == ascii_case(v.str(), true); };
+    t["lower"] = [](const Value& v, const CallArgs&) { return v.str() == py_change_case(v.str(), false); };
+    t["upper"] = [](const Value& v, const CallArgs&) { return v.str() == py_change_case(v.str(), true); };
     t["eq"] = [](const Value& v, const CallArgs& a) { return equal(v, arg_or(a, 0, "b", Value())); };
     t["equalto"] = t["=="] = t["eq"];
     t["ne"] = t["!="] = [](const Value& v, const CallArgs& a) { return !equal(v, arg_or(a, 0, "b", Value())); };
@@ -417,10 +411,10 @@ Value string_method(const Value& self, const std::string& name) {
       return Value::string(py_replace(s, from.as_string(), to.as_string(), to_index(arg_or(a, 2, "count", Value::integer(-1)), "count")), safe);
     });
   if (name == "upper" || name == "lower")
-    return method([s, name](CallArgs&) { return Value::string(ascii_case(s, name == "upper")); });
+    return method([s, name](CallArgs&) { return Value::string(py_change_case(s, name == "upper")); });
   if (name == "title") return method([s](CallArgs&) { return Value::string(py_title(s)); });
   if (name == "capitalize")
-    return method([s](CallArgs&) { return Value::string(s.empty() ? s : ascii_case(s.substr(0, 1), true) + ascii_case(s.substr(1), false)); });
+    return method([s](CallArgs&) { return Value::string(s.empty() ? s : py_change_case(s.substr(0, 1), true) + py_change_case(s.substr(1), false)); });
   if (name == "find" || name == "count")
     return method([s, name](CallArgs& a) {
       Value sub = arg_or(a, 0, "sub", Value());
@@ -599,7 +593,7 @@ std::string indent_text(const std::string& s, const Value& width, bool first, bo
 Value sorted(Array items, bool reverse, bool case_sensitive, const Value& attribute) {
   auto key = [&](const Value& v) {
     Value k = attribute.is_string() ? attribute_path(v, attribute.as_string()) : v;
-    return (!case_sensitive && k.is_string()) ? Value::string(ascii_case(k.as_string(), false)) : k;
+    return (!case_sensitive && k.is_string()) ? Value::string(py_change_case(k.as_string(), false)) : k;
   };
   std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
     return reverse ? less(key(b), key(a)) : less(key(a), key(b));
@@ -967,12 +961,12 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
       }
       return Value::string(out);
     };
-    f["upper"] = [](Renderer&, const Value& v, CallArgs&) { return Value::string(ascii_case(v.str(), true)); };
-    f["lower"] = [](Renderer&, const Value& v, CallArgs&) { return Value::string(ascii_case(v.str(), false)); };
+    f["upper"] = [](Renderer&, const Value& v, CallArgs&) { return Value::string(py_change_case(v.str(), true)); };
+    f["lower"] = [](Renderer&, const Value& v, CallArgs&) { return Value::string(py_change_case(v.str(), false)); };
     f["title"] = [](Renderer&, const Value& v, CallArgs&) { return Value::string(py_title(v.str())); };
     f["capitalize"] = [](Renderer&, const Value& v, CallArgs&) {
       std::string s = v.str();
-      return Value::string(s.empty() ? s : ascii_case(s.substr(0, 1), true) + ascii_case(s.substr(1), false));
+      return Value::string(s.empty() ? s : py_change_case(s.substr(0, 1), true) + py_change_case(s.substr(1), false));
     };
     f["safe"] = [](Renderer&, const Value& v, CallArgs&) { return Value::string(v.str(), true); };
     f["escape"] = f["e"] = [](Renderer&, const Value& v, CallArgs&) {
@@ -1079,7 +1073,7 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
       Array out, seen;
       for (const Value& item : iterate(v)) {
         Value k = attribute.is_none() ? item : attribute_path(item, attribute.str());
-        if (!case_sensitive && k.is_string()) k = Value::string(ascii_case(k.as_string(), false));
+        if (!case_sensitive && k.is_string()) k = Value::string(py_change_case(k.as_string(), false));
         if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, k); })) continue;
         seen.push_back(k);
         out.push_back(item);

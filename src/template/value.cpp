@@ -409,14 +409,6 @@ std::string to_json(const Value& v, const JsonFormat& format) {
   return out;
 }
 
-Value parse_json(std::string_view text) {
-  try {
-    return Value::from_json(nlohmann::ordered_json::parse(text));
-  } catch (const nlohmann::json::exception& e) {
-    throw TemplateError(std::string("invalid JSON: ") + e.what());
-  }
-}
-
 std::u32string utf8_decode(std::string_view s) {
   std::u32string out;
   out.reserve(s.size());
@@ -464,6 +456,50 @@ bool py_isspace(char32_t c) {
   return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
          c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 ||
          c == 0x202f || c == 0x205f || c == 0x3000;
+}
+
+namespace {
+
+// The lowercase partner of an uppercase letter, or 0.
+char32_t lower_of(char32_t c) {
+  if ((c >= 'A' && c <= 'Z') || (c >= 0xc0 && c <= 0xde && c != 0xd7) || (c >= 0x391 && c <= 0x3ab && c != 0x3a2) ||
+      (c >= 0x410 && c <= 0x42f))
+    return c + 0x20;
+  if (c >= 0x400 && c <= 0x40f) return c + 0x50;
+  if (c == 0x178) return 0xff;
+  if (c == 0x130) return 0;  // İ lowers to two code points; left as it is
+  // Latin Extended-A pairs an uppercase letter with the next code point, evenly or oddly aligned.
+  bool even_pairs = (c >= 0x100 && c <= 0x137) || (c >= 0x14a && c <= 0x177);
+  bool odd_pairs = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e);
+  if ((even_pairs && c % 2 == 0) || (odd_pairs && c % 2 == 1)) return c + 1;
+  return 0;
+}
+
+char32_t upper_of(char32_t c) {
+  if (c == 0xff) return 0x178;
+  if (c == 0xb5) return 0x39c;
+  if (c == 0x3c2) return 0x3a3;
+  if (c == 0x131) return 'I';
+  if (c == 0x17f) return 'S';
+  char32_t candidates[] = {c - 0x20, c - 0x50, c - 1};
+  for (char32_t u : candidates)
+    if (u < c && lower_of(u) == c) return u;
+  return 0;
+}
+
+}  // namespace
+
+std::string py_change_case(std::string_view s, bool upper) {
+  std::u32string out;
+  for (char32_t c : utf8_decode(s)) {
+    if (upper && c == 0xdf) {
+      out += U"SS";
+      continue;
+    }
+    char32_t m = upper ? upper_of(c) : lower_of(c);
+    out += m ? m : c;
+  }
+  return utf8_encode(out);
 }
 
 std::string html_escape(std::string_view s) {

@@ -89,7 +89,6 @@ class Value {
   bool is_string() const { return kind_ == Kind::String; }
   bool is_array() const { return kind_ == Kind::Array; }
   bool is_object() const { return kind_ == Kind::Object; }
-  bool is_mapping_like() const { return kind_ == Kind::Object || kind_ == Kind::Namespace; }
   // Python's bool is an int.
   bool is_int() const { return kind_ == Kind::Int || kind_ == Kind::Bool; }
   bool is_number() const { return is_int() || kind_ == Kind::Float; }
@@ -150,12 +149,13 @@ struct JsonFormat {
 };
 // Python's json.dumps; throws TemplateError for what it cannot serialize.
 std::string to_json(const Value& v, const JsonFormat& format);
-Value parse_json(std::string_view text);
 
 // Strings as Python indexes them: by code point.
 std::u32string utf8_decode(std::string_view s);
 std::string utf8_encode(std::u32string_view s);
 bool py_isspace(char32_t c);
+// Python's str.upper() and str.lower() for Latin, Greek and Cyrillic; other scripts unchanged.
+std::string py_change_case(std::string_view s, bool upper);
 std::string html_escape(std::string_view s);
 
 }  // namespace strata::jinja

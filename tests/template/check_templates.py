@@ -52,7 +52,7 @@ TOOLS = [
             "type": "object",
             "properties": {
                 "city": {"type": "string", "description": "The city's name"},
-                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit", "réaumur"]},
             },
             "required": ["city"],
         },
@@ -101,6 +101,12 @@ def conversations(uses_thinking):
                                       "arguments": "{\"query\": \"llamas\", \"limit\": 3}"}}]},
         {"role": "tool", "tool_call_id": "call00002", "content": "Llamas are camelids."},
     ]
+    # Content as a list of parts, as OpenAI's API allows it.
+    content_parts = [
+        {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+        {"role": "user", "content": [{"type": "text", "text": "Describe"},
+                                     {"type": "text", "text": " a llama."}]},
+    ]
     non_ascii = [
         {"role": "system", "content": "Réponds en français, s'il te plaît — «merci»."},
         {"role": "user", "content": "Zażółć gęślą jaźń: 日本語のテキスト, emoji 🦙, \"quotes\" and \\ backslash"},
@@ -114,6 +120,7 @@ def conversations(uses_thinking):
         ("tools", {"messages": tool_calls, "tools": TOOLS, "add_generation_prompt": True}),
         ("tools, string arguments", {"messages": string_arguments, "tools": TOOLS,
                                      "add_generation_prompt": True, "reasoning_effort": "high"}),
+        ("content parts", {"messages": content_parts, "add_generation_prompt": True}),
         ("non-ASCII", {"messages": non_ascii, "add_generation_prompt": True}),
     ]
     if uses_thinking:

@@ -94,6 +94,7 @@ TEST(Template, Filters) {
   EXPECT_EQ(render("{{ d | tojson(ensure_ascii=True) }}", R"({"d": "é🦙"})"), R"("\u00e9\ud83e\udd99")");
   EXPECT_EQ(render("{{ d | tojson(indent=2) }}", R"({"d": {"a": [1], "b": {}}})"), "{\n  \"a\": [\n    1\n  ],\n  \"b\": {}\n}");
   EXPECT_EQ(render("{{ '  x ' | trim }}{{ none | string }}{{ missing | default('d') }}{{ '' | default('e', true) }}"), "xNonede");
+  EXPECT_EQ(render("{{ 'straße ÿ δ жё' | upper }} {{ 'ÀÉ ΣΑ ЖЁ Ł' | lower }}"), "STRASSE Ÿ Δ ЖЁ àé σα жё ł");
   EXPECT_EQ(render("{{ [1, 2] | join(', ') }} {{ [3, 1, 2] | sort | first }} {{ [1, 2] | last }} {{ 'ab' | upper }}"), "1, 2 1 2 AB");
   EXPECT_EQ(render("{{ {'b': 1, 'A': 2} | dictsort }}"), "[('A', 2), ('b', 1)]");
   EXPECT_EQ(render("{% set d = {512: 'x', 0: 'y'} %}{{ d[512] }}{{ d | dictsort | first }}{{ d | tojson }}"),
