@@ -252,8 +252,7 @@ class Parser {
 
   Body parse_template() {
     std::string found;
-    Body body = parse_until({}, found);
-    return body;
+    return parse_until({}, found);
   }
 
  private:

@@ -51,13 +51,9 @@ int64_t to_index(const Value& v, const std::string& what) {
 
 // ---- strings ----
 
-std::u32string strip_set(const Value& chars) {
-  return chars.is_string() ? utf8_decode(chars.as_string()) : std::u32string();
-}
-
 std::string py_strip(const std::string& s, const Value& chars, bool left, bool right) {
   std::u32string u = utf8_decode(s);
-  std::u32string set = strip_set(chars);
+  std::u32string set = chars.is_string() ? utf8_decode(chars.as_string()) : std::u32string();
   bool whitespace = chars.is_none() || chars.is_undefined();
   auto strip_this = [&](char32_t c) { return whitespace ? py_isspace(c) : set.find(c) != std::u32string::npos; };
   size_t b = 0, e = u.size();

@@ -105,7 +105,6 @@ class Value {
   Array& items() const { return *array_; }
   Object& entries() const { return *object_; }
   const Function& callable() const { return *function_; }
-  const std::string& function_name() const { return str_; }
 
   // nullptr when absent.
   const Value* find(std::string_view key) const;
