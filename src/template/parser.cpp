@@ -799,6 +799,21 @@ class Parser {
 
 }  // namespace
 
-Body parse(std::string_view source) { return Parser(Lexer(source).run()).parse_template(); }
+Body parse(std::string_view source) {
+  // jinja2 reads \r\n and \r as \n and, without keep_trailing_newline, drops the source's
+  // last newline.
+  std::string normalized;
+  normalized.reserve(source.size());
+  for (size_t i = 0; i < source.size(); ++i) {
+    if (source[i] != '\r') {
+      normalized += source[i];
+      continue;
+    }
+    normalized += '\n';
+    if (i + 1 < source.size() && source[i + 1] == '\n') ++i;
+  }
+  if (!normalized.empty() && normalized.back() == '\n') normalized.pop_back();
+  return Parser(Lexer(normalized).run()).parse_template();
+}
 
 }  // namespace strata::jinja

@@ -251,6 +251,13 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
       return Value::array(std::move(out));
     }
   }
+  if (op == "*" && ((a.is_array() && b.is_int()) || (a.is_int() && b.is_array()))) {
+    const Value& list = a.is_array() ? a : b;
+    int64_t times = a.is_array() ? b.as_int() : a.as_int();
+    Array out;
+    for (int64_t i = 0; i < times; ++i) out.insert(out.end(), list.items().begin(), list.items().end());
+    return Value::array(std::move(out));
+  }
   if (op == "*" && ((a.is_string() && b.is_int()) || (a.is_int() && b.is_string()))) {
     const Value& s = a.is_string() ? a : b;
     int64_t times = a.is_string() ? b.as_int() : a.as_int();

@@ -29,10 +29,12 @@ TEST(Template, WhitespaceControl) {
   // trim_blocks: the newline after a block tag goes; lstrip_blocks: so does its indentation.
   EXPECT_EQ(render("x\n  {% if true %}\n  y\n  {% endif %}\nz"), "x\n  y\nz");
   // Not for {{ }}, and not when text precedes the tag on its line.
-  EXPECT_EQ(render("  {{ 1 }}\n"), "  1\n");
+  EXPECT_EQ(render("  {{ 1 }}\nx"), "  1\nx");
   EXPECT_EQ(render("a {% if true %}b{% endif %}"), "a b");
   EXPECT_EQ(render("  {# note #}\nx"), "x");
   EXPECT_EQ(render("  {%+ if true %}x{% endif %}"), "  x");
+  // The source's last newline goes, and \r\n reads as \n.
+  EXPECT_EQ(render("{{ 1 }}  \r\n{{ 2 }}\n"), "1  \n2");
 }
 
 TEST(Template, LoopVariables) {
