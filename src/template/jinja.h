@@ -8,11 +8,10 @@
 
 #include <ctime>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 namespace strata::jinja {
 

@@ -22,7 +22,9 @@ struct Token {
   throw TemplateError("template line " + std::to_string(line) + ": " + what);
 }
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
 
 // Python's "unicode-escape" decoding, which jinja2 applies to string literals.
 std::string unescape(std::string_view s, int line) {
@@ -39,28 +41,58 @@ std::string unescape(std::string_view s, int line) {
       for (size_t k = 1; k <= digits; ++k) {
         auto d = static_cast<unsigned char>(s[i + k]);
         if (!std::isxdigit(d)) fail(line, "bad escape in a string");
-        cp = cp * 16 + static_cast<char32_t>(std::isdigit(d) ? d - '0' : std::tolower(d) - 'a' + 10);
+        cp =
+            cp * 16 + static_cast<char32_t>(std::isdigit(d) ? d - '0' : std::tolower(d) - 'a' + 10);
       }
       if (cp > 0x10ffff) fail(line, "bad escape in a string");
       i += digits;
       out += utf8_encode(std::u32string_view(&cp, 1));
     };
     switch (c) {
-      case 'n': out += '\n'; break;
-      case 't': out += '\t'; break;
-      case 'r': out += '\r'; break;
-      case '\\': out += '\\'; break;
-      case '\'': out += '\''; break;
-      case '"': out += '"'; break;
-      case 'a': out += '\a'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'v': out += '\v'; break;
-      case '0': out += '\0'; break;
-      case '\n': break;
-      case 'x': hex(2); break;
-      case 'u': hex(4); break;
-      case 'U': hex(8); break;
+      case 'n':
+        out += '\n';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case '"':
+        out += '"';
+        break;
+      case 'a':
+        out += '\a';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'v':
+        out += '\v';
+        break;
+      case '0':
+        out += '\0';
+        break;
+      case '\n':
+        break;
+      case 'x':
+        hex(2);
+        break;
+      case 'u':
+        hex(4);
+        break;
+      case 'U':
+        hex(8);
+        break;
       default:
         out += '\\';
         out += c;
@@ -109,7 +141,8 @@ class Lexer {
         pos_ = end + 2;
         line_starting = tag_end(end_sign, true);
       } else {
-        tokens_.push_back({kind == '{' ? Token::Kind::VarBegin : Token::Kind::BlockBegin, line_, "", {}});
+        tokens_.push_back(
+            {kind == '{' ? Token::Kind::VarBegin : Token::Kind::BlockBegin, line_, "", {}});
         line_starting = inside_tag(kind == '{');
       }
     }
@@ -166,7 +199,9 @@ class Lexer {
       char c = rest[0];
       if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
         size_t n = 1;
-        while (n < rest.size() && (std::isalnum(static_cast<unsigned char>(rest[n])) || rest[n] == '_')) ++n;
+        while (n < rest.size() &&
+               (std::isalnum(static_cast<unsigned char>(rest[n])) || rest[n] == '_'))
+          ++n;
         tokens_.push_back({Token::Kind::Name, line_, std::string(rest.substr(0, n)), {}});
         pos_ += n;
       } else if (std::isdigit(static_cast<unsigned char>(c))) {
@@ -174,8 +209,9 @@ class Lexer {
       } else if (c == '\'' || c == '"') {
         string(rest);
       } else {
-        static const char* ops[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
-                                    ">", "=", "(", ")", "[", "]", "{", "}", ",", ".", ":", "|"};
+        static const char* ops[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*",
+                                    "/",  "%",  "~",  "<",  ">",  "=",  "(", ")", "[",
+                                    "]",  "{",  "}",  ",",  ".",  ":",  "|"};
         bool found = false;
         for (const char* op : ops) {
           if (rest.starts_with(op)) {
@@ -198,13 +234,15 @@ class Lexer {
     std::string digits;
     bool is_float = false;
     auto take_digits = [&] {
-      while (n < rest.size() && (std::isdigit(static_cast<unsigned char>(rest[n])) || rest[n] == '_')) {
+      while (n < rest.size() &&
+             (std::isdigit(static_cast<unsigned char>(rest[n])) || rest[n] == '_')) {
         if (rest[n] != '_') digits += rest[n];
         ++n;
       }
     };
     take_digits();
-    if (n + 1 < rest.size() && rest[n] == '.' && std::isdigit(static_cast<unsigned char>(rest[n + 1]))) {
+    if (n + 1 < rest.size() && rest[n] == '.' &&
+        std::isdigit(static_cast<unsigned char>(rest[n + 1]))) {
       is_float = true;
       digits += rest[n++];
       take_digits();
@@ -262,7 +300,9 @@ class Parser {
     if (pos_ + 1 < tokens_.size()) ++pos_;
   }
   bool is_op(const char* op) const { return cur().kind == Token::Kind::Op && cur().text == op; }
-  bool is_name(const char* name) const { return cur().kind == Token::Kind::Name && cur().text == name; }
+  bool is_name(const char* name) const {
+    return cur().kind == Token::Kind::Name && cur().text == name;
+  }
   bool skip_op(const char* op) {
     if (!is_op(op)) return false;
     advance();
@@ -275,12 +315,18 @@ class Parser {
   }
   std::string describe(const Token& t) const {
     switch (t.kind) {
-      case Token::Kind::VarEnd: return "'}}'";
-      case Token::Kind::BlockEnd: return "'%}'";
-      case Token::Kind::End: return "the end of the template";
-      case Token::Kind::String: return "a string";
-      case Token::Kind::Number: return "a number";
-      default: return "'" + t.text + "'";
+      case Token::Kind::VarEnd:
+        return "'}}'";
+      case Token::Kind::BlockEnd:
+        return "'%}'";
+      case Token::Kind::End:
+        return "the end of the template";
+      case Token::Kind::String:
+        return "a string";
+      case Token::Kind::Number:
+        return "a number";
+      default:
+        return "'" + t.text + "'";
     }
   }
   [[noreturn]] void unexpected(const std::string& expected) const {
@@ -314,7 +360,8 @@ class Parser {
     while (true) {
       const Token& t = cur();
       if (t.kind == Token::Kind::End) {
-        if (!ends.empty()) fail(t.line, "unexpected end of template, expected '" + *ends.rbegin() + "'");
+        if (!ends.empty())
+          fail(t.line, "unexpected end of template, expected '" + *ends.rbegin() + "'");
         return body;
       }
       if (t.kind == Token::Kind::Text) {
@@ -453,7 +500,8 @@ class Parser {
     auto list = make(Expr::Kind::List, line, "tuple");
     list->args.push_back(std::move(first));
     while (skip_op(",")) {
-      if (cur().kind == Token::Kind::VarEnd || cur().kind == Token::Kind::BlockEnd || is_op(")")) break;
+      if (cur().kind == Token::Kind::VarEnd || cur().kind == Token::Kind::BlockEnd || is_op(")"))
+        break;
       list->args.push_back(with_condexpr ? parse_expression() : parse_or());
     }
     return list;
@@ -733,7 +781,8 @@ class Parser {
         advance();
         call.kwargs.emplace_back(name, parse_expression());
       } else {
-        if (!call.kwargs.empty()) fail(cur().line, "a positional argument after a keyword argument");
+        if (!call.kwargs.empty())
+          fail(cur().line, "a positional argument after a keyword argument");
         call.args.push_back(parse_expression());
       }
     }

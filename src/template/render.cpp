@@ -55,7 +55,9 @@ std::string py_strip(const std::string& s, const Value& chars, bool left, bool r
   std::u32string u = utf8_decode(s);
   std::u32string set = chars.is_string() ? utf8_decode(chars.as_string()) : std::u32string();
   bool whitespace = chars.is_none() || chars.is_undefined();
-  auto strip_this = [&](char32_t c) { return whitespace ? py_isspace(c) : set.find(c) != std::u32string::npos; };
+  auto strip_this = [&](char32_t c) {
+    return whitespace ? py_isspace(c) : set.find(c) != std::u32string::npos;
+  };
   size_t b = 0, e = u.size();
   if (left)
     while (b < e && strip_this(u[b])) ++b;
@@ -101,7 +103,8 @@ Value py_split(const std::string& s, const Value& sep, int64_t maxsplit) {
   return Value::array(std::move(out));
 }
 
-std::string py_replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+std::string py_replace(const std::string& s, const std::string& from, const std::string& to,
+                       int64_t count) {
   std::string out;
   if (from.empty()) {
     // Python puts the replacement between every character and at both ends.
@@ -142,7 +145,8 @@ bool prefix_match(const std::string& s, const Value& prefixes, bool start) {
     const std::string& x = p.as_string();
     return start ? s.starts_with(x) : s.ends_with(x);
   };
-  if (prefixes.is_array()) return std::any_of(prefixes.items().begin(), prefixes.items().end(), one);
+  if (prefixes.is_array())
+    return std::any_of(prefixes.items().begin(), prefixes.items().end(), one);
   return one(prefixes);
 }
 
@@ -162,7 +166,8 @@ Array iterate(const Value& v) {
     }
     case Value::Kind::String: {
       Array chars;
-      for (char32_t c : utf8_decode(v.as_string())) chars.push_back(Value::string(utf8_encode(std::u32string_view(&c, 1))));
+      for (char32_t c : utf8_decode(v.as_string()))
+        chars.push_back(Value::string(utf8_encode(std::u32string_view(&c, 1))));
       return chars;
     }
     default:
@@ -188,7 +193,8 @@ int64_t length(const Value& v) {
 }
 Value pairs(const Value& v, Value::Sequence sequence = Value::Sequence::List) {
   Array out;
-  for (const auto& [k, item] : v.entries()) out.push_back(Value::array({k, item}, Value::Sequence::Tuple));
+  for (const auto& [k, item] : v.entries())
+    out.push_back(Value::array({k, item}, Value::Sequence::Tuple));
   return Value::array(std::move(out), sequence);
 }
 
@@ -198,7 +204,8 @@ bool contains(const Value& container, const Value& needle) {
       return false;
     case Value::Kind::String:
       if (!needle.is_string())
-        throw TemplateError("'in <string>' requires string as left operand, not " + needle.type_name());
+        throw TemplateError("'in <string>' requires string as left operand, not " +
+                            needle.type_name());
       return container.as_string().find(needle.as_string()) != std::string::npos;
     case Value::Kind::Array:
       return std::any_of(container.items().begin(), container.items().end(),
@@ -226,7 +233,8 @@ Seq slice(const Seq& seq, const Value& start, const Value& stop, const Value& st
   int64_t b = bound(start, step > 0 ? 0 : n - 1);
   int64_t e = bound(stop, step > 0 ? n : -1);
   Seq out;
-  for (int64_t i = b; step > 0 ? i < e : i > e; i += step) out.push_back(seq[static_cast<size_t>(i)]);
+  for (int64_t i = b; step > 0 ? i < e : i > e; i += step)
+    out.push_back(seq[static_cast<size_t>(i)]);
   return out;
 }
 
@@ -255,7 +263,8 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     const Value& list = a.is_array() ? a : b;
     int64_t times = a.is_array() ? b.as_int() : a.as_int();
     Array out;
-    for (int64_t i = 0; i < times; ++i) out.insert(out.end(), list.items().begin(), list.items().end());
+    for (int64_t i = 0; i < times; ++i)
+      out.insert(out.end(), list.items().begin(), list.items().end());
     return Value::array(std::move(out));
   }
   if (op == "*" && ((a.is_string() && b.is_int()) || (a.is_int() && b.is_string()))) {
@@ -320,7 +329,8 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
     t["mapping"] = [](const Value& v, const CallArgs&) { return v.is_object(); };
     // Undefined has a length and items, so jinja2 counts it a sequence and iterable.
     t["sequence"] = [](const Value& v, const CallArgs&) {
-      return v.is_string() || (v.is_array() && !v.is_generator()) || v.is_object() || v.is_undefined();
+      return v.is_string() || (v.is_array() && !v.is_generator()) || v.is_object() ||
+             v.is_undefined();
     };
     t["iterable"] = [](const Value& v, const CallArgs&) {
       return v.is_string() || v.is_array() || v.is_object() || v.is_undefined();
@@ -329,21 +339,45 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
     t["integer"] = [](const Value& v, const CallArgs&) { return v.kind() == Value::Kind::Int; };
     t["float"] = [](const Value& v, const CallArgs&) { return v.kind() == Value::Kind::Float; };
     t["boolean"] = [](const Value& v, const CallArgs&) { return v.kind() == Value::Kind::Bool; };
-    t["true"] = [](const Value& v, const CallArgs&) { return v.kind() == Value::Kind::Bool && v.as_bool(); };
-    t["false"] = [](const Value& v, const CallArgs&) { return v.kind() == Value::Kind::Bool && !v.as_bool(); };
-    t["callable"] = [](const Value& v, const CallArgs&) { return v.kind() == Value::Kind::Function; };
+    t["true"] = [](const Value& v, const CallArgs&) {
+      return v.kind() == Value::Kind::Bool && v.as_bool();
+    };
+    t["false"] = [](const Value& v, const CallArgs&) {
+      return v.kind() == Value::Kind::Bool && !v.as_bool();
+    };
+    t["callable"] = [](const Value& v, const CallArgs&) {
+      return v.kind() == Value::Kind::Function;
+    };
     t["odd"] = [](const Value& v, const CallArgs&) { return to_index(v, "odd") % 2 != 0; };
     t["even"] = [](const Value& v, const CallArgs&) { return to_index(v, "even") % 2 == 0; };
-    t["lower"] = [](const Value& v, const CallArgs&) { return v.str() == py_change_case(v.str(), false); };
-    t["upper"] = [](const Value& v, const CallArgs&) { return v.str() == py_change_case(v.str(), true); };
-    t["eq"] = [](const Value& v, const CallArgs& a) { return equal(v, arg_or(a, 0, "b", Value())); };
+    t["lower"] = [](const Value& v, const CallArgs&) {
+      return v.str() == py_change_case(v.str(), false);
+    };
+    t["upper"] = [](const Value& v, const CallArgs&) {
+      return v.str() == py_change_case(v.str(), true);
+    };
+    t["eq"] = [](const Value& v, const CallArgs& a) {
+      return equal(v, arg_or(a, 0, "b", Value()));
+    };
     t["equalto"] = t["=="] = t["eq"];
-    t["ne"] = t["!="] = [](const Value& v, const CallArgs& a) { return !equal(v, arg_or(a, 0, "b", Value())); };
-    t["lt"] = t["<"] = [](const Value& v, const CallArgs& a) { return less(v, arg_or(a, 0, "b", Value())); };
-    t["gt"] = t[">"] = [](const Value& v, const CallArgs& a) { return less(arg_or(a, 0, "b", Value()), v); };
-    t["le"] = t["<="] = [](const Value& v, const CallArgs& a) { return !less(arg_or(a, 0, "b", Value()), v); };
-    t["ge"] = t[">="] = [](const Value& v, const CallArgs& a) { return !less(v, arg_or(a, 0, "b", Value())); };
-    t["in"] = [](const Value& v, const CallArgs& a) { return contains(arg_or(a, 0, "seq", Value()), v); };
+    t["ne"] = t["!="] = [](const Value& v, const CallArgs& a) {
+      return !equal(v, arg_or(a, 0, "b", Value()));
+    };
+    t["lt"] = t["<"] = [](const Value& v, const CallArgs& a) {
+      return less(v, arg_or(a, 0, "b", Value()));
+    };
+    t["gt"] = t[">"] = [](const Value& v, const CallArgs& a) {
+      return less(arg_or(a, 0, "b", Value()), v);
+    };
+    t["le"] = t["<="] = [](const Value& v, const CallArgs& a) {
+      return !less(arg_or(a, 0, "b", Value()), v);
+    };
+    t["ge"] = t[">="] = [](const Value& v, const CallArgs& a) {
+      return !less(v, arg_or(a, 0, "b", Value()));
+    };
+    t["in"] = [](const Value& v, const CallArgs& a) {
+      return contains(arg_or(a, 0, "seq", Value()), v);
+    };
     t["divisibleby"] = [](const Value& v, const CallArgs& a) {
       int64_t d = to_index(arg_or(a, 0, "num", Value()), "divisibleby");
       if (d == 0) throw TemplateError("integer division or modulo by zero");
@@ -397,11 +431,14 @@ Value string_method(const Value& self, const std::string& name) {
   auto method = [&](Function f) { return Value::function(name, std::move(f)); };
   if (name == "strip" || name == "lstrip" || name == "rstrip")
     return method([s, safe, name](CallArgs& a) {
-      return Value::string(py_strip(s, arg_or(a, 0, "chars", Value::none()), name != "rstrip", name != "lstrip"), safe);
+      return Value::string(
+          py_strip(s, arg_or(a, 0, "chars", Value::none()), name != "rstrip", name != "lstrip"),
+          safe);
     });
   if (name == "split")
     return method([s](CallArgs& a) {
-      return py_split(s, arg_or(a, 0, "sep", Value::none()), to_index(arg_or(a, 1, "maxsplit", Value::integer(-1)), "maxsplit"));
+      return py_split(s, arg_or(a, 0, "sep", Value::none()),
+                      to_index(arg_or(a, 1, "maxsplit", Value::integer(-1)), "maxsplit"));
     });
   if (name == "startswith" || name == "endswith")
     return method([s, name](CallArgs& a) {
@@ -410,24 +447,35 @@ Value string_method(const Value& self, const std::string& name) {
   if (name == "replace")
     return method([s, safe](CallArgs& a) {
       Value from = arg_or(a, 0, "old", Value()), to = arg_or(a, 1, "new", Value());
-      if (!from.is_string() || !to.is_string()) throw TemplateError("replace() takes str arguments");
-      return Value::string(py_replace(s, from.as_string(), to.as_string(), to_index(arg_or(a, 2, "count", Value::integer(-1)), "count")), safe);
+      if (!from.is_string() || !to.is_string())
+        throw TemplateError("replace() takes str arguments");
+      return Value::string(py_replace(s, from.as_string(), to.as_string(),
+                                      to_index(arg_or(a, 2, "count", Value::integer(-1)), "count")),
+                           safe);
     });
   if (name == "upper" || name == "lower")
-    return method([s, name](CallArgs&) { return Value::string(py_change_case(s, name == "upper")); });
+    return method(
+        [s, name](CallArgs&) { return Value::string(py_change_case(s, name == "upper")); });
   if (name == "title") return method([s](CallArgs&) { return Value::string(py_title(s)); });
   if (name == "capitalize")
-    return method([s](CallArgs&) { return Value::string(s.empty() ? s : py_change_case(s.substr(0, 1), true) + py_change_case(s.substr(1), false)); });
+    return method([s](CallArgs&) {
+      return Value::string(s.empty() ? s
+                                     : py_change_case(s.substr(0, 1), true) +
+                                           py_change_case(s.substr(1), false));
+    });
   if (name == "find" || name == "count")
     return method([s, name](CallArgs& a) {
       Value sub = arg_or(a, 0, "sub", Value());
       if (!sub.is_string()) throw TemplateError(name + "() takes a str");
       if (name == "find") {
         size_t p = s.find(sub.as_string());
-        return Value::integer(p == std::string::npos ? -1 : static_cast<int64_t>(utf8_decode(s.substr(0, p)).size()));
+        return Value::integer(
+            p == std::string::npos ? -1 : static_cast<int64_t>(utf8_decode(s.substr(0, p)).size()));
       }
       int64_t n = 0;
-      for (size_t p = s.find(sub.as_string()); p != std::string::npos; p = s.find(sub.as_string(), p + std::max<size_t>(1, sub.as_string().size()))) ++n;
+      for (size_t p = s.find(sub.as_string()); p != std::string::npos;
+           p = s.find(sub.as_string(), p + std::max<size_t>(1, sub.as_string().size())))
+        ++n;
       return Value::integer(n);
     });
   if (name == "join")
@@ -435,7 +483,8 @@ Value string_method(const Value& self, const std::string& name) {
       std::string out;
       Array items = iterate(arg_or(a, 0, "iterable", Value()));
       for (size_t i = 0; i < items.size(); ++i) {
-        if (!items[i].is_string()) throw TemplateError("sequence item " + std::to_string(i) + ": expected str instance");
+        if (!items[i].is_string())
+          throw TemplateError("sequence item " + std::to_string(i) + ": expected str instance");
         out += (i ? s : "") + items[i].as_string();
       }
       return Value::string(out);
@@ -445,7 +494,8 @@ Value string_method(const Value& self, const std::string& name) {
 
 Value dict_method(const Value& self, const std::string& name) {
   if (name == "items") return Value::function(name, [self](CallArgs&) { return pairs(self); });
-  if (name == "keys") return Value::function(name, [self](CallArgs&) { return Value::array(iterate(self)); });
+  if (name == "keys")
+    return Value::function(name, [self](CallArgs&) { return Value::array(iterate(self)); });
   if (name == "values")
     return Value::function(name, [self](CallArgs&) {
       Array out;
@@ -477,7 +527,8 @@ Value list_method(const Value& self, const std::string& name) {
       if (name == "index") throw TemplateError(x.repr() + " is not in list");
       return Value::integer(n);
     });
-  static const std::set<std::string> mutating = {"append", "pop", "insert", "extend", "remove", "reverse", "sort", "clear"};
+  static const std::set<std::string> mutating = {"append", "pop",     "insert", "extend",
+                                                 "remove", "reverse", "sort",   "clear"};
   if (mutating.count(name)) return unsafe(name, self);
   return Value::undefined("'list object' has no attribute '" + name + "'");
 }
@@ -510,7 +561,8 @@ Value get_item(const Value& base, const Value& key) {
       const Value* v = base.find(key);
       if (v) return *v;
       if (!key.is_string()) break;
-      return base.is_object() ? get_attr(base, key.as_string()) : Value::undefined("no item '" + key.as_string() + "'");
+      return base.is_object() ? get_attr(base, key.as_string())
+                              : Value::undefined("no item '" + key.as_string() + "'");
     }
     case Value::Kind::Array:
     case Value::Kind::String: {
@@ -519,10 +571,13 @@ Value get_item(const Value& base, const Value& key) {
       if (!key.is_int()) break;
       bool is_str = base.is_string();
       std::u32string u = is_str ? utf8_decode(base.as_string()) : std::u32string();
-      int64_t n = is_str ? static_cast<int64_t>(u.size()) : static_cast<int64_t>(base.items().size());
+      int64_t n =
+          is_str ? static_cast<int64_t>(u.size()) : static_cast<int64_t>(base.items().size());
       int64_t i = key.as_int() < 0 ? key.as_int() + n : key.as_int();
-      if (i < 0 || i >= n) return Value::undefined(std::string(is_str ? "string" : "list") + " index out of range");
-      return is_str ? Value::string(utf8_encode(std::u32string_view(u).substr(static_cast<size_t>(i), 1)))
+      if (i < 0 || i >= n)
+        return Value::undefined(std::string(is_str ? "string" : "list") + " index out of range");
+      return is_str ? Value::string(
+                          utf8_encode(std::u32string_view(u).substr(static_cast<size_t>(i), 1)))
                     : base.items()[static_cast<size_t>(i)];
     }
     default:
@@ -537,9 +592,14 @@ Value attribute_path(const Value& item, const std::string& path) {
   size_t start = 0;
   while (true) {
     size_t dot = path.find('.', start);
-    std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-    v = v.is_undefined() ? v : get_item(v, digits ? Value::integer(std::stoll(part)) : Value::string(part));
+    std::string part =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) {
+      return std::isdigit(static_cast<unsigned char>(c));
+    });
+    v = v.is_undefined()
+            ? v
+            : get_item(v, digits ? Value::integer(std::stoll(part)) : Value::string(part));
     if (dot == std::string::npos) return v;
     start = dot + 1;
   }
@@ -556,8 +616,10 @@ std::string json_dumps(const Value& v, const CallArgs& a) {
   JsonFormat f;
   f.ensure_ascii = arg_or(a, 0, "ensure_ascii", Value::boolean(false)).truthy();
   Value indent = arg_or(a, 1, "indent", Value::none());
-  if (indent.is_int()) f.indent = static_cast<int>(indent.as_int());
-  else if (!indent.is_none()) throw TemplateError("tojson: indent must be an integer");
+  if (indent.is_int())
+    f.indent = static_cast<int>(indent.as_int());
+  else if (!indent.is_none())
+    throw TemplateError("tojson: indent must be an integer");
   f.item_separator = f.indent < 0 ? ", " : ",";
   Value separators = arg_or(a, 2, "separators", Value::none());
   if (separators.is_array() && separators.items().size() == 2) {
@@ -571,7 +633,9 @@ std::string json_dumps(const Value& v, const CallArgs& a) {
 }
 
 std::string indent_text(const std::string& s, const Value& width, bool first, bool blank) {
-  std::string indention = width.is_string() ? width.as_string() : std::string(static_cast<size_t>(to_index(width, "indent width")), ' ');
+  std::string indention =
+      width.is_string() ? width.as_string()
+                        : std::string(static_cast<size_t>(to_index(width, "indent width")), ' ');
   // jinja2 appends a newline before splitting, so a trailing newline keeps its (empty) line.
   std::string text = s + "\n";
   std::vector<std::string> lines;
@@ -596,7 +660,8 @@ std::string indent_text(const std::string& s, const Value& width, bool first, bo
 Value sorted(Array items, bool reverse, bool case_sensitive, const Value& attribute) {
   auto key = [&](const Value& v) {
     Value k = attribute.is_string() ? attribute_path(v, attribute.as_string()) : v;
-    return (!case_sensitive && k.is_string()) ? Value::string(py_change_case(k.as_string(), false)) : k;
+    return (!case_sensitive && k.is_string()) ? Value::string(py_change_case(k.as_string(), false))
+                                              : k;
   };
   std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
     return reverse ? less(key(b), key(a)) : less(key(a), key(b));
@@ -611,7 +676,8 @@ class Renderer {
   Renderer(const std::tm& now) : now_(now) {}
 
   void render(const Body& body, const ScopePtr& scope, std::string& out) {
-    if (exec(body, scope, out) != Flow::Normal) throw TemplateError("break or continue outside a loop");
+    if (exec(body, scope, out) != Flow::Normal)
+      throw TemplateError("break or continue outside a loop");
   }
 
   Value call_filter(const std::string& name, const Value& input, CallArgs& args) {
@@ -622,13 +688,16 @@ class Renderer {
 
   Value call(const Value& callee, CallArgs& args) {
     if (callee.is_undefined()) undefined_error(callee);
-    if (callee.kind() != Value::Kind::Function) throw TemplateError("'" + callee.type_name() + "' object is not callable");
+    if (callee.kind() != Value::Kind::Function)
+      throw TemplateError("'" + callee.type_name() + "' object is not callable");
     return callee.callable()(args);
   }
 
   Value globals_function(const std::string& name) {
     if (name == "raise_exception")
-      return Value::function(name, [](CallArgs& a) -> Value { throw RaisedError(arg_or(a, 0, "message", Value()).str()); });
+      return Value::function(name, [](CallArgs& a) -> Value {
+        throw RaisedError(arg_or(a, 0, "message", Value()).str());
+      });
     if (name == "strftime_now")
       return Value::function(name, [this](CallArgs& a) {
         std::string format = arg_or(a, 0, "format", Value()).str();
@@ -641,12 +710,15 @@ class Renderer {
         std::vector<int64_t> p;
         for (const Value& v : a.positional) p.push_back(to_index(v, "range()"));
         if (p.empty() || p.size() > 3) throw TemplateError("range expected 1 to 3 arguments");
-        int64_t start = p.size() > 1 ? p[0] : 0, stop = p.size() > 1 ? p[1] : p[0], step = p.size() > 2 ? p[2] : 1;
+        int64_t start = p.size() > 1 ? p[0] : 0, stop = p.size() > 1 ? p[1] : p[0],
+                step = p.size() > 2 ? p[2] : 1;
         if (step == 0) throw TemplateError("range() arg 3 must not be zero");
         Array out;
         for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
           // The sandbox's limit on ranges.
-          if (out.size() >= 100000) throw TemplateError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+          if (out.size() >= 100000)
+            throw TemplateError(
+                "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
           out.push_back(Value::integer(i));
         }
         return Value::array(std::move(out));
@@ -658,7 +730,8 @@ class Renderer {
           if (!p.is_object()) throw TemplateError(name + "() takes a mapping");
           for (const auto& e : p.entries()) entries.push_back(e);
         }
-        Value v = Value::object(std::move(entries), name == "namespace" ? Value::Kind::Namespace : Value::Kind::Object);
+        Value v = Value::object(std::move(entries),
+                                name == "namespace" ? Value::Kind::Namespace : Value::Kind::Object);
         for (auto& [k, item] : a.named) v.set(Value::string(k), item);
         return v;
       });
@@ -721,7 +794,8 @@ class Renderer {
     }
     Array parts = iterate(item);
     if (parts.size() != names.size())
-      throw TemplateError("cannot unpack " + std::to_string(parts.size()) + " values into " + std::to_string(names.size()));
+      throw TemplateError("cannot unpack " + std::to_string(parts.size()) + " values into " +
+                          std::to_string(names.size()));
     for (size_t i = 0; i < names.size(); ++i) scope.vars[names[i]] = parts[i];
   }
 
@@ -739,7 +813,8 @@ class Renderer {
       }
       items = std::move(kept);
     }
-    if (items.empty()) return exec(s.else_body, scope, out) == Flow::Break ? Flow::Break : Flow::Normal;
+    if (items.empty())
+      return exec(s.else_body, scope, out) == Flow::Break ? Flow::Break : Flow::Normal;
     auto n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
       auto iteration = std::make_shared<Scope>();
@@ -772,13 +847,15 @@ class Renderer {
       case Expr::Kind::Attr: {
         Value ns = eval(*target.args[0], scope);
         if (ns.kind() != Value::Kind::Namespace)
-          throw TemplateError("template line " + std::to_string(target.line) + ": cannot assign attribute on non-namespace object");
+          throw TemplateError("template line " + std::to_string(target.line) +
+                              ": cannot assign attribute on non-namespace object");
         ns.set(Value::string(target.name), value);
         return;
       }
       default: {
         Array parts = iterate(value);
-        if (parts.size() != target.args.size()) throw TemplateError("cannot unpack " + std::to_string(parts.size()) + " values");
+        if (parts.size() != target.args.size())
+          throw TemplateError("cannot unpack " + std::to_string(parts.size()) + " values");
         for (size_t i = 0; i < parts.size(); ++i) assign(*target.args[i], parts[i], scope);
       }
     }
@@ -788,7 +865,8 @@ class Renderer {
     std::weak_ptr<Scope> defined_in = scope;
     return Value::function(s.text, [this, &s, defined_in](CallArgs& a) {
       // Where Python would stop a macro that calls itself without end (RecursionError).
-      if (macro_depth_ >= 200) throw TemplateError("macro '" + s.text + "': maximum recursion depth exceeded");
+      if (macro_depth_ >= 200)
+        throw TemplateError("macro '" + s.text + "': maximum recursion depth exceeded");
       ++macro_depth_;
       struct Leave {
         int& depth;
@@ -797,15 +875,17 @@ class Renderer {
       auto frame = std::make_shared<Scope>();
       frame->parent = defined_in.lock();
       if (a.positional.size() > s.names.size())
-        throw TemplateError("macro '" + s.text + "' takes not more than " + std::to_string(s.names.size()) + " argument(s)");
+        throw TemplateError("macro '" + s.text + "' takes not more than " +
+                            std::to_string(s.names.size()) + " argument(s)");
       for (const auto& [k, _] : a.named)
         if (std::find(s.names.begin(), s.names.end(), k) == s.names.end())
           throw TemplateError("macro '" + s.text + "' takes no keyword argument '" + k + "'");
       for (size_t i = 0; i < s.names.size(); ++i) {
         const Value* given = arg(a, i, s.names[i]);
-        frame->vars[s.names[i]] = given ? *given
-                                  : s.defaults[i] ? eval(*s.defaults[i], frame)
-                                                  : Value::undefined("parameter '" + s.names[i] + "' was not provided");
+        frame->vars[s.names[i]] =
+            given           ? *given
+            : s.defaults[i] ? eval(*s.defaults[i], frame)
+                            : Value::undefined("parameter '" + s.names[i] + "' was not provided");
       }
       std::string text;
       render(s.body, frame, text);
@@ -838,7 +918,8 @@ class Renderer {
       case Expr::Kind::List: {
         Array items;
         for (const auto& item : e.args) items.push_back(eval(*item, scope));
-        return Value::array(std::move(items), e.name == "tuple" ? Value::Sequence::Tuple : Value::Sequence::List);
+        return Value::array(std::move(items),
+                            e.name == "tuple" ? Value::Sequence::Tuple : Value::Sequence::List);
       }
       case Expr::Kind::Dict: {
         Value d = Value::object();
@@ -858,7 +939,8 @@ class Renderer {
         Value b = part(1), s = part(2), step = part(3);
         if (base.is_undefined()) undefined_error(base);
         if (base.is_array()) return Value::array(slice(base.items(), b, s, step));
-        if (base.is_string()) return Value::string(utf8_encode(slice(utf8_decode(base.as_string()), b, s, step)));
+        if (base.is_string())
+          return Value::string(utf8_encode(slice(utf8_decode(base.as_string()), b, s, step)));
         return Value::undefined("'" + base.type_name() + "' object is not subscriptable");
       }
       case Expr::Kind::Call: {
@@ -880,9 +962,11 @@ class Renderer {
         Value v = eval(*e.args[0], scope);
         if (e.name == "not") return Value::boolean(!v.truthy());
         if (v.is_undefined()) undefined_error(v);
-        if (!v.is_number()) throw TemplateError("bad operand type for unary " + e.name + ": '" + v.type_name() + "'");
+        if (!v.is_number())
+          throw TemplateError("bad operand type for unary " + e.name + ": '" + v.type_name() + "'");
         if (e.name == "+") return v;
-        return v.kind() == Value::Kind::Float ? Value::real(-v.as_double()) : Value::integer(-v.as_int());
+        return v.kind() == Value::Kind::Float ? Value::real(-v.as_double())
+                                              : Value::integer(-v.as_int());
       }
       case Expr::Kind::And: {
         Value a = eval(*e.args[0], scope);
@@ -894,7 +978,8 @@ class Renderer {
       }
       case Expr::Kind::Cond:
         if (eval(*e.args[1], scope).truthy()) return eval(*e.args[0], scope);
-        return e.args[2] ? eval(*e.args[2], scope) : Value::undefined("the conditional expression's else");
+        return e.args[2] ? eval(*e.args[2], scope)
+                         : Value::undefined("the conditional expression's else");
       case Expr::Kind::Binary: {
         Value a = eval(*e.args[0], scope);
         Value b = eval(*e.args[1], scope);
@@ -924,11 +1009,14 @@ Value select(const Value& input, CallArgs& a, bool by_attribute, bool keep) {
   Value attribute = by_attribute ? arg_or(a, 0, "attribute", Value()) : Value();
   Value test = first_test_arg < a.positional.size() ? a.positional[first_test_arg] : Value();
   CallArgs test_args;
-  for (size_t i = first_test_arg + 1; i < a.positional.size(); ++i) test_args.positional.push_back(a.positional[i]);
-  if (test.is_string() && !has_test(test.as_string())) throw TemplateError("No test named '" + test.as_string() + "'");
+  for (size_t i = first_test_arg + 1; i < a.positional.size(); ++i)
+    test_args.positional.push_back(a.positional[i]);
+  if (test.is_string() && !has_test(test.as_string()))
+    throw TemplateError("No test named '" + test.as_string() + "'");
   for (const Value& item : input.truthy() ? iterate(input) : Array()) {
     Value subject = by_attribute ? attribute_path(item, attribute.str()) : item;
-    bool pass = test.is_string() ? run_test(test.as_string(), subject, test_args) : subject.truthy();
+    bool pass =
+        test.is_string() ? run_test(test.as_string(), subject, test_args) : subject.truthy();
     if (pass == keep) out.push_back(item);
   }
   return Value::array(std::move(out), Value::Sequence::Generator);
@@ -937,15 +1025,22 @@ Value select(const Value& input, CallArgs& a, bool by_attribute, bool keep) {
 const std::map<std::string, FilterFn, std::less<>>& filters() {
   static const std::map<std::string, FilterFn, std::less<>> table = [] {
     std::map<std::string, FilterFn, std::less<>> f;
-    f["tojson"] = [](Renderer&, const Value& v, CallArgs& a) { return Value::string(json_dumps(v, a)); };
-    f["length"] = f["count"] = [](Renderer&, const Value& v, CallArgs&) { return Value::integer(length(v)); };
-    f["trim"] = [](Renderer&, const Value& v, CallArgs& a) {
-      return Value::string(py_strip(v.str(), arg_or(a, 0, "chars", Value::none()), true, true), v.is_safe());
+    f["tojson"] = [](Renderer&, const Value& v, CallArgs& a) {
+      return Value::string(json_dumps(v, a));
     };
-    f["string"] = [](Renderer&, const Value& v, CallArgs&) { return v.is_string() ? v : Value::string(v.str()); };
+    f["length"] =
+        f["count"] = [](Renderer&, const Value& v, CallArgs&) { return Value::integer(length(v)); };
+    f["trim"] = [](Renderer&, const Value& v, CallArgs& a) {
+      return Value::string(py_strip(v.str(), arg_or(a, 0, "chars", Value::none()), true, true),
+                           v.is_safe());
+    };
+    f["string"] = [](Renderer&, const Value& v, CallArgs&) {
+      return v.is_string() ? v : Value::string(v.str());
+    };
     f["default"] = f["d"] = [](Renderer&, const Value& v, CallArgs& a) {
       bool boolean = arg_or(a, 1, "boolean", Value::boolean(false)).truthy();
-      if (v.is_undefined() || (boolean && !v.truthy())) return arg_or(a, 0, "default_value", Value::string(""));
+      if (v.is_undefined() || (boolean && !v.truthy()))
+        return arg_or(a, 0, "default_value", Value::string(""));
       return v;
     };
     f["items"] = [](Renderer&, const Value& v, CallArgs&) {
@@ -964,12 +1059,20 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
       }
       return Value::string(out);
     };
-    f["upper"] = [](Renderer&, const Value& v, CallArgs&) { return Value::string(py_change_case(v.str(), true)); };
-    f["lower"] = [](Renderer&, const Value& v, CallArgs&) { return Value::string(py_change_case(v.str(), false)); };
-    f["title"] = [](Renderer&, const Value& v, CallArgs&) { return Value::string(py_title(v.str())); };
+    f["upper"] = [](Renderer&, const Value& v, CallArgs&) {
+      return Value::string(py_change_case(v.str(), true));
+    };
+    f["lower"] = [](Renderer&, const Value& v, CallArgs&) {
+      return Value::string(py_change_case(v.str(), false));
+    };
+    f["title"] = [](Renderer&, const Value& v, CallArgs&) {
+      return Value::string(py_title(v.str()));
+    };
     f["capitalize"] = [](Renderer&, const Value& v, CallArgs&) {
       std::string s = v.str();
-      return Value::string(s.empty() ? s : py_change_case(s.substr(0, 1), true) + py_change_case(s.substr(1), false));
+      return Value::string(s.empty() ? s
+                                     : py_change_case(s.substr(0, 1), true) +
+                                           py_change_case(s.substr(1), false));
     };
     f["safe"] = [](Renderer&, const Value& v, CallArgs&) { return Value::string(v.str(), true); };
     f["escape"] = f["e"] = [](Renderer&, const Value& v, CallArgs&) {
@@ -980,7 +1083,8 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
       bool case_sensitive = arg_or(a, 0, "case_sensitive", Value::boolean(false)).truthy();
       std::string by = arg_or(a, 1, "by", Value::string("key")).str();
       bool reverse = arg_or(a, 2, "reverse", Value::boolean(false)).truthy();
-      return sorted(pairs(v).items(), reverse, case_sensitive, Value::string(by == "value" ? "1" : "0"));
+      return sorted(pairs(v).items(), reverse, case_sensitive,
+                    Value::string(by == "value" ? "1" : "0"));
     };
     f["list"] = [](Renderer&, const Value& v, CallArgs&) { return Value::array(iterate(v)); };
     f["first"] = [](Renderer&, const Value& v, CallArgs&) {
@@ -1001,8 +1105,12 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
       std::reverse(items.begin(), items.end());
       return Value::array(std::move(items), Value::Sequence::Generator);
     };
-    f["selectattr"] = [](Renderer&, const Value& v, CallArgs& a) { return select(v, a, true, true); };
-    f["rejectattr"] = [](Renderer&, const Value& v, CallArgs& a) { return select(v, a, true, false); };
+    f["selectattr"] = [](Renderer&, const Value& v, CallArgs& a) {
+      return select(v, a, true, true);
+    };
+    f["rejectattr"] = [](Renderer&, const Value& v, CallArgs& a) {
+      return select(v, a, true, false);
+    };
     f["select"] = [](Renderer&, const Value& v, CallArgs& a) { return select(v, a, false, true); };
     f["reject"] = [](Renderer&, const Value& v, CallArgs& a) { return select(v, a, false, false); };
     f["map"] = [](Renderer& r, const Value& v, CallArgs& a) {
@@ -1016,7 +1124,8 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
         }
         return Value::array(std::move(out), Value::Sequence::Generator);
       }
-      if (a.positional.empty() || !a.positional[0].is_string()) throw TemplateError("map: a filter name or attribute= is needed");
+      if (a.positional.empty() || !a.positional[0].is_string())
+        throw TemplateError("map: a filter name or attribute= is needed");
       std::string name = a.positional[0].as_string();
       if (!has_filter(name)) throw TemplateError("No filter named '" + name + "'");
       CallArgs rest;
@@ -1035,13 +1144,15 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
     };
     f["replace"] = [](Renderer&, const Value& v, CallArgs& a) {
       Value count = arg_or(a, 2, "count", Value::none());
-      return Value::string(py_replace(v.str(), arg_or(a, 0, "old", Value()).str(), arg_or(a, 1, "new", Value()).str(),
+      return Value::string(py_replace(v.str(), arg_or(a, 0, "old", Value()).str(),
+                                      arg_or(a, 1, "new", Value()).str(),
                                       count.is_none() ? -1 : to_index(count, "count")));
     };
     f["int"] = [](Renderer&, const Value& v, CallArgs& a) {
       Value fallback = arg_or(a, 0, "default", Value::integer(0));
       if (v.is_int()) return Value::integer(v.as_int());
-      if (v.kind() == Value::Kind::Float) return Value::integer(static_cast<int64_t>(v.as_double()));
+      if (v.kind() == Value::Kind::Float)
+        return Value::integer(static_cast<int64_t>(v.as_double()));
       if (v.is_string()) {
         std::string s = py_strip(v.as_string(), Value::none(), true, true);
         try {
@@ -1067,8 +1178,10 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
       return arg_or(a, 0, "default", Value::real(0));
     };
     f["abs"] = [](Renderer&, const Value& v, CallArgs&) {
-      if (!v.is_number()) throw TemplateError("bad operand type for abs(): '" + v.type_name() + "'");
-      return v.kind() == Value::Kind::Float ? Value::real(std::fabs(v.as_double())) : Value::integer(std::llabs(v.as_int()));
+      if (!v.is_number())
+        throw TemplateError("bad operand type for abs(): '" + v.type_name() + "'");
+      return v.kind() == Value::Kind::Float ? Value::real(std::fabs(v.as_double()))
+                                            : Value::integer(std::llabs(v.as_int()));
     };
     f["unique"] = [](Renderer&, const Value& v, CallArgs& a) {
       bool case_sensitive = arg_or(a, 0, "case_sensitive", Value::boolean(false)).truthy();
@@ -1076,8 +1189,10 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
       Array out, seen;
       for (const Value& item : iterate(v)) {
         Value k = attribute.is_none() ? item : attribute_path(item, attribute.str());
-        if (!case_sensitive && k.is_string()) k = Value::string(py_change_case(k.as_string(), false));
-        if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, k); })) continue;
+        if (!case_sensitive && k.is_string())
+          k = Value::string(py_change_case(k.as_string(), false));
+        if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, k); }))
+          continue;
         seen.push_back(k);
         out.push_back(item);
       }
@@ -1085,7 +1200,8 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
     };
     f["sort"] = [](Renderer&, const Value& v, CallArgs& a) {
       return sorted(iterate(v), arg_or(a, 0, "reverse", Value::boolean(false)).truthy(),
-                    arg_or(a, 1, "case_sensitive", Value::boolean(false)).truthy(), arg_or(a, 2, "attribute", Value::none()));
+                    arg_or(a, 1, "case_sensitive", Value::boolean(false)).truthy(),
+                    arg_or(a, 2, "attribute", Value::none()));
     };
     return f;
   }();

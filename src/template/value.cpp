@@ -223,7 +223,9 @@ std::string Value::type_name() const {
     case Kind::String:
       return "str";
     case Kind::Array:
-      return sequence_ == Sequence::Tuple ? "tuple" : sequence_ == Sequence::Generator ? "generator" : "list";
+      return sequence_ == Sequence::Tuple       ? "tuple"
+             : sequence_ == Sequence::Generator ? "generator"
+                                                : "list";
     case Kind::Object:
       return "dict";
     case Kind::Namespace:
@@ -308,7 +310,8 @@ void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
         if (c < 0x20 || (ensure_ascii && c > 0x7e)) {
           if (c >= 0x10000) {
             char32_t v = c - 0x10000;
-            std::snprintf(buf, sizeof buf, "\\u%04x\\u%04x", static_cast<unsigned>(0xd800 + (v >> 10)),
+            std::snprintf(buf, sizeof buf, "\\u%04x\\u%04x",
+                          static_cast<unsigned>(0xd800 + (v >> 10)),
                           static_cast<unsigned>(0xdc00 + (v & 0x3ff)));
           } else {
             std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
@@ -340,14 +343,17 @@ void json_value(std::string& out, const Value& v, const JsonFormat& f, int depth
       return;
     case Value::Kind::Float: {
       double d = v.as_double();
-      out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : py_float_repr(d);
+      out += std::isnan(d)   ? "NaN"
+             : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
+                             : py_float_repr(d);
       return;
     }
     case Value::Kind::String:
       json_string(out, v.as_string(), f.ensure_ascii);
       return;
     case Value::Kind::Array: {
-      if (v.is_generator()) throw TemplateError("Object of type generator is not JSON serializable");
+      if (v.is_generator())
+        throw TemplateError("Object of type generator is not JSON serializable");
       if (v.items().empty()) {
         out += "[]";
         return;
@@ -372,12 +378,23 @@ void json_value(std::string& out, const Value& v, const JsonFormat& f, int depth
       for (const auto& [key, item] : v.entries()) {
         std::string k;
         switch (key.kind()) {
-          case Value::Kind::String: k = key.as_string(); break;
-          case Value::Kind::Int: k = std::to_string(key.as_int()); break;
-          case Value::Kind::Bool: k = key.as_bool() ? "true" : "false"; break;
-          case Value::Kind::None: k = "null"; break;
-          case Value::Kind::Float: k = py_float_repr(key.as_double()); break;
-          default: throw TemplateError("keys must be str, int, float, bool or None");
+          case Value::Kind::String:
+            k = key.as_string();
+            break;
+          case Value::Kind::Int:
+            k = std::to_string(key.as_int());
+            break;
+          case Value::Kind::Bool:
+            k = key.as_bool() ? "true" : "false";
+            break;
+          case Value::Kind::None:
+            k = "null";
+            break;
+          case Value::Kind::Float:
+            k = py_float_repr(key.as_double());
+            break;
+          default:
+            throw TemplateError("keys must be str, int, float, bool or None");
         }
         entries.emplace_back(std::move(k), &item);
       }
@@ -454,16 +471,16 @@ std::string utf8_encode(std::u32string_view s) {
 
 bool py_isspace(char32_t c) {
   return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202f || c == 0x205f || c == 0x3000;
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f ||
+         c == 0x205f || c == 0x3000;
 }
 
 namespace {
 
 // The lowercase partner of an uppercase letter, or 0.
 char32_t lower_of(char32_t c) {
-  if ((c >= 'A' && c <= 'Z') || (c >= 0xc0 && c <= 0xde && c != 0xd7) || (c >= 0x391 && c <= 0x3ab && c != 0x3a2) ||
-      (c >= 0x410 && c <= 0x42f))
+  if ((c >= 'A' && c <= 'Z') || (c >= 0xc0 && c <= 0xde && c != 0xd7) ||
+      (c >= 0x391 && c <= 0x3ab && c != 0x3a2) || (c >= 0x410 && c <= 0x42f))
     return c + 0x20;
   if (c >= 0x400 && c <= 0x40f) return c + 0x50;
   if (c == 0x178) return 0xff;
