@@ -1,5 +1,9 @@
 #include "api/chat_template.h"
 
+#include <ctime>
+#include <unordered_map>
+
+#include "api/api_error.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::api {
@@ -133,7 +137,165 @@ std::vector<engine::Token> with_bos_once(const tokenizer::Tokenizer& tokenizer,
   return tokens;
 }
 
+// Content reaches the template with each special-token text in it, and each character that could
+// be mistaken for a stand-in, replaced by a stand-in: one code point of plane 15's private use
+// area, which the template's string operations leave alone. After rendering, the special-token
+// texts left are the template's markers and become their tokens; each stand-in becomes again the
+// plain text it stands for.
+constexpr char32_t kStandInBase = 0xF0000;
+constexpr char32_t kStandInEnd = 0xFFFFE;
+
+std::string encode_code_point(char32_t c) {
+  std::string out;
+  out += static_cast<char>(0xf0 | (c >> 18));
+  out += static_cast<char>(0x80 | ((c >> 12) & 0x3f));
+  out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
+  out += static_cast<char>(0x80 | (c & 0x3f));
+  return out;
+}
+
+// Plane 15 code points are four bytes starting F3 B0..F3 BF.
+bool is_stand_in_at(std::string_view text, size_t i) {
+  return i + 3 < text.size() && static_cast<unsigned char>(text[i]) == 0xf3 &&
+         (static_cast<unsigned char>(text[i + 1]) & 0xf0) == 0xb0;
+}
+
+char32_t decode_stand_in(std::string_view text, size_t i) {
+  return (static_cast<char32_t>(static_cast<unsigned char>(text[i]) & 0x07) << 18) |
+         (static_cast<char32_t>(static_cast<unsigned char>(text[i + 1]) & 0x3f) << 12) |
+         (static_cast<char32_t>(static_cast<unsigned char>(text[i + 2]) & 0x3f) << 6) |
+         static_cast<char32_t>(static_cast<unsigned char>(text[i + 3]) & 0x3f);
+}
+
+class StandIns {
+ public:
+  explicit StandIns(const tokenizer::Tokenizer& tokenizer) : specials_(tokenizer.special_texts()) {
+    for (const auto& text : specials_) first_bytes_[static_cast<unsigned char>(text[0])] = true;
+  }
+
+  std::string protect(std::string_view content) {
+    std::string out;
+    for (size_t i = 0; i < content.size();) {
+      if (is_stand_in_at(content, i)) {
+        out += stand_in(std::string(content.substr(i, 4)));
+        i += 4;
+        continue;
+      }
+      const std::string* special = match(content, i);
+      if (special) {
+        out += stand_in(*special);
+        i += special->size();
+      } else {
+        out += content[i++];
+      }
+    }
+    return out;
+  }
+
+  // As chat_prompt_tokens: runs of text between markers are tokenized together, without special
+  // tokens parsed, so merges work across the seams of template text and content.
+  std::vector<engine::Token> tokenize(const tokenizer::Tokenizer& tokenizer,
+                                      std::string_view text) const {
+    std::vector<engine::Token> tokens;
+    std::string run;
+    auto flush_run = [&] {
+      auto run_tokens = tokenizer.encode(run, false, false);
+      tokens.insert(tokens.end(), run_tokens.begin(), run_tokens.end());
+      run.clear();
+    };
+    for (size_t i = 0; i < text.size();) {
+      if (is_stand_in_at(text, i)) {
+        size_t index = decode_stand_in(text, i) - kStandInBase;
+        if (index >= literals_.size())
+          throw ApiError(500, "the chat template wrote a private-use character it was not given");
+        run += literals_[index];
+        i += 4;
+        continue;
+      }
+      const std::string* special = match(text, i);
+      if (special) {
+        flush_run();
+        tokens.push_back(tokenizer.find_token(*special).value());
+        i += special->size();
+      } else {
+        run += text[i++];
+      }
+    }
+    flush_run();
+    return tokens;
+  }
+
+ private:
+  // The longest special-token text at text[i], or null.
+  const std::string* match(std::string_view text, size_t i) const {
+    if (!first_bytes_[static_cast<unsigned char>(text[i])]) return nullptr;
+    for (const auto& special : specials_)
+      if (text.substr(i, special.size()) == special) return &special;
+    return nullptr;
+  }
+
+  std::string stand_in(const std::string& literal) {
+    auto [it, added] = indexes_.try_emplace(literal, literals_.size());
+    if (added) {
+      if (kStandInBase + literals_.size() >= kStandInEnd)
+        throw ApiError(400,
+                       "the messages hold too many different private-use characters of plane 15");
+      literals_.push_back(literal);
+    }
+    return encode_code_point(kStandInBase + static_cast<char32_t>(it->second));
+  }
+
+  std::vector<std::string> specials_;
+  bool first_bytes_[256] = {};
+  std::vector<std::string> literals_;
+  std::unordered_map<std::string, size_t> indexes_;
+};
+
+jinja::Template parse_model_template(std::string_view source) {
+  try {
+    return jinja::Template(source);
+  } catch (const jinja::TemplateError& e) {
+    throw jinja::TemplateError(std::string("the chat template: ") + e.what() +
+                               " (serve --chat-template FILE renders with another)");
+  }
+}
+
 }  // namespace
+
+ModelChatTemplate::ModelChatTemplate(std::string_view source)
+    : template_(parse_model_template(source)) {
+  for (size_t i = 0; i < source.size(); ++i)
+    if (is_stand_in_at(source, i))
+      throw jinja::TemplateError(
+          "the chat template holds characters of Unicode plane 15, which stand in for content");
+}
+
+std::vector<engine::Token> ModelChatTemplate::prompt_tokens(
+    const tokenizer::Tokenizer& tokenizer, std::span<const ChatMessage> messages) const {
+  StandIns stand_ins(tokenizer);
+  nlohmann::ordered_json context;
+  context["messages"] = nlohmann::ordered_json::array();
+  for (const auto& message : messages)
+    context["messages"].push_back(
+        {{"role", message.role}, {"content", stand_ins.protect(message.content)}});
+  context["add_generation_prompt"] = true;
+  context["bos_token"] = tokenizer.bos() >= 0 ? tokenizer.token_text(tokenizer.bos()) : "";
+  context["eos_token"] = tokenizer.eos() >= 0 ? tokenizer.token_text(tokenizer.eos()) : "";
+  std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  std::string text;
+  try {
+    text = template_.render(context, local);
+  } catch (const jinja::RaisedError& e) {
+    throw ApiError(400,
+                   std::string("the model's chat template refuses these messages: ") + e.what(),
+                   "messages");
+  } catch (const jinja::TemplateError& e) {
+    throw ApiError(500, std::string("the model's chat template failed: ") + e.what());
+  }
+  return with_bos_once(tokenizer, stand_ins.tokenize(tokenizer, text));
+}
 
 TemplateFamily detect_template_family(std::string_view chat_template) {
   auto has = [&](std::string_view marker) {

@@ -1,5 +1,5 @@
-// Chat prompts: the common chat-template families recognised from the GGUF template text and
-// rendered here, so no Jinja interpreter is needed.
+// Chat prompts: the model's own Jinja2 template (the GGUF's tokenizer.chat_template, or one
+// given to serve) when there is one; without one, the common template families rendered here.
 #pragma once
 
 #include <span>
@@ -9,6 +9,7 @@
 
 #include "api/request.h"
 #include "engine/generator.h"
+#include "template/jinja.h"
 
 namespace strata::tokenizer {
 class Tokenizer;
@@ -42,6 +43,23 @@ std::vector<PromptPiece> render_chat(TemplateFamily family, std::span<const Chat
 std::vector<engine::Token> chat_prompt_tokens(const tokenizer::Tokenizer& tokenizer,
                                               TemplateFamily family,
                                               std::span<const ChatMessage> messages);
+
+// A model's own chat template, rendered as Hugging Face's apply_chat_template renders it, with the
+// generation prompt on.
+class ModelChatTemplate {
+ public:
+  // Throws jinja::TemplateError naming the line of what the renderer does not support.
+  explicit ModelChatTemplate(std::string_view source);
+
+  // Markers the template writes become their tokens; the same text in a message's content stays
+  // text. BOS is added as chat_prompt_tokens adds it. Throws ApiError: 400 with the template's
+  // message when it refuses the conversation (raise_exception), 500 when the template fails.
+  std::vector<engine::Token> prompt_tokens(const tokenizer::Tokenizer& tokenizer,
+                                           std::span<const ChatMessage> messages) const;
+
+ private:
+  jinja::Template template_;
+};
 
 // Prompt tokens for a raw completion prompt; the client owns the whole text, so special tokens in
 // it are parsed.
