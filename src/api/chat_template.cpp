@@ -1,5 +1,9 @@
 #include "api/chat_template.h"
 
+#include <ctime>
+#include <unordered_map>
+
+#include "api/api_error.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::api {
@@ -7,23 +11,8 @@ namespace {
 
 using Kind = PromptPiece::Kind;
 
-std::string_view trim(std::string_view text) {
-  constexpr std::string_view kSpace = " \t\n\r\f\v";
-  size_t begin = text.find_first_not_of(kSpace);
-  if (begin == std::string_view::npos) return {};
-  return text.substr(begin, text.find_last_not_of(kSpace) - begin + 1);
-}
-
 class PieceWriter {
  public:
-  PieceWriter& bos() {
-    pieces_.push_back({Kind::Bos, {}});
-    return *this;
-  }
-  PieceWriter& eos() {
-    pieces_.push_back({Kind::Eos, {}});
-    return *this;
-  }
   PieceWriter& special(std::string_view text) { return add(Kind::Special, text); }
   PieceWriter& text(std::string_view text) { return add(Kind::Text, text); }
   PieceWriter& content(std::string_view text) { return add(Kind::Content, text); }
@@ -37,92 +26,19 @@ class PieceWriter {
   std::vector<PromptPiece> pieces_;
 };
 
-// A turn of a template without a system role: system messages ride on the next user turn.
-struct Turn {
-  bool from_user = true;
-  std::string system;
-  std::string content;
-};
+}  // namespace
 
-std::vector<Turn> fold_system_messages(std::span<const ChatMessage> messages) {
-  std::vector<Turn> turns;
-  std::string pending_system;
-  for (const auto& message : messages) {
-    if (message.role == "system") {
-      pending_system += pending_system.empty() ? message.content : "\n\n" + message.content;
-    } else if (message.role == "user") {
-      turns.push_back({true, std::move(pending_system), message.content});
-      pending_system.clear();
-    } else {
-      turns.push_back({false, {}, message.content});
-    }
-  }
-  if (!pending_system.empty()) turns.push_back({true, std::move(pending_system), {}});
-  return turns;
-}
-
-void render_chatml(PieceWriter& out, std::span<const ChatMessage> messages) {
+std::vector<PromptPiece> render_chatml(std::span<const ChatMessage> messages) {
+  PieceWriter out;
   for (const auto& message : messages) {
     out.special("<|im_start|>").text(message.role + "\n").content(message.content);
     out.special("<|im_end|>").text("\n");
   }
   out.special("<|im_start|>").text("assistant\n");
+  return out.take();
 }
 
-void render_llama3(PieceWriter& out, std::span<const ChatMessage> messages) {
-  out.bos();
-  for (const auto& message : messages) {
-    out.special("<|start_header_id|>").text(message.role).special("<|end_header_id|>").text("\n\n");
-    out.content(trim(message.content)).special("<|eot_id|>");
-  }
-  out.special("<|start_header_id|>").text("assistant").special("<|end_header_id|>").text("\n\n");
-}
-
-void render_llama2(PieceWriter& out, std::span<const ChatMessage> messages) {
-  for (const auto& turn : fold_system_messages(messages)) {
-    if (!turn.from_user) {
-      out.text(" ").content(trim(turn.content)).text(" ").eos();
-      continue;
-    }
-    out.bos().text("[INST] ");
-    if (!turn.system.empty()) {
-      out.text("<<SYS>>\n").content(trim(turn.system)).text("\n<</SYS>>\n\n");
-    }
-    out.content(trim(turn.content)).text(" [/INST]");
-  }
-}
-
-void render_mistral(PieceWriter& out, std::span<const ChatMessage> messages) {
-  out.bos();
-  for (const auto& turn : fold_system_messages(messages)) {
-    if (!turn.from_user) {
-      out.content(turn.content).eos();
-      continue;
-    }
-    out.special("[INST]").text(" ");
-    if (!turn.system.empty()) out.content(turn.system).text("\n\n");
-    out.content(turn.content).text(" ").special("[/INST]");
-  }
-}
-
-// Zephyr and Phi-3 share the <|role|> headers and differ in how a turn ends.
-void render_role_headers(PieceWriter& out, std::span<const ChatMessage> messages, bool phi3) {
-  for (const auto& message : messages) {
-    out.special("<|" + message.role + "|>").text("\n").content(message.content);
-    (phi3 ? out.special("<|end|>") : out.eos()).text("\n");
-  }
-  out.special("<|assistant|>").text("\n");
-}
-
-void render_gemma(PieceWriter& out, std::span<const ChatMessage> messages) {
-  out.bos();
-  for (const auto& turn : fold_system_messages(messages)) {
-    out.special("<start_of_turn>").text(turn.from_user ? "user\n" : "model\n");
-    if (!turn.system.empty()) out.content(trim(turn.system)).text("\n\n");
-    out.content(trim(turn.content)).special("<end_of_turn>").text("\n");
-  }
-  out.special("<start_of_turn>").text("model\n");
-}
+namespace {
 
 std::vector<engine::Token> with_bos_once(const tokenizer::Tokenizer& tokenizer,
                                          std::vector<engine::Token> tokens) {
@@ -133,51 +49,168 @@ std::vector<engine::Token> with_bos_once(const tokenizer::Tokenizer& tokenizer,
   return tokens;
 }
 
+// Content reaches the template with each special-token text in it, and each character that could
+// be mistaken for a stand-in, replaced by a stand-in: one code point of plane 15's private use
+// area, which the template's string operations leave alone. After rendering, the special-token
+// texts left are the template's markers and become their tokens; each stand-in becomes again the
+// plain text it stands for.
+constexpr char32_t kStandInBase = 0xF0000;
+constexpr char32_t kStandInEnd = 0xFFFFE;
+
+std::string encode_code_point(char32_t c) {
+  std::string out;
+  out += static_cast<char>(0xf0 | (c >> 18));
+  out += static_cast<char>(0x80 | ((c >> 12) & 0x3f));
+  out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
+  out += static_cast<char>(0x80 | (c & 0x3f));
+  return out;
+}
+
+// Plane 15 code points are four bytes starting F3 B0..F3 BF.
+bool is_stand_in_at(std::string_view text, size_t i) {
+  return i + 3 < text.size() && static_cast<unsigned char>(text[i]) == 0xf3 &&
+         (static_cast<unsigned char>(text[i + 1]) & 0xf0) == 0xb0;
+}
+
+char32_t decode_stand_in(std::string_view text, size_t i) {
+  return (static_cast<char32_t>(static_cast<unsigned char>(text[i]) & 0x07) << 18) |
+         (static_cast<char32_t>(static_cast<unsigned char>(text[i + 1]) & 0x3f) << 12) |
+         (static_cast<char32_t>(static_cast<unsigned char>(text[i + 2]) & 0x3f) << 6) |
+         static_cast<char32_t>(static_cast<unsigned char>(text[i + 3]) & 0x3f);
+}
+
+class StandIns {
+ public:
+  explicit StandIns(const tokenizer::Tokenizer& tokenizer) : specials_(tokenizer.special_texts()) {
+    for (const auto& text : specials_) first_bytes_[static_cast<unsigned char>(text[0])] = true;
+  }
+
+  std::string protect(std::string_view content) {
+    std::string out;
+    for (size_t i = 0; i < content.size();) {
+      if (is_stand_in_at(content, i)) {
+        out += stand_in(std::string(content.substr(i, 4)));
+        i += 4;
+        continue;
+      }
+      const std::string* special = match(content, i);
+      if (special) {
+        out += stand_in(*special);
+        i += special->size();
+      } else {
+        out += content[i++];
+      }
+    }
+    return out;
+  }
+
+  // As chatml_prompt_tokens: runs of text between markers are tokenized together, without special
+  // tokens parsed, so merges work across the seams of template text and content.
+  std::vector<engine::Token> tokenize(const tokenizer::Tokenizer& tokenizer,
+                                      std::string_view text) const {
+    std::vector<engine::Token> tokens;
+    std::string run;
+    auto flush_run = [&] {
+      auto run_tokens = tokenizer.encode(run, false, false);
+      tokens.insert(tokens.end(), run_tokens.begin(), run_tokens.end());
+      run.clear();
+    };
+    for (size_t i = 0; i < text.size();) {
+      if (is_stand_in_at(text, i)) {
+        size_t index = decode_stand_in(text, i) - kStandInBase;
+        if (index >= literals_.size())
+          throw ApiError(500, "the chat template wrote a private-use character it was not given");
+        run += literals_[index];
+        i += 4;
+        continue;
+      }
+      const std::string* special = match(text, i);
+      if (special) {
+        flush_run();
+        tokens.push_back(tokenizer.find_token(*special).value());
+        i += special->size();
+      } else {
+        run += text[i++];
+      }
+    }
+    flush_run();
+    return tokens;
+  }
+
+ private:
+  // The longest special-token text at text[i], or null.
+  const std::string* match(std::string_view text, size_t i) const {
+    if (!first_bytes_[static_cast<unsigned char>(text[i])]) return nullptr;
+    for (const auto& special : specials_)
+      if (text.substr(i, special.size()) == special) return &special;
+    return nullptr;
+  }
+
+  std::string stand_in(const std::string& literal) {
+    auto [it, added] = indexes_.try_emplace(literal, literals_.size());
+    if (added) {
+      if (kStandInBase + literals_.size() >= kStandInEnd)
+        throw ApiError(400,
+                       "the messages hold too many different private-use characters of plane 15");
+      literals_.push_back(literal);
+    }
+    return encode_code_point(kStandInBase + static_cast<char32_t>(it->second));
+  }
+
+  std::vector<std::string> specials_;
+  bool first_bytes_[256] = {};
+  std::vector<std::string> literals_;
+  std::unordered_map<std::string, size_t> indexes_;
+};
+
+jinja::Template parse_model_template(std::string_view source) {
+  try {
+    return jinja::Template(source);
+  } catch (const jinja::TemplateError& e) {
+    throw jinja::TemplateError(std::string("the chat template: ") + e.what() +
+                               " (serve --chat-template FILE renders with another)");
+  }
+}
+
 }  // namespace
 
-TemplateFamily detect_template_family(std::string_view chat_template) {
-  auto has = [&](std::string_view marker) {
-    return chat_template.find(marker) != std::string_view::npos;
-  };
-  if (has("<|start_header_id|>")) return TemplateFamily::Llama3;
-  if (has("<|im_start|>")) return TemplateFamily::ChatML;
-  if (has("<start_of_turn>")) return TemplateFamily::Gemma;
-  if (has("<|user|>")) return has("<|end|>") ? TemplateFamily::Phi3 : TemplateFamily::Zephyr;
-  if (has("[INST]")) return has("<<SYS>>") ? TemplateFamily::Llama2 : TemplateFamily::Mistral;
-  return TemplateFamily::ChatML;
+ModelChatTemplate::ModelChatTemplate(std::string_view source)
+    : template_(parse_model_template(source)) {
+  for (size_t i = 0; i < source.size(); ++i)
+    if (is_stand_in_at(source, i))
+      throw jinja::TemplateError(
+          "the chat template holds characters of Unicode plane 15, which stand in for content");
 }
 
-std::vector<PromptPiece> render_chat(TemplateFamily family, std::span<const ChatMessage> messages) {
-  PieceWriter out;
-  switch (family) {
-    case TemplateFamily::ChatML:
-      render_chatml(out, messages);
-      break;
-    case TemplateFamily::Llama2:
-      render_llama2(out, messages);
-      break;
-    case TemplateFamily::Llama3:
-      render_llama3(out, messages);
-      break;
-    case TemplateFamily::Mistral:
-      render_mistral(out, messages);
-      break;
-    case TemplateFamily::Zephyr:
-      render_role_headers(out, messages, false);
-      break;
-    case TemplateFamily::Phi3:
-      render_role_headers(out, messages, true);
-      break;
-    case TemplateFamily::Gemma:
-      render_gemma(out, messages);
-      break;
+std::vector<engine::Token> ModelChatTemplate::prompt_tokens(
+    const tokenizer::Tokenizer& tokenizer, std::span<const ChatMessage> messages) const {
+  StandIns stand_ins(tokenizer);
+  nlohmann::ordered_json context;
+  context["messages"] = nlohmann::ordered_json::array();
+  for (const auto& message : messages)
+    context["messages"].push_back(
+        {{"role", message.role}, {"content", stand_ins.protect(message.content)}});
+  context["add_generation_prompt"] = true;
+  context["bos_token"] = tokenizer.bos() >= 0 ? tokenizer.token_text(tokenizer.bos()) : "";
+  context["eos_token"] = tokenizer.eos() >= 0 ? tokenizer.token_text(tokenizer.eos()) : "";
+  std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  std::string text;
+  try {
+    text = template_.render(context, local);
+  } catch (const jinja::RaisedError& e) {
+    throw ApiError(400,
+                   std::string("the model's chat template refuses these messages: ") + e.what(),
+                   "messages");
+  } catch (const jinja::TemplateError& e) {
+    throw ApiError(500, std::string("the model's chat template failed: ") + e.what());
   }
-  return out.take();
+  return with_bos_once(tokenizer, stand_ins.tokenize(tokenizer, text));
 }
 
-std::vector<engine::Token> chat_prompt_tokens(const tokenizer::Tokenizer& tokenizer,
-                                              TemplateFamily family,
-                                              std::span<const ChatMessage> messages) {
+std::vector<engine::Token> chatml_prompt_tokens(const tokenizer::Tokenizer& tokenizer,
+                                                std::span<const ChatMessage> messages) {
   std::vector<engine::Token> tokens;
   // Text and content between markers are tokenized together, without special-token parsing, so
   // the tokenizer's merges work across their seams and content cannot smuggle in a marker.
@@ -188,10 +221,8 @@ std::vector<engine::Token> chat_prompt_tokens(const tokenizer::Tokenizer& tokeni
     tokens.insert(tokens.end(), run_tokens.begin(), run_tokens.end());
     run.clear();
   };
-  for (const auto& piece : render_chat(family, messages)) {
+  for (const auto& piece : render_chatml(messages)) {
     std::optional<engine::Token> marker;
-    if (piece.kind == Kind::Bos && tokenizer.bos() >= 0) marker = tokenizer.bos();
-    if (piece.kind == Kind::Eos && tokenizer.eos() >= 0) marker = tokenizer.eos();
     if (piece.kind == Kind::Special) marker = tokenizer.find_token(piece.text);
     if (marker) {
       flush_run();

@@ -159,7 +159,8 @@ class Server::Impl final : public http::Service {
       : generator_(generator),
         tokenizer_(tokenizer),
         model_name_(std::move(model_name)),
-        template_family_(detect_template_family(chat_template)),
+        model_template_(chat_template.empty() ? std::nullopt
+                                              : std::optional<ModelChatTemplate>(std::in_place, chat_template)),
         longest_token_bytes_(longest_token_bytes(tokenizer)),
         options_(std::move(options)),
         created_(unix_time()),
@@ -372,7 +373,8 @@ class Server::Impl final : public http::Service {
     check_prompt_size(request);
     const bool chat = request.endpoint == Endpoint::ChatCompletions;
     std::vector<engine::Token> prompt =
-        chat ? chat_prompt_tokens(tokenizer_, template_family_, request.messages)
+        chat ? (model_template_ ? model_template_->prompt_tokens(tokenizer_, request.messages)
+                                : chatml_prompt_tokens(tokenizer_, request.messages))
              : completion_prompt_tokens(tokenizer_, request.prompt);
     const Usage prompt_usage{static_cast<int>(prompt.size()), 0, 0, std::nullopt};
     engine::GenerationRequest generation{
@@ -538,7 +540,7 @@ class Server::Impl final : public http::Service {
   engine::Generator& generator_;
   const tokenizer::Tokenizer& tokenizer_;
   const std::string model_name_;
-  const TemplateFamily template_family_;
+  const std::optional<ModelChatTemplate> model_template_;  // none: ChatML
   const size_t longest_token_bytes_;
   const ServerOptions options_;
   const int64_t created_;
@@ -629,7 +631,8 @@ void serve_until_signal(engine::Generator& generator, const tokenizer::Tokenizer
     setrlimit(RLIMIT_NOFILE, &descriptors);
   }
   Server server(generator, tokenizer, model_name_from_path(model.path()),
-                model.get_string("tokenizer.chat_template").value_or(""), options);
+                options.chat_template.value_or(model.get_string("tokenizer.chat_template").value_or("")),
+                options);
   server.start();
   std::fprintf(stderr, "strata: serving %s on http://%s:%d\n",
                model_name_from_path(model.path()).c_str(), options.host.c_str(), server.port());

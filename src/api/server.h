@@ -35,6 +35,8 @@ struct ServerOptions {
   // Origins that browsers may call the API from ("*": any); none by default.
   std::vector<std::string> cors_origins;
   bool log_requests = false;  // one line per answered request on stderr
+  // A chat template (Jinja2 text) that serve_until_signal uses instead of the GGUF's.
+  std::optional<std::string> chat_template;
   // What GET /health answers (status code, JSON body); unset: 200 {"status":"ok"}.
   std::function<std::pair<int, std::string>()> health;
   // GET /cluster's JSON body, behind the API key like every endpoint but /health; unset: 404.
@@ -60,8 +62,9 @@ inline constexpr int kStopGraceSeconds = 10;
 
 class Server {
  public:
-  // `chat_template` is the GGUF's tokenizer.chat_template (may be empty); it only selects which
-  // known template family to render.
+  // `chat_template`: the model's Jinja2 chat template, which renders every chat prompt; empty (a
+  // GGUF without tokenizer.chat_template): ChatML. Throws jinja::TemplateError, naming the line,
+  // when the template uses what the renderer does not support.
   Server(engine::Generator& generator, const tokenizer::Tokenizer& tokenizer,
          std::string model_name, std::string chat_template, ServerOptions options);
   ~Server();  // stops

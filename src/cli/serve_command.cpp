@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <fstream>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 
 #include "api/server.h"
@@ -24,6 +26,7 @@ namespace {
 
 struct ServeOptions {
   std::string model;
+  std::string chat_template_file;
   api::ServerOptions server;
   std::optional<std::string> api_key;
   engine::EngineOptions engine;
@@ -179,8 +182,17 @@ std::shared_ptr<cluster::PartialModel> model_from_peers(const ServeOptions& o, c
                                      o.test_fetch_checkpoint_bytes);
 }
 
+std::string read_chat_template(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read the chat template " + path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 int serve(const ServeOptions& o) {
   api::ServerOptions server = o.server;
+  if (!o.chat_template_file.empty()) server.chat_template = read_chat_template(o.chat_template_file);
   server.api_key = api_key_from(o);
   if (server.api_key && server.api_key->empty()) {
     throw std::runtime_error("the API key is empty; give a key with --api-key or STRATA_API_KEY, "
@@ -267,6 +279,9 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--cors-origin", o->server.cors_origins,
                   "Origin browsers may call the API from, or '*' (repeatable; default: none)");
   cmd->add_flag("--log-requests", o->server.log_requests, "Print one line per answered request to stderr");
+  cmd->add_option("--chat-template", o->chat_template_file,
+                  "Jinja2 chat template to render chat prompts with, instead of the model's own")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--peers", o->peers, "Nodes to join, host:node-port (comma-separated)")->delimiter(',');
   cmd->add_option("--node-port", o->node_port,
                   "Port for other nodes (default: --port + 1, or any free port when that is taken; 0 with --port 0)")

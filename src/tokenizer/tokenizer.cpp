@@ -373,4 +373,18 @@ bool Tokenizer::is_control(Token token) const {
          impl_->types[static_cast<size_t>(token)] == TokenType::Control;
 }
 
+std::string Tokenizer::token_text(Token token) const {
+  if (token < 0 || token >= vocab_size()) return {};
+  return impl_->texts[static_cast<size_t>(token)];
+}
+
+std::vector<std::string> Tokenizer::special_texts() const {
+  std::vector<std::string> texts;
+  for (Token t : impl_->special_tokens) {
+    const std::string& text = impl_->texts[static_cast<size_t>(t)];
+    if (impl_->types[static_cast<size_t>(t)] != TokenType::UserDefined && !text.empty()) texts.push_back(text);
+  }
+  return texts;
+}
+
 }  // namespace strata::tokenizer

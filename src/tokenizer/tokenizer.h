@@ -46,6 +46,11 @@ class Tokenizer {
   bool is_end_of_generation(Token token) const;
   std::optional<Token> find_token(std::string_view text) const;
   bool is_control(Token token) const;
+  // The vocabulary's text of a token, control tokens' included ("<s>", "<|im_end|>").
+  std::string token_text(Token token) const;
+  // The texts encode() turns into tokens only when parse_special is on (control and unknown
+  // tokens), longest first.
+  std::vector<std::string> special_texts() const;
 
   // Defined in tokenizer_impl.h, for the tokenizer's own source files.
   struct Impl;

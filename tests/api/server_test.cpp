@@ -127,7 +127,7 @@ class ApiServerTest : public ::testing::Test {
 
   std::vector<engine::Token> chat_prompt(const std::string& user_text) const {
     std::vector<ChatMessage> messages{{"user", user_text}};
-    return chat_prompt_tokens(*tokenizer_, TemplateFamily::ChatML, messages);
+    return chatml_prompt_tokens(*tokenizer_, messages);
   }
 
   std::string expected_text(std::span<const engine::Token> prompt, int count) const {
@@ -753,7 +753,7 @@ TEST_F(ApiServerTest, OllamaGenerateUsesTheTemplateUnlessRaw) {
                                               {"options", {{"num_predict", 3}}}});
   ASSERT_EQ(templated.status, 200) << templated.body.dump();
   const std::vector<ChatMessage> messages{{"system", "Be brief."}, {"user", "Hello"}};
-  const auto prompt = chat_prompt_tokens(*tokenizer_, TemplateFamily::ChatML, messages);
+  const auto prompt = chatml_prompt_tokens(*tokenizer_, messages);
   EXPECT_EQ(generator_->last_request().prompt, prompt);
   EXPECT_EQ(templated.body["response"], expected_text(prompt, 3));
   EXPECT_EQ(templated.body["done"], true);
