@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
@@ -98,9 +99,30 @@ void quantize_interleaved(const float* x, int64_t cols, int offset, Activation* 
   }
 }
 
-// A block's levels u = q + offset into lane `lane` of its group's levels (interleaved.h):
-// bytes for Q8_0, else nibbles and high-bit planes. Into zeroed memory: the planes' fields are
-// ORed. Each nibble byte takes its two elements at once: loading a model is mostly this.
+// value + 128 -> an index of the table that holds the value: packing a table format back into
+// nibbles stays a lookup per element.
+using TableIndices = std::array<uint8_t, 256>;
+constexpr TableIndices table_indices(interleaved::Table table) {
+  TableIndices indices{};
+  for (int i = 15; i >= 0; --i) indices[interleaved::table_values(table)[i] + 128] = static_cast<uint8_t>(i);
+  return indices;
+}
+constexpr TableIndices kIq4nlIndices = table_indices(interleaved::Table::Iq4nl);
+constexpr TableIndices kMxfp4Indices = table_indices(interleaved::Table::Mxfp4);
+
+// The level an element is stored as: u = q + offset, or a table format's index of q.
+int stored_level(interleaved::Format f, int q) {
+  switch (f.table) {
+    case interleaved::Table::None: return q + f.offset;
+    case interleaved::Table::Iq4nl: return kIq4nlIndices[q + 128];
+    case interleaved::Table::Mxfp4: return kMxfp4Indices[q + 128];
+  }
+  return 0;
+}
+
+// A block's levels into lane `lane` of its group's levels (interleaved.h): bytes for Q8_0,
+// else nibbles and high-bit planes. Into zeroed memory: the planes' fields are ORed. Each
+// nibble byte takes its two elements at once: loading a model is mostly this.
 void pack_levels(DType type, interleaved::Format f, const UnpackedBlock& w, int lane, uint8_t* levels) {
   if (type == DType::Q8_0) {
     for (int i = 0; i < w.elements; i += 4) {
@@ -115,8 +137,8 @@ void pack_levels(DType type, interleaved::Format f, const UnpackedBlock& w, int 
     for (int m = 0; m < 4; ++m) {
       for (int k = 0; k < 4; ++k) {
         // Element 32s + 4m + k in the low nibble, 32s + 16 + 4m + k in the high one.
-        const int low = q[4 * m + k] + f.offset;
-        const int high = q[16 + 4 * m + k] + f.offset;
+        const int low = stored_level(f, q[4 * m + k]);
+        const int high = stored_level(f, q[16 + 4 * m + k]);
         sub_block[64 * m + 4 * lane + k] = static_cast<uint8_t>((low & 0x0F) | (high & 0x0F) << 4);
         if (f.high_bits != 0) {
           const int bit = 2 * f.high_bits * (m % planes_per_chunk);
@@ -132,10 +154,12 @@ void pack_levels(DType type, interleaved::Format f, const UnpackedBlock& w, int 
 // group's meta (interleaved.h).
 void pack_meta(DType type, interleaved::Format f, const uint8_t* source, const UnpackedBlock& w, int lane,
                uint8_t* meta) {
-  // Every block but Q6_K's begins with its fp16 d, then for the formats with a min term
-  // the fp16 factor of that term (Q4_1/Q5_1 m, Q4_K/Q5_K dmin).
+  // Every block but Q6_K's and MXFP4's begins with its fp16 d, then for the formats with a
+  // min term the fp16 factor of that term (Q4_1/Q5_1 m, Q4_K/Q5_K dmin).
   if (type == DType::Q6_K) {
     std::memcpy(meta + 2 * lane, &reinterpret_cast<const BlockQ6_K*>(source)->d, 2);
+  } else if (f.e8m0) {
+    meta[lane] = reinterpret_cast<const BlockMXFP4*>(source)->e;
   } else {
     std::memcpy(meta + 2 * lane, source, 2);
     if (f.has_min) std::memcpy(meta + interleaved::kMetaMinFactor + 2 * lane, source + 2, 2);
@@ -147,7 +171,7 @@ void pack_meta(DType type, interleaved::Format f, const uint8_t* source, const U
       meta[interleaved::kMetaMins + 2 * interleaved::kRows * (s / 2) + 2 * lane + s % 2] = w.min[s];
     }
   } else {
-    for (int j = 0; j < 16; ++j) {
+    for (int j = 0; j < kQK_K / f.group; ++j) {
       meta[interleaved::kMetaScales6 + interleaved::kRows * j + lane] = static_cast<uint8_t>(w.scale[j]);
     }
   }
