@@ -76,7 +76,7 @@ class TensorBinder {
       throw std::runtime_error("tensor '" + name + "' has type " +
                                (info ? std::string(info->name) : std::to_string(found->type)) +
                                ", which Strata cannot compute (supported: F32, F16, BF16, Q8_0, "
-                               "Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)");
+                               "Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4)");
     }
     return require(name, dims);
   }

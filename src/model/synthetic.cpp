@@ -121,11 +121,12 @@ WeightTypes parse_weight_types(std::string_view name) {
   for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   if (upper == "Q4_K_M") return {upper, tensor::DType::Q4_K, tensor::DType::Q6_K, true};
   if (upper == "Q5_K_M") return {upper, tensor::DType::Q5_K, tensor::DType::Q6_K, true};
+  if (upper == "MXFP4") return {upper, tensor::DType::Q8_0, tensor::DType::Q8_0, false, tensor::DType::MXFP4};
   const auto type = tensor::parse_dtype(upper);
   if (!type || !tensor::info(*type).computable) {
     throw std::invalid_argument("unknown weight type '" + std::string(name) +
                                 "' (choose F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, "
-                                "Q5_K, Q6_K, Q4_K_M or Q5_K_M)");
+                                "Q5_K, Q6_K, IQ4_NL, IQ4_XS, Q4_K_M, Q5_K_M or MXFP4)");
   }
   return {upper, *type, *type, false};
 }
@@ -139,10 +140,12 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   }
   const int layer_count = layers > 0 ? layers : shape.layer_count;
   const int block = static_cast<int>(tensor::info(types.base).block_elements);
+  const tensor::DType ffn = types.ffn.value_or(types.base);
   const int head_dim = shape.head_dim > 0 ? shape.head_dim : shape.embedding_dim / shape.head_count;
   const bool experts = shape.expert_count > 0;
   for (int dim : {shape.embedding_dim, experts ? shape.expert_ffn_dim : shape.ffn_dim, shape.head_count * head_dim}) {
-    if (dim % block != 0 || dim % tensor::info(types.important).block_elements != 0) {
+    if (dim % block != 0 || dim % tensor::info(types.important).block_elements != 0 ||
+        dim % tensor::info(ffn).block_elements != 0) {
       throw std::invalid_argument(std::string("shape ") + shape.name + " has a dimension (" +
                                   std::to_string(dim) + ") that is not a multiple of the " +
                                   types.name + " block");
@@ -214,12 +217,11 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   matrix("token_embd.weight", shape.embedding_dim, shape.vocab_size, types.base);
   for (int i = 0; i < layer_count; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
-    const tensor::DType boosted =
-        types.mixed && uses_more_bits(i, layer_count) ? types.important : types.base;
+    const bool more_bits = types.mixed && uses_more_bits(i, layer_count);
     vector(p + "attn_norm.weight", shape.embedding_dim, 1.0f, 0.1f);
     matrix(p + "attn_q.weight", shape.embedding_dim, q_dim, types.base);
     matrix(p + "attn_k.weight", shape.embedding_dim, kv_dim, types.base);
-    matrix(p + "attn_v.weight", shape.embedding_dim, kv_dim, boosted);
+    matrix(p + "attn_v.weight", shape.embedding_dim, kv_dim, more_bits ? types.important : types.base);
     if (a == "qwen2") {
       vector(p + "attn_q.bias", q_dim, 0.0f, 0.1f);
       vector(p + "attn_k.bias", kv_dim, 0.0f, 0.1f);
@@ -234,13 +236,14 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
     if (experts) {
       // The router stays F32, as llama.cpp's converter and quantizer keep it.
       matrix(p + "ffn_gate_inp.weight", shape.embedding_dim, shape.expert_count, tensor::DType::F32);
-      matrices(p + "ffn_gate_exps.weight", shape.embedding_dim, shape.expert_ffn_dim, shape.expert_count, types.base);
-      matrices(p + "ffn_up_exps.weight", shape.embedding_dim, shape.expert_ffn_dim, shape.expert_count, types.base);
-      matrices(p + "ffn_down_exps.weight", shape.expert_ffn_dim, shape.embedding_dim, shape.expert_count, boosted);
+      matrices(p + "ffn_gate_exps.weight", shape.embedding_dim, shape.expert_ffn_dim, shape.expert_count, ffn);
+      matrices(p + "ffn_up_exps.weight", shape.embedding_dim, shape.expert_ffn_dim, shape.expert_count, ffn);
+      matrices(p + "ffn_down_exps.weight", shape.expert_ffn_dim, shape.embedding_dim, shape.expert_count,
+               more_bits ? types.important : ffn);
     } else {
-      matrix(p + "ffn_gate.weight", shape.embedding_dim, shape.ffn_dim, types.base);
-      matrix(p + "ffn_up.weight", shape.embedding_dim, shape.ffn_dim, types.base);
-      matrix(p + "ffn_down.weight", shape.ffn_dim, shape.embedding_dim, boosted);
+      matrix(p + "ffn_gate.weight", shape.embedding_dim, shape.ffn_dim, ffn);
+      matrix(p + "ffn_up.weight", shape.embedding_dim, shape.ffn_dim, ffn);
+      matrix(p + "ffn_down.weight", shape.ffn_dim, shape.embedding_dim, more_bits ? types.important : ffn);
     }
   }
   vector("output_norm.weight", shape.embedding_dim, 1.0f, 0.1f);

@@ -2,6 +2,7 @@
 // download. Their text is noise; the files say so (general.name and strata.synthetic).
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -39,6 +40,9 @@ struct WeightTypes {
   tensor::DType base;
   tensor::DType important;  // output head, and attn_v / ffn_down in some layers for *_M mixes
   bool mixed = false;
+  // The FFN's (experts') matrices when they differ from base: MXFP4's, as gpt-oss ships it,
+  // with the rest Q8_0.
+  std::optional<tensor::DType> ffn{};
 };
 // Accepts every computable type name and the mixes Q4_K_M and Q5_K_M; throws naming the choices.
 WeightTypes parse_weight_types(std::string_view name);

@@ -22,11 +22,12 @@ import tempfile
 
 # (name, synth shape, layers written (0: all), weight type, greedy tokens to compare, quantized types)
 CASES = [
-    ("llama (existing path, the baseline)", "llama-110m", 2, "F32", 32, ["Q4_K_M", "Q8_0"]),
-    ("qwen3", "qwen3-0.6b", 2, "F32", 32, ["Q4_K_M", "Q8_0"]),
+    ("llama (existing path, the baseline)", "llama-110m", 2, "F32", 32, ["Q4_K_M", "Q8_0", "IQ4_NL", "IQ4_XS"]),
+    ("qwen3", "qwen3-0.6b", 2, "F32", 32, ["Q4_K_M", "Q8_0", "IQ4_XS"]),
     ("qwen3 (small)", "qwen3-tiny", 0, "F32", 32, []),
-    ("qwen3moe (small)", "qwen3moe-tiny", 0, "F32", 32, ["Q4_K_M"]),
-    ("qwen3moe (Qwen3-30B-A3B's dimensions)", "qwen3-30b-a3b", 1, "F16", 8, ["Q4_K_M"]),
+    # MXFP4_MOE: llama-quantize's MXFP4 experts with everything else Q8_0, as gpt-oss ships.
+    ("qwen3moe (small)", "qwen3moe-tiny", 0, "F32", 32, ["Q4_K_M", "MXFP4_MOE", "IQ4_XS"]),
+    ("qwen3moe (Qwen3-30B-A3B's dimensions)", "qwen3-30b-a3b", 1, "F16", 8, ["Q4_K_M", "MXFP4_MOE"]),
     ("Mixtral (8x7B's dimensions)", "mixtral-8x7b", 1, "F16", 8, []),
 ]
 PROMPT = [1, 2, 300, 400, 17, 99, 123, 500, 42, 7, 260, 1000, 77, 31, 5, 600]
