@@ -95,7 +95,8 @@ void add_gguf_commands(CLI::App& app, Action& action) {
   for (const auto& s : model::synthetic_shapes()) shapes_help += std::string("\n  ") + s.name + ": " + s.description;
   CLI::App* synth_cmd = gguf_cmd->add_subcommand("synth", "Write a random-weight model of a real shape (for benchmarks)");
   synth_cmd->add_option("--shape", o->shape, shapes_help)->required();
-  synth_cmd->add_option("--type", o->type, "Weight type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K Q3_K_M Q4_K_M Q5_K_M");
+  synth_cmd->add_option("--type", o->type, "Weight type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS "
+                           "Q3_K_M Q4_K_M Q5_K_M MXFP4 (FFN and experts; the rest Q8_0)");
   synth_cmd->add_option("-o,--output", o->out, "Output file")->required();
   synth_cmd->add_option("--seed", o->seed, "Seed for the random weights");
   synth_cmd->add_option("--layers", o->layers, "Write only the first N layers of the shape (default: all)")

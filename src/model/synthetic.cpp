@@ -160,8 +160,12 @@ tensor::DType WeightTypes::type_of(MatrixRole role, int layer, int layer_count) 
         case MatrixRole::AttnOutput: return DType::Q4_K;
         case MatrixRole::AttnV: return layer < 2 ? DType::Q5_K : DType::Q4_K;
         case MatrixRole::FfnDown: return layer < layer_count / 16 ? DType::Q5_K : DType::Q4_K;
+        case MatrixRole::FfnGateUp:
         case MatrixRole::Other: return base;
       }
+      return base;
+    case Mix::Mxfp4:
+      return role == MatrixRole::FfnGateUp || role == MatrixRole::FfnDown ? DType::MXFP4 : base;
   }
   return base;
 }
@@ -173,11 +177,12 @@ WeightTypes parse_weight_types(std::string_view name) {
   if (upper == "Q3_K_M") return {upper, DType::Q3_K, WeightTypes::Mix::Q3_K_M};
   if (upper == "Q4_K_M") return {upper, DType::Q4_K, WeightTypes::Mix::MoreBits};
   if (upper == "Q5_K_M") return {upper, DType::Q5_K, WeightTypes::Mix::MoreBits};
+  if (upper == "MXFP4") return {upper, DType::Q8_0, WeightTypes::Mix::Mxfp4};
   const auto type = tensor::parse_dtype(upper);
   if (!type || !tensor::info(*type).computable) {
     throw std::invalid_argument("unknown weight type '" + std::string(name) +
                                 "' (choose F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, "
-                                "Q5_K, Q6_K, Q3_K_M, Q4_K_M or Q5_K_M)");
+                                "Q5_K, Q6_K, IQ4_NL, IQ4_XS, Q3_K_M, Q4_K_M, Q5_K_M or MXFP4)");
   }
   return {upper, *type};
 }
@@ -191,7 +196,7 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   }
   const int layer_count = layers > 0 ? layers : shape.layer_count;
   const int block_count = layer_count + shape.nextn_layers;
-  // Every type of a mix is of the base type's block size.
+  // Every type of a mix is of the base type's block size (MXFP4's 32, as Q8_0's).
   const int block = static_cast<int>(tensor::info(types.base).block_elements);
   const int head_dim = shape.head_dim > 0 ? shape.head_dim : shape.embedding_dim / shape.head_count;
   const bool experts = shape.expert_count > 0;
@@ -336,8 +341,10 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
       matrix(p + "ffn_gate_inp.weight", shape.embedding_dim, shape.expert_count, tensor::DType::F32);
       // Selection biases of the size of sigmoid probabilities' differences, so that they change choices.
       if (glm) vector(p + "exp_probs_b.bias", shape.expert_count, 0.0f, 0.2f);
-      matrices(p + "ffn_gate_exps.weight", shape.embedding_dim, shape.expert_ffn_dim, shape.expert_count, types.base);
-      matrices(p + "ffn_up_exps.weight", shape.embedding_dim, shape.expert_ffn_dim, shape.expert_count, types.base);
+      matrices(p + "ffn_gate_exps.weight", shape.embedding_dim, shape.expert_ffn_dim, shape.expert_count,
+               type_of(MatrixRole::FfnGateUp));
+      matrices(p + "ffn_up_exps.weight", shape.embedding_dim, shape.expert_ffn_dim, shape.expert_count,
+               type_of(MatrixRole::FfnGateUp));
       matrices(p + "ffn_down_exps.weight", shape.expert_ffn_dim, shape.embedding_dim, shape.expert_count,
                type_of(MatrixRole::FfnDown));
       if (gpt_oss) {
@@ -348,16 +355,16 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
       }
       if (shape.shared_expert_count > 0) {
         const int shared = shape.shared_expert_count * shape.expert_ffn_dim;
-        matrix(p + "ffn_gate_shexp.weight", shape.embedding_dim, shared, types.base);
-        matrix(p + "ffn_up_shexp.weight", shape.embedding_dim, shared, types.base);
+        matrix(p + "ffn_gate_shexp.weight", shape.embedding_dim, shared, type_of(MatrixRole::FfnGateUp));
+        matrix(p + "ffn_up_shexp.weight", shape.embedding_dim, shared, type_of(MatrixRole::FfnGateUp));
         matrix(p + "ffn_down_shexp.weight", shared, shape.embedding_dim, type_of(MatrixRole::FfnDown));
       }
     } else if (phi3) {  // gate and up in one matrix, gate first
-      matrix(p + "ffn_up.weight", shape.embedding_dim, 2 * shape.ffn_dim, types.base);
+      matrix(p + "ffn_up.weight", shape.embedding_dim, 2 * shape.ffn_dim, type_of(MatrixRole::FfnGateUp));
       matrix(p + "ffn_down.weight", shape.ffn_dim, shape.embedding_dim, type_of(MatrixRole::FfnDown));
     } else {
-      matrix(p + "ffn_gate.weight", shape.embedding_dim, shape.ffn_dim, types.base);
-      matrix(p + "ffn_up.weight", shape.embedding_dim, shape.ffn_dim, types.base);
+      matrix(p + "ffn_gate.weight", shape.embedding_dim, shape.ffn_dim, type_of(MatrixRole::FfnGateUp));
+      matrix(p + "ffn_up.weight", shape.embedding_dim, shape.ffn_dim, type_of(MatrixRole::FfnGateUp));
       matrix(p + "ffn_down.weight", shape.ffn_dim, shape.embedding_dim, type_of(MatrixRole::FfnDown));
     }
     if (i >= layer_count) {  // a NextN layer's own tensors, beside a layer's

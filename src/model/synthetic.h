@@ -43,8 +43,9 @@ struct SyntheticShape {
 std::span<const SyntheticShape> synthetic_shapes();
 const SyntheticShape* find_synthetic_shape(std::string_view name);
 
-// The matrices whose type llama.cpp's mixes choose apart from the rest.
-enum class MatrixRole { AttnV, AttnOutput, FfnDown, Output, Other };
+// The matrices whose type llama.cpp's mixes, or synth's MXFP4, choose apart from the rest.
+// FfnGateUp and FfnDown: a dense FFN's, the experts' or the shared experts'.
+enum class MatrixRole { AttnV, AttnOutput, FfnGateUp, FfnDown, Output, Other };
 
 // How the weight matrices are stored: one type for all, or a llama.cpp-style mix.
 struct WeightTypes {
@@ -52,14 +53,15 @@ struct WeightTypes {
     None,
     MoreBits,  // Q4_K_M, Q5_K_M: Q6_K for the output head, and attn_v / ffn_down in some layers
     Q3_K_M,    // Q4_K for attn_output, Q4_K or (first layers) Q5_K for attn_v / ffn_down, Q6_K head
+    Mxfp4,     // MXFP4 for the FFN's (experts') matrices, as gpt-oss ships it; the rest base, Q8_0
   };
   std::string name;  // as given: "Q4_0", "Q4_K_M", ...
   tensor::DType base;
   Mix mix = Mix::None;
   tensor::DType type_of(MatrixRole role, int layer, int layer_count) const;
 };
-// Accepts every computable type name and the mixes Q3_K_M, Q4_K_M and Q5_K_M; throws naming
-// the choices.
+// Accepts every computable type name but MXFP4's, the mixes Q3_K_M, Q4_K_M and Q5_K_M, and
+// MXFP4 for Mix::Mxfp4; throws naming the choices.
 WeightTypes parse_weight_types(std::string_view name);
 
 // Writes the model to `path`. Same shape, types and seed give the same file. `progress` hears

@@ -47,4 +47,10 @@ constexpr uint16_t fp32_to_bf16(float f) {
   return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
+// ggml_e8m0_to_fp32_half: 2^(e - 128), subnormal for e < 2 (MXFP4's scale; its table is
+// doubled). Never NaN: ggml reads e = 255 as a number too.
+constexpr float e8m0_to_fp32_half(uint8_t e) {
+  return std::bit_cast<float>(e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23);
+}
+
 }  // namespace strata::tensor

@@ -54,6 +54,15 @@
 //               not be a whole number of cache lines). A row of an odd number of super-blocks
 //               adds a zero one (Llama 2 7B's ffn_down, 43 of them: 2.3% more).
 //
+// Table formats: IQ4_NL and MXFP4 laid out as Q4_0, IQ4_XS as a K-quant without a min
+// (group 32, high_bits = 0), but each nibble is the index of the signed value table[nibble]
+// (quant_blocks.h). offset is 128: an ISA whose dot multiplies unsigned bytes takes
+// u = value + 128 and starts from the activation's start, like Q8_0; one that multiplies
+// signed bytes takes the value and starts from 0. Either way the integer is the same.
+// Meta: IQ4_NL d[16] (fp16), MXFP4 e[16] (its E8M0 byte, which fp16 cannot hold), four
+// blocks per unit so that a unit is whole lines; IQ4_XS d[16] (fp16), scale[8][16] (s8,
+// row r of sub-block s at 32 + 16s + r, as Q6_K's), then 32 bytes of padding.
+//
 // Float formats: F32, F16 and BF16, one element per block and no meta: block k holds
 // column k of the 16 rows in their stored type, so that one vector load takes a column
 // (F16 and BF16 two blocks per unit). Any number of columns fits, ragged ones included.
@@ -64,12 +73,15 @@
 #include <initializer_list>
 
 #include "tensor/dtype.h"
+#include "tensor/quant_blocks.h"
 
 namespace strata::tensor::interleaved {
 // Internal linkage, as in quant_blocks.h: the AVX translation units include this too.
 namespace {
 
 inline constexpr int kRows = 16;
+
+enum class Table { None, Iq4nl, Mxfp4 };
 
 struct Format {
   int block = 0;         // elements per block; 0 for types without this layout
@@ -82,7 +94,13 @@ struct Format {
   bool has_min = false;
   int low_bits = 4;      // bits of a level's low field: its nibble, or Q2_K's and Q3_K's 2 bits
   bool scale_min_nibbles = false;  // Q2_K: a scale and a min share a byte
+  Table table = Table::None;
+  bool e8m0 = false;     // d is an E8M0 byte per row (e8m0_to_fp32_half), not fp16
 };
+
+[[maybe_unused]] constexpr const int8_t* table_values(Table t) {
+  return t == Table::Iq4nl ? kIq4nlValues : kMxfp4Values;
+}
 
 // Offsets within a block's meta. After d[16], the formats with a min term keep the fp16
 // factor of that term: m of Q4_1/Q5_1, dmin of Q4_K/Q5_K.
@@ -104,6 +122,10 @@ inline constexpr int kMetaScales6 = 2 * kRows;
     case DType::Q6_K: return {256, 2048 + 16 * 64, kMetaScales6 + 16 * kRows + 32, 1, 32, 2, 16, false};
     case DType::Q3_K: return {256, 1024 + 8 * 64, kMetaScales6 + 16 * kRows, 2, 4, 1, 16, false, 2};
     case DType::Q2_K: return {256, 1024, kMetaScaleMinPairs + 16 * kRows, 1, 0, 0, 16, true, 2, true};
+    // The table formats: 4-bit levels (low_bits 4), no shared scale|min byte.
+    case DType::IQ4_NL: return {32, 256, 2 * kRows, 2, 128, 0, 0, false, 4, false, Table::Iq4nl};
+    case DType::MXFP4: return {32, 256, kRows, 4, 128, 0, 0, false, 4, false, Table::Mxfp4, true};
+    case DType::IQ4_XS: return {256, 2048, kMetaScales6 + 8 * kRows + 32, 1, 128, 0, 32, false, 4, false, Table::Iq4nl};
     case DType::F32: return {1, 4 * kRows, 0, 1};
     case DType::F16: case DType::BF16: return {1, 2 * kRows, 0, 2};
     default: return {};
@@ -112,13 +134,18 @@ inline constexpr int kMetaScales6 = 2 * kRows;
 
 [[maybe_unused]] constexpr int sub_block_bytes(Format f) { return 64 * (f.low_bits + f.high_bits); }
 
+// Where a K-quant's scales start in its meta: unsigned after d and dmin with a min, signed
+// after d without.
+[[maybe_unused]] constexpr int scales_at(Format f) { return f.has_min ? kMetaScales45 : kMetaScales6; }
+
 [[maybe_unused]] constexpr size_t unit_bytes(Format f) {
   return static_cast<size_t>(f.blocks_per_unit) * static_cast<size_t>(f.levels_bytes + f.meta_bytes);
 }
 
 constexpr bool units_are_whole_lines() {
   for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
-                     DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F32, DType::F16, DType::BF16}) {
+                     DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4, DType::F32,
+                     DType::F16, DType::BF16}) {
     if (unit_bytes(format_of(type)) % 64 != 0) return false;
   }
   return true;

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
@@ -113,9 +114,30 @@ FieldPosition field_position(int bits, int m, int lane, int k) {
   return {64 * (m / chunks_per_plane) + 4 * lane + k, 2 * bits * (m % chunks_per_plane)};
 }
 
-// A block's levels u = q + offset into lane `lane` of its group's levels (interleaved.h):
-// bytes for Q8_0, else low and high fields in planes. Into zeroed memory: the fields are ORed.
-// Each byte takes its two elements at once: loading a model is mostly this.
+// value + 128 -> an index of the table that holds the value: packing a table format back into
+// nibbles stays a lookup per element.
+using TableIndices = std::array<uint8_t, 256>;
+constexpr TableIndices table_indices(interleaved::Table table) {
+  TableIndices indices{};
+  for (int i = 15; i >= 0; --i) indices[interleaved::table_values(table)[i] + 128] = static_cast<uint8_t>(i);
+  return indices;
+}
+constexpr TableIndices kIq4nlIndices = table_indices(interleaved::Table::Iq4nl);
+constexpr TableIndices kMxfp4Indices = table_indices(interleaved::Table::Mxfp4);
+
+// The level an element is stored as: u = q + offset, or a table format's index of q.
+int stored_level(interleaved::Format f, int q) {
+  switch (f.table) {
+    case interleaved::Table::None: return q + f.offset;
+    case interleaved::Table::Iq4nl: return kIq4nlIndices[q + 128];
+    case interleaved::Table::Mxfp4: return kMxfp4Indices[q + 128];
+  }
+  return 0;
+}
+
+// A block's levels into lane `lane` of its group's levels (interleaved.h), each element as
+// stored_level says: bytes for Q8_0, else low and high fields in planes. Into zeroed memory:
+// the fields are ORed. Each byte takes its two elements at once: loading a model is mostly this.
 void pack_levels(DType type, interleaved::Format f, const UnpackedBlock& w, int lane, uint8_t* levels) {
   if (type == DType::Q8_0) {
     for (int i = 0; i < w.elements; i += 4) {
@@ -131,8 +153,8 @@ void pack_levels(DType type, interleaved::Format f, const UnpackedBlock& w, int 
     for (int m = 0; m < 4; ++m) {
       for (int k = 0; k < 4; ++k) {
         // Element 32s + 4m + k in the low nibble, 32s + 16 + 4m + k in the high one.
-        const int low = q[4 * m + k] + f.offset;
-        const int high = q[16 + 4 * m + k] + f.offset;
+        const int low = stored_level(f, q[4 * m + k]);
+        const int high = stored_level(f, q[16 + 4 * m + k]);
         const FieldPosition l = field_position(f.low_bits, m, lane, k);
         low_planes[l.byte] |=
             static_cast<uint8_t>((low & low_mask) << l.shift | (high & low_mask) << (l.shift + f.low_bits));
@@ -146,8 +168,8 @@ void pack_levels(DType type, interleaved::Format f, const UnpackedBlock& w, int 
   }
 }
 
-// Where a block's fp16 d and, for the formats with a min term, the fp16 factor of that term
-// (Q4_1/Q5_1 m, Q2_K/Q4_K/Q5_K dmin) sit within it.
+// Where a block's d (fp16, MXFP4's E8M0 byte) and, for the formats with a min term, the
+// fp16 factor of that term (Q4_1/Q5_1 m, Q2_K/Q4_K/Q5_K dmin) sit within it.
 struct HalfOffsets {
   size_t d;
   size_t min_factor;
@@ -158,6 +180,7 @@ HalfOffsets half_offsets(DType type) {
     case DType::Q6_K: return {offsetof(BlockQ6_K, d), 0};
     case DType::Q3_K: return {offsetof(BlockQ3_K, d), 0};
     case DType::Q2_K: return {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)};
+    case DType::MXFP4: return {offsetof(BlockMXFP4, e), 0};
     default: return {0, 2};  // every other block begins with them
   }
 }
@@ -167,7 +190,11 @@ HalfOffsets half_offsets(DType type) {
 void pack_meta(DType type, interleaved::Format f, const uint8_t* source, const UnpackedBlock& w, int lane,
                uint8_t* meta) {
   const HalfOffsets halves = half_offsets(type);
-  std::memcpy(meta + 2 * lane, source + halves.d, 2);
+  if (f.e8m0) {
+    meta[lane] = source[halves.d];  // MXFP4's E8M0 byte, which fp16 cannot hold
+  } else {
+    std::memcpy(meta + 2 * lane, source + halves.d, 2);
+  }
   if (f.has_min) std::memcpy(meta + interleaved::kMetaMinFactor + 2 * lane, source + halves.min_factor, 2);
   if (f.block != kQK_K) return;
   if (f.scale_min_nibbles) {
@@ -181,7 +208,7 @@ void pack_meta(DType type, interleaved::Format f, const uint8_t* source, const U
       meta[interleaved::kMetaMins + 2 * interleaved::kRows * (s / 2) + 2 * lane + s % 2] = w.min[s];
     }
   } else {
-    for (int j = 0; j < 16; ++j) {
+    for (int j = 0; j < kQK_K / f.group; ++j) {
       meta[interleaved::kMetaScales6 + interleaved::kRows * j + lane] = static_cast<uint8_t>(w.scale[j]);
     }
   }

@@ -14,7 +14,8 @@
 namespace strata::tensor::kernels {
 namespace {
 
-// Element i of row r in a block of the interleaved layout, as the signed value u - offset.
+// Element i of row r in a block of the interleaved layout, as the signed value u - offset
+// (a table format's table[nibble]).
 template <DType kType>
 int interleaved_value(const uint8_t* block, int r, int i) {
   constexpr interleaved::Format kFormat = interleaved::format_of(kType);
@@ -34,6 +35,7 @@ int interleaved_value(const uint8_t* block, int r, int i) {
     if constexpr (kFormat.high_bits != 0) {
       u |= field(sub_block + 64 * kFormat.low_bits, kFormat.high_bits) << kFormat.low_bits;
     }
+    if constexpr (kFormat.table != interleaved::Table::None) return interleaved::table_values(kFormat.table)[u];
     return u - kFormat.offset;
   }
 }
@@ -42,6 +44,13 @@ float half_at(const uint8_t* meta, int index) {
   uint16_t h;
   std::memcpy(&h, meta + 2 * index, sizeof h);
   return fp16_to_fp32(h);
+}
+
+// Row r's d of a block, the first field of its meta.
+template <DType kType>
+float d_at(const uint8_t* meta, int r) {
+  if constexpr (interleaved::format_of(kType).e8m0) return e8m0_to_fp32_half(meta[r]);
+  return half_at(meta, r);
 }
 
 // Sums the values times qs directly, without the activation's starts and sums: an
@@ -55,7 +64,7 @@ float interleaved_block(const uint8_t* block, const uint8_t* meta, int r, const 
     dot += interleaved_value<kType>(block, r, i) * x.qs[i];
     x_sum += x.qs[i];
   }
-  acc = std::fma(static_cast<float>(dot), half_at(meta, r) * x.d, acc);
+  acc = std::fma(static_cast<float>(dot), d_at<kType>(meta, r) * x.d, acc);
   if constexpr (interleaved::format_of(kType).has_min) {
     acc = std::fma(static_cast<float>(x_sum), half_at(meta + interleaved::kMetaMinFactor, r) * x.d, acc);
   }
@@ -73,8 +82,9 @@ float interleaved_block(const uint8_t* block, const uint8_t* meta, int r, const 
   constexpr interleaved::Format kFormat = interleaved::format_of(kType);
   const auto scale = [&](int j) -> int {
     if constexpr (kFormat.scale_min_nibbles) return scale_min_pair(meta, r, j) & 0x0F;
-    if constexpr (kFormat.has_min) return meta[interleaved::kMetaScales45 + interleaved::kRows * j + r];
-    return static_cast<int8_t>(meta[interleaved::kMetaScales6 + interleaved::kRows * j + r]);
+    const uint8_t stored = meta[interleaved::scales_at(kFormat) + interleaved::kRows * j + r];
+    if constexpr (kFormat.has_min) return stored;
+    return static_cast<int8_t>(stored);
   };
   const auto min_of = [&](int j) -> int {
     if constexpr (kFormat.scale_min_nibbles) return scale_min_pair(meta, r, j) >> 4;
@@ -92,7 +102,7 @@ float interleaved_block(const uint8_t* block, const uint8_t* meta, int r, const 
     isum += scale(j) * dot;
     if constexpr (kFormat.has_min) msum += min_of(j) * x_sum;
   }
-  acc = std::fma(static_cast<float>(isum), half_at(meta, r) * x.d, acc);
+  acc = std::fma(static_cast<float>(isum), d_at<kType>(meta, r) * x.d, acc);
   if constexpr (kFormat.has_min) {
     acc = std::fma(-static_cast<float>(msum), half_at(meta + interleaved::kMetaMinFactor, r) * x.d, acc);
   }
@@ -189,6 +199,9 @@ InterleavedKernels scalar_interleaved(DType type) {
     case DType::Q6_K: return {interleaved_dot<DType::Q6_K>, 1};
     case DType::Q2_K: return {interleaved_dot<DType::Q2_K>, 1};
     case DType::Q3_K: return {interleaved_dot<DType::Q3_K>, 1};
+    case DType::IQ4_NL: return {interleaved_dot<DType::IQ4_NL>, 1};
+    case DType::IQ4_XS: return {interleaved_dot<DType::IQ4_XS>, 1};
+    case DType::MXFP4: return {interleaved_dot<DType::MXFP4>, 1};
     case DType::F32: return {interleaved_float_dot<DType::F32>, 1};
     case DType::F16: return {interleaved_float_dot<DType::F16>, 1};
     case DType::BF16: return {interleaved_float_dot<DType::BF16>, 1};

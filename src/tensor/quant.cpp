@@ -73,7 +73,7 @@ void set_single_group(UnpackedBlock& out, float d, float dm, bool has_min) {
   out.elements = kQK;
   out.group_size = kQK;
   out.d = d;
-  out.dm = dm;
+  out.dm = has_min ? dm : -0.0f;
   out.scale[0] = 1;
   out.min[0] = has_min ? 1 : 0;
 }
@@ -149,6 +149,79 @@ void quantize_q8_0(const float* x, BlockQ8_0& b) {
   for (int j = 0; j < kQK; ++j) {
     b.qs[j] = static_cast<int8_t>(clamp_int(round_to_int(x[j] * inverse), -127, 127));
   }
+}
+
+// --- Table formats ---------------------------------------------------------------------
+
+// Nibbles laid out as unpack_nibbles32 reads them, each the index of its value.
+void unpack_table_nibbles(const uint8_t* qs, const int8_t* table, int8_t* q) {
+  for (int j = 0; j < 16; ++j) {
+    q[j] = table[qs[j] & 0x0F];
+    q[j + 16] = table[qs[j] >> 4];
+  }
+}
+
+int nearest_index(const int8_t* table, float v) {
+  int best = 0;
+  for (int i = 1; i < 16; ++i) {
+    if (std::fabs(v - table[i]) < std::fabs(v - table[best])) best = i;
+  }
+  return best;
+}
+
+// 32 elements with step d: their nearest table indices, packed as unpack_table_nibbles reads.
+void pack_table_nibbles(const float* x, float d, const int8_t* table, uint8_t* qs) {
+  const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+  uint8_t index[kQK];
+  for (int j = 0; j < kQK; ++j) index[j] = static_cast<uint8_t>(nearest_index(table, x[j] * inverse));
+  pack_nibbles32(index, qs, nullptr);
+}
+
+// The step that maps the element of largest magnitude onto IQ4_NL's outermost value, -127,
+// as ggml does (the table reaches further below zero than above).
+float iq4_step(const float* x) {
+  float extreme = 0.0f;
+  for (int j = 0; j < kQK; ++j) {
+    if (std::fabs(x[j]) > std::fabs(extreme)) extreme = x[j];
+  }
+  return extreme / kIq4nlValues[0];
+}
+
+void quantize_iq4_nl(const float* x, BlockIQ4_NL& b) {
+  const float d = rounded_fp16(iq4_step(x));
+  b.d = fp32_to_fp16(d);
+  pack_table_nibbles(x, d, kIq4nlValues, b.qs);
+}
+
+// Each run's signed 6-bit scale (-31 .. 31 here, of -32 .. 31) in units of the largest run step / 31.
+void quantize_iq4_xs(const float* x, BlockIQ4_XS& b) {
+  float step[8];
+  float largest = 0.0f;
+  for (int s = 0; s < 8; ++s) {
+    step[s] = iq4_step(x + 32 * s);
+    largest = std::max(largest, std::fabs(step[s]));
+  }
+  const float d = rounded_fp16(largest / 31.0f);
+  b.d = fp32_to_fp16(d);
+  b.scales_h = 0;
+  std::memset(b.scales_l, 0, sizeof b.scales_l);
+  for (int s = 0; s < 8; ++s) {
+    const int scale = d != 0.0f ? clamp_int(round_to_int(step[s] / d), -32, 31) : 0;
+    const int biased = scale + 32;
+    b.scales_l[s / 2] |= static_cast<uint8_t>((biased & 0x0F) << (4 * (s % 2)));
+    b.scales_h |= static_cast<uint16_t>((biased >> 4) << (2 * s));
+    pack_table_nibbles(x + 32 * s, d * static_cast<float>(scale), kIq4nlValues, b.qs + 16 * s);
+  }
+}
+
+// The smallest exponent whose step takes the largest magnitude within the table's 12.
+void quantize_mxfp4(const float* x, BlockMXFP4& b) {
+  float amax = 0.0f;
+  for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+  int e = amax > 0.0f ? clamp_int(std::ilogb(amax) + 128 - 4, 0, 254) : 0;
+  while (e < 254 && 12.0f * e8m0_to_fp32_half(static_cast<uint8_t>(e)) < amax) ++e;
+  b.e = static_cast<uint8_t>(e);
+  pack_table_nibbles(x, e8m0_to_fp32_half(b.e), kMxfp4Values, b.qs);
 }
 
 // --- K-quants -------------------------------------------------------------------------
@@ -286,7 +359,7 @@ void unpack_q3_k(const BlockQ3_K& b, UnpackedBlock& out) {
   out.elements = kQK_K;
   out.group_size = 16;
   out.d = fp16_to_fp32(b.d);
-  out.dm = 0.0f;
+  out.dm = -0.0f;
   for (int e = 0; e < kQK_K; ++e) {
     const CrumbPosition p = crumb_position(e);
     const int level = ((b.qs[p.qs] >> p.qs_shift) & 3) | ((b.hmask[e % 32] >> p.hmask_bit) & 1) << 2;
@@ -319,7 +392,7 @@ void unpack_q6_k(const BlockQ6_K& b, UnpackedBlock& out) {
   out.elements = kQK_K;
   out.group_size = 16;
   out.d = fp16_to_fp32(b.d);
-  out.dm = 0.0f;
+  out.dm = -0.0f;
   for (int e = 0; e < kQK_K; ++e) {
     const Q6Position p = q6_position(e);
     const int level = ((b.ql[p.ql] >> p.ql_shift) & 0x0F) | (((b.qh[p.qh] >> p.qh_shift) & 3) << 4);
@@ -475,6 +548,32 @@ void unpack_block(DType type, const void* block, UnpackedBlock& out) {
     case DType::Q3_K:
       unpack_q3_k(*static_cast<const BlockQ3_K*>(block), out);
       return;
+    case DType::IQ4_NL: {
+      const auto& b = *static_cast<const BlockIQ4_NL*>(block);
+      set_single_group(out, fp16_to_fp32(b.d), 0.0f, false);
+      unpack_table_nibbles(b.qs, kIq4nlValues, out.q);
+      return;
+    }
+    case DType::MXFP4: {
+      const auto& b = *static_cast<const BlockMXFP4*>(block);
+      set_single_group(out, e8m0_to_fp32_half(b.e), 0.0f, false);
+      unpack_table_nibbles(b.qs, kMxfp4Values, out.q);
+      return;
+    }
+    case DType::IQ4_XS: {
+      const auto& b = *static_cast<const BlockIQ4_XS*>(block);
+      out.elements = kQK_K;
+      out.group_size = 32;
+      out.d = fp16_to_fp32(b.d);
+      out.dm = -0.0f;
+      for (int s = 0; s < 8; ++s) {
+        const int biased = ((b.scales_l[s / 2] >> (4 * (s % 2))) & 0x0F) | (((b.scales_h >> (2 * s)) & 3) << 4);
+        out.scale[s] = static_cast<int8_t>(biased - 32);
+        out.min[s] = 0;
+        unpack_table_nibbles(b.qs + 16 * s, kIq4nlValues, out.q + 32 * s);
+      }
+      return;
+    }
     default:
       throw_unsupported(type, "unpack_block");
   }
@@ -549,6 +648,12 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n) {
       return for_each_block<BlockQ2_K>(dst, n, kQK_K, [&](BlockQ2_K& b, int64_t i) { quantize_q2_k(src + i, b); });
     case DType::Q3_K:
       return for_each_block<BlockQ3_K>(dst, n, kQK_K, [&](BlockQ3_K& b, int64_t i) { quantize_q3_k(src + i, b); });
+    case DType::IQ4_NL:
+      return for_each_block<BlockIQ4_NL>(dst, n, kQK, [&](BlockIQ4_NL& b, int64_t i) { quantize_iq4_nl(src + i, b); });
+    case DType::IQ4_XS:
+      return for_each_block<BlockIQ4_XS>(dst, n, kQK_K, [&](BlockIQ4_XS& b, int64_t i) { quantize_iq4_xs(src + i, b); });
+    case DType::MXFP4:
+      return for_each_block<BlockMXFP4>(dst, n, kQK, [&](BlockMXFP4& b, int64_t i) { quantize_mxfp4(src + i, b); });
     default:
       throw_unsupported(type, "quantize_row");
   }

@@ -12,7 +12,8 @@ namespace strata::tensor {
 void dequantize_row(DType type, const void* src, float* dst, int64_t n);
 
 // Writes row_bytes(type, n) bytes. K-quant scales come from a per-sub-block min/max search,
-// which gives valid blocks close to the input, not llama.cpp's error-minimising choice.
+// and the table formats take each element's nearest value under a max-based scale: valid
+// blocks close to the input, not llama.cpp's error-minimising choice.
 void quantize_row(DType type, const float* src, void* dst, int64_t n);
 
 }  // namespace strata::tensor

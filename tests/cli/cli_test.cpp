@@ -88,27 +88,27 @@ TEST(Cli, UnknownArchitecture) {
 }
 
 TEST(Cli, UnsupportedTensorType) {
-  // The dreams model with its first layer's query weights re-labelled as IQ4_XS.
+  // The dreams model with its first layer's query weights re-labelled as IQ3_S.
   auto source = strata::gguf::File::open(kDreams);
   strata::gguf::Writer w;
   for (const auto& kv : source->metadata()) w.set(kv.key, kv.value);
   for (const auto& t : source->tensors()) {
     if (t.name == "blk.0.attn_q.weight") {
-      const uint64_t bytes = t.elements() / 256 * 136;  // IQ4_XS blocks are 256 values in 136 bytes
-      w.add_tensor(t.name, {256, t.elements() / 256}, static_cast<uint32_t>(strata::tensor::DType::IQ4_XS),
+      const uint64_t bytes = t.elements() / 256 * 110;  // IQ3_S blocks are 256 values in 110 bytes
+      w.add_tensor(t.name, {256, t.elements() / 256}, static_cast<uint32_t>(strata::tensor::DType::IQ3_S),
                    std::vector<uint8_t>(bytes));
       continue;
     }
     const uint8_t* data = source->tensor_data(t);
     w.add_tensor(t.name, t.dims, t.type, std::vector<uint8_t>(data, data + t.size_bytes));
   }
-  const std::string path = temp_path("iq4xs.gguf");
+  const std::string path = temp_path("iq3s.gguf");
   w.write(path);
   const Result r = strata("run -m " + path + " -p hi");
   EXPECT_FALSE(r.crashed);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("blk.0.attn_q.weight"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("IQ4_XS"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("IQ3_S"), std::string::npos) << r.err;
   fs::remove(path);
 }
 
@@ -189,7 +189,7 @@ TEST(Cli, SynthWritesALoadableModel) {
   const Result run = strata("run -m " + path + " -p hello -n 8 --temp 0");
   EXPECT_EQ(run.exit_code, 0) << run.err;
   expect_one_line_error(strata("gguf synth --shape nope --type Q8_0 -o " + path), "unknown shape");
-  expect_one_line_error(strata("gguf synth --shape demo --type IQ4_XS -o " + path), "unknown weight type");
+  expect_one_line_error(strata("gguf synth --shape demo --type IQ3_S -o " + path), "unknown weight type");
   fs::remove(path);
 }
 

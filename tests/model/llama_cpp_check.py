@@ -22,13 +22,15 @@ import tempfile
 
 # (name, synth shape, layers written (0: all), weight type, greedy tokens to compare, quantized types)
 CASES = [
-    ("llama (existing path, the baseline)", "llama-110m", 2, "F32", 32, ["Q4_K_M", "Q8_0", "Q3_K_M", "Q2_K"]),
-    ("qwen3", "qwen3-0.6b", 2, "F32", 32, ["Q4_K_M", "Q8_0", "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L"]),
+    ("llama (existing path, the baseline)", "llama-110m", 2, "F32", 32,
+     ["Q4_K_M", "Q8_0", "Q3_K_M", "Q2_K", "IQ4_NL", "IQ4_XS"]),
+    ("qwen3", "qwen3-0.6b", 2, "F32", 32, ["Q4_K_M", "Q8_0", "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "IQ4_XS"]),
     ("qwen3 (small)", "qwen3-tiny", 0, "F32", 32, []),
-    ("qwen3moe (small)", "qwen3moe-tiny", 0, "F32", 32, ["Q4_K_M"]),
-    ("qwen3moe (Qwen3-30B-A3B's dimensions)", "qwen3-30b-a3b", 1, "F16", 8, ["Q4_K_M"]),
+    # MXFP4_MOE: llama-quantize's MXFP4 experts with everything else Q8_0, as gpt-oss ships.
+    ("qwen3moe (small)", "qwen3moe-tiny", 0, "F32", 32, ["Q4_K_M", "MXFP4_MOE", "IQ4_XS"]),
+    ("qwen3moe (Qwen3-30B-A3B's dimensions)", "qwen3-30b-a3b", 1, "F16", 8, ["Q4_K_M", "MXFP4_MOE"]),
     ("Mixtral (8x7B's dimensions)", "mixtral-8x7b", 1, "F16", 8, []),
-    ("gpt-oss (small: sinks, YaRN, a window of 12 in the even layers)", "gpt-oss-tiny", 0, "F32", 32, ["Q4_0"]),
+    ("gpt-oss (small: sinks, YaRN, a window of 12 in the even layers)", "gpt-oss-tiny", 0, "F32", 32, ["Q4_0", "MXFP4_MOE"]),
     ("gpt-oss (gpt-oss-20b's dimensions)", "gpt-oss-20b", 2, "F16", 8, ["Q8_0"]),
     ("gemma3 (small: a window of 12 in 5 of 6 layers, RoPE scaling on the global one)", "gemma3-tiny", 0, "F32", 32,
      ["Q8_0", "Q4_0"]),

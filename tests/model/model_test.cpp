@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "dreams.h"
 #include "gguf_variant.h"
@@ -210,14 +211,19 @@ INSTANTIATE_TEST_SUITE_P(
                       TypeCase{"demo", "Q4_K", 0.06}, TypeCase{"demo", "Q5_K", 0.06},
                       TypeCase{"demo", "Q6_K", 0.06}, TypeCase{"demo", "Q4_K_M", 0.06},
                       TypeCase{"demo", "Q2_K", 0.06}, TypeCase{"demo", "Q3_K", 0.06},
-                      TypeCase{"demo", "Q3_K_M", 0.06},
+                      TypeCase{"demo", "Q3_K_M", 0.06}, TypeCase{"demo", "IQ4_NL", 0.06},
+                      TypeCase{"demo", "IQ4_XS", 0.06}, TypeCase{"demo", "MXFP4", 0.06},
                       TypeCase{"qwen2-tiny", "F32", 1e-4}, TypeCase{"qwen2-tiny", "Q4_K", 0.06},
                       TypeCase{"gqa6", "F32", 1e-4}, TypeCase{"gqa6", "Q8_0", 0.06},
                       TypeCase{"qwen3-tiny", "F32", 1e-4}, TypeCase{"qwen3-tiny", "Q8_0", 0.06},
                       TypeCase{"qwen3moe-tiny", "F32", 1e-4}, TypeCase{"qwen3moe-tiny", "Q8_0", 0.06},
-                      TypeCase{"qwen3moe-tiny", "Q4_0", 0.06}, TypeCase{"mixtral-tiny", "F32", 1e-4},
+                      TypeCase{"qwen3moe-tiny", "Q4_0", 0.06},
+                      // At 0.06, 22 of its 40 positions would be left out near a change of experts.
+                      TypeCase{"qwen3moe-tiny", "MXFP4", 0.03},
+                      TypeCase{"mixtral-tiny", "F32", 1e-4},
                       TypeCase{"mixtral-tiny", "Q4_0", 0.06}, TypeCase{"gpt-oss-tiny", "F32", 1e-4},
-                      TypeCase{"gpt-oss-every-expert", "Q8_0", 0.06}, TypeCase{"gemma3-tiny", "F32", 1e-4},
+                      TypeCase{"gpt-oss-every-expert", "Q8_0", 0.06},
+                      TypeCase{"gpt-oss-every-expert", "MXFP4", 0.06}, TypeCase{"gemma3-tiny", "F32", 1e-4},
                       TypeCase{"gemma3-tiny", "Q8_0", 0.06}, TypeCase{"phi3-tiny", "F32", 1e-4},
                       TypeCase{"phi3-tiny", "F16", 1e-4}, TypeCase{"phi3-tiny", "Q8_0", 0.06},
                       TypeCase{"glm4moe-tiny", "F32", 1e-4}, TypeCase{"glm4moe-tiny", "Q8_0", 0.06},
@@ -491,17 +497,18 @@ INSTANTIATE_TEST_SUITE_P(Models, BitExact,
 TEST(BitExactAcrossIsas, EveryTypeGivesTheSameLogitsOnEveryIsa) {
   using tensor::Isa;
   std::vector<ModelCase> cases;
-  for (const char* type :
-       {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "F32", "F16", "BF16"}) {
+  for (const char* type : {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "IQ4_NL",
+                           "IQ4_XS", "F32", "F16", "BF16"}) {
     cases.push_back({"demo", type});
   }
   // QK-norm, experts run over the rows that chose them, fused matrices used in parts, sigmoid
   // routing with a shared expert, gpt-oss's sinks, window and clamped SwiGLU, and Gemma 3's
   // GeGLU and post-norms, on every path too.
   cases.insert(cases.end(), {{"qwen3-tiny", "Q8_0"}, {"qwen3moe-tiny", "F32"}, {"qwen3moe-tiny", "Q4_0"},
-                             {"qwen3moe-tiny", "Q8_0"}, {"phi3-tiny", "Q8_0"}, {"phi3-tiny", "Q4_0"},
-                             {"glm4moe-tiny", "F32"}, {"glm4moe-tiny", "Q4_0"}, {"gpt-oss-tiny", "F32"},
-                             {"gpt-oss-tiny", "Q8_0"}, {"gemma3-tiny", "F32"}, {"gemma3-tiny", "Q8_0"}});
+                             {"qwen3moe-tiny", "Q8_0"}, {"qwen3moe-tiny", "MXFP4"}, {"phi3-tiny", "Q8_0"},
+                             {"phi3-tiny", "Q4_0"}, {"glm4moe-tiny", "F32"}, {"glm4moe-tiny", "Q4_0"},
+                             {"gpt-oss-tiny", "F32"}, {"gpt-oss-tiny", "Q8_0"}, {"gpt-oss-tiny", "MXFP4"},
+                             {"gemma3-tiny", "F32"}, {"gemma3-tiny", "Q8_0"}});
   for (const ModelCase& c : cases) {
     SCOPED_TRACE(case_name(c.shape, c.type));
     auto model = Model::load(open_case(c));
@@ -662,6 +669,49 @@ TEST(ModelErrors, RejectsBadRangesTokensAndOverflow) {
   const std::vector<Token> five{1, 2, 3, 4, 5};
   SequenceSlice too_long{kv.get(), 5, false};
   EXPECT_THROW(model->forward({&too_long, 1}, five, {}, pool), std::invalid_argument);
+}
+
+// The error for an unknown --type lists every choice there is.
+TEST(SyntheticTypes, EveryComputableTypeIsAChoiceTheErrorNames) {
+  std::string message;
+  try {
+    parse_weight_types("Q9_X");
+  } catch (const std::invalid_argument& e) {
+    message = e.what();
+  }
+  ASSERT_NE(message, "");
+  std::replace_if(message.begin(), message.end(), [](char c) { return c == ',' || c == '(' || c == ')'; }, ' ');
+  std::set<std::string> words;
+  std::istringstream in(message);
+  for (std::string word; in >> word;) words.insert(word);
+  std::vector<std::string> names{"Q4_K_M", "Q5_K_M", "MXFP4"};
+  for (uint32_t id = 0; id < 64; ++id) {
+    const auto info = tensor::dtype_info(id);
+    if (info && info->computable) names.push_back(info->name);
+  }
+  for (const std::string& name : names) {
+    EXPECT_NO_THROW(parse_weight_types(name)) << name;
+    EXPECT_TRUE(words.contains(name)) << name << " is not among the choices: " << message;
+  }
+}
+
+// MXFP4 as gpt-oss ships it: the FFN's matrices (the experts, with experts) MXFP4, every other
+// matrix Q8_0, the router F32.
+TEST(SyntheticTypes, Mxfp4PutsTheFfnInMxfp4AndTheRestInQ8_0) {
+  for (const char* shape : {"demo", "qwen3moe-tiny"}) {
+    auto file = open_model(synthetic_model(shape, "MXFP4"));
+    int mxfp4 = 0;
+    for (const gguf::TensorInfo& t : file->tensors()) {
+      if (t.dims.size() < 2) continue;
+      const auto type = static_cast<tensor::DType>(t.type);
+      const bool ffn = t.name.find(".ffn_") != std::string::npos && t.name.find("ffn_gate_inp") == std::string::npos;
+      const tensor::DType want = ffn ? tensor::DType::MXFP4
+                                     : t.name.ends_with("ffn_gate_inp.weight") ? tensor::DType::F32 : tensor::DType::Q8_0;
+      EXPECT_EQ(type, want) << shape << " " << t.name;
+      mxfp4 += type == tensor::DType::MXFP4;
+    }
+    EXPECT_GT(mxfp4, 0) << shape;
+  }
 }
 
 TEST(ModelErrors, NamesUnknownArchitectureAndMissingTensor) {

@@ -534,8 +534,8 @@ TinyModel wide_model() {
 }
 
 TEST(Reference, QuantizedWeightsActAsTheirDequantizedValues) {
-  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K,
-                     DType::Q5_K, DType::Q6_K}) {
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
+                     DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4}) {
     SCOPED_TRACE(std::string(tensor::dtype_name(type)));
     TinyModel dequantized = wide_model();
     for (auto& [name, t] : dequantized.tensors) {

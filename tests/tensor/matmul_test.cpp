@@ -46,7 +46,8 @@ TestMatrix make_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed) {
 int activation_block(DType type) {
   switch (type) {
     case DType::F32: case DType::F16: case DType::BF16: return 0;
-    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return 256;
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::IQ4_XS:
+      return 256;
     default: return 32;
   }
 }
@@ -243,6 +244,31 @@ void set_extreme_blocks(TestMatrix& m) {
       std::memset(highest->scales, 0xFF, sizeof highest->scales);
       break;
     }
+    case DType::IQ4_NL:  // index 0 is -127, 15 is 113
+      std::memset(reinterpret_cast<BlockIQ4_NL*>(row0)->qs, 0, sizeof BlockIQ4_NL::qs);
+      std::memset(reinterpret_cast<BlockIQ4_NL*>(row1)->qs, 0xFF, sizeof BlockIQ4_NL::qs);
+      break;
+    case DType::IQ4_XS: {  // scales -32 with level -127; 31 with 113
+      auto* lowest = reinterpret_cast<BlockIQ4_XS*>(row0);
+      lowest->scales_h = 0;
+      std::memset(lowest->scales_l, 0, sizeof lowest->scales_l);
+      std::memset(lowest->qs, 0, sizeof lowest->qs);
+      auto* highest = reinterpret_cast<BlockIQ4_XS*>(row1);
+      highest->scales_h = 0xFFFF;
+      std::memset(highest->scales_l, 0xFF, sizeof highest->scales_l);
+      std::memset(highest->qs, 0xFF, sizeof highest->qs);
+      break;
+    }
+    case DType::MXFP4: {
+      // The two subnormal scales, in every block of a row so that they decide its result,
+      // and the values 12 and -12.
+      auto* smallest = reinterpret_cast<BlockMXFP4*>(row0);
+      auto* next = reinterpret_cast<BlockMXFP4*>(row1);
+      for (int64_t b = 0; b < m.cols / kQK; ++b) smallest[b].e = 0, next[b].e = 1;
+      std::memset(smallest->qs, 0x77, sizeof smallest->qs);
+      std::memset(next->qs, 0xFF, sizeof next->qs);
+      break;
+    }
     default: break;
   }
 }
@@ -286,7 +312,10 @@ TEST(Matmul, ProductsSharingAnInputEqualSeparateProducts) {
                                                            {DType::Q4_K, DType::Q5_K, DType::Q6_K},
                                                            {DType::Q2_K, DType::Q4_K, DType::Q2_K},
                                                            {DType::Q3_K, DType::Q3_K, DType::Q2_K},
-                                                           {DType::Q8_0, DType::F16, DType::Q8_0}}) {
+                                                           {DType::Q8_0, DType::F16, DType::Q8_0},
+                                                           {DType::IQ4_NL, DType::Q8_0, DType::MXFP4},
+                                                           {DType::IQ4_XS, DType::Q4_K, DType::IQ4_XS},
+                                                           {DType::Q2_K, DType::IQ4_XS, DType::Q3_K}}) {
     std::vector<TestMatrix> matrices;
     std::vector<PreparedMatrix> prepared;
     for (size_t i = 0; i < types.size(); ++i) {
@@ -352,7 +381,7 @@ TEST(Matmul, UnsupportedTypeThrowsNamingTheType) {
   const uint8_t bytes[1024] = {};
   const float x[256] = {};
   float y[4];
-  for (DType type : {DType::IQ2_XXS, DType::IQ4_XS, DType::Q8_K}) {
+  for (DType type : {DType::IQ2_XXS, DType::IQ3_S, DType::Q8_K}) {
     try {
       matmul(PreparedMatrix({type, 1, 256, bytes}), x, 1, y, pool);
       ADD_FAILURE() << dtype_name(type) << " did not throw";

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -170,6 +171,36 @@ void decode_q3_k(const uint8_t* block, float* y) {
   }
 }
 
+// The 4-bit tables as ggml-common.h lists them: IQ4_NL's non-linear levels and MXFP4's
+// E2M1 values (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives) doubled.
+constexpr int8_t kIq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+constexpr int8_t kE2m1Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// 16 bytes of nibbles: byte j holds elements j (low) and j + 16 (high) of 32 at step d.
+void decode_table_nibbles(const uint8_t* qs, const int8_t* table, float d, float* y) {
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * table[qs[j] & 0xF];
+    y[j + 16] = d * table[qs[j] >> 4];
+  }
+}
+
+// IQ4_XS: [d][scales_h (u16)][scales_l x4][qs x128]; run s of 32 has the 6-bit scale
+// (nibble s % 2 of scales_l[s / 2]) | (bits 2s..2s+1 of scales_h) << 4, less 32.
+void decode_iq4_xs(const uint8_t* block, float* y) {
+  const float d = half(block);
+  const int scales_h = block[2] | block[3] << 8;
+  for (int s = 0; s < 8; ++s) {
+    const int low = s % 2 == 0 ? block[4 + s / 2] & 0xF : block[4 + s / 2] >> 4;
+    const int scale = (low | ((scales_h >> (2 * s)) & 3) << 4) - 32;
+    decode_table_nibbles(block + 8 + 16 * s, kIq4nl, d * static_cast<float>(scale), y + 32 * s);
+  }
+}
+
+// MXFP4: [e][qs x16]; the E8M0 scale 2^(e - 127), halved for the doubled table.
+void decode_mxfp4(const uint8_t* block, float* y) {
+  decode_table_nibbles(block + 1, kE2m1Doubled, std::ldexp(1.0f, block[0] - 128), y);
+}
+
 void decode_independently(DType type, const uint8_t* block, float* y) {
   switch (type) {
     case DType::Q4_0: return decode_32(block, false, false, y);
@@ -182,6 +213,9 @@ void decode_independently(DType type, const uint8_t* block, float* y) {
     case DType::Q6_K: return decode_q6_k(block, y);
     case DType::Q2_K: return decode_q2_k(block, y);
     case DType::Q3_K: return decode_q3_k(block, y);
+    case DType::IQ4_NL: return decode_table_nibbles(block + 2, kIq4nl, half(block), y);
+    case DType::IQ4_XS: return decode_iq4_xs(block, y);
+    case DType::MXFP4: return decode_mxfp4(block, y);
     default: FAIL() << "no independent decoder";
   }
 }
@@ -198,6 +232,7 @@ std::vector<int> half_offsets(DType type) {
     case DType::Q6_K: return {208};
     case DType::Q2_K: return {80, 82};
     case DType::Q3_K: return {108};
+    case DType::MXFP4: return {};  // every exponent byte is a number
     default: return {0};
   }
 }
@@ -220,7 +255,11 @@ TEST_P(QuantTypeTest, RandomBlocksMatchIndependentDecoder) {
   for (int i = 0; i < n_blocks; ++i) {
     decode_independently(type, &bytes[i * ti.block_bytes], &want[i * ti.block_elements]);
   }
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "element " << i;
+  // Bits, not values: ggml's -0 products must stay -0.
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+        << "element " << i << ": " << got[i] << " vs " << want[i];
+  }
 }
 
 struct RoundTripBound {
@@ -251,7 +290,8 @@ INSTANTIATE_TEST_SUITE_P(
                       RoundTripBound{DType::Q5_0, 0.06}, RoundTripBound{DType::Q5_1, 0.06},
                       RoundTripBound{DType::Q4_K, 0.12}, RoundTripBound{DType::Q5_K, 0.06},
                       RoundTripBound{DType::Q6_K, 0.03}, RoundTripBound{DType::Q3_K, 0.17},
-                      RoundTripBound{DType::Q2_K, 0.36}),
+                      RoundTripBound{DType::Q2_K, 0.36}, RoundTripBound{DType::IQ4_NL, 0.09},
+                      RoundTripBound{DType::IQ4_XS, 0.09}, RoundTripBound{DType::MXFP4, 0.13}),
     [](const auto& info) { return std::string(dtype_name(info.param.type)); });
 
 // Within one 32-element block the worst element error is bounded by the quantization
@@ -347,12 +387,43 @@ TEST(Quant, HandBuiltBlocksDecodeToKnownValues) {
   EXPECT_EQ(y[200], 0.5f * -20 * 1);
   EXPECT_EQ(y[201], 0.5f * -20 * -4);
   EXPECT_EQ(y[0], 0.5f * -32 * -4);  // scale byte 0: stored 0, so -32
+  // IQ4_NL, d = 0.5: byte 0 = 0xF0 gives element 0 = -127 / 2 and element 16 = 113 / 2.
+  uint8_t iq4_nl[18] = {};
+  put_half(iq4_nl, 0.5f);
+  iq4_nl[2] = 0xF0;
+  dequantize_row(DType::IQ4_NL, iq4_nl, y, 32);
+  EXPECT_EQ(y[0], -63.5f);
+  EXPECT_EQ(y[16], 56.5f);
+  EXPECT_EQ(y[1], -63.5f);
+
+  // IQ4_XS, d = 2: run 5 takes nibble 1 of scales_l[2] = 0x9 and bits 10..11 of scales_h = 2,
+  // so 0x29 - 32 = 9; its element 160 + 16 + 3 is the high nibble of qs[80 + 3].
+  uint8_t iq4_xs[136] = {};
+  put_half(iq4_xs, 2.0f);
+  iq4_xs[3] = 2 << 2;  // scales_h bits 10..11
+  iq4_xs[4 + 2] = 0x90;
+  iq4_xs[8 + 80 + 3] = 0xC0;  // nibble 12: 53
+  dequantize_row(DType::IQ4_XS, iq4_xs, y, 256);
+  EXPECT_EQ(y[179], 2.0f * 9 * 53);
+  EXPECT_EQ(y[163], 2.0f * 9 * -127);
+  EXPECT_EQ(y[0], 2.0f * -32 * -127);  // scale 0 - 32
+
+  // MXFP4: e = 130 is 2^3, so nibble 7 (6.0 doubled) is 12 * 2^2 = 48 and nibble 0xD is -3 * 2^2;
+  // e = 0 is 2^-127, subnormal, which ggml keeps: element 0 = 6 * 2^-127.
+  uint8_t mxfp4[17] = {130, 0xD7};
+  dequantize_row(DType::MXFP4, mxfp4, y, 32);
+  EXPECT_EQ(y[0], 48.0f);
+  EXPECT_EQ(y[16], -24.0f);
+  EXPECT_EQ(y[1], 0.0f);
+  mxfp4[0] = 0;
+  dequantize_row(DType::MXFP4, mxfp4, y, 32);
+  EXPECT_EQ(y[0], 0x1.8p-125f);
 }
 
 TEST(Quant, UnsupportedTypesThrowNamingTheType) {
   float values[256] = {};
   uint8_t bytes[1024] = {};
-  for (DType type : {DType::IQ4_XS, DType::IQ2_XXS, DType::Q8_1, DType::I32}) {
+  for (DType type : {DType::IQ3_S, DType::IQ2_XXS, DType::Q8_1, DType::I32}) {
     const std::string name(dtype_name(type));
     try {
       dequantize_row(type, bytes, values, 256);
@@ -374,7 +445,7 @@ TEST(Quant, RaggedRowThrows) {
 INSTANTIATE_TEST_SUITE_P(Types, QuantTypeTest,
                          ::testing::Values(DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
                                            DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,
-                                           DType::Q6_K),
+                                           DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace

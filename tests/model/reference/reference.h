@@ -5,8 +5,8 @@
 // expert on every position.
 //
 // Weight types: F32, F16 and BF16 are decoded here; the block-quantized types the engine can
-// compute (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) are expanded to float with
-// tensor::dequantize_row and then used in double.
+// compute (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4) are
+// expanded to float with tensor::dequantize_row and then used in double.
 #pragma once
 
 #include <cstdint>
