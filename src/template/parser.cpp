@@ -540,25 +540,25 @@ class Parser {
     return e;
   }
 
-  ExprPtr parse_or() {
-    ExprPtr left = parse_and();
-    while (is_name("or")) {
-      int line = cur().line;
+  // One left-associative level: `next` operands joined by any of `ops` (words such as "or", or
+  // operator tokens), each join a `kind` node of the operator's text.
+  template <class Next>
+  ExprPtr left_associative(Expr::Kind kind, std::initializer_list<const char*> ops, Next next) {
+    ExprPtr left = (this->*next)();
+    while (true) {
+      const char* op = nullptr;
+      for (const char* candidate : ops) {
+        if (is_op(candidate) || is_name(candidate)) op = candidate;
+      }
+      if (op == nullptr) return left;
+      const int line = cur().line;
       advance();
-      left = binary(Expr::Kind::Or, line, "or", std::move(left), parse_and());
+      left = binary(kind, line, op, std::move(left), (this->*next)());
     }
-    return left;
   }
 
-  ExprPtr parse_and() {
-    ExprPtr left = parse_not();
-    while (is_name("and")) {
-      int line = cur().line;
-      advance();
-      left = binary(Expr::Kind::And, line, "and", std::move(left), parse_not());
-    }
-    return left;
-  }
+  ExprPtr parse_or() { return left_associative(Expr::Kind::Or, {"or"}, &Parser::parse_and); }
+  ExprPtr parse_and() { return left_associative(Expr::Kind::And, {"and"}, &Parser::parse_not); }
 
   ExprPtr parse_not() {
     Nesting nesting(*this);
@@ -595,47 +595,13 @@ class Parser {
     }
   }
 
-  ExprPtr parse_math1() {
-    ExprPtr left = parse_concat();
-    while (is_op("+") || is_op("-")) {
-      int line = cur().line;
-      std::string op = cur().text;
-      advance();
-      left = binary(Expr::Kind::Binary, line, op, std::move(left), parse_concat());
-    }
-    return left;
-  }
-
-  ExprPtr parse_concat() {
-    ExprPtr left = parse_math2();
-    while (is_op("~")) {
-      int line = cur().line;
-      advance();
-      left = binary(Expr::Kind::Binary, line, "~", std::move(left), parse_math2());
-    }
-    return left;
-  }
-
+  ExprPtr parse_math1() { return left_associative(Expr::Kind::Binary, {"+", "-"}, &Parser::parse_concat); }
+  ExprPtr parse_concat() { return left_associative(Expr::Kind::Binary, {"~"}, &Parser::parse_math2); }
   ExprPtr parse_math2() {
-    ExprPtr left = parse_pow();
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-      int line = cur().line;
-      std::string op = cur().text;
-      advance();
-      left = binary(Expr::Kind::Binary, line, op, std::move(left), parse_pow());
-    }
-    return left;
+    return left_associative(Expr::Kind::Binary, {"*", "/", "//", "%"}, &Parser::parse_pow);
   }
-
-  ExprPtr parse_pow() {
-    ExprPtr left = parse_unary(true);
-    while (is_op("**")) {
-      int line = cur().line;
-      advance();
-      left = binary(Expr::Kind::Binary, line, "**", std::move(left), parse_unary(true));
-    }
-    return left;
-  }
+  ExprPtr parse_pow() { return left_associative(Expr::Kind::Binary, {"**"}, &Parser::parse_power_operand); }
+  ExprPtr parse_power_operand() { return parse_unary(true); }
 
   ExprPtr parse_unary(bool with_filter) {
     Nesting nesting(*this);
