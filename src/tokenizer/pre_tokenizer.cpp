@@ -33,6 +33,9 @@ std::optional<PreTokenizer> pre_tokenizer_from_name(std::string_view name) {
       Entry{"llama-bpe", PreTokenizer::Llama3},
       Entry{"dbrx", PreTokenizer::Llama3},
       Entry{"smaug-bpe", PreTokenizer::Llama3},
+      // GLM-4's regex is Llama 3's, letter for letter (as llama.cpp has them).
+      Entry{"glm4", PreTokenizer::Llama3},
+      Entry{"chatglm-bpe", PreTokenizer::Llama3},
       Entry{"qwen2", PreTokenizer::Qwen2},
       Entry{"gpt-4o", PreTokenizer::Gpt4o},
       Entry{"deepseek-v3", PreTokenizer::DeepseekV3},

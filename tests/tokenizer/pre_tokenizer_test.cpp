@@ -173,6 +173,7 @@ TEST(Gpt2PreTokenizer, SplitsLikeTheGpt2Regex) {
 TEST(PreTokenizerNames, KnownAndUnknownNames) {
   EXPECT_EQ(pre_tokenizer_from_name("llama-bpe"), PreTokenizer::Llama3);
   EXPECT_EQ(pre_tokenizer_from_name("smaug-bpe"), PreTokenizer::Llama3);
+  EXPECT_EQ(pre_tokenizer_from_name("glm4"), PreTokenizer::Llama3);
   EXPECT_EQ(pre_tokenizer_from_name("qwen2"), PreTokenizer::Qwen2);
   EXPECT_EQ(pre_tokenizer_from_name("gpt-4o"), PreTokenizer::Gpt4o);
   EXPECT_EQ(pre_tokenizer_from_name("deepseek-v3"), PreTokenizer::DeepseekV3);

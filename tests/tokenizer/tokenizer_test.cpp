@@ -265,6 +265,27 @@ TEST_F(SyntheticVocabulary, Llama3VocabulariesTakeWholeTokensBeforeMerging) {
   EXPECT_FALSE(gpt2->add_bos_by_default());
 }
 
+// GLM-4.5's vocabularies split numbers into runs of up to three digits, as Llama 3's regex does
+// (GPT-2's keeps "12345" whole, and its merges then give 12, 34, 5), but merge like any BPE
+// vocabulary and add no BOS unless the file asks, though it names [gMASK] as its BOS.
+TEST_F(SyntheticVocabulary, GlmVocabulariesSplitLikeLlama3AndAddNoBos) {
+  const auto load_with_pre = [&](const char* pre) {
+    gguf::Writer writer;
+    writer.set("tokenizer.ggml.model", gguf::Value::string("gpt2"));
+    writer.set("tokenizer.ggml.pre", gguf::Value::string(pre));
+    writer.set("tokenizer.ggml.tokens", strings({"1", "2", "3", "4", "5", "12", "123", "45", "34", "[gMASK]"}));
+    writer.set("tokenizer.ggml.merges", strings({"1 2", "3 4", "12 3", "4 5"}));
+    writer.set("tokenizer.ggml.bos_token_id", gguf::Value::u32(9));
+    writer.write(path_.string());
+    const auto file = gguf::File::open(path_.string());
+    return Tokenizer::from_gguf(*file);
+  };
+  const auto glm = load_with_pre("glm4");
+  EXPECT_EQ(glm->encode("12345", false, false), (std::vector<Token>{6, 7}));
+  EXPECT_FALSE(glm->add_bos_by_default());
+  EXPECT_EQ(load_with_pre("gpt-2")->encode("12345", false, false), (std::vector<Token>{5, 8, 4}));
+}
+
 TEST_F(SyntheticVocabulary, QwenVocabulariesEncodeTheNfcOfTheText) {
   const auto load_with_pre = [&](const char* pre) {
     gguf::Writer writer;
