@@ -64,6 +64,16 @@ constexpr std::array<SyntheticShape, 22> kShapes{{
      "glm4moe", 2048, 512, 128, 4, 4, 2, 256, 1000000.0f, false, 64, 8, 2, 64, 1, 1, 1, 32, 2.5f, true},
 }};
 
+// The array's size is written by hand: one more than the shapes listed would leave a shape
+// without a name, which the first listing of shapes would read.
+constexpr bool every_shape_is_named() {
+  for (const SyntheticShape& shape : kShapes) {
+    if (shape.name == nullptr) return false;
+  }
+  return true;
+}
+static_assert(every_shape_is_named(), "kShapes is declared larger than the shapes it lists");
+
 // splitmix64: a tiny, well-mixed generator; every row gets its own stream so rows can be
 // filled in parallel and the file stays the same.
 uint64_t mix(uint64_t x) {
