@@ -467,12 +467,10 @@ class Parser {
       s->kind = Stmt::Kind::Macro;
       s->text = expect_name();
       expect_op("(");
-      while (!skip_op(")")) {
-        if (!s->names.empty()) expect_op(",");
-        if (skip_op(")")) break;
+      comma_separated(")", [&] {
         s->names.push_back(expect_name());
         s->defaults.push_back(skip_op("=") ? parse_expression() : nullptr);
-      }
+      });
       expect_block_end();
       s->body = parse_until({"endmacro"}, found);
       if (cur().kind == Token::Kind::Name) advance();
@@ -538,6 +536,18 @@ class Parser {
     e->args.push_back(std::move(left));
     e->args.push_back(std::move(right));
     return e;
+  }
+
+  // Items separated by commas up to `close`, a trailing comma allowed, each read by `item`.
+  template <class Item>
+  void comma_separated(const char* close, Item item) {
+    for (bool first = true; !skip_op(close); first = false) {
+      if (!first) {
+        expect_op(",");
+        if (skip_op(close)) return;
+      }
+      item();
+    }
   }
 
   // One left-associative level: `next` operands joined by any of `ops` (words such as "or", or
@@ -650,22 +660,16 @@ class Parser {
     }
     if (skip_op("[")) {
       auto list = make(Expr::Kind::List, line);
-      while (!skip_op("]")) {
-        if (!list->args.empty()) expect_op(",");
-        if (skip_op("]")) break;
-        list->args.push_back(parse_expression());
-      }
+      comma_separated("]", [&] { list->args.push_back(parse_expression()); });
       return list;
     }
     if (skip_op("{")) {
       auto dict = make(Expr::Kind::Dict, line);
-      while (!skip_op("}")) {
-        if (!dict->args.empty()) expect_op(",");
-        if (skip_op("}")) break;
+      comma_separated("}", [&] {
         dict->args.push_back(parse_expression());
         expect_op(":");
         dict->args.push_back(parse_expression());
-      }
+      });
       return dict;
     }
     unexpected("an expression");
@@ -735,11 +739,7 @@ class Parser {
 
   void parse_call_args(Expr& call) {
     expect_op("(");
-    bool first = true;
-    while (!skip_op(")")) {
-      if (!first) expect_op(",");
-      first = false;
-      if (skip_op(")")) break;
+    comma_separated(")", [&] {
       if (is_op("*") || is_op("**")) fail(cur().line, "unsupported: * and ** in calls");
       if (cur().kind == Token::Kind::Name && peek().kind == Token::Kind::Op && peek().text == "=") {
         std::string name = cur().text;
@@ -751,7 +751,7 @@ class Parser {
           fail(cur().line, "a positional argument after a keyword argument");
         call.args.push_back(parse_expression());
       }
-    }
+    });
   }
 
   std::string dotted_name() {
