@@ -756,9 +756,14 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   expert_fill_.assign(expert_starts_.begin(), expert_starts_.end() - 1);
   for (size_t s = 0; s < n * k; ++s) expert_slots_[expert_fill_[static_cast<size_t>(chosen_experts_[s])]++] = s;
   // The slots' rows gathered in that order, so that expert e's are rows expert_starts_[e] ..
-  // of expert_in_; all experts' gate and up products then run in one parallel loop, and all
-  // their down products in another (two thread waits a layer, not two an expert).
+  // of expert_in_; all experts' gate and up products (and the shared expert's, over every row)
+  // then run in one parallel loop, and all their down products in another (two thread waits a
+  // layer, not two an expert).
   const size_t ffn = static_cast<size_t>(c.expert_ffn_dim);
+  const size_t shared_ffn = static_cast<size_t>(c.shared_expert_ffn_dim);
+  gate_.resize(n * shared_ffn);
+  up_.resize(n * shared_ffn);
+  shared_out_.resize(n * dim);
   const size_t slot_count = n * k;
   expert_in_.resize(slot_count * dim);
   expert_gate_.resize(slot_count * ffn);
@@ -781,6 +786,10 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
     expert_jobs_.push_back({{layer.expert_gate[e], expert_gate_.data() + first * ffn}, in, count});
     expert_jobs_.push_back({{layer.expert_up[e], expert_up_.data() + first * ffn}, in, count});
   });
+  if (shared_ffn > 0) {
+    expert_jobs_.push_back({{layer.shared_gate, gate_.data()}, normed_.data(), rows});
+    expert_jobs_.push_back({{layer.shared_up, up_.data()}, normed_.data(), rows});
+  }
   tensor::matmul(expert_jobs_, pool);
   if (layer.expert_gate_bias != nullptr) {
     each_expert([&](size_t e, size_t first, int64_t count) {
@@ -791,11 +800,13 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
     });
   }
   activate(expert_gate_.data(), expert_up_.data(), static_cast<int64_t>(slot_count * ffn));
+  activate(gate_.data(), up_.data(), static_cast<int64_t>(n * shared_ffn));
   expert_jobs_.clear();
   each_expert([&](size_t e, size_t first, int64_t count) {
     expert_jobs_.push_back({{layer.expert_down[e], expert_out_.data() + first * dim}, expert_gate_.data() + first * ffn,
                             count});
   });
+  if (shared_ffn > 0) expert_jobs_.push_back({{layer.shared_down, shared_out_.data()}, gate_.data(), rows});
   tensor::matmul(expert_jobs_, pool);
   if (layer.expert_down_bias != nullptr) {
     each_expert([&](size_t e, size_t first, int64_t count) {
@@ -817,21 +828,15 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
       for (size_t d = 0; d < dim; ++d) out[d] += w * expert[d];
     }
   }
-  if (c.shared_expert_ffn_dim > 0) {
-    expert_out_.resize(n * dim);
-    dense_ffn(layer.shared_gate, layer.shared_up, layer.shared_down, c.shared_expert_ffn_dim, rows, expert_out_.data(),
-           pool);
-    add_in_place(proj_, expert_out_, n * dim);
-  }
+  if (shared_ffn > 0) add_in_place(proj_, shared_out_, n * dim);
 }
 
-void Model::dense_ffn(const tensor::PreparedMatrix& gate, const tensor::PreparedMatrix& up,
-                      const tensor::PreparedMatrix& down, int width, int rows, float* out, tensor::ThreadPool& pool) {
-  gate_.resize(static_cast<size_t>(rows) * static_cast<size_t>(width));
+void Model::dense_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) {
+  gate_.resize(static_cast<size_t>(rows) * static_cast<size_t>(config_.ffn_dim));
   up_.resize(gate_.size());
-  tensor::matmul({{gate, gate_.data()}, {up, up_.data()}}, normed_.data(), rows, pool);
+  tensor::matmul({{layer.gate, gate_.data()}, {layer.up, up_.data()}}, normed_.data(), rows, pool);
   activate(gate_.data(), up_.data(), static_cast<int64_t>(gate_.size()));
-  tensor::matmul(down, gate_.data(), rows, out, pool);
+  tensor::matmul(layer.down, gate_.data(), rows, proj_.data(), pool);
 }
 
 std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::span<const Token> tokens,
@@ -907,9 +912,11 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
     if (c.layer_has_experts(range_.first + l)) {
       experts_ffn(layer, rows, pool);
     } else {
-      dense_ffn(layer.gate, layer.up, layer.down, c.ffn_dim, rows, proj_.data(), pool);
+      dense_ffn(layer, rows, pool);
     }
-    if (layer.post_ffn_norm != nullptr) rms_norm_rows(proj_.data(), layer.post_ffn_norm, rows, dim, c.rms_epsilon, proj_.data());
+    if (layer.post_ffn_norm != nullptr) {
+      rms_norm_rows(proj_.data(), layer.post_ffn_norm, rows, dim, c.rms_epsilon, proj_.data());
+    }
     add_in_place(x_, proj_, n * dim);
   }
   for (const SequenceSlice& s : slices) s.kv->size_ += s.token_count;

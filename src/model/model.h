@@ -171,9 +171,8 @@ class Model {
   // proj_ = the experts' FFN of normed_, each row through the experts it chooses (and the
   // shared expert).
   void experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool);
-  // out = down(activation(gate x, up x)) of normed_'s rows, `width` the FFN's.
-  void dense_ffn(const tensor::PreparedMatrix& gate, const tensor::PreparedMatrix& up,
-                 const tensor::PreparedMatrix& down, int width, int rows, float* out, tensor::ThreadPool& pool);
+  // proj_ = the layer's dense FFN of normed_: down(activation(gate x, up x)).
+  void dense_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool);
   // Rotation of each input row, computed once per batch for all layers and heads.
   void prepare_rope(std::span<const int> positions);
   void rope(const Rope& table, float* rows, int row_count, int heads) const;
@@ -199,6 +198,7 @@ class Model {
   std::vector<float> chosen_weights_;
   std::vector<int> expert_order_;                  // one row's experts, the chosen first
   std::vector<tensor::MatmulJob> expert_jobs_;
+  std::vector<float> shared_out_;  // the shared expert's output rows
   std::vector<size_t> expert_starts_, expert_fill_, expert_slots_;  // the slots of each expert, in order
   std::vector<int> positions_;   // per batch row: its position in its sequence
   std::vector<KvState*> row_kv_;  // per batch row: its sequence's cache
