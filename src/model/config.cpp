@@ -20,7 +20,7 @@ int required_int(const gguf::File& file, const std::string& key, int min_value, 
 // Which layers slide: the metadata's per-layer flags, or a period n (the metadata's, else the
 // architecture's) in which all but the last layer of each n slide, as llama.cpp reads them.
 std::vector<bool> layer_slides(const gguf::File& file, const std::string& key, int layer_count,
-                                 int default_period) {
+                                int default_period) {
   std::vector<bool> sliding(static_cast<size_t>(layer_count));
   if (const gguf::Array* flags = file.get_array(key)) {
     if (flags->items.size() != sliding.size()) {

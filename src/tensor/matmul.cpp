@@ -263,9 +263,8 @@ void interleaved_matmul(std::span<const MatmulJob> jobs, ThreadPool& pool) {
 
   // Buffers reused between calls; the lambdas below run on other threads, so they must
   // reach them through these plain pointers, not the thread_local names.
-  thread_local std::vector<size_t> input_buffer;  // per job: the first of its token rows
+  thread_local std::vector<size_t> first_token_row;  // per job: the first of its token rows
   thread_local std::vector<const void*> token_buffer;
-  std::vector<size_t>& first_token_row = input_buffer;
   first_token_row.resize(jobs.size());
   size_t token_rows_total = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
