@@ -427,6 +427,21 @@ CompletionRequest parse_ollama_request(OllamaEndpoint endpoint, std::string_view
   return request;
 }
 
+std::optional<std::string> parse_ollama_show_model(std::string_view body) {
+  std::optional<std::string> model;
+  const json root = parse_json_object(body);
+  for (const auto& [key, value] : root.items()) {
+    if (key == "model" || key == "name") {
+      model = read_string(value, key);
+    } else if (key == "verbose") {
+      read_bool(value, key);  // every scalar is shown; arrays never are
+    } else {
+      unknown(key);
+    }
+  }
+  return model;
+}
+
 bool parse_drain_force(std::string_view body) {
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return false;
   bool force = false;

@@ -47,6 +47,10 @@ CompletionRequest parse_ollama_request(OllamaEndpoint endpoint, std::string_view
 // Ollama options accepted and ignored: resource and speed settings that cannot change the output.
 const std::vector<std::string_view>& ignored_ollama_options();
 
+// The model that Ollama's POST /api/show asks about ("model", or the older "name"); nullopt
+// when neither is given. Throws ApiError (400) for a body that is not such an object.
+std::optional<std::string> parse_ollama_show_model(std::string_view body);
+
 // POST /cluster/drain's body, empty or {"force": bool}: whether the node leaves even when the
 // others cannot do without it. Throws ApiError (400) for anything else.
 bool parse_drain_force(std::string_view body);

@@ -278,11 +278,54 @@ std::unique_ptr<ResponseWriter> ollama_response_writer(OllamaEndpoint endpoint, 
 
 std::string ollama_error_body(const ApiError& error) { return dump({{"error", error.what()}}); }
 
-std::string ollama_tags_body(const std::string& model) {
-  json entry = {{"name", model}, {"model", model}, {"modified_at", rfc3339_now()},
-                {"size", 0},     {"digest", ""},   {"details", {{"format", "gguf"}}}};
+namespace {
+
+json ollama_details(const ModelFacts& facts) {
+  return {{"parent_model", ""},
+          {"format", "gguf"},
+          {"family", facts.architecture},
+          {"families", facts.architecture.empty() ? json(nullptr) : json::array({facts.architecture})},
+          {"parameter_size", facts.parameter_size},
+          {"quantization_level", facts.quantization_level}};
+}
+
+json ollama_model_entry(const std::string& model, const ModelFacts& facts) {
+  return {{"name", model},
+          {"model", model},
+          {"size", facts.size_bytes},
+          {"digest", facts.digest},
+          {"details", ollama_details(facts)}};
+}
+
+}  // namespace
+
+std::string ollama_tags_body(const std::string& model, const ModelFacts& facts) {
+  json entry = ollama_model_entry(model, facts);
+  entry["modified_at"] = rfc3339_now();
   return dump({{"models", json::array({std::move(entry)})}});
 }
+
+std::string ollama_ps_body(const std::string& model, const ModelFacts& facts, int context_size) {
+  json entry = ollama_model_entry(model, facts);
+  // The model stays loaded for as long as the server runs.
+  entry["expires_at"] = "9999-12-31T23:59:59Z";
+  entry["size_vram"] = 0;
+  entry["context_length"] = context_size;
+  return dump({{"models", json::array({std::move(entry)})}});
+}
+
+std::string ollama_show_body(const ModelFacts& facts, const std::string& chat_template, int context_size) {
+  json info = facts.model_info_json.empty() ? json::object() : json::parse(facts.model_info_json);
+  return dump({{"modelfile", ""},
+               {"parameters", "num_ctx " + std::to_string(context_size)},
+               {"template", chat_template},
+               {"details", ollama_details(facts)},
+               {"model_info", std::move(info)},
+               {"capabilities", json::array({"completion"})},
+               {"modified_at", rfc3339_now()}});
+}
+
+std::string ollama_version_body() { return dump({{"version", std::string(kVersion)}}); }
 
 std::unique_ptr<ResponseWriter> openai_response_writer(OpenAiResponseOptions options) {
   return std::make_unique<OpenAiWriter>(std::move(options));

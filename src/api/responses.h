@@ -10,6 +10,7 @@
 
 #include "api/api_error.h"
 #include "api/completion_text.h"
+#include "api/model_facts.h"
 #include "api/request.h"
 
 namespace strata::api {
@@ -54,7 +55,12 @@ std::string openai_model_body(const std::string& model, int64_t created);
 // Ollama: newline-delimited JSON when streaming, {"error": "..."} for errors.
 std::unique_ptr<ResponseWriter> ollama_response_writer(OllamaEndpoint endpoint, std::string model);
 std::string ollama_error_body(const ApiError& error);
-std::string ollama_tags_body(const std::string& model);
+// The served model as Ollama describes it: /api/tags lists it, /api/ps shows it loaded, /api/show
+// gives its metadata, chat template (the Jinja2 text, not a Go template) and capabilities.
+std::string ollama_tags_body(const std::string& model, const ModelFacts& facts);
+std::string ollama_ps_body(const std::string& model, const ModelFacts& facts, int context_size);
+std::string ollama_show_body(const ModelFacts& facts, const std::string& chat_template, int context_size);
+std::string ollama_version_body();
 
 int64_t unix_time();
 

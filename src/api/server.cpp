@@ -159,6 +159,7 @@ class Server::Impl final : public http::Service {
       : generator_(generator),
         tokenizer_(tokenizer),
         model_name_(std::move(model_name)),
+        chat_template_(chat_template),
         model_template_(chat_template.empty() ? std::nullopt
                                               : std::optional<ModelChatTemplate>(std::in_place, chat_template)),
         longest_token_bytes_(longest_token_bytes(tokenizer)),
@@ -266,7 +267,17 @@ class Server::Impl final : public http::Service {
       });
     }
     route("GET", "/api/tags", [this](const http::Request&, const std::smatch&) {
-      return json_response(ollama_tags_body(model_name_));
+      return json_response(ollama_tags_body(model_name_, model_facts()));
+    });
+    route("GET", "/api/ps", [this](const http::Request&, const std::smatch&) {
+      return json_response(ollama_ps_body(model_name_, model_facts(), generator_.limits().context_size));
+    });
+    route("POST", "/api/show", [this](const http::Request& request, const std::smatch&) {
+      check_model(parse_ollama_show_model(request.body));
+      return json_response(ollama_show_body(model_facts(), chat_template_, generator_.limits().context_size));
+    });
+    route("GET", "/api/version", [](const http::Request&, const std::smatch&) {
+      return json_response(ollama_version_body());
     });
     for (const auto& path_and_endpoint : {std::pair("/api/chat", OllamaEndpoint::Chat),
                                           std::pair("/api/generate", OllamaEndpoint::Generate)}) {
@@ -316,6 +327,11 @@ class Server::Impl final : public http::Service {
                         {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
                         {"Access-Control-Max-Age", "600"}};
     return response;
+  }
+
+  const ModelFacts& model_facts() const {
+    static const ModelFacts kUnknown;
+    return options_.model_facts ? *options_.model_facts : kUnknown;
   }
 
   void check_model(const std::optional<std::string>& model) const {
@@ -540,6 +556,7 @@ class Server::Impl final : public http::Service {
   engine::Generator& generator_;
   const tokenizer::Tokenizer& tokenizer_;
   const std::string model_name_;
+  const std::string chat_template_;
   const std::optional<ModelChatTemplate> model_template_;  // none: ChatML
   const size_t longest_token_bytes_;
   const ServerOptions options_;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "api/http_limits.h"
+#include "api/model_facts.h"
 
 namespace strata::engine {
 class Generator;
@@ -35,6 +36,8 @@ struct ServerOptions {
   // Origins that browsers may call the API from ("*": any); none by default.
   std::vector<std::string> cors_origins;
   bool log_requests = false;  // one line per answered request on stderr
+  // What Ollama's /api/tags, /api/show and /api/ps tell about the model; unset: its name only.
+  std::optional<ModelFacts> model_facts;
   // A chat template (Jinja2 text) that serve_until_signal uses instead of the GGUF's.
   std::optional<std::string> chat_template;
   // What GET /health answers (status code, JSON body); unset: 200 {"status":"ok"}.

@@ -1,12 +1,13 @@
 #include <cstdio>
 #include <exception>
 
+#include "api/model_facts.h"
 #include "cli/commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Strata: one LLM endpoint from the machines you have"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "strata 0.1.0");
+  app.set_version_flag("--version", "strata " + std::string(strata::api::kVersion));
   strata::cli::Action action;
   strata::cli::add_serve_command(app, action);
   strata::cli::add_cluster_command(app, action);

@@ -235,6 +235,8 @@ int serve(const ServeOptions& o) {
   } else {
     file = gguf::File::open(model_path_or_demo(o.model, o.cache_dir));
   }
+  server.model_facts = api::read_model_facts(*file);
+  server.model_facts->digest = cluster::model_hash(*file);
   const std::unique_ptr<tokenizer::Tokenizer> tokenizer = tokenizer::Tokenizer::from_gguf(*file);
   const tokenizer::Tokenizer* tok = tokenizer.get();
   cluster::ClusterNode cluster_node(file, [tok](engine::Token t) { return tok->is_end_of_generation(t); }, node);

@@ -681,6 +681,51 @@ TEST_F(ApiServerTest, OllamaTags) {
   EXPECT_EQ(tags.body["models"][0]["model"], kModel);
 }
 
+ModelFacts example_facts() {
+  ModelFacts facts;
+  facts.digest = "00ff";
+  facts.size_bytes = 1234;
+  facts.architecture = "llama";
+  facts.parameter_size = "263.7K";
+  facts.quantization_level = "F32";
+  facts.model_info_json = R"({"llama.block_count":4})";
+  return facts;
+}
+
+TEST_F(ApiServerTest, OllamaModelDescriptions) {
+  ServerOptions options;
+  options.model_facts = example_facts();
+  start(fake_options(), options);
+  for (const char* path : {"/api/tags", "/api/ps"}) {
+    const auto listed = get(path);
+    ASSERT_EQ(listed.status, 200) << path;
+    const json& entry = listed.body["models"][0];
+    EXPECT_EQ(entry["name"], kModel) << path;
+    EXPECT_EQ(entry["digest"], "00ff") << path;
+    EXPECT_EQ(entry["size"], 1234) << path;
+    EXPECT_EQ(entry["details"]["family"], "llama") << path;
+    EXPECT_EQ(entry["details"]["parameter_size"], "263.7K") << path;
+    EXPECT_EQ(entry["details"]["quantization_level"], "F32") << path;
+  }
+  EXPECT_EQ(get("/api/ps").body["models"][0]["context_length"], generator_->limits().context_size);
+
+  const auto shown = post("/api/show", json{{"model", kModel}});
+  ASSERT_EQ(shown.status, 200);
+  EXPECT_EQ(shown.body["model_info"]["llama.block_count"], 4);
+  EXPECT_EQ(shown.body["details"]["family"], "llama");
+  EXPECT_EQ(shown.body["template"], "");
+  EXPECT_EQ(shown.body["capabilities"], json::array({"completion"}));
+  EXPECT_EQ(post("/api/show", json{{"name", kModel}}).status, 200);
+  const auto other = post("/api/show", json{{"model", "other"}});
+  EXPECT_EQ(other.status, 404);
+  EXPECT_TRUE(other.body["error"].is_string());
+  EXPECT_EQ(post("/api/show", json{{"model", kModel}, {"unknown", 1}}).status, 400);
+
+  const auto version = get("/api/version");
+  ASSERT_EQ(version.status, 200);
+  EXPECT_EQ(version.body["version"], std::string(kVersion));
+}
+
 TEST_F(ApiServerTest, OllamaChatWhole) {
   start();
   json body = {
