@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "api/anthropic.h"
 #include "api/api_error.h"
 #include "api/request.h"
 
@@ -12,7 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   try {
-    switch (data[0] % 5) {
+    switch (data[0] % 7) {
       case 0:
         parse_completion_request(Endpoint::ChatCompletions, body);
         break;
@@ -24,6 +25,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       case 3:
         parse_drain_force(body);
+        break;
+      case 4:
+        parse_completion_request(Endpoint::ChatCompletions,
+                                 chat_body_from_anthropic(AnthropicEndpoint::Messages, body));
+        break;
+      case 5:
+        parse_completion_request(Endpoint::ChatCompletions,
+                                 chat_body_from_anthropic(AnthropicEndpoint::CountTokens, body));
         break;
       default:
         parse_ollama_request(OllamaEndpoint::Generate, body);

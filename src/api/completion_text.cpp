@@ -41,9 +41,10 @@ TextDelta CompletionText::finish() {
 }
 
 TextDelta CompletionText::release_checking_stops(size_t held_back) {
-  if (size_t stop = stop_start(); stop != std::string::npos) {
+  if (const auto [start, stop] = earliest_stop(); stop != nullptr) {
     stopped_ = true;
-    return release(stop);
+    matched_stop_ = *stop;
+    return release(start);
   }
   return release(held_.size() - held_back);
 }
@@ -65,9 +66,11 @@ TextDelta CompletionText::release(size_t length) {
   return delta;
 }
 
-size_t CompletionText::stop_start() const {
-  size_t earliest = std::string::npos;
-  for (const auto& stop : stop_) earliest = std::min(earliest, held_.find(stop));
+std::pair<size_t, const std::string*> CompletionText::earliest_stop() const {
+  std::pair<size_t, const std::string*> earliest{std::string::npos, nullptr};
+  for (const auto& stop : stop_) {
+    if (const size_t start = held_.find(stop); start < earliest.first) earliest = {start, &stop};
+  }
   return earliest;
 }
 

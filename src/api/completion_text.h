@@ -47,6 +47,8 @@ class CompletionText {
   TextDelta finish();
   // A stop string matched: the text before it has been released and nothing more will be.
   bool stopped() const { return stopped_; }
+  // The stop string that matched first in the text; empty before one did.
+  const std::string& matched_stop() const { return matched_stop_; }
 
  private:
   struct PendingToken {
@@ -56,7 +58,8 @@ class CompletionText {
   // Releases up to a matched stop string, or else all but the last `held_back` bytes.
   TextDelta release_checking_stops(size_t held_back);
   TextDelta release(size_t length);
-  size_t stop_start() const;
+  // Where the earliest stop string starts in held_, and which one it is; npos and null for none.
+  std::pair<size_t, const std::string*> earliest_stop() const;
   size_t possible_stop_prefix() const;
 
   const tokenizer::Tokenizer& tokenizer_;
@@ -64,6 +67,7 @@ class CompletionText {
   std::vector<std::string> stop_;
   bool with_logprobs_;
   bool stopped_ = false;
+  std::string matched_stop_;
   std::string held_;     // decoded, not yet released
   size_t released_ = 0;  // bytes released so far
   std::vector<PendingToken> pending_tokens_;

@@ -36,11 +36,11 @@ void GenerationSession::on_finish(engine::FinishReason reason, const std::string
   if (outcome_) return;
   using Kind = GenerationOutcome::Kind;
   if (text_.stopped()) {
-    outcome_ = GenerationOutcome{Kind::Stop, {}};
+    outcome_ = GenerationOutcome{Kind::Stop, {}, text_.matched_stop()};
   } else if (reason == engine::FinishReason::Stop || reason == engine::FinishReason::Length) {
     unsent_.append(text_.finish());
     bool stopped = reason == engine::FinishReason::Stop || text_.stopped();
-    outcome_ = GenerationOutcome{stopped ? Kind::Stop : Kind::Length, {}};
+    outcome_ = GenerationOutcome{stopped ? Kind::Stop : Kind::Length, {}, text_.matched_stop()};
   } else {
     outcome_ = GenerationOutcome{Kind::Error, reason == engine::FinishReason::Error
                                                   ? error

@@ -16,7 +16,8 @@ namespace strata::api {
 
 struct GenerationOutcome {
   enum class Kind { Stop, Length, Error } kind = Kind::Stop;
-  std::string error;  // for Error
+  std::string error;          // for Error
+  std::string stop_sequence;  // for Stop: the stop string that ended it, if one did
 };
 
 class GenerationSession : public std::enable_shared_from_this<GenerationSession> {

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "api/api_error.h"
+#include "api/json_body.h"
 #include "engine/generator.h"
 
 namespace strata::api {
@@ -15,9 +16,6 @@ namespace {
 using json = nlohmann::json;
 
 constexpr size_t kMaxStopStrings = 4;
-// Deeper nesting is never a real request; refusing it while parsing keeps a body of brackets
-// from costing seconds and hundreds of megabytes.
-constexpr int kMaxJsonDepth = 64;
 using engine::kMaxTopLogprobs;
 
 [[noreturn]] void invalid_type(const std::string& param, const char* expected) {
@@ -203,28 +201,6 @@ bool read_sampling_field(const std::string& key, const json& value, const std::s
     return false;
   }
   return true;
-}
-
-json parse_json_object(std::string_view body) {
-  json root;
-  try {
-    root = json::parse(body, [](int depth, json::parse_event_t, json&) {
-      if (depth > kMaxJsonDepth) {
-        throw ApiError(400,
-                       "The request body is nested more than " + std::to_string(kMaxJsonDepth) +
-                           " levels deep.",
-                       {}, "invalid_json");
-      }
-      return true;
-    });
-  } catch (const json::exception& error) {  // parse_error, or out_of_range for huge numbers
-    throw ApiError(400, std::string("The request body is not valid JSON: ") + error.what(), {},
-                   "invalid_json");
-  }
-  if (!root.is_object()) {
-    throw ApiError(400, "The request body must be a JSON object.", {}, "invalid_json");
-  }
-  return root;
 }
 
 [[noreturn]] void unknown(const std::string& param) {

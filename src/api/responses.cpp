@@ -72,6 +72,8 @@ json finish_field(std::string_view finish_reason) {
   return finish_reason.empty() ? json(nullptr) : json(finish_reason);
 }
 
+}  // namespace
+
 std::string random_id(std::string_view prefix) {
   static constexpr std::string_view kAlphabet =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
@@ -81,6 +83,8 @@ std::string random_id(std::string_view prefix) {
   for (int i = 0; i < 24; ++i) id += kAlphabet[pick(random)];
   return id;
 }
+
+namespace {
 
 class OpenAiWriter final : public ResponseWriter {
  public:
@@ -94,7 +98,7 @@ class OpenAiWriter final : public ResponseWriter {
     return stream ? "text/event-stream" : "application/json";
   }
 
-  std::string stream_start() override {
+  std::string stream_start(const Usage&) override {
     json delta = {{"role", "assistant"}, {"content", ""}};
     return event(chunk(choice(std::move(delta), "", {}, {})));
   }
@@ -103,8 +107,8 @@ class OpenAiWriter final : public ResponseWriter {
     return event(chunk(choice({{"content", delta.text}}, delta.text, delta.logprobs, {})));
   }
 
-  std::string stream_end(std::string_view finish_reason, const Usage& usage) override {
-    std::string events = event(chunk(choice(json::object(), "", {}, finish_reason)));
+  std::string stream_end(const Finish& finish, const Usage& usage) override {
+    std::string events = event(chunk(choice(json::object(), "", {}, finish.reason)));
     if (options_.include_usage) {
       json usage_chunk = envelope(true, json::array());
       usage_chunk["usage"] = usage_field(usage);
@@ -120,8 +124,7 @@ class OpenAiWriter final : public ResponseWriter {
   // An SSE comment line: clients skip it, and neither they nor a proxy take the wait for a hang.
   std::string stream_waiting(const std::string& why) override { return ": waiting for " + why + "\n\n"; }
 
-  std::string whole(const TextDelta& output, std::string_view finish_reason,
-                    const Usage& usage) override {
+  std::string whole(const TextDelta& output, const Finish& finish, const Usage& usage) override {
     json choice = {{"index", 0}};
     if (chat_) {
       choice["message"] = {{"role", "assistant"}, {"content", output.text}, {"refusal", nullptr}};
@@ -129,7 +132,7 @@ class OpenAiWriter final : public ResponseWriter {
       choice["text"] = output.text;
     }
     choice["logprobs"] = options_.with_logprobs ? logprobs(output.logprobs) : json(nullptr);
-    choice["finish_reason"] = finish_field(finish_reason);
+    choice["finish_reason"] = finish_field(finish.reason);
     json body = envelope(false, json::array({std::move(choice)}));
     body["usage"] = usage_field(usage);
     return dump(body);
@@ -201,14 +204,14 @@ class OllamaWriter final : public ResponseWriter {
     return stream ? "application/x-ndjson" : "application/json";
   }
 
-  std::string stream_start() override { return {}; }
+  std::string stream_start(const Usage&) override { return {}; }
 
   std::string stream_delta(const TextDelta& delta) override {
     return line(message(delta.text, false));
   }
 
-  std::string stream_end(std::string_view finish_reason, const Usage& usage) override {
-    return line(final_message("", finish_reason, usage));
+  std::string stream_end(const Finish& finish, const Usage& usage) override {
+    return line(final_message("", finish.reason, usage));
   }
 
   std::string stream_error(const ApiError& error) override {
@@ -219,9 +222,8 @@ class OllamaWriter final : public ResponseWriter {
   // chunk: its streams say nothing while they wait, as Ollama's own do while a model loads.
   std::string stream_waiting(const std::string&) override { return {}; }
 
-  std::string whole(const TextDelta& output, std::string_view finish_reason,
-                    const Usage& usage) override {
-    return dump(final_message(output.text, finish_reason, usage));
+  std::string whole(const TextDelta& output, const Finish& finish, const Usage& usage) override {
+    return dump(final_message(output.text, finish.reason, usage));
   }
 
  private:

@@ -23,21 +23,26 @@ struct Usage {
   std::optional<std::chrono::steady_clock::time_point> first_token_at;
 };
 
+// How a generation ended, as an answer reports it.
+struct Finish {
+  std::string_view reason;    // OpenAI's finish_reason: "stop", "length"
+  std::string stop_sequence;  // the stop string that ended it, if one did
+};
+
 // Writes one request's answer, whole or as a stream.
 class ResponseWriter {
  public:
   virtual ~ResponseWriter() = default;
   virtual std::string_view content_type(bool stream) const = 0;
   // What a stream starts with, sent before the first token so clients see it has begun.
-  virtual std::string stream_start() = 0;
+  virtual std::string stream_start(const Usage& prompt) = 0;
   // Sent about once a second while the request waits for the model to be ready: what for.
   virtual std::string stream_waiting(const std::string& why) = 0;
   virtual std::string stream_delta(const TextDelta& delta) = 0;
-  virtual std::string stream_end(std::string_view finish_reason, const Usage& usage) = 0;
+  virtual std::string stream_end(const Finish& finish, const Usage& usage) = 0;
   // Once a stream has started its status cannot change, so errors travel inside it.
   virtual std::string stream_error(const ApiError& error) = 0;
-  virtual std::string whole(const TextDelta& output, std::string_view finish_reason,
-                            const Usage& usage) = 0;
+  virtual std::string whole(const TextDelta& output, const Finish& finish, const Usage& usage) = 0;
 };
 
 struct OpenAiResponseOptions {
@@ -63,5 +68,7 @@ std::string ollama_show_body(const ModelFacts& facts, const std::string& chat_te
 std::string ollama_version_body();
 
 int64_t unix_time();
+// `prefix` and 24 random letters and digits: an answer's id.
+std::string random_id(std::string_view prefix);
 
 }  // namespace strata::api

@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "api/anthropic.h"
 #include "api/api_error.h"
 #include "api/chat_template.h"
 #include "api/client_watch.h"
@@ -75,8 +76,8 @@ size_t prompt_text_bytes(const CompletionRequest& request) {
   return bytes;
 }
 
-std::string_view finish_reason(const GenerationOutcome& outcome) {
-  return outcome.kind == GenerationOutcome::Kind::Length ? "length" : "stop";
+Finish finish_of(const GenerationOutcome& outcome) {
+  return {outcome.kind == GenerationOutcome::Kind::Length ? "length" : "stop", outcome.stop_sequence};
 }
 
 http::Options http_options(const ServerOptions& options, int64_t workers) {
@@ -87,19 +88,27 @@ http::Options http_options(const ServerOptions& options, int64_t workers) {
 }
 
 void check_api_key(const ServerOptions& options, const http::Request& request) {
+  // Anthropic's clients send the key as x-api-key, OpenAI's as a bearer token.
   if (options.api_key && request.path != "/health" &&
-      !same_secret(bearer_credentials(request.header("Authorization")), *options.api_key)) {
-    throw ApiError(401, "Incorrect or missing API key. Send it as \"Authorization: Bearer <key>\".", {},
-                   "invalid_api_key");
+      !same_secret(bearer_credentials(request.header("Authorization")), *options.api_key) &&
+      !same_secret(request.header("x-api-key"), *options.api_key)) {
+    throw ApiError(401,
+                   "Incorrect or missing API key. Send it as \"Authorization: Bearer <key>\" or \"x-api-key: <key>\".",
+                   {}, "invalid_api_key");
   }
 }
 
-// Ollama's clients expect its error shape on its endpoints.
+// Ollama's and Anthropic's clients expect their error shapes on their endpoints.
 http::Response error_response(const http::Request& request, const ApiError& error) {
   http::Response response;
   response.status = error.status;
-  const bool ollama = request.path.starts_with("/api/");
-  response.body = ollama ? ollama_error_body(error) : openai_error_body(error);
+  if (request.path.starts_with("/api/")) {
+    response.body = ollama_error_body(error);
+  } else if (request.path.starts_with("/v1/messages")) {
+    response.body = anthropic_error_body(error);
+  } else {
+    response.body = openai_error_body(error);
+  }
   if (error.status == 429 || error.status == 503) {
     response.headers.emplace_back("Retry-After", std::to_string(std::max(1, error.retry_after_seconds)));
   }
@@ -266,6 +275,20 @@ class Server::Impl final : public http::Service {
         });
       });
     }
+    route("POST", "/v1/messages", [this](const http::Request& request, const std::smatch&) {
+      return handle_completion(request, [&] {
+        const std::string chat = chat_body_from_anthropic(AnthropicEndpoint::Messages, request.body);
+        return std::pair(parse_completion_request(Endpoint::ChatCompletions, chat),
+                         anthropic_response_writer(model_name_));
+      });
+    });
+    route("POST", "/v1/messages/count_tokens", [this](const http::Request& request, const std::smatch&) {
+      const std::string chat = chat_body_from_anthropic(AnthropicEndpoint::CountTokens, request.body);
+      const CompletionRequest parsed = parse_completion_request(Endpoint::ChatCompletions, chat);
+      check_model(parsed.model);
+      check_prompt_size(parsed);
+      return json_response(anthropic_count_tokens_body(static_cast<int>(prompt_tokens(parsed).size())));
+    });
     route("GET", "/api/tags", [this](const http::Request&, const std::smatch&) {
       return json_response(ollama_tags_body(model_name_, model_facts()));
     });
@@ -375,6 +398,12 @@ class Server::Impl final : public http::Service {
         input, "context_length_exceeded");
   }
 
+  std::vector<engine::Token> prompt_tokens(const CompletionRequest& request) const {
+    if (request.endpoint != Endpoint::ChatCompletions) return completion_prompt_tokens(tokenizer_, request.prompt);
+    return model_template_ ? model_template_->prompt_tokens(tokenizer_, request.messages)
+                           : chatml_prompt_tokens(tokenizer_, request.messages);
+  }
+
   std::unique_ptr<ResponseWriter> openai_writer(const CompletionRequest& request) const {
     return openai_response_writer(
         {request.endpoint, model_name_, request.logprobs, request.include_usage});
@@ -387,11 +416,7 @@ class Server::Impl final : public http::Service {
     auto [request, writer] = parse();
     check_model(request.model);
     check_prompt_size(request);
-    const bool chat = request.endpoint == Endpoint::ChatCompletions;
-    std::vector<engine::Token> prompt =
-        chat ? (model_template_ ? model_template_->prompt_tokens(tokenizer_, request.messages)
-                                : chatml_prompt_tokens(tokenizer_, request.messages))
-             : completion_prompt_tokens(tokenizer_, request.prompt);
+    std::vector<engine::Token> prompt = prompt_tokens(request);
     const Usage prompt_usage{static_cast<int>(prompt.size()), 0, 0, std::nullopt};
     engine::GenerationRequest generation{
         std::move(prompt),
@@ -467,7 +492,7 @@ class Server::Impl final : public http::Service {
     usage.first_token_at = session->first_token_at();
     http::Response response;
     response.content_type = writer.content_type(false);
-    response.body = writer.whole(output, finish_reason(*outcome), usage);
+    response.body = writer.whole(output, finish_of(*outcome), usage);
     return response;
   }
 
@@ -514,7 +539,7 @@ class Server::Impl final : public http::Service {
       }
       if (!started) {
         started = true;
-        return writer->stream_start();
+        return writer->stream_start(usage);
       }
       auto update = next_update(*session, client);
       std::string events;
@@ -527,7 +552,7 @@ class Server::Impl final : public http::Service {
           usage.completion_tokens = session->completion_tokens();
           usage.cached_tokens = session->cached_tokens();
           usage.first_token_at = session->first_token_at();
-          events += writer->stream_end(finish_reason(*update.outcome), usage);
+          events += writer->stream_end(finish_of(*update.outcome), usage);
         }
       }
       return events;
