@@ -7,13 +7,14 @@
 #include "api/anthropic.h"
 #include "api/api_error.h"
 #include "api/request.h"
+#include "api/responses_api.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace strata::api;
   if (size == 0) return 0;
   std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   try {
-    switch (data[0] % 7) {
+    switch (data[0] % 8) {
       case 0:
         parse_completion_request(Endpoint::ChatCompletions, body);
         break;
@@ -29,6 +30,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 4:
         parse_completion_request(Endpoint::ChatCompletions,
                                  chat_body_from_anthropic(AnthropicEndpoint::Messages, body));
+        break;
+      case 6:
+        parse_completion_request(Endpoint::ChatCompletions, read_responses_request(body).chat_body);
         break;
       case 5:
         parse_completion_request(Endpoint::ChatCompletions,

@@ -11,42 +11,8 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-[[noreturn]] void invalid(const std::string& field, const std::string& why) {
-  throw ApiError(400, field + ": " + why, field, "invalid_request");
-}
-
-const ojson& expect(const ojson& value, const std::string& field, bool (ojson::*is)() const noexcept,
-                    const char* kind) {
-  if (!(value.*is)()) invalid(field, std::string("expected ") + kind);
-  return value;
-}
-
-const ojson& expect_array(const ojson& value, const std::string& field) {
-  return expect(value, field, &ojson::is_array, "a list");
-}
-const ojson& expect_object(const ojson& value, const std::string& field) {
-  return expect(value, field, &ojson::is_object, "an object");
-}
-const std::string& expect_string(const ojson& value, const std::string& field) {
-  return expect(value, field, &ojson::is_string, "a string").get_ref<const std::string&>();
-}
-
-// The member `key` of an object, or null when it has none; a reference, not a copy.
-const ojson& member(const ojson& object, const char* key) {
-  static const ojson kNull;
-  const auto found = object.find(key);
-  return found == object.end() ? kNull : *found;
-}
-
-// A block's "type", which every content block has.
-const std::string& block_type(const ojson& block, const std::string& field) {
-  expect_object(block, field);
-  if (!block.contains("type")) invalid(field + ".type", "missing");
-  return expect_string(block["type"], field + ".type");
-}
-
 [[noreturn]] void not_text(const std::string& field, const std::string& type) {
-  invalid(field, "the model reads text only; " + type + " blocks cannot be given to it");
+  invalid_field(field, "the model reads text only; " + type + " blocks cannot be given to it");
 }
 
 // Text given as a string or a list of text blocks, as OpenAI content: a string, or text parts.
@@ -55,7 +21,7 @@ ojson text_content(const ojson& content, const std::string& field) {
   ojson parts = ojson::array();
   for (size_t i = 0; i < expect_array(content, field).size(); ++i) {
     const std::string at = field + "." + std::to_string(i);
-    const std::string& type = block_type(content[i], at);
+    const std::string& type = type_of(content[i], at);
     if (type != "text") not_text(at, type);
     parts.push_back({{"type", "text"}, {"text", expect_string(member(content[i], "text"), at + ".text")}});
   }
@@ -72,7 +38,7 @@ void append_user(const ojson& content, const std::string& field, ojson& messages
   for (size_t i = 0; i < expect_array(content, field).size(); ++i) {
     const std::string at = field + "." + std::to_string(i);
     const ojson& block = content[i];
-    const std::string& type = block_type(block, at);
+    const std::string& type = type_of(block, at);
     if (type == "text") {
       parts.push_back({{"type", "text"}, {"text", expect_string(member(block, "text"), at + ".text")}});
     } else if (type == "tool_result") {
@@ -97,7 +63,7 @@ void append_assistant(const ojson& content, const std::string& field, ojson& mes
   for (size_t i = 0; i < expect_array(content, field).size(); ++i) {
     const std::string at = field + "." + std::to_string(i);
     const ojson& block = content[i];
-    const std::string& type = block_type(block, at);
+    const std::string& type = type_of(block, at);
     if (type == "text") {
       text += expect_string(member(block, "text"), at + ".text");
     } else if (type == "thinking") {
@@ -127,12 +93,12 @@ ojson chat_tools(const ojson& tools) {
     const std::string at = "tools." + std::to_string(i);
     const ojson& tool = expect_object(tools[i], at);
     if (tool.contains("type") && expect_string(tool["type"], at + ".type") != "custom") {
-      invalid(at + ".type", "'" + tool["type"].get<std::string>() +
+      invalid_field(at + ".type", "'" + tool["type"].get<std::string>() +
                                 "' is one of Anthropic's server tools, which this server does not run");
     }
     ojson function = {{"name", expect_string(member(tool, "name"), at + ".name")}};
     if (tool.contains("description")) function["description"] = tool["description"];
-    if (!tool.contains("input_schema")) invalid(at + ".input_schema", "missing");
+    if (!tool.contains("input_schema")) invalid_field(at + ".input_schema", "missing");
     function["parameters"] = tool["input_schema"];
     converted.push_back({{"type", "function"}, {"function", std::move(function)}});
   }
@@ -140,7 +106,7 @@ ojson chat_tools(const ojson& tools) {
 }
 
 void add_tool_choice(const ojson& choice, ojson& chat) {
-  const std::string& type = block_type(choice, "tool_choice");
+  const std::string& type = type_of(choice, "tool_choice");
   if (type == "auto" || type == "none") {
     chat["tool_choice"] = type;
   } else if (type == "any") {
@@ -149,17 +115,16 @@ void add_tool_choice(const ojson& choice, ojson& chat) {
     chat["tool_choice"] = {{"type", "function"},
                            {"function", {{"name", expect_string(member(choice, "name"), "tool_choice.name")}}}};
   } else {
-    invalid("tool_choice.type", "expected 'auto', 'any', 'tool' or 'none'");
+    invalid_field("tool_choice.type", "expected 'auto', 'any', 'tool' or 'none'");
   }
   if (choice.contains("disable_parallel_tool_use")) {
-    if (!choice["disable_parallel_tool_use"].is_boolean()) invalid("tool_choice.disable_parallel_tool_use", "expected a boolean");
-    chat["parallel_tool_calls"] = !choice["disable_parallel_tool_use"].get<bool>();
+    chat["parallel_tool_calls"] = !expect_bool(choice["disable_parallel_tool_use"], "tool_choice.disable_parallel_tool_use");
   }
 }
 
 bool thinking_enabled(const ojson& thinking) {
-  const std::string& type = block_type(thinking, "thinking");
-  if (type != "enabled" && type != "disabled") invalid("thinking.type", "expected 'enabled' or 'disabled'");
+  const std::string& type = type_of(thinking, "thinking");
+  if (type != "enabled" && type != "disabled") invalid_field("thinking.type", "expected 'enabled' or 'disabled'");
   return type == "enabled";
 }
 
@@ -299,23 +264,23 @@ std::string chat_body_from_anthropic(AnthropicEndpoint endpoint, std::string_vie
   if (root.contains("system")) {
     messages.push_back({{"role", "system"}, {"content", text_content(root["system"], "system")}});
   }
-  if (!root.contains("messages")) invalid("messages", "missing");
+  if (!root.contains("messages")) invalid_field("messages", "missing");
   const ojson& given = expect_array(root["messages"], "messages");
   for (size_t i = 0; i < given.size(); ++i) {
     const std::string at = "messages." + std::to_string(i);
     const ojson& message = expect_object(given[i], at);
     const std::string& role = expect_string(member(message, "role"), at + ".role");
-    if (!message.contains("content")) invalid(at + ".content", "missing");
+    if (!message.contains("content")) invalid_field(at + ".content", "missing");
     if (role == "user") {
       append_user(message["content"], at + ".content", messages);
     } else if (role == "assistant") {
       append_assistant(message["content"], at + ".content", messages);
     } else {
-      invalid(at + ".role", "expected 'user' or 'assistant' (the system prompt is the top-level 'system')");
+      invalid_field(at + ".role", "expected 'user' or 'assistant' (the system prompt is the top-level 'system')");
     }
   }
   chat["messages"] = std::move(messages);
-  if (!counting && !root.contains("max_tokens")) invalid("max_tokens", "missing");
+  if (!counting && !root.contains("max_tokens")) invalid_field("max_tokens", "missing");
   for (const auto& [key, value] : root.items()) {
     if (key == "system" || key == "messages") continue;
     if (key == "model" || key == "temperature" || key == "top_p" || key == "top_k" ||
@@ -332,7 +297,7 @@ std::string chat_body_from_anthropic(AnthropicEndpoint endpoint, std::string_vie
     } else if (key == "metadata" || key == "service_tier") {
       // Who asks and how urgently: neither can change the answer.
     } else {
-      invalid(key, "unknown or unsupported parameter");
+      invalid_field(key, "unknown or unsupported parameter");
     }
   }
   return chat.dump();

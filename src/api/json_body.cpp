@@ -40,4 +40,40 @@ nlohmann::ordered_json parse_ordered_json_object(std::string_view body) {
   return parse_object<nlohmann::ordered_json>(body);
 }
 
+void invalid_field(const std::string& path, const std::string& why) {
+  throw ApiError(400, path + ": " + why, path, "invalid_request");
+}
+
+const nlohmann::ordered_json& member(const nlohmann::ordered_json& object, const char* key) {
+  static const nlohmann::ordered_json kNull;
+  const auto found = object.find(key);
+  return found == object.end() ? kNull : *found;
+}
+
+const nlohmann::ordered_json& expect_array(const nlohmann::ordered_json& value, const std::string& path) {
+  if (!value.is_array()) invalid_field(path, "expected a list");
+  return value;
+}
+
+const nlohmann::ordered_json& expect_object(const nlohmann::ordered_json& value, const std::string& path) {
+  if (!value.is_object()) invalid_field(path, "expected an object");
+  return value;
+}
+
+const std::string& expect_string(const nlohmann::ordered_json& value, const std::string& path) {
+  if (!value.is_string()) invalid_field(path, "expected a string");
+  return value.get_ref<const std::string&>();
+}
+
+bool expect_bool(const nlohmann::ordered_json& value, const std::string& path) {
+  if (!value.is_boolean()) invalid_field(path, "expected a boolean");
+  return value.get<bool>();
+}
+
+const std::string& type_of(const nlohmann::ordered_json& object, const std::string& path) {
+  expect_object(object, path);
+  if (!object.contains("type")) invalid_field(path + ".type", "missing");
+  return expect_string(object["type"], path + ".type");
+}
+
 }  // namespace strata::api

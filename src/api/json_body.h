@@ -2,6 +2,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <string>
 #include <string_view>
 
 namespace strata::api {
@@ -12,5 +13,17 @@ namespace strata::api {
 nlohmann::json parse_json_object(std::string_view body);
 // The same, keeping every object's keys in the client's order (tool schemas reach the prompt so).
 nlohmann::ordered_json parse_ordered_json_object(std::string_view body);
+
+// Readers of the bodies that other APIs translate into a chat request; their 400s name the field
+// by its path, as "messages.0.content.1".
+[[noreturn]] void invalid_field(const std::string& path, const std::string& why);
+// The member `key` of an object, or null when it has none: a reference, never a copy.
+const nlohmann::ordered_json& member(const nlohmann::ordered_json& object, const char* key);
+const nlohmann::ordered_json& expect_array(const nlohmann::ordered_json& value, const std::string& path);
+const nlohmann::ordered_json& expect_object(const nlohmann::ordered_json& value, const std::string& path);
+const std::string& expect_string(const nlohmann::ordered_json& value, const std::string& path);
+bool expect_bool(const nlohmann::ordered_json& value, const std::string& path);
+// An object's "type" string, which content blocks and items have.
+const std::string& type_of(const nlohmann::ordered_json& object, const std::string& path);
 
 }  // namespace strata::api

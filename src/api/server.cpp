@@ -27,6 +27,7 @@
 #include "api/http_server.h"
 #include "api/request.h"
 #include "api/responses.h"
+#include "api/responses_api.h"
 #include "engine/generator.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -275,6 +276,13 @@ class Server::Impl final : public http::Service {
         });
       });
     }
+    route("POST", "/v1/responses", [this](const http::Request& request, const std::smatch&) {
+      return handle_completion(request, [&] {
+        ResponsesRequest read = read_responses_request(request.body);
+        return std::pair(parse_completion_request(Endpoint::ChatCompletions, read.chat_body),
+                         responses_api_writer(model_name_, std::move(read.settings)));
+      });
+    });
     route("POST", "/v1/messages", [this](const http::Request& request, const std::smatch&) {
       return handle_completion(request, [&] {
         const std::string chat = chat_body_from_anthropic(AnthropicEndpoint::Messages, request.body);

@@ -106,5 +106,43 @@ await check('n = 2 is refused with 400 naming the field', async () => {
   );
 });
 
+await check('responses.create answers what chat gives the same conversation', async () => {
+  const chat = await client.chat.completions.create({ model, messages, max_tokens: 16, temperature: 0 });
+  const response = await client.responses.create({
+    model, instructions: messages[0].content, input: messages[1].content, max_output_tokens: 16, temperature: 0,
+  });
+  assert.equal(response.object, 'response');
+  assert.match(response.id, /^resp_/);
+  assert.equal(response.output_text, chat.choices[0].message.content);
+  assert.equal(response.status, chat.choices[0].finish_reason === 'length' ? 'incomplete' : 'completed');
+  assert.equal(response.usage.input_tokens, chat.usage.prompt_tokens);
+  assert.equal(response.usage.output_tokens, chat.usage.completion_tokens);
+  assert.equal(response.store, false);
+});
+
+await check('responses streamed events end with the same text', async () => {
+  const params = { model, input: [{ role: 'user', content: [{ type: 'input_text', text: 'Once upon a time' }] }],
+                   max_output_tokens: 16, temperature: 0 };
+  const whole = await client.responses.create(params);
+  const stream = client.responses.stream(params);
+  let deltas = '';
+  let sequence = -1;
+  for await (const event of stream) {
+    assert.equal(event.sequence_number, sequence + 1);
+    sequence = event.sequence_number;
+    if (event.type === 'response.output_text.delta') deltas += event.delta;
+  }
+  const final = await stream.finalResponse();
+  assert.equal(deltas, whole.output_text);
+  assert.equal(final.output_text, whole.output_text);
+});
+
+await check('responses: previous_response_id is refused with 400 naming it', async () => {
+  await assert.rejects(
+    () => client.responses.create({ model, input: 'hi', previous_response_id: 'resp_x' }),
+    (e) => e.status === 400 && /previous_response_id/.test(e.message),
+  );
+});
+
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed === 0 ? 0 : 1);
