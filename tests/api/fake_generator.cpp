@@ -39,7 +39,7 @@ void FakeGenerator::shutdown() {
 std::vector<engine::Token> FakeGenerator::tokens_for(std::span<const engine::Token> prompt,
                                                      int count) const {
   if (options_.script) {
-    const auto& script = *options_.script;
+    const auto script = options_.script(prompt);
     return {script.begin(), script.begin() + std::min<size_t>(size_t(std::max(count, 0)), script.size())};
   }
   uint64_t hash = 1469598103934665603ull;  // FNV-1a over the prompt

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -26,8 +27,9 @@ class FakeGenerator : public engine::Generator {
     bool queue_full = false;
     std::optional<int> end_of_generation_at;  // emit an end-of-generation token at this index
     engine::Token end_of_generation_token = 2;
-    // When set, the model's whole output: these tokens, then the end-of-generation token.
-    std::optional<std::vector<engine::Token>> script;
+    // When set, the model's whole answer to a prompt: these tokens, then the end-of-generation
+    // token.
+    std::function<std::vector<engine::Token>(std::span<const engine::Token> prompt)> script;
   };
 
   explicit FakeGenerator(Options options);

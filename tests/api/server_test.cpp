@@ -1163,7 +1163,7 @@ class ToolCallingTest : public ApiServerTest {
   void start_with_answer(const std::string& answer) {
     FakeGenerator::Options fake = fake_options();
     fake.limits.context_size = 4096;  // the template's tool instructions are long in these tokens
-    fake.script = tokenizer_->encode(answer, false, false);
+    fake.script = [answer = tokenizer_->encode(answer, false, false)](auto) { return answer; };
     start(std::move(fake), {}, qwen3_template());
   }
 
