@@ -1153,18 +1153,18 @@ TEST(WaitingServerTest, SaysWhatItWaitsForUntilTheModelIsHere) {
 // reasoning) and a generator that writes a scripted answer.
 class ToolCallingTest : public ApiServerTest {
  protected:
-  static std::string qwen3_template() {
-    std::ifstream in(std::string(STRATA_SHARED_DIR) + "/templates/Qwen-Qwen3-0.6B.jinja");
+  static std::string shared_template(const std::string& name) {
+    std::ifstream in(std::string(STRATA_SHARED_DIR) + "/templates/" + name);
     std::stringstream text;
     text << in.rdbuf();
     return text.str();
   }
 
-  void start_with_answer(const std::string& answer) {
+  void start_with_answer(const std::string& answer, const std::string& chat_template = "Qwen-Qwen3-0.6B.jinja") {
     FakeGenerator::Options fake = fake_options();
     fake.limits.context_size = 4096;  // the template's tool instructions are long in these tokens
     fake.script = [answer = tokenizer_->encode(answer, false, false)](auto) { return answer; };
-    start(std::move(fake), {}, qwen3_template());
+    start(std::move(fake), {}, shared_template(chat_template));
   }
 
   static json tools() {
@@ -1299,6 +1299,25 @@ TEST_F(ToolCallingTest, HistoryWithCallsAndResultsReachesTheTemplate) {
       << prompt;
   EXPECT_NE(prompt.find("<tool_response>\nsunny, 24 C\n</tool_response>"), std::string::npos) << prompt;
   EXPECT_TRUE(prompt.ends_with("<think>\n\n</think>\n\n")) << prompt;  // enable_thinking false
+}
+
+// gpt-oss: the analysis channel is the reasoning, the final channel the answer; the effort
+// reaches the template.
+TEST_F(ToolCallingTest, HarmonyChannelsAndReasoningEffort) {
+  start_with_answer("<|channel|>analysis<|message|>Just greet.<|end|><|start|>assistant<|channel|>final<|message|>Hello!",
+                    "openai-gpt-oss-120b.jinja");
+  json body = request({{"reasoning_effort", "high"}, {"stream", true}});
+  body.erase("tools");
+  std::string reasoning, content;
+  for (const auto& event : post_stream("/v1/chat/completions", body)) {
+    if (event == "[DONE]") continue;
+    const json& delta = event["choices"][0]["delta"];
+    reasoning += delta.value("reasoning_content", "");
+    content += delta.value("content", "");
+  }
+  EXPECT_EQ(reasoning, "Just greet.");
+  EXPECT_EQ(content, "Hello!");
+  EXPECT_NE(prompt_text().find("Reasoning: high"), std::string::npos) << prompt_text();
 }
 
 TEST_F(ToolCallingTest, OllamaChatTakesToolsAndAnswersWithArgumentObjects) {
