@@ -624,8 +624,10 @@ bool OutputParser::step_harmony_body(bool final, OutputDelta& out) {
   if (found.at == std::string::npos) {
     buffer_.clear();
   } else {
-    // <|start|> opens the next message's header; the end markers close this one.
-    buffer_.erase(0, found.at + (found.marker == kHarmonyStart ? 0 : found.marker.size()));
+    // <|start|> opens the next message's header and the end markers close this one; a
+    // <|start|> right at the beginning is consumed, or a body without a header would never end.
+    const bool keep_start = found.marker == kHarmonyStart && found.at > 0;
+    buffer_.erase(0, found.at + (keep_start ? 0 : found.marker.size()));
   }
   state_ = State::HarmonyHeader;
   return true;

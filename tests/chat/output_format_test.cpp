@@ -301,3 +301,17 @@ TEST(GeneratedCallId, DeterministicAndDistinct) {
 
 }  // namespace
 }  // namespace strata::chat
+
+namespace strata::chat {
+namespace {
+
+// Found by the fuzz target: harmony text without a header, then <|start|>, looped forever.
+TEST(OutputParser, HarmonyTextWithoutHeaderEnds) {
+  const std::string output = std::string(300, 'x') + "<|start|>" + std::string(300, 'y');
+  const OutputDelta parsed = parse_output({Family::Harmony, false, false, true}, output);
+  EXPECT_EQ(parsed.content, std::string(300, 'x') + std::string(300, 'y'));
+  EXPECT_EQ(parse_output({Family::Harmony, false, false, true}, "<|start|>").content, "");
+}
+
+}  // namespace
+}  // namespace strata::chat
