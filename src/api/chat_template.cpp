@@ -241,13 +241,6 @@ ModelChatTemplate::ModelChatTemplate(std::string_view source, std::string_view t
   if (!tool_use_source.empty()) tool_use_template_.emplace(parse_model_template(tool_use_source));
 }
 
-std::vector<engine::Token> ModelChatTemplate::prompt_tokens(
-    const tokenizer::Tokenizer& tokenizer, std::span<const ChatMessage> messages) const {
-  CompletionRequest request;
-  request.messages.assign(messages.begin(), messages.end());
-  return prompt(tokenizer, request).tokens;
-}
-
 ChatPrompt ModelChatTemplate::prompt(const tokenizer::Tokenizer& tokenizer,
                                      const CompletionRequest& request) const {
   StandIns stand_ins(tokenizer);

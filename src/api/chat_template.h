@@ -55,8 +55,6 @@ class ModelChatTemplate {
   // text. BOS is added as chatml_prompt_tokens adds it. Throws ApiError: 400 with the template's
   // message when it refuses the conversation (raise_exception), 500 when the template fails.
   ChatPrompt prompt(const tokenizer::Tokenizer& tokenizer, const CompletionRequest& request) const;
-  std::vector<engine::Token> prompt_tokens(const tokenizer::Tokenizer& tokenizer,
-                                           std::span<const ChatMessage> messages) const;
 
   // How the model writes tool calls and reasoning, from its templates' text.
   chat::Family family() const { return family_; }
