@@ -577,8 +577,10 @@ bool OutputParser::step_tool_region(bool final, OutputDelta& out) {
 
 bool OutputParser::step_harmony_header(bool final) {
   size_t end = buffer_.find(kHarmonyMessage);
-  if (end == std::string::npos) {
-    if (!final && buffer_.size() <= kMaxHarmonyHeader) return false;
+  if (end == std::string::npos || end > kMaxHarmonyHeader) {
+    // Decided only once <|message|> can no longer start within the header's length, so that
+    // text read in pieces is read as it is whole.
+    if (!final && buffer_.size() < kMaxHarmonyHeader + kHarmonyMessage.size()) return false;
     if (buffer_.empty()) return false;
     harmony_kind_ = HarmonyKind::Content;  // no header: the model wrote plain text
     state_ = State::HarmonyBody;
