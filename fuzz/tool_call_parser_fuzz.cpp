@@ -13,8 +13,9 @@ namespace {
 
 using strata::chat::Family;
 
-constexpr Family kFamilies[] = {Family::None,     Family::Hermes, Family::Llama3, Family::Mistral,
-                                Family::Harmony,  Family::DeepSeek, Family::Glm,  Family::Kimi};
+constexpr Family kFamilies[] = {Family::None,    Family::Hermes,   Family::QwenXml, Family::Llama3,
+                                Family::Mistral, Family::Harmony,  Family::DeepSeek, Family::Glm,
+                                Family::Kimi};
 
 void check(const strata::chat::OutputDelta& out) {
   for (const auto& call : out.tool_calls) {
@@ -37,8 +38,8 @@ bool same(const strata::chat::OutputDelta& a, const strata::chat::OutputDelta& b
 // The first byte picks the family and the flags, the second the piece size.
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  const strata::chat::OutputFormat format{kFamilies[data[0] % 8], (data[0] & 8) != 0, (data[0] & 16) != 0,
-                                          (data[0] & 32) == 0};
+  const strata::chat::OutputFormat format{kFamilies[data[0] % 9], (data[0] & 16) != 0, (data[0] & 32) != 0,
+                                          (data[0] & 64) == 0};
   const size_t piece = 1 + data[1] % 16;
   const std::string_view text(reinterpret_cast<const char*>(data + 2), size - 2);
   const strata::chat::OutputDelta whole = strata::chat::parse_output(format, text);

@@ -22,6 +22,10 @@ constexpr std::string_view kDeepSeekCallsEnd = "<｜tool▁calls▁end｜>";
 constexpr std::string_view kDeepSeekCallBegin = "<｜tool▁call▁begin｜>";
 constexpr std::string_view kDeepSeekCallEnd = "<｜tool▁call▁end｜>";
 constexpr std::string_view kDeepSeekSep = "<｜tool▁sep｜>";
+constexpr std::string_view kXmlFunction = "<function=";
+constexpr std::string_view kXmlFunctionEnd = "</function>";
+constexpr std::string_view kXmlParameter = "<parameter=";
+constexpr std::string_view kXmlParameterEnd = "</parameter>";
 constexpr std::string_view kGlmKeyOpen = "<arg_key>";
 constexpr std::string_view kGlmKeyClose = "</arg_key>";
 constexpr std::string_view kGlmValueOpen = "<arg_value>";
@@ -56,6 +60,7 @@ bool contains(std::string_view text, std::string_view part) {
 std::string_view region_open(Family family) {
   switch (family) {
     case Family::Hermes:
+    case Family::QwenXml:
     case Family::Glm:
       return kHermesOpen;
     case Family::Llama3:
@@ -76,6 +81,7 @@ std::string_view region_open(Family family) {
 std::string_view region_close(Family family) {
   switch (family) {
     case Family::Hermes:
+    case Family::QwenXml:
     case Family::Glm:
       return kHermesClose;
     case Family::DeepSeek:
@@ -313,9 +319,17 @@ std::optional<Calls> deepseek_calls(std::string_view body) {
   return calls;
 }
 
-// name, then <arg_key>k</arg_key><arg_value>v</arg_value> pairs. The template writes string
-// values as they are and other values as JSON, so a value that reads as JSON other than a
-// string is taken as that JSON ("3" comes back as 3).
+// A value a template wrote as text: strings as they are, other values as JSON (GLM) or as
+// Python's str() (Qwen's XML: True, False, None). So a value that reads as JSON other than a
+// string is taken as that JSON ("3" comes back as 3), and Python's constants as theirs.
+json written_value(std::string_view text) {
+  if (text == "True" || text == "False") return text == "True";
+  if (text == "None") return nullptr;
+  auto value = parse_json(text);
+  return value && !value->is_string() ? *value : json(std::string(text));
+}
+
+// name, then <arg_key>k</arg_key><arg_value>v</arg_value> pairs.
 std::optional<Calls> glm_calls(std::string_view body) {
   size_t first_key = body.find(kGlmKeyOpen);
   ToolCall call{{}, std::string(trim(body.substr(0, first_key))), {}};
@@ -324,10 +338,33 @@ std::optional<Calls> glm_calls(std::string_view body) {
   auto keys = delimited(body, kGlmKeyOpen, kGlmKeyClose);
   auto values = delimited(body, kGlmValueOpen, kGlmValueClose);
   if (keys.size() != values.size()) return std::nullopt;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    auto value = parse_json(values[i]);
-    arguments[std::string(keys[i])] =
-        value && !value->is_string() ? *value : json(std::string(values[i]));
+  for (size_t i = 0; i < keys.size(); ++i) arguments[std::string(keys[i])] = written_value(values[i]);
+  call.arguments = dump(arguments);
+  return Calls{call};
+}
+
+// <function=name><parameter=k>\nv\n</parameter>...</function>, the value between one newline
+// on each side.
+std::optional<Calls> qwen_xml_calls(std::string_view body) {
+  body = trim(body);
+  if (!body.starts_with(kXmlFunction) || !body.ends_with(kXmlFunctionEnd)) return std::nullopt;
+  const size_t name_end = body.find('>');
+  ToolCall call{{}, std::string(trim(body.substr(kXmlFunction.size(), name_end - kXmlFunction.size()))), {}};
+  if (call.name.empty()) return std::nullopt;
+  const std::string_view parameters = body.substr(name_end + 1, body.size() - kXmlFunctionEnd.size() - name_end - 1);
+  json arguments = json::object();
+  size_t at = 0;
+  while ((at = parameters.find(kXmlParameter, at)) != std::string_view::npos) {
+    at += kXmlParameter.size();
+    const size_t key_end = parameters.find('>', at);
+    if (key_end == std::string_view::npos) return std::nullopt;
+    const size_t value_end = parameters.find(kXmlParameterEnd, key_end);
+    if (value_end == std::string_view::npos) return std::nullopt;
+    std::string_view value = parameters.substr(key_end + 1, value_end - key_end - 1);
+    if (value.starts_with('\n')) value.remove_prefix(1);
+    if (value.ends_with('\n')) value.remove_suffix(1);
+    arguments[std::string(parameters.substr(at, key_end - at))] = written_value(value);
+    at = value_end + kXmlParameterEnd.size();
   }
   call.arguments = dump(arguments);
   return Calls{call};
@@ -358,6 +395,8 @@ std::optional<Calls> region_calls(Family family, std::string_view body) {
   switch (family) {
     case Family::Hermes:
       return hermes_calls(body);
+    case Family::QwenXml:
+      return qwen_xml_calls(body);
     case Family::Glm:
       return glm_calls(body);
     case Family::Llama3:
@@ -391,6 +430,8 @@ std::string_view family_name(Family family) {
       return "none";
     case Family::Hermes:
       return "hermes";
+    case Family::QwenXml:
+      return "qwen-xml";
     case Family::Llama3:
       return "llama3";
     case Family::Mistral:
@@ -414,8 +455,8 @@ Family detect_family(std::string_view source) {
   if (contains(source, kKimiSectionBegin)) return Family::Kimi;
   if (contains(source, kGlmKeyOpen)) return Family::Glm;
   if (contains(source, kMistralCalls)) return Family::Mistral;
-  // Qwen3-Coder's <tool_call><function=name> XML is another syntax, not parsed.
-  if (contains(source, kHermesOpen) && !contains(source, "<function=")) return Family::Hermes;
+  if (contains(source, kHermesOpen) && contains(source, kXmlFunction)) return Family::QwenXml;
+  if (contains(source, kHermesOpen)) return Family::Hermes;
   if (contains(source, "<|start_header_id|>") && contains(source, "\"parameters\": ")) return Family::Llama3;
   return Family::None;
 }
@@ -681,6 +722,7 @@ std::optional<CallWrapper> required_call_wrapper(Family family, std::string_view
                              ":0" + std::string(kKimiArgumentBegin),
                          std::string(kKimiCallEnd) + std::string(kKimiSectionEnd)};
     case Family::Glm:
+    case Family::QwenXml:
     case Family::None:
       break;
   }

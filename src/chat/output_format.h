@@ -15,6 +15,7 @@ namespace strata::chat {
 enum class Family {
   None,      // no tool-call syntax known: the output is content (and <think> reasoning)
   Hermes,    // Qwen, Hermes: <tool_call>{"name": .., "arguments": {..}}</tool_call>
+  QwenXml,   // Qwen3-Coder, Qwen3.5: <tool_call><function=name><parameter=k>v</parameter>...
   Llama3,    // {"name": .., "parameters": {..}} as the whole answer, or after <|python_tag|>
   Mistral,   // [TOOL_CALLS][{..}, ..] or [TOOL_CALLS]name[CALL_ID]id[ARGS]{..}
   Harmony,   // gpt-oss: channels, to=functions.NAME ... <|call|>
@@ -105,7 +106,7 @@ std::string generated_call_id(Family family, uint64_t seed, int index);
 // The literal text a required call of `name` is made of around its JSON arguments object:
 // output before + arguments + after parses back as that one call. The one place where a
 // constrained decoder attaches the arguments' schema. None for a family whose calls are not
-// JSON arguments (GLM writes key/value pairs) or that has no call syntax.
+// JSON arguments (GLM and Qwen's XML write key/value pairs) or that has no call syntax.
 struct CallWrapper {
   std::string before;
   std::string after;
