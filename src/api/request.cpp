@@ -1,6 +1,7 @@
 #include "api/request.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <limits>
@@ -20,6 +21,10 @@ constexpr size_t kMaxStopStrings = 4;
 // Deeper nesting is never a real request; refusing it while parsing keeps a body of brackets
 // from costing seconds and hundreds of megabytes.
 constexpr int kMaxJsonDepth = 64;
+// An ordered object finds a key by a linear search, so one object of a million members would
+// take minutes to parse; at 256 the worst 8 MiB body parses about as fast as unordered (0.4 s
+// against 0.3 s), and no real request comes near it.
+constexpr int kMaxObjectMembers = 256;
 using engine::kMaxTopLogprobs;
 
 [[noreturn]] void invalid_type(const std::string& param, const char* expected) {
@@ -386,12 +391,21 @@ bool read_sampling_field(const std::string& key, const json& value, const std::s
 
 json parse_json_object(std::string_view body) {
   json root;
+  std::array<int, kMaxJsonDepth + 2> members{};  // of the object open at each depth
   try {
-    root = json::parse(body, [](int depth, json::parse_event_t, json&) {
+    root = json::parse(body, [&members](int depth, json::parse_event_t event, json&) {
       if (depth > kMaxJsonDepth) {
         throw ApiError(400,
                        "The request body is nested more than " + std::to_string(kMaxJsonDepth) +
                            " levels deep.",
+                       {}, "invalid_json");
+      }
+      // An object's keys sit at one depth more than the object.
+      if (event == json::parse_event_t::object_start) members[size_t(depth) + 1] = 0;
+      if (event == json::parse_event_t::key && ++members[size_t(depth)] > kMaxObjectMembers) {
+        throw ApiError(400,
+                       "The request body has an object of more than " + std::to_string(kMaxObjectMembers) +
+                           " members.",
                        {}, "invalid_json");
       }
       return true;

@@ -79,7 +79,8 @@ size_t prompt_text_bytes(const CompletionRequest& request) {
   return bytes;
 }
 
-// A generation that ended by itself after calling tools finished to have them run.
+// A generation that stops by itself after calling tools ends with "tool_calls": the client is to
+// run them.
 std::string_view finish_reason(const GenerationOutcome& outcome, const GenerationSession& session) {
   if (outcome.kind == GenerationOutcome::Kind::Length) return "length";
   return session.tool_calls() > 0 ? "tool_calls" : "stop";
@@ -389,6 +390,9 @@ class Server::Impl final : public http::Service {
                                           : ChatPrompt{chatml_prompt_tokens(tokenizer_, request.messages)};
     const std::optional<OutputReading> reading = chat ? output_reading(request, prompt) : std::nullopt;
     const Usage prompt_usage{static_cast<int>(prompt.tokens.size()), 0, 0, 0, std::nullopt};
+    // With tool_choice "required" or a named function, the constrained decoder's grammar belongs
+    // on this request: the function's parameters' schema inside the family's
+    // chat::required_call_wrapper(family, name).
     engine::GenerationRequest generation{
         std::move(prompt.tokens),
         completion_budget(request.endpoint, prompt_usage.prompt_tokens, request.max_tokens),

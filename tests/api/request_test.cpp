@@ -197,3 +197,35 @@ TEST(RequestTest, RefusesMalformedToolRequests) {
 
 }  // namespace
 }  // namespace strata::api
+
+namespace strata::api {
+namespace {
+
+// Objects keep their members' order (the tools reach the template as the client wrote them),
+// which costs a search per member: objects are bounded so that no body can take long to parse.
+TEST(RequestTest, RefusesObjectsOfMoreThan256Members) {
+  auto body_with = [](int members) {
+    std::string metadata = "{";
+    for (int i = 0; i < members; ++i) metadata += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":0";
+    return R"({"messages":[{"role":"user","content":"x"}],"metadata":)" + metadata + "}}";
+  };
+  EXPECT_NO_THROW(parse_completion_request(Endpoint::ChatCompletions, body_with(256)));
+  try {
+    parse_completion_request(Endpoint::ChatCompletions, body_with(257));
+    FAIL() << "no error";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.code, "invalid_json");
+    EXPECT_NE(std::string(e.what()).find("256 members"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RequestTest, ToolsKeepTheClientsKeyOrder) {
+  auto request = parse_completion_request(Endpoint::ChatCompletions, R"({"messages":[{"role":"user","content":"x"}],
+      "tools":[{"type":"function","function":{"name":"f","description":"d","parameters":{"type":"object","properties":{"z":{},"a":{}}}}}]})");
+  EXPECT_EQ(request.tools.dump(),
+            R"([{"type":"function","function":{"name":"f","description":"d","parameters":{"type":"object","properties":{"z":{},"a":{}}}}}])");
+}
+
+}  // namespace
+}  // namespace strata::api
