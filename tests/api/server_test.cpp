@@ -1365,6 +1365,21 @@ TEST_F(ToolCallingTest, BadToolRequestsAreRefusedSayingWhy) {
   }
 }
 
+// A GGUF's tokenizer.chat_template.tool_use renders the requests that offer tools.
+TEST_F(ToolCallingTest, TheToolUseTemplateRendersRequestsWithTools) {
+  FakeGenerator::Options fake = fake_options();
+  fake.limits.context_size = 4096;
+  ServerOptions options;
+  options.tool_use_chat_template = shared_template("Qwen-Qwen3-0.6B.jinja");
+  start(std::move(fake), options, "{% for m in messages %}{{ m.content }}{% endfor %} -> ");
+  ASSERT_EQ(post("/v1/chat/completions", request()).status, 200);
+  EXPECT_NE(prompt_text().find("<tools>"), std::string::npos) << prompt_text();
+  json without_tools = request();
+  without_tools.erase("tools");
+  ASSERT_EQ(post("/v1/chat/completions", without_tools).status, 200);
+  EXPECT_EQ(prompt_text(), decode(tokenizer_->encode("Weather in Paris? -> ", false, false)));
+}
+
 // Without a template of its own the model has nowhere to be told of tools.
 TEST_F(ApiServerTest, ToolsNeedTheModelsOwnTemplate) {
   start();
