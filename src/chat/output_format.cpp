@@ -424,30 +424,6 @@ std::string header_value(std::string_view header, std::string_view key) {
 
 }  // namespace
 
-std::string_view family_name(Family family) {
-  switch (family) {
-    case Family::None:
-      return "none";
-    case Family::Hermes:
-      return "hermes";
-    case Family::QwenXml:
-      return "qwen-xml";
-    case Family::Llama3:
-      return "llama3";
-    case Family::Mistral:
-      return "mistral";
-    case Family::Harmony:
-      return "harmony";
-    case Family::DeepSeek:
-      return "deepseek";
-    case Family::Glm:
-      return "glm";
-    case Family::Kimi:
-      return "kimi";
-  }
-  return "none";
-}
-
 Family detect_family(std::string_view source) {
   // The most specific markers first: GLM and Hermes share <tool_call>.
   if (contains(source, kHarmonyChannel) && contains(source, kHarmonyMessage)) return Family::Harmony;

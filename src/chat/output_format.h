@@ -24,8 +24,6 @@ enum class Family {
   Kimi,      // <|tool_calls_section_begin|><|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{..}...
 };
 
-std::string_view family_name(Family family);
-
 // The family whose syntax the template writes for tool calls, from the markers in its text.
 Family detect_family(std::string_view template_source);
 // Whether the template writes reasoning between <think> and </think>.
@@ -68,7 +66,6 @@ class OutputParser {
   bool in_reasoning() const {
     return state_ == State::Reasoning || (state_ == State::HarmonyBody && harmony_kind_ == HarmonyKind::Reasoning);
   }
-  int calls_so_far() const { return calls_; }
 
  private:
   enum class State { Content, Reasoning, ToolRegion, BareJson, HarmonyHeader, HarmonyBody };

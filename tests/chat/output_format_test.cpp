@@ -280,7 +280,7 @@ TEST(RequiredCallWrapper, RoundTripsThroughTheParser) {
   const std::string arguments = R"({"city": "Lima", "days": 2})";
   for (Family family : {Family::Hermes, Family::Llama3, Family::Mistral, Family::Harmony,
                         Family::DeepSeek, Family::Kimi}) {
-    SCOPED_TRACE(std::string(family_name(family)));
+    SCOPED_TRACE("family " + std::to_string(static_cast<int>(family)));
     auto wrapper = required_call_wrapper(family, "get_weather");
     ASSERT_TRUE(wrapper);
     const std::string output = wrapper->before + arguments + wrapper->after;
