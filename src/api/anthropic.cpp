@@ -151,7 +151,19 @@ json usage_json(const Usage& usage) {
           {"output_tokens", usage.completion_tokens}};
 }
 
-// The answer as content blocks: its text; with nothing to say, one empty text block.
+// A call's arguments as the object Anthropic's tool_use input is; the output parser gives calls
+// only with JSON arguments, and anything else would be an empty input.
+json tool_input(const chat::ToolCall& call) {
+  json input = json::parse(call.arguments, nullptr, false);
+  return input.is_object() ? input : json::object();
+}
+
+json tool_use_block(const chat::ToolCall& call, json input) {
+  return {{"type", "tool_use"}, {"id", call.id}, {"name", call.name}, {"input", std::move(input)}};
+}
+
+// The answer as content blocks: its reasoning (a thinking block), its text, its tool calls
+// (tool_use blocks); with nothing else to say, one empty text block.
 class AnthropicWriter final : public ResponseWriter {
  public:
   explicit AnthropicWriter(std::string model) : model_(std::move(model)), id_(random_id("msg_")) {}
@@ -173,11 +185,23 @@ class AnthropicWriter final : public ResponseWriter {
   std::string stream_waiting(const std::string& why) override { return ": waiting for " + why + "\n\n"; }
 
   std::string stream_delta(const TextDelta& delta) override {
-    if (delta.text.empty()) return {};
-    std::string events = open_block("text", {{"type", "text"}, {"text", ""}});
-    return events + sse("content_block_delta", {{"type", "content_block_delta"},
-                                                {"index", block_index_},
-                                                {"delta", {{"type", "text_delta"}, {"text", delta.text}}}});
+    std::string events;
+    if (!delta.reasoning.empty()) {
+      events += open_block("thinking", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}});
+      events += block_delta({{"type", "thinking_delta"}, {"thinking", delta.reasoning}});
+    }
+    if (!delta.text.empty()) {
+      events += open_block("text", {{"type", "text"}, {"text", ""}});
+      events += block_delta({{"type", "text_delta"}, {"text", delta.text}});
+    }
+    for (const auto& call : delta.tool_calls) {
+      // Each call is a block of its own, even beside another call.
+      events += close_block();
+      events += open_block("tool_use", tool_use_block(call, json::object()));
+      events += block_delta({{"type", "input_json_delta"}, {"partial_json", tool_input(call).dump()}});
+      events += close_block();
+    }
+    return events;
   }
 
   std::string stream_end(const Finish& finish, const Usage& usage) override {
@@ -195,7 +219,13 @@ class AnthropicWriter final : public ResponseWriter {
 
   std::string whole(const TextDelta& output, const Finish& finish, const Usage& usage) override {
     json body = envelope();
-    body["content"] = json::array({{{"type", "text"}, {"text", output.text}}});
+    json content = json::array();
+    if (!output.reasoning.empty()) {
+      content.push_back({{"type", "thinking"}, {"thinking", output.reasoning}, {"signature", ""}});
+    }
+    if (!output.text.empty() || output.tool_calls.empty()) content.push_back({{"type", "text"}, {"text", output.text}});
+    for (const auto& call : output.tool_calls) content.push_back(tool_use_block(call, tool_input(call)));
+    body["content"] = std::move(content);
     body["stop_reason"] = stop_reason(finish);
     body["stop_sequence"] = stop_sequence(finish);
     body["usage"] = usage_json(usage);
@@ -215,6 +245,11 @@ class AnthropicWriter final : public ResponseWriter {
     open_kind_ = kind;
     return events + sse("content_block_start",
                         {{"type", "content_block_start"}, {"index", block_index_}, {"content_block", std::move(start)}});
+  }
+
+  std::string block_delta(json delta) {
+    return sse("content_block_delta",
+               {{"type", "content_block_delta"}, {"index", block_index_}, {"delta", std::move(delta)}});
   }
 
   std::string open_block_if_none() {

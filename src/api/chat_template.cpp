@@ -172,33 +172,97 @@ jinja::Template parse_model_template(std::string_view source) {
   }
 }
 
-}  // namespace
-
-ModelChatTemplate::ModelChatTemplate(std::string_view source)
-    : template_(parse_model_template(source)) {
+void refuse_stand_ins(std::string_view source) {
   for (size_t i = 0; i < source.size(); ++i)
     if (is_stand_in_at(source, i))
       throw jinja::TemplateError(
           "the chat template holds characters of Unicode plane 15, which stand in for content");
 }
 
-std::vector<engine::Token> ModelChatTemplate::prompt_tokens(
-    const tokenizer::Tokenizer& tokenizer, std::span<const ChatMessage> messages) const {
+using ordered_json = nlohmann::ordered_json;
+
+// Every string a client wrote, keys too, with its special-token texts replaced by stand-ins.
+ordered_json protect_json(StandIns& stand_ins, const ordered_json& value) {
+  if (value.is_string()) return stand_ins.protect(value.get<std::string>());
+  if (value.is_array()) {
+    ordered_json out = ordered_json::array();
+    for (const auto& item : value) out.push_back(protect_json(stand_ins, item));
+    return out;
+  }
+  if (value.is_object()) {
+    ordered_json out = ordered_json::object();
+    for (const auto& [key, item] : value.items()) out[stand_ins.protect(key)] = protect_json(stand_ins, item);
+    return out;
+  }
+  return value;
+}
+
+// Templates iterate a call's arguments (`arguments|items`) or write them with tojson, so they get
+// the object, as Hugging Face's clients pass it; text that holds no JSON object stays text.
+ordered_json template_arguments(StandIns& stand_ins, const std::string& arguments) {
+  ordered_json parsed = ordered_json::parse(arguments, nullptr, false);
+  if (parsed.is_object()) return protect_json(stand_ins, parsed);
+  return stand_ins.protect(arguments);
+}
+
+// A message as Hugging Face passes it: only the fields it has, reasoning under both the names
+// templates read (reasoning_content: Qwen3, GLM, Kimi, DeepSeek; thinking: gpt-oss, Ministral).
+ordered_json template_message(StandIns& stand_ins, const ChatMessage& message) {
+  ordered_json out = {{"role", message.role}, {"content", stand_ins.protect(message.content)}};
+  if (!message.name.empty()) out["name"] = stand_ins.protect(message.name);
+  if (!message.reasoning_content.empty()) {
+    out["reasoning_content"] = stand_ins.protect(message.reasoning_content);
+    out["thinking"] = out["reasoning_content"];
+  }
+  if (!message.tool_calls.empty()) {
+    ordered_json calls = ordered_json::array();
+    for (const auto& call : message.tool_calls) {
+      ordered_json entry = ordered_json::object();
+      if (!call.id.empty()) entry["id"] = stand_ins.protect(call.id);
+      entry["type"] = "function";
+      entry["function"] = {{"name", stand_ins.protect(call.name)},
+                           {"arguments", template_arguments(stand_ins, call.arguments)}};
+      calls.push_back(std::move(entry));
+    }
+    out["tool_calls"] = std::move(calls);
+  }
+  if (!message.tool_call_id.empty()) out["tool_call_id"] = stand_ins.protect(message.tool_call_id);
+  return out;
+}
+
+}  // namespace
+
+ModelChatTemplate::ModelChatTemplate(std::string_view source, std::string_view tool_use_source)
+    : template_(parse_model_template(source)),
+      family_(chat::detect_family(tool_use_source.empty() ? source : tool_use_source)),
+      think_tags_(chat::uses_think_tags(source) || chat::uses_think_tags(tool_use_source)) {
+  refuse_stand_ins(source);
+  refuse_stand_ins(tool_use_source);
+  if (!tool_use_source.empty()) tool_use_template_.emplace(parse_model_template(tool_use_source));
+}
+
+ChatPrompt ModelChatTemplate::prompt(const tokenizer::Tokenizer& tokenizer,
+                                     const CompletionRequest& request) const {
   StandIns stand_ins(tokenizer);
-  nlohmann::ordered_json context;
-  context["messages"] = nlohmann::ordered_json::array();
-  for (const auto& message : messages)
-    context["messages"].push_back(
-        {{"role", message.role}, {"content", stand_ins.protect(message.content)}});
+  ordered_json context;
+  context["messages"] = ordered_json::array();
+  for (const auto& message : request.messages)
+    context["messages"].push_back(template_message(stand_ins, message));
+  // As Hugging Face: `tools` is defined only when tools are offered.
+  if (!request.tools.empty()) context["tools"] = protect_json(stand_ins, request.tools);
+  for (const auto& [key, value] : request.template_kwargs.items())
+    context[key] = protect_json(stand_ins, value);
   context["add_generation_prompt"] = true;
   context["bos_token"] = tokenizer.bos() >= 0 ? tokenizer.token_text(tokenizer.bos()) : "";
   context["eos_token"] = tokenizer.eos() >= 0 ? tokenizer.token_text(tokenizer.eos()) : "";
   std::time_t now = std::time(nullptr);
   std::tm local{};
   localtime_r(&now, &local);
+  const jinja::Template& chosen =
+      tool_use_template_ && !request.tools.empty() ? *tool_use_template_ : template_;
   std::string text;
   try {
-    text = template_.render(context, local);
+    text = chosen.render(context, local);
   } catch (const jinja::RaisedError& e) {
     throw ApiError(400,
                    std::string("the model's chat template refuses these messages: ") + e.what(),
@@ -206,7 +270,7 @@ std::vector<engine::Token> ModelChatTemplate::prompt_tokens(
   } catch (const jinja::TemplateError& e) {
     throw ApiError(500, std::string("the model's chat template failed: ") + e.what());
   }
-  return with_bos_once(tokenizer, stand_ins.tokenize(tokenizer, text));
+  return {with_bos_once(tokenizer, stand_ins.tokenize(tokenizer, text)), chat::prompt_opens_reasoning(text)};
 }
 
 std::vector<engine::Token> chatml_prompt_tokens(const tokenizer::Tokenizer& tokenizer,

@@ -2,6 +2,7 @@
 // given to serve) when there is one; without one, ChatML.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -35,21 +36,35 @@ std::vector<PromptPiece> render_chatml(std::span<const ChatMessage> messages);
 std::vector<engine::Token> chatml_prompt_tokens(const tokenizer::Tokenizer& tokenizer,
                                                 std::span<const ChatMessage> messages);
 
+struct ChatPrompt {
+  std::vector<engine::Token> tokens;
+  bool opens_reasoning = false;  // it ends inside an open <think>: the output starts in reasoning
+};
+
 // A model's own chat template, rendered as Hugging Face's apply_chat_template renders it, with the
-// generation prompt on.
+// generation prompt on: the messages as objects (a tool call's arguments as the object its JSON
+// text holds), the tools, and the request's template variables (enable_thinking, ...).
 class ModelChatTemplate {
  public:
-  // Throws jinja::TemplateError naming the line of what the renderer does not support.
-  explicit ModelChatTemplate(std::string_view source);
+  // `tool_use_source`: the GGUF's tokenizer.chat_template.tool_use, which renders requests that
+  // offer tools; empty when the model has none. Throws jinja::TemplateError naming the line of
+  // what the renderer does not support.
+  explicit ModelChatTemplate(std::string_view source, std::string_view tool_use_source = {});
 
   // Markers the template writes become their tokens; the same text in a message's content stays
   // text. BOS is added as chatml_prompt_tokens adds it. Throws ApiError: 400 with the template's
   // message when it refuses the conversation (raise_exception), 500 when the template fails.
-  std::vector<engine::Token> prompt_tokens(const tokenizer::Tokenizer& tokenizer,
-                                           std::span<const ChatMessage> messages) const;
+  ChatPrompt prompt(const tokenizer::Tokenizer& tokenizer, const CompletionRequest& request) const;
+
+  // How the model writes tool calls and reasoning, from its templates' text.
+  chat::Family family() const { return family_; }
+  bool think_tags() const { return think_tags_; }
 
  private:
   jinja::Template template_;
+  std::optional<jinja::Template> tool_use_template_;
+  chat::Family family_;
+  bool think_tags_;
 };
 
 // Prompt tokens for a raw completion prompt; the client owns the whole text, so special tokens in

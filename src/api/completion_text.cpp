@@ -9,14 +9,17 @@ namespace strata::api {
 void TextDelta::append(TextDelta&& more) {
   text += more.text;
   std::move(more.logprobs.begin(), more.logprobs.end(), std::back_inserter(logprobs));
+  reasoning += more.reasoning;
+  std::move(more.tool_calls.begin(), more.tool_calls.end(), std::back_inserter(tool_calls));
 }
 
 CompletionText::CompletionText(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stop,
-                               bool with_logprobs)
+                               bool with_logprobs, bool show_special_tokens)
     : tokenizer_(tokenizer),
       decoder_(std::make_unique<tokenizer::StreamDecoder>(tokenizer)),
       stop_(std::move(stop)),
-      with_logprobs_(with_logprobs) {}
+      with_logprobs_(with_logprobs),
+      show_special_tokens_(show_special_tokens) {}
 
 CompletionText::~CompletionText() = default;
 
@@ -24,6 +27,7 @@ TextDelta CompletionText::push(const engine::GeneratedToken& token) {
   if (stopped_ || token.end_of_generation) return {};
   size_t start = released_ + held_.size();
   held_ += decoder_->push(token.token);
+  if (show_special_tokens_ && tokenizer_.is_control(token.token)) held_ += tokenizer_.token_text(token.token);
   if (with_logprobs_) {
     TokenLogprobs logprobs{tokenizer_.token_piece(token.token), token.logprob, {}, start};
     for (const auto& alternative : token.top) {

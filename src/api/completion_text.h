@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/output_format.h"
 #include "engine/generator.h"
 
 namespace strata::tokenizer {
@@ -31,15 +32,20 @@ struct TokenLogprobs {
 struct TextDelta {
   std::string text;
   std::vector<TokenLogprobs> logprobs;  // for the tokens whose text is now fully shown
+  // Chat output read by its family's parser: `text` is then the answer's content alone.
+  std::string reasoning;
+  std::vector<chat::ToolCall> tool_calls;  // complete calls, ids given
 
-  bool empty() const { return text.empty() && logprobs.empty(); }
+  bool empty() const { return text.empty() && logprobs.empty() && reasoning.empty() && tool_calls.empty(); }
   void append(TextDelta&& more);
 };
 
 class CompletionText {
  public:
+  // show_special_tokens: control tokens other than end-of-generation ones are written as their
+  // text (<|channel|>, <|python_tag|>), for an output parser that reads the markers.
   CompletionText(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stop,
-                 bool with_logprobs);
+                 bool with_logprobs, bool show_special_tokens = false);
   ~CompletionText();
 
   TextDelta push(const engine::GeneratedToken& token);
@@ -66,6 +72,7 @@ class CompletionText {
   std::unique_ptr<tokenizer::StreamDecoder> decoder_;
   std::vector<std::string> stop_;
   bool with_logprobs_;
+  bool show_special_tokens_;
   bool stopped_ = false;
   std::string matched_stop_;
   std::string held_;     // decoded, not yet released

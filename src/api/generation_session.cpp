@@ -3,8 +3,28 @@
 namespace strata::api {
 
 GenerationSession::GenerationSession(const tokenizer::Tokenizer& tokenizer,
-                                     std::vector<std::string> stop, bool with_logprobs)
-    : text_(tokenizer, std::move(stop), with_logprobs) {}
+                                     std::vector<std::string> stop, bool with_logprobs,
+                                     std::optional<OutputReading> reading)
+    : text_(tokenizer, std::move(stop), with_logprobs,
+            reading && (reading->format.parse_tool_calls || reading->format.family == chat::Family::Harmony)),
+      reading_(std::move(reading)) {
+  if (reading_) parser_.emplace(reading_->format);
+}
+
+TextDelta GenerationSession::read(TextDelta delta, bool final) {
+  if (!parser_) return delta;
+  chat::OutputDelta out = parser_->push(delta.text);
+  if (final) out.append(parser_->finish());
+  delta.text = std::move(out.content);
+  delta.reasoning = std::move(out.reasoning);
+  for (auto& call : out.tool_calls) {
+    if (reading_->single_call && tool_calls_ > 0) continue;
+    if (call.id.empty()) call.id = chat::generated_call_id(reading_->format.family, reading_->seed, tool_calls_);
+    delta.tool_calls.push_back(std::move(call));
+    ++tool_calls_;
+  }
+  return delta;
+}
 
 engine::RequestCallbacks GenerationSession::callbacks() {
   auto self = shared_from_this();
@@ -26,7 +46,9 @@ bool GenerationSession::on_token(const engine::GeneratedToken& token) {
   ++completion_tokens_;
   cached_tokens_ = token.cached_tokens;
   if (!first_token_at_) first_token_at_ = std::chrono::steady_clock::now();
-  unsent_.append(text_.push(token));
+  const bool reasoning_before = parser_ && parser_->in_reasoning();
+  unsent_.append(read(text_.push(token), false));
+  if (reasoning_before || (parser_ && parser_->in_reasoning())) ++reasoning_tokens_;
   changed_.notify_all();
   return !text_.stopped();
 }
@@ -36,9 +58,10 @@ void GenerationSession::on_finish(engine::FinishReason reason, const std::string
   if (outcome_) return;
   using Kind = GenerationOutcome::Kind;
   if (text_.stopped()) {
+    unsent_.append(read({}, true));
     outcome_ = GenerationOutcome{Kind::Stop, {}, text_.matched_stop()};
   } else if (reason == engine::FinishReason::Stop || reason == engine::FinishReason::Length) {
-    unsent_.append(text_.finish());
+    unsent_.append(read(text_.finish(), true));
     bool stopped = reason == engine::FinishReason::Stop || text_.stopped();
     outcome_ = GenerationOutcome{stopped ? Kind::Stop : Kind::Length, {}, text_.matched_stop()};
   } else {
@@ -74,6 +97,16 @@ void GenerationSession::abandon() {
 int GenerationSession::completion_tokens() const {
   std::lock_guard lock(mutex_);
   return completion_tokens_;
+}
+
+int GenerationSession::reasoning_tokens() const {
+  std::lock_guard lock(mutex_);
+  return reasoning_tokens_;
+}
+
+int GenerationSession::tool_calls() const {
+  std::lock_guard lock(mutex_);
+  return tool_calls_;
 }
 
 int GenerationSession::cached_tokens() const {

@@ -20,10 +20,18 @@ struct GenerationOutcome {
   std::string stop_sequence;  // for Stop: the stop string that ended it, if one did
 };
 
+// How a chat answer's text is read for tool calls and reasoning.
+struct OutputReading {
+  chat::OutputFormat format;
+  uint64_t seed = 0;          // the request's: generated call ids derive from it
+  bool single_call = false;   // parallel_tool_calls false: calls after the first are dropped
+};
+
 class GenerationSession : public std::enable_shared_from_this<GenerationSession> {
  public:
+  // With `reading`, the updates' text is split into content, reasoning and tool calls.
   GenerationSession(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stop,
-                    bool with_logprobs);
+                    bool with_logprobs, std::optional<OutputReading> reading = std::nullopt);
 
   // Callbacks that keep this session alive for as long as the engine holds them.
   engine::RequestCallbacks callbacks();
@@ -42,6 +50,9 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
   void abandon();
 
   int completion_tokens() const;
+  // The generated tokens that fell in the model's reasoning, its markers included.
+  int reasoning_tokens() const;
+  int tool_calls() const;
   int cached_tokens() const;
   // When the engine gave the first token; unset before.
   std::optional<std::chrono::steady_clock::time_point> first_token_at() const;
@@ -49,14 +60,20 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
  private:
   bool on_token(const engine::GeneratedToken& token);
   void on_finish(engine::FinishReason reason, const std::string& error);
+  // The parser's reading of released text (and of the end, when `final`).
+  TextDelta read(TextDelta delta, bool final);
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   CompletionText text_;
+  std::optional<OutputReading> reading_;
+  std::optional<chat::OutputParser> parser_;
   TextDelta unsent_;
   std::optional<GenerationOutcome> outcome_;
   bool cancelled_ = false;
   int completion_tokens_ = 0;
+  int reasoning_tokens_ = 0;
+  int tool_calls_ = 0;
   int cached_tokens_ = 0;
   std::optional<std::chrono::steady_clock::time_point> first_token_at_;
 };

@@ -1,5 +1,6 @@
 #include "api/json_body.h"
 
+#include <array>
 #include <string>
 
 #include "api/api_error.h"
@@ -8,16 +9,30 @@ namespace strata::api {
 namespace {
 
 constexpr int kMaxJsonDepth = 64;
+// At 256 the worst 8 MiB body parses about as fast as unordered (0.4 s against 0.3 s), and no
+// real request comes near it.
+constexpr int kMaxObjectMembers = 256;
 
-template <class Json>
-Json parse_object(std::string_view body) {
+}  // namespace
+
+nlohmann::ordered_json parse_ordered_json_object(std::string_view body) {
+  using Json = nlohmann::ordered_json;
   Json root;
+  std::array<int, kMaxJsonDepth + 2> members{};  // of the object open at each depth
   try {
-    root = Json::parse(body, [](int depth, typename Json::parse_event_t, Json&) {
+    root = Json::parse(body, [&members](int depth, Json::parse_event_t event, Json&) {
       if (depth > kMaxJsonDepth) {
         throw ApiError(400,
                        "The request body is nested more than " + std::to_string(kMaxJsonDepth) +
                            " levels deep.",
+                       {}, "invalid_json");
+      }
+      // An object's keys sit at one depth more than the object.
+      if (event == Json::parse_event_t::object_start) members[size_t(depth) + 1] = 0;
+      if (event == Json::parse_event_t::key && ++members[size_t(depth)] > kMaxObjectMembers) {
+        throw ApiError(400,
+                       "The request body has an object of more than " + std::to_string(kMaxObjectMembers) +
+                           " members.",
                        {}, "invalid_json");
       }
       return true;
@@ -30,14 +45,6 @@ Json parse_object(std::string_view body) {
     throw ApiError(400, "The request body must be a JSON object.", {}, "invalid_json");
   }
   return root;
-}
-
-}  // namespace
-
-nlohmann::json parse_json_object(std::string_view body) { return parse_object<nlohmann::json>(body); }
-
-nlohmann::ordered_json parse_ordered_json_object(std::string_view body) {
-  return parse_object<nlohmann::ordered_json>(body);
 }
 
 void invalid_field(const std::string& path, const std::string& why) {

@@ -7,11 +7,11 @@
 
 namespace strata::api {
 
-// Throws ApiError (400, code invalid_json) for a body that is not JSON, not an object, or
-// nested deeper than any real request is: refusing that while parsing keeps a body of brackets
-// from costing seconds and hundreds of megabytes.
-nlohmann::json parse_json_object(std::string_view body);
-// The same, keeping every object's keys in the client's order (tool schemas reach the prompt so).
+// Keys stay in the client's order: tools and their schemas reach the chat template so. Throws
+// ApiError (400, code invalid_json) for a body that is not JSON, not an object, nested deeper
+// or with objects of more members than any real request has: refusing those while parsing
+// keeps a body of brackets from costing seconds and hundreds of megabytes, and a huge object
+// from costing minutes (an ordered object finds a key by a linear search).
 nlohmann::ordered_json parse_ordered_json_object(std::string_view body);
 
 // Readers of the bodies that other APIs translate into a chat request; their 400s name the field

@@ -1,6 +1,8 @@
 #include "api/request.h"
 
 #include <algorithm>
+#include <array>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -13,7 +15,8 @@
 namespace strata::api {
 namespace {
 
-using json = nlohmann::json;
+// Ordered: the tools and arguments reach the chat template with their keys in the client's order.
+using json = nlohmann::ordered_json;
 
 constexpr size_t kMaxStopStrings = 4;
 using engine::kMaxTopLogprobs;
@@ -96,9 +99,11 @@ std::string read_content(const json& content, const std::string& param) {
     if (!part.is_object()) invalid_type(part_param, "an object");
     auto type = part.find("type");
     if (type == part.end()) missing(part_param + ".type");
-    if (read_string(*type, part_param + ".type") != "text") {
-      unsupported(part_param + ".type", "only \"text\" content parts are supported.");
+    const std::string& kind = read_string(*type, part_param + ".type");
+    if (kind == "image_url" || kind == "image" || kind == "input_image") {
+      unsupported(part_param, "this model does not take images; send text parts only.");
     }
+    if (kind != "text") unsupported(part_param + ".type", "only \"text\" content parts are supported.");
     for (const auto& [key, value] : part.items()) {
       if (key != "type" && key != "text") unsupported(part_param + "." + key, "not supported in content parts.");
     }
@@ -109,38 +114,213 @@ std::string read_content(const json& content, const std::string& param) {
   return text;
 }
 
-ChatMessage read_message(const json& message, const std::string& param) {
+enum class Dialect { OpenAi, Ollama };
+
+// OpenAI: {"id", "type": "function", "function": {"name", "arguments": JSON text}}. Ollama:
+// {"function": {"name", "arguments": {...}}}, without ids.
+chat::ToolCall read_history_call(const json& call, const std::string& param, Dialect dialect) {
+  if (!call.is_object()) invalid_type(param, "an object");
+  chat::ToolCall result;
+  const json* function = nullptr;
+  for (const auto& [key, value] : call.items()) {
+    if (value.is_null()) continue;
+    if (key == "id") {
+      result.id = read_string(value, param + ".id");
+    } else if (key == "type") {
+      if (read_string(value, param + ".type") != "function")
+        unsupported(param + ".type", "only \"function\" tool calls are supported.");
+    } else if (key == "function") {
+      function = &value;
+    } else if (!(dialect == Dialect::Ollama && key == "index")) {
+      unsupported(param + "." + key, "not supported in tool calls.");
+    }
+  }
+  if (dialect == Dialect::OpenAi && result.id.empty()) missing(param + ".id");
+  if (!function) missing(param + ".function");
+  const std::string function_param = param + ".function";
+  if (!function->is_object()) invalid_type(function_param, "an object");
+  auto name = function->find("name");
+  if (name == function->end()) missing(function_param + ".name");
+  result.name = read_string(*name, function_param + ".name");
+  auto arguments = function->find("arguments");
+  if (arguments == function->end() || arguments->is_null()) {
+    result.arguments = "{}";
+  } else if (dialect == Dialect::Ollama) {
+    if (!arguments->is_object()) invalid_type(function_param + ".arguments", "an object");
+    result.arguments = arguments->dump();
+  } else {
+    result.arguments = read_string(*arguments, function_param + ".arguments");
+  }
+  for (const auto& [key, value] : function->items()) {
+    if (key != "name" && key != "arguments") unsupported(function_param + "." + key, "not supported in tool calls.");
+  }
+  return result;
+}
+
+ChatMessage read_message(const json& message, const std::string& param, Dialect dialect) {
   if (!message.is_object()) invalid_type(param, "an object");
   ChatMessage result;
   auto role = message.find("role");
   if (role == message.end()) missing(param + ".role");
   result.role = read_string(*role, param + ".role");
   if (result.role == "developer") result.role = "system";
-  if (result.role != "system" && result.role != "user" && result.role != "assistant") {
-    unsupported(
-        param + ".role",
-        "'" + result.role + "' is not supported; use system, developer, user or assistant.");
+  if (result.role != "system" && result.role != "user" && result.role != "assistant" && result.role != "tool") {
+    unsupported(param + ".role",
+                "'" + result.role + "' is not supported; use system, developer, user, assistant or tool.");
   }
+  const bool assistant = result.role == "assistant", tool = result.role == "tool";
   bool has_content = false;
   for (const auto& [key, value] : message.items()) {
-    // A speaker's name does not change the template; null means absent.
-    if (key == "role" || key == "name" || value.is_null()) continue;
-    if (key != "content") unsupported(param + "." + key, "not supported in messages.");
-    result.content = read_content(value, param + ".content");
-    has_content = true;
+    if (value.is_null()) continue;  // null means absent
+    const std::string key_param = param + "." + key;
+    if (key == "role") continue;
+    if (key == "content") {
+      result.content = read_content(value, key_param);
+      has_content = true;
+    } else if (key == "name" || (dialect == Dialect::Ollama && key == "tool_name")) {
+      result.name = read_string(value, key_param);
+    } else if (assistant && key == (dialect == Dialect::Ollama ? "thinking" : "reasoning_content")) {
+      result.reasoning_content = read_string(value, key_param);
+    } else if (assistant && key == "tool_calls") {
+      if (!value.is_array()) invalid_type(key_param, "an array");
+      for (size_t i = 0; i < value.size(); ++i)
+        result.tool_calls.push_back(read_history_call(value[i], element(key_param, i), dialect));
+    } else if (assistant && key == "refusal" && dialect == Dialect::OpenAi) {
+      read_string(value, key_param);  // a refusal the model gave; templates have no place for it
+    } else if (tool && key == "tool_call_id" && dialect == Dialect::OpenAi) {
+      result.tool_call_id = read_string(value, key_param);
+    } else if (dialect == Dialect::Ollama && key == "images") {
+      if (!value.is_array() || !value.empty())
+        unsupported(key_param, "this model does not take images.");
+    } else {
+      unsupported(key_param, "not supported in " + result.role + " messages.");
+    }
   }
-  if (!has_content && result.role != "assistant") missing(param + ".content");
+  if (!has_content && !assistant) missing(param + ".content");
+  if (tool && dialect == Dialect::OpenAi && result.tool_call_id.empty()) missing(param + ".tool_call_id");
   return result;
 }
 
-std::vector<ChatMessage> read_messages(const json& messages) {
+std::vector<ChatMessage> read_messages(const json& messages, Dialect dialect) {
   if (!messages.is_array()) invalid_type("messages", "an array");
   if (messages.empty()) invalid_value("messages", "must contain at least one message.");
   std::vector<ChatMessage> result;
+  std::vector<std::string> call_ids;  // of the assistant's calls so far
   for (size_t i = 0; i < messages.size(); ++i) {
-    result.push_back(read_message(messages[i], element("messages", i)));
+    const std::string param = element("messages", i);
+    ChatMessage message = read_message(messages[i], param, dialect);
+    for (const auto& call : message.tool_calls) call_ids.push_back(call.id);
+    if (message.role == "tool" && dialect == Dialect::OpenAi &&
+        std::find(call_ids.begin(), call_ids.end(), message.tool_call_id) == call_ids.end()) {
+      invalid_value(param + ".tool_call_id",
+                    "'" + message.tool_call_id + "' answers no tool call of an earlier assistant message.");
+    }
+    result.push_back(std::move(message));
   }
   return result;
+}
+
+// OpenAI's function names: letters, digits, underscores and dashes, at most 64.
+bool valid_function_name(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+}
+
+json read_tools(const json& tools) {
+  if (!tools.is_array()) invalid_type("tools", "an array");
+  std::vector<std::string> names;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const json& tool = tools[i];
+    const std::string param = element("tools", i);
+    if (!tool.is_object()) invalid_type(param, "an object");
+    auto type = tool.find("type");
+    if (type == tool.end()) missing(param + ".type");
+    if (read_string(*type, param + ".type") != "function")
+      unsupported(param + ".type", "only \"function\" tools are supported.");
+    auto function = tool.find("function");
+    if (function == tool.end()) missing(param + ".function");
+    for (const auto& [key, value] : tool.items())
+      if (key != "type" && key != "function") unsupported(param + "." + key, "not supported in tools.");
+    const std::string function_param = param + ".function";
+    if (!function->is_object()) invalid_type(function_param, "an object");
+    auto name = function->find("name");
+    if (name == function->end()) missing(function_param + ".name");
+    const std::string& tool_name = read_string(*name, function_param + ".name");
+    if (!valid_function_name(tool_name))
+      invalid_value(function_param + ".name",
+                    "must be 1 to 64 letters, digits, underscores, dots or dashes.");
+    if (std::find(names.begin(), names.end(), tool_name) != names.end())
+      invalid_value(function_param + ".name", "'" + tool_name + "' names two tools.");
+    names.push_back(tool_name);
+    for (const auto& [key, value] : function->items()) {
+      const std::string key_param = function_param + "." + key;
+      if (key == "name" || value.is_null()) continue;
+      if (key == "description") {
+        read_string(value, key_param);
+      } else if (key == "parameters") {
+        if (!value.is_object()) invalid_type(key_param, "an object (a JSON schema)");
+      } else if (key == "strict") {
+        read_bool(value, key_param);
+      } else {
+        unsupported(key_param, "not supported in functions.");
+      }
+    }
+  }
+  return tools;
+}
+
+ToolChoice read_tool_choice(const json& choice) {
+  if (choice.is_string()) {
+    const std::string& mode = choice.get_ref<const std::string&>();
+    if (mode == "auto") return {ToolChoice::Mode::Auto, {}};
+    if (mode == "none") return {ToolChoice::Mode::None, {}};
+    if (mode == "required") return {ToolChoice::Mode::Required, {}};
+    invalid_value("tool_choice", "must be \"auto\", \"none\", \"required\" or a function.");
+  }
+  if (!choice.is_object()) invalid_type("tool_choice", "a string or an object");
+  auto type = choice.find("type");
+  if (type == choice.end()) missing("tool_choice.type");
+  if (read_string(*type, "tool_choice.type") != "function")
+    unsupported("tool_choice.type", "only \"function\" is supported.");
+  auto function = choice.find("function");
+  if (function == choice.end()) missing("tool_choice.function");
+  if (!function->is_object()) invalid_type("tool_choice.function", "an object");
+  auto name = function->find("name");
+  if (name == function->end()) missing("tool_choice.function.name");
+  return {ToolChoice::Mode::Function, read_string(*name, "tool_choice.function.name")};
+}
+
+// A named or required call needs tools to call.
+void check_tool_choice(const CompletionRequest& request) {
+  using Mode = ToolChoice::Mode;
+  const auto& choice = request.tool_choice;
+  if (choice.mode == Mode::Required && request.tools.empty())
+    invalid_value("tool_choice", "\"required\" needs at least one tool in 'tools'.");
+  if (choice.mode != Mode::Function) return;
+  for (const auto& tool : request.tools)
+    if (tool["function"]["name"] == choice.function) return;
+  invalid_value("tool_choice.function.name", "'" + choice.function + "' is not among the tools given.");
+}
+
+// Names the template is given already; a kwarg of the same name cannot replace them.
+void read_template_kwargs(const json& kwargs, CompletionRequest& request) {
+  if (!kwargs.is_object()) invalid_type("chat_template_kwargs", "an object");
+  for (const auto& [key, value] : kwargs.items()) {
+    if (key == "messages" || key == "tools" || key == "add_generation_prompt" || key == "bos_token" ||
+        key == "eos_token") {
+      invalid_value("chat_template_kwargs." + key, "is set by the server.");
+    }
+    request.template_kwargs[key] = value;
+  }
+}
+
+void read_reasoning_effort(const json& value, const std::string& param, CompletionRequest& request) {
+  const std::string& effort = read_string(value, param);
+  if (effort != "minimal" && effort != "low" && effort != "medium" && effort != "high")
+    invalid_value(param, "must be \"minimal\", \"low\", \"medium\" or \"high\".");
+  request.template_kwargs["reasoning_effort"] = effort;
 }
 
 std::string read_prompt(const json& prompt) {
@@ -228,11 +408,9 @@ void require_neutral(const std::string& param, const json& value) {
   } else if (param == "logit_bias") {
     if (!value.is_object()) invalid_type(param, "an object");
     neutral = value.empty();
-  } else if (param == "tools" || param == "functions") {
+  } else if (param == "functions") {
     if (!value.is_array()) invalid_type(param, "an array");
     neutral = value.empty();
-  } else if (param == "tool_choice") {
-    neutral = value.is_string() && (value == "none" || value == "auto");
   } else if (param == "response_format") {
     neutral =
         value.is_object() && value.size() == 1 && value.contains("type") && value["type"] == "text";
@@ -276,13 +454,13 @@ void read_ollama_options(const json& options, CompletionRequest& request) {
 
 const std::vector<std::string_view>& ignored_request_fields() {
   static const std::vector<std::string_view> fields = {
-      "user", "store", "metadata", "service_tier", "prediction", "parallel_tool_calls",
+      "user", "store", "metadata", "service_tier", "prediction",
   };
   return fields;
 }
 
 CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view body) {
-  const json root = parse_json_object(body);
+  const json root = parse_ordered_json_object(body);
   const bool chat = endpoint == Endpoint::ChatCompletions;
   CompletionRequest request = new_request(endpoint);
   std::optional<int> max_tokens, max_completion_tokens;
@@ -298,7 +476,7 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
       request.model = read_string(value, key);
     } else if (key == (chat ? "messages" : "prompt")) {
       if (chat) {
-        request.messages = read_messages(value);
+        request.messages = read_messages(value, Dialect::OpenAi);
       } else {
         request.prompt = read_prompt(value);
       }
@@ -320,8 +498,20 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
       request.top_logprobs = int(read_integer(value, key, 0, kMaxTopLogprobs));
     } else if (key == "top_logprobs" && chat) {
       top_logprobs = &value;
+    } else if (chat && key == "tools") {
+      request.tools = read_tools(value);
+    } else if (chat && key == "tool_choice") {
+      request.tool_choice = read_tool_choice(value);
+    } else if (chat && key == "parallel_tool_calls") {
+      request.parallel_tool_calls = read_bool(value, key);
+    } else if (chat && key == "chat_template_kwargs") {
+      read_template_kwargs(value, request);
+    } else if (chat && key == "enable_thinking") {
+      request.template_kwargs["enable_thinking"] = read_bool(value, key);
+    } else if (chat && key == "reasoning_effort") {
+      read_reasoning_effort(value, key, request);
     } else if (key == "n" || key == "logit_bias" || key == "response_format" ||
-               (chat && (key == "tools" || key == "tool_choice" || key == "functions")) ||
+               (chat && key == "functions") ||
                (!chat && (key == "echo" || key == "best_of" || key == "suffix"))) {
       require_neutral(key, value);
     } else if (!contains(ignored_request_fields(), key)) {
@@ -330,6 +520,7 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
   }
 
   if (!has_input) missing(chat ? "messages" : "prompt");
+  check_tool_choice(request);
   request.max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens;
   if (top_logprobs) {
     request.top_logprobs = int(read_integer(*top_logprobs, "top_logprobs", 0, kMaxTopLogprobs));
@@ -358,7 +549,7 @@ const std::vector<std::string_view>& ignored_ollama_options() {
 }
 
 CompletionRequest parse_ollama_request(OllamaEndpoint endpoint, std::string_view body) {
-  const json root = parse_json_object(body);
+  const json root = parse_ordered_json_object(body);
   const bool chat = endpoint == OllamaEndpoint::Chat;
   CompletionRequest request = new_request(Endpoint::ChatCompletions);
   request.stream = true;  // Ollama streams unless told not to
@@ -370,7 +561,16 @@ CompletionRequest parse_ollama_request(OllamaEndpoint endpoint, std::string_view
     if (key == "model") {
       request.model = read_string(value, key);
     } else if (key == "messages" && chat) {
-      request.messages = read_messages(value);
+      request.messages = read_messages(value, Dialect::Ollama);
+    } else if (key == "tools" && chat) {
+      request.tools = read_tools(value);
+    } else if (key == "think" && chat) {
+      // true or false, or gpt-oss's effort: "low", "medium" or "high"
+      if (value.is_boolean()) {
+        request.template_kwargs["enable_thinking"] = value.get<bool>();
+      } else {
+        read_reasoning_effort(value, key, request);
+      }
     } else if (key == "prompt" && !chat) {
       prompt = read_string(value, key);
     } else if (key == "system" && !chat) {
@@ -397,15 +597,15 @@ CompletionRequest parse_ollama_request(OllamaEndpoint endpoint, std::string_view
     request.endpoint = Endpoint::Completions;
     request.prompt = std::move(*prompt);
   } else {
-    if (system) request.messages.push_back({"system", std::move(*system)});
-    request.messages.push_back({"user", std::move(*prompt)});
+    if (system) request.messages.push_back({"system", std::move(*system), {}, {}, {}, {}});
+    request.messages.push_back({"user", std::move(*prompt), {}, {}, {}, {}});
   }
   return request;
 }
 
 std::optional<std::string> parse_ollama_show_model(std::string_view body) {
   std::optional<std::string> model;
-  const json root = parse_json_object(body);
+  const json root = parse_ordered_json_object(body);
   for (const auto& [key, value] : root.items()) {
     if (key == "model" || key == "name") {
       model = read_string(value, key);
@@ -421,7 +621,7 @@ std::optional<std::string> parse_ollama_show_model(std::string_view body) {
 bool parse_drain_force(std::string_view body) {
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return false;
   bool force = false;
-  const json root = parse_json_object(body);
+  const json root = parse_ordered_json_object(body);
   for (const auto& [key, value] : root.items()) {
     if (key != "force") unknown(key);
     force = read_bool(value, key);

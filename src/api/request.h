@@ -2,11 +2,13 @@
 // fuzzed.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "chat/output_format.h"
 #include "sampling/params.h"
 
 namespace strata::api {
@@ -14,14 +16,32 @@ namespace strata::api {
 enum class Endpoint { ChatCompletions, Completions };
 
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant" ("developer" is read as "system")
-  std::string content;
+  std::string role;  // "system", "user", "assistant" or "tool" ("developer" is read as "system")
+  std::string content;            // null or absent: empty
+  std::string reasoning_content;  // assistant: an earlier turn's reasoning
+  // Assistant: the calls it made; `arguments` as the client sent it, normally JSON text.
+  std::vector<chat::ToolCall> tool_calls;
+  std::string tool_call_id;  // tool: the call it answers
+  std::string name;          // the speaker's name; for a tool message, the function's
+};
+
+struct ToolChoice {
+  enum class Mode { Auto, None, Required, Function } mode = Mode::Auto;
+  std::string function;  // Function: the tool that must be called
 };
 
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::ChatCompletions;
   std::optional<std::string> model;
   std::vector<ChatMessage> messages;  // chat only
+  // Chat only: the tools offered, each {"type": "function", "function": {...}} as the client
+  // wrote it (keys in its order), checked; and how the model may use them.
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();
+  ToolChoice tool_choice;
+  bool parallel_tool_calls = true;
+  // More variables for the chat template: enable_thinking, reasoning_effort and the
+  // chat_template_kwargs object's.
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
   std::string prompt;                 // completions only
   std::optional<int> max_tokens;      // absent: until the context is full
   sampling::SamplingParams sampling;

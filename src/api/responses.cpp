@@ -65,7 +65,8 @@ json usage_field(const Usage& usage) {
   return {{"prompt_tokens", usage.prompt_tokens},
           {"completion_tokens", usage.completion_tokens},
           {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
+          {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}},
+          {"completion_tokens_details", {{"reasoning_tokens", usage.reasoning_tokens}}}};
 }
 
 json finish_field(std::string_view finish_reason) {
@@ -85,6 +86,11 @@ std::string random_id(std::string_view prefix) {
 }
 
 namespace {
+json openai_tool_call(const chat::ToolCall& call) {
+  return {{"id", call.id},
+          {"type", "function"},
+          {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+}
 
 class OpenAiWriter final : public ResponseWriter {
  public:
@@ -103,8 +109,26 @@ class OpenAiWriter final : public ResponseWriter {
     return event(chunk(choice(std::move(delta), "", {}, {})));
   }
 
+  // As OpenAI streams a call: a chunk with its index, id, type and name (and empty
+  // arguments), then its arguments.
   std::string stream_delta(const TextDelta& delta) override {
-    return event(chunk(choice({{"content", delta.text}}, delta.text, delta.logprobs, {})));
+    if (!chat_ || (delta.reasoning.empty() && delta.tool_calls.empty()))
+      return event(chunk(choice({{"content", delta.text}}, delta.text, delta.logprobs, {})));
+    std::string events;
+    json text_delta = json::object();
+    if (!delta.reasoning.empty()) text_delta["reasoning_content"] = delta.reasoning;
+    if (!delta.text.empty()) text_delta["content"] = delta.text;
+    if (!text_delta.empty() || !delta.logprobs.empty())
+      events += event(chunk(choice(std::move(text_delta), "", delta.logprobs, {})));
+    for (const auto& call : delta.tool_calls) {
+      const int index = streamed_calls_++;
+      json opening = {{"index", index}, {"id", call.id}, {"type", "function"},
+                      {"function", {{"name", call.name}, {"arguments", ""}}}};
+      events += event(chunk(choice({{"tool_calls", json::array({std::move(opening)})}}, "", {}, {})));
+      json arguments = {{"index", index}, {"function", {{"arguments", call.arguments}}}};
+      events += event(chunk(choice({{"tool_calls", json::array({std::move(arguments)})}}, "", {}, {})));
+    }
+    return events;
   }
 
   std::string stream_end(const Finish& finish, const Usage& usage) override {
@@ -127,7 +151,16 @@ class OpenAiWriter final : public ResponseWriter {
   std::string whole(const TextDelta& output, const Finish& finish, const Usage& usage) override {
     json choice = {{"index", 0}};
     if (chat_) {
-      choice["message"] = {{"role", "assistant"}, {"content", output.text}, {"refusal", nullptr}};
+      json message = {{"role", "assistant"},
+                      {"content", output.text.empty() && !output.tool_calls.empty() ? json(nullptr)
+                                                                                   : json(output.text)},
+                      {"refusal", nullptr}};
+      if (!output.reasoning.empty()) message["reasoning_content"] = output.reasoning;
+      if (!output.tool_calls.empty()) {
+        message["tool_calls"] = json::array();
+        for (const auto& call : output.tool_calls) message["tool_calls"].push_back(openai_tool_call(call));
+      }
+      choice["message"] = std::move(message);
     } else {
       choice["text"] = output.text;
     }
@@ -177,6 +210,7 @@ class OpenAiWriter final : public ResponseWriter {
   const bool chat_;
   const std::string id_;
   const int64_t created_;
+  int streamed_calls_ = 0;
 };
 
 // RFC 3339 in UTC with nanoseconds, as Ollama writes its timestamps.
@@ -206,12 +240,10 @@ class OllamaWriter final : public ResponseWriter {
 
   std::string stream_start(const Usage&) override { return {}; }
 
-  std::string stream_delta(const TextDelta& delta) override {
-    return line(message(delta.text, false));
-  }
+  std::string stream_delta(const TextDelta& delta) override { return line(message(delta, false)); }
 
   std::string stream_end(const Finish& finish, const Usage& usage) override {
-    return line(final_message("", finish.reason, usage));
+    return line(final_message({}, finish.reason, usage));
   }
 
   std::string stream_error(const ApiError& error) override {
@@ -223,7 +255,7 @@ class OllamaWriter final : public ResponseWriter {
   std::string stream_waiting(const std::string&) override { return {}; }
 
   std::string whole(const TextDelta& output, const Finish& finish, const Usage& usage) override {
-    return dump(final_message(output.text, finish.reason, usage));
+    return dump(final_message(output, finish.reason, usage));
   }
 
  private:
@@ -231,26 +263,36 @@ class OllamaWriter final : public ResponseWriter {
 
   static std::string line(const json& value) { return dump(value) + "\n"; }
 
-  json message(const std::string& text, bool done) const {
+  // Ollama's calls carry their arguments as an object, and no id.
+  json message(const TextDelta& delta, bool done) const {
     json body = {{"model", model_}, {"created_at", rfc3339_now()}};
     if (chat_) {
-      body["message"] = {{"role", "assistant"}, {"content", text}};
+      json message = {{"role", "assistant"}, {"content", delta.text}};
+      if (!delta.reasoning.empty()) message["thinking"] = delta.reasoning;
+      if (!delta.tool_calls.empty()) {
+        message["tool_calls"] = json::array();
+        for (const auto& call : delta.tool_calls)
+          message["tool_calls"].push_back(
+              {{"function", {{"name", call.name}, {"arguments", json::parse(call.arguments)}}}});
+      }
+      body["message"] = std::move(message);
     } else {
-      body["response"] = text;
+      body["response"] = delta.text;
+      if (!delta.reasoning.empty()) body["thinking"] = delta.reasoning;
     }
     body["done"] = done;
     return body;
   }
 
-  json final_message(const std::string& text, std::string_view finish_reason,
+  json final_message(const TextDelta& output, std::string_view finish_reason,
                      const Usage& usage) const {
     auto nanoseconds = [](Clock::duration duration) {
       return std::chrono::duration_cast<std::chrono::nanoseconds>(duration).count();
     };
     const auto end = Clock::now();
     const auto first_token = usage.first_token_at.value_or(end);
-    json body = message(text, true);
-    body["done_reason"] = finish_reason;
+    json body = message(output, true);
+    body["done_reason"] = finish_reason == "tool_calls" ? "stop" : finish_reason;  // Ollama has no other
     body["total_duration"] = nanoseconds(end - start_);
     body["load_duration"] = 0;
     // As Ollama counts it: the prompt tokens computed, not those its cache already held.

@@ -19,6 +19,7 @@ namespace strata::api {
 struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  int reasoning_tokens = 0;  // of the completion, spent in the model's reasoning
   int cached_tokens = 0;  // of the prompt, whose keys and values came from the prefix cache
   std::optional<std::chrono::steady_clock::time_point> first_token_at;
 };

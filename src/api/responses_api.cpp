@@ -1,5 +1,7 @@
 #include "api/responses_api.h"
 
+#include <algorithm>
+
 #include "api/json_body.h"
 
 namespace strata::api {
@@ -142,21 +144,52 @@ ojson usage_json(const Usage& usage) {
   return {{"input_tokens", usage.prompt_tokens},
           {"input_tokens_details", {{"cached_tokens", usage.cached_tokens}}},
           {"output_tokens", usage.completion_tokens},
-          {"output_tokens_details", {{"reasoning_tokens", 0}}},
+          {"output_tokens_details", {{"reasoning_tokens", usage.reasoning_tokens}}},
           {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
 }
 
 std::string dump(const ojson& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-// The answer as one message item with one output_text part.
+// One output item: the reasoning, the message, or a function call, in the order they came.
+struct OutputItem {
+  enum class Kind { Reasoning, Message, Call } kind;
+  std::string id;
+  std::string text;  // the reasoning's or the message's text; a call's arguments
+  chat::ToolCall call;
+
+  static ojson text_part(const std::string& text) {
+    return {{"type", "output_text"}, {"text", text}, {"annotations", ojson::array()}, {"logprobs", ojson::array()}};
+  }
+
+  // As the item stands: while `status` is in_progress without its text, as streams announce it.
+  ojson json_with(const char* status) const {
+    const bool started = std::string_view(status) == "in_progress";
+    switch (kind) {
+      case Kind::Reasoning:
+        return {{"id", id},
+                {"type", "reasoning"},
+                {"summary", ojson::array()},
+                {"content", started ? ojson::array() : ojson::array({{{"type", "reasoning_text"}, {"text", text}}})}};
+      case Kind::Message:
+        return {{"id", id},
+                {"type", "message"},
+                {"status", status},
+                {"role", "assistant"},
+                {"content", started ? ojson::array() : ojson::array({text_part(text)})}};
+      case Kind::Call:
+        break;
+    }
+    return {{"id", id},          {"type", "function_call"},           {"status", status},
+            {"call_id", call.id}, {"name", call.name}, {"arguments", started ? "" : call.arguments}};
+  }
+};
+
+// The answer as output items: its reasoning, its message (always one, empty when nothing was
+// said), its function calls.
 class ResponsesWriter final : public ResponseWriter {
  public:
   ResponsesWriter(std::string model, ojson settings)
-      : model_(std::move(model)),
-        settings_(std::move(settings)),
-        id_(random_id("resp_")),
-        message_id_(random_id("msg_")),
-        created_at_(unix_time()) {}
+      : model_(std::move(model)), settings_(std::move(settings)), id_(random_id("resp_")), created_at_(unix_time()) {}
 
   std::string_view content_type(bool stream) const override {
     return stream ? "text/event-stream" : "application/json";
@@ -172,31 +205,31 @@ class ResponsesWriter final : public ResponseWriter {
   std::string stream_waiting(const std::string& why) override { return ": waiting for " + why + "\n\n"; }
 
   std::string stream_delta(const TextDelta& delta) override {
-    if (delta.text.empty()) return {};
-    std::string events = open_message();
-    text_ += delta.text;
-    return events + event("response.output_text.delta", {{"item_id", message_id_},
-                                                         {"output_index", 0},
-                                                         {"content_index", 0},
-                                                         {"delta", delta.text},
-                                                         {"logprobs", ojson::array()}});
+    std::string events;
+    if (!delta.reasoning.empty()) events += stream_text(OutputItem::Kind::Reasoning, delta.reasoning);
+    if (!delta.text.empty()) events += stream_text(OutputItem::Kind::Message, delta.text);
+    for (const auto& call : delta.tool_calls) {
+      events += close_open_item();
+      items_.push_back({OutputItem::Kind::Call, random_id("fc_"), {}, call});
+      const int index = static_cast<int>(items_.size()) - 1;
+      const OutputItem& item = items_.back();
+      events += event("response.output_item.added", {{"output_index", index}, {"item", item.json_with("in_progress")}});
+      events += event("response.function_call_arguments.delta",
+                      {{"item_id", item.id}, {"output_index", index}, {"delta", call.arguments}});
+      events += event("response.function_call_arguments.done",
+                      {{"item_id", item.id}, {"output_index", index}, {"arguments", call.arguments}});
+      events += event("response.output_item.done", {{"output_index", index}, {"item", item.json_with("completed")}});
+    }
+    return events;
   }
 
   std::string stream_end(const Finish& finish, const Usage& usage) override {
-    std::string events = open_message();
-    const ojson part = text_part(text_);
-    events += event("response.output_text.done", {{"item_id", message_id_},
-                                                  {"output_index", 0},
-                                                  {"content_index", 0},
-                                                  {"text", text_},
-                                                  {"logprobs", ojson::array()}});
-    events += event("response.content_part.done",
-                    {{"item_id", message_id_}, {"output_index", 0}, {"content_index", 0}, {"part", part}});
-    const bool complete = finish.reason != "length";
-    events += event("response.output_item.done",
-                    {{"output_index", 0}, {"item", message_item(text_, complete ? "completed" : "incomplete")}});
-    return events + event(complete ? "response.completed" : "response.incomplete",
-                          {{"response", final_object(finish, text_, usage)}});
+    complete_ = finish.reason != "length";
+    std::string events;
+    if (!has(OutputItem::Kind::Message)) events += stream_text(OutputItem::Kind::Message, "");
+    events += close_open_item();
+    return events + event(complete_ ? "response.completed" : "response.incomplete",
+                          {{"response", final_object(usage)}});
   }
 
   std::string stream_error(const ApiError& error) override {
@@ -206,7 +239,14 @@ class ResponsesWriter final : public ResponseWriter {
   }
 
   std::string whole(const TextDelta& output, const Finish& finish, const Usage& usage) override {
-    return dump(final_object(finish, output.text, usage));
+    complete_ = finish.reason != "length";
+    if (!output.reasoning.empty()) items_.push_back({OutputItem::Kind::Reasoning, random_id("rs_"), output.reasoning, {}});
+    // In the order a stream gives them: a message with nothing said comes after the calls.
+    const OutputItem message{OutputItem::Kind::Message, random_id("msg_"), output.text, {}};
+    if (!output.text.empty()) items_.push_back(message);
+    for (const auto& call : output.tool_calls) items_.push_back({OutputItem::Kind::Call, random_id("fc_"), {}, call});
+    if (output.text.empty()) items_.push_back(message);
+    return dump(final_object(usage));
   }
 
  private:
@@ -217,30 +257,68 @@ class ResponsesWriter final : public ResponseWriter {
     return std::string("event: ") + type + "\ndata: " + dump(body) + "\n\n";
   }
 
-  std::string open_message() {
-    if (message_open_) return {};
-    message_open_ = true;
-    std::string events =
-        event("response.output_item.added", {{"output_index", 0}, {"item", message_item("", "in_progress")}});
-    return events + event("response.content_part.added",
-                          {{"item_id", message_id_}, {"output_index", 0}, {"content_index", 0}, {"part", text_part("")}});
+  bool has(OutputItem::Kind kind) const {
+    return std::any_of(items_.begin(), items_.end(), [&](const OutputItem& item) { return item.kind == kind; });
   }
 
-  static ojson text_part(const std::string& text) {
-    return {{"type", "output_text"}, {"text", text}, {"annotations", ojson::array()}, {"logprobs", ojson::array()}};
+  const char* text_delta_event(OutputItem::Kind kind) const {
+    return kind == OutputItem::Kind::Reasoning ? "response.reasoning_text.delta" : "response.output_text.delta";
   }
 
-  ojson message_item(const std::string& text, const char* status) const {
-    ojson content = status == std::string_view("in_progress") ? ojson::array() : ojson::array({text_part(text)});
-    return {{"id", message_id_}, {"type", "message"}, {"status", status}, {"role", "assistant"}, {"content", std::move(content)}};
+  // Text joins the open item of its kind, or opens one (closing the other).
+  std::string stream_text(OutputItem::Kind kind, const std::string& text) {
+    std::string events;
+    if (open_ < 0 || items_[size_t(open_)].kind != kind) {
+      events += close_open_item();
+      items_.push_back({kind, random_id(kind == OutputItem::Kind::Reasoning ? "rs_" : "msg_"), {}, {}});
+      open_ = static_cast<int>(items_.size()) - 1;
+      const OutputItem& item = items_.back();
+      events += event("response.output_item.added", {{"output_index", open_}, {"item", item.json_with("in_progress")}});
+      if (kind == OutputItem::Kind::Message) {
+        events += event("response.content_part.added", {{"item_id", item.id},
+                                                        {"output_index", open_},
+                                                        {"content_index", 0},
+                                                        {"part", OutputItem::text_part("")}});
+      }
+    }
+    OutputItem& item = items_[size_t(open_)];
+    item.text += text;
+    if (text.empty()) return events;
+    ojson delta = {{"item_id", item.id}, {"output_index", open_}, {"content_index", 0}, {"delta", text}};
+    if (kind == OutputItem::Kind::Message) delta["logprobs"] = ojson::array();
+    return events + event(text_delta_event(kind), std::move(delta));
   }
 
-  ojson final_object(const Finish& finish, const std::string& text, const Usage& usage) const {
-    const bool complete = finish.reason != "length";
-    ojson response = response_object(complete ? "completed" : "incomplete",
-                                     ojson::array({message_item(text, complete ? "completed" : "incomplete")}),
-                                     usage_json(usage));
-    if (!complete) response["incomplete_details"] = {{"reason", "max_output_tokens"}};
+  std::string close_open_item() {
+    if (open_ < 0) return {};
+    const OutputItem& item = items_[size_t(open_)];
+    const int index = open_;
+    open_ = -1;
+    std::string events;
+    if (item.kind == OutputItem::Kind::Reasoning) {
+      events += event("response.reasoning_text.done",
+                      {{"item_id", item.id}, {"output_index", index}, {"content_index", 0}, {"text", item.text}});
+    } else {
+      events += event("response.output_text.done", {{"item_id", item.id},
+                                                    {"output_index", index},
+                                                    {"content_index", 0},
+                                                    {"text", item.text},
+                                                    {"logprobs", ojson::array()}});
+      events += event("response.content_part.done", {{"item_id", item.id},
+                                                     {"output_index", index},
+                                                     {"content_index", 0},
+                                                     {"part", OutputItem::text_part(item.text)}});
+    }
+    return events + event("response.output_item.done", {{"output_index", index}, {"item", item.json_with(status())}});
+  }
+
+  const char* status() const { return complete_ ? "completed" : "incomplete"; }
+
+  ojson final_object(const Usage& usage) const {
+    ojson output = ojson::array();
+    for (const auto& item : items_) output.push_back(item.json_with(status()));
+    ojson response = response_object(status(), std::move(output), usage_json(usage));
+    if (!complete_) response["incomplete_details"] = {{"reason", "max_output_tokens"}};
     return response;
   }
 
@@ -261,11 +339,11 @@ class ResponsesWriter final : public ResponseWriter {
   const std::string model_;
   const ojson settings_;
   const std::string id_;
-  const std::string message_id_;
   const int64_t created_at_;
   int sequence_number_ = 0;
-  bool message_open_ = false;
-  std::string text_;
+  std::vector<OutputItem> items_;
+  int open_ = -1;  // the item whose text is streaming, if any
+  bool complete_ = true;
 };
 
 }  // namespace

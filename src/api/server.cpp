@@ -73,12 +73,19 @@ size_t longest_token_bytes(const tokenizer::Tokenizer& tokenizer) {
 
 size_t prompt_text_bytes(const CompletionRequest& request) {
   size_t bytes = request.prompt.size();
-  for (const auto& message : request.messages) bytes += message.content.size();
+  for (const auto& message : request.messages) {
+    bytes += message.content.size() + message.reasoning_content.size();
+    for (const auto& call : message.tool_calls) bytes += call.name.size() + call.arguments.size();
+  }
+  if (!request.tools.empty()) bytes += request.tools.dump().size();
   return bytes;
 }
 
-Finish finish_of(const GenerationOutcome& outcome) {
-  return {outcome.kind == GenerationOutcome::Kind::Length ? "length" : "stop", outcome.stop_sequence};
+// A generation that stops by itself after calling tools ends with "tool_calls": the client is to
+// run them.
+Finish finish_of(const GenerationOutcome& outcome, const GenerationSession& session) {
+  if (outcome.kind == GenerationOutcome::Kind::Length) return {"length", {}};
+  return {session.tool_calls() > 0 ? "tool_calls" : "stop", outcome.stop_sequence};
 }
 
 http::Options http_options(const ServerOptions& options, int64_t workers) {
@@ -170,8 +177,10 @@ class Server::Impl final : public http::Service {
         tokenizer_(tokenizer),
         model_name_(std::move(model_name)),
         chat_template_(chat_template),
-        model_template_(chat_template.empty() ? std::nullopt
-                                              : std::optional<ModelChatTemplate>(std::in_place, chat_template)),
+        model_template_(chat_template.empty()
+                            ? std::nullopt
+                            : std::optional<ModelChatTemplate>(std::in_place, chat_template,
+                                                               options.tool_use_chat_template)),
         longest_token_bytes_(longest_token_bytes(tokenizer)),
         options_(std::move(options)),
         created_(unix_time()),
@@ -295,7 +304,7 @@ class Server::Impl final : public http::Service {
       const CompletionRequest parsed = parse_completion_request(Endpoint::ChatCompletions, chat);
       check_model(parsed.model);
       check_prompt_size(parsed);
-      return json_response(anthropic_count_tokens_body(static_cast<int>(prompt_tokens(parsed).size())));
+      return json_response(anthropic_count_tokens_body(static_cast<int>(prompt_of(parsed).tokens.size())));
     });
     route("GET", "/api/tags", [this](const http::Request&, const std::smatch&) {
       return json_response(ollama_tags_body(model_name_, model_facts()));
@@ -406,10 +415,14 @@ class Server::Impl final : public http::Service {
         input, "context_length_exceeded");
   }
 
-  std::vector<engine::Token> prompt_tokens(const CompletionRequest& request) const {
-    if (request.endpoint != Endpoint::ChatCompletions) return completion_prompt_tokens(tokenizer_, request.prompt);
-    return model_template_ ? model_template_->prompt_tokens(tokenizer_, request.messages)
-                           : chatml_prompt_tokens(tokenizer_, request.messages);
+  ChatPrompt prompt_of(const CompletionRequest& request) const {
+    if (request.endpoint != Endpoint::ChatCompletions) return {completion_prompt_tokens(tokenizer_, request.prompt)};
+    if (!request.tools.empty() && !model_template_) {
+      throw ApiError(400, "This model has no chat template of its own, so it cannot be offered tools.",
+                     "tools", "unsupported_parameter");
+    }
+    return model_template_ ? model_template_->prompt(tokenizer_, request)
+                           : ChatPrompt{chatml_prompt_tokens(tokenizer_, request.messages)};
   }
 
   std::unique_ptr<ResponseWriter> openai_writer(const CompletionRequest& request) const {
@@ -424,21 +437,42 @@ class Server::Impl final : public http::Service {
     auto [request, writer] = parse();
     check_model(request.model);
     check_prompt_size(request);
-    std::vector<engine::Token> prompt = prompt_tokens(request);
-    const Usage prompt_usage{static_cast<int>(prompt.size()), 0, 0, std::nullopt};
+    const bool chat = request.endpoint == Endpoint::ChatCompletions;
+    ChatPrompt prompt = prompt_of(request);
+    const std::optional<OutputReading> reading = chat ? output_reading(request, prompt) : std::nullopt;
+    const Usage prompt_usage{static_cast<int>(prompt.tokens.size()), 0, 0, 0, std::nullopt};
+    // With tool_choice "required" or a named function, the constrained decoder's grammar belongs
+    // on this request: the function's parameters' schema inside the family's
+    // chat::required_call_wrapper(family, name).
     engine::GenerationRequest generation{
-        std::move(prompt),
+        std::move(prompt.tokens),
         completion_budget(request.endpoint, prompt_usage.prompt_tokens, request.max_tokens),
         request.sampling, request.logprobs, request.logprobs ? request.top_logprobs : 0};
 
     auto session = std::make_shared<GenerationSession>(tokenizer_, std::move(request.stop),
-                                                       request.logprobs);
+                                                       request.logprobs, reading);
     if (request.stream && !generator_.waiting_for().empty()) {
       return stream(http_request, std::move(writer), prompt_usage, session, std::move(generation));
     }
     submit(std::move(generation), session);
     if (request.stream) return stream(http_request, std::move(writer), prompt_usage, session);
     return respond_when_done(http_request, *writer, prompt_usage, session);
+  }
+
+  // How a chat answer is read: calls in the model's family's syntax when tools are offered (and
+  // not refused with tool_choice "none"), reasoning where the template writes it. None where
+  // there is nothing to read: the text is then all content, as before tools existed.
+  std::optional<OutputReading> output_reading(const CompletionRequest& request, const ChatPrompt& prompt) const {
+    chat::OutputFormat format;
+    if (model_template_) {
+      format.family = model_template_->family();
+      format.think_tags = model_template_->think_tags();
+    }
+    format.starts_in_reasoning = prompt.opens_reasoning;
+    format.parse_tool_calls = !request.tools.empty() && request.tool_choice.mode != ToolChoice::Mode::None &&
+                              format.family != chat::Family::None;
+    if (format.family == chat::Family::None && !format.think_tags && !format.starts_in_reasoning) return std::nullopt;
+    return OutputReading{format, request.sampling.seed, !request.parallel_tool_calls};
   }
 
   void submit(engine::GenerationRequest generation,
@@ -496,11 +530,12 @@ class Server::Impl final : public http::Service {
     forget(session);
     if (outcome->kind == GenerationOutcome::Kind::Error) throw outcome_error(*outcome);
     usage.completion_tokens = session->completion_tokens();
+    usage.reasoning_tokens = session->reasoning_tokens();
     usage.cached_tokens = session->cached_tokens();
     usage.first_token_at = session->first_token_at();
     http::Response response;
     response.content_type = writer.content_type(false);
-    response.body = writer.whole(output, finish_of(*outcome), usage);
+    response.body = writer.whole(output, finish_of(*outcome, *session), usage);
     return response;
   }
 
@@ -558,9 +593,10 @@ class Server::Impl final : public http::Service {
           events += writer->stream_error(outcome_error(*update.outcome));
         } else {
           usage.completion_tokens = session->completion_tokens();
+          usage.reasoning_tokens = session->reasoning_tokens();
           usage.cached_tokens = session->cached_tokens();
           usage.first_token_at = session->first_token_at();
-          events += writer->stream_end(finish_of(*update.outcome), usage);
+          events += writer->stream_end(finish_of(*update.outcome, *session), usage);
         }
       }
       return events;
@@ -680,9 +716,13 @@ void serve_until_signal(engine::Generator& generator, const tokenizer::Tokenizer
     descriptors.rlim_cur = descriptors.rlim_max;
     setrlimit(RLIMIT_NOFILE, &descriptors);
   }
+  // A template given to serve replaces the GGUF's, its tool_use alternative too.
+  ServerOptions with_templates = options;
+  if (!options.chat_template)
+    with_templates.tool_use_chat_template = model.get_string("tokenizer.chat_template.tool_use").value_or("");
   Server server(generator, tokenizer, model_name_from_path(model.path()),
                 options.chat_template.value_or(model.get_string("tokenizer.chat_template").value_or("")),
-                options);
+                with_templates);
   server.start();
   std::fprintf(stderr, "strata: serving %s on http://%s:%d\n",
                model_name_from_path(model.path()).c_str(), options.host.c_str(), server.port());

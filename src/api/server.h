@@ -40,6 +40,9 @@ struct ServerOptions {
   std::optional<ModelFacts> model_facts;
   // A chat template (Jinja2 text) that serve_until_signal uses instead of the GGUF's.
   std::optional<std::string> chat_template;
+  // The template for requests that offer tools (a GGUF's tokenizer.chat_template.tool_use);
+  // empty: the chat template renders them too. serve_until_signal sets it from the GGUF.
+  std::string tool_use_chat_template;
   // What GET /health answers (status code, JSON body); unset: 200 {"status":"ok"}.
   std::function<std::pair<int, std::string>()> health;
   // GET /cluster's JSON body, behind the API key like every endpoint but /health; unset: 404.

@@ -199,6 +199,15 @@ void collect_end_of_generation(Tokenizer::Impl& impl, const gguf::File& file) {
   for (std::string_view text : kEndOfGenerationTexts) {
     if (const Token* id = impl.find(text)) impl.end_of_generation.push_back(*id);
   }
+  // Harmony (gpt-oss) ends its answer with <|return|> and a tool call with <|call|>; its <|end|>
+  // closes one message of several (the reasoning before the answer), so generation goes on,
+  // whatever the metadata names as end-of-turn.
+  if (impl.find("<|return|>") && impl.find("<|channel|>")) {
+    if (const Token* end = impl.find("<|end|>"))
+      std::erase(impl.end_of_generation, *end);
+    impl.end_of_generation.push_back(*impl.find("<|return|>"));
+    if (const Token* call = impl.find("<|call|>")) impl.end_of_generation.push_back(*call);
+  }
   std::sort(impl.end_of_generation.begin(), impl.end_of_generation.end());
   impl.end_of_generation.erase(
       std::unique(impl.end_of_generation.begin(), impl.end_of_generation.end()),

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 namespace strata::api {
@@ -137,7 +139,7 @@ std::vector<json> events_of(const std::string& stream) {
 
 TEST(AnthropicWriter, StreamsOneTextBlockBetweenMessageEvents) {
   auto writer = anthropic_response_writer("m");
-  Usage prompt{10, 0, 4, std::nullopt};
+  Usage prompt{.prompt_tokens = 10, .cached_tokens = 4};
   std::string stream = writer->stream_start(prompt);
   stream += writer->stream_delta({"Hel", {}});
   stream += writer->stream_delta({"lo", {}});
@@ -167,6 +169,41 @@ TEST(AnthropicWriter, AnEmptyAnswerStillHasATextBlock) {
   EXPECT_EQ(whole["content"], json::array({{{"type", "text"}, {"text", ""}}}));
   EXPECT_EQ(whole["stop_reason"], "end_turn");
   EXPECT_TRUE(whole["stop_sequence"].is_null());
+}
+
+TEST(AnthropicWriter, ReasoningAndToolCallsAreBlocksOfTheirOwn) {
+  TextDelta reasoning{.text = "", .logprobs = {}, .reasoning = "Think.", .tool_calls = {}};
+  TextDelta said{.text = "Calling.", .logprobs = {}, .reasoning = "", .tool_calls = {}};
+  TextDelta calls{.text = "", .logprobs = {}, .reasoning = "",
+                  .tool_calls = {{"call_1", "weather", R"({"city":"Paris"})"}, {"call_2", "time", "{}"}}};
+  auto writer = anthropic_response_writer("m");
+  std::string stream = writer->stream_start({});
+  for (const TextDelta* delta : {&reasoning, &said, &calls}) stream += writer->stream_delta(*delta);
+  stream += writer->stream_end({"tool_calls", ""}, {});
+  const auto events = events_of(stream);
+  std::vector<std::string> starts;
+  for (const auto& event : events) {
+    if (event["type"] == "content_block_start") starts.push_back(event["content_block"]["type"]);
+  }
+  EXPECT_EQ(starts, (std::vector<std::string>{"thinking", "text", "tool_use", "tool_use"}));
+  EXPECT_EQ(events[3]["delta"], json({{"type", "thinking_delta"}, {"thinking", "Think."}}));
+  const auto first_call = std::find_if(events.begin(), events.end(), [](const json& event) {
+    return event["type"] == "content_block_start" && event["content_block"]["type"] == "tool_use";
+  });
+  EXPECT_EQ((*first_call)["content_block"], json({{"type", "tool_use"}, {"id", "call_1"}, {"name", "weather"}, {"input", json::object()}}));
+  EXPECT_EQ(json::parse((*(first_call + 1))["delta"]["partial_json"].get<std::string>()), json({{"city", "Paris"}}));
+  EXPECT_EQ(events[events.size() - 2]["delta"]["stop_reason"], "tool_use");
+
+  TextDelta whole_output = reasoning;
+  whole_output.append(TextDelta(said));
+  whole_output.append(TextDelta(calls));
+  const json whole = json::parse(anthropic_response_writer("m")->whole(whole_output, {"tool_calls", ""}, {}));
+  ASSERT_EQ(whole["content"].size(), 4u);
+  EXPECT_EQ(whole["content"][0], json({{"type", "thinking"}, {"thinking", "Think."}, {"signature", ""}}));
+  EXPECT_EQ(whole["content"][1], json({{"type", "text"}, {"text", "Calling."}}));
+  EXPECT_EQ(whole["content"][2]["input"], json({{"city", "Paris"}}));
+  EXPECT_EQ(whole["content"][3]["name"], "time");
+  EXPECT_EQ(whole["stop_reason"], "tool_use");
 }
 
 TEST(AnthropicErrors, TypesFollowTheStatus) {

@@ -75,3 +75,24 @@ TEST_F(CompletionTextTest, EndOfGenerationTokensAreNotShown) {
 
 }  // namespace
 }  // namespace strata::api
+
+namespace strata::api {
+namespace {
+
+// An output parser reads markers that are control tokens, so they can be shown as their text;
+// otherwise control tokens show nothing, as before.
+TEST_F(CompletionTextTest, ControlTokensAreShownOnlyWhenAsked) {
+  const engine::Token bos = tokenizer_->bos();
+  ASSERT_TRUE(tokenizer_->is_control(bos));
+  const engine::GeneratedToken control{bos, -0.5f, {}, false};
+  CompletionText hidden(*tokenizer_, {}, false);
+  EXPECT_EQ(hidden.push(control).text, "");
+  CompletionText shown(*tokenizer_, {}, false, true);
+  EXPECT_EQ(shown.push(generated(0)).text, pieces_[0]);
+  EXPECT_EQ(shown.push(control).text, tokenizer_->token_text(bos));
+  // An end-of-generation token still ends the text without showing itself.
+  EXPECT_EQ(shown.push({tokenizer_->eos(), -0.5f, {}, true}).text, "");
+}
+
+}  // namespace
+}  // namespace strata::api

@@ -1,5 +1,6 @@
 #include "fake_generator.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace strata::api::testing {
@@ -37,6 +38,10 @@ void FakeGenerator::shutdown() {
 
 std::vector<engine::Token> FakeGenerator::tokens_for(std::span<const engine::Token> prompt,
                                                      int count) const {
+  if (options_.script) {
+    const auto script = options_.script(prompt);
+    return {script.begin(), script.begin() + std::min<size_t>(size_t(std::max(count, 0)), script.size())};
+  }
   uint64_t hash = 1469598103934665603ull;  // FNV-1a over the prompt
   for (engine::Token token : prompt) hash = (hash ^ uint32_t(token)) * 1099511628211ull;
   std::vector<engine::Token> tokens;
@@ -112,8 +117,9 @@ void FakeGenerator::generate(engine::GenerationRequest request,
       callbacks.on_finish(engine::FinishReason::Cancelled, {});
       return;
     }
-    engine::GeneratedToken generated{tokens[i], logprob_at(i), {}, false};
-    if (options_.end_of_generation_at == i) {
+    const bool script_done = options_.script && size_t(i) >= tokens.size();
+    engine::GeneratedToken generated{script_done ? 0 : tokens[i], logprob_at(i), {}, false};
+    if (options_.end_of_generation_at == i || script_done) {
       generated.token = options_.end_of_generation_token;
       generated.end_of_generation = true;
     }

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -26,6 +27,9 @@ class FakeGenerator : public engine::Generator {
     bool queue_full = false;
     std::optional<int> end_of_generation_at;  // emit an end-of-generation token at this index
     engine::Token end_of_generation_token = 2;
+    // When set, the model's whole answer to a prompt: these tokens, then the end-of-generation
+    // token.
+    std::function<std::vector<engine::Token>(std::span<const engine::Token> prompt)> script;
   };
 
   explicit FakeGenerator(Options options);
@@ -44,7 +48,8 @@ class FakeGenerator : public engine::Generator {
     waiting_for_ = std::move(why);
   }
 
-  // The first `count` tokens it generates for `prompt` (before any end-of-generation token).
+  // The first `count` tokens it generates for `prompt` (before any end-of-generation token), or
+  // of the script.
   std::vector<engine::Token> tokens_for(std::span<const engine::Token> prompt, int count) const;
   static float logprob_at(int index) { return -0.25f * float(1 + index % 4); }
 

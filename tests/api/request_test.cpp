@@ -127,3 +127,105 @@ TEST(RequestTest, DeepNestingIsRefusedWhileParsing) {
 
 }  // namespace
 }  // namespace strata::api
+
+namespace strata::api {
+namespace {
+
+TEST(RequestTest, ReadsToolsHistoryAndTemplateVariables) {
+  auto request = parse_completion_request(Endpoint::ChatCompletions, R"({"messages":[
+      {"role":"user","content":"Weather?"},
+      {"role":"assistant","content":null,"reasoning_content":"Look it up.","tool_calls":[
+        {"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}}]},
+      {"role":"tool","tool_call_id":"call_1","name":"get_weather","content":[{"type":"text","text":"cold"}]}],
+      "tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"},"strict":true}}],
+      "tool_choice":{"type":"function","function":{"name":"get_weather"}},"parallel_tool_calls":false,
+      "reasoning_effort":"high","chat_template_kwargs":{"enable_thinking":false,"custom":[1]}})");
+  ASSERT_EQ(request.messages.size(), 3u);
+  const ChatMessage& call = request.messages[1];
+  EXPECT_EQ(call.content, "");
+  EXPECT_EQ(call.reasoning_content, "Look it up.");
+  ASSERT_EQ(call.tool_calls.size(), 1u);
+  EXPECT_EQ(call.tool_calls[0].id, "call_1");
+  EXPECT_EQ(call.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(call.tool_calls[0].arguments, R"({"city":"Oslo"})");
+  EXPECT_EQ(request.messages[2].tool_call_id, "call_1");
+  EXPECT_EQ(request.messages[2].name, "get_weather");
+  EXPECT_EQ(request.messages[2].content, "cold");
+  ASSERT_EQ(request.tools.size(), 1u);
+  EXPECT_EQ(request.tool_choice.mode, ToolChoice::Mode::Function);
+  EXPECT_EQ(request.tool_choice.function, "get_weather");
+  EXPECT_FALSE(request.parallel_tool_calls);
+  EXPECT_EQ(request.template_kwargs["reasoning_effort"], "high");
+  EXPECT_EQ(request.template_kwargs["enable_thinking"], false);
+  EXPECT_EQ(request.template_kwargs["custom"], nlohmann::ordered_json::array({1}));
+}
+
+TEST(RequestTest, OllamaToolsThinkAndArgumentObjects) {
+  auto request = parse_ollama_request(OllamaEndpoint::Chat, R"({"messages":[
+      {"role":"user","content":"Weather?"},
+      {"role":"assistant","content":"","thinking":"Hm.","tool_calls":[{"function":{"name":"get_weather","arguments":{"city":"Oslo","days":2}}}]},
+      {"role":"tool","tool_name":"get_weather","content":"cold"}],
+      "tools":[{"type":"function","function":{"name":"get_weather"}}],"think":true})");
+  ASSERT_EQ(request.messages.size(), 3u);
+  EXPECT_EQ(request.messages[1].reasoning_content, "Hm.");
+  ASSERT_EQ(request.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(request.messages[1].tool_calls[0].arguments, R"({"city":"Oslo","days":2})");  // keys in order
+  EXPECT_EQ(request.messages[2].name, "get_weather");
+  EXPECT_EQ(request.template_kwargs["enable_thinking"], true);
+  EXPECT_THROW(parse_ollama_request(OllamaEndpoint::Chat, R"({"messages":[{"role":"user","content":"x"}],"think":"max"})"),
+               ApiError);
+}
+
+TEST(RequestTest, RefusesMalformedToolRequests) {
+  const std::string user = R"("messages":[{"role":"user","content":"x"}])";
+  for (const std::string& body : std::vector<std::string>{
+           "{" + user + R"(,"tools":{"type":"function"}})",
+           "{" + user + R"(,"tools":[{"type":"function","function":{"name":"bad name"}}]})",
+           "{" + user + R"(,"tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"f"}}]})",
+           "{" + user + R"(,"tools":[{"type":"function","function":{"name":"f","parameters":"{}"}}]})",
+           "{" + user + R"(,"tools":[{"type":"function","function":{"name":"f","color":"red"}}]})",
+           "{" + user + R"(,"reasoning_effort":"maximal"})",
+           "{" + user + R"(,"chat_template_kwargs":[]})",
+           R"({"messages":[{"role":"assistant","tool_calls":[{"type":"function","function":{"name":"f","arguments":"{}"}}]}]})",
+           R"({"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":{}}}]}]})",
+           R"({"messages":[{"role":"tool","content":"x"}]})",
+           R"({"messages":[{"role":"user","content":"x","tool_calls":[]}]})",
+       }) {
+    EXPECT_THROW(parse_completion_request(Endpoint::ChatCompletions, body), ApiError) << body;
+  }
+}
+
+}  // namespace
+}  // namespace strata::api
+
+namespace strata::api {
+namespace {
+
+// Objects keep their members' order (the tools reach the template as the client wrote them),
+// which costs a search per member: objects are bounded so that no body can take long to parse.
+TEST(RequestTest, RefusesObjectsOfMoreThan256Members) {
+  auto body_with = [](int members) {
+    std::string metadata = "{";
+    for (int i = 0; i < members; ++i) metadata += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":0";
+    return R"({"messages":[{"role":"user","content":"x"}],"metadata":)" + metadata + "}}";
+  };
+  EXPECT_NO_THROW(parse_completion_request(Endpoint::ChatCompletions, body_with(256)));
+  try {
+    parse_completion_request(Endpoint::ChatCompletions, body_with(257));
+    FAIL() << "no error";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.code, "invalid_json");
+    EXPECT_NE(std::string(e.what()).find("256 members"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RequestTest, ToolsKeepTheClientsKeyOrder) {
+  auto request = parse_completion_request(Endpoint::ChatCompletions, R"({"messages":[{"role":"user","content":"x"}],
+      "tools":[{"type":"function","function":{"name":"f","description":"d","parameters":{"type":"object","properties":{"z":{},"a":{}}}}}]})");
+  EXPECT_EQ(request.tools.dump(),
+            R"([{"type":"function","function":{"name":"f","description":"d","parameters":{"type":"object","properties":{"z":{},"a":{}}}}}])");
+}
+
+}  // namespace
+}  // namespace strata::api

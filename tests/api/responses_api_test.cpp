@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 namespace strata::api {
@@ -117,7 +119,7 @@ TEST(ResponsesWriter, EventsInOrderWithTheWholeTextAtTheEnd) {
   std::string stream = writer->stream_start({});
   stream += writer->stream_delta({"Hel", {}});
   stream += writer->stream_delta({"lo", {}});
-  stream += writer->stream_end({"stop", ""}, {5, 2, 1, std::nullopt});
+  stream += writer->stream_end({"stop", ""}, Usage{.prompt_tokens = 5, .completion_tokens = 2, .cached_tokens = 1});
   const auto events = events_of(stream);
   std::vector<std::string> types;
   for (size_t i = 0; i < events.size(); ++i) {
@@ -135,6 +137,35 @@ TEST(ResponsesWriter, EventsInOrderWithTheWholeTextAtTheEnd) {
   EXPECT_EQ(done["usage"]["input_tokens"], 5);
   EXPECT_EQ(done["usage"]["input_tokens_details"]["cached_tokens"], 1);
   EXPECT_EQ(done["usage"]["total_tokens"], 7);
+}
+
+TEST(ResponsesWriter, ReasoningMessageAndCallsAreItemsInOrder) {
+  auto writer = responses_api_writer("m", read_responses_request(R"({"input":"x"})").settings);
+  std::string stream = writer->stream_start({});
+  stream += writer->stream_delta({.text = "", .logprobs = {}, .reasoning = "Think.", .tool_calls = {}});
+  stream += writer->stream_delta({.text = "", .logprobs = {}, .reasoning = "",
+                                  .tool_calls = {{"call_1", "weather", R"({"city":"Paris"})"}}});
+  stream += writer->stream_end({"tool_calls", ""}, Usage{.completion_tokens = 9, .reasoning_tokens = 3});
+  const auto events = events_of(stream);
+  std::vector<std::string> added;
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i]["sequence_number"], i);
+    if (events[i]["type"] == "response.output_item.added") added.push_back(events[i]["item"]["type"]);
+  }
+  // The message comes last here: an answer always has one, empty when only calls came.
+  EXPECT_EQ(added, (std::vector<std::string>{"reasoning", "function_call", "message"}));
+  const json& output = events.back()["response"]["output"];
+  ASSERT_EQ(output.size(), 3u);
+  EXPECT_EQ(output[0]["content"][0], json({{"type", "reasoning_text"}, {"text", "Think."}}));
+  EXPECT_EQ(output[1]["call_id"], "call_1");
+  EXPECT_EQ(output[1]["arguments"], R"({"city":"Paris"})");
+  EXPECT_EQ(output[1]["status"], "completed");
+  EXPECT_EQ(events.back()["response"]["usage"]["output_tokens_details"]["reasoning_tokens"], 3);
+  const auto arguments = std::find_if(events.begin(), events.end(), [](const json& event) {
+    return event["type"] == "response.function_call_arguments.done";
+  });
+  ASSERT_NE(arguments, events.end());
+  EXPECT_EQ((*arguments)["arguments"], R"({"city":"Paris"})");
 }
 
 TEST(ResponsesWriter, RunningOutOfTokensIsIncomplete) {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -68,11 +69,12 @@ class ApiServerTest : public ::testing::Test {
     return options;
   }
 
-  void start(FakeGenerator::Options fake = fake_options(), ServerOptions options = {}) {
+  void start(FakeGenerator::Options fake = fake_options(), ServerOptions options = {},
+             const std::string& chat_template = "") {
     options.host = "127.0.0.1";
     options.port = 0;
     generator_ = std::make_unique<FakeGenerator>(std::move(fake));
-    server_ = std::make_unique<Server>(*generator_, *tokenizer_, kModel, "", options);
+    server_ = std::make_unique<Server>(*generator_, *tokenizer_, kModel, chat_template, options);
     server_->start();
   }
 
@@ -211,7 +213,8 @@ TEST_F(ApiServerTest, ChatCompletionShapeAndUsage) {
   EXPECT_EQ(r["usage"], json({{"prompt_tokens", prompt_tokens},
                               {"completion_tokens", 5},
                               {"total_tokens", prompt_tokens + 5},
-                              {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
+                              {"prompt_tokens_details", {{"cached_tokens", 0}}},
+                              {"completion_tokens_details", {{"reasoning_tokens", 0}}}}));
 }
 
 TEST_F(ApiServerTest, CompletionShapeWithoutModelField) {
@@ -470,12 +473,12 @@ TEST_F(ApiServerTest, BadRequestsGetOpenAiErrors) {
       {chat, R"({"messages":[]})", 400, "messages", "invalid_value"},
       {chat, R"({"messages":[{"content":"hi"}]})", 400, "messages[0].role",
        "missing_required_parameter"},
-      {chat, R"({"messages":[{"role":"tool","content":"x"}]})", 400, "messages[0].role",
+      {chat, R"({"messages":[{"role":"function","content":"x"}]})", 400, "messages[0].role",
        "unsupported_parameter"},
       {chat, R"({"messages":[{"role":"user","content":5}]})", 400, "messages[0].content",
        "invalid_type"},
       {chat, R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})",
-       400, "messages[0].content[0].type", "unsupported_parameter"},
+       400, "messages[0].content[0]", "unsupported_parameter"},
       {chat, "{" + user + R"(,"max_tokens":"5"})", 400, "max_tokens", "invalid_type"},
       {chat, "{" + user + R"(,"max_tokens":0})", 400, "max_tokens", "invalid_value"},
       {chat, "{" + user + R"(,"max_tokens":2.5})", 400, "max_tokens", "invalid_type"},
@@ -1189,6 +1192,247 @@ TEST(WaitingServerTest, SaysWhatItWaitsForUntilTheModelIsHere) {
   EXPECT_NE(error["message"].get<std::string>().find("waiting for the model's manifest from peer 127.0.0.1:9"),
             std::string::npos)
       << error;
+}
+
+// Tool calling and reasoning through the API, with Qwen3's real template (Hermes calls, <think>
+// reasoning) and a generator that writes a scripted answer.
+class ToolCallingTest : public ApiServerTest {
+ protected:
+  static std::string shared_template(const std::string& name) {
+    std::ifstream in(std::string(STRATA_SHARED_DIR) + "/templates/" + name);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+  void start_with_answer(const std::string& answer, const std::string& chat_template = "Qwen-Qwen3-0.6B.jinja") {
+    FakeGenerator::Options fake = fake_options();
+    fake.limits.context_size = 4096;  // the template's tool instructions are long in these tokens
+    fake.script = [answer = tokenizer_->encode(answer, false, false)](auto) { return answer; };
+    start(std::move(fake), {}, shared_template(chat_template));
+  }
+
+  static json tools() {
+    return json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+        "description": "The weather in a city, today",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+        {"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}])");
+  }
+
+  static json request(json extra = json::object()) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
+                 {"tools", tools()}, {"max_tokens", 1000}, {"seed", 11}};
+    for (auto& [key, value] : extra.items()) body[key] = value;
+    return body;
+  }
+
+  std::string prompt_text() const {
+    const auto prompt = generator_->last_request().prompt;
+    return decode(prompt);
+  }
+};
+
+const std::string kThinkAndCall =
+    "<think>\nThe user wants the weather.\n</think>\n\n<tool_call>\n"
+    "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+
+TEST_F(ToolCallingTest, AnswerWithReasoningAndACall) {
+  start_with_answer(kThinkAndCall);
+  const Reply reply = post("/v1/chat/completions", request());
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json& choice = reply.body["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  const json& message = choice["message"];
+  EXPECT_TRUE(message["content"].is_null()) << message;
+  EXPECT_EQ(message["reasoning_content"], "The user wants the weather.");
+  ASSERT_EQ(message["tool_calls"].size(), 1u);
+  const json& call = message["tool_calls"][0];
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(call["function"]["arguments"].get<std::string>()), json({{"city", "Paris"}}));
+  EXPECT_TRUE(call["id"].get<std::string>().starts_with("call_")) << call;
+  const json& usage = reply.body["usage"];
+  const int reasoning = usage["completion_tokens_details"]["reasoning_tokens"];
+  // The reasoning's tokens: at least those of its text, fewer than the whole answer's.
+  EXPECT_GE(reasoning, int(tokenizer_->encode("The user wants the weather.", false, false).size()));
+  EXPECT_LT(reasoning, usage["completion_tokens"].get<int>());
+
+  // The template was given the tools.
+  const std::string prompt = prompt_text();
+  EXPECT_NE(prompt.find("The weather in a city, today"), std::string::npos) << prompt;
+  EXPECT_NE(prompt.find("<tools>"), std::string::npos) << prompt;
+}
+
+TEST_F(ToolCallingTest, CallIdsFollowTheSeed) {
+  start_with_answer(kThinkAndCall);
+  auto id = [&](int seed) {
+    return post("/v1/chat/completions", request({{"seed", seed}})).body["choices"][0]["message"]["tool_calls"][0]["id"];
+  };
+  EXPECT_EQ(id(5), id(5));
+  EXPECT_NE(id(5), id(6));
+}
+
+TEST_F(ToolCallingTest, StreamsReasoningThenTheCallAsOpenAiDoes) {
+  start_with_answer(kThinkAndCall);
+  const auto events = post_stream("/v1/chat/completions", request({{"stream", true}}));
+  ASSERT_GE(events.size(), 4u);
+  std::string reasoning, content;
+  std::vector<json> call_deltas;
+  std::string finish;
+  for (const auto& event : events) {
+    if (event == "[DONE]") continue;
+    const json& choice = event["choices"][0];
+    const json& delta = choice["delta"];
+    if (delta.contains("reasoning_content")) reasoning += delta["reasoning_content"].get<std::string>();
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+    if (delta.contains("tool_calls")) call_deltas.push_back(delta["tool_calls"][0]);
+    if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+  }
+  EXPECT_EQ(reasoning, "The user wants the weather.");
+  EXPECT_EQ(content, "");  // no markup leaks into the content
+  EXPECT_EQ(finish, "tool_calls");
+  ASSERT_EQ(call_deltas.size(), 2u);
+  EXPECT_EQ(call_deltas[0]["index"], 0);
+  EXPECT_TRUE(call_deltas[0]["id"].get<std::string>().starts_with("call_"));
+  EXPECT_EQ(call_deltas[0]["type"], "function");
+  EXPECT_EQ(call_deltas[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(call_deltas[1]["index"], 0);
+  EXPECT_FALSE(call_deltas[1].contains("id"));
+  EXPECT_EQ(json::parse(call_deltas[1]["function"]["arguments"].get<std::string>()), json({{"city", "Paris"}}));
+}
+
+TEST_F(ToolCallingTest, ToolChoiceNoneLeavesTheCallAsText) {
+  start_with_answer(kThinkAndCall);
+  const Reply reply = post("/v1/chat/completions", request({{"tool_choice", "none"}}));
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json& choice = reply.body["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "stop");
+  EXPECT_FALSE(choice["message"].contains("tool_calls"));
+  EXPECT_NE(choice["message"]["content"].get<std::string>().find("<tool_call>"), std::string::npos);
+  EXPECT_EQ(choice["message"]["reasoning_content"], "The user wants the weather.");
+}
+
+TEST_F(ToolCallingTest, OnlyTheFirstCallWithoutParallelCalls) {
+  const std::string second = "\n<tool_call>\n{\"name\": \"search\", \"arguments\": {}}\n</tool_call>";
+  start_with_answer(kThinkAndCall + second);
+  const Reply both = post("/v1/chat/completions", request());
+  ASSERT_EQ(both.status, 200) << both.body;
+  EXPECT_EQ(both.body["choices"][0]["message"]["tool_calls"].size(), 2u) << both.body;
+  const Reply first = post("/v1/chat/completions", request({{"parallel_tool_calls", false}}));
+  ASSERT_EQ(first.status, 200) << first.body;
+  ASSERT_EQ(first.body["choices"][0]["message"]["tool_calls"].size(), 1u) << first.body;
+  EXPECT_EQ(first.body["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+}
+
+// A tool loop's history reaches the template as Hugging Face passes it: the call's arguments as
+// an object (the template writes it with tojson), the tool's answer, the kwargs.
+TEST_F(ToolCallingTest, HistoryWithCallsAndResultsReachesTheTemplate) {
+  start_with_answer("It is sunny.");
+  json body = request({{"chat_template_kwargs", {{"enable_thinking", false}}}});
+  body["messages"].push_back({{"role", "assistant"}, {"content", nullptr}, {"reasoning_content", "Look it up."},
+                              {"tool_calls", {{{"id", "call_1"}, {"type", "function"},
+                                               {"function", {{"name", "get_weather"},
+                                                             {"arguments", "{\"city\":\"Paris\"}"}}}}}}});
+  body["messages"].push_back({{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "sunny, 24 C"}});
+  const Reply reply = post("/v1/chat/completions", body);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  // The text as the tokens decode (SentencePiece puts a space in front), untouched by parsing.
+  EXPECT_EQ(reply.body["choices"][0]["message"]["content"], decode(tokenizer_->encode("It is sunny.", false, false)));
+  EXPECT_EQ(reply.body["choices"][0]["finish_reason"], "stop");
+  const std::string prompt = prompt_text();
+  EXPECT_NE(prompt.find("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"), std::string::npos)
+      << prompt;
+  EXPECT_NE(prompt.find("<tool_response>\nsunny, 24 C\n</tool_response>"), std::string::npos) << prompt;
+  EXPECT_TRUE(prompt.ends_with("<think>\n\n</think>\n\n")) << prompt;  // enable_thinking false
+}
+
+// gpt-oss: the analysis channel is the reasoning, the final channel the answer; the effort
+// reaches the template.
+TEST_F(ToolCallingTest, HarmonyChannelsAndReasoningEffort) {
+  start_with_answer("<|channel|>analysis<|message|>Just greet.<|end|><|start|>assistant<|channel|>final<|message|>Hello!",
+                    "openai-gpt-oss-120b.jinja");
+  json body = request({{"reasoning_effort", "high"}, {"stream", true}});
+  body.erase("tools");
+  std::string reasoning, content;
+  for (const auto& event : post_stream("/v1/chat/completions", body)) {
+    if (event == "[DONE]") continue;
+    const json& delta = event["choices"][0]["delta"];
+    reasoning += delta.value("reasoning_content", "");
+    content += delta.value("content", "");
+  }
+  EXPECT_EQ(reasoning, "Just greet.");
+  EXPECT_EQ(content, "Hello!");
+  EXPECT_NE(prompt_text().find("Reasoning: high"), std::string::npos) << prompt_text();
+}
+
+TEST_F(ToolCallingTest, OllamaChatTakesToolsAndAnswersWithArgumentObjects) {
+  start_with_answer(kThinkAndCall);
+  const Reply reply = post("/api/chat", json{{"messages", {{{"role", "user"}, {"content", "Weather?"}}}},
+                                             {"tools", tools()}, {"stream", false}});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json& message = reply.body["message"];
+  ASSERT_EQ(message["tool_calls"].size(), 1u) << reply.body;
+  EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], json({{"city", "Paris"}}));
+  EXPECT_EQ(message["thinking"], "The user wants the weather.");
+  EXPECT_EQ(reply.body["done_reason"], "stop");
+}
+
+TEST_F(ToolCallingTest, BadToolRequestsAreRefusedSayingWhy) {
+  start_with_answer("x");
+  struct Case {
+    json body;
+    std::string param, code;
+  };
+  json orphan = request();
+  orphan["messages"].push_back({{"role", "tool"}, {"tool_call_id", "call_9"}, {"content", "?"}});
+  json image = request();
+  image["messages"][0]["content"] = json::parse(R"([{"type":"image_url","image_url":{"url":"x"}}])");
+  json unnamed = request();
+  unnamed["tools"][0]["function"].erase("name");
+  const std::vector<Case> cases = {
+      {request({{"tool_choice", {{"type", "function"}, {"function", {{"name", "fly"}}}}}}),
+       "tool_choice.function.name", "invalid_value"},
+      {orphan, "messages[1].tool_call_id", "invalid_value"},
+      {image, "messages[0].content[0]", "unsupported_parameter"},
+      {unnamed, "tools[0].function.name", "missing_required_parameter"},
+      {request({{"tools", json::parse(R"([{"type":"retrieval"}])")}}), "tools[0].type", "unsupported_parameter"},
+      {request({{"tool_choice", "sometimes"}}), "tool_choice", "invalid_value"},
+      {json{{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"tool_choice", "required"}}, "tool_choice",
+       "invalid_value"},
+      {request({{"chat_template_kwargs", {{"tools", 1}}}}), "chat_template_kwargs.tools", "invalid_value"},
+  };
+  for (const auto& c : cases) {
+    const Reply reply = post("/v1/chat/completions", c.body);
+    EXPECT_EQ(reply.status, 400) << c.body;
+    EXPECT_EQ(reply.body["error"]["param"], c.param) << reply.body;
+    EXPECT_EQ(reply.body["error"]["code"], c.code) << reply.body;
+  }
+}
+
+// A GGUF's tokenizer.chat_template.tool_use renders the requests that offer tools.
+TEST_F(ToolCallingTest, TheToolUseTemplateRendersRequestsWithTools) {
+  FakeGenerator::Options fake = fake_options();
+  fake.limits.context_size = 4096;
+  ServerOptions options;
+  options.tool_use_chat_template = shared_template("Qwen-Qwen3-0.6B.jinja");
+  start(std::move(fake), options, "{% for m in messages %}{{ m.content }}{% endfor %} -> ");
+  ASSERT_EQ(post("/v1/chat/completions", request()).status, 200);
+  EXPECT_NE(prompt_text().find("<tools>"), std::string::npos) << prompt_text();
+  json without_tools = request();
+  without_tools.erase("tools");
+  ASSERT_EQ(post("/v1/chat/completions", without_tools).status, 200);
+  EXPECT_EQ(prompt_text(), decode(tokenizer_->encode("Weather in Paris? -> ", false, false)));
+}
+
+// Without a template of its own the model has nowhere to be told of tools.
+TEST_F(ApiServerTest, ToolsNeedTheModelsOwnTemplate) {
+  start();
+  const Reply reply = post("/v1/chat/completions",
+                           json{{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                {"tools", json::parse(R"([{"type":"function","function":{"name":"f"}}])")}});
+  EXPECT_EQ(reply.status, 400);
+  EXPECT_EQ(reply.body["error"]["param"], "tools");
 }
 
 TEST(ModelNameTest, IsTheFileNameWithoutGguf) {

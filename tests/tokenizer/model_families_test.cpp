@@ -93,6 +93,20 @@ TEST_P(ModelFamilies, LongRunsStayLinear) {
   }
 }
 
+// gpt-oss writes its reasoning, then <|end|>, then its answer: only <|return|> (the answer's end)
+// and <|call|> (a tool call's) end the generation.
+TEST(ModelFamilies, HarmonyEndsAtReturnAndCallNotAtEnd) {
+  const auto loaded = test::load(reference_dir() / "ggml-vocab-gpt-oss.gguf");
+  const Tokenizer& tokenizer = *loaded.tokenizer;
+  for (const char* text : {"<|return|>", "<|call|>", "<|end|>"}) ASSERT_TRUE(tokenizer.find_token(text)) << text;
+  EXPECT_TRUE(tokenizer.is_end_of_generation(*tokenizer.find_token("<|return|>")));
+  EXPECT_TRUE(tokenizer.is_end_of_generation(*tokenizer.find_token("<|call|>")));
+  EXPECT_FALSE(tokenizer.is_end_of_generation(*tokenizer.find_token("<|end|>")));
+  // Other families keep <|end|>-like markers as ends: Qwen's <|im_end|>.
+  const auto qwen = test::load(reference_dir() / "ggml-vocab-qwen3.gguf");
+  EXPECT_TRUE(qwen.tokenizer->is_end_of_generation(*qwen.tokenizer->find_token("<|im_end|>")));
+}
+
 INSTANTIATE_TEST_SUITE_P(Reference, ModelFamilies, testing::ValuesIn(kFamilies),
                          [](const testing::TestParamInfo<std::string>& info) { return test::test_name(info.param); });
 
