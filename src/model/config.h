@@ -23,8 +23,10 @@ struct Yarn {
   int original_context = 0;
   float beta_fast = 32.0f;
   float beta_slow = 1.0f;
-  // DeepSeek's mscale_all_dim (GGUF's rope.scaling.yarn_log_multiplier / 0.1); 0: none. With
-  // it cos and sin keep their size, and the attention scale takes (1 + 0.1 m ln(factor))^2.
+  // DeepSeek's mscale_all_dim m (GGUF's rope.scaling.yarn_log_multiplier / 0.1); 0: none. With
+  // it cos and sin keep their size, and the attention scale takes (1 + 0.1 m ln(factor))^2, as
+  // DeepSeek defines it. (Without it llama.cpp would also square 1 + 0.1 ln(factor) into the
+  // scale of a deepseek2 file; Strata keeps the definition's plain YaRN.)
   float log_multiplier = 0.0f;
 };
 

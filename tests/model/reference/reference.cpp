@@ -17,7 +17,7 @@ using Vector = std::vector<double>;
 using Matrix = std::vector<Vector>;  // one row per position
 
 struct Hyperparameters {
-  bool neox_rope = false;  // qwen2, qwen3, phi3 and glm4moe rotate (x[i], x[i + n/2]); llama (x[2i], x[2i+1])
+  bool neox_rope = false;  // qwen2, qwen3, phi3, glm4moe rotate (x[i], x[i + n/2]); llama, deepseek2 (x[2i], x[2i+1])
   bool qk_norm = false;    // qwen3 (and GLM-4.5): each head of Q and K is RMS-normalized before RoPE
   bool fused_gate_up = false;  // phi3: ffn_up holds the gate's rows, then the up's
   std::string ffn_norm = "ffn_norm";  // the norm before the FFN; glm4moe's is post_attention_norm
@@ -96,7 +96,7 @@ Hyperparameters read_hyperparameters(const gguf::File& model) {
   const bool glm = *arch == "glm4moe";
   const bool deepseek = *arch == "deepseek2";
   Hyperparameters hp;
-  hp.neox_rope = *arch != "llama";
+  hp.neox_rope = *arch != "llama" && !deepseek;
   hp.gemma = *arch == "gemma3";
   hp.qk_norm = *arch == "qwen3" || *arch == "qwen3moe" || hp.gemma ||
                (glm && model.find_tensor("blk.0.attn_q_norm.weight"));
@@ -162,17 +162,14 @@ Hyperparameters read_hyperparameters(const gguf::File& model) {
     if (hp.yarn_factor < 1.0) throw gguf::Error("reference: YaRN factor below 1");
     hp.yarn_beta_fast = model.get_float(prefix + "rope.scaling.yarn_beta_fast").value_or(32.0);
     hp.yarn_beta_slow = model.get_float(prefix + "rope.scaling.yarn_beta_slow").value_or(1.0);
-    // DeepSeek's YaRN (its converter writes 0.1 mscale_all_dim) leaves cos and sin as they are
-    // and scales the scores by mscale^2, mscale = 1 + 0.1 mscale_all_dim ln(factor); others
-    // scale cos and sin by 1 + 0.1 ln(factor).
-    const std::optional<double> log_multiplier = model.get_float(prefix + "rope.scaling.yarn_log_multiplier");
-    if (log_multiplier && !deepseek) throw gguf::Error("reference: YaRN log multiplier outside deepseek2");
-    if (deepseek) {
-      const double mscale = 1.0 + log_multiplier.value_or(0.0) * std::log(hp.yarn_factor);
-      hp.attention_factor = mscale * mscale;
-    } else {
-      hp.yarn_magnitude = 1.0 + 0.1 * std::log(hp.yarn_factor);
-    }
+    // YaRN scales cos and sin by 1 + 0.1 ln(factor). DeepSeek's, given its mscale_all_dim m
+    // (the converter writes 0.1 m), scales the scores by (1 + 0.1 m ln(factor))^2 instead, and
+    // cos and sin by its mscale's over m's, which GGUF takes for 1.
+    const double log_multiplier = model.get_float(prefix + "rope.scaling.yarn_log_multiplier").value_or(0.0);
+    if (log_multiplier != 0.0 && !deepseek) throw gguf::Error("reference: YaRN log multiplier outside deepseek2");
+    const double mscale = 1.0 + log_multiplier * std::log(hp.yarn_factor);
+    hp.attention_factor = mscale * mscale;
+    hp.yarn_magnitude = log_multiplier != 0.0 ? 1.0 : 1.0 + 0.1 * std::log(hp.yarn_factor);
   } else if (scaling != "none") {
     throw gguf::Error("reference: unsupported RoPE scaling " + scaling);
   }
@@ -477,6 +474,7 @@ Matrix mixture_of_experts(const gguf::File& model, const std::string& block, con
     for (size_t e = 0; bias && e < hp.expert_count; ++e) ranked[e] += (*bias)[e];
     // Groups of consecutive experts: only those of the best groups by their two highest
     // ranked scores stay candidates.
+    double group_margin = INFINITY;
     if (hp.expert_groups > 1) {
       const size_t group_size = hp.expert_count / hp.expert_groups;
       Vector group_scores;
@@ -487,6 +485,11 @@ Matrix mixture_of_experts(const gguf::File& model, const std::string& block, con
         group_scores.push_back(members[static_cast<size_t>(best[0])] + members[static_cast<size_t>(best[1])]);
       }
       const std::vector<int> kept = top_experts(group_scores, hp.expert_groups_used);
+      for (size_t g = 0; g < hp.expert_groups; ++g) {
+        if (std::find(kept.begin(), kept.end(), static_cast<int>(g)) == kept.end()) {
+          group_margin = std::min(group_margin, group_scores[static_cast<size_t>(kept.back())] - group_scores[g]);
+        }
+      }
       for (size_t e = 0; e < hp.expert_count; ++e) {
         if (std::find(kept.begin(), kept.end(), static_cast<int>(e / group_size)) == kept.end()) ranked[e] = -INFINITY;
       }
@@ -504,7 +507,8 @@ Matrix mixture_of_experts(const gguf::File& model, const std::string& block, con
                            hp.weights_scale;
       for (size_t i = 0; i < hp.embedding; ++i) outputs[t][i] += weight * expert_outputs[static_cast<size_t>(e)][t][i];
     }
-    choices.push_back({chosen, bias ? ranked : scores[t], hp.sigmoid_gating ? 0.25 : 1.0});
+    choices.push_back({chosen, bias || hp.expert_groups > 1 ? ranked : scores[t], hp.sigmoid_gating ? 0.25 : 1.0,
+                       group_margin});
   }
   return outputs;
 }
