@@ -149,8 +149,10 @@ Config Config::from_gguf(const gguf::File& file) {
     c.expert_weights_scale = static_cast<float>(scale);
     const int shared = file.find(p + "expert_shared_count") ? required_int(file, p + "expert_shared_count", 0, 64) : 0;
     c.shared_expert_ffn_dim = shared * c.expert_ffn_dim;
+    // More leading dense layers than layers (a file of a model's first layers) make them all
+    // dense, as llama.cpp reads it.
     c.leading_dense_layers = file.find(p + "leading_dense_block_count")
-                                 ? required_int(file, p + "leading_dense_block_count", 0, c.layer_count)
+                                 ? required_int(file, p + "leading_dense_block_count", 0, 1 << 16)
                                  : 0;
     c.expert_selection_bias =
         !deepseek || file.find_tensor("blk." + std::to_string(c.leading_dense_layers) + ".exp_probs_b.bias");

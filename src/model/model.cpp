@@ -155,7 +155,6 @@ void bind_latent_attention(const TensorBinder& bind, const std::string& p, const
   }
   l.kv_a = bind.prepared(p + "attn_kv_a_mqa.weight", c.embedding_dim, mla.kv_rank + c.rope_dim);
   l.kv_a_norm = bind.vector(p + "attn_kv_a_norm.weight", mla.kv_rank);
-  l.o = bind.prepared(p + "attn_output.weight", heads * mla.value_dim, c.embedding_dim);
   if (bind.find(p + "attn_k_b.weight") != nullptr) {
     l.k_b = bind.experts(p + "attn_k_b.weight", mla.nope_dim, mla.kv_rank, heads);
     l.v_b = bind.experts(p + "attn_v_b.weight", mla.kv_rank, mla.value_dim, heads);
@@ -512,8 +511,10 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
       l.q = bind.prepared(p + "attn_q.weight", c.embedding_dim, c.q_dim());
       l.k = bind.prepared(p + "attn_k.weight", c.embedding_dim, c.kv_dim());
       l.v = bind.prepared(p + "attn_v.weight", c.embedding_dim, c.kv_dim());
-      l.o = bind.prepared(p + "attn_output.weight", c.q_dim(), c.embedding_dim);
     }
+    // The heads' values: with latent attention each head's after attn_v_b.
+    const int head_values = c.has_latent_attention() ? c.head_count * c.mla.value_dim : c.q_dim();
+    l.o = bind.prepared(p + "attn_output.weight", head_values, c.embedding_dim);
     if (c.has_output_bias) l.o_bias = bind.vector(p + "attn_output.bias", c.embedding_dim);
     if (c.has_attention_sinks) l.sinks = bind.vector(p + "attn_sinks.weight", c.head_count);
     if (c.has_post_norms) {
