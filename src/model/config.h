@@ -122,12 +122,13 @@ struct Config {
   // for multi-token prediction, whose tensors no forward pass reads.
   int skipped_layer_count = 0;
   // With latent attention, one KV head whose keys (head_dim) are the latent and the rotated
-  // part, and whose values are the latent.
+  // part, and whose values are the keys' latent.
   LatentAttention mla;
 
   bool has_latent_attention() const { return mla.kv_rank > 0; }
-  // The width of a KV head's values in the cache (its keys' is head_dim).
-  int cached_value_dim() const { return has_latent_attention() ? mla.kv_rank : head_dim; }
+  // The width of a KV head's values in the cache (its keys' is head_dim): none with latent
+  // attention, whose values are its keys' leading kv_rank, the latent.
+  int cached_value_dim() const { return has_latent_attention() ? 0 : head_dim; }
 
   int kv_dim() const { return kv_head_count * head_dim; }
   bool is_sliding(int layer) const {

@@ -674,7 +674,9 @@ void Model::attention(int layer_index, const Layer& layer, tensor::ThreadPool& p
   const int kv_heads = c.kv_head_count;
   const int group = heads / kv_heads;
   const int key_dim = c.head_dim;
-  const int value_dim = c.cached_value_dim();
+  // With latent attention the values are the keys' leading kv_rank dimensions (the latent).
+  const bool values_in_keys = c.has_latent_attention();
+  const int value_dim = values_in_keys ? c.mla.kv_rank : c.cached_value_dim();
   const float scale = c.attention_scale > 0.0f ? c.attention_scale : 1.0f / std::sqrt(static_cast<float>(key_dim));
   // An item takes every query head that shares a KV head, so that each block of the cache is
   // read (and, stored as f16, widened) once for all of them; when that leaves threads idle
@@ -686,7 +688,7 @@ void Model::attention(int layer_index, const Layer& layer, tensor::ThreadPool& p
   const int64_t items = rows * kv_heads * items_per_kv_head;
   pool.parallel_for(items, [&](int64_t begin, int64_t end) {
     // Kept by the pool's threads: no allocation per call.
-    thread_local std::vector<float> weights, widened, totals;
+    thread_local std::vector<float> weights, widened, totals, head_weights, head_sums;
     for (int64_t item = begin; item < end; ++item) {
       const size_t row = static_cast<size_t>(item / (kv_heads * items_per_kv_head));
       const int kv_head = static_cast<int>(item / items_per_kv_head % kv_heads);
@@ -732,9 +734,34 @@ void Model::attention(int layer_index, const Layer& layer, tensor::ThreadPool& p
       // Block by block, so that the heads after the first read its values from L1.
       for (int64_t first = scored_from; first < span; first += kKvBlock) {
         const int64_t from = std::max(first, first_key);
-        const float* values =
-            floats(static_cast<int>(first / kKvBlock), value_offset, layout.value_elements) + (from - first) * value_dim;
         const int64_t count = std::min<int64_t>(first + kKvBlock, span) - from;
+        const int block = static_cast<int>(first / kKvBlock);
+        if (values_in_keys) {
+          // The values lie dimension-major, as keys: a head's sum over the block is, per
+          // dimension, the dot product of that dimension's positions with the head's weights,
+          // which is key_scores with the dimensions as queries and up to kKvBlock heads'
+          // weights as keys (one a lane). Each lane's chain is its head's alone, so the heads
+          // that share a call change no bit; the blocks' sums add in block order.
+          const float* keys = floats(block, key_offset, layout.key_elements) + (from - first);
+          for (int j0 = 0; j0 < n_heads; j0 += kKvBlock) {
+            const int lanes = std::min(kKvBlock, n_heads - j0);
+            head_weights.assign(static_cast<size_t>(count) * kKvBlock, 0.0f);
+            for (int64_t i = 0; i < count; ++i) {
+              for (int j = 0; j < lanes; ++j) {
+                head_weights[static_cast<size_t>(i * kKvBlock + j)] = weights[(j0 + j) * stride + (from - scored_from) + i];
+              }
+            }
+            head_sums.resize(static_cast<size_t>(value_dim) * kKvBlock);
+            tensor::key_scores(keys, kKvBlock, value_dim, head_weights.data(), 0, count, lanes, head_sums.data(),
+                               kKvBlock);
+            for (int j = 0; j < lanes; ++j) {
+              float* head_out = out + (j0 + j) * value_dim;
+              for (int d = 0; d < value_dim; ++d) head_out[d] += head_sums[static_cast<size_t>(d * kKvBlock + j)];
+            }
+          }
+          continue;
+        }
+        const float* values = floats(block, value_offset, layout.value_elements) + (from - first) * value_dim;
         for (int j = 0; j < n_heads; ++j) {
           tensor::add_scaled_rows(weights.data() + j * stride + (from - scored_from), values, value_dim, count,
                                   value_dim, out + j * value_dim);
@@ -1018,11 +1045,8 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
     const Rope& table = ropes_[layer_rope_[static_cast<size_t>(l)]];
     if (c.has_latent_attention()) {
       latent_queries_and_keys(layer, table, rows, pool);
-      // The cached values are the latent: the keys' leading kv_rank.
-      for (size_t row = 0; row < n; ++row) {
-        const float* key = k_.data() + row * c.kv_dim();
-        row_kv_[row]->store(l, positions_[row], key, key);
-      }
+      // No values are stored: they are the keys' leading kv_rank, the latent.
+      for (size_t row = 0; row < n; ++row) row_kv_[row]->store(l, positions_[row], k_.data() + row * c.kv_dim(), nullptr);
       attention(l, layer, pool);
       latent_values(layer, rows, pool);
       tensor::matmul(layer.o, head_values_.data(), rows, proj_.data(), pool);

@@ -59,20 +59,20 @@ TEST(KvLayoutTest, KeysAndValuesOfEveryLayerAndHeadTile) {
   EXPECT_EQ(layout.value_offset(2, 1) + layout.value_elements * 2, layout.block_bytes);
 }
 
-// Latent attention caches one KV head: keys of the latent and the rotated part (head_dim),
-// values of the latent alone.
-TEST(KvLayoutTest, LatentAttentionKeysAndValuesOfDifferentWidthsTile) {
+// Latent attention caches one KV head of keys alone (the latent and the rotated part), whose
+// values are the keys' latent; layers of such keys tile the block.
+TEST(KvLayoutTest, LatentAttentionKeysAloneTile) {
   Config c;
   c.kv_head_count = 1;
   c.head_dim = 6;
   c.mla.kv_rank = 4;
   const KvLayout layout(c, 2, KvType::F32);
   EXPECT_EQ(layout.key_elements, 6u * kKvBlock);
-  EXPECT_EQ(layout.value_elements, 4u * kKvBlock);
-  EXPECT_EQ(layout.key_offset(1, 0), (6u + 4u) * kKvBlock * 4);
-  EXPECT_EQ(layout.value_offset(1, 0), layout.key_offset(1, 0) + 6u * kKvBlock * 4);
-  EXPECT_EQ(layout.value_offset(1, 0) + layout.value_elements * 4, layout.block_bytes);
-  EXPECT_EQ(layout.block_bytes, 2u * (6 + 4) * kKvBlock * 4);
+  EXPECT_EQ(layout.value_elements, 0u);
+  EXPECT_EQ(layout.value_row_elements(), 0u);
+  EXPECT_EQ(layout.key_offset(1, 0), 6u * kKvBlock * 4);
+  EXPECT_EQ(layout.key_offset(1, 0) + layout.key_elements * 4, layout.block_bytes);
+  EXPECT_EQ(layout.block_bytes, 2u * 6 * kKvBlock * 4);
 }
 
 TEST(KvPoolTest, AllocatesUntilEveryBlockIsPinned) {

@@ -51,7 +51,6 @@ CASES = [
     ("deepseek2 (small, V2-Lite's kind: no query bottleneck, softmax routing, 27 layers)", "deepseek2-lite-tiny", 0,
      "F32", 1, []),
     ("deepseek2 (DeepSeek-V3's dimensions: its first, dense layer)", "deepseek-v3", 1, "F16", 8, ["Q4_K_M"]),
-    ("deepseek2 (Kimi K2's dimensions: its dense layer; 64 heads, YaRN's beta_fast of 1)", "kimi-k2", 1, "F16", 8, []),
 ]
 PROMPT = [1, 2, 300, 400, 17, 99, 123, 500, 42, 7, 260, 1000, 77, 31, 5, 600]
 FAILURES = []

@@ -292,7 +292,8 @@ TEST(ModelVsReference, ExpertsOfEqualScoresGoToTheLowerIndex) {
 
 // Each routing ingredient of a shape's architecture changes its logits, and the engine follows
 // the reference without it: the selection bias (zeroed), the weights' scale (1) and their
-// normalization (off); for DeepSeek also the expert groups (one) and YaRN's attention scale.
+// normalization (off); for DeepSeek also the expert groups (one), YaRN's attention scale and
+// its beta_fast (1).
 void expect_each_variant_changes_the_logits(const std::string& shape, const std::string& arch,
                                             const std::vector<std::vector<gguf::KeyValue>>& extra_variants) {
   const std::string base = synthetic_model(shape, "F32");
@@ -323,7 +324,9 @@ TEST(ModelVsReference, DeepseekRoutingAndYarnIngredientsEachChangeTheLogits) {
   expect_each_variant_changes_the_logits(
       "deepseek2-tiny", "deepseek2",
       {{{"deepseek2.expert_group_count", gguf::Value::u32(1)}, {"deepseek2.expert_group_used_count", gguf::Value::u32(1)}},
-       {{"deepseek2.rope.scaling.yarn_log_multiplier", gguf::Value::f32(0.0f)}}});
+       {{"deepseek2.rope.scaling.yarn_log_multiplier", gguf::Value::f32(0.0f)}},
+       // Kimi K2's: llama.cpp reads no yarn_beta_* of a deepseek2 file (docs/TESTING.md).
+       {{"deepseek2.rope.scaling.yarn_beta_fast", gguf::Value::f32(1.0f)}}});
 }
 
 // A file converted before llama.cpp split attn_kv_b (per head, the rows of the key's part
