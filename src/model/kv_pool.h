@@ -44,7 +44,8 @@ struct KvRows {
 
 // Where keys and values lie in a block: per layer, per KV head, its keys dimension-major (the
 // layout tensor::key_scores reads), then per KV head its values position-major. A KV head's
-// keys are key_dim wide and its values value_dim (different with latent attention).
+// keys are key_dim wide and its values value_dim (0 with latent attention, whose values are
+// its keys' latent).
 struct KvLayout {
   KvLayout(const Config& config, int layer_count, KvType type);
   int layer_count;
