@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <string_view>
 #include <utility>
 
 namespace strata::model {
@@ -37,6 +38,30 @@ std::vector<bool> layer_slides(const gguf::File& file, const std::string& key, i
   const int period = file.find(key) ? required_int(file, key, 1, 4096) : default_period;
   for (int l = 0; l < layer_count; ++l) sliding[static_cast<size_t>(l)] = l % period < period - 1;
   return sliding;
+}
+
+// DeepSeek's multi-head latent attention. Files converted for MLA's absorption give
+// key_length and value_length the cache's widths and name the heads' own (key_length_mla,
+// value_length_mla); older ones give the heads' in key_length and value_length.
+void read_latent_attention(const gguf::File& file, const std::string& p, Config& c) {
+  constexpr int kMaxRank = 1 << 16;
+  LatentAttention& mla = c.mla;
+  mla.kv_rank = required_int(file, p + "attention.kv_lora_rank", 1, kMaxRank);
+  mla.q_rank = file.find(p + "attention.q_lora_rank") ? required_int(file, p + "attention.q_lora_rank", 1, kMaxRank) : 0;
+  c.rope_dim = required_int(file, p + "rope.dimension_count", 2, 4096);
+  if (c.rope_dim % 2 != 0) throw std::runtime_error("rope.dimension_count must be even");
+  const bool split_sizes = file.find(p + "attention.key_length_mla") != nullptr;
+  const int key_dim = required_int(file, p + (split_sizes ? "attention.key_length_mla" : "attention.key_length"),
+                                   c.rope_dim + 1, 4096);
+  mla.nope_dim = key_dim - c.rope_dim;
+  mla.value_dim = required_int(file, p + (split_sizes ? "attention.value_length_mla" : "attention.value_length"), 1, 4096);
+  c.kv_head_count = 1;
+  c.head_dim = mla.kv_rank + c.rope_dim;
+  // The heads score over their own key size; with DeepSeek's YaRN the scores take mscale
+  // twice (once for the query's, once for the key's), as llama.cpp reads these files.
+  float mscale = 1.0f;
+  if (c.yarn.factor > 0.0f) mscale = 1.0f + 0.1f * c.yarn.log_multiplier * std::log(c.yarn.factor);
+  c.attention_scale = mscale * mscale / std::sqrt(static_cast<float>(key_dim));
 }
 
 }  // namespace
@@ -84,9 +109,11 @@ Config Config::from_gguf(const gguf::File& file) {
     // GLM-4.5 (355B) normalizes each head of Q and K; GLM-4.5-Air does not.
     c.has_qk_norm = file.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
     c.ffn_norm_name = "post_attention_norm";
+  } else if (*arch == "deepseek2") {
+    c.rope_style = RopeStyle::AdjacentPairs;
   } else {
     throw std::runtime_error("unsupported model architecture '" + *arch +
-                             "' (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, phi3, glm4moe)");
+                             "' (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, phi3, glm4moe, deepseek2)");
   }
   // Phi-3's long-context variants (Phi-3-mini-128k, Phi-3.5, Phi-4-mini) ship them.
   if (file.find_tensor("rope_factors_long.weight") || file.find_tensor("rope_factors_short.weight")) {
@@ -108,28 +135,46 @@ Config Config::from_gguf(const gguf::File& file) {
                            ? required_int(file, p + "expert_feed_forward_length", 1, kMaxDim)
                            : c.ffn_dim;
   }
-  if (*arch == "glm4moe") {
-    // As llama.cpp reads them: sigmoid gating unless the file says otherwise (llama.cpp's
-    // numbers: 0 unset, 1 softmax, 2 sigmoid), and weights neither normalized nor scaled
-    // unless it says so.
+  const bool deepseek = *arch == "deepseek2";
+  if (*arch == "glm4moe" || (deepseek && c.has_experts())) {
+    // As llama.cpp reads them: GLM's gating sigmoid and DeepSeek's softmax (V2's, whose files
+    // predate the key) unless the file says otherwise (llama.cpp's numbers: 0 unset, 1
+    // softmax, 2 sigmoid), and weights neither normalized nor scaled unless it says so.
+    // DeepSeek V3's selection bias is a tensor that V2's files lack.
     const int gating = file.find(p + "expert_gating_func") ? required_int(file, p + "expert_gating_func", 0, 2) : 0;
-    c.expert_gating = gating == 1 ? ExpertGating::Softmax : ExpertGating::Sigmoid;
-    c.expert_selection_bias = true;
+    c.expert_gating = gating == 2 || (gating == 0 && !deepseek) ? ExpertGating::Sigmoid : ExpertGating::Softmax;
     c.expert_weights_norm = file.get_bool(p + "expert_weights_norm").value_or(false);
     const double scale = file.get_float(p + "expert_weights_scale").value_or(1.0);
     if (!(scale > 0)) throw std::runtime_error("model metadata '" + p + "expert_weights_scale' must be positive");
     c.expert_weights_scale = static_cast<float>(scale);
     const int shared = file.find(p + "expert_shared_count") ? required_int(file, p + "expert_shared_count", 0, 64) : 0;
     c.shared_expert_ffn_dim = shared * c.expert_ffn_dim;
+    // More leading dense layers than layers (a file of a model's first layers) make them all
+    // dense, as llama.cpp reads it.
     c.leading_dense_layers = file.find(p + "leading_dense_block_count")
-                                 ? required_int(file, p + "leading_dense_block_count", 0, c.layer_count)
+                                 ? required_int(file, p + "leading_dense_block_count", 0, 1 << 16)
                                  : 0;
+    c.expert_selection_bias =
+        !deepseek || file.find_tensor("blk." + std::to_string(c.leading_dense_layers) + ".exp_probs_b.bias");
     if (const gguf::Array* sections = file.get_array(p + "rope.dimension_sections")) {
       for (const gguf::Value& v : sections->items) {
         if (v.as_uint().value_or(0) != 0) {
           throw std::runtime_error("multimodal RoPE (" + p + "rope.dimension_sections, GLM-4.5V) is not supported");
         }
       }
+    }
+  }
+  if (c.has_experts() && file.find(p + "expert_group_count")) {
+    c.expert_group_count = required_int(file, p + "expert_group_count", 1, c.expert_count);
+    if (c.expert_count % c.expert_group_count != 0) {
+      throw std::runtime_error("model metadata '" + p + "expert_group_count' does not divide the experts");
+    }
+    c.expert_groups_used = required_int(file, p + "expert_group_used_count", 1, c.expert_group_count);
+    if (c.expert_group_count > 1 &&
+        (c.expert_count / c.expert_group_count < 2 ||
+         c.experts_per_token > c.expert_groups_used * (c.expert_count / c.expert_group_count))) {
+      throw std::runtime_error("model metadata '" + p + "expert_group_count' leaves groups of fewer than 2 experts, "
+                               "or too few experts in the groups used");
     }
   }
   c.head_count = required_int(file, p + "attention.head_count", 1, 4096);
@@ -177,7 +222,14 @@ Config Config::from_gguf(const gguf::File& file) {
       }
       for (const char* key : {"rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor",
                               "rope.scaling.yarn_log_multiplier"}) {
-        if (file.find(p + key)) throw std::runtime_error("unsupported YaRN parameter '" + p + key + "'");
+        if (file.find(p + key) && !(deepseek && std::string_view(key) == "rope.scaling.yarn_log_multiplier")) {
+          throw std::runtime_error("unsupported YaRN parameter '" + p + key + "'");
+        }
+      }
+      // DeepSeek's converter writes 0.1 mscale_all_dim, as llama.cpp reads it back.
+      if (auto v = deepseek ? file.get_float(p + "rope.scaling.yarn_log_multiplier") : std::nullopt) {
+        if (!(*v >= 0.0 && *v < 100.0)) throw std::runtime_error(p + "rope.scaling.yarn_log_multiplier is out of range");
+        c.yarn.log_multiplier = static_cast<float>(*v) / 0.1f;
       }
     }
   } else if (scaling && *scaling != "none") {
@@ -188,6 +240,7 @@ Config Config::from_gguf(const gguf::File& file) {
     c.sliding_window = required_int(file, p + "attention.sliding_window", 1, 1 << 24);
     c.sliding_layers = layer_slides(file, p + "attention.sliding_window_pattern", c.layer_count, sliding_period);
   }
+  if (deepseek) read_latent_attention(file, p, c);
   if (*arch == "gemma3") {
     // Gemma 3 scales queries by its query_pre_attn_scalar, which GGUF does not carry: the
     // head size, but width / heads for the 27B (62 layers), as llama.cpp reads these files.

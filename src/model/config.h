@@ -1,5 +1,5 @@
 // Hyper-parameters of a Llama-family model (Llama, Mixtral, Qwen2, Qwen3, Qwen3-MoE, gpt-oss,
-// Gemma 3, Phi-3, GLM-4.5), read and validated from GGUF metadata.
+// Gemma 3, Phi-3, GLM-4.5, DeepSeek V2/V3 and Kimi K2), read and validated from GGUF metadata.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +23,26 @@ struct Yarn {
   int original_context = 0;
   float beta_fast = 32.0f;
   float beta_slow = 1.0f;
+  // DeepSeek's mscale_all_dim m (GGUF's rope.scaling.yarn_log_multiplier / 0.1); 0: none. With
+  // it cos and sin keep their size, and the attention scale takes (1 + 0.1 m ln(factor))^2, as
+  // DeepSeek defines it. (Without it llama.cpp would also square 1 + 0.1 ln(factor) into the
+  // scale of a deepseek2 file; Strata keeps the definition's plain YaRN.)
+  float log_multiplier = 0.0f;
+};
+
+// Multi-head latent attention (DeepSeek V2/V3): every head's key and value are linear in one
+// latent vector per position, RMS-normalized, kv_rank wide, beside a key part of rope_dim that
+// RoPE rotates and all heads share. Each head's query is nope_dim + rope_dim wide (the part
+// without RoPE first), from the input itself or through a normalized bottleneck of q_rank.
+// Strata caches only the latent and the rotated part: a head's query part without RoPE is
+// taken into the latent's space (attn_k_b), the heads attend over the cache as one KV head of
+// kv_rank + rope_dim, and each head's output in the latent's space is taken to its value of
+// value_dim (attn_v_b).
+struct LatentAttention {
+  int q_rank = 0;  // 0: the queries are a projection of the input (attn_q)
+  int kv_rank = 0;
+  int nope_dim = 0;
+  int value_dim = 0;
 };
 
 // What a layer's FFN computes from its gate g and up u projections.
@@ -44,8 +64,8 @@ struct Config {
   int ffn_dim = 0;
   int head_count = 0;
   int kv_head_count = 0;
-  int head_dim = 0;
-  int rope_dim = 0;  // leading dimensions of each head that RoPE rotates
+  int head_dim = 0;  // of a query and a KV head's key, as the attention scores them
+  int rope_dim = 0;  // leading dimensions of each head that RoPE rotates (with MLA: its own part)
   float rms_epsilon = 1e-5f;
   float rope_freq_base = 10000.0f;
   float rope_linear_scale = 1.0f;  // positions are divided by this ("linear" rope scaling)
@@ -87,13 +107,28 @@ struct Config {
   bool expert_selection_bias = false;
   bool expert_weights_norm = true;
   float expert_weights_scale = 1.0f;
+  // Group-limited routing (DeepSeek V3): the experts fall into expert_group_count equal groups
+  // in index order, each group scores the sum of its two best ranked scores, and a token's k
+  // experts come from the expert_groups_used best groups only (ties to the lower index).
+  // 0: one group.
+  int expert_group_count = 0;
+  int expert_groups_used = 0;
   // Beside the chosen experts every token runs a shared one (ffn_*_shexp) of this width; 0: none.
   int shared_expert_ffn_dim = 0;
-  // The first layers of a model with experts have a dense FFN of ffn_dim instead (GLM-4.5).
+  // The first layers of a model with experts have a dense FFN of ffn_dim instead (GLM-4.5,
+  // DeepSeek).
   int leading_dense_layers = 0;
   // Blocks of the file after the model's layer_count that inference skips: GLM's NextN layers,
   // for multi-token prediction, whose tensors no forward pass reads.
   int skipped_layer_count = 0;
+  // With latent attention, one KV head whose keys (head_dim) are the latent and the rotated
+  // part, and whose values are the keys' latent.
+  LatentAttention mla;
+
+  bool has_latent_attention() const { return mla.kv_rank > 0; }
+  // The width of a KV head's values in the cache (its keys' is head_dim): none with latent
+  // attention, whose values are its keys' leading kv_rank, the latent.
+  int cached_value_dim() const { return has_latent_attention() ? 0 : head_dim; }
 
   int kv_dim() const { return kv_head_count * head_dim; }
   bool is_sliding(int layer) const {

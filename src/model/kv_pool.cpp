@@ -17,11 +17,13 @@ const char* kv_type_name(KvType type) { return type == KvType::F16 ? "f16" : "f3
 KvLayout::KvLayout(const Config& config, int layer_count, KvType type)
     : layer_count(layer_count),
       kv_heads(config.kv_head_count),
-      head_dim(config.head_dim),
+      key_dim(config.head_dim),
+      value_dim(config.cached_value_dim()),
       type(type),
       element_bytes(kv_element_bytes(type)),
-      head_elements(static_cast<size_t>(config.head_dim) * kKvBlock),
-      block_bytes(static_cast<size_t>(layer_count) * 2 * kv_heads * head_elements * element_bytes) {}
+      key_elements(static_cast<size_t>(key_dim) * kKvBlock),
+      value_elements(static_cast<size_t>(value_dim) * kKvBlock),
+      block_bytes(static_cast<size_t>(layer_count) * kv_heads * (key_elements + value_elements) * element_bytes) {}
 
 uint64_t chain_hash(uint64_t parent, std::span<const Token> ids) {
   // FNV-1a over the ids from the parent's hash, then a splitmix64 finish so that chains

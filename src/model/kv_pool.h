@@ -34,8 +34,8 @@ std::optional<KvType> parse_kv_type(std::string_view name);  // "f32", "f16"
 const char* kv_type_name(KvType type);
 inline size_t kv_element_bytes(KvType type) { return type == KvType::F16 ? 2 : 4; }
 
-// Rows of kv_dim elements, one per position, each as a pool of `type` stores it: the form in
-// which a sequence's state moves between stages, bit for bit.
+// Rows of a position's keys (or values) over the KV heads, one per position, each as a pool of
+// `type` stores it: the form in which a sequence's state moves between stages, bit for bit.
 struct KvRows {
   KvType type = KvType::F32;
   std::vector<uint8_t> bytes;
@@ -43,20 +43,31 @@ struct KvRows {
 };
 
 // Where keys and values lie in a block: per layer, per KV head, its keys dimension-major (the
-// layout tensor::key_scores reads), then per KV head its values position-major.
+// layout tensor::key_scores reads), then per KV head its values position-major. A KV head's
+// keys are key_dim wide and its values value_dim (0 with latent attention, whose values are
+// its keys' latent).
 struct KvLayout {
   KvLayout(const Config& config, int layer_count, KvType type);
   int layer_count;
   int kv_heads;
-  int head_dim;
+  int key_dim;
+  int value_dim;
   KvType type;
   size_t element_bytes;
-  size_t head_elements;  // one KV head's keys (or values) of a block
+  size_t key_elements;    // one KV head's keys of a block
+  size_t value_elements;  // one KV head's values of a block
   size_t block_bytes;
   size_t key_offset(int layer, int kv_head) const {
-    return (static_cast<size_t>(layer) * 2 * kv_heads + kv_head) * head_elements * element_bytes;
+    return (static_cast<size_t>(layer) * kv_heads * (key_elements + value_elements) +
+            static_cast<size_t>(kv_head) * key_elements) *
+           element_bytes;
   }
-  size_t value_offset(int layer, int kv_head) const { return key_offset(layer, kv_heads + kv_head); }
+  size_t value_offset(int layer, int kv_head) const {
+    return key_offset(layer, kv_heads) + static_cast<size_t>(kv_head) * value_elements * element_bytes;
+  }
+  // Of one position: the elements of its keys, and of its values, over the KV heads.
+  size_t key_row_elements() const { return static_cast<size_t>(kv_heads) * key_dim; }
+  size_t value_row_elements() const { return static_cast<size_t>(kv_heads) * value_dim; }
 };
 
 // The chain hash of a block: its parent's chain hash and its own ids.

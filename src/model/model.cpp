@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "model/routing.h"
 #include "tensor/dtype.h"
 #include "tensor/fp16.h"
 #include "tensor/quant.h"
@@ -137,6 +138,56 @@ class TensorBinder {
   const gguf::File& file_;
 };
 
+// Latent attention's matrices (Layer). Files converted before llama.cpp split attn_kv_b hold,
+// per head, the rows that give the key's part without RoPE from the latent, then those that
+// give the value: k_b is the former transposed, v_b the latter, both as floats.
+template <typename Layer>
+void bind_latent_attention(const TensorBinder& bind, const std::string& p, const Config& c, Layer& l) {
+  const LatentAttention& mla = c.mla;
+  const int heads = c.head_count;
+  const int query_dim = mla.nope_dim + c.rope_dim;
+  if (mla.q_rank > 0) {
+    l.q_a = bind.prepared(p + "attn_q_a.weight", c.embedding_dim, mla.q_rank);
+    l.q_a_norm = bind.vector(p + "attn_q_a_norm.weight", mla.q_rank);
+    l.q_b = bind.prepared(p + "attn_q_b.weight", mla.q_rank, heads * query_dim);
+  } else {
+    l.q = bind.prepared(p + "attn_q.weight", c.embedding_dim, heads * query_dim);
+  }
+  l.kv_a = bind.prepared(p + "attn_kv_a_mqa.weight", c.embedding_dim, mla.kv_rank + c.rope_dim);
+  l.kv_a_norm = bind.vector(p + "attn_kv_a_norm.weight", mla.kv_rank);
+  if (bind.find(p + "attn_k_b.weight") != nullptr) {
+    l.k_b = bind.experts(p + "attn_k_b.weight", mla.nope_dim, mla.kv_rank, heads);
+    l.v_b = bind.experts(p + "attn_v_b.weight", mla.kv_rank, mla.value_dim, heads);
+    return;
+  }
+  const size_t per_head = static_cast<size_t>(mla.nope_dim + mla.value_dim);
+  const size_t latent = static_cast<size_t>(mla.kv_rank);
+  const tensor::Matrix kv_b = bind.matrix(p + "attn_kv_b.weight", mla.kv_rank, heads * static_cast<int64_t>(per_head));
+  const uint64_t row_bytes = *tensor::row_bytes(kv_b.type, latent);
+  const size_t k_b_elements = static_cast<size_t>(mla.nope_dim) * latent;
+  const size_t head_elements = per_head * latent;
+  l.split_kv_b.resize(static_cast<size_t>(heads) * head_elements);
+  std::vector<float> row(latent);
+  for (size_t h = 0; h < static_cast<size_t>(heads); ++h) {
+    float* k_b = l.split_kv_b.data() + h * head_elements;
+    float* v_b = k_b + k_b_elements;
+    for (size_t i = 0; i < per_head; ++i) {
+      const auto* source = static_cast<const uint8_t*>(kv_b.data) + row_bytes * (h * per_head + i);
+      tensor::dequantize_row(kv_b.type, source, row.data(), mla.kv_rank);
+      if (i < static_cast<size_t>(mla.nope_dim)) {
+        for (size_t j = 0; j < latent; ++j) k_b[j * mla.nope_dim + i] = row[j];
+      } else {
+        std::copy(row.begin(), row.end(), v_b + (i - mla.nope_dim) * latent);
+      }
+    }
+  }
+  for (size_t h = 0; h < static_cast<size_t>(heads); ++h) {
+    const float* k_b = l.split_kv_b.data() + h * head_elements;
+    l.k_b.emplace_back(tensor::Matrix{tensor::DType::F32, mla.kv_rank, mla.nope_dim, k_b});
+    l.v_b.emplace_back(tensor::Matrix{tensor::DType::F32, mla.value_dim, mla.kv_rank, k_b + k_b_elements});
+  }
+}
+
 void rms_norm(const float* x, const float* weight, int dim, float epsilon, float* out) {
   double sum_squares = 0.0;
   for (int i = 0; i < dim; ++i) sum_squares += static_cast<double>(x[i]) * x[i];
@@ -174,7 +225,10 @@ Model::Rope Model::rope_table(const Config& c, float base, const float* freq_fac
     };
     low = std::max(0.0, std::floor(pair_of(yarn.beta_fast)));
     high = std::min(c.rope_dim - 1.0, std::ceil(pair_of(yarn.beta_slow)));
-    rope.magnitude = static_cast<float>(1.0 + 0.1 * std::log(static_cast<double>(yarn.factor)));
+    // DeepSeek's YaRN puts its magnitude into the attention scale instead (Config).
+    if (yarn.log_multiplier == 0.0f) {
+      rope.magnitude = static_cast<float>(1.0 + 0.1 * std::log(static_cast<double>(yarn.factor)));
+    }
   }
   rope.inverse_freq.resize(static_cast<size_t>(pairs));
   for (int i = 0; i < pairs; ++i) {
@@ -271,22 +325,23 @@ void copy_strided(KvType type, const void* from, size_t from_stride, void* to, s
 void KvState::copy_rows(int layer, int positions, uint8_t* keys, uint8_t* values, bool into_blocks) const {
   const KvLayout& layout = pool_->layout();
   const size_t element = layout.element_bytes;
-  const size_t head_bytes = static_cast<size_t>(layout.head_dim) * element;
-  const size_t row_bytes = static_cast<size_t>(layout.kv_heads) * head_bytes;
+  const size_t key_head_bytes = static_cast<size_t>(layout.key_dim) * element;
+  const size_t value_head_bytes = static_cast<size_t>(layout.value_dim) * element;
   for (int position = 0; position < positions; ++position) {
     std::byte* block = pool_->data(blocks_[static_cast<size_t>(position / kKvBlock)]);
     const size_t lane = static_cast<size_t>(position % kKvBlock);
     for (int h = 0; h < layout.kv_heads; ++h) {
-      const size_t row = static_cast<size_t>(position) * row_bytes + static_cast<size_t>(h) * head_bytes;
+      const size_t key_row = (static_cast<size_t>(position) * layout.kv_heads + h) * key_head_bytes;
+      const size_t value_row = (static_cast<size_t>(position) * layout.kv_heads + h) * value_head_bytes;
       // Keys lie dimension-major in the block, values position-major.
       std::byte* block_keys = block + layout.key_offset(layer, h) + lane * element;
-      std::byte* block_values = block + layout.value_offset(layer, h) + lane * head_bytes;
+      std::byte* block_values = block + layout.value_offset(layer, h) + lane * value_head_bytes;
       if (into_blocks) {
-        copy_strided(layout.type, keys + row, 1, block_keys, kKvBlock, layout.head_dim);
-        std::memcpy(block_values, values + row, head_bytes);
+        copy_strided(layout.type, keys + key_row, 1, block_keys, kKvBlock, layout.key_dim);
+        std::memcpy(block_values, values + value_row, value_head_bytes);
       } else {
-        copy_strided(layout.type, block_keys, kKvBlock, keys + row, 1, layout.head_dim);
-        std::memcpy(values + row, block_values, head_bytes);
+        copy_strided(layout.type, block_keys, kKvBlock, keys + key_row, 1, layout.key_dim);
+        std::memcpy(values + value_row, block_values, value_head_bytes);
       }
     }
   }
@@ -296,18 +351,20 @@ void KvState::read(int layer, KvRows& keys, KvRows& values) const {
   const KvLayout& layout = pool_->layout();
   if (layer < 0 || layer >= layout.layer_count) throw std::invalid_argument("layer " + std::to_string(layer) + " is not held here");
   keys.type = values.type = layout.type;
-  keys.bytes.resize(static_cast<size_t>(size_) * layout.kv_heads * layout.head_dim * layout.element_bytes);
-  values.bytes.resize(keys.bytes.size());
+  keys.bytes.resize(static_cast<size_t>(size_) * layout.key_row_elements() * layout.element_bytes);
+  values.bytes.resize(static_cast<size_t>(size_) * layout.value_row_elements() * layout.element_bytes);
   copy_rows(layer, size_, keys.bytes.data(), values.bytes.data(), false);
 }
 
 void KvState::write(int layer, int positions, const KvRows& keys, const KvRows& values, std::span<const Token> ids) {
   const KvLayout& layout = pool_->layout();
   if (layer < 0 || layer >= layout.layer_count) throw std::invalid_argument("layer " + std::to_string(layer) + " is not held here");
-  const size_t kv_dim = static_cast<size_t>(layout.kv_heads) * layout.head_dim;
+  const size_t key_row = layout.key_row_elements();
+  const size_t value_row = layout.value_row_elements();
+  const size_t element = kv_element_bytes(keys.type);
   if (positions < 0 || positions > capacity_ || (size_ != 0 && size_ != positions) || keys.type != values.type ||
-      keys.bytes.size() != static_cast<size_t>(positions) * kv_dim * kv_element_bytes(keys.type) ||
-      values.bytes.size() != keys.bytes.size()) {
+      keys.bytes.size() != static_cast<size_t>(positions) * key_row * element ||
+      values.bytes.size() != static_cast<size_t>(positions) * value_row * element) {
     throw std::invalid_argument("the keys and values of " + std::to_string(positions) +
                                 " positions do not match this sequence's shape, capacity or positions");
   }
@@ -317,20 +374,19 @@ void KvState::write(int layer, int positions, const KvRows& keys, const KvRows& 
   } else {
     // Rows as floats for store(), which rounds them into an f16 pool as the forward pass does
     // its own; halves into an f32 pool widen exactly.
-    const size_t row_bytes = kv_dim * kv_element_bytes(keys.type);
-    std::vector<uint16_t> halves(keys.type == KvType::F16 ? kv_dim : 0);
-    std::vector<float> k(kv_dim), v(kv_dim);
+    std::vector<uint16_t> halves(keys.type == KvType::F16 ? std::max(key_row, value_row) : 0);
+    std::vector<float> k(key_row), v(value_row);
     const auto as_floats = [&](const uint8_t* row, std::vector<float>& out) {
       if (keys.type == KvType::F32) {
-        std::memcpy(out.data(), row, row_bytes);
+        std::memcpy(out.data(), row, out.size() * element);
         return;
       }
-      std::memcpy(halves.data(), row, row_bytes);
-      tensor::fp16_to_fp32(halves.data(), out.data(), static_cast<int64_t>(kv_dim));
+      std::memcpy(halves.data(), row, out.size() * element);
+      tensor::fp16_to_fp32(halves.data(), out.data(), static_cast<int64_t>(out.size()));
     };
     for (int position = 0; position < positions; ++position) {
-      as_floats(keys.bytes.data() + static_cast<size_t>(position) * row_bytes, k);
-      as_floats(values.bytes.data() + static_cast<size_t>(position) * row_bytes, v);
+      as_floats(keys.bytes.data() + static_cast<size_t>(position) * key_row * element, k);
+      as_floats(values.bytes.data() + static_cast<size_t>(position) * value_row * element, v);
       store(layer, position, k.data(), v.data());
     }
   }
@@ -365,26 +421,23 @@ void KvState::store(int layer, int position, const float* k, const float* v) {
   const KvLayout& layout = pool_->layout();
   std::byte* block = pool_->data(blocks_[static_cast<size_t>(position / kKvBlock)]);
   const int lane = position % kKvBlock;
-  const int head_dim = layout.head_dim;
+  const int key_dim = layout.key_dim;
+  const int value_dim = layout.value_dim;
   for (int h = 0; h < layout.kv_heads; ++h) {
     std::byte* keys = block + layout.key_offset(layer, h);
     std::byte* values = block + layout.value_offset(layer, h);
-    const float* k_head = k + h * head_dim;
-    const float* v_head = v + h * head_dim;
+    const float* k_head = k + h * key_dim;
+    const float* v_head = v + h * value_dim;
     if (layout.type == KvType::F16) {
       auto* key_halves = reinterpret_cast<uint16_t*>(keys);
-      auto* value_halves = reinterpret_cast<uint16_t*>(values) + lane * head_dim;
-      for (int d = 0; d < head_dim; ++d) {
-        key_halves[d * kKvBlock + lane] = tensor::fp32_to_fp16(k_head[d]);
-        value_halves[d] = tensor::fp32_to_fp16(v_head[d]);
-      }
+      auto* value_halves = reinterpret_cast<uint16_t*>(values) + lane * value_dim;
+      for (int d = 0; d < key_dim; ++d) key_halves[d * kKvBlock + lane] = tensor::fp32_to_fp16(k_head[d]);
+      for (int d = 0; d < value_dim; ++d) value_halves[d] = tensor::fp32_to_fp16(v_head[d]);
     } else {
       auto* key_floats = reinterpret_cast<float*>(keys);
-      auto* value_floats = reinterpret_cast<float*>(values) + lane * head_dim;
-      for (int d = 0; d < head_dim; ++d) {
-        key_floats[d * kKvBlock + lane] = k_head[d];
-        value_floats[d] = v_head[d];
-      }
+      auto* value_floats = reinterpret_cast<float*>(values) + lane * value_dim;
+      for (int d = 0; d < key_dim; ++d) key_floats[d * kKvBlock + lane] = k_head[d];
+      for (int d = 0; d < value_dim; ++d) value_floats[d] = v_head[d];
     }
   }
 }
@@ -447,7 +500,9 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
     l.attn_norm = bind.vector(p + "attn_norm.weight", c.embedding_dim);
     // Phi-3's converter keeps Q, K and V as one matrix (attn_qkv), in that order.
     const bool fused_qkv = bind.find(p + "attn_qkv.weight") != nullptr;
-    if (fused_qkv) {
+    if (c.has_latent_attention()) {
+      bind_latent_attention(bind, p, c, l);
+    } else if (fused_qkv) {
       auto qkv = bind.split_rows(p + "attn_qkv.weight", c.embedding_dim, {c.q_dim(), c.kv_dim(), c.kv_dim()});
       l.q = std::move(qkv[0]);
       l.k = std::move(qkv[1]);
@@ -457,7 +512,9 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
       l.k = bind.prepared(p + "attn_k.weight", c.embedding_dim, c.kv_dim());
       l.v = bind.prepared(p + "attn_v.weight", c.embedding_dim, c.kv_dim());
     }
-    l.o = bind.prepared(p + "attn_output.weight", c.q_dim(), c.embedding_dim);
+    // The heads' values: with latent attention each head's after attn_v_b.
+    const int head_values = c.has_latent_attention() ? c.head_count * c.mla.value_dim : c.q_dim();
+    l.o = bind.prepared(p + "attn_output.weight", head_values, c.embedding_dim);
     if (c.has_output_bias) l.o_bias = bind.vector(p + "attn_output.bias", c.embedding_dim);
     if (c.has_attention_sinks) l.sinks = bind.vector(p + "attn_sinks.weight", c.head_count);
     if (c.has_post_norms) {
@@ -541,8 +598,12 @@ uint64_t Model::weight_bytes() const {
   uint64_t total = 0;
   for (const auto& l : layers_) {
     for (const tensor::PreparedMatrix* m : {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down, &l->router,
-                                            &l->shared_gate, &l->shared_up, &l->shared_down}) {
+                                            &l->shared_gate, &l->shared_up, &l->shared_down, &l->q_a, &l->q_b,
+                                            &l->kv_a}) {
       total += matrix_bytes(m->source());
+    }
+    for (const auto* heads : {&l->k_b, &l->v_b}) {
+      for (const tensor::PreparedMatrix& m : *heads) total += matrix_bytes(m.source());
     }
     for (const auto* experts : {&l->expert_gate, &l->expert_up, &l->expert_down}) {
       if (!experts->empty()) {
@@ -585,8 +646,7 @@ void Model::prepare_rope(std::span<const int> positions) {
   }
 }
 
-void Model::rope(const Rope& table, float* rows, int row_count, int heads) const {
-  const int head_dim = config_.head_dim;
+void Model::rope(const Rope& table, float* rows, int row_count, int heads, int head_stride) const {
   const size_t pairs = table.inverse_freq.size();
   // Adjacent pairs rotate (2i, 2i+1); halves rotate (i, i + rope_dim/2).
   const bool adjacent = config_.rope_style == RopeStyle::AdjacentPairs;
@@ -594,7 +654,7 @@ void Model::rope(const Rope& table, float* rows, int row_count, int heads) const
     const float* cos_row = table.cos.data() + static_cast<size_t>(r) * pairs;
     const float* sin_row = table.sin.data() + static_cast<size_t>(r) * pairs;
     for (int h = 0; h < heads; ++h) {
-      float* head = rows + (static_cast<size_t>(r) * heads + h) * head_dim;
+      float* head = rows + (static_cast<size_t>(r) * heads + h) * head_stride;
       for (size_t i = 0; i < pairs; ++i) {
         float& a = head[adjacent ? 2 * i : i];
         float& b = head[adjacent ? 2 * i + 1 : i + pairs];
@@ -613,8 +673,11 @@ void Model::attention(int layer_index, const Layer& layer, tensor::ThreadPool& p
   const int heads = c.head_count;
   const int kv_heads = c.kv_head_count;
   const int group = heads / kv_heads;
-  const int head_dim = c.head_dim;
-  const float scale = c.attention_scale > 0.0f ? c.attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int key_dim = c.head_dim;
+  // With latent attention the values are the keys' leading kv_rank dimensions (the latent).
+  const bool values_in_keys = c.has_latent_attention();
+  const int value_dim = values_in_keys ? c.mla.kv_rank : c.cached_value_dim();
+  const float scale = c.attention_scale > 0.0f ? c.attention_scale : 1.0f / std::sqrt(static_cast<float>(key_dim));
   // An item takes every query head that shares a KV head, so that each block of the cache is
   // read (and, stored as f16, widened) once for all of them; when that leaves threads idle
   // (a lone token), items of four heads. A head's arithmetic is the same either way.
@@ -625,7 +688,7 @@ void Model::attention(int layer_index, const Layer& layer, tensor::ThreadPool& p
   const int64_t items = rows * kv_heads * items_per_kv_head;
   pool.parallel_for(items, [&](int64_t begin, int64_t end) {
     // Kept by the pool's threads: no allocation per call.
-    thread_local std::vector<float> weights, widened, totals;
+    thread_local std::vector<float> weights, widened, totals, head_weights, head_sums;
     for (int64_t item = begin; item < end; ++item) {
       const size_t row = static_cast<size_t>(item / (kv_heads * items_per_kv_head));
       const int kv_head = static_cast<int>(item / items_per_kv_head % kv_heads);
@@ -636,14 +699,13 @@ void Model::attention(int layer_index, const Layer& layer, tensor::ThreadPool& p
       const bool halves = layout.type == KvType::F16;
       const size_t key_offset = layout.key_offset(layer_index, kv_head);
       const size_t value_offset = layout.value_offset(layer_index, kv_head);
-      widened.resize(layout.head_elements);
-      // A block's keys or values as floats: in place, or widened exactly from f16 (so the
-      // sums below are those of fp32 storage holding the same values).
-      const auto floats = [&](int block, size_t offset) {
+      widened.resize(std::max(layout.key_elements, layout.value_elements));
+      // A block's keys or values (`elements` of them) as floats: in place, or widened exactly
+      // from f16 (so the sums below are those of fp32 storage holding the same values).
+      const auto floats = [&](int block, size_t offset, size_t elements) {
         const std::byte* p = kv.block_data(block) + offset;
         if (!halves) return reinterpret_cast<const float*>(p);
-        tensor::fp16_to_fp32(reinterpret_cast<const uint16_t*>(p), widened.data(),
-                             static_cast<int64_t>(layout.head_elements));
+        tensor::fp16_to_fp32(reinterpret_cast<const uint16_t*>(p), widened.data(), static_cast<int64_t>(elements));
         return static_cast<const float*>(widened.data());
       };
       // Keys [first_key, span) are visible; they are scored from the start of first_key's
@@ -655,36 +717,135 @@ void Model::attention(int layer_index, const Layer& layer, tensor::ThreadPool& p
       const int64_t scored = span - scored_from;
       const int64_t stride = scored + (layer.sinks != nullptr ? 1 : 0);
       weights.resize(static_cast<size_t>(n_heads * stride));
-      const float* q = q_.data() + (row * heads + static_cast<size_t>(first_head)) * head_dim;
+      const float* q = q_.data() + (row * heads + static_cast<size_t>(first_head)) * key_dim;
       for (int64_t first = scored_from; first < span; first += kKvBlock) {
         const int64_t count = std::min<int64_t>(kKvBlock, span - first);
-        tensor::key_scores(q, head_dim, n_heads, floats(static_cast<int>(first / kKvBlock), key_offset), 0, head_dim,
-                           count, weights.data() + (first - scored_from), stride);
+        tensor::key_scores(q, key_dim, n_heads, floats(static_cast<int>(first / kKvBlock), key_offset, layout.key_elements),
+                           0, key_dim, count, weights.data() + (first - scored_from), stride);
       }
       totals.resize(static_cast<size_t>(n_heads));
-      float* out = attn_out_.data() + (row * heads + static_cast<size_t>(first_head)) * head_dim;
+      float* out = attn_out_.data() + (row * heads + static_cast<size_t>(first_head)) * value_dim;
       const int64_t skipped = first_key - scored_from;
       for (int j = 0; j < n_heads; ++j) {
         if (layer.sinks != nullptr) weights[j * stride + scored] = layer.sinks[first_head + j] / scale;
         totals[j] = tensor::softmax_numerators(weights.data() + j * stride + skipped, stride - skipped, scale);
       }
-      std::fill(out, out + n_heads * head_dim, 0.0f);
+      std::fill(out, out + n_heads * value_dim, 0.0f);
       // Block by block, so that the heads after the first read its values from L1.
       for (int64_t first = scored_from; first < span; first += kKvBlock) {
         const int64_t from = std::max(first, first_key);
-        const float* values = floats(static_cast<int>(first / kKvBlock), value_offset) + (from - first) * head_dim;
         const int64_t count = std::min<int64_t>(first + kKvBlock, span) - from;
+        const int block = static_cast<int>(first / kKvBlock);
+        if (values_in_keys) {
+          // The values lie dimension-major, as keys: a head's sum over the block is, per
+          // dimension, the dot product of that dimension's positions with the head's weights,
+          // which is key_scores with the dimensions as queries and up to kKvBlock heads'
+          // weights as keys (one a lane). Each lane's chain is its head's alone, so the heads
+          // that share a call change no bit; the blocks' sums add in block order.
+          const float* keys = floats(block, key_offset, layout.key_elements) + (from - first);
+          for (int j0 = 0; j0 < n_heads; j0 += kKvBlock) {
+            const int lanes = std::min(kKvBlock, n_heads - j0);
+            head_weights.assign(static_cast<size_t>(count) * kKvBlock, 0.0f);
+            for (int64_t i = 0; i < count; ++i) {
+              for (int j = 0; j < lanes; ++j) {
+                head_weights[static_cast<size_t>(i * kKvBlock + j)] = weights[(j0 + j) * stride + (from - scored_from) + i];
+              }
+            }
+            head_sums.resize(static_cast<size_t>(value_dim) * kKvBlock);
+            tensor::key_scores(keys, kKvBlock, value_dim, head_weights.data(), 0, count, lanes, head_sums.data(),
+                               kKvBlock);
+            for (int j = 0; j < lanes; ++j) {
+              float* head_out = out + (j0 + j) * value_dim;
+              for (int d = 0; d < value_dim; ++d) head_out[d] += head_sums[static_cast<size_t>(d * kKvBlock + j)];
+            }
+          }
+          continue;
+        }
+        const float* values = floats(block, value_offset, layout.value_elements) + (from - first) * value_dim;
         for (int j = 0; j < n_heads; ++j) {
-          tensor::add_scaled_rows(weights.data() + j * stride + (from - scored_from), values, head_dim, count,
-                                  head_dim, out + j * head_dim);
+          tensor::add_scaled_rows(weights.data() + j * stride + (from - scored_from), values, value_dim, count,
+                                  value_dim, out + j * value_dim);
         }
       }
       for (int j = 0; j < n_heads; ++j) {
         const float inv_total = 1.0f / totals[j];
-        for (int d = 0; d < head_dim; ++d) out[j * head_dim + d] *= inv_total;
+        for (int d = 0; d < value_dim; ++d) out[j * value_dim + d] *= inv_total;
       }
     }
   });
+}
+
+void Model::per_head_products(const std::vector<tensor::PreparedMatrix>& heads, HeadParts in, HeadParts out,
+                              int rows, tensor::ThreadPool& pool) {
+  const size_t n = static_cast<size_t>(rows);
+  const size_t head_count = heads.size();
+  const size_t in_dim = static_cast<size_t>(in.dim);
+  const size_t out_dim = static_cast<size_t>(out.dim);
+  head_in_.resize(head_count * n * in_dim);
+  head_out_.resize(head_count * n * out_dim);
+  for (size_t h = 0; h < head_count; ++h) {
+    for (size_t r = 0; r < n; ++r) {
+      const float* from = in.data + r * in.row_stride + h * in.head_stride;
+      std::copy(from, from + in_dim, head_in_.data() + (h * n + r) * in_dim);
+    }
+  }
+  // Every head's product in one parallel loop; a row's output is the same whichever rows share it.
+  expert_jobs_.clear();
+  for (size_t h = 0; h < head_count; ++h) {
+    expert_jobs_.push_back({{heads[h], head_out_.data() + h * n * out_dim}, head_in_.data() + h * n * in_dim, rows});
+  }
+  tensor::matmul(expert_jobs_, pool);
+  for (size_t h = 0; h < head_count; ++h) {
+    for (size_t r = 0; r < n; ++r) {
+      const float* from = head_out_.data() + (h * n + r) * out_dim;
+      std::copy(from, from + out_dim, out.data + r * out.row_stride + h * out.head_stride);
+    }
+  }
+}
+
+void Model::latent_queries_and_keys(const Layer& layer, const Rope& table, int rows, tensor::ThreadPool& pool) {
+  const Config& c = config_;
+  const LatentAttention& mla = c.mla;
+  const size_t n = static_cast<size_t>(rows);
+  const int heads = c.head_count;
+  const int query_dim = mla.nope_dim + c.rope_dim;  // of a head, as q_b gives it
+  head_queries_.resize(n * heads * query_dim);
+  if (mla.q_rank > 0) {
+    q_compressed_.resize(n * mla.q_rank);
+    tensor::matmul({{layer.q_a, q_compressed_.data()}, {layer.kv_a, k_.data()}}, normed_.data(), rows, pool);
+    rms_norm_rows(q_compressed_.data(), layer.q_a_norm, rows, mla.q_rank, c.rms_epsilon, q_compressed_.data());
+    tensor::matmul(layer.q_b, q_compressed_.data(), rows, head_queries_.data(), pool);
+  } else {
+    tensor::matmul({{layer.q, head_queries_.data()}, {layer.kv_a, k_.data()}}, normed_.data(), rows, pool);
+  }
+  for (size_t r = 0; r < n; ++r) {
+    float* latent = k_.data() + r * c.head_dim;
+    rms_norm(latent, layer.kv_a_norm, mla.kv_rank, c.rms_epsilon, latent);
+  }
+  rope(table, k_.data() + mla.kv_rank, rows, 1, c.head_dim);
+  // Each head's query part without RoPE meets the latent through k_b: q k = (k_b^T q) . latent.
+  const size_t head_count = static_cast<size_t>(heads);
+  per_head_products(layer.k_b,
+                    {head_queries_.data(), head_count * query_dim, static_cast<size_t>(query_dim), mla.nope_dim},
+                    {q_.data(), head_count * c.head_dim, static_cast<size_t>(c.head_dim), mla.kv_rank}, rows, pool);
+  for (size_t r = 0; r < n; ++r) {
+    for (int h = 0; h < heads; ++h) {
+      const float* rotated = head_queries_.data() + (r * heads + h) * query_dim + mla.nope_dim;
+      std::copy(rotated, rotated + c.rope_dim, q_.data() + (r * heads + h) * c.head_dim + mla.kv_rank);
+    }
+  }
+  rope(table, q_.data() + mla.kv_rank, rows, heads, c.head_dim);
+}
+
+void Model::latent_values(const Layer& layer, int rows, tensor::ThreadPool& pool) {
+  const Config& c = config_;
+  const int heads = c.head_count;
+  head_values_.resize(static_cast<size_t>(rows) * heads * c.mla.value_dim);
+  const size_t h = static_cast<size_t>(heads);
+  const size_t latent = static_cast<size_t>(c.mla.kv_rank);
+  const size_t value = static_cast<size_t>(c.mla.value_dim);
+  per_head_products(layer.v_b, {attn_out_.data(), h * latent, latent, c.mla.kv_rank},
+                    {head_values_.data(), h * value, value, c.mla.value_dim}, rows, pool);
 }
 
 void Model::activate(float* gate, const float* up, int64_t n) const {
@@ -705,13 +866,12 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   tensor::matmul(layer.router, normed_.data(), rows, router_scores_.data(), pool);
   add_bias(router_scores_.data(), layer.router_bias, rows, c.expert_count);
   // Each row's choice depends on its own scores only: its probabilities (plus the selection
-  // bias), the k largest (ties to the lower expert index); their weights the probabilities,
+  // bias), the k largest (ties to the lower expert index) of its groups; their weights the probabilities,
   // normalized to add up to 1 in that order and scaled as the config says.
   chosen_experts_.resize(n * k);
   chosen_weights_.resize(n * k);
   selection_.resize(experts);
   std::vector<int>& order = expert_order_;
-  order.resize(experts);
   for (size_t r = 0; r < n; ++r) {
     float* p = router_scores_.data() + r * experts;
     // The kernels' exponential, the same bits on every path and architecture.
@@ -731,18 +891,14 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
       for (size_t e = 0; e < experts; ++e) selection_[e] = p[e] + layer.selection_bias[e];
       ranked = selection_.data();
     }
-    for (size_t e = 0; e < experts; ++e) order[e] = static_cast<int>(e);
-    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
-                      [ranked](int a, int b) { return ranked[a] > ranked[b] || (ranked[a] == ranked[b] && a < b); });
+    int* chosen = chosen_experts_.data() + r * k;
+    choose_experts({ranked, experts}, c.expert_group_count, c.expert_groups_used, {chosen, k}, order);
     float chosen_total = 0.0f;
-    for (size_t j = 0; j < k; ++j) chosen_total += p[order[j]];
+    for (size_t j = 0; j < k; ++j) chosen_total += p[chosen[j]];
     // llama.cpp's floor under the sum (the smallest normal half): sigmoids of very negative
     // scores would otherwise divide by almost nothing. A softmax's k largest never sum below it.
     const float divisor = c.expert_weights_norm ? std::max(chosen_total, 6.103515625e-5f) : 1.0f;
-    for (size_t j = 0; j < k; ++j) {
-      chosen_experts_[r * k + j] = order[j];
-      chosen_weights_[r * k + j] = p[order[j]] / divisor * c.expert_weights_scale;
-    }
+    for (size_t j = 0; j < k; ++j) chosen_weights_[r * k + j] = p[chosen[j]] / divisor * c.expert_weights_scale;
   }
   // Each expert runs once over the rows that chose it, so its weights are read once a batch;
   // a row's output from it is the same whichever rows share the call.
@@ -886,22 +1042,31 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
   for (int l = 0; l < range_.size(); ++l) {
     const Layer& layer = *layers_[static_cast<size_t>(l)];
     rms_norm_rows(x_.data(), layer.attn_norm, rows, dim, c.rms_epsilon, normed_.data());
-    tensor::matmul({{layer.q, q_.data()}, {layer.k, k_.data()}, {layer.v, v_.data()}}, normed_.data(), rows, pool);
-    add_bias(q_.data(), layer.q_bias, rows, c.q_dim());
-    add_bias(k_.data(), layer.k_bias, rows, c.kv_dim());
-    add_bias(v_.data(), layer.v_bias, rows, c.kv_dim());
-    if (c.has_qk_norm) {
-      rms_norm_rows(q_.data(), layer.q_norm, rows * c.head_count, c.head_dim, c.rms_epsilon, q_.data());
-      rms_norm_rows(k_.data(), layer.k_norm, rows * c.kv_head_count, c.head_dim, c.rms_epsilon, k_.data());
-    }
     const Rope& table = ropes_[layer_rope_[static_cast<size_t>(l)]];
-    rope(table, q_.data(), rows, c.head_count);
-    rope(table, k_.data(), rows, c.kv_head_count);
-    for (size_t row = 0; row < n; ++row) {
-      row_kv_[row]->store(l, positions_[row], k_.data() + row * c.kv_dim(), v_.data() + row * c.kv_dim());
+    if (c.has_latent_attention()) {
+      latent_queries_and_keys(layer, table, rows, pool);
+      // No values are stored: they are the keys' leading kv_rank, the latent.
+      for (size_t row = 0; row < n; ++row) row_kv_[row]->store(l, positions_[row], k_.data() + row * c.kv_dim(), nullptr);
+      attention(l, layer, pool);
+      latent_values(layer, rows, pool);
+      tensor::matmul(layer.o, head_values_.data(), rows, proj_.data(), pool);
+    } else {
+      tensor::matmul({{layer.q, q_.data()}, {layer.k, k_.data()}, {layer.v, v_.data()}}, normed_.data(), rows, pool);
+      add_bias(q_.data(), layer.q_bias, rows, c.q_dim());
+      add_bias(k_.data(), layer.k_bias, rows, c.kv_dim());
+      add_bias(v_.data(), layer.v_bias, rows, c.kv_dim());
+      if (c.has_qk_norm) {
+        rms_norm_rows(q_.data(), layer.q_norm, rows * c.head_count, c.head_dim, c.rms_epsilon, q_.data());
+        rms_norm_rows(k_.data(), layer.k_norm, rows * c.kv_head_count, c.head_dim, c.rms_epsilon, k_.data());
+      }
+      rope(table, q_.data(), rows, c.head_count, c.head_dim);
+      rope(table, k_.data(), rows, c.kv_head_count, c.head_dim);
+      for (size_t row = 0; row < n; ++row) {
+        row_kv_[row]->store(l, positions_[row], k_.data() + row * c.kv_dim(), v_.data() + row * c.kv_dim());
+      }
+      attention(l, layer, pool);
+      tensor::matmul(layer.o, attn_out_.data(), rows, proj_.data(), pool);
     }
-    attention(l, layer, pool);
-    tensor::matmul(layer.o, attn_out_.data(), rows, proj_.data(), pool);
     add_bias(proj_.data(), layer.o_bias, rows, dim);
     if (layer.post_attention_norm != nullptr) {
       rms_norm_rows(proj_.data(), layer.post_attention_norm, rows, dim, c.rms_epsilon, proj_.data());

@@ -1,5 +1,5 @@
 // The forward pass of a contiguous range of layers of a Llama-family model, dense or with a
-// Mixture-of-Experts FFN.
+// Mixture-of-Experts FFN, with grouped-query or (DeepSeek's) latent attention.
 //
 // A node holds layers [first, last): the first range also embeds tokens, the last also
 // produces logits, and the hidden states between ranges are plain float rows. Every row's
@@ -61,12 +61,12 @@ class KvState {
 
  private:
   friend class Model;
-  // Copies positions [0, positions) of `layer` between the blocks and rows of kv_dim elements
-  // of the pool's type: into the blocks, or out of them.
+  // Copies positions [0, positions) of `layer` between the blocks and rows of the pool's type
+  // (KvLayout's key and value rows): into the blocks, or out of them.
   void copy_rows(int layer, int positions, uint8_t* keys, uint8_t* values, bool into_blocks) const;
   // Takes blocks for `positions` positions; false when the pool cannot give them.
   bool reserve(int positions);
-  // Writes position `position` of `layer`: k and v are kv_dim floats each.
+  // Writes position `position` of `layer`: k and v are its key and value rows as floats.
   void store(int layer, int position, const float* k, const float* v);
   const std::byte* block_data(int block) const { return pool_->data(blocks_[static_cast<size_t>(block)]); }
   // Enters the full blocks of known ids not yet in the index, while the chain holds.
@@ -150,6 +150,16 @@ class Model {
     const float* expert_up_bias = nullptr;
     const float* expert_down_bias = nullptr;
     tensor::PreparedMatrix shared_gate, shared_up, shared_down;  // with a shared expert
+    // Latent attention: queries through q_a, its norm and q_b (or q alone); kv_a gives the
+    // latent (normalized by kv_a_norm) and the key's rotated part; per head, k_b takes the
+    // query's part without RoPE into the latent's space and v_b the latent's to the value.
+    tensor::PreparedMatrix q_a, q_b, kv_a;
+    const float* q_a_norm = nullptr;
+    const float* kv_a_norm = nullptr;
+    std::vector<tensor::PreparedMatrix> k_b, v_b;
+    // k_b and v_b as floats, for files that carry them as one attn_kv_b (converted before
+    // llama.cpp split it): their matrices read these.
+    std::vector<float> split_kv_b;
   };
   // One RoPE base's rotation: per pair its inverse frequency; per batch row and pair the
   // cos and sin of its angle, times `magnitude` (YaRN's; 1 otherwise).
@@ -166,6 +176,21 @@ class Model {
   // Each batch row attends over its own sequence's cache: rows 0..its position, or in a
   // sliding layer the last sliding_window of them.
   void attention(int layer_index, const Layer& layer, tensor::ThreadPool& pool);
+  // Latent attention's queries into q_ (per head: the part without RoPE in the latent's space,
+  // then the rotated part) and keys into k_ (the normalized latent, then the rotated part).
+  void latent_queries_and_keys(const Layer& layer, const Rope& table, int rows, tensor::ThreadPool& pool);
+  // head_values_ = each head's attention output (attn_out_, in the latent's space) through v_b.
+  void latent_values(const Layer& layer, int rows, tensor::ThreadPool& pool);
+  // Of each batch row, one part per head: head h of row r at data + r * row_stride + h * head_stride.
+  struct HeadParts {
+    float* data;
+    size_t row_stride;
+    size_t head_stride;
+    int dim;
+  };
+  // Part h of out = heads[h] times part h of in, in every row (each head's own matrix).
+  void per_head_products(const std::vector<tensor::PreparedMatrix>& heads, HeadParts in, HeadParts out, int rows,
+                         tensor::ThreadPool& pool);
   // gate = the config's activation of gate and up.
   void activate(float* gate, const float* up, int64_t n) const;
   // proj_ = the experts' FFN of normed_, each row through the experts it chooses (and the
@@ -175,7 +200,9 @@ class Model {
   void dense_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool);
   // Rotation of each input row, computed once per batch for all layers and heads.
   void prepare_rope(std::span<const int> positions);
-  void rope(const Rope& table, float* rows, int row_count, int heads) const;
+  // Rotates the rope_dim dimensions from `rows` of each of `heads` heads, head_stride apart,
+  // in every row (heads * head_stride apart).
+  void rope(const Rope& table, float* rows, int row_count, int heads, int head_stride) const;
 
   std::shared_ptr<const gguf::File> file_;
   Config config_;
@@ -191,12 +218,15 @@ class Model {
 
   // Scratch rows for the current batch, reused between calls.
   std::vector<float> x_, normed_, q_, k_, v_, attn_out_, gate_, up_, proj_;
+  // Latent attention: q_a's rows, q_b's (or q's), one head's rows gathered and computed, and
+  // every head's value.
+  std::vector<float> q_compressed_, head_queries_, head_in_, head_out_, head_values_;
   // With experts: router scores (row x expert), each row's choices (row x slot: expert and
   // weight), one expert's rows gathered and computed, and each (row, slot)'s output.
   std::vector<float> router_scores_, selection_, expert_in_, expert_gate_, expert_up_, expert_out_, slot_out_;
   std::vector<int> chosen_experts_;
   std::vector<float> chosen_weights_;
-  std::vector<int> expert_order_;                  // one row's experts, the chosen first
+  std::vector<int> expert_order_;                  // choose_experts' scratch
   std::vector<tensor::MatmulJob> expert_jobs_;
   std::vector<float> shared_out_;  // the shared expert's output rows
   std::vector<size_t> expert_starts_, expert_fill_, expert_slots_;  // the slots of each expert, in order

@@ -15,7 +15,7 @@
 namespace strata::model {
 namespace {
 
-constexpr std::array<SyntheticShape, 22> kShapes{{
+constexpr std::array<SyntheticShape, 27> kShapes{{
     {"tinyllama-1.1b", "TinyLlama-1.1B (Llama 2 architecture, GQA 32/4)", "llama", 32000, 2048,
      2048, 22, 32, 4, 5632, 10000.0f, false},
     {"llama-3.2-1b", "Llama-3.2-1B (GQA 32/8, 128k vocabulary, tied head)", "llama", 128256,
@@ -62,6 +62,55 @@ constexpr std::array<SyntheticShape, 22> kShapes{{
      "a small GLM-4.5 (a dense layer, then 2 of 8 experts of 64 and a shared one, scaled by 2.5; QK-norm, half-rotated "
      "heads of 64 beside a width of 128; a NextN layer), for tests",
      "glm4moe", 2048, 512, 128, 4, 4, 2, 256, 1000000.0f, false, 64, 8, 2, 64, 1, 1, 1, 32, 2.5f, true},
+    // DeepSeek's as llama.cpp's converter writes them from the released configs.
+    {.name = "deepseek-v3",
+     .description = "DeepSeek-V3/R1 671B (latent attention, 3 dense layers, then 8 of 256 experts in 4 of 8 groups "
+                    "and a shared one; YaRN)",
+     .arch = "deepseek2", .vocab_size = 129280, .context_length = 163840, .embedding_dim = 7168, .layer_count = 61,
+     .head_count = 128, .kv_head_count = 1, .ffn_dim = 18432, .rope_freq_base = 10000.0f, .tied_output = false,
+     .head_dim = 192, .expert_count = 256, .experts_per_token = 8, .expert_ffn_dim = 2048, .shared_expert_count = 1,
+     .leading_dense_layers = 3, .rope_dim = 64, .expert_weights_scale = 2.5f, .q_lora_rank = 1536,
+     .kv_lora_rank = 512, .value_head_dim = 128, .sigmoid_gating = true, .expert_weights_norm = true,
+     .expert_groups = 8, .expert_groups_used = 4, .yarn_factor = 40.0f, .yarn_original_context = 4096,
+     .yarn_mscale_all_dim = 1.0f},
+    {.name = "kimi-k2",
+     .description = "Kimi K2 1T (DeepSeek V3's architecture: 64 heads, 1 dense layer, then 8 of 384 experts and a "
+                    "shared one)",
+     .arch = "deepseek2", .vocab_size = 163840, .context_length = 131072, .embedding_dim = 7168, .layer_count = 61,
+     .head_count = 64, .kv_head_count = 1, .ffn_dim = 18432, .rope_freq_base = 50000.0f, .tied_output = false,
+     .head_dim = 192, .expert_count = 384, .experts_per_token = 8, .expert_ffn_dim = 2048, .shared_expert_count = 1,
+     .leading_dense_layers = 1, .rope_dim = 64, .expert_weights_scale = 2.827f, .q_lora_rank = 1536,
+     .kv_lora_rank = 512, .value_head_dim = 128, .sigmoid_gating = true, .expert_weights_norm = true,
+     .expert_groups = 1, .expert_groups_used = 1, .yarn_factor = 32.0f, .yarn_original_context = 4096,
+     .yarn_beta_fast = 1.0f, .yarn_mscale_all_dim = 1.0f},
+    {.name = "deepseek-v2-lite",
+     .description = "DeepSeek-V2-Lite 16B (latent attention without a query bottleneck, 1 dense layer, then 6 of 64 "
+                    "experts by softmax and 2 shared ones; YaRN)",
+     .arch = "deepseek2", .vocab_size = 102400, .context_length = 163840, .embedding_dim = 2048, .layer_count = 27,
+     .head_count = 16, .kv_head_count = 1, .ffn_dim = 10944, .rope_freq_base = 10000.0f, .tied_output = false,
+     .head_dim = 192, .expert_count = 64, .experts_per_token = 6, .expert_ffn_dim = 1408, .shared_expert_count = 2,
+     .leading_dense_layers = 1, .rope_dim = 64, .expert_weights_scale = 1.0f, .kv_lora_rank = 512,
+     .value_head_dim = 128, .expert_groups = 1, .expert_groups_used = 1, .yarn_factor = 40.0f,
+     .yarn_original_context = 4096, .yarn_mscale_all_dim = 0.707f},
+    {.name = "deepseek2-tiny",
+     .description = "a small DeepSeek V3 (latent attention of rank 64 with a query bottleneck, a dense layer, then 4 "
+                    "of 16 experts in 2 of 4 groups and a shared one, YaRN), for tests",
+     .arch = "deepseek2", .vocab_size = 2048, .context_length = 512, .embedding_dim = 128, .layer_count = 4,
+     .head_count = 4, .kv_head_count = 1, .ffn_dim = 256, .rope_freq_base = 10000.0f, .tied_output = false,
+     .head_dim = 48, .expert_count = 16, .experts_per_token = 4, .expert_ffn_dim = 64, .shared_expert_count = 1,
+     .leading_dense_layers = 1, .rope_dim = 16, .expert_weights_scale = 2.5f, .q_lora_rank = 64, .kv_lora_rank = 64,
+     .value_head_dim = 32, .sigmoid_gating = true, .expert_weights_norm = true, .expert_groups = 4,
+     .expert_groups_used = 2, .yarn_factor = 40.0f, .yarn_original_context = 64, .yarn_mscale_all_dim = 1.0f},
+    {.name = "deepseek2-lite-tiny",
+     .description = "a small DeepSeek-V2-Lite (latent attention without a query bottleneck, a dense layer, then 3 of "
+                    "8 experts by softmax and 2 shared ones, YaRN; V2-Lite's 27 layers, by which llama.cpp tells "
+                    "a file without the bottleneck), for tests",
+     .arch = "deepseek2", .vocab_size = 2048, .context_length = 512, .embedding_dim = 128, .layer_count = 27,
+     .head_count = 4, .kv_head_count = 1, .ffn_dim = 256, .rope_freq_base = 10000.0f, .tied_output = false,
+     .head_dim = 48, .expert_count = 8, .experts_per_token = 3, .expert_ffn_dim = 64, .shared_expert_count = 2,
+     .leading_dense_layers = 1, .rope_dim = 16, .expert_weights_scale = 1.0f, .kv_lora_rank = 64,
+     .value_head_dim = 32, .expert_groups = 1, .expert_groups_used = 1, .yarn_factor = 40.0f,
+     .yarn_original_context = 64, .yarn_mscale_all_dim = 0.707f},
 }};
 
 // The array's size is written by hand: one more than the shapes listed would leave a shape
@@ -211,8 +260,16 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   const int head_dim = shape.head_dim > 0 ? shape.head_dim : shape.embedding_dim / shape.head_count;
   const bool experts = shape.expert_count > 0;
   const bool dense_layers = !experts || shape.leading_dense_layers > 0;
+  const bool latent = shape.kv_lora_rank > 0;
+  // With latent attention the output projection reads the heads' values; its other inputs
+  // (the latent, the query bottleneck) are checked beside it. attn_k_b's rows of a head's
+  // query part without RoPE take Q8_0 where they are no whole blocks of the type, as
+  // llama.cpp's quantizer falls back for rows of odd sizes.
+  const int attention_out_dim = shape.head_count * (latent ? shape.value_head_dim : head_dim);
   for (int dim : {shape.embedding_dim, experts ? shape.expert_ffn_dim : shape.ffn_dim,
-                  dense_layers ? shape.ffn_dim : shape.embedding_dim, shape.head_count * head_dim}) {
+                  dense_layers ? shape.ffn_dim : shape.embedding_dim, attention_out_dim,
+                  latent ? shape.kv_lora_rank : shape.embedding_dim,
+                  shape.q_lora_rank > 0 ? shape.q_lora_rank : shape.embedding_dim}) {
     if (dim % block != 0) {
       throw std::invalid_argument(std::string("shape ") + shape.name + " has a dimension (" +
                                   std::to_string(dim) + ") that is not a multiple of the " +
@@ -231,9 +288,20 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   w.set(a + ".feed_forward_length", gguf::Value::u32(static_cast<uint32_t>(shape.ffn_dim)));
   w.set(a + ".attention.head_count", gguf::Value::u32(static_cast<uint32_t>(shape.head_count)));
   w.set(a + ".attention.head_count_kv", gguf::Value::u32(static_cast<uint32_t>(shape.kv_head_count)));
-  w.set(a + ".attention.key_length", gguf::Value::u32(static_cast<uint32_t>(head_dim)));
-  w.set(a + ".attention.value_length", gguf::Value::u32(static_cast<uint32_t>(head_dim)));
   const int rope_dim = shape.rope_dim > 0 ? shape.rope_dim : head_dim;
+  if (latent) {  // the cache's widths, then the heads' own
+    w.set(a + ".attention.key_length", gguf::Value::u32(static_cast<uint32_t>(shape.kv_lora_rank + rope_dim)));
+    w.set(a + ".attention.value_length", gguf::Value::u32(static_cast<uint32_t>(shape.kv_lora_rank)));
+    w.set(a + ".attention.key_length_mla", gguf::Value::u32(static_cast<uint32_t>(head_dim)));
+    w.set(a + ".attention.value_length_mla", gguf::Value::u32(static_cast<uint32_t>(shape.value_head_dim)));
+    w.set(a + ".attention.kv_lora_rank", gguf::Value::u32(static_cast<uint32_t>(shape.kv_lora_rank)));
+    if (shape.q_lora_rank > 0) {
+      w.set(a + ".attention.q_lora_rank", gguf::Value::u32(static_cast<uint32_t>(shape.q_lora_rank)));
+    }
+  } else {
+    w.set(a + ".attention.key_length", gguf::Value::u32(static_cast<uint32_t>(head_dim)));
+    w.set(a + ".attention.value_length", gguf::Value::u32(static_cast<uint32_t>(head_dim)));
+  }
   w.set(a + ".rope.dimension_count", gguf::Value::u32(static_cast<uint32_t>(rope_dim)));
   if (experts) {
     w.set(a + ".expert_count", gguf::Value::u32(static_cast<uint32_t>(shape.expert_count)));
@@ -241,13 +309,18 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
     w.set(a + ".expert_feed_forward_length", gguf::Value::u32(static_cast<uint32_t>(shape.expert_ffn_dim)));
   }
   const bool glm = a == "glm4moe";
-  if (glm) {  // as llama.cpp's converter writes GLM-4.5's
+  const bool deepseek = a == "deepseek2";
+  if (glm || deepseek) {  // as llama.cpp's converter writes GLM-4.5's and DeepSeek's
     w.set(a + ".expert_shared_count", gguf::Value::u32(static_cast<uint32_t>(shape.shared_expert_count)));
     w.set(a + ".leading_dense_block_count", gguf::Value::u32(static_cast<uint32_t>(shape.leading_dense_layers)));
-    w.set(a + ".expert_gating_func", gguf::Value::u32(2));  // sigmoid
+    w.set(a + ".expert_gating_func", gguf::Value::u32(glm || shape.sigmoid_gating ? 2 : 1));  // sigmoid : softmax
     w.set(a + ".expert_weights_scale", gguf::Value::f32(shape.expert_weights_scale));
-    w.set(a + ".expert_weights_norm", gguf::Value::boolean(true));
-    w.set(a + ".nextn_predict_layers", gguf::Value::u32(static_cast<uint32_t>(shape.nextn_layers)));
+  }
+  if (glm || shape.expert_weights_norm) w.set(a + ".expert_weights_norm", gguf::Value::boolean(true));
+  if (glm) w.set(a + ".nextn_predict_layers", gguf::Value::u32(static_cast<uint32_t>(shape.nextn_layers)));
+  if (shape.expert_groups > 0) {
+    w.set(a + ".expert_group_count", gguf::Value::u32(static_cast<uint32_t>(shape.expert_groups)));
+    w.set(a + ".expert_group_used_count", gguf::Value::u32(static_cast<uint32_t>(shape.expert_groups_used)));
   }
   w.set(a + ".rope.freq_base", gguf::Value::f32(shape.rope_freq_base));
   const bool gpt_oss = a == "gpt-oss";
@@ -256,6 +329,15 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
     w.set(a + ".rope.scaling.type", gguf::Value::string("yarn"));
     w.set(a + ".rope.scaling.factor", gguf::Value::f32(32.0f));
     w.set(a + ".rope.scaling.original_context_length", gguf::Value::u32(4096));
+  }
+  if (shape.yarn_factor > 0.0f) {  // DeepSeek's: its mscale_all_dim, times 0.1, as the log multiplier
+    w.set(a + ".rope.scaling.type", gguf::Value::string("yarn"));
+    w.set(a + ".rope.scaling.factor", gguf::Value::f32(shape.yarn_factor));
+    w.set(a + ".rope.scaling.original_context_length",
+          gguf::Value::u32(static_cast<uint32_t>(shape.yarn_original_context)));
+    w.set(a + ".rope.scaling.yarn_beta_fast", gguf::Value::f32(shape.yarn_beta_fast));
+    w.set(a + ".rope.scaling.yarn_beta_slow", gguf::Value::f32(1.0f));
+    w.set(a + ".rope.scaling.yarn_log_multiplier", gguf::Value::f32(0.1f * shape.yarn_mscale_all_dim));
   }
   if (shape.rope_linear_factor > 0.0f) {
     w.set(a + ".rope.scaling.type", gguf::Value::string("linear"));
@@ -320,7 +402,23 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
     const std::string p = "blk." + std::to_string(i) + ".";
     const auto type_of = [&](MatrixRole role) { return types.type_of(role, i, layer_count); };
     vector(p + "attn_norm.weight", shape.embedding_dim, 1.0f, 0.1f);
-    if (phi3) {  // Q, K and V in one matrix, as llama.cpp's converter writes Phi-3's
+    if (latent) {  // as llama.cpp's converter writes DeepSeek's: attn_kv_b split into attn_k_b and attn_v_b
+      const int query_dim = shape.head_count * head_dim;
+      if (shape.q_lora_rank > 0) {
+        matrix(p + "attn_q_a.weight", shape.embedding_dim, shape.q_lora_rank, types.base);
+        vector(p + "attn_q_a_norm.weight", shape.q_lora_rank, 1.0f, 0.1f);
+        matrix(p + "attn_q_b.weight", shape.q_lora_rank, query_dim, types.base);
+      } else {
+        matrix(p + "attn_q.weight", shape.embedding_dim, query_dim, types.base);
+      }
+      matrix(p + "attn_kv_a_mqa.weight", shape.embedding_dim, shape.kv_lora_rank + rope_dim, types.base);
+      vector(p + "attn_kv_a_norm.weight", shape.kv_lora_rank, 1.0f, 0.1f);
+      const int nope_dim = head_dim - rope_dim;
+      matrices(p + "attn_k_b.weight", nope_dim, shape.kv_lora_rank, shape.head_count,
+               nope_dim % block == 0 ? types.base : tensor::DType::Q8_0);
+      matrices(p + "attn_v_b.weight", shape.kv_lora_rank, shape.value_head_dim, shape.head_count,
+               type_of(MatrixRole::AttnV));
+    } else if (phi3) {  // Q, K and V in one matrix, as llama.cpp's converter writes Phi-3's
       matrix(p + "attn_qkv.weight", shape.embedding_dim, q_dim + 2 * kv_dim, type_of(MatrixRole::AttnV));
     } else {
       matrix(p + "attn_q.weight", shape.embedding_dim, q_dim, types.base);
@@ -336,7 +434,7 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
       vector(p + "attn_q_norm.weight", head_dim, 1.0f, 0.1f);
       vector(p + "attn_k_norm.weight", head_dim, 1.0f, 0.1f);
     }
-    matrix(p + "attn_output.weight", q_dim, shape.embedding_dim, type_of(MatrixRole::AttnOutput));
+    matrix(p + "attn_output.weight", attention_out_dim, shape.embedding_dim, type_of(MatrixRole::AttnOutput));
     if (gpt_oss) {
       vector(p + "attn_output.bias", shape.embedding_dim, 0.0f, 0.1f);
       vector(p + "attn_sinks.weight", shape.head_count, 0.0f, 2.0f);
@@ -350,7 +448,7 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
       // The router stays F32, as llama.cpp's converter and quantizer keep it.
       matrix(p + "ffn_gate_inp.weight", shape.embedding_dim, shape.expert_count, tensor::DType::F32);
       // Selection biases of the size of sigmoid probabilities' differences, so that they change choices.
-      if (glm) vector(p + "exp_probs_b.bias", shape.expert_count, 0.0f, 0.2f);
+      if (glm || (deepseek && shape.sigmoid_gating)) vector(p + "exp_probs_b.bias", shape.expert_count, 0.0f, 0.2f);
       matrices(p + "ffn_gate_exps.weight", shape.embedding_dim, shape.expert_ffn_dim, shape.expert_count,
                type_of(MatrixRole::FfnGateUp));
       matrices(p + "ffn_up_exps.weight", shape.embedding_dim, shape.expert_ffn_dim, shape.expert_count,

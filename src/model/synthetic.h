@@ -15,7 +15,7 @@ struct SyntheticShape {
   const char* name;
   const char* description;
   const char* arch;  // general.architecture: "llama", "qwen2", "qwen3", "qwen3moe", "gpt-oss", "gemma3",
-                     // "phi3" or "glm4moe"
+                     // "phi3", "glm4moe" or "deepseek2"
   int vocab_size;
   int context_length;
   int embedding_dim;
@@ -25,11 +25,11 @@ struct SyntheticShape {
   int ffn_dim;
   float rope_freq_base;
   bool tied_output;
-  int head_dim = 0;           // 0: embedding_dim / head_count
+  int head_dim = 0;           // 0: embedding_dim / head_count (deepseek2: a head's query and key)
   int expert_count = 0;       // 0: a dense FFN
   int experts_per_token = 0;
   int expert_ffn_dim = 0;
-  // GLM-4.5's kind of Mixture of Experts, and its attention (glm4moe only, but qk_norm):
+  // GLM-4.5's and DeepSeek's kind of Mixture of Experts, and GLM's attention (glm4moe only, but qk_norm):
   int shared_expert_count = 0;     // experts every token runs, of expert_ffn_dim each
   int leading_dense_layers = 0;    // the first layers' FFN is dense, of ffn_dim
   int nextn_layers = 0;            // NextN layers written after the layers (`--layers` counts the others)
@@ -38,6 +38,19 @@ struct SyntheticShape {
   bool qk_norm = false;            // Q and K normalized per head (Qwen3 always)
   int sliding_window = 0;          // gpt-oss: the even layers' window; gemma3: 5 of every 6 layers'
   float rope_linear_factor = 0.0f; // > 0: linear RoPE scaling (Gemma 3: its global layers only)
+  // deepseek2: latent attention (q_lora_rank 0: queries straight from the input), DeepSeek's
+  // routing (V2's softmax or V3's sigmoid with a selection bias; groups of experts), YaRN.
+  int q_lora_rank = 0;
+  int kv_lora_rank = 0;
+  int value_head_dim = 0;
+  bool sigmoid_gating = false;
+  bool expert_weights_norm = false;
+  int expert_groups = 0;
+  int expert_groups_used = 0;
+  float yarn_factor = 0.0f;
+  int yarn_original_context = 0;
+  float yarn_beta_fast = 32.0f;
+  float yarn_mscale_all_dim = 0.0f;
 };
 
 std::span<const SyntheticShape> synthetic_shapes();

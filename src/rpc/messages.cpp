@@ -219,15 +219,21 @@ void check_layer_kv(const LayerKv& kv, const std::string& path) {
   check_layer(field("layer"), kv.layer());
   check_integer(field("positions"), kv.positions(), 0, kMaxCapacity);
   check_integer(field("capacity"), kv.capacity(), kv.positions(), kMaxCapacity);
-  if (kv.keys().size() != kv.values().size()) {
-    refuse(field("values"), "are " + std::to_string(kv.values().size()) + " bytes, the keys " +
-                                std::to_string(kv.keys().size()));
-  }
   const size_t element = model::kv_element_bytes(wire_type(kv));
   const size_t positions = static_cast<size_t>(kv.positions());
-  const size_t row_elements = positions == 0 ? 0 : kv.keys().size() / element / positions;
-  if (positions == 0 ? !kv.keys().empty() : row_elements == 0 || kv.keys().size() != row_elements * element * positions) {
+  // Rows of the values may be narrower than the keys' (latent attention stores none: its
+  // values are its keys' latent), never ragged.
+  const auto whole_rows = [&](const std::string& bytes, bool may_be_empty) {
+    if (positions == 0 || bytes.empty()) return bytes.empty() && (positions == 0 || may_be_empty);
+    return bytes.size() % (element * positions) == 0;
+  };
+  if (!whole_rows(kv.keys(), false)) {
     refuse(field("keys"), "are not whole rows of " + std::to_string(positions) + " positions");
+  }
+  if (!whole_rows(kv.values(), true) || kv.values().size() > kv.keys().size()) {
+    refuse(field("values"), "are " + std::to_string(kv.values().size()) + " bytes, not whole rows of " +
+                                std::to_string(positions) + " positions no wider than the keys' " +
+                                std::to_string(kv.keys().size()));
   }
   if (kv.tokens_size() != 0 && kv.tokens_size() != kv.positions()) {
     refuse(field("tokens"), "hold " + std::to_string(kv.tokens_size()) + " ids for " + std::to_string(positions) +

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A model of a newer architecture (`strata gguf synth --shape SHAPE`, Q8_0: qwen3moe-tiny,
 Qwen3-MoE with 2 of 8 experts per token and QK-norm, by default; gpt-oss-tiny, experts, sinks
-and sliding-window layers; gemma3-tiny, sliding-window layers and GeGLU) served by real
+and sliding-window layers; gemma3-tiny, sliding-window layers and GeGLU; deepseek2-tiny, latent
+attention whose cache holds the latent, and groups of experts) served by real
 `strata serve` processes on 127.0.0.1: a cluster of three answers every greedy and seeded
 request (text and logprobs) at every node as one node does, alone and concurrently, and a stage
 killed mid-stream leaves the whole text the fault-free one.

@@ -51,11 +51,28 @@ void unpin_all(KvPool& pool, const std::vector<int>& blocks) {
 
 TEST(KvLayoutTest, KeysAndValuesOfEveryLayerAndHeadTile) {
   const KvLayout layout(tiny_config(), 3, KvType::F16);
-  EXPECT_EQ(layout.head_elements, 4u * kKvBlock);
+  EXPECT_EQ(layout.key_elements, 4u * kKvBlock);
+  EXPECT_EQ(layout.value_elements, 4u * kKvBlock);
   EXPECT_EQ(layout.block_bytes, 3u * 2 * 2 * 4 * kKvBlock * 2);
-  EXPECT_EQ(layout.key_offset(0, 1), layout.head_elements * 2);
-  EXPECT_EQ(layout.value_offset(0, 0), 2 * layout.head_elements * 2);
-  EXPECT_EQ(layout.value_offset(2, 1) + layout.head_elements * 2, layout.block_bytes);
+  EXPECT_EQ(layout.key_offset(0, 1), layout.key_elements * 2);
+  EXPECT_EQ(layout.value_offset(0, 0), 2 * layout.key_elements * 2);
+  EXPECT_EQ(layout.value_offset(2, 1) + layout.value_elements * 2, layout.block_bytes);
+}
+
+// Latent attention caches one KV head of keys alone (the latent and the rotated part), whose
+// values are the keys' latent; layers of such keys tile the block.
+TEST(KvLayoutTest, LatentAttentionKeysAloneTile) {
+  Config c;
+  c.kv_head_count = 1;
+  c.head_dim = 6;
+  c.mla.kv_rank = 4;
+  const KvLayout layout(c, 2, KvType::F32);
+  EXPECT_EQ(layout.key_elements, 6u * kKvBlock);
+  EXPECT_EQ(layout.value_elements, 0u);
+  EXPECT_EQ(layout.value_row_elements(), 0u);
+  EXPECT_EQ(layout.key_offset(1, 0), 6u * kKvBlock * 4);
+  EXPECT_EQ(layout.key_offset(1, 0) + layout.key_elements * 4, layout.block_bytes);
+  EXPECT_EQ(layout.block_bytes, 2u * 6 * kKvBlock * 4);
 }
 
 TEST(KvPoolTest, AllocatesUntilEveryBlockIsPinned) {

@@ -43,6 +43,14 @@ CASES = [
     # in its first MoE layer (docs/TESTING.md), which quantization error decides.
     ("glm4moe (small)", "glm4moe-tiny", 0, "F32", 32, []),
     ("glm4moe (GLM-4.5-Air's dimensions: the dense layer and an MoE layer)", "glm-4.5-air", 2, "F16", 8, ["Q4_K_M"]),
+    ("deepseek2 (small: latent attention with a query bottleneck, 4 of 16 experts in 2 of 4 groups, a shared one, "
+     "YaRN)", "deepseek2-tiny", 0, "F32", 32, []),
+    # llama.cpp tells a file without the query bottleneck by its layer count (V2-Lite's 27). One greedy token: the
+    # second is a near-tie (logits 3.48632 and 3.48618 in Strata, 3.48620 and 3.48648 in llama.cpp), which the
+    # double-precision reference decides as Strata does (docs/TESTING.md).
+    ("deepseek2 (small, V2-Lite's kind: no query bottleneck, softmax routing, 27 layers)", "deepseek2-lite-tiny", 0,
+     "F32", 1, []),
+    ("deepseek2 (DeepSeek-V3's dimensions: its first, dense layer)", "deepseek-v3", 1, "F16", 8, ["Q4_K_M"]),
 ]
 PROMPT = [1, 2, 300, 400, 17, 99, 123, 500, 42, 7, 260, 1000, 77, 31, 5, 600]
 FAILURES = []

@@ -2,7 +2,7 @@
 // fastest kernel path it has: of the shared model (the test prompt), then of small models of
 // the newer architectures in Q4_0, written here from their seeds (the same files on every
 // machine), over 40 tokens: qwen3moe-tiny (experts), gpt-oss-tiny (experts, sinks, a window of
-// 12) and gemma3-tiny (a window of 12, GeGLU).
+// 12), gemma3-tiny (a window of 12, GeGLU) and deepseek2-tiny (latent attention, groups of experts).
 // tests/cross compares the file written on one architecture with the one written on another,
 // byte for byte.
 #include <unistd.h>
@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
   write(prompt_logits(gguf::File::open(model::testing::kDreams), model::testing::kOnceUponATime));
   std::vector<model::Token> long_prompt{1};
   for (int i = 1; i < 40; ++i) long_prompt.push_back((i * 131 + 5) % 2000 + 3);
-  for (const char* shape : {"qwen3moe-tiny", "gpt-oss-tiny", "gemma3-tiny"}) {
+  for (const char* shape : {"qwen3moe-tiny", "gpt-oss-tiny", "gemma3-tiny", "deepseek2-tiny"}) {
     const std::string path = (std::filesystem::temp_directory_path() /
                               ("strata_logits_dump_" + std::to_string(::getpid()) + "_" + shape + ".gguf"))
                                  .string();
@@ -56,6 +56,6 @@ int main(int argc, char** argv) {
     std::cerr << "cannot write " << argv[1] << "\n";
     return 1;
   }
-  std::cout << "logits of the shared model, qwen3moe-tiny, gpt-oss-tiny and gemma3-tiny (Q4_0) on the "
+  std::cout << "logits of the shared model, qwen3moe-tiny, gpt-oss-tiny, gemma3-tiny and deepseek2-tiny (Q4_0) on the "
             << tensor::isa_name(tensor::active_isa()) << " path\n";
 }

@@ -152,15 +152,18 @@ TinyModel hand_checkable_model(const std::string& arch) {
 // of position 0, k0 = (0,0,a,0), with the angle of the pair holding component 2: pair (2,3) at
 // frequency 10000^(-2/4) = 0.01 for llama, pair (0,2) at frequency 1 for NeoX (qwen2); its own
 // key is orthogonal to it. So the scores are a^2 cos(angle) / 2 and 0; `qk_scale` multiplies
-// the first, for a model that normalizes queries and keys (qwen3).
-std::vector<std::vector<double>> hand_logits(double angle, double v_bias, double qk_scale = 1.0) {
+// the first, for a model that normalizes queries and keys (qwen3), and `value_scale` the values
+// (a = v below), for one whose values come out of a normalized latent (deepseek2).
+std::vector<std::vector<double>> hand_logits(double angle, double v_bias, double qk_scale = 1.0,
+                                             double value_scale = 1.0) {
   const double eps = static_cast<double>(1e-6f);
   const double a = 1.0 / std::sqrt(0.25 + eps);
   const double p0 = 1.0 / (1.0 + std::exp(-a * a * qk_scale * std::cos(angle) / 2.0));
   const double p1 = 1.0 - p0;
-  // Residual after attention: embedding + weighted values, v0 = (a, b, 0, a), v1 = (0, b, a, 0).
-  std::vector<std::vector<double>> residual = {{1.0 + a, v_bias, 0.0, a},
-                                               {p0 * a, v_bias, 1.0 + p1 * a, p0 * a}};
+  // Residual after attention: embedding + weighted values, v0 = (v, b, 0, v), v1 = (0, b, v, 0).
+  const double v = a * value_scale;
+  std::vector<std::vector<double>> residual = {{1.0 + v, v_bias, 0.0, v},
+                                               {p0 * v, v_bias, 1.0 + p1 * v, p0 * v}};
   const auto rms = [&](const std::vector<double>& x) {
     return std::sqrt((x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3]) / 4.0 + eps);
   };
@@ -218,6 +221,36 @@ TEST(Reference, Qwen3NormalizesEachHeadOfQueriesAndKeysBeforeRope) {
   const std::vector<int32_t> tokens{0, 1};
   expect_near(forward_all(*gguf::File::open(file.path), tokens), hand_logits(1.0, 0.0, 2 * 1.5 / (a * a / 4 + eps)),
               1e-12);
+}
+
+// DeepSeek's latent attention built to compute the hand-checkable model's attention: one head
+// whose query is (h0, h1) without RoPE and (h2, h3) rotated (adjacent pairs, a rope part of 2:
+// pair 0 at frequency 1); the latent (h0, h1, h2), RMS-normalized, which turns each position's
+// one non-zero a into c = a / sqrt(a^2 / 3 + eps); the shared rotated key part (h0, h3); the
+// key's part without RoPE the latent's first two, and the value the model's attn_v of the latent.
+// At position 1 the query's part without RoPE is zero, and its rotated part (a, 0) meets
+// position 0's (a, 0): the score a^2 cos(1) / 2, over a key of 4; the values are c / a times the
+// model's.
+TEST(Reference, DeepseekLatentAttentionMatchesAHandComputation) {
+  TinyModel m = hand_checkable_model("deepseek2");
+  m.set_shape(4, 1, 1, 1, 1, 2);
+  m.metadata["deepseek2.attention.kv_lora_rank"] = gguf::Value::u32(3);
+  m.metadata["deepseek2.attention.key_length"] = gguf::Value::u32(5);  // the cache's: latent and rotated part
+  m.metadata["deepseek2.attention.value_length"] = gguf::Value::u32(3);
+  m.metadata["deepseek2.attention.key_length_mla"] = gguf::Value::u32(4);
+  m.metadata["deepseek2.attention.value_length_mla"] = gguf::Value::u32(4);
+  for (const char* name : {"blk.0.attn_k.weight", "blk.0.attn_v.weight"}) m.tensors.erase(name);
+  m.matrix("blk.0.attn_kv_a_mqa.weight", 5, 4, {1, 0, 0, 0,  0, 1, 0, 0,  0, 0, 1, 0,  1, 0, 0, 0,  0, 0, 0, 1});
+  m.vector("blk.0.attn_kv_a_norm.weight", {1, 1, 1});
+  m.experts("blk.0.attn_k_b.weight", 1, 3, 2, {1, 0,  0, 1,  0, 0});
+  m.experts("blk.0.attn_v_b.weight", 1, 4, 3, {1, 0, 0,  0, 0, 0,  0, 0, 1,  1, 0, 0});
+  TempFile file("hand_deepseek2.gguf");
+  m.write(file.path);
+  const double eps = static_cast<double>(1e-6f);
+  const double a = 1.0 / std::sqrt(0.25 + eps);
+  const double c = a / std::sqrt(a * a / 3.0 + eps);
+  const std::vector<int32_t> tokens{0, 1};
+  expect_near(forward_all(*gguf::File::open(file.path), tokens), hand_logits(1.0, 0.0, 1.0, c / a), 1e-12);
 }
 
 // Phi-3 keeps Q, K and V as one matrix and the FFN's gate and up as another (gate first): the

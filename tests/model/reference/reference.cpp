@@ -17,7 +17,7 @@ using Vector = std::vector<double>;
 using Matrix = std::vector<Vector>;  // one row per position
 
 struct Hyperparameters {
-  bool neox_rope = false;  // qwen2, qwen3, phi3 and glm4moe rotate (x[i], x[i + n/2]); llama (x[2i], x[2i+1])
+  bool neox_rope = false;  // qwen2, qwen3, phi3, glm4moe rotate (x[i], x[i + n/2]); llama, deepseek2 (x[2i], x[2i+1])
   bool qk_norm = false;    // qwen3 (and GLM-4.5): each head of Q and K is RMS-normalized before RoPE
   bool fused_gate_up = false;  // phi3: ffn_up holds the gate's rows, then the up's
   std::string ffn_norm = "ffn_norm";  // the norm before the FFN; glm4moe's is post_attention_norm
@@ -59,6 +59,25 @@ struct Hyperparameters {
   double weights_scale = 1.0;
   size_t shared_feed_forward = 0;
   size_t leading_dense = 0;
+  // DeepSeek (deepseek2): multi-head latent attention, in its plain form. Each head's query
+  // (nope_dim + rope_dims: the part without RoPE first) is a projection of the input, or of a
+  // normalized bottleneck of q_rank; one projection gives the latent (kv_rank, normalized)
+  // and a rope_dims key part every head shares; each head's key is its own projection of the
+  // latent (nope_dim) beside that shared part, its value another (value_dim). The experts'
+  // groups: a position chooses among the experts of the expert_groups_used groups whose two
+  // highest ranked scores sum highest.
+  bool latent_attention = false;
+  size_t q_rank = 0;
+  size_t kv_rank = 0;
+  size_t nope_dim = 0;
+  size_t value_dim = 0;
+  size_t expert_groups = 0;
+  size_t expert_groups_used = 0;
+  // YaRN's cos and sin magnitude, and DeepSeek's factor of the attention scale.
+  double yarn_magnitude = 1.0;
+  double attention_factor = 1.0;
+  double yarn_beta_fast = 32.0;
+  double yarn_beta_slow = 1.0;
 };
 
 size_t required_uint(const gguf::File& model, const std::string& key) {
@@ -70,13 +89,14 @@ size_t required_uint(const gguf::File& model, const std::string& key) {
 Hyperparameters read_hyperparameters(const gguf::File& model) {
   const std::optional<std::string> arch = model.get_string("general.architecture");
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe" && arch != "gpt-oss" &&
-      arch != "gemma3" && arch != "phi3" && arch != "glm4moe") {
+      arch != "gemma3" && arch != "phi3" && arch != "glm4moe" && arch != "deepseek2") {
     throw gguf::Error("reference: unsupported architecture " + arch.value_or("(none)"));
   }
   const std::string prefix = *arch + ".";
   const bool glm = *arch == "glm4moe";
+  const bool deepseek = *arch == "deepseek2";
   Hyperparameters hp;
-  hp.neox_rope = *arch != "llama";
+  hp.neox_rope = *arch != "llama" && !deepseek;
   hp.gemma = *arch == "gemma3";
   hp.qk_norm = *arch == "qwen3" || *arch == "qwen3moe" || hp.gemma ||
                (glm && model.find_tensor("blk.0.attn_q_norm.weight"));
@@ -88,12 +108,13 @@ Hyperparameters read_hyperparameters(const gguf::File& model) {
   hp.layers = required_uint(model, prefix + "block_count") -
               model.get_uint(prefix + "nextn_predict_layers").value_or(0);
   hp.feed_forward = required_uint(model, prefix + "feed_forward_length");
-  if (glm) {
-    if (model.get_uint(prefix + "expert_gating_func").value_or(2) != 2) {
-      throw gguf::Error("reference: glm4moe with other gating than sigmoid");
-    }
-    hp.sigmoid_gating = true;
-    hp.selection_bias = true;
+  if (glm || deepseek) {
+    // llama.cpp's numbers: 1 softmax, 2 sigmoid; unset, GLM's is sigmoid and DeepSeek's softmax.
+    const uint64_t gating = model.get_uint(prefix + "expert_gating_func").value_or(glm ? 2 : 1);
+    if (gating != 1 && gating != 2) throw gguf::Error("reference: unknown expert gating function");
+    hp.sigmoid_gating = gating == 2;
+    hp.leading_dense = model.get_uint(prefix + "leading_dense_block_count").value_or(0);
+    hp.selection_bias = glm || model.find_tensor("blk." + std::to_string(hp.leading_dense) + ".exp_probs_b.bias");
     hp.normalize_weights = model.get_bool(prefix + "expert_weights_norm").value_or(false);
     hp.weights_scale = model.get_float(prefix + "expert_weights_scale").value_or(1.0);
     hp.leading_dense = model.get_uint(prefix + "leading_dense_block_count").value_or(0);
@@ -101,6 +122,8 @@ Hyperparameters read_hyperparameters(const gguf::File& model) {
   // Mixtral is a llama whose metadata counts experts; Qwen3-MoE, gpt-oss and GLM-4.5 always
   // have them.
   if (model.get_uint(prefix + "expert_count") || *arch == "qwen3moe" || hp.gpt_oss || glm) {
+    hp.expert_groups = model.get_uint(prefix + "expert_group_count").value_or(1);
+    hp.expert_groups_used = model.get_uint(prefix + "expert_group_used_count").value_or(1);
     hp.expert_count = required_uint(model, prefix + "expert_count");
     hp.experts_per_token = required_uint(model, prefix + "expert_used_count");
     // Mixtral's experts are feed_forward_length wide; Qwen3-MoE names their width.
@@ -137,8 +160,29 @@ Hyperparameters read_hyperparameters(const gguf::File& model) {
     hp.yarn_factor = model.get_float(prefix + "rope.scaling.factor").value_or(1.0);
     hp.yarn_original_context = static_cast<double>(required_uint(model, prefix + "rope.scaling.original_context_length"));
     if (hp.yarn_factor < 1.0) throw gguf::Error("reference: YaRN factor below 1");
+    hp.yarn_beta_fast = model.get_float(prefix + "rope.scaling.yarn_beta_fast").value_or(32.0);
+    hp.yarn_beta_slow = model.get_float(prefix + "rope.scaling.yarn_beta_slow").value_or(1.0);
+    // YaRN scales cos and sin by 1 + 0.1 ln(factor). DeepSeek's, given its mscale_all_dim m
+    // (the converter writes 0.1 m), scales the scores by (1 + 0.1 m ln(factor))^2 instead, and
+    // cos and sin by its mscale's over m's, which GGUF takes for 1.
+    const double log_multiplier = model.get_float(prefix + "rope.scaling.yarn_log_multiplier").value_or(0.0);
+    if (log_multiplier != 0.0 && !deepseek) throw gguf::Error("reference: YaRN log multiplier outside deepseek2");
+    const double mscale = 1.0 + log_multiplier * std::log(hp.yarn_factor);
+    hp.attention_factor = mscale * mscale;
+    hp.yarn_magnitude = log_multiplier != 0.0 ? 1.0 : 1.0 + 0.1 * std::log(hp.yarn_factor);
   } else if (scaling != "none") {
     throw gguf::Error("reference: unsupported RoPE scaling " + scaling);
+  }
+  if (deepseek) {
+    hp.latent_attention = true;
+    hp.kv_rank = required_uint(model, prefix + "attention.kv_lora_rank");
+    hp.q_rank = model.get_uint(prefix + "attention.q_lora_rank").value_or(0);
+    // Newer files name the heads' sizes *_mla (key_length being the cache's); older ones not.
+    const bool mla_names = model.get_uint(prefix + "attention.key_length_mla").has_value();
+    const size_t key = required_uint(model, prefix + (mla_names ? "attention.key_length_mla" : "attention.key_length"));
+    hp.value_dim = required_uint(model, prefix + (mla_names ? "attention.value_length_mla" : "attention.value_length"));
+    if (key <= hp.rope_dims) throw gguf::Error("reference: latent attention's key no wider than its RoPE part");
+    hp.nope_dim = key - hp.rope_dims;
   }
   return hp;
 }
@@ -251,6 +295,12 @@ std::optional<Vector> optional_vector(const gguf::File& model, const std::string
   const gguf::TensorInfo* info = find_with_shape(model, name, {n});
   if (!info) return std::nullopt;
   return Weight(model, *info).row(0);
+}
+
+Vector required_vector(const gguf::File& model, const std::string& name, size_t n) {
+  std::optional<Vector> v = optional_vector(model, name, n);
+  if (!v) throw gguf::Error("reference: missing tensor " + name);
+  return *std::move(v);
 }
 
 double dot(const Vector& a, const Vector& b) {
@@ -422,6 +472,28 @@ Matrix mixture_of_experts(const gguf::File& model, const std::string& block, con
     // in exact arithmetic.)
     Vector ranked = hp.gpt_oss ? scores[t] : probabilities;
     for (size_t e = 0; bias && e < hp.expert_count; ++e) ranked[e] += (*bias)[e];
+    // Groups of consecutive experts: only those of the best groups by their two highest
+    // ranked scores stay candidates.
+    double group_margin = INFINITY;
+    if (hp.expert_groups > 1) {
+      const size_t group_size = hp.expert_count / hp.expert_groups;
+      Vector group_scores;
+      for (size_t g = 0; g < hp.expert_groups; ++g) {
+        const Vector members(ranked.begin() + static_cast<std::ptrdiff_t>(g * group_size),
+                             ranked.begin() + static_cast<std::ptrdiff_t>((g + 1) * group_size));
+        const std::vector<int> best = top_experts(members, 2);
+        group_scores.push_back(members[static_cast<size_t>(best[0])] + members[static_cast<size_t>(best[1])]);
+      }
+      const std::vector<int> kept = top_experts(group_scores, hp.expert_groups_used);
+      for (size_t g = 0; g < hp.expert_groups; ++g) {
+        if (std::find(kept.begin(), kept.end(), static_cast<int>(g)) == kept.end()) {
+          group_margin = std::min(group_margin, group_scores[static_cast<size_t>(kept.back())] - group_scores[g]);
+        }
+      }
+      for (size_t e = 0; e < hp.expert_count; ++e) {
+        if (std::find(kept.begin(), kept.end(), static_cast<int>(e / group_size)) == kept.end()) ranked[e] = -INFINITY;
+      }
+    }
     const std::vector<int> chosen = top_experts(ranked, hp.experts_per_token);
     double chosen_total = 0.0;
     for (int e : chosen) chosen_total += probabilities[static_cast<size_t>(e)];
@@ -435,15 +507,16 @@ Matrix mixture_of_experts(const gguf::File& model, const std::string& block, con
                            hp.weights_scale;
       for (size_t i = 0; i < hp.embedding; ++i) outputs[t][i] += weight * expert_outputs[static_cast<size_t>(e)][t][i];
     }
-    choices.push_back({chosen, bias ? ranked : scores[t], hp.sigmoid_gating ? 0.25 : 1.0});
+    choices.push_back({chosen, bias || hp.expert_groups > 1 ? ranked : scores[t], hp.sigmoid_gating ? 0.25 : 1.0,
+                       group_margin});
   }
   return outputs;
 }
 
-// YaRN (as llama.cpp applies it to GGUF files): the pairs that turn more than beta_fast = 32
-// times within the original context keep their frequency, those that turn fewer than
-// beta_slow = 1 times take it divided by the factor, with a linear ramp between (the pair
-// bounds rounded outwards).
+// YaRN (as llama.cpp applies it to GGUF files): the pairs that turn more than beta_fast (32
+// unless the file says) times within the original context keep their frequency, those that
+// turn fewer than beta_slow (1) times take it divided by the factor, with a linear ramp
+// between (the pair bounds rounded outwards).
 double yarn_frequency_scale(const Hyperparameters& hp, size_t pair) {
   if (hp.yarn_factor == 0.0) return 1.0;
   const double dims = static_cast<double>(hp.rope_dims);
@@ -451,8 +524,8 @@ double yarn_frequency_scale(const Hyperparameters& hp, size_t pair) {
     return dims * std::log(hp.yarn_original_context / (turns * 2.0 * 3.14159265358979323846)) /
            (2.0 * std::log(hp.rope_base));
   };
-  const double low = std::max(0.0, std::floor(pair_turning(32.0)));
-  const double high = std::min(dims - 1.0, std::ceil(pair_turning(1.0)));
+  const double low = std::max(0.0, std::floor(pair_turning(hp.yarn_beta_fast)));
+  const double high = std::min(dims - 1.0, std::ceil(pair_turning(hp.yarn_beta_slow)));
   const double ramp = std::clamp((static_cast<double>(pair) - low) / std::max(0.001, high - low), 0.0, 1.0);
   const double kept = 1.0 - ramp;
   return kept + (1.0 - kept) / hp.yarn_factor;
@@ -475,7 +548,7 @@ void apply_rope(Matrix& projections, size_t head_count, const Hyperparameters& h
         const size_t second = hp.neox_rope ? i + half : 2 * i + 1;
         const double a = x[first];
         const double b = x[second];
-        const double magnitude = hp.yarn_factor > 0.0 ? 1.0 + 0.1 * std::log(hp.yarn_factor) : 1.0;
+        const double magnitude = hp.yarn_magnitude;
         x[first] = magnitude * (a * std::cos(angle) - b * std::sin(angle));
         x[second] = magnitude * (a * std::sin(angle) + b * std::cos(angle));
       }
@@ -483,36 +556,40 @@ void apply_rope(Matrix& projections, size_t head_count, const Hyperparameters& h
   }
 }
 
+// The heads of an attention: `heads` queries and keys of key_dim, grouped onto kv_heads
+// key/value heads, values of value_dim; scores times `scale`.
+struct Heads {
+  size_t heads, kv_heads, key_dim, value_dim;
+  double scale;
+};
+
 // Causal multi-head attention with grouped key/value heads; position t sees positions
 // t - window + 1 .. t (window 0: all before it). A head's sink is one more logit in its
 // softmax, with no value.
-Matrix attend(const Matrix& queries, const Matrix& keys, const Matrix& values, const Hyperparameters& hp,
-              size_t window, const std::optional<Vector>& sinks) {
-  const size_t group = hp.heads / hp.kv_heads;
-  const double query_scalar = hp.gemma && hp.layers == 62 ? static_cast<double>(hp.embedding / hp.heads)
-                                                           : static_cast<double>(hp.head_dim);
-  const double scale = 1.0 / std::sqrt(query_scalar);
-  Matrix outputs(queries.size(), Vector(hp.heads * hp.head_dim, 0.0));
+Matrix attend(const Matrix& queries, const Matrix& keys, const Matrix& values, const Heads& shape, size_t window,
+              const std::optional<Vector>& sinks) {
+  const size_t group = shape.heads / shape.kv_heads;
+  Matrix outputs(queries.size(), Vector(shape.heads * shape.value_dim, 0.0));
   for (size_t t = 0; t < queries.size(); ++t) {
-    for (size_t head = 0; head < hp.heads; ++head) {
-      const size_t q_offset = head * hp.head_dim;
-      const size_t kv_offset = (head / group) * hp.head_dim;
+    for (size_t head = 0; head < shape.heads; ++head) {
+      const size_t q_offset = head * shape.key_dim;
+      const size_t k_offset = (head / group) * shape.key_dim;
       const size_t first = window > 0 && t + 1 > window ? t + 1 - window : 0;
       Vector scores(t + 1, -INFINITY);
       for (size_t j = first; j <= t; ++j) {
         double score = 0.0;
-        for (size_t d = 0; d < hp.head_dim; ++d) {
-          score += queries[t][q_offset + d] * keys[j][kv_offset + d];
+        for (size_t d = 0; d < shape.key_dim; ++d) {
+          score += queries[t][q_offset + d] * keys[j][k_offset + d];
         }
-        scores[j] = score * scale;
+        scores[j] = score * shape.scale;
       }
       double max_score = sinks ? (*sinks)[head] : -INFINITY;
       for (double s : scores) max_score = std::max(max_score, s);
       double total = sinks ? std::exp((*sinks)[head] - max_score) : 0.0;
       for (double& s : scores) total += (s = std::exp(s - max_score));
       for (size_t j = first; j <= t; ++j) {
-        for (size_t d = 0; d < hp.head_dim; ++d) {
-          outputs[t][q_offset + d] += scores[j] / total * values[j][kv_offset + d];
+        for (size_t d = 0; d < shape.value_dim; ++d) {
+          outputs[t][head * shape.value_dim + d] += scores[j] / total * values[j][(head / group) * shape.value_dim + d];
         }
       }
     }
@@ -524,6 +601,136 @@ void add_in_place(Matrix& accumulator, const Matrix& addend) {
   for (size_t t = 0; t < accumulator.size(); ++t) {
     for (size_t i = 0; i < accumulator[t].size(); ++i) accumulator[t][i] += addend[t][i];
   }
+}
+
+// DeepSeek's latent attention as its definition states it: every head's full key and value
+// from the latent, then plain multi-head attention over them.
+Matrix latent_attention(const gguf::File& model, const std::string& block, const Hyperparameters& hp,
+                        const Matrix& input) {
+  const auto norm = [&](const std::string& name, size_t size) { return required_vector(model, block + name, size); };
+  const size_t query_dim = hp.nope_dim + hp.rope_dims;
+  Matrix queries;
+  if (hp.q_rank > 0) {
+    const Matrix bottleneck = rms_norm(project(require(model, block + "attn_q_a.weight", {hp.embedding, hp.q_rank}),
+                                               input, std::nullopt),
+                                       norm("attn_q_a_norm.weight", hp.q_rank), hp.rms_epsilon);
+    queries = project(require(model, block + "attn_q_b.weight", {hp.q_rank, hp.heads * query_dim}), bottleneck,
+                      std::nullopt);
+  } else {
+    queries = project(require(model, block + "attn_q.weight", {hp.embedding, hp.heads * query_dim}), input,
+                      std::nullopt);
+  }
+  const Matrix compressed = project(
+      require(model, block + "attn_kv_a_mqa.weight", {hp.embedding, hp.kv_rank + hp.rope_dims}), input, std::nullopt);
+  const Matrix latent = rms_norm(columns(compressed, 0, hp.kv_rank), norm("attn_kv_a_norm.weight", hp.kv_rank),
+                                 hp.rms_epsilon);
+  Hyperparameters rope = hp;
+  rope.head_dim = hp.rope_dims;  // RoPE's parts on their own
+  Matrix shared_rotated = columns(compressed, hp.kv_rank, hp.rope_dims);
+  apply_rope(shared_rotated, 1, rope, std::nullopt);
+  Matrix query_rotated(queries.size(), Vector(hp.heads * hp.rope_dims));
+  for (size_t t = 0; t < queries.size(); ++t) {
+    for (size_t h = 0; h < hp.heads; ++h) {
+      for (size_t d = 0; d < hp.rope_dims; ++d) {
+        query_rotated[t][h * hp.rope_dims + d] = queries[t][h * query_dim + hp.nope_dim + d];
+      }
+    }
+  }
+  apply_rope(query_rotated, hp.heads, rope, std::nullopt);
+  // A head's key part without RoPE, element c: the latent times row c of its decompression.
+  // Newer files hold those rows transposed, per head (attn_k_b: the latent's rank rows of
+  // nope_dim), and the values' per head (attn_v_b); older ones both in one attn_kv_b, per head
+  // nope_dim key rows then value_dim value rows.
+  const bool split = model.find_tensor(block + "attn_k_b.weight") != nullptr;
+  Matrix keys(queries.size(), Vector(hp.heads * query_dim));
+  Matrix values(queries.size(), Vector(hp.heads * hp.value_dim));
+  if (split) {
+    const std::vector<Weight> k_b = require_experts(model, block + "attn_k_b.weight", hp.nope_dim, hp.kv_rank, hp.heads);
+    const std::vector<Weight> v_b =
+        require_experts(model, block + "attn_v_b.weight", hp.kv_rank, hp.value_dim, hp.heads);
+    for (size_t h = 0; h < hp.heads; ++h) {
+      for (size_t r = 0; r < hp.kv_rank; ++r) {
+        const Vector row = k_b[h].row(r);
+        for (size_t t = 0; t < queries.size(); ++t) {
+          for (size_t c = 0; c < hp.nope_dim; ++c) keys[t][h * query_dim + c] += row[c] * latent[t][r];
+        }
+      }
+      const Matrix head_values = project(v_b[h], latent, std::nullopt);
+      for (size_t t = 0; t < queries.size(); ++t) {
+        std::copy(head_values[t].begin(), head_values[t].end(), values[t].begin() + h * hp.value_dim);
+      }
+    }
+  } else {
+    const size_t per_head = hp.nope_dim + hp.value_dim;
+    const Matrix decompressed = project(
+        require(model, block + "attn_kv_b.weight", {hp.kv_rank, hp.heads * per_head}), latent, std::nullopt);
+    for (size_t t = 0; t < queries.size(); ++t) {
+      for (size_t h = 0; h < hp.heads; ++h) {
+        for (size_t c = 0; c < hp.nope_dim; ++c) keys[t][h * query_dim + c] = decompressed[t][h * per_head + c];
+        for (size_t d = 0; d < hp.value_dim; ++d) {
+          values[t][h * hp.value_dim + d] = decompressed[t][h * per_head + hp.nope_dim + d];
+        }
+      }
+    }
+  }
+  for (size_t t = 0; t < queries.size(); ++t) {
+    for (size_t h = 0; h < hp.heads; ++h) {
+      for (size_t d = 0; d < hp.rope_dims; ++d) {
+        queries[t][h * query_dim + hp.nope_dim + d] = query_rotated[t][h * hp.rope_dims + d];
+        keys[t][h * query_dim + hp.nope_dim + d] = shared_rotated[t][d];
+      }
+    }
+  }
+  const Heads shape{hp.heads, hp.heads, query_dim, hp.value_dim,
+                    hp.attention_factor / std::sqrt(static_cast<double>(query_dim))};
+  return project(require(model, block + "attn_output.weight", {hp.heads * hp.value_dim, hp.embedding}),
+                 attend(queries, keys, values, shape, 0, std::nullopt), std::nullopt);
+}
+
+// Grouped-query attention (every architecture but deepseek2), its output projected.
+Matrix grouped_attention(const gguf::File& model, const std::string& block, const Hyperparameters& hp, size_t layer,
+                         const Matrix& attention_input, const std::optional<Vector>& frequency_factors) {
+  const auto norm = [&](const char* name, size_t size) { return required_vector(model, block + name, size); };
+  const auto bias = [&](const char* name, uint64_t size) { return optional_vector(model, block + name, size); };
+  const uint64_t q_size = hp.heads * hp.head_dim;
+  const uint64_t kv_size = hp.kv_heads * hp.head_dim;
+  Matrix queries, keys, values;
+  if (model.find_tensor(block + "attn_qkv.weight")) {  // phi3: one projection, then its parts
+    const Matrix qkv = project(require(model, block + "attn_qkv.weight", {hp.embedding, q_size + 2 * kv_size}),
+                               attention_input, bias("attn_qkv.bias", q_size + 2 * kv_size));
+    queries = columns(qkv, 0, q_size);
+    keys = columns(qkv, q_size, kv_size);
+    values = columns(qkv, q_size + kv_size, kv_size);
+  } else {
+    queries = project(require(model, block + "attn_q.weight", {hp.embedding, q_size}), attention_input,
+                      bias("attn_q.bias", q_size));
+    keys = project(require(model, block + "attn_k.weight", {hp.embedding, kv_size}), attention_input,
+                   bias("attn_k.bias", kv_size));
+    values = project(require(model, block + "attn_v.weight", {hp.embedding, kv_size}), attention_input,
+                     bias("attn_v.bias", kv_size));
+  }
+  if (hp.qk_norm) {
+    rms_norm_heads(queries, hp.heads, hp.head_dim, norm("attn_q_norm.weight", hp.head_dim), hp.rms_epsilon);
+    rms_norm_heads(keys, hp.kv_heads, hp.head_dim, norm("attn_k_norm.weight", hp.head_dim), hp.rms_epsilon);
+  }
+  const bool local = (hp.gpt_oss && layer % 2 == 0) || (hp.gemma && (layer + 1) % 6 != 0);
+  Hyperparameters rope = hp;
+  if (hp.gemma && local) {
+    rope.rope_base = 10000.0;
+    rope.rope_position_scale = 1.0;
+  }
+  apply_rope(queries, hp.heads, rope, frequency_factors);
+  apply_rope(keys, hp.kv_heads, rope, frequency_factors);
+  // Gemma 3's 27B scales queries by width / heads, every other model by its head size.
+  const double query_scalar = hp.gemma && hp.layers == 62 ? static_cast<double>(hp.embedding / hp.heads)
+                                                           : static_cast<double>(hp.head_dim);
+  const Heads shape{hp.heads, hp.kv_heads, hp.head_dim, hp.head_dim, 1.0 / std::sqrt(query_scalar)};
+  Matrix attention = project(require(model, block + "attn_output.weight", {q_size, hp.embedding}),
+                             attend(queries, keys, values, shape, local ? hp.sliding_window : 0,
+                                    bias("attn_sinks.weight", hp.heads)),
+                             bias("attn_output.bias", hp.embedding));
+  if (hp.gemma) attention = rms_norm(attention, norm("post_attention_norm.weight", hp.embedding), hp.rms_epsilon);
+  return attention;
 }
 
 }  // namespace
@@ -550,56 +757,19 @@ std::vector<std::vector<double>> forward_all(const gguf::File& model, std::span<
     }
   }
 
-  const uint64_t q_size = hp.heads * hp.head_dim;
-  const uint64_t kv_size = hp.kv_heads * hp.head_dim;
   // Llama 3 stores its long-context RoPE correction as per-frequency divisors.
   const std::optional<Vector> frequency_factors =
       optional_vector(model, "rope_freqs.weight", hp.rope_dims / 2);
   for (size_t layer = 0; layer < hp.layers; ++layer) {
     const std::string block = "blk." + std::to_string(layer) + ".";
-    const auto norm = [&](const char* name, size_t size) {
-      const std::optional<Vector> weight = optional_vector(model, block + name, size);
-      if (!weight) throw gguf::Error("reference: missing tensor " + block + name);
-      return *weight;
-    };
-    const auto bias = [&](const char* name, uint64_t size) {
-      return optional_vector(model, block + name, size);
-    };
+    const auto norm = [&](const char* name, size_t size) { return required_vector(model, block + name, size); };
 
     const Matrix attention_input = rms_norm(x, norm("attn_norm.weight", hp.embedding), hp.rms_epsilon);
-    Matrix queries, keys, values;
-    if (model.find_tensor(block + "attn_qkv.weight")) {  // phi3: one projection, then its parts
-      const Matrix qkv = project(require(model, block + "attn_qkv.weight", {hp.embedding, q_size + 2 * kv_size}),
-                                 attention_input, bias("attn_qkv.bias", q_size + 2 * kv_size));
-      queries = columns(qkv, 0, q_size);
-      keys = columns(qkv, q_size, kv_size);
-      values = columns(qkv, q_size + kv_size, kv_size);
+    if (hp.latent_attention) {
+      add_in_place(x, latent_attention(model, block, hp, attention_input));
     } else {
-      queries = project(require(model, block + "attn_q.weight", {hp.embedding, q_size}), attention_input,
-                        bias("attn_q.bias", q_size));
-      keys = project(require(model, block + "attn_k.weight", {hp.embedding, kv_size}), attention_input,
-                     bias("attn_k.bias", kv_size));
-      values = project(require(model, block + "attn_v.weight", {hp.embedding, kv_size}), attention_input,
-                       bias("attn_v.bias", kv_size));
+      add_in_place(x, grouped_attention(model, block, hp, layer, attention_input, frequency_factors));
     }
-    if (hp.qk_norm) {
-      rms_norm_heads(queries, hp.heads, hp.head_dim, norm("attn_q_norm.weight", hp.head_dim), hp.rms_epsilon);
-      rms_norm_heads(keys, hp.kv_heads, hp.head_dim, norm("attn_k_norm.weight", hp.head_dim), hp.rms_epsilon);
-    }
-    const bool local = (hp.gpt_oss && layer % 2 == 0) || (hp.gemma && (layer + 1) % 6 != 0);
-    Hyperparameters rope = hp;
-    if (hp.gemma && local) {
-      rope.rope_base = 10000.0;
-      rope.rope_position_scale = 1.0;
-    }
-    apply_rope(queries, hp.heads, rope, frequency_factors);
-    apply_rope(keys, hp.kv_heads, rope, frequency_factors);
-    Matrix attention = project(require(model, block + "attn_output.weight", {q_size, hp.embedding}),
-                               attend(queries, keys, values, hp, local ? hp.sliding_window : 0,
-                                      bias("attn_sinks.weight", hp.heads)),
-                               bias("attn_output.bias", hp.embedding));
-    if (hp.gemma) attention = rms_norm(attention, norm("post_attention_norm.weight", hp.embedding), hp.rms_epsilon);
-    add_in_place(x, attention);
 
     const Matrix ffn_input = rms_norm(x, norm((hp.ffn_norm + ".weight").c_str(), hp.embedding), hp.rms_epsilon);
     if (hp.expert_count > 0 && layer >= hp.leading_dense) {
