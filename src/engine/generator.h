@@ -45,6 +45,8 @@ struct GenerationRequest {
   int resumed_after = 0;
   // Set for such a request when its previous scheduler's stages still hold its first inputs.
   std::optional<HeldState> held;
+  // Names the request in the log lines of every node it passes (the API's x-request-id).
+  std::string request_id;
 };
 
 struct TokenLogprob {
@@ -61,6 +63,8 @@ struct GeneratedToken {
 };
 
 enum class FinishReason { Stop, Length, Cancelled, Error };
+// "stop", "length", "cancelled" or "error".
+const char* finish_reason_name(FinishReason reason);
 
 struct RequestCallbacks {
   // Runs on an engine thread for every generated token; return false to end the request now

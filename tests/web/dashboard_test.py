@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""The dashboard in a real browser: starts a 3-node cluster behind an API key and runs
+dashboard_test.mjs (Debian's chromium driven by puppeteer-core) against the last node's page.
+
+usage: dashboard_test.py STRATA MODEL.gguf SCREENSHOT_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "cluster"))
+import cluster_processes_test as base  # noqa: E402  (its Node and checks; its main does not run)
+
+KEY = "dashboard-secret"
+
+
+def main():
+    screenshots = sys.argv[3]
+    nodes = base.start_cluster(["a", "b", "c"], "--placement", "memory", "--api-key", KEY)
+    try:
+        # /cluster is behind the key too.
+        request = urllib.request.Request(f"http://127.0.0.1:{nodes[0].port}/cluster",
+                                         headers={"Authorization": f"Bearer {KEY}"})
+        with urllib.request.urlopen(request, timeout=10) as r:
+            placement = json.loads(r.read())["placement"]["stages"]
+        layers = " ".join(f"{s['first_layer']}-{s['last_layer'] - 1}" for s in placement)
+        victim = nodes[1]
+        env = dict(os.environ, STRATA_URL=f"http://127.0.0.1:{nodes[2].port}/", STRATA_API_KEY=KEY,
+                   STRATA_KILL_PID=str(victim.process.pid), STRATA_KILL_ID=victim.id, STRATA_LAYERS=layers,
+                   STRATA_SCREENSHOTS=screenshots)
+        code = subprocess.run(["node", os.path.join(HERE, "dashboard_test.mjs")], env=env, timeout=240).returncode
+        base.check(code == 0, "the browser test passed")
+    finally:
+        base.stop_all(nodes)
+    print("FAILED" if base.FAILURES else "OK", flush=True)
+    return 1 if base.FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
