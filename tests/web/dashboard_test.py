@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -17,15 +18,32 @@ import cluster_processes_test as base  # noqa: E402  (its Node and checks; its m
 KEY = "dashboard-secret"
 
 
+def cluster_status(node):
+    request = urllib.request.Request(f"http://127.0.0.1:{node.port}/cluster",
+                                     headers={"Authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def start_keyed_cluster(ids):
+    """As base.start_cluster, with /cluster read with the key."""
+    extra = ["--placement", "memory", "--api-key", KEY]
+    first = base.Node(ids[0], *extra)
+    nodes = [first] + [base.Node(i, "--peers", first.address, *extra) for i in ids[1:]]
+    for n in nodes:
+        base.check(n.wait_healthy(), f"node {n.id} became healthy")
+    deadline = time.time() + 30
+    while time.time() < deadline and not base.settled(cluster_status(first), len(ids)):
+        time.sleep(0.2)
+    base.check(base.settled(cluster_status(first), len(ids)), "the placement uses every node")
+    return nodes
+
+
 def main():
     screenshots = sys.argv[3]
-    nodes = base.start_cluster(["a", "b", "c"], "--placement", "memory", "--api-key", KEY)
+    nodes = start_keyed_cluster(["a", "b", "c"])
     try:
-        # /cluster is behind the key too.
-        request = urllib.request.Request(f"http://127.0.0.1:{nodes[0].port}/cluster",
-                                         headers={"Authorization": f"Bearer {KEY}"})
-        with urllib.request.urlopen(request, timeout=10) as r:
-            placement = json.loads(r.read())["placement"]["stages"]
+        placement = cluster_status(nodes[0])["placement"]["stages"]
         layers = " ".join(f"{s['first_layer']}-{s['last_layer'] - 1}" for s in placement)
         victim = nodes[1]
         env = dict(os.environ, STRATA_URL=f"http://127.0.0.1:{nodes[2].port}/", STRATA_API_KEY=KEY,
