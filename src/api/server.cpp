@@ -735,8 +735,9 @@ void serve_until_signal(engine::Generator& generator, const tokenizer::Tokenizer
                 options.chat_template.value_or(model.get_string("tokenizer.chat_template").value_or("")),
                 options);
   server.start();
-  std::fprintf(stderr, "strata: serving %s on http://%s:%d\n",
-               model_name_from_path(model.path()).c_str(), options.host.c_str(), server.port());
+  const auto log = request_log(options);
+  log("serving " + model_name_from_path(model.path()) + " on http://" + options.host + ":" +
+      std::to_string(server.port()));
   if (options.on_listening) options.on_listening(server.port());
   received_signal = 0;
   auto previous_interrupt = std::signal(SIGINT, remember_signal);
@@ -746,7 +747,7 @@ void serve_until_signal(engine::Generator& generator, const tokenizer::Tokenizer
   std::signal(SIGINT, previous_interrupt);
   std::signal(SIGTERM, previous_terminate);
   if (options.on_stopping) options.on_stopping();
-  std::fprintf(stderr, "strata: stopping the server\n");
+  log("stopping the server");
   server.stop();
 }
 

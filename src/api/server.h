@@ -38,8 +38,8 @@ struct ServerOptions {
   // Origins that browsers may call the API from ("*": any); none by default.
   std::vector<std::string> cors_origins;
   bool log_requests = false;  // one line per answered request, of every endpoint
-  // Where the lines about requests go (one per generation, and those of log_requests), each
-  // starting "request ID:"; unset: stderr.
+  // Where the server's log lines go: those about requests (one per generation, and those of
+  // log_requests) each start "request ID:"; unset: stderr.
   std::function<void(const std::string& line)> log;
   // What Ollama's /api/tags, /api/show and /api/ps tell about the model; unset: its name only.
   std::optional<ModelFacts> model_facts;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -74,27 +75,14 @@ class Console::Sink final : public spdlog::sinks::base_sink<std::mutex> {
  public:
   Sink() : terminal_(::isatty(STDERR_FILENO) == 1) {}
 
-  void progress(const cluster::TransferStats::Snapshot& s, const std::string& node_id) {
-    const uint64_t done = std::min(s.fetch_received_bytes, s.wanted_bytes);
-    const double share = s.wanted_bytes > 0 ? static_cast<double>(done) / static_cast<double>(s.wanted_bytes) : 1.0;
-    constexpr int kWidth = 30;
-    const int filled = static_cast<int>(share * kWidth);
-    char text[160];
-    std::snprintf(text, sizeof text, "weights [%s%s] %3.0f%% %s of %s, %s/s, %.0f s left",
-                  std::string(static_cast<size_t>(filled), '#').c_str(),
-                  std::string(static_cast<size_t>(kWidth - filled), '.').c_str(), share * 100.0,
-                  units::describe_bytes(done).c_str(), units::describe_bytes(s.wanted_bytes).c_str(),
-                  units::describe_bytes(static_cast<uint64_t>(s.bytes_per_second)).c_str(), s.eta_seconds);
+  // On a terminal: draws the bar and answers true; otherwise false (the console logs it as a line).
+  bool draw_bar(const std::string& text, bool fetching) {
+    if (!terminal_) return false;
     std::lock_guard lock(mutex_);
-    const auto now = std::chrono::steady_clock::now();
-    if (terminal_) {
-      bar_ = text;
-      std::fprintf(stderr, "\r\033[K%s%s", text, s.fetching ? "" : "\n");
-      bar_shown_ = s.fetching;
-    } else if (!s.fetching || now - last_line_ >= std::chrono::seconds(5)) {
-      std::fprintf(stderr, "strata[%s]: %s\n", node_id.c_str(), text);
-      last_line_ = now;
-    }
+    bar_ = text;
+    std::fprintf(stderr, "\r\033[K%s%s", text.c_str(), fetching ? "" : "\n");
+    bar_shown_ = fetching;
+    return true;
   }
 
  protected:
@@ -111,7 +99,6 @@ class Console::Sink final : public spdlog::sinks::base_sink<std::mutex> {
   const bool terminal_;
   bool bar_shown_ = false;
   std::string bar_;
-  std::chrono::steady_clock::time_point last_line_{};
 };
 
 Console::Console(std::string node_id, LogFormat format, const std::string& level)
@@ -130,6 +117,24 @@ Console::Console(std::string node_id, LogFormat format, const std::string& level
 
 void Console::log(spdlog::level::level_enum level, const std::string& line) { logger_->log(level, line); }
 
-void Console::progress(const cluster::TransferStats::Snapshot& s) { sink_->progress(s, logger_->name()); }
+void Console::progress(const cluster::TransferStats::Snapshot& s) {
+  const uint64_t done = std::min(s.fetch_received_bytes, s.wanted_bytes);
+  const double share = s.wanted_bytes > 0 ? static_cast<double>(done) / static_cast<double>(s.wanted_bytes) : 1.0;
+  constexpr int kWidth = 30;
+  const int filled = static_cast<int>(share * kWidth);
+  char text[160];
+  std::snprintf(text, sizeof text, "weights [%s%s] %3.0f%% %s of %s, %s/s, %.0f s left",
+                std::string(static_cast<size_t>(filled), '#').c_str(),
+                std::string(static_cast<size_t>(kWidth - filled), '.').c_str(), share * 100.0,
+                units::describe_bytes(done).c_str(), units::describe_bytes(s.wanted_bytes).c_str(),
+                units::describe_bytes(static_cast<uint64_t>(s.bytes_per_second)).c_str(), s.eta_seconds);
+  if (sink_->draw_bar(text, s.fetching)) return;
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(progress_mutex_);
+  if (!s.fetching || now - last_progress_line_ >= std::chrono::seconds(5)) {
+    logger_->info(text);
+    last_progress_line_ = now;
+  }
+}
 
 }  // namespace strata::cli

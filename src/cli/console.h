@@ -3,7 +3,9 @@
 // under the log lines; otherwise a plain line every few seconds).
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <spdlog/logger.h>
@@ -28,6 +30,8 @@ class Console {
   class Sink;
   std::shared_ptr<Sink> sink_;
   std::shared_ptr<spdlog::logger> logger_;
+  std::mutex progress_mutex_;
+  std::chrono::steady_clock::time_point last_progress_line_{};  // of the lines off a terminal
 };
 
 }  // namespace strata::cli

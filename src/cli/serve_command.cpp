@@ -123,8 +123,8 @@ std::shared_ptr<cluster::PartialModel> model_from_peers(const ServeOptions& o, c
     return "the model's manifest from peer" + std::string(peers.size() > 1 ? "s " : " ") + named;
   });
   server.port = waiting.port();
-  std::fprintf(stderr, "strata: waiting for the model of its peers; http://%s:%d answers 503 until it is here\n",
-               server.host.c_str(), server.port);
+  node.log("waiting for the model of its peers; http://" + server.host + ":" + std::to_string(server.port) +
+           " answers 503 until it is here");
   return cluster::PartialModel::open(cache_dir_or_default(o.cache_dir),
                                      cluster::fetch_manifest(addresses, node.node_id, *key, node.log),
                                      o.test_fetch_checkpoint_bytes);
@@ -206,8 +206,9 @@ int serve(const ServeOptions& o) {
     return why;
   };
   const engine::ModelLimits limits = cluster_node.limits();
-  std::fprintf(stderr, "strata: context %d tokens, %d parallel sequences, queue of %d; node port %d\n",
-               limits.context_size, limits.max_parallel, limits.max_queued, cluster_node.node_port());
+  node.log("context " + std::to_string(limits.context_size) + " tokens, " + std::to_string(limits.max_parallel) +
+           " parallel sequences, queue of " + std::to_string(limits.max_queued) + "; node port " +
+           std::to_string(cluster_node.node_port()));
   api::serve_until_signal(cluster_node, *tokenizer, *file, server);
   cluster_node.shutdown();
   return 0;

@@ -6,14 +6,19 @@ observation per request (per token for the inter-token latency); every scrape pa
 text format's rules (written here from its specification), its histograms are well-formed, and
 every node shows the three nodes up, the placement's layers, its own KV pool and stage, and the
 leader its links to both peers. /metrics is behind the API key, or the metrics key when one is
-given.
+given. Logs: a request's x-request-id (the client's, or a new one) is on the line its entry
+node writes about it and on the leader's lines about it once relayed there; the node started
+with --log-format json writes nothing but JSON objects, the request's with its request_id.
+`strata cluster --watch` in a tmux pane shows the three nodes and its figures, redrawn each second.
 
-usage: metrics_processes_test.py STRATA MODEL.gguf
+usage: observability_processes_test.py STRATA MODEL.gguf
 """
 import json
 import math
+import time
 import os
 import re
+import subprocess
 import sys
 import threading
 import urllib.error
@@ -276,8 +281,76 @@ def check_keys():
         split.stop()
 
 
+def start_cluster():
+    """As base.start_cluster, with the last node logging JSON."""
+    extra = ["--placement", "memory", "--test-link-delay-ms", "5"]
+    first = base.Node("a", *extra)
+    nodes = [first, base.Node("b", "--peers", first.address, *extra),
+             base.Node("c", "--peers", first.address, "--log-format", "json", *extra)]
+    for n in nodes:
+        check(n.wait_healthy(), f"node {n.id} became healthy")
+    deadline = time.time() + 30
+    while time.time() < deadline and not base.settled(first.get("/cluster")[1], 3):
+        time.sleep(0.2)
+    check(base.settled(first.get("/cluster")[1], 3), "the placement uses every node")
+    return nodes
+
+
+def check_logs(leader, entry):
+    body = json.dumps({"prompt": "The robot", "max_tokens": 5, "temperature": 0}).encode()
+    for given in ("trace-7", None):
+        request = urllib.request.Request(f"http://127.0.0.1:{entry.port}/v1/completions", data=body, method="POST",
+                                         headers=dict({"Content-Type": "application/json"},
+                                                      **({"x-request-id": given} if given else {})))
+        with urllib.request.urlopen(request, timeout=60) as r:
+            answered = r.headers.get("x-request-id")
+        if given:
+            check(answered == given, f"the client's x-request-id comes back ({answered})")
+        else:
+            check(re.fullmatch(r"[0-9a-f]{16}", answered or "") is not None, f"a new request id ({answered})")
+    deadline = time.time() + 5
+    while time.time() < deadline and f"request {answered}: the scheduler here finished it" not in leader.text():
+        time.sleep(0.1)
+    for request_id in ("trace-7", answered):
+        lines = [l for l in leader.text().splitlines() if f"request {request_id}: " in l]
+        check(any("node c relayed it" in l for l in lines) and any("finished it (length)" in l for l in lines),
+              f"the leader's lines about {request_id}: {lines}")
+    records = []
+    for line in entry.text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            check(False, f"node c, --log-format json, wrote a line that is no JSON: {line!r}")
+    check(all({"time", "level", "node", "message"} <= set(r) for r in records) and records,
+          f"node c's {len(records)} JSON lines have time, level, node and message")
+    ended = [r for r in records if r.get("request_id") == "trace-7"]
+    check(len(ended) == 1 and "generation ended (length)" in ended[0]["message"] and ended[0]["level"] == "info",
+          f"node c's line about trace-7: {ended}")
+
+
+def check_watch(entry):
+    """`strata cluster --watch` in a detached tmux session of a private tmux server."""
+    tmux = ["tmux", "-L", f"strata-watch-{os.getpid()}"]
+    subprocess.run(tmux + ["new-session", "-d", "-x", "160", "-y", "40",
+                           f"{os.path.abspath(base.STRATA)} cluster --port {entry.port} --watch"], check=True)
+    try:
+        screens = []
+        for _ in range(3):
+            time.sleep(1.5)
+            screens.append(subprocess.run(tmux + ["capture-pane", "-p"], capture_output=True, text=True).stdout)
+        last = screens[-1]
+        rows = [l.split()[0] for l in last.splitlines() if l.split() and l.split()[0] in ("a", "b", "c")]
+        check(sorted(rows) == ["a", "b", "c"], f"--watch shows the three nodes once each:\n{last}")
+        check("tokens/s here" in last and "KV " in last, f"--watch shows the live figures:\n{last}")
+        clocks = [next((l for l in s.splitlines() if l.startswith("strata cluster at")), "") for s in screens]
+        check(len(set(clocks)) == 3, f"--watch redraws each second: {clocks}")
+        check(last.count("strata cluster at") == 1, "--watch draws over its last frame, not below it")
+    finally:
+        subprocess.run(tmux + ["kill-server"], capture_output=True)
+
+
 def main():
-    nodes = base.start_cluster(["a", "b", "c"], "--placement", "memory", "--test-link-delay-ms", "5")
+    nodes = start_cluster()
     try:
         leader, entry = nodes[0], nodes[2]
         before = metrics_of(entry)
@@ -309,6 +382,8 @@ def main():
               moved("strata_request_finished_total", reason="stop") == 4, "4 generations finished")
         check(moved("strata_e2e_request_latency_seconds_sum") > 0, "end-to-end latencies add up to more than 0")
         check_cluster_view(nodes, leader)
+        check_logs(leader, entry)
+        check_watch(entry)
     finally:
         base.stop_all(nodes)
     check_keys()
