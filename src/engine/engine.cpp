@@ -127,20 +127,6 @@ Engine::SwitchCounts Engine::switch_counts() const { return {handed_over_.load()
 
 uint64_t Engine::preemptions() const { return preemptions_.load(); }
 
-const char* finish_reason_name(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::Stop:
-      return "stop";
-    case FinishReason::Length:
-      return "length";
-    case FinishReason::Cancelled:
-      return "cancelled";
-    case FinishReason::Error:
-      break;
-  }
-  return "error";
-}
-
 Engine::Load Engine::load() {
   std::lock_guard lock(mutex_);
   return {static_cast<int>(queue_.size()), running_};

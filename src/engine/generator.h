@@ -64,7 +64,19 @@ struct GeneratedToken {
 
 enum class FinishReason { Stop, Length, Cancelled, Error };
 // "stop", "length", "cancelled" or "error".
-const char* finish_reason_name(FinishReason reason);
+inline const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::Stop:
+      return "stop";
+    case FinishReason::Length:
+      return "length";
+    case FinishReason::Cancelled:
+      return "cancelled";
+    case FinishReason::Error:
+      break;
+  }
+  return "error";
+}
 
 struct RequestCallbacks {
   // Runs on an engine thread for every generated token; return false to end the request now
