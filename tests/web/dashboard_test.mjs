@@ -1,5 +1,6 @@
 // Drives the dashboard of a running 3-node cluster in Debian's chromium: the page asks for the
-// API key, then shows the three nodes with their layers; a chat message streams an answer;
+// API key, then shows the three nodes with their layers; a chat message streams an answer (and
+// a reasoning model's stream, answered by the browser, shows its reasoning apart);
 // node STRATA_KILL_PID, killed, shows as down within a few seconds. Screenshots go to
 // STRATA_SCREENSHOTS.
 //
@@ -60,6 +61,33 @@ try {
   check(answer.done && answer.text.length > 0, `a chat message streams an answer (${JSON.stringify(answer)})`);
   check(/request [0-9a-f]{16}/.test(answer.meta), "the answer names its request id");
   await page.screenshot({ path: `${STRATA_SCREENSHOTS}/dashboard-chat.png`, fullPage: true });
+
+  // The shared model does not reason: a stream in the shape a reasoning model's takes, answered
+  // for the page by the browser itself, shows that the reasoning is drawn apart from the answer.
+  await page.setRequestInterception(true);
+  const answerAsReasoningModel = (request) => {
+    if (!request.url().endsWith("/v1/chat/completions")) return request.continue();
+    const chunk = (delta) => `data: ${JSON.stringify({ choices: [{ index: 0, delta }] })}\n\n`;
+    request.respond({
+      status: 200,
+      contentType: "text/event-stream",
+      headers: { "x-request-id": "0123456789abcdef" },
+      body: chunk({ role: "assistant" }) + chunk({ reasoning_content: "The user wants " }) +
+            chunk({ reasoning_content: "a dream." }) + chunk({ content: "I dreamt " }) + chunk({ content: "of glass." }) +
+            "data: [DONE]\n\n",
+    });
+  };
+  page.on("request", answerAsReasoningModel);
+  await page.type("#chat-input", "And another?");
+  await page.click("#chat-send");
+  await page.waitForFunction(() => document.querySelectorAll(".message.assistant.done, .message.assistant.failed").length === 2,
+                             { timeout: 10000 });
+  const reasoned = await page.$$eval(".message.assistant", (all) => ({
+    reasoning: all[1].querySelector(".reasoning").textContent, content: all[1].querySelector(".content").textContent }));
+  check(reasoned.reasoning === "The user wants a dream." && reasoned.content === "I dreamt of glass.",
+        `reasoning_content is shown apart from the answer (${JSON.stringify(reasoned)})`);
+  page.off("request", answerAsReasoningModel);
+  await page.setRequestInterception(false);
 
   await page.click("#tab-cluster");
   await page.waitForFunction(() => document.querySelectorAll("#requests tbody tr").length >= 1, { timeout: 5000 });
