@@ -210,8 +210,9 @@ class NodeServer::Service final : public Node::Service {
     };
     // Every line about a request starts "request ID:", on whichever node it is written.
     const std::string about = "request " + request->request_id() + ": ";
-    callbacks.on_finish = [this, push, about](engine::FinishReason reason, const std::string& error) {
-      if (log_) log_(about + "the scheduler here finished it (" + engine::finish_reason_name(reason) + ")");
+    // The engine may finish the request after this call has ended: the callback holds the log.
+    callbacks.on_finish = [log = log_, push, about](engine::FinishReason reason, const std::string& error) {
+      if (log) log(about + "the scheduler here finished it (" + engine::finish_reason_name(reason) + ")");
       GenerateEvent event;
       event.set_kind(GenerateEvent::FINISHED);
       event.set_finish_reason(static_cast<int32_t>(reason));
