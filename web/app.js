@@ -166,10 +166,13 @@ function drawRequests(recent) {
   const longest = Math.max(0.001, ...recent.requests.map((r) => r.seconds));
   $("#requests tbody").replaceChildren(...recent.requests.map((r) => {
     const first = r.first_token_seconds ?? r.seconds;
-    const span = element("div", { class: "span" }, element("span", { class: "wait" }), element("span", { class: "gen" }));
-    span.children[0].style.width = `${(first / longest) * 100}%`;
-    span.children[1].style.width = `${((r.seconds - first) / longest) * 100}%`;
-    span.title = "queued and prefill, then decoding";
+    const queued = r.queued_seconds ?? 0;
+    const span = element("div", { class: "span" }, element("span", { class: "queue" }), element("span", { class: "wait" }),
+                         element("span", { class: "gen" }));
+    span.children[0].style.width = `${(queued / longest) * 100}%`;
+    span.children[1].style.width = `${((first - queued) / longest) * 100}%`;
+    span.children[2].style.width = `${((r.seconds - first) / longest) * 100}%`;
+    span.title = r.queued_seconds === null ? "queued and prefill, then decoding" : "queued, prefill, then decoding";
     return element("tr", {}, element("td", {}, r.id), element("td", { class: "timeline" }, span),
                    element("td", {}, r.prompt_tokens), element("td", {}, r.cached_tokens),
                    element("td", {}, r.generated_tokens),

@@ -53,6 +53,7 @@ struct Timeline {
   Clock::time_point submitted = Clock::now();
   std::optional<Clock::time_point> ended;
   std::string finish;
+  std::optional<Clock::time_point> started;  // left the scheduler's queue (only a local scheduler says)
   std::optional<Clock::time_point> first_token;
   std::optional<Clock::time_point> last_token;
   bool counted_prompt = false;
@@ -83,6 +84,8 @@ class RecentRequests {
            {"prompt_tokens", t->prompt_tokens},
            {"cached_tokens", t->cached_tokens},
            {"generated_tokens", t->generated_tokens},
+           {"queued_seconds",
+            t->started ? nlohmann::json(seconds_between(t->submitted, *t->started)) : nlohmann::json()},
            {"first_token_seconds",
             t->first_token ? nlohmann::json(seconds_between(t->submitted, *t->first_token)) : nlohmann::json()},
            {"seconds", seconds_between(t->submitted, t->ended.value_or(now))},
@@ -159,6 +162,14 @@ engine::RequestCallbacks observed(engine::RequestCallbacks inner, int prompt_tok
     ++timeline->generated_tokens;
     lock.unlock();
     return on_token(token);
+  };
+  outer.on_started = [timeline, on_started = std::move(inner.on_started)] {
+    {
+      std::lock_guard lock(timeline->mutex);
+      // A request that another scheduler goes on with starts again there: its first start counts.
+      if (!timeline->started) timeline->started = Clock::now();
+    }
+    if (on_started) on_started();
   };
   outer.on_finish = [&m, timeline, prompt_tokens, request_id, log = std::move(log),
                      on_finish = std::move(inner.on_finish)](engine::FinishReason reason, const std::string& error) {

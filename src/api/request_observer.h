@@ -23,7 +23,8 @@ engine::RequestCallbacks observed(engine::RequestCallbacks inner, int prompt_tok
 // GET /requests: the generations that entered at this node most recently (up to 50, newest
 // first), ended or running, as JSON: {"requests": [{"id", "started_unix_ms", "prompt_tokens",
 // "cached_tokens", "generated_tokens", "first_token_seconds" (null before it), "seconds" (so
-// far, or in all once ended), "finish" (null while it runs)}]}.
+// far, or in all once ended), "finish" (null while it runs), "queued_seconds" (its wait in the
+// queue, when the scheduler is this node's; else null)}]}.
 std::string recent_requests_json();
 
 }  // namespace strata::api

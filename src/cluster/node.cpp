@@ -366,6 +366,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     auto progress = std::make_shared<Progress>(Progress{request, std::move(client), cached_tokens, 0, false});
     engine::RequestCallbacks callbacks;
     callbacks.cancelled = progress->client.cancelled;
+    callbacks.on_started = progress->client.on_started;
     callbacks.on_token = [progress](const engine::GeneratedToken& token) {
       progress->request.prompt.push_back(token.token);
       ++progress->generated;

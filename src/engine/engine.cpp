@@ -63,6 +63,7 @@ struct Engine::Sequence {
   std::optional<int> cached_tokens;  // of the prompt, taken from the stages' caches at its first start
   bool resumed = request.resumed_after > 0 || request.held.has_value();  // until its first start
   bool launched = false;  // the stages may hold state for it
+  bool left_queue = false;  // its on_started has run
   bool in_flight = false;
   bool finished = false;
 };
@@ -270,6 +271,10 @@ void Engine::probe_pool_blocks() {
 
 void Engine::start_sequence(Sequence& seq) {
   seq.launched = true;
+  if (!seq.left_queue) {
+    seq.left_queue = true;
+    if (seq.callbacks.on_started) seq.callbacks.on_started();
+  }
   if (seq.resumed) {
     // Another scheduler ran it part-way: a switch of pipelines like any other.
     seq.resumed = false;

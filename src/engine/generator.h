@@ -94,6 +94,9 @@ struct RequestCallbacks {
   // its state held (see HeldState): it goes on elsewhere from its prompt and the tokens
   // generated so far. Without it such a request finishes with the pass-on's error.
   std::function<void(const HeldState&)> on_passed_on;
+  // Optional. Runs once on the engine thread, before on_token, when the request leaves the
+  // queue for its first step (its wait is over; its prefill begins).
+  std::function<void()> on_started;
 };
 
 // Thrown by submit when no request can run now or for a while (a cluster still forming, a

@@ -87,6 +87,7 @@ TEST_F(ObservabilityTest, AGenerationIsLoggedAndListedUnderItsId) {
   EXPECT_EQ(recent[0]["prompt_tokens"], usage["prompt_tokens"]);
   EXPECT_EQ(recent[0]["finish"], "length");
   EXPECT_GE(recent[0]["seconds"].get<double>(), recent[0]["first_token_seconds"].get<double>());
+  EXPECT_TRUE(recent[0]["queued_seconds"].is_null());  // the fake generator does not say when it starts
 }
 
 TEST_F(ObservabilityTest, CountsAnswersByEndpointAndStatusAndTokens) {

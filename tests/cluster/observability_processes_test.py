@@ -238,6 +238,18 @@ def run_requests(entry, leader):
     return usages, during
 
 
+def check_timelines(leader, entry):
+    """GET /requests: the leader, whose scheduler runs the request, says how long it queued."""
+    post(leader, "/v1/completions", {"prompt": "Silence", "max_tokens": 4, "temperature": 0})
+    at_leader = leader.get("/requests")[1]["requests"][0]
+    check(at_leader["finish"] == "length" and at_leader["generated_tokens"] == 4 and
+          0 <= at_leader["queued_seconds"] <= at_leader["first_token_seconds"] <= at_leader["seconds"],
+          f"the leader's timeline of its own request: {at_leader}")
+    at_entry = entry.get("/requests")[1]["requests"]
+    check(len(at_entry) == 4 and all(r["queued_seconds"] is None and r["finish"] for r in at_entry),
+          f"the entry node's timelines of the requests it relayed: {at_entry}")
+
+
 def check_cluster_view(nodes, leader):
     for node in nodes:
         m = metrics_of(node)
@@ -382,6 +394,7 @@ def main():
               moved("strata_request_finished_total", reason="stop") == 4, "4 generations finished")
         check(moved("strata_e2e_request_latency_seconds_sum") > 0, "end-to-end latencies add up to more than 0")
         check_cluster_view(nodes, leader)
+        check_timelines(leader, entry)
         check_logs(leader, entry)
         check_watch(entry)
     finally:
