@@ -4,10 +4,11 @@ set -euo pipefail
 
 packages=(build-essential cmake ninja-build clang libclang-rt-14-dev
           libgtest-dev libgmock-dev libbenchmark-dev
-          libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libboost1.81-dev pkg-config
+          libcli11-dev nlohmann-json3-dev libspdlog-dev libcpp-httplib-dev libboost1.81-dev pkg-config
           libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libssl-dev
           libcurl4-openssl-dev
-          curl python3 python3-jinja2 iproute2 tcpdump openssl
+          curl python3 python3-jinja2 iproute2 tcpdump openssl tmux
+          chromium  # the dashboard's browser test
           g++-aarch64-linux-gnu qemu-user  # the aarch64 build, run under emulation
           libc++-14-dev libc++abi-14-dev)  # the core built against libc++, as on macOS
 
@@ -32,6 +33,12 @@ fi
 e2e="$(dirname "$0")/../tests/api/e2e"
 if ! (cd "$e2e" && npm ls --all >/dev/null 2>&1); then
   (cd "$e2e" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+# puppeteer-core, which drives chromium through the dashboard's browser test.
+web="$(dirname "$0")/../tests/web"
+if ! (cd "$web" && npm ls --all >/dev/null 2>&1); then
+  (cd "$web" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
 # The model families' tokenizer files with Hugging Face's tokenizers.js, which the tokenizer tests

@@ -3,6 +3,8 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -10,6 +12,7 @@
 #include <list>
 #include <future>
 #include <mutex>
+#include <random>
 #include <stdexcept>
 #include <thread>
 
@@ -50,6 +53,19 @@ int status_for_read_error(const beast::error_code& error) {
     return 400;  // the request is malformed
   }
   return 0;
+}
+
+std::string new_request_id() {
+  thread_local std::mt19937_64 random(std::random_device{}());
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(random()));
+  return text;
+}
+
+bool usable_request_id(std::string_view id) {
+  return !id.empty() && id.size() <= 64 && std::all_of(id.begin(), id.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == ':' || c == '-';
+  });
 }
 
 }  // namespace
@@ -298,6 +314,8 @@ class Server::Impl {
     for (const auto& field : message) {
       request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
     }
+    const std::string given = request.header("x-request-id");
+    request.id = usable_request_id(given) ? given : new_request_id();
   }
 
   // What the transport refuses once the header is in: a status and why.

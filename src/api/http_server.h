@@ -25,6 +25,9 @@ struct Request {
   std::string body;
   std::string remote_address;
   int socket = -1;  // to see whether the client is still there while the answer is prepared
+  // Names the request in logs and its answer's x-request-id: the client's own x-request-id
+  // when it sent a usable one (1-64 of A-Z a-z 0-9 . _ : -), else a new random one.
+  std::string id;
 
   // The first value of the header `name` (any case); empty when absent.
   std::string header(std::string_view name) const;

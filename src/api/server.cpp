@@ -26,11 +26,14 @@
 #include "api/generation_session.h"
 #include "api/http_server.h"
 #include "api/request.h"
+#include "api/request_observer.h"
 #include "api/responses.h"
 #include "api/responses_api.h"
 #include "engine/generator.h"
 #include "gguf/gguf.h"
+#include "metrics/metrics.h"
 #include "tokenizer/tokenizer.h"
+#include "web/assets.h"
 
 namespace strata::api {
 namespace {
@@ -96,10 +99,15 @@ http::Options http_options(const ServerOptions& options, int64_t workers) {
 }
 
 void check_api_key(const ServerOptions& options, const http::Request& request) {
+  // A scraper may hold a key of its own that opens nothing else.
+  const std::optional<std::string>& key =
+      request.path == "/metrics" && options.metrics_key ? options.metrics_key : options.api_key;
+  // The dashboard's own files are open: the page asks for the key and sends it with its calls.
+  const bool dashboard_file = request.method == "GET" && web::find_asset(request.path) != nullptr;
   // Anthropic's clients send the key as x-api-key, OpenAI's as a bearer token.
-  if (options.api_key && request.path != "/health" &&
-      !same_secret(bearer_credentials(request.header("Authorization")), *options.api_key) &&
-      !same_secret(request.header("x-api-key"), *options.api_key)) {
+  if (key && request.path != "/health" && !dashboard_file &&
+      !same_secret(bearer_credentials(request.header("Authorization")), *key) &&
+      !same_secret(request.header("x-api-key"), *key)) {
     throw ApiError(401,
                    "Incorrect or missing API key. Send it as \"Authorization: Bearer <key>\" or \"x-api-key: <key>\".",
                    {}, "invalid_api_key");
@@ -154,15 +162,23 @@ ApiError model_not_ready(const std::string& why) {
   return ApiError(503, "the model is not ready to run requests yet: waiting for " + why, {}, "model_unavailable");
 }
 
-// What every answer gets on its way out: CORS headers for allowed origins, and its log line.
+std::function<void(const std::string&)> request_log(const ServerOptions& options) {
+  if (options.log) return options.log;
+  return [](const std::string& line) { std::fprintf(stderr, "strata: %s\n", line.c_str()); };
+}
+
+// What every answer gets on its way out: its request's id, CORS headers for allowed origins,
+// and its log line.
 http::Response sent(const ServerOptions& options, const http::Request& request, http::Response response) {
+  if (!request.id.empty()) response.headers.emplace_back("x-request-id", request.id);
   if (const auto origin = cors_origin(options, request)) {
     response.headers.emplace_back("Access-Control-Allow-Origin", *origin);
     if (*origin != "*") response.headers.emplace_back("Vary", "Origin");
+    response.headers.emplace_back("Access-Control-Expose-Headers", "x-request-id");
   }
   if (options.log_requests) {
-    std::fprintf(stderr, "strata: %s %s %s %d\n", request.remote_address.c_str(), request.method.c_str(),
-                 request.path.c_str(), response.status);
+    request_log(options)("request " + request.id + ": " + request.remote_address + " " + request.method + " " +
+                         request.path + " " + std::to_string(response.status));
   }
   return response;
 }
@@ -183,6 +199,7 @@ class Server::Impl final : public http::Service {
                                                                options.tool_use_chat_template)),
         longest_token_bytes_(longest_token_bytes(tokenizer)),
         options_(std::move(options)),
+        log_(request_log(options_)),
         created_(unix_time()),
         http_(http_options(options_, workers_for(generator.limits())), *this) {
     if (options_.api_key && options_.api_key->empty()) {
@@ -211,7 +228,12 @@ class Server::Impl final : public http::Service {
     http_.stop(kAnswerGrace);
   }
 
-  http::Response handle(const http::Request& request) override { return sent(options_, request, answer(request)); }
+  http::Response handle(const http::Request& request) override {
+    std::string endpoint = "other";
+    http::Response response = sent(options_, request, answer(request, endpoint));
+    count_answer(endpoint, response.status);
+    return response;
+  }
 
   http::Response refuse(const http::Request& request, int status,
                         const std::string& message) override {
@@ -222,6 +244,7 @@ class Server::Impl final : public http::Service {
   using RouteHandler = std::function<http::Response(const http::Request&, const std::smatch&)>;
   struct Route {
     std::string method;
+    std::string endpoint;  // names it in metrics: its path pattern, unless given a name
     std::regex path;
     RouteHandler handler;
   };
@@ -232,8 +255,9 @@ class Server::Impl final : public http::Service {
     return int64_t{limits.max_parallel} + limits.max_queued + 4;
   }
 
-  void route(std::string method, const std::string& path, RouteHandler handler) {
-    routes_.push_back({std::move(method), std::regex(path), std::move(handler)});
+  void route(std::string method, const std::string& path, RouteHandler handler, std::string endpoint = {}) {
+    routes_.push_back({std::move(method), endpoint.empty() ? path : std::move(endpoint), std::regex(path),
+                       std::move(handler)});
   }
 
   static http::Response json_response(std::string body) {
@@ -267,6 +291,27 @@ class Server::Impl final : public http::Service {
         return response;
       });
     }
+    route("GET", "/|/[A-Za-z0-9_-]+\\.(html|js|css|svg)", [](const http::Request& request, const std::smatch&) {
+      const web::Asset* asset = web::find_asset(request.path);
+      if (asset == nullptr) throw ApiError(404, "Unknown file: " + request.path, {}, "unknown_url");
+      http::Response response;
+      response.content_type = std::string(asset->content_type);
+      response.body = std::string(asset->bytes);
+      // The page may talk to this node only, and loads nothing from anywhere else.
+      response.headers = {{"Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'"},
+                          {"X-Content-Type-Options", "nosniff"},
+                          {"Cache-Control", "no-cache"}};
+      return response;
+    }, "dashboard");
+    route("GET", "/requests", [](const http::Request&, const std::smatch&) {
+      return json_response(recent_requests_json());
+    });
+    route("GET", "/metrics", [](const http::Request&, const std::smatch&) {
+      http::Response response;
+      response.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      response.body = metrics::process_registry().text();
+      return response;
+    });
     route("GET", "/v1/models", [this](const http::Request&, const std::smatch&) {
       return json_response(openai_models_body(model_name_, created_));
     });
@@ -331,13 +376,15 @@ class Server::Impl final : public http::Service {
     }
   }
 
-  http::Response answer(const http::Request& request) {
+  // `endpoint`: set to the pattern of the route the request reached.
+  http::Response answer(const http::Request& request, std::string& endpoint) {
     try {
       if (is_cors_preflight(request)) return cors_preflight();
       admit(request);
       for (const auto& route : routes_) {
         std::smatch match;
         if (route.method == request.method && std::regex_match(request.path, match, route.path)) {
+          endpoint = route.endpoint;
           return route.handler(request, match);
         }
       }
@@ -448,6 +495,7 @@ class Server::Impl final : public http::Service {
         std::move(prompt.tokens),
         completion_budget(request.endpoint, prompt_usage.prompt_tokens, request.max_tokens),
         request.sampling, request.logprobs, request.logprobs ? request.top_logprobs : 0};
+    generation.request_id = http_request.id;
 
     auto session = std::make_shared<GenerationSession>(tokenizer_, std::move(request.stop),
                                                        request.logprobs, reading);
@@ -480,7 +528,9 @@ class Server::Impl final : public http::Service {
     track(session);
     bool accepted = false;
     try {
-      accepted = generator_.submit(std::move(generation), session->callbacks());
+      const int prompt_size = static_cast<int>(generation.prompt.size());
+      const std::string id = generation.request_id;
+      accepted = generator_.submit(std::move(generation), observed(session->callbacks(), prompt_size, id, log_));
     } catch (const std::invalid_argument& error) {
       forget(session);
       throw ApiError(400, error.what(), {}, "context_length_exceeded");
@@ -629,6 +679,7 @@ class Server::Impl final : public http::Service {
   const std::optional<ModelChatTemplate> model_template_;  // none: ChatML
   const size_t longest_token_bytes_;
   const ServerOptions options_;
+  const std::function<void(const std::string&)> log_;
   const int64_t created_;
   std::vector<Route> routes_;
   std::atomic<bool> stopping_{false};
@@ -724,8 +775,9 @@ void serve_until_signal(engine::Generator& generator, const tokenizer::Tokenizer
                 options.chat_template.value_or(model.get_string("tokenizer.chat_template").value_or("")),
                 with_templates);
   server.start();
-  std::fprintf(stderr, "strata: serving %s on http://%s:%d\n",
-               model_name_from_path(model.path()).c_str(), options.host.c_str(), server.port());
+  const auto log = request_log(options);
+  log("serving " + model_name_from_path(model.path()) + " on http://" + options.host + ":" +
+      std::to_string(server.port()));
   if (options.on_listening) options.on_listening(server.port());
   received_signal = 0;
   auto previous_interrupt = std::signal(SIGINT, remember_signal);
@@ -735,7 +787,7 @@ void serve_until_signal(engine::Generator& generator, const tokenizer::Tokenizer
   std::signal(SIGINT, previous_interrupt);
   std::signal(SIGTERM, previous_terminate);
   if (options.on_stopping) options.on_stopping();
-  std::fprintf(stderr, "strata: stopping the server\n");
+  log("stopping the server");
   server.stop();
 }
 

@@ -30,12 +30,17 @@ struct ServerOptions {
   int port = 8080;  // 0: any free port; Server::port() tells which
   // When set, every endpoint but /health needs "Authorization: Bearer <api_key>".
   std::optional<std::string> api_key;
+  // When set, GET /metrics needs this key instead of api_key.
+  std::optional<std::string> metrics_key;
   http::Limits limits;  // sizes, deadlines and connection caps for clients
   // Host names the server answers to besides IP literals and "localhost" (DNS rebinding).
   std::vector<std::string> host_names;
   // Origins that browsers may call the API from ("*": any); none by default.
   std::vector<std::string> cors_origins;
-  bool log_requests = false;  // one line per answered request on stderr
+  bool log_requests = false;  // one line per answered request, of every endpoint
+  // Where the server's log lines go: those about requests (one per generation, and those of
+  // log_requests) each start "request ID:"; unset: stderr.
+  std::function<void(const std::string& line)> log;
   // What Ollama's /api/tags, /api/show and /api/ps tell about the model; unset: its name only.
   std::optional<ModelFacts> model_facts;
   // A chat template (Jinja2 text) that serve_until_signal uses instead of the GGUF's.

@@ -1,14 +1,20 @@
-// `strata cluster`: what GET /cluster says, as a table for people. `strata drain`: a node
-// leaves its cluster, handing its work over, and exits.
+// `strata cluster`: what GET /cluster says, as a table for people, once or redrawn every
+// second with live figures from /metrics (--watch). `strata drain`: a node leaves its cluster,
+// handing its work over, and exits.
 #include <httplib.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <ctime>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <thread>
 
 #include "cli/cluster_table.h"
+#include "cli/cluster_watch.h"
 #include "cli/commands.h"
 
 namespace strata::cli {
@@ -21,6 +27,7 @@ struct ClusterOptions {
   int port = 8080;
   std::string api_key;
   bool force = false;  // drain: leave even when the cluster cannot do without the node
+  bool watch = false;  // cluster: redraw every second
 };
 
 std::string address_of(const ClusterOptions& o) { return "http://" + o.host + ":" + std::to_string(o.port); }
@@ -41,6 +48,62 @@ int print_cluster(const ClusterOptions& o) {
     throw std::runtime_error("GET /cluster answered " + std::to_string(result->status) + ": " + result->body);
   }
   std::fputs(cluster_table(json::parse(result->body)).c_str(), stdout);
+  return 0;
+}
+
+std::atomic<bool> watch_interrupted{false};
+extern "C" void stop_watching(int) { watch_interrupted = true; }
+
+// One frame: the time, the table and the live figures, or why the node does not answer.
+std::string watch_frame(httplib::Client& client, const ClusterOptions& o, std::string& last_metrics,
+                        std::chrono::steady_clock::time_point& last_scrape) {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char clock[16];
+  std::strftime(clock, sizeof clock, "%H:%M:%S", &local);
+  std::string frame = std::string("strata cluster at ") + address_of(o) + ", " + clock + " (Ctrl-C ends)\n";
+  const httplib::Result status = client.Get("/cluster", headers_for(o));
+  if (!status || status->status != 200) {
+    return frame + "the node does not answer: " +
+           (status ? "HTTP " + std::to_string(status->status) : httplib::to_string(status.error())) + "\n";
+  }
+  frame += cluster_table(json::parse(status->body));
+  const httplib::Result metrics = client.Get("/metrics", headers_for(o));
+  const auto scraped = std::chrono::steady_clock::now();
+  if (metrics && metrics->status == 200) {
+    if (!last_metrics.empty()) {
+      frame += "\n" + live_figures(last_metrics, metrics->body,
+                                    std::chrono::duration<double>(scraped - last_scrape).count()) + "\n";
+    }
+    last_metrics = metrics->body;
+    last_scrape = scraped;
+  }
+  return frame;
+}
+
+// On a terminal the frame is drawn over the last one; otherwise each frame follows the last,
+// as plain lines.
+int watch_cluster(const ClusterOptions& o) {
+  httplib::Client client(o.host, o.port);
+  client.set_connection_timeout(2);
+  client.set_read_timeout(5);
+  const bool terminal = ::isatty(STDOUT_FILENO) == 1;
+  watch_interrupted = false;
+  std::signal(SIGINT, stop_watching);
+  std::signal(SIGTERM, stop_watching);
+  if (terminal) std::fputs("\033[?25l\033[2J", stdout);  // no cursor; a clear screen once
+  std::string last_metrics;
+  auto last_scrape = std::chrono::steady_clock::now();
+  while (!watch_interrupted) {
+    const std::string frame = watch_frame(client, o, last_metrics, last_scrape);
+    std::fputs(terminal ? redrawn(frame).c_str() : (frame + "\n").c_str(), stdout);
+    std::fflush(stdout);
+    for (int tick = 0; tick < 10 && !watch_interrupted; ++tick) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  if (terminal) std::fputs("\033[?25h", stdout);
   return 0;
 }
 
@@ -91,7 +154,8 @@ void add_cluster_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<ClusterOptions>();
   CLI::App* cmd = app.add_subcommand("cluster", "Show a running node's cluster: nodes, placement, links");
   add_node_options(*cmd, *o, "Any node's API address");
-  cmd->callback([&action, o] { action = [o] { return print_cluster(*o); }; });
+  cmd->add_flag("--watch", o->watch, "Redraw the table every second, with live figures from the node's /metrics");
+  cmd->callback([&action, o] { action = [o] { return o->watch ? watch_cluster(*o) : print_cluster(*o); }; });
 }
 
 void add_drain_command(CLI::App& app, Action& action) {

@@ -1,10 +1,7 @@
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -13,9 +10,11 @@
 
 #include "api/server.h"
 #include "cli/commands.h"
+#include "cli/console.h"
 #include "cli/model_source.h"
 #include "cluster/discovery.h"
 #include "cluster/node.h"
+#include "metrics/metrics.h"
 #include "rpc/channel.h"
 #include "rpc/node_service.h"
 #include "tokenizer/tokenizer.h"
@@ -51,59 +50,8 @@ struct ServeOptions {
   int test_fetch_delay_ms = 0;
   uint64_t test_fetch_checkpoint_bytes = cluster::kProgressCheckpointBytes;
   uint64_t test_tensor_chunk_bytes = rpc::kTensorChunkBytes;
-};
-
-// Log lines, and the progress of a fetch of weights, on stderr: on a terminal a bar redrawn in
-// place under the log lines; otherwise a plain line every few seconds.
-class Console {
- public:
-  explicit Console(std::string node_id) : node_id_(std::move(node_id)), terminal_(::isatty(STDERR_FILENO) == 1) {}
-
-  // With the time of day (UTC, to the millisecond), so that the logs of several nodes tell
-  // what happened when (a loss, a placement, a load) and how long it took.
-  void log(const std::string& line) {
-    const auto now = std::chrono::system_clock::now();
-    const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
-    const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
-    std::tm utc{};
-    gmtime_r(&seconds, &utc);
-    std::lock_guard lock(mutex_);
-    if (bar_shown_) std::fputs("\r\033[K", stderr);
-    std::fprintf(stderr, "strata[%s] %02d:%02d:%02d.%03d: %s\n", node_id_.c_str(), utc.tm_hour, utc.tm_min,
-                 utc.tm_sec, static_cast<int>(millis), line.c_str());
-    if (bar_shown_) std::fputs(bar_.c_str(), stderr);
-  }
-
-  void progress(const cluster::TransferStats::Snapshot& s) {
-    const uint64_t done = std::min(s.fetch_received_bytes, s.wanted_bytes);
-    const double share = s.wanted_bytes > 0 ? static_cast<double>(done) / static_cast<double>(s.wanted_bytes) : 1.0;
-    constexpr int kWidth = 30;
-    const int filled = static_cast<int>(share * kWidth);
-    char text[160];
-    std::snprintf(text, sizeof text, "weights [%s%s] %3.0f%% %s of %s, %s/s, %.0f s left",
-                  std::string(static_cast<size_t>(filled), '#').c_str(),
-                  std::string(static_cast<size_t>(kWidth - filled), '.').c_str(), share * 100.0,
-                  units::describe_bytes(done).c_str(), units::describe_bytes(s.wanted_bytes).c_str(),
-                  units::describe_bytes(static_cast<uint64_t>(s.bytes_per_second)).c_str(), s.eta_seconds);
-    std::lock_guard lock(mutex_);
-    const auto now = std::chrono::steady_clock::now();
-    if (terminal_) {
-      bar_ = text;
-      std::fprintf(stderr, "\r\033[K%s%s", text, s.fetching ? "" : "\n");
-      bar_shown_ = s.fetching;
-    } else if (!s.fetching || now - last_line_ >= std::chrono::seconds(5)) {
-      std::fprintf(stderr, "strata[%s]: %s\n", node_id_.c_str(), text);
-      last_line_ = now;
-    }
-  }
-
- private:
-  std::string node_id_;
-  bool terminal_;
-  std::mutex mutex_;
-  bool bar_shown_ = false;
-  std::string bar_;
-  std::chrono::steady_clock::time_point last_line_{};
+  std::string log_format = "text";
+  std::string log_level = "info";
 };
 
 // "a:0-10,b:11-21" (inclusive layer numbers, as `strata cluster` shows them) -> stages in
@@ -175,8 +123,8 @@ std::shared_ptr<cluster::PartialModel> model_from_peers(const ServeOptions& o, c
     return "the model's manifest from peer" + std::string(peers.size() > 1 ? "s " : " ") + named;
   });
   server.port = waiting.port();
-  std::fprintf(stderr, "strata: waiting for the model of its peers; http://%s:%d answers 503 until it is here\n",
-               server.host.c_str(), server.port);
+  node.log("waiting for the model of its peers; http://" + server.host + ":" + std::to_string(server.port) +
+           " answers 503 until it is here");
   return cluster::PartialModel::open(cache_dir_or_default(o.cache_dir),
                                      cluster::fetch_manifest(addresses, node.node_id, *key, node.log),
                                      o.test_fetch_checkpoint_bytes);
@@ -198,11 +146,17 @@ int serve(const ServeOptions& o) {
     throw std::runtime_error("the API key is empty; give a key with --api-key or STRATA_API_KEY, "
                              "or set neither to serve without one");
   }
+  if (server.metrics_key && server.metrics_key->empty()) {
+    throw std::runtime_error("the metrics key is empty; give a key with --metrics-key, or none to scrape "
+                             "/metrics with the API key");
+  }
   cluster::NodeOptions node;
   node.node_id = cluster::resolve_node_id(o.node_id, o.state_dir);
-  auto console = std::make_shared<Console>(node.node_id);
-  node.log = [console](const std::string& line) { console->log(line); };
-  rpc::route_grpc_log(node.log);
+  auto console = std::make_shared<Console>(node.node_id, o.log_format == "json" ? LogFormat::Json : LogFormat::Text,
+                                           o.log_level);
+  node.log = [console](const std::string& line) { console->log(spdlog::level::info, line); };
+  server.log = node.log;
+  rpc::route_grpc_log([console](const std::string& line) { console->log(spdlog::level::warn, line); });
   node.cluster_key = o.cluster_key;
   if (node.cluster_key.empty()) node.local_secret = cluster::read_or_create_local_secret();
   node.host = !o.node_host.empty() ? o.node_host : (o.cluster_key.empty() ? "127.0.0.1" : "0.0.0.0");
@@ -243,6 +197,8 @@ int serve(const ServeOptions& o) {
 
   server.health = [&cluster_node] { return cluster_node.health(); };
   server.cluster_status = [&cluster_node] { return cluster_node.status_json(); };
+  const metrics::Registry::Registration cluster_metrics = metrics::process_registry().add_collector(
+      [&cluster_node](metrics::Exposition& out) { cluster_node.write_metrics(out); });
   server.on_stopping = [&cluster_node] { cluster_node.leave(); };
   server.drain = [&cluster_node](bool force) {
     std::string why = force ? std::string() : cluster_node.why_needed();
@@ -250,8 +206,9 @@ int serve(const ServeOptions& o) {
     return why;
   };
   const engine::ModelLimits limits = cluster_node.limits();
-  std::fprintf(stderr, "strata: context %d tokens, %d parallel sequences, queue of %d; node port %d\n",
-               limits.context_size, limits.max_parallel, limits.max_queued, cluster_node.node_port());
+  node.log("context " + std::to_string(limits.context_size) + " tokens, " + std::to_string(limits.max_parallel) +
+           " parallel sequences, queue of " + std::to_string(limits.max_queued) + "; node port " +
+           std::to_string(cluster_node.node_port()));
   api::serve_until_signal(cluster_node, *tokenizer, *file, server);
   cluster_node.shutdown();
   return 0;
@@ -276,11 +233,18 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("-c,--ctx-size", o->engine.context_size, "Context size per request (default: the model's)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("-t,--threads", o->engine.threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--metrics-key", o->server.metrics_key,
+                  "Require 'Authorization: Bearer KEY' for GET /metrics instead of the API key");
   cmd->add_option("--allowed-host", o->server.host_names,
                   "Host name clients may reach the server by, besides IP addresses and localhost (repeatable)");
   cmd->add_option("--cors-origin", o->server.cors_origins,
                   "Origin browsers may call the API from, or '*' (repeatable; default: none)");
-  cmd->add_flag("--log-requests", o->server.log_requests, "Print one line per answered request to stderr");
+  cmd->add_flag("--log-requests", o->server.log_requests,
+                "Log one line per answered request of every endpoint, besides the one per generation");
+  cmd->add_option("--log-format", o->log_format, "Log lines as text or as one JSON object a line")
+      ->check(CLI::IsMember({"text", "json"}))->capture_default_str();
+  cmd->add_option("--log-level", o->log_level, "The least level logged: debug, info, warning or error")
+      ->check(CLI::IsMember({"debug", "info", "warning", "error"}))->capture_default_str();
   cmd->add_option("--chat-template", o->chat_template_file,
                   "Jinja2 chat template to render chat prompts with, instead of the model's own")
       ->check(CLI::ExistingFile);

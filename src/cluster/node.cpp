@@ -366,6 +366,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     auto progress = std::make_shared<Progress>(Progress{request, std::move(client), cached_tokens, 0, false});
     engine::RequestCallbacks callbacks;
     callbacks.cancelled = progress->client.cancelled;
+    callbacks.on_started = progress->client.on_started;
     callbacks.on_token = [progress](const engine::GeneratedToken& token) {
       progress->request.prompt.push_back(token.token);
       ++progress->generated;
@@ -591,6 +592,87 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
     if (leaving_) body["leaving"] = true;
     return body.dump();
+  }
+
+  // What /metrics tells of the cluster as this node sees it; see docs/API.md#metrics.
+  void write_metrics(metrics::Exposition& out) const {
+    std::unique_lock lock(mutex_);
+    const rpc::NodeInfo self = self_info();
+    const auto node_metrics = [&](const rpc::NodeInfo& info, bool up) {
+      const metrics::Labels node{{"node", info.node_id()}};
+      out.gauge("strata_node_up", "Whether this node hears from the node (1), or takes it for gone (0).", node, up);
+      out.gauge("strata_node_state", "The node's state: 1 for the state it is in.",
+                {{"node", info.node_id()}, {"state", info.state()}}, 1);
+      out.gauge("strata_node_memory_bytes", "Memory the node may use for weights and KV cache.", node,
+                static_cast<double>(info.memory_bytes()));
+      out.gauge("strata_node_weight_bytes_per_second", "The node's measured speed at reading weights.", node,
+                info.weight_bytes_per_second());
+    };
+    node_metrics(self, true);
+    for (const auto& [id, peer] : peers_) {
+      node_metrics(peer.info, alive(peer));
+      if (peer.seen) {
+        out.gauge("strata_link_heartbeat_rtt_seconds", "Round-trip time of the last gossip call to the peer.",
+                  {{"peer", id}}, peer.rtt_ms / 1000.0);
+      }
+    }
+    for (const rpc::Stage& s : placement_.stages()) {  // layers [first, last)
+      out.gauge("strata_placement_stage_layers", "Layers each node computes in the current placement.",
+                {{"node", s.node_id()},
+                 {"layers", std::to_string(s.first_layer()) + "-" + std::to_string(s.last_layer() - 1)}},
+                s.last_layer() - s.first_layer());
+    }
+    out.gauge("strata_placement_epoch", "The placement's epoch, one more at each new placement.", {},
+              static_cast<double>(placement_.epoch()));
+    out.gauge("strata_is_leader", "Whether this node leads (places layers and schedules every request).", {},
+              leader_id() == options_.node_id);
+    if (self.has_kv_cache()) {
+      const rpc::KvCacheStats& kv = self.kv_cache();
+      const double pinned = kv.pinned_blocks();
+      const double used = kv.used_blocks();
+      out.gauge("strata_kv_blocks", "This node's KV pool blocks: used by running sequences (pinned: also by a "
+                "sequence starting on a cached prefix), cached (held for later prefixes only) or free.",
+                {{"state", "used"}}, used);
+      out.gauge("strata_kv_blocks", "", {{"state", "pinned"}}, pinned);
+      out.gauge("strata_kv_blocks", "", {{"state", "free"}}, std::max(0.0, kv.pool_blocks() - used));
+      out.gauge("strata_kv_pool_blocks", "Blocks of this node's KV pool.", {}, kv.pool_blocks());
+      out.gauge("strata_kv_block_bytes", "Bytes of one KV block of this node's layers.", {},
+                static_cast<double>(kv.block_bytes()));
+      out.counter("strata_prefix_cache_hits_total", "Blocks a new sequence found in this node's prefix cache.", {},
+                  static_cast<double>(kv.hits()));
+      out.counter("strata_prefix_cache_misses_total", "Blocks a new sequence looked for and did not find.", {},
+                  static_cast<double>(kv.misses()));
+      out.counter("strata_kv_evictions_total", "Cached blocks given to other sequences.", {},
+                  static_cast<double>(kv.evictions()));
+    }
+    const rpc::Weights& w = self.weights();
+    out.counter("strata_weights_received_bytes_total", "Bytes of weights this node fetched from its peers.", {},
+                static_cast<double>(w.received_bytes()));
+    out.gauge("strata_weights_wanted_bytes", "Bytes the current (or last) fetch of weights lacked at its start.",
+              {}, static_cast<double>(w.wanted_bytes()));
+    out.gauge("strata_weights_fetch_progress", "Share of the current (or last) fetch received, 0 to 1.", {},
+              w.wanted_bytes() > 0 ? std::min(1.0, static_cast<double>(w.fetch_received_bytes()) /
+                                                       static_cast<double>(w.wanted_bytes()))
+                                   : 1.0);
+    out.gauge("strata_load_progress", "Share of this node's layers loaded, 0 to 1.", {}, self.load_progress());
+    // The engine's lock is taken without this node's: its loop calls back into the node.
+    const std::shared_ptr<engine::Engine> scheduler = scheduler_;
+    lock.unlock();
+    engine::Engine::Load load;
+    if (scheduler) {
+      load = scheduler->load();
+      const engine::Engine::SwitchCounts counts = scheduler->switch_counts();
+      out.counter("strata_sequences_handed_over_total",
+                  "Running sequences a placement switch moved with their state (leader).", {},
+                  static_cast<double>(counts.handed_over));
+      out.counter("strata_sequences_recomputed_total",
+                  "Running sequences a placement switch computed again (leader).", {},
+                  static_cast<double>(counts.recomputed));
+      out.counter("strata_sequences_preempted_total", "Running sequences pre-empted for want of KV blocks (leader).",
+                  {}, static_cast<double>(scheduler->preemptions()));
+    }
+    out.gauge("strata_requests_waiting", "Requests in the scheduler's queue (leader; 0 elsewhere).", {}, load.waiting);
+    out.gauge("strata_requests_running", "Sequences the scheduler runs (leader; 0 elsewhere).", {}, load.running);
   }
 
   void leave() {
@@ -1562,6 +1644,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   // The placement changes; the last few are kept for stages_of.
   void set_placement(const rpc::Placement& p) {
+    if (p.epoch() != placement_.epoch()) {
+      metrics::process_registry().counter("strata_placement_switches_total", "Placements this node has taken up.").add();
+    }
     placement_ = p;
     recent_placements_[p.epoch()] = p;
     while (recent_placements_.size() > kRecentPlacements) recent_placements_.erase(recent_placements_.begin());
@@ -1687,6 +1772,7 @@ bool ClusterNode::submit(engine::GenerationRequest request, engine::RequestCallb
 void ClusterNode::shutdown() { impl_->shutdown(); }
 std::pair<int, std::string> ClusterNode::health() const { return impl_->health(); }
 std::string ClusterNode::status_json() const { return impl_->status_json(); }
+void ClusterNode::write_metrics(metrics::Exposition& out) const { impl_->write_metrics(out); }
 std::string ClusterNode::waiting_for() const { return impl_->readiness(); }
 void ClusterNode::leave() { impl_->leave(); }
 std::string ClusterNode::why_needed() const { return impl_->why_needed(); }

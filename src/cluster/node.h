@@ -18,6 +18,7 @@
 #include "cluster/weights.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
+#include "metrics/metrics.h"
 #include "rpc/node_service.h"
 
 namespace strata::cluster {
@@ -84,6 +85,8 @@ class ClusterNode final : public engine::Generator {
   std::pair<int, std::string> health() const;
   // GET /cluster: nodes, placement, links and model hash as JSON.
   std::string status_json() const;
+  // GET /metrics: the cluster as this node sees it (members, placement, KV pool, scheduler).
+  void write_metrics(metrics::Exposition& out) const;
 
  private:
   class Impl;

@@ -63,6 +63,7 @@ struct Engine::Sequence {
   std::optional<int> cached_tokens;  // of the prompt, taken from the stages' caches at its first start
   bool resumed = request.resumed_after > 0 || request.held.has_value();  // until its first start
   bool launched = false;  // the stages may hold state for it
+  bool left_queue = false;  // its on_started has run
   bool in_flight = false;
   bool finished = false;
 };
@@ -126,6 +127,11 @@ void Engine::replace_pipeline(std::vector<std::shared_ptr<Stage>> stages, tensor
 Engine::SwitchCounts Engine::switch_counts() const { return {handed_over_.load(), recomputed_.load()}; }
 
 uint64_t Engine::preemptions() const { return preemptions_.load(); }
+
+Engine::Load Engine::load() {
+  std::lock_guard lock(mutex_);
+  return {static_cast<int>(queue_.size()), running_};
+}
 
 bool Engine::move_state(const std::vector<std::shared_ptr<Stage>>& from, SequenceId from_id, int positions,
                         const std::vector<std::shared_ptr<Stage>>& to, const Sequence& seq) {
@@ -265,6 +271,10 @@ void Engine::probe_pool_blocks() {
 
 void Engine::start_sequence(Sequence& seq) {
   seq.launched = true;
+  if (!seq.left_queue) {
+    seq.left_queue = true;
+    if (seq.callbacks.on_started) seq.callbacks.on_started();
+  }
   if (seq.resumed) {
     // Another scheduler ran it part-way: a switch of pipelines like any other.
     seq.resumed = false;

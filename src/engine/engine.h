@@ -89,6 +89,12 @@ class Engine final : public Generator {
   // Running sequences whose state the stages let go, back to the queue's front, because the KV
   // pools had no room for their next step; each is computed again when room returns.
   uint64_t preemptions() const;
+  // Requests waiting in the queue, and sequences running (in the pipeline or between steps).
+  struct Load {
+    int waiting = 0;
+    int running = 0;
+  };
+  Load load();
 
  private:
   struct Sequence;

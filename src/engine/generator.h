@@ -45,6 +45,8 @@ struct GenerationRequest {
   int resumed_after = 0;
   // Set for such a request when its previous scheduler's stages still hold its first inputs.
   std::optional<HeldState> held;
+  // Names the request in the log lines of every node it passes (the API's x-request-id).
+  std::string request_id;
 };
 
 struct TokenLogprob {
@@ -61,6 +63,20 @@ struct GeneratedToken {
 };
 
 enum class FinishReason { Stop, Length, Cancelled, Error };
+// "stop", "length", "cancelled" or "error".
+inline const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::Stop:
+      return "stop";
+    case FinishReason::Length:
+      return "length";
+    case FinishReason::Cancelled:
+      return "cancelled";
+    case FinishReason::Error:
+      break;
+  }
+  return "error";
+}
 
 struct RequestCallbacks {
   // Runs on an engine thread for every generated token; return false to end the request now
@@ -78,6 +94,9 @@ struct RequestCallbacks {
   // its state held (see HeldState): it goes on elsewhere from its prompt and the tokens
   // generated so far. Without it such a request finishes with the pass-on's error.
   std::function<void(const HeldState&)> on_passed_on;
+  // Optional. Runs once on the engine thread, before on_token, when the request leaves the
+  // queue for its first step (its wait is over; its prefill begins).
+  std::function<void()> on_started;
 };
 
 // Thrown by submit when no request can run now or for a while (a cluster still forming, a

@@ -1,6 +1,7 @@
 #include "engine/local_stage.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -17,9 +18,28 @@ int kv_pool_blocks(const model::Config& config, int layer_count, model::KvType t
   return static_cast<int>(std::min<uint64_t>(bytes / block, std::numeric_limits<int>::max()));
 }
 
+namespace {
+
+metrics::Labels layer_labels(const model::Model& model) {
+  return {{"layers", std::to_string(model.range().first) + "-" + std::to_string(model.range().last - 1)}};
+}
+
+std::vector<double> batch_size_buckets() { return {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}; }
+
+}  // namespace
+
 LocalStage::LocalStage(std::shared_ptr<model::Model> model, tensor::ThreadPool& pool, KvOptions kv)
     : model_(std::move(model)),
       pool_(pool),
+      step_seconds_(metrics::process_registry().histogram(
+          "strata_stage_step_seconds", "Time this node's stage takes to compute one batch through its layers.",
+          metrics::seconds_buckets(), layer_labels(*model_))),
+      step_inputs_(metrics::process_registry().histogram(
+          "strata_stage_batch_inputs", "Inputs (prompt tokens and decoded tokens) per batch of this node's stage.",
+          batch_size_buckets(), layer_labels(*model_))),
+      step_sequences_(metrics::process_registry().histogram(
+          "strata_stage_batch_sequences", "Sequences per batch of this node's stage.", batch_size_buckets(),
+          layer_labels(*model_))),
       kv_blocks_(kv.blocks),
       kv_pool_(model_->new_kv_pool(kv.blocks, kv.type)) {
   publish_stats();
@@ -61,7 +81,11 @@ std::vector<float> LocalStage::forward(const StageBatch& batch) {
     slices.push_back({found->second.kv.get(), work.token_count, false});
   }
   if (batch.tokens.size() != rows) throw std::invalid_argument("the batch's token ids do not match its sequences");
+  const auto started = std::chrono::steady_clock::now();
   std::vector<float> out = model_->forward(slices, batch.tokens, batch.hidden, pool_);
+  step_seconds_.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  step_inputs_.observe(static_cast<double>(rows));
+  step_sequences_.observe(static_cast<double>(slices.size()));
   size_t first = 0;
   for (const model::SequenceSlice& slice : slices) {
     slice.kv->record(std::span<const Token>(batch.tokens).subspan(first, static_cast<size_t>(slice.token_count)));

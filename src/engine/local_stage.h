@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 
+#include "metrics/metrics.h"
 #include "engine/stage.h"
 #include "model/model.h"
 #include "tensor/thread_pool.h"
@@ -48,6 +49,10 @@ class LocalStage final : public Stage {
 
   std::shared_ptr<model::Model> model_;
   tensor::ThreadPool& pool_;
+  // In the process's metrics, under this stage's layers.
+  metrics::Histogram& step_seconds_;
+  metrics::Histogram& step_inputs_;
+  metrics::Histogram& step_sequences_;
   const int kv_blocks_;
   mutable std::mutex mutex_;  // one forward, hold or release at a time
   std::shared_ptr<model::KvPool> kv_pool_;

@@ -32,6 +32,7 @@ engine::GenerationRequest to_engine(const GenerateRequest& r) {
   out.top_logprobs = r.top_logprobs();
   out.resumed_after = r.resumed_after();
   if (r.has_held()) out.held = from_message(r.held());
+  out.request_id = r.request_id();
   return out;
 }
 
@@ -207,7 +208,11 @@ class NodeServer::Service final : public Node::Service {
       std::lock_guard lock(events->mutex);
       return events->cancelled;
     };
-    callbacks.on_finish = [push](engine::FinishReason reason, const std::string& error) {
+    // Every line about a request starts "request ID:", on whichever node it is written.
+    const std::string about = "request " + request->request_id() + ": ";
+    // The engine may finish the request after this call has ended: the callback holds the log.
+    callbacks.on_finish = [log = log_, push, about](engine::FinishReason reason, const std::string& error) {
+      if (log) log(about + "the scheduler here finished it (" + engine::finish_reason_name(reason) + ")");
       GenerateEvent event;
       event.set_kind(GenerateEvent::FINISHED);
       event.set_finish_reason(static_cast<int32_t>(reason));
@@ -229,6 +234,7 @@ class NodeServer::Service final : public Node::Service {
     } catch (const std::invalid_argument& e) {
       return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
     }
+    if (log_) log_(about + "node " + request->sender_id() + " relayed it to the scheduler here");
     GenerateEvent accepted;
     accepted.set_kind(GenerateEvent::ACCEPTED);
     bool writable = writer->Write(accepted);

@@ -1,12 +1,33 @@
 #include "rpc/remote_stage.h"
 
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 #include <thread>
 
+#include "metrics/metrics.h"
 #include "rpc/messages.h"
 
 namespace strata::rpc {
+namespace {
+
+// One batch's round trip over the link to `peer`, in the process's metrics.
+void count_forward(const std::string& peer, size_t sent_bytes, size_t received_bytes, double seconds) {
+  metrics::Registry& r = metrics::process_registry();
+  const metrics::Labels labels{{"peer", peer}};
+  r.histogram("strata_link_round_trip_seconds",
+              "From sending a batch's activations to a peer's stage to its reply, the stage's compute included.",
+              metrics::seconds_buckets(), labels)
+      .observe(seconds);
+  r.counter("strata_link_sent_bytes_total", "Bytes of batches sent to a peer's stage.", labels).add(static_cast<double>(sent_bytes));
+  r.counter("strata_link_received_bytes_total", "Bytes of replies from a peer's stage.", labels)
+      .add(static_cast<double>(received_bytes));
+  r.counter("strata_link_sent_messages_total", "Batches sent to a peer's stage.", labels).add();
+  r.counter("strata_link_received_messages_total", "Replies from a peer's stage.", labels).add();
+}
+
+}  // namespace
+
 namespace {
 
 // Releases sent without waiting, by every remote stage of the process, not yet answered. Never
@@ -141,8 +162,11 @@ std::vector<float> RemoteStage::forward(const engine::StageBatch& batch) {
   }
   watch_wake_.notify_all();
   ForwardReply reply;
+  const auto sent = std::chrono::steady_clock::now();
   if (!stream_->Write(request)) fail("the stream closed");
   if (!stream_->Read(&reply)) fail("the stream closed");
+  count_forward(peer_id_, request.ByteSizeLong(), reply.ByteSizeLong(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count());
   {
     std::lock_guard lock(watch_mutex_);
     reply_due_ = std::chrono::steady_clock::time_point::max();

@@ -673,6 +673,7 @@ TEST_F(NodeServiceTest, RefusesARelayedRequestWithAFieldOutOfRange) {
       {"top_logprobs", [](GenerateRequest& r) { r.set_top_logprobs(-1); }},
       {"resumed_after", [](GenerateRequest& r) { r.set_resumed_after(2); }},
       {"held.positions", [](GenerateRequest& r) { r.mutable_held()->set_positions(-1); }},
+      {"request_id", [](GenerateRequest& r) { r.set_request_id(std::string(2000, 'x')); }},
   };
   for (const auto& [field, spoil] : cases) {
     GenerateRequest request = valid_generate();

@@ -1,0 +1,44 @@
+#include "cli/cluster_watch.h"
+
+#include <gtest/gtest.h>
+
+namespace strata::cli {
+namespace {
+
+constexpr std::string_view kBefore =
+    "# TYPE strata_generation_tokens_total counter\n"
+    "strata_generation_tokens_total 100\n"
+    "# TYPE strata_stage_batch_inputs histogram\n"
+    "strata_stage_batch_inputs_sum{layers=\"0-1\"} 10\n"
+    "strata_stage_batch_inputs_count{layers=\"0-1\"} 3\n";
+
+constexpr std::string_view kAfter =
+    "# TYPE strata_generation_tokens_total counter\n"
+    "strata_generation_tokens_total 125\n"
+    "strata_generation_tokens_total_extra 9\n"
+    "strata_stage_batch_inputs_sum{layers=\"0-1\"} 50\n"
+    "strata_stage_batch_inputs_sum{layers=\"2-3\",note=\"a } b\"} 30\n"
+    "strata_requests_running 2\n"
+    "strata_requests_waiting 1\n"
+    "strata_kv_blocks{state=\"used\"} 10\n"
+    "strata_kv_blocks{state=\"free\"} 54\n"
+    "strata_kv_pool_blocks 64\n";
+
+TEST(MetricTotal, SumsEveryLabelSetOfExactlyThatName) {
+  EXPECT_EQ(metric_total(kAfter, "strata_generation_tokens_total"), 125);
+  EXPECT_EQ(metric_total(kAfter, "strata_stage_batch_inputs_sum"), 80);
+  EXPECT_EQ(metric_total(kAfter, "strata_kv_blocks{state=\"free\"}"), 54);
+  EXPECT_EQ(metric_total(kAfter, "strata_missing"), 0);
+}
+
+TEST(LiveFigures, RatesFromTwoScrapes) {
+  EXPECT_EQ(live_figures(kBefore, kAfter, 2.0),
+            "generated 12.5 tokens/s here, stage 35.0 inputs/s, 2 running, 1 waiting, KV 10/64 blocks");
+}
+
+TEST(Redrawn, OverwritesEachLineInPlace) {
+  EXPECT_EQ(redrawn("a\nbc\n"), "\033[Ha\033[K\nbc\033[K\n\033[J");
+}
+
+}  // namespace
+}  // namespace strata::cli
