@@ -2,22 +2,10 @@
 // would. Usage: node anthropic_client.mjs BASE_URL API_KEY MODEL_NAME (BASE_URL without /v1)
 import Anthropic from '@anthropic-ai/sdk';
 import assert from 'node:assert/strict';
+import { check, report } from './checks.mjs';
 
 const [baseURL, apiKey, model] = process.argv.slice(2);
 const client = new Anthropic({ baseURL, apiKey, maxRetries: 0, timeout: 60_000 });
-let passed = 0;
-let failed = 0;
-
-async function check(name, body) {
-  try {
-    await body();
-    passed++;
-    console.log(`ok   ${name}`);
-  } catch (error) {
-    failed++;
-    console.log(`FAIL ${name}: ${error?.stack ?? error}`);
-  }
-}
 
 const request = {
   model,
@@ -78,5 +66,4 @@ await check('anthropic errors come in its shape', async () => {
   await assert.rejects(wrongKey.messages.create(request), (error) => error instanceof Anthropic.AuthenticationError);
 });
 
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed === 0 ? 0 : 1);
+report();

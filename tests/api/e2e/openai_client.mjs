@@ -2,22 +2,10 @@
 // Usage: node openai_client.mjs BASE_URL API_KEY MODEL_NAME
 import OpenAI from 'openai';
 import assert from 'node:assert/strict';
+import { check, report } from './checks.mjs';
 
 const [baseURL, apiKey, model] = process.argv.slice(2);
 const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60_000 });
-let passed = 0;
-let failed = 0;
-
-async function check(name, body) {
-  try {
-    await body();
-    passed++;
-    console.log(`ok   ${name}`);
-  } catch (error) {
-    failed++;
-    console.log(`FAIL ${name}: ${error?.stack ?? error}`);
-  }
-}
 
 const messages = [
   { role: 'system', content: 'You dream.' },
@@ -144,5 +132,4 @@ await check('responses: previous_response_id is refused with 400 naming it', asy
   );
 });
 
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed === 0 ? 0 : 1);
+report();

@@ -4,23 +4,11 @@
 // Usage: node tool_loop.mjs BASE_URL
 import OpenAI from 'openai';
 import assert from 'node:assert/strict';
+import { check, report } from './checks.mjs';
 
 const [baseURL] = process.argv.slice(2);
 const client = new OpenAI({ baseURL, apiKey: 'none', maxRetries: 0, timeout: 60_000 });
 const model = 'scripted-qwen3';
-let passed = 0;
-let failed = 0;
-
-async function check(name, body) {
-  try {
-    await body();
-    passed++;
-    console.log(`ok   ${name}`);
-  } catch (error) {
-    failed++;
-    console.log(`FAIL ${name}: ${error?.stack ?? error}`);
-  }
-}
 
 const parameters = {
   type: 'object',
@@ -93,5 +81,4 @@ await check('a tool_choice naming no tool is refused with 400', async () => {
   );
 });
 
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed === 0 ? 0 : 1);
+report();
