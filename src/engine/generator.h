@@ -45,6 +45,12 @@ struct GenerationRequest {
   int resumed_after = 0;
   // Set for such a request when its previous scheduler's stages still hold its first inputs.
   std::optional<HeldState> held;
+  // GBNF (constrain/grammar.h) that the generated text must follow: each token is drawn from
+  // those that keep it a prefix of a sentence, the end of generation only once it is whole, and
+  // the request stops ("stop") when nothing more can follow. Empty: unconstrained. The text is
+  // what travels to another node's scheduler; a resumed request's generated tokens are fed to
+  // it again first.
+  std::string grammar;
 };
 
 struct TokenLogprob {

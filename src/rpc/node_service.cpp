@@ -32,6 +32,7 @@ engine::GenerationRequest to_engine(const GenerateRequest& r) {
   out.top_logprobs = r.top_logprobs();
   out.resumed_after = r.resumed_after();
   if (r.has_held()) out.held = from_message(r.held());
+  out.grammar = r.grammar();
   return out;
 }
 

@@ -40,6 +40,7 @@ GenerateRequest to_wire(const std::string& sender, const engine::GenerationReque
   out.set_top_logprobs(r.top_logprobs);
   out.set_resumed_after(r.resumed_after);
   if (r.held) to_message(*r.held, *out.mutable_held());
+  out.set_grammar(r.grammar);
   return out;
 }
 
