@@ -35,11 +35,11 @@ const std::set<std::string>& supported_keywords() {
 }
 
 // Longest integer (digits) and fraction and exponent a generated number may have, so that a
-// model cannot write digits forever; and the most whitespace between tokens.
+// model cannot write digits forever. Between tokens goes at most one space: models that know
+// JSON lose nothing by writing it compactly, and the others would pad it with whitespace.
 constexpr int kIntegerDigits = 16;
 constexpr int kFractionDigits = 16;
 constexpr int kExponentDigits = 3;
-constexpr int kMaxWhitespace = 20;
 constexpr int kMaxRepeat = 1000;  // parse_gbnf's bound on a repetition count
 constexpr int kMaxDepth = 64;
 const int64_t kLargestInteger = 9'999'999'999'999'999;  // kIntegerDigits nines
@@ -124,7 +124,7 @@ class Compiler {
   std::string primitive(const std::string& name) {
     if (defined_.insert(name).second) {
       if (name == "ws") {
-        add(name, repeat("[ \\t\\n]", 0, kMaxWhitespace));
+        add(name, "\" \"?");
       } else if (name == "char") {
         add(name, "[^\"\\\\\\x00-\\x1F\\x7F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})");
       } else if (name == "string") {

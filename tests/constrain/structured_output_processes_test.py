@@ -122,7 +122,7 @@ def other_forms(node, label):
               and words[2].endswith(".") and words[2][:-1].isalpha() and 2 <= len(words[2]) - 1 <= 5,
               f"{label}: the completion follows the grammar ({text!r})")
     schema = {"type": "object", "properties": {"mood": {"enum": ["calm", "wild"]}}, "required": ["mood"]}
-    status, body = post(node, "/api/chat", {"model": "m", "messages": [{"role": "user", "content": "mood?"}],
+    status, body = post(node, "/api/chat", {"messages": [{"role": "user", "content": "mood?"}],
                                             "format": schema, "stream": False, "options": {"temperature": 0}})
     if check(status == 200, f"{label}: Ollama's format answers ({body})"):
         content = body["message"]["content"]
@@ -152,7 +152,7 @@ def main():
     alone_other = other_forms(single, "1 node")
     single.stop()
 
-    cluster = start_cluster(["so-a", "so-b", "so-c"], "--no-discovery")
+    cluster = start_cluster(["so-a", "so-b", "so-c"], "--no-discovery", "--placement", "memory")
     try:
         for entry in (cluster[0], cluster[2]):
             label = f"3 nodes via {entry.id}"
