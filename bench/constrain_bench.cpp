@@ -1,9 +1,11 @@
-// The cost of constrained decoding on a model's real vocabulary: building the vocabulary's
-// index (once per tokenizer), preparing a typical JSON schema (compile, read, first mask), the
-// mask per step along a valid instance's tokens, and decode speed with and without the schema
-// through the whole-model engine (random weights of a real shape serve: the mask's cost does not
-// depend on what the model says, only on the grammar's positions it reaches).
-//   constrain_bench MODEL.gguf [decode tokens] [threads]
+// The cost of constrained decoding on a real vocabulary: building the vocabulary's index (once
+// per tokenizer), preparing a typical JSON schema (compile, read, first mask), the mask per step
+// along a valid instance's tokens, and decode speed with and without the schema through the
+// whole-model engine. Random weights of a real shape serve for the decode (`strata gguf synth`);
+// since their vocabulary is made up, the masks come from VOCAB.gguf's tokenizer (e.g. Qwen3's,
+// which tests/tokenizer's reference test writes into the build tree), padded with tokens that
+// are never allowed up to the model's vocabulary size.
+//   constrain_bench MODEL.gguf VOCAB.gguf [decode tokens] [threads]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -81,19 +83,30 @@ Decode decode(engine::Engine& engine, const std::vector<engine::Token>& prompt, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: constrain_bench MODEL.gguf [decode tokens] [threads]\n");
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: constrain_bench MODEL.gguf VOCAB.gguf [decode tokens] [threads]\n");
     return 2;
   }
-  const int decode_tokens = argc > 2 ? std::stoi(argv[2]) : 64;
-  const int threads = argc > 3 ? std::stoi(argv[3]) : 0;
+  const int decode_tokens = argc > 3 ? std::stoi(argv[3]) : 64;
+  const int threads = argc > 4 ? std::stoi(argv[4]) : 0;
   const auto file = std::shared_ptr<const gguf::File>(gguf::File::open(argv[1]));
-  const auto tokenizer = tokenizer::Tokenizer::from_gguf(*file);
+  const auto model_tokenizer = tokenizer::Tokenizer::from_gguf(*file);
+  const auto vocab_file = gguf::File::open(argv[2]);
+  const auto tokenizer = tokenizer::Tokenizer::from_gguf(*vocab_file);
 
   auto start = Clock::now();
-  const auto vocabulary = constrain::Vocabulary::from_tokenizer(*tokenizer);
-  std::printf("vocabulary: %d tokens, %zu trie nodes, index built in %.1f ms\n", vocabulary->size(),
-              vocabulary->trie().byte.size(), ms_since(start));
+  const auto real = constrain::Vocabulary::from_tokenizer(*tokenizer);
+  std::printf("vocabulary: %d tokens, %zu trie nodes, index built in %.1f ms\n", real->size(), real->trie().byte.size(),
+              ms_since(start));
+  const std::shared_ptr<model::Model> model = model::Model::load(file);
+  if (model->config().vocab_size < real->size()) {
+    std::fprintf(stderr, "constrain_bench: the model's vocabulary is smaller than VOCAB's\n");
+    return 2;
+  }
+  std::vector<std::string> pieces;
+  for (constrain::Token t = 0; t < real->size(); ++t) pieces.push_back(real->piece(t));
+  pieces.resize(static_cast<size_t>(model->config().vocab_size));
+  const auto vocabulary = std::make_shared<const constrain::Vocabulary>(std::move(pieces), real->end_tokens());
 
   const auto schema = nlohmann::ordered_json::parse(kSchema);
   std::vector<double> compile_ms, prepare_ms;
@@ -119,7 +132,8 @@ int main(int argc, char** argv) {
       const std::vector<uint8_t>& allowed = matcher.allowed_tokens();
       step_ms.push_back(ms_since(start));
       if (allowed[static_cast<size_t>(t)] == 0 || !matcher.accept_token(t)) {
-        std::fprintf(stderr, "constrain_bench: the instance's token %d is not allowed\n", t);
+        std::fprintf(stderr, "constrain_bench: the instance's token %d ('%s') is not allowed\n", t,
+                     tokenizer->token_piece(t).c_str());
         return 1;
       }
     }
@@ -132,9 +146,8 @@ int main(int argc, char** argv) {
 
   engine::EngineOptions options{.max_parallel = 1, .threads = threads};
   options.vocabulary = vocabulary;
-  const tokenizer::Tokenizer* tok = tokenizer.get();
-  engine::Engine engine(model::Model::load(file), [tok](engine::Token t) { return tok->is_end_of_generation(t); }, options);
-  const std::vector<engine::Token> prompt = tokenizer->encode("Describe a person as JSON:", true, false);
+  engine::Engine engine(model, [&vocabulary](engine::Token t) { return vocabulary->is_end(t); }, options);
+  const std::vector<engine::Token> prompt = model_tokenizer->encode("Describe a person as JSON:", true, false);
   decode(engine, prompt, 8, "");  // warm up
   for (int round = 0; round < 3; ++round) {
     for (const std::string& g : {std::string(), grammar}) {

@@ -132,7 +132,7 @@ Matcher::Matcher(const Grammar& grammar, std::shared_ptr<const Vocabulary> vocab
 Matcher::~Matcher() = default;
 
 int Matcher::node(int pos, int parent) {
-  const auto [it, added] = node_ids_.emplace(pair_key(pos, parent), static_cast<int>(nodes_.size()));
+  const auto [it, added] = node_ids_.try_emplace(pair_key(pos, parent), static_cast<int>(nodes_.size()));
   if (added) nodes_.push_back({pos, parent});
   return it->second;
 }
@@ -164,9 +164,11 @@ int Matcher::stack_set(std::vector<int> nodes) {
   if (nodes.empty()) return kDead;
   std::sort(nodes.begin(), nodes.end());
   nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
-  const auto [it, added] = stack_set_ids_.emplace(nodes, static_cast<int>(stack_sets_.size()));
-  if (added) stack_sets_.push_back(std::move(nodes));
-  return it->second;
+  if (const auto found = stack_set_ids_.find(nodes); found != stack_set_ids_.end()) return found->second;
+  const int id = static_cast<int>(stack_sets_.size());
+  stack_set_ids_.emplace(nodes, id);
+  stack_sets_.push_back(std::move(nodes));
+  return id;
 }
 
 int Matcher::advance(int stacks, char32_t cp) {
@@ -183,7 +185,7 @@ int Matcher::advance(int stacks, char32_t cp) {
 int Matcher::byte_state(const ByteState& s) {
   uint32_t pending = s.pending_length;
   for (int i = 0; i < s.pending_length; ++i) pending = (pending << 8) | s.pending[static_cast<size_t>(i)];
-  const auto [it, added] = state_ids_.emplace(pair_key(s.stacks, static_cast<int>(pending)), static_cast<int>(states_.size()));
+  const auto [it, added] = state_ids_.try_emplace(pair_key(s.stacks, static_cast<int>(pending)), static_cast<int>(states_.size()));
   if (added) {
     states_.push_back(s);
     transitions_.emplace_back();
