@@ -14,27 +14,39 @@ bool Element::matches(char32_t cp) const {
   return inside != negated;
 }
 
-bool Element::matches_any(char32_t first, char32_t last) const {
-  if (!negated) {
-    for (const CodepointRange& r : ranges) {
-      if (r.first <= last && first <= r.last) return true;
-    }
-    return false;
+namespace {
+
+bool intersects(const std::vector<CodepointRange>& ranges, char32_t first, char32_t last) {
+  for (const CodepointRange& r : ranges) {
+    if (r.first <= last && first <= r.last) return true;
   }
-  // Some code point of [first, last] lies outside every range unless the ranges cover it all.
+  return false;
+}
+
+bool covers(const std::vector<CodepointRange>& ranges, char32_t first, char32_t last) {
   char32_t next = first;
   bool progressed = true;
   while (progressed) {
     progressed = false;
     for (const CodepointRange& r : ranges) {
       if (r.first <= next && next <= r.last) {
-        if (r.last >= last) return false;
+        if (r.last >= last) return true;
         next = r.last + 1;
         progressed = true;
       }
     }
   }
-  return true;
+  return false;
+}
+
+}  // namespace
+
+bool Element::matches_any(char32_t first, char32_t last) const {
+  return negated ? !covers(ranges, first, last) : intersects(ranges, first, last);
+}
+
+bool Element::matches_all(char32_t first, char32_t last) const {
+  return negated ? !intersects(ranges, first, last) : covers(ranges, first, last);
 }
 
 namespace {

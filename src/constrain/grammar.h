@@ -33,8 +33,9 @@ struct Element {
   int rule = -1;
 
   bool matches(char32_t cp) const;
-  // Whether some code point of [first, last] matches.
+  // Whether some code point of [first, last] matches; whether all do.
   bool matches_any(char32_t first, char32_t last) const;
+  bool matches_all(char32_t first, char32_t last) const;
 };
 
 using Sequence = std::vector<Element>;

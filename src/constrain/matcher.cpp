@@ -172,18 +172,26 @@ int Matcher::stack_set(std::vector<int> nodes) {
 }
 
 int Matcher::advance(int stacks, char32_t cp) {
-  std::vector<int> next;
+  std::vector<int> matched;
   for (int n : stack_sets_[static_cast<size_t>(stacks)]) {
-    if (n == 0) continue;
+    if (n != 0 && classes_[static_cast<size_t>(flat_[static_cast<size_t>(nodes_[static_cast<size_t>(n)].pos)].index)].matches(cp)) {
+      matched.push_back(n);
+    }
+  }
+  return past(matched);
+}
+
+int Matcher::past(const std::vector<int>& matched) {
+  std::vector<int> next;
+  for (int n : matched) {
     const StackNode s = nodes_[static_cast<size_t>(n)];
-    if (!classes_[static_cast<size_t>(flat_[static_cast<size_t>(s.pos)].index)].matches(cp)) continue;
     expand_into(s.pos + 1, s.parent, next);
   }
   return stack_set(std::move(next));
 }
 
 int Matcher::byte_state(const ByteState& s) {
-  uint32_t pending = s.pending_length;
+  uint32_t pending = s.owed > 0 ? 0x80 | s.owed : s.pending_length;  // the two forms never collide
   for (int i = 0; i < s.pending_length; ++i) pending = (pending << 8) | s.pending[static_cast<size_t>(i)];
   const auto [it, added] = state_ids_.try_emplace(pair_key(s.stacks, static_cast<int>(pending)), static_cast<int>(states_.size()));
   if (added) {
@@ -212,6 +220,10 @@ int Matcher::step(int state, uint8_t byte) {
 
 int Matcher::compute_step(int state, uint8_t byte) {
   const ByteState s = states_[static_cast<size_t>(state)];
+  if (s.owed > 0) {
+    if ((byte & 0xC0) != 0x80) return kDead;
+    return byte_state({s.stacks, 0, {}, static_cast<uint8_t>(s.owed - 1)});
+  }
   std::array<uint8_t, 4> bytes{};
   std::copy_n(s.pending.begin(), s.pending_length, bytes.begin());
   bytes[s.pending_length] = byte;
@@ -237,13 +249,27 @@ int Matcher::compute_step(int state, uint8_t byte) {
     if (bytes[0] == 0xF4) high[1] = 0x8F;
   }
   const char32_t first = decode(low.data(), length), last = decode(high.data(), length);
-  bool possible = false;
+  bool possible = false, uniform = true;
+  std::vector<int> matched;
   for (int n : stack_sets_[static_cast<size_t>(s.stacks)]) {
     if (n == 0) continue;
-    const StackNode top = nodes_[static_cast<size_t>(n)];
-    possible = possible || classes_[static_cast<size_t>(flat_[static_cast<size_t>(top.pos)].index)].matches_any(first, last);
+    const Element& cls = classes_[static_cast<size_t>(flat_[static_cast<size_t>(nodes_[static_cast<size_t>(n)].pos)].index)];
+    const bool any = cls.matches_any(first, last);
+    possible = possible || any;
+    if (any && cls.matches_all(first, last)) {
+      matched.push_back(n);
+    } else if (any) {
+      uniform = false;
+    }
   }
   if (!possible) return kDead;
+  // The lead's constraint on the second byte is checked above, so only free continuation
+  // bytes remain.
+  const bool free_rest = have >= 2 || (bytes[0] != 0xE0 && bytes[0] != 0xED && bytes[0] != 0xF0 && bytes[0] != 0xF4);
+  if (uniform && free_rest) {
+    const int stacks = past(matched);
+    return stacks < 0 ? kDead : byte_state({stacks, 0, {}, static_cast<uint8_t>(length - have)});
+  }
   ByteState next{s.stacks, static_cast<uint8_t>(have), {}};
   std::copy_n(bytes.begin(), have, next.pending.begin());
   return byte_state(next);
@@ -260,7 +286,7 @@ int Matcher::walk(std::string_view bytes) {
 
 bool Matcher::state_complete(int state) const {
   const ByteState& s = states_[static_cast<size_t>(state)];
-  return s.pending_length == 0 && stack_sets_[static_cast<size_t>(s.stacks)].front() == 0;
+  return s.pending_length == 0 && s.owed == 0 && stack_sets_[static_cast<size_t>(s.stacks)].front() == 0;
 }
 
 bool Matcher::complete() const { return state_complete(state_); }
@@ -268,7 +294,7 @@ bool Matcher::complete() const { return state_complete(state_); }
 bool Matcher::finished() const {
   const ByteState& s = states_[static_cast<size_t>(state_)];
   const std::vector<int>& stacks = stack_sets_[static_cast<size_t>(s.stacks)];
-  return s.pending_length == 0 && stacks.size() == 1 && stacks[0] == 0;
+  return s.pending_length == 0 && s.owed == 0 && stacks.size() == 1 && stacks[0] == 0;
 }
 
 bool Matcher::accepts(std::string_view bytes) { return walk(bytes) >= 0; }

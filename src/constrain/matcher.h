@@ -87,11 +87,15 @@ class Matcher {
     int parent;
   };
   // A position between bytes: the parse stacks, and the bytes of a character begun but not
-  // yet ended.
+  // yet ended. When every code point those bytes may still become has the same fate (any
+  // character inside a JSON string), the state instead holds the stacks that character leads
+  // to and how many continuation bytes are `owed`: one state for all such prefixes, not one
+  // per prefix (thousands in a large vocabulary).
   struct ByteState {
     int stacks;
     uint8_t pending_length;
     std::array<uint8_t, 3> pending;
+    uint8_t owed = 0;
   };
   static constexpr int kDead = -1;
   static constexpr int kUnknown = -2;
@@ -100,6 +104,8 @@ class Matcher {
   void expand_into(int pos, int parent, std::vector<int>& out);
   int stack_set(std::vector<int> nodes);
   int advance(int stacks, char32_t cp);
+  // The stacks that follow the given ones (each with a class on top) past their character.
+  int past(const std::vector<int>& matched);
   int byte_state(const ByteState& s);
   int step(int state, uint8_t byte);
   int compute_step(int state, uint8_t byte);

@@ -25,8 +25,9 @@ ws ::= [ \n]{0,3}
 
 // At every point of `text` (fed in pieces of `step` bytes, so also inside characters), the
 // cached trie mask equals checking each token's bytes on a matcher fed the same text.
-void expect_masks_match(const std::shared_ptr<const Vocabulary>& vocab, const std::string& text, size_t step) {
-  const Grammar grammar = parse_gbnf(kGrammar);
+void expect_masks_match(const std::shared_ptr<const Vocabulary>& vocab, const std::string& text, size_t step,
+                        const char* gbnf = kGrammar) {
+  const Grammar grammar = parse_gbnf(gbnf);
   Matcher walked(grammar, vocab);
   Matcher checked(grammar, vocab);
   size_t allowed_somewhere = 0;
@@ -56,6 +57,13 @@ TEST(Mask, EqualsTheTokenByTokenCheckOnTheDreamsVocabulary) {
 
 TEST(Mask, EqualsTheTokenByTokenCheckOnGpt2sVocabulary) {
   expect_masks_match(vocabulary_of(STRATA_SHARED_DIR "/vocab/ggml-vocab-gpt-2.gguf"), kText, 3);
+}
+
+// Classes that take only part of what a character's first bytes may become, beside ones that
+// take all of it, so that both ways of waiting for a character's last bytes are compared.
+TEST(Mask, EqualsTheTokenByTokenCheckInsideCharactersOfPartialClasses) {
+  const char* grammar = R"(root ::= ([α-ω] | [é] | "😀" | [一-龥] | [^a-zé.])+ "." )";
+  expect_masks_match(vocabulary_of(STRATA_SHARED_DIR "/vocab/ggml-vocab-gpt-2.gguf"), "βé😀中Ü€.", 1, grammar);
 }
 
 TEST(Mask, EndTokensOnlyWhenComplete) {
