@@ -79,6 +79,24 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"true", {"1", R"({"a":[]})"}, {"{"}},
         Case{R"({"type":"object","required":["x"]})", {R"({"x":[1]})"}, {"{}"}}));
 
+// Integer ranges are built digit by digit; every integer near them is checked against the bounds.
+TEST(IntegerRanges, AcceptExactlyTheIntegersWithinTheBounds) {
+  const std::vector<std::pair<int, int>> ranges = {{0, 0},     {0, 9},      {3, 7},     {-9, 9},    {-15, 123},
+                                                   {10, 99},   {100, 999},  {99, 101},  {-1000, -1}, {-205, -37},
+                                                   {1, 1000},  {45, 1099},  {-1099, 7}, {0, 1234},   {19, 91}};
+  for (const auto& [low, high] : ranges) {
+    json schema = {{"type", "integer"}, {"minimum", low}, {"maximum", high}};
+    const std::string grammar = json_schema_grammar(schema);
+    for (int n = -1300; n <= 1300; ++n) {
+      ASSERT_EQ(accepts_text(grammar, std::to_string(n)), low <= n && n <= high) << n << " in [" << low << ", " << high << "]";
+    }
+  }
+  json only_minimum = {{"type", "integer"}, {"exclusiveMinimum", 41.5}};
+  const std::string grammar = json_schema_grammar(only_minimum);
+  for (int n = -100; n <= 2000; ++n) ASSERT_EQ(accepts_text(grammar, std::to_string(n)), n >= 42) << n;
+  EXPECT_TRUE(accepts_text(grammar, "9999999999999999"));
+}
+
 TEST(SchemaRefusals, NameTheProblem) {
   EXPECT_NE(refusal(R"({"type":"string","pattern":"^a"})").find("unsupported keyword: pattern"), std::string::npos);
   EXPECT_NE(refusal(R"({"type":"string","format":"date","foo":1})").find("unsupported keywords: format, foo"), std::string::npos);
