@@ -109,8 +109,8 @@ class Generator {
   virtual ~Generator() = default;
   virtual ModelLimits limits() const = 0;
   // Queues the request. Returns false (calling nothing) when the queue is full.
-  // Throws std::invalid_argument when the request cannot fit the context, Unavailable when
-  // nothing can run it now.
+  // Throws std::invalid_argument when the request cannot fit the context or its grammar cannot
+  // be read (or followed by its resumed tokens), Unavailable when nothing can run it now.
   virtual bool submit(GenerationRequest request, RequestCallbacks callbacks) = 0;
   // Empty when a request can run now, or when it would be refused at once; otherwise what it
   // would wait for (a cluster forming, layers loading), for the clients that wait to see.
