@@ -209,7 +209,7 @@ class Compiler {
     };
     if (schema.contains("$ref")) {
       others("$ref");
-      return reference(schema["$ref"], where);
+      return reference(schema["$ref"], where, depth);
     }
     for (const char* combiner : {"anyOf", "oneOf"}) {
       if (!schema.contains(combiner)) continue;
@@ -263,7 +263,7 @@ class Compiler {
     }
   }
 
-  std::string reference(const json& ref, const std::string& where) {
+  std::string reference(const json& ref, const std::string& where, int depth) {
     if (!ref.is_string()) fail(where + "/$ref", "must be a string");
     const std::string target = ref.get<std::string>();
     if (target.empty() || target[0] != '#') fail(where + "/$ref", "only references within the schema (#/...) are supported");
@@ -281,7 +281,7 @@ class Compiler {
     // The rule is named before its body is compiled, so that the body may refer to it.
     const size_t slot = rules_.size();
     add(name, "");
-    rules_[slot].second = value(*resolved, target.substr(1), name + "-body", 1);
+    rules_[slot].second = value(*resolved, target.substr(1), name + "-body", depth + 1);
     return name;
   }
 

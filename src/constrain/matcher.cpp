@@ -139,15 +139,18 @@ int Matcher::node(int pos, int parent) {
 
 // Adds the stacks that `pos` (then `parent`) reaches without reading: each has a character
 // class on top, or is the empty stack.
-void Matcher::expand_into(int pos, int parent, std::vector<int>& out) {
+void Matcher::expand_into(int pos, int parent, std::vector<int>& out, int depth) {
   if (out.size() > kMaxParses) throw GrammarError("grammar: too ambiguous (more than " + std::to_string(kMaxParses) + " parses at once)");
+  if (depth > kMaxExpansionDepth) {
+    throw GrammarError("grammar: more than " + std::to_string(kMaxExpansionDepth) + " rules deep before a character");
+  }
   const Flat& f = flat_[static_cast<size_t>(pos)];
   if (f.kind == Flat::Kind::End) {
     if (parent == 0) {
       out.push_back(0);
     } else {
       const StackNode p = nodes_[static_cast<size_t>(parent)];
-      expand_into(p.pos, p.parent, out);
+      expand_into(p.pos, p.parent, out, depth + 1);
     }
     return;
   }
@@ -157,7 +160,7 @@ void Matcher::expand_into(int pos, int parent, std::vector<int>& out) {
   }
   // A rule that ends its sequence returns straight to the parent, so loops do not deepen.
   const int after = flat_[static_cast<size_t>(pos) + 1].kind == Flat::Kind::End ? parent : node(pos + 1, parent);
-  for (int start : alternatives_[static_cast<size_t>(f.index)]) expand_into(start, after, out);
+  for (int start : alternatives_[static_cast<size_t>(f.index)]) expand_into(start, after, out, depth + 1);
 }
 
 int Matcher::stack_set(std::vector<int> nodes) {

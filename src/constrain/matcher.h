@@ -79,6 +79,9 @@ class Matcher {
 
   // Thrown when a grammar is so ambiguous that one position has too many parses to follow.
   static constexpr size_t kMaxParses = 4096;
+  // Thrown, too, when reaching the next character goes through more rules than this, which
+  // would otherwise take that much stack.
+  static constexpr int kMaxExpansionDepth = 4096;
 
  private:
   // A parse stack, top first: the grammar position `pos` to match next, then its parent's.
@@ -101,7 +104,7 @@ class Matcher {
   static constexpr int kUnknown = -2;
 
   int node(int pos, int parent);
-  void expand_into(int pos, int parent, std::vector<int>& out);
+  void expand_into(int pos, int parent, std::vector<int>& out, int depth = 0);
   int stack_set(std::vector<int> nodes);
   int advance(int stacks, char32_t cp);
   // The stacks that follow the given ones (each with a class on top) past their character.

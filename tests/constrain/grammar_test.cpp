@@ -116,5 +116,16 @@ TEST(Matcher, TooAmbiguousGrammarIsAnErrorNotAHang) {
   EXPECT_THROW(m.accept_bytes(std::string(Matcher::kMaxParses, 'a')), GrammarError);
 }
 
+TEST(Matcher, AChainOfRulesTooLongForTheStackIsAnError) {
+  std::string g = "root ::= r0\n";
+  for (int i = 0; i < 100'000; ++i) g += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + "\n";
+  g += "r100000 ::= \"a\"\n";
+  const auto vocab = std::make_shared<const Vocabulary>(std::vector<std::string>{}, std::vector<Token>{});
+  EXPECT_THROW(Matcher(parse_gbnf(g), vocab), GrammarError);
+  // Shorter chains are fine.
+  Matcher short_chain(parse_gbnf("root ::= a\na ::= b\nb ::= \"x\""), vocab);
+  EXPECT_TRUE(short_chain.accept_bytes("x"));
+}
+
 }  // namespace
 }  // namespace strata::constrain

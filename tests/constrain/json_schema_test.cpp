@@ -114,6 +114,13 @@ TEST(SchemaRefusals, NameTheProblem) {
             std::string::npos);
   EXPECT_NE(refusal(R"({"type":"string","enum":[1]})").find("does not have the schema's type"), std::string::npos);
   EXPECT_NE(refusal(R"({"anyOf":[{"type":"integer"}],"type":"string"})").find("anyOf together with type"), std::string::npos);
+  // A chain of references is as deep as the schemas it goes through.
+  json chain = {{"$ref", "#/$defs/d0"}};
+  for (int i = 0; i < 100; ++i) chain["$defs"]["d" + std::to_string(i)] = {{"$ref", "#/$defs/d" + std::to_string(i + 1)}};
+  chain["$defs"]["d100"] = {{"type", "null"}};
+  EXPECT_THROW(json_schema_grammar(chain), SchemaError);
+  chain["$ref"] = "#/$defs/d90";
+  EXPECT_TRUE(accepts_text(json_schema_grammar(chain), "null"));
 }
 
 TEST(JsonObjectGrammar, AcceptsAnyObjectOnly) {
