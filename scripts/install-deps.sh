@@ -7,7 +7,7 @@ packages=(build-essential cmake ninja-build clang libclang-rt-14-dev
           libcli11-dev nlohmann-json3-dev libspdlog-dev libcpp-httplib-dev libboost1.81-dev pkg-config
           libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libssl-dev
           libcurl4-openssl-dev
-          curl python3 python3-jinja2 iproute2 tcpdump openssl tmux
+          curl python3 python3-jinja2 python3-jsonschema iproute2 tcpdump openssl tmux
           chromium  # the dashboard's browser test
           g++-aarch64-linux-gnu qemu-user  # the aarch64 build, run under emulation
           libc++-14-dev libc++abi-14-dev)  # the core built against libc++, as on macOS

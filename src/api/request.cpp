@@ -10,6 +10,8 @@
 
 #include "api/api_error.h"
 #include "api/json_body.h"
+#include "constrain/grammar.h"
+#include "constrain/json_schema.h"
 #include "engine/generator.h"
 
 namespace strata::api {
@@ -411,11 +413,69 @@ void require_neutral(const std::string& param, const json& value) {
   } else if (param == "functions") {
     if (!value.is_array()) invalid_type(param, "an array");
     neutral = value.empty();
-  } else if (param == "response_format") {
-    neutral =
-        value.is_object() && value.size() == 1 && value.contains("type") && value["type"] == "text";
   }
   if (!neutral) unsupported(param, "only its default value is supported.");
+}
+
+// The grammar a JSON schema compiles to, or a 400 naming `param` and what is wrong with it.
+std::string schema_grammar(const nlohmann::ordered_json& schema, const std::string& param) {
+  try {
+    return constrain::json_schema_grammar(schema);
+  } catch (const constrain::SchemaError& e) {
+    invalid_value(param, std::string(e.what()) + ".");
+  }
+}
+
+// response_format: {"type": "text"} (none), {"type": "json_object"} or {"type": "json_schema",
+// "json_schema": {"name", "schema", "strict", "description"}}, as the grammar it stands for; the
+// schema's properties are generated in the body's order.
+std::string read_response_format(const json& value) {
+  if (!value.is_object()) invalid_type("response_format", "an object");
+  if (!value.contains("type")) missing("response_format.type");
+  const std::string type = read_string(value["type"], "response_format.type");
+  for (const auto& [key, v] : value.items()) {
+    if (key != "type" && !(key == "json_schema" && type == "json_schema")) unknown("response_format." + key);
+  }
+  if (type == "text") return {};
+  if (type == "json_object") return constrain::json_object_grammar();
+  if (type != "json_schema") invalid_value("response_format.type", "must be 'text', 'json_object' or 'json_schema'.");
+  if (!value.contains("json_schema")) missing("response_format.json_schema");
+  const json& spec = value["json_schema"];
+  if (!spec.is_object()) invalid_type("response_format.json_schema", "an object");
+  bool has_schema = false;
+  for (const auto& [key, v] : spec.items()) {
+    const std::string param = "response_format.json_schema." + key;
+    if (key == "name" || key == "description") {
+      read_string(v, param);
+    } else if (key == "strict") {
+      read_bool(v, param);  // the output always follows the schema
+    } else if (key == "schema") {
+      has_schema = true;
+    } else {
+      unknown(param);
+    }
+  }
+  if (!has_schema) missing("response_format.json_schema.schema");
+  return schema_grammar(spec["schema"], "response_format.json_schema.schema");
+}
+
+// A GBNF grammar given as text, checked now so that a bad one is a 400.
+std::string read_grammar(const json& value) {
+  std::string grammar = read_string(value, "grammar");
+  try {
+    constrain::parse_gbnf(grammar);
+  } catch (const constrain::GrammarError& e) {
+    invalid_value("grammar", std::string(e.what()) + ".");
+  }
+  return grammar;
+}
+
+// Ollama's format: "json" (any object), a JSON schema, or "" (none).
+std::string read_ollama_format(const json& value) {
+  if (value == "") return {};
+  if (value == "json") return constrain::json_object_grammar();
+  if (!value.is_object()) invalid_value("format", "must be \"json\" or a JSON schema.");
+  return schema_grammar(value, "format");
 }
 
 // Ollama fields naming features we lack are accepted in their "off" form: false, "", [] or {}.
@@ -467,6 +527,7 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
   const json* stream_options = nullptr;
   const json* top_logprobs = nullptr;
   bool has_input = false;
+  std::string response_format_grammar, given_grammar;
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
 
   for (const auto& [key, value] : root.items()) {
@@ -510,8 +571,11 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
       request.template_kwargs["enable_thinking"] = read_bool(value, key);
     } else if (chat && key == "reasoning_effort") {
       read_reasoning_effort(value, key, request);
-    } else if (key == "n" || key == "logit_bias" || key == "response_format" ||
-               (chat && key == "functions") ||
+    } else if (key == "response_format") {
+      response_format_grammar = read_response_format(value);
+    } else if (key == "grammar") {
+      given_grammar = read_grammar(value);
+    } else if (key == "n" || key == "logit_bias" || (chat && key == "functions") ||
                (!chat && (key == "echo" || key == "best_of" || key == "suffix"))) {
       require_neutral(key, value);
     } else if (!contains(ignored_request_fields(), key)) {
@@ -521,6 +585,10 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
 
   if (!has_input) missing(chat ? "messages" : "prompt");
   check_tool_choice(request);
+  if (!response_format_grammar.empty() && !given_grammar.empty()) {
+    invalid_value("grammar", "cannot be combined with a JSON 'response_format'.");
+  }
+  request.grammar = given_grammar.empty() ? std::move(response_format_grammar) : std::move(given_grammar);
   request.max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens;
   if (top_logprobs) {
     request.top_logprobs = int(read_integer(*top_logprobs, "top_logprobs", 0, kMaxTopLogprobs));
@@ -581,7 +649,9 @@ CompletionRequest parse_ollama_request(OllamaEndpoint endpoint, std::string_view
       request.stream = read_bool(value, key);
     } else if (key == "options") {
       read_ollama_options(value, request);
-    } else if (key == "format" || key == "think" || key == "tools" || key == "images" ||
+    } else if (key == "format") {
+      request.grammar = read_ollama_format(value);
+    } else if (key == "think" || key == "tools" || key == "images" ||
                key == "template" || key == "context" || key == "suffix") {
       require_off(key, value);
     } else if (key != "keep_alive") {  // how long Ollama keeps a model loaded; ours always is

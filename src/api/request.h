@@ -50,6 +50,9 @@ struct CompletionRequest {
   bool include_usage = false;
   bool logprobs = false;
   int top_logprobs = 0;
+  // GBNF the output must follow (constrain/grammar.h), from response_format, a grammar, or
+  // Ollama's format; empty: none.
+  std::string grammar;
 };
 
 // Throws ApiError (status 400, naming the offending parameter) for anything not acceptable.

@@ -496,6 +496,7 @@ class Server::Impl final : public http::Service {
         completion_budget(request.endpoint, prompt_usage.prompt_tokens, request.max_tokens),
         request.sampling, request.logprobs, request.logprobs ? request.top_logprobs : 0};
     generation.request_id = http_request.id;
+    generation.grammar = std::move(request.grammar);
 
     auto session = std::make_shared<GenerationSession>(tokenizer_, std::move(request.stop),
                                                        request.logprobs, reading);

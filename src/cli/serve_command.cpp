@@ -15,6 +15,7 @@
 #include "cluster/discovery.h"
 #include "cluster/node.h"
 #include "metrics/metrics.h"
+#include "constrain/matcher.h"
 #include "rpc/channel.h"
 #include "rpc/node_service.h"
 #include "tokenizer/tokenizer.h"
@@ -193,6 +194,7 @@ int serve(const ServeOptions& o) {
   server.model_facts->digest = cluster::model_hash(*file);
   const std::unique_ptr<tokenizer::Tokenizer> tokenizer = tokenizer::Tokenizer::from_gguf(*file);
   const tokenizer::Tokenizer* tok = tokenizer.get();
+  node.engine.vocabulary = constrain::Vocabulary::from_tokenizer(*tokenizer);  // for requests with a grammar
   cluster::ClusterNode cluster_node(file, [tok](engine::Token t) { return tok->is_end_of_generation(t); }, node);
 
   server.health = [&cluster_node] { return cluster_node.health(); };

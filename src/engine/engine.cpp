@@ -21,6 +21,21 @@ int default_threads(int threads) {
   return threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+// The request's grammar, past the tokens it had generated before it resumed here.
+std::unique_ptr<constrain::Matcher> start_matcher(const GenerationRequest& request,
+                                                  const std::shared_ptr<const constrain::Vocabulary>& vocabulary,
+                                                  int vocab_size) {
+  if (request.grammar.empty()) return nullptr;
+  if (!vocabulary || vocabulary->size() != vocab_size) {
+    throw std::invalid_argument("this scheduler cannot constrain output: it has no vocabulary for the model");
+  }
+  auto matcher = std::make_unique<constrain::Matcher>(constrain::parse_gbnf(request.grammar), vocabulary);
+  for (auto t = request.prompt.end() - request.resumed_after; t != request.prompt.end(); ++t) {
+    if (!matcher->accept_token(*t)) throw std::invalid_argument("the tokens a resumed request generated do not follow its grammar");
+  }
+  return matcher;
+}
+
 EngineOptions with_model_context(EngineOptions options, const model::Model& model) {
   if (options.context_size <= 0) options.context_size = model.config().context_length;
   return options;
@@ -29,11 +44,13 @@ EngineOptions with_model_context(EngineOptions options, const model::Model& mode
 }  // namespace
 
 struct Engine::Sequence {
-  Sequence(SequenceId id, GenerationRequest r, RequestCallbacks c, int vocab_size, int capacity)
+  Sequence(SequenceId id, GenerationRequest r, RequestCallbacks c, int vocab_size, int capacity,
+           std::unique_ptr<constrain::Matcher> matcher)
       : id(id),
         request(std::move(r)),
         callbacks(std::move(c)),
         sampler(request.sampling, vocab_size),
+        matcher(std::move(matcher)),
         history(request.prompt),
         capacity(capacity) {
     sampler.skip(request.resumed_after);
@@ -56,6 +73,7 @@ struct Engine::Sequence {
   GenerationRequest request;
   RequestCallbacks callbacks;
   sampling::Sampler sampler;
+  std::unique_ptr<constrain::Matcher> matcher;  // the request's grammar, if it has one
   std::vector<Token> history;  // prompt, then generated tokens
   int capacity;
   int fed = 0;  // inputs whose keys and values the stages hold
@@ -326,6 +344,7 @@ bool Engine::submit(GenerationRequest request, RequestCallbacks callbacks) {
                                 std::to_string(request.max_tokens) + " to generate)");
   }
   request.top_logprobs = std::clamp(request.top_logprobs, 0, kMaxTopLogprobs);
+  std::unique_ptr<constrain::Matcher> matcher = start_matcher(request, options_.vocabulary, vocab_size_);
   std::vector<std::unique_ptr<Sequence>> cancelled;
   bool accepted = false;
   {
@@ -335,7 +354,7 @@ bool Engine::submit(GenerationRequest request, RequestCallbacks callbacks) {
     accepted = !stopping_ && waiting_or_running < options_.max_queued + options_.max_parallel;
     if (accepted) {
       queue_.push_back(std::make_unique<Sequence>(0, std::move(request), std::move(callbacks), vocab_size_,
-                                                  static_cast<int>(needed)));
+                                                  static_cast<int>(needed), std::move(matcher)));
     }
   }
   finish_cancelled(std::move(cancelled));
@@ -629,7 +648,12 @@ void Engine::complete(const InFlight& batch, const Pipeline::Result& result) {
       const std::span<const float> row(result.rows.data() + i * vocab, vocab);
       GeneratedToken& out = tokens_out[static_cast<size_t>(k)];
       try {
-        out.token = seq.sampler.sample(row, seq.history);
+        if (seq.matcher) {
+          out.token = seq.sampler.sample(row, seq.history, seq.matcher->allowed_tokens());
+          seq.matcher->accept_token(out.token);  // allowed, so accepted
+        } else {
+          out.token = seq.sampler.sample(row, seq.history);
+        }
         if (seq.request.logprobs) {
           const sampling::Logprobs lp = sampling::logprobs(row, out.token, seq.request.top_logprobs);
           out.logprob = lp.chosen;
@@ -672,6 +696,8 @@ void Engine::complete(const InFlight& batch, const Pipeline::Result& result) {
       finish(seq, FinishReason::Stop);
     } else if (!keep_going) {
       finish(seq, FinishReason::Cancelled);
+    } else if (seq.matcher && seq.matcher->finished()) {
+      finish(seq, FinishReason::Stop);
     } else if (seq.generated >= seq.request.max_tokens) {
       finish(seq, FinishReason::Length);
     }

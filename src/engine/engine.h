@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "constrain/matcher.h"
 #include "engine/generator.h"
 #include "engine/pipeline.h"
 #include "model/model.h"
@@ -43,6 +44,8 @@ struct EngineOptions {
   // The first sequence id: schedulers whose sequences share stages (a cluster's leaders, one
   // after another) start far apart, so that one's id never names the other's sequence.
   SequenceId first_sequence_id = 1;
+  // The tokens' bytes, which requests with a grammar need; without it they are refused.
+  std::shared_ptr<const constrain::Vocabulary> vocabulary;
 };
 
 class Engine final : public Generator {

@@ -47,6 +47,12 @@ struct GenerationRequest {
   std::optional<HeldState> held;
   // Names the request in the log lines of every node it passes (the API's x-request-id).
   std::string request_id;
+  // GBNF (constrain/grammar.h) that the generated text must follow: each token is drawn from
+  // those that keep it a prefix of a sentence, the end of generation only once it is whole, and
+  // the request stops ("stop") when nothing more can follow. Empty: unconstrained. The text is
+  // what travels to another node's scheduler; a resumed request's generated tokens are fed to
+  // it again first.
+  std::string grammar;
 };
 
 struct TokenLogprob {
@@ -122,8 +128,8 @@ class Generator {
   virtual ~Generator() = default;
   virtual ModelLimits limits() const = 0;
   // Queues the request. Returns false (calling nothing) when the queue is full.
-  // Throws std::invalid_argument when the request cannot fit the context, Unavailable when
-  // nothing can run it now.
+  // Throws std::invalid_argument when the request cannot fit the context or its grammar cannot
+  // be read (or followed by its resumed tokens), Unavailable when nothing can run it now.
   virtual bool submit(GenerationRequest request, RequestCallbacks callbacks) = 0;
   // Empty when a request can run now, or when it would be refused at once; otherwise what it
   // would wait for (a cluster forming, layers loading), for the clients that wait to see.

@@ -33,6 +33,7 @@ engine::GenerationRequest to_engine(const GenerateRequest& r) {
   out.resumed_after = r.resumed_after();
   if (r.has_held()) out.held = from_message(r.held());
   out.request_id = r.request_id();
+  out.grammar = r.grammar();
   return out;
 }
 

@@ -41,6 +41,7 @@ GenerateRequest to_wire(const std::string& sender, const engine::GenerationReque
   out.set_resumed_after(r.resumed_after);
   if (r.held) to_message(*r.held, *out.mutable_held());
   out.set_request_id(r.request_id);
+  out.set_grammar(r.grammar);
   return out;
 }
 

@@ -108,31 +108,41 @@ Sampler::Sampler(const SamplingParams& params, int vocab_size)
   if (vocab_size <= 0) throw std::invalid_argument("sampler: vocabulary size must be positive");
 }
 
-int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history,
+                        std::span<const uint8_t> allowed) {
   if (logits.size() != static_cast<size_t>(vocab_size_)) {
     throw std::invalid_argument("sampler: expected " + std::to_string(vocab_size_) +
                                 " logits, got " + std::to_string(logits.size()));
   }
+  if (!allowed.empty() && allowed.size() != logits.size()) {
+    throw std::invalid_argument("sampler: expected " + std::to_string(vocab_size_) + " allowed flags, got " +
+                                std::to_string(allowed.size()));
+  }
   check_logits(logits);
   penalized_.assign(logits.begin(), logits.end());
   apply_penalties(penalized_, history, params_);
+  const auto is_allowed = [&](int32_t token) { return allowed.empty() || allowed[static_cast<size_t>(token)] != 0; };
 
   if (params_.temperature <= 0.0f) {
-    int32_t best = 0;
-    float best_logit = penalized_[0];
-    for (int32_t token = 1; token < vocab_size_; ++token) {
-      if (penalized_[static_cast<size_t>(token)] > best_logit) {
+    int32_t best = -1;
+    float best_logit = -INFINITY;
+    for (int32_t token = 0; token < vocab_size_; ++token) {
+      const float logit = penalized_[static_cast<size_t>(token)];
+      if (is_allowed(token) && (best < 0 || logit > best_logit)) {
         best = token;
-        best_logit = penalized_[static_cast<size_t>(token)];
+        best_logit = logit;
       }
     }
+    if (best < 0 || best_logit == -INFINITY) throw std::invalid_argument("sampler: no allowed token is possible");
     return best;
   }
 
-  candidates_.resize(penalized_.size());
+  candidates_.clear();
   for (int32_t token = 0; token < vocab_size_; ++token) {
-    candidates_[static_cast<size_t>(token)] = {token, penalized_[static_cast<size_t>(token)]};
+    const float logit = penalized_[static_cast<size_t>(token)];
+    if (is_allowed(token) && (allowed.empty() || logit != -INFINITY)) candidates_.push_back({token, logit});
   }
+  if (candidates_.empty()) throw std::invalid_argument("sampler: no allowed token is possible");
   keep_top_k(candidates_, params_.top_k);
   keep_top_p(candidates_, params_.top_p);
   keep_min_p(candidates_, params_.min_p);

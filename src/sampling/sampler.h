@@ -45,9 +45,12 @@ class Sampler {
   // Picks the next token from raw logits (vocab_size of them). `history` is the prompt and the
   // tokens generated so far; the penalties look at its tail. Deterministic: the same params,
   // seed and sequence of calls give the same tokens on any machine. Temperature <= 0 is greedy
-  // (highest penalized logit, ties to the lowest id). Throws std::invalid_argument for logits of
-  // the wrong size, NaN or +inf logits, or when every logit is -inf.
-  int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+  // (highest penalized logit, ties to the lowest id). A non-empty `allowed` (vocab_size flags)
+  // masks the logits first: a token whose flag is 0 is never drawn, as if its logit were -inf
+  // before the chain. Throws std::invalid_argument for logits or flags of the wrong size, NaN or
+  // +inf logits, or when every allowed logit is -inf.
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> history,
+                 std::span<const uint8_t> allowed = {});
   // Moves on as `count` calls of sample would have (each draws once unless greedy), for a
   // request that resumes elsewhere after `count` tokens.
   void skip(int count);

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "api/api_error.h"
+#include "constrain/grammar.h"
+#include "constrain/matcher.h"
 
 namespace strata::api {
 namespace {
@@ -123,6 +127,66 @@ TEST(RequestTest, DeepNestingIsRefusedWhileParsing) {
   // 8 MB of brackets: refused at the limit, long before the end of the body.
   const std::string brackets(size_t{8} << 20, '[');
   EXPECT_THROW(parse_ollama_request(OllamaEndpoint::Generate, brackets), ApiError);
+}
+
+// Whether the request's grammar accepts exactly `text`.
+bool grammar_accepts(const CompletionRequest& request, const std::string& text) {
+  constrain::Matcher m(constrain::parse_gbnf(request.grammar),
+                       std::make_shared<const constrain::Vocabulary>(std::vector<std::string>{}, std::vector<constrain::Token>{}));
+  return m.accept_bytes(text) && m.complete();
+}
+
+std::string error_param(const std::function<void()>& parse) {
+  try {
+    parse();
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    return e.param + ": " + e.what();
+  }
+  return "accepted";
+}
+
+TEST(RequestTest, ResponseFormatBecomesTheGrammarOfItsSchema) {
+  const std::string user = R"("messages":[{"role":"user","content":"x"}])";
+  EXPECT_TRUE(chat("{" + user + R"(,"response_format":{"type":"text"}})").grammar.empty());
+  const auto object = chat("{" + user + R"(,"response_format":{"type":"json_object"}})");
+  EXPECT_TRUE(grammar_accepts(object, R"({"a": [1]})"));
+  EXPECT_FALSE(grammar_accepts(object, "[1]"));
+  const auto schema = chat("{" + user + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"p",
+      "strict":true,"schema":{"type":"object","properties":{"z":{"type":"integer"},"a":{"type":"boolean"}},
+      "required":["z","a"]}}}})");
+  // Properties come in the body's order, not sorted.
+  EXPECT_TRUE(grammar_accepts(schema, R"({"z": 1, "a": true})"));
+  EXPECT_FALSE(grammar_accepts(schema, R"({"a": true, "z": 1})"));
+  const auto completion = parse_completion_request(Endpoint::Completions, R"({"prompt":"x","grammar":"root ::= [ab]+"})");
+  EXPECT_TRUE(grammar_accepts(completion, "abba"));
+}
+
+TEST(RequestTest, BadResponseFormatsAndGrammarsName400sParameter) {
+  const std::string user = R"("messages":[{"role":"user","content":"x"}])";
+  const auto param = [&](const std::string& rest) { return error_param([&] { chat("{" + user + "," + rest + "}"); }); };
+  EXPECT_EQ(param(R"("response_format":{"type":"yaml"})").rfind("response_format.type:", 0), 0u);
+  EXPECT_EQ(param(R"("response_format":{"type":"json_schema"})").rfind("response_format.json_schema:", 0), 0u);
+  EXPECT_EQ(param(R"("response_format":{"type":"json_schema","json_schema":{"name":"x"}})").rfind("response_format.json_schema.schema:", 0), 0u);
+  EXPECT_EQ(param(R"("response_format":{"type":"json_schema","json_schema":{"schema":{},"extra":1}})").rfind("response_format.json_schema.extra:", 0), 0u);
+  const std::string unsupported = param(R"("response_format":{"type":"json_schema","json_schema":{"schema":{"properties":{"a":{"type":"string","format":"date"}}}}})");
+  EXPECT_EQ(unsupported.rfind("response_format.json_schema.schema:", 0), 0u) << unsupported;
+  EXPECT_NE(unsupported.find("/properties/a: unsupported keyword: format"), std::string::npos) << unsupported;
+  EXPECT_EQ(param(R"("grammar":"root ::= (")").rfind("grammar:", 0), 0u);
+  EXPECT_EQ(param(R"("grammar":"root ::= \"a\"","response_format":{"type":"json_object"})").rfind("grammar:", 0), 0u);
+}
+
+TEST(RequestTest, OllamaFormatIsJsonOrASchema) {
+  const auto ollama = [](const std::string& format) {
+    return parse_ollama_request(OllamaEndpoint::Chat, R"({"messages":[{"role":"user","content":"x"}],"format":)" + format + "}");
+  };
+  EXPECT_TRUE(ollama(R"("")").grammar.empty());
+  EXPECT_TRUE(grammar_accepts(ollama(R"("json")"), R"({"k": null})"));
+  const auto schema = ollama(R"({"type":"array","items":{"enum":["x"]},"maxItems":1})");
+  EXPECT_TRUE(grammar_accepts(schema, R"(["x"])"));
+  EXPECT_FALSE(grammar_accepts(schema, R"(["x","x"])"));
+  EXPECT_EQ(error_param([&] { ollama(R"("yaml")"); }).rfind("format:", 0), 0u);
+  EXPECT_EQ(error_param([&] { ollama(R"({"type":"object","minProperties":1})"); }).rfind("format:", 0), 0u);
 }
 
 }  // namespace

@@ -185,6 +185,30 @@ TEST(MinP, KeepsProbabilitiesAtLeastMinPTimesTheMaximum) {
   EXPECT_EQ(candidates.size(), 4u);
 }
 
+TEST(Sampler, AMaskKeepsOnlyAllowedTokensBeforeTheChain) {
+  const std::vector<float> logits{1.0f, 3.0f, 2.0f, 2.9f, 0.0f, 2.5f};
+  const std::vector<uint8_t> allowed{1, 0, 1, 0, 1, 0};
+  Sampler greedy(filters_off(0.0f), 6);
+  EXPECT_EQ(greedy.sample(logits, {}, allowed), 2);  // the highest allowed logit
+  // top_k = 2 counts among the allowed tokens, as if the others were -inf: {2, 0}.
+  SamplingParams params = filters_off();
+  params.top_k = 2;
+  Sampler sampler(params, 6);
+  std::vector<int> seen(6);
+  for (int i = 0; i < 2000; ++i) ++seen[static_cast<size_t>(sampler.sample(logits, {}, allowed))];
+  EXPECT_EQ(seen[1] + seen[3] + seen[4] + seen[5], 0);
+  EXPECT_GT(seen[0], 0);
+  EXPECT_GT(seen[2], seen[0]);
+  // Everything allowed draws exactly what no mask draws.
+  Sampler masked(filters_off(), 6), plain(filters_off(), 6);
+  const std::vector<uint8_t> all(6, 1);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(masked.sample(logits, {}, all), plain.sample(logits, {}));
+  const std::vector<uint8_t> none(6, 0);
+  EXPECT_THROW(greedy.sample(logits, {}, none), std::invalid_argument);
+  EXPECT_THROW(sampler.sample(logits, {}, none), std::invalid_argument);
+  EXPECT_THROW(sampler.sample(logits, {}, std::vector<uint8_t>(5, 1)), std::invalid_argument);
+}
+
 TEST(Sampler, NeverPicksFilteredTokens) {
   const std::vector<float> logits{1.0f, 3.0f, 2.0f, 2.9f, 0.0f, 2.5f};
   SamplingParams params = filters_off();

@@ -82,6 +82,34 @@ await check('text completion, streamed and not', async () => {
   assert.equal(text, plain.choices[0].text);
 });
 
+await check('response_format json_schema: JSON of the schema, streamed and not the same', async () => {
+  const schema = {
+    type: 'object',
+    properties: { mood: { enum: ['calm', 'wild'] }, steps: { type: 'integer', minimum: 1, maximum: 9 } },
+    required: ['mood', 'steps'],
+    additionalProperties: false,
+  };
+  const params = { model, messages, temperature: 0.7, seed: 4,
+                   response_format: { type: 'json_schema', json_schema: { name: 'dream', schema, strict: true } } };
+  const r = await client.chat.completions.create(params);
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  const value = JSON.parse(r.choices[0].message.content);
+  assert.deepEqual(Object.keys(value), ['mood', 'steps']);
+  assert.ok(['calm', 'wild'].includes(value.mood), r.choices[0].message.content);
+  assert.ok(Number.isInteger(value.steps) && value.steps >= 1 && value.steps <= 9, r.choices[0].message.content);
+  const streamed = await streamedChat(params);
+  assert.equal(streamed.text, r.choices[0].message.content);
+  assert.equal(streamed.finish, 'stop');
+});
+
+await check('an unsupported schema keyword is a 400 naming it', async () => {
+  await assert.rejects(
+    () => client.chat.completions.create({ model, messages, response_format: { type: 'json_schema',
+      json_schema: { name: 'x', schema: { type: 'string', pattern: '^a' } } } }),
+    (e) => e.status === 400 && /pattern/.test(e.message),
+  );
+});
+
 await check('a wrong API key is refused with 401', async () => {
   const wrong = new OpenAI({ baseURL, apiKey: 'not-the-key', maxRetries: 0 });
   await assert.rejects(() => wrong.models.list(), (e) => e.status === 401);
