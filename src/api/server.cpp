@@ -29,6 +29,7 @@
 #include "api/request_observer.h"
 #include "api/responses.h"
 #include "api/responses_api.h"
+#include "api/tool_choice_grammar.h"
 #include "engine/generator.h"
 #include "gguf/gguf.h"
 #include "metrics/metrics.h"
@@ -488,15 +489,16 @@ class Server::Impl final : public http::Service {
     ChatPrompt prompt = prompt_of(request);
     const std::optional<OutputReading> reading = chat ? output_reading(request, prompt) : std::nullopt;
     const Usage prompt_usage{static_cast<int>(prompt.tokens.size()), 0, 0, 0, std::nullopt};
-    // With tool_choice "required" or a named function, the constrained decoder's grammar belongs
-    // on this request: the function's parameters' schema inside the family's
-    // chat::required_call_wrapper(family, name).
     engine::GenerationRequest generation{
         std::move(prompt.tokens),
         completion_budget(request.endpoint, prompt_usage.prompt_tokens, request.max_tokens),
         request.sampling, request.logprobs, request.logprobs ? request.top_logprobs : 0};
     generation.request_id = http_request.id;
-    generation.grammar = std::move(request.grammar);
+    const std::string call_grammar =
+        chat ? required_call_grammar(request, reading ? reading->format.family : chat::Family::None,
+                                     prompt.opens_reasoning)
+             : "";
+    generation.grammar = call_grammar.empty() ? std::move(request.grammar) : call_grammar;
 
     auto session = std::make_shared<GenerationSession>(tokenizer_, std::move(request.stop),
                                                        request.logprobs, reading);

@@ -3,7 +3,10 @@
 model (which knows nothing of JSON): for 20 schemas of increasing difficulty, response_format
 json_schema gives content that parses and that python3-jsonschema validates against the schema
 whenever it finished ("stop"), most of them finish within the model's 128-token context, and
-the bytes are the same on one node and on a 3-node cluster, greedy and seeded. Also
+the bytes are the same on one node and on a 3-node cluster, greedy and seeded. With a chat
+template that writes Hermes/Qwen tool calls (and a context past the model's own, for its tools
+prompt), tool_choice "required" and a named function give one call whose arguments validate
+against that tool's parameters, the same bytes on 1 and 3 nodes. Also
 {"type": "json_object"}, a GBNF grammar on /v1/completions, Ollama's format, and the 400s for
 schemas that are invalid or use what is not supported.
 
@@ -57,6 +60,19 @@ SCHEMAS = [
      "required": ["id", "who", "flags"], "additionalProperties": False},
 ]
 SAMPLINGS = [{"temperature": 0}, {"temperature": 0.9, "seed": 7}]
+
+# The shared folder's real chat templates, beside its models.
+TOOL_TEMPLATE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[2]))), "templates",
+                             "Qwen-Qwen2.5-7B-Instruct.jinja")
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city", "parameters": {
+        "type": "object", "properties": {"city": S, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+        "required": ["city", "days"], "additionalProperties": False}}},
+    {"type": "function", "function": {"name": "set_mood", "parameters": {
+        "type": "object", "properties": {"mood": {"enum": ["calm", "wild"]}, "loud": {"type": "boolean"}},
+        "required": ["mood"]}}},
+]
+TOOL_CHOICES = ["required", {"type": "function", "function": {"name": "set_mood"}}]
 
 
 def post(node, path, body):
@@ -145,12 +161,59 @@ def other_forms(node, label):
     return outputs
 
 
+def required_calls(node, label):
+    """Each tool_choice's and sampling's call as (name, arguments); checks they validate."""
+    calls = []
+    parameters = {tool["function"]["name"]: tool["function"]["parameters"] for tool in TOOLS}
+    for choice in TOOL_CHOICES:
+        for sampling in SAMPLINGS:
+            status, body = post(node, "/v1/chat/completions", {
+                "messages": [{"role": "user", "content": "Weather in Paris?"}], "max_tokens": 200,
+                "tools": TOOLS, "tool_choice": choice, **sampling})
+            if not check(status == 200, f"{label}: tool_choice {choice} {sampling}: 200 ({body})"):
+                calls.append(None)
+                continue
+            choice_body = body["choices"][0]
+            made = choice_body["message"].get("tool_calls") or []
+            check(choice_body["finish_reason"] == "tool_calls" and len(made) == 1,
+                  f"{label}: tool_choice {choice} {sampling}: one call ({choice_body})")
+            if not made:
+                calls.append(None)
+                continue
+            name, arguments = made[0]["function"]["name"], made[0]["function"]["arguments"]
+            calls.append((name, arguments))
+            if isinstance(choice, dict):
+                check(name == choice["function"]["name"], f"{label}: the named function is called ({name})")
+            try:
+                jsonschema.validate(json.loads(arguments), parameters[name])
+            except (KeyError, ValueError, jsonschema.ValidationError) as e:
+                check(False, f"{label}: {name}({arguments}) validates against its parameters ({e})")
+            print(f"{label} tool_choice {choice} {sampling}: {name}({arguments})", flush=True)
+    status, body = post(node, "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "x"}], "tools": TOOLS, "tool_choice": "required",
+        "response_format": {"type": "json_object"}})
+    check(status == 400 and body.get("error", {}).get("param") == "tool_choice",
+          f"{label}: a required call beside a response_format is a 400 ({status} {body})")
+    return calls
+
+
 def main():
     single = Node("so-single", "--no-discovery")
     check(single.wait_healthy(), "the single node becomes healthy")
     alone = structured_answers(single, "1 node")
     alone_other = other_forms(single, "1 node")
     single.stop()
+
+    tool_args = ("--no-discovery", "--chat-template", TOOL_TEMPLATE, "--ctx-size", "1024")
+    single = Node("so-tools", *tool_args)
+    check(single.wait_healthy(), "the single node with a tool template becomes healthy")
+    alone_calls = required_calls(single, "1 node")
+    single.stop()
+    cluster = start_cluster(["so-ta", "so-tb", "so-tc"], *tool_args, "--placement", "memory")
+    try:
+        check(required_calls(cluster[1], "3 nodes") == alone_calls, "3 nodes: the required calls are one node's")
+    finally:
+        stop_all(cluster)
 
     cluster = start_cluster(["so-a", "so-b", "so-c"], "--no-discovery", "--placement", "memory")
     try:
