@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts `strata serve` on the shared dreams model and drives it with the official npm clients
-# (openai, @anthropic-ai/sdk) and with curl. Usage: run_e2e.sh STRATA_BINARY SHARED_DIR
+# (openai, @anthropic-ai/sdk, the Vercel AI SDK, ollama) and with curl. Usage: run_e2e.sh STRATA_BINARY SHARED_DIR
 set -euo pipefail
 strata=$1
 model=$2/models/aidreams260K.gguf
@@ -38,6 +38,7 @@ echo "ok   curl: health, completion, 401 without a key"
 
 node "$here/openai_client.mjs" "$base/v1" "$key" aidreams260K
 node "$here/anthropic_client.mjs" "$base" "$key" aidreams260K
+node "$here/structured_clients.mjs" "$base" "$key" aidreams260K
 
 # SIGTERM stops the server cleanly.
 kill -TERM $server

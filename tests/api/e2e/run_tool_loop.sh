@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Starts scripted_tool_server and drives a tool loop through it with the official openai client.
+# Starts scripted_tool_server and drives a tool loop through it with the official clients (openai,
+# @anthropic-ai/sdk, the Vercel AI SDK, ollama).
 # Usage: run_tool_loop.sh SCRIPTED_TOOL_SERVER SHARED_DIR
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -13,3 +14,4 @@ done
 rm -f "$out"
 [ -n "$base" ] || { echo "scripted_tool_server did not start"; exit 1; }
 node "$here/tool_loop.mjs" "$base/v1"
+node "$here/agent_clients.mjs" "$base"
