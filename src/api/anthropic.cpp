@@ -11,23 +11,6 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-[[noreturn]] void not_text(const std::string& field, const std::string& type) {
-  invalid_field(field, "the model reads text only; " + type + " blocks cannot be given to it");
-}
-
-// Text given as a string or a list of text blocks, as OpenAI content: a string, or text parts.
-ojson text_content(const ojson& content, const std::string& field) {
-  if (content.is_string()) return content;
-  ojson parts = ojson::array();
-  for (size_t i = 0; i < expect_array(content, field).size(); ++i) {
-    const std::string at = field + "." + std::to_string(i);
-    const std::string& type = type_of(content[i], at);
-    if (type != "text") not_text(at, type);
-    parts.push_back({{"type", "text"}, {"text", expect_string(member(content[i], "text"), at + ".text")}});
-  }
-  return parts;
-}
-
 void append_user(const ojson& content, const std::string& field, ojson& messages) {
   if (content.is_string()) {
     messages.push_back({{"role", "user"}, {"content", content}});
@@ -44,7 +27,7 @@ void append_user(const ojson& content, const std::string& field, ojson& messages
     } else if (type == "tool_result") {
       ojson result = {{"role", "tool"},
                       {"tool_call_id", expect_string(member(block, "tool_use_id"), at + ".tool_use_id")},
-                      {"content", block.contains("content") ? text_content(block["content"], at + ".content") : ojson("")}};
+                      {"content", block.contains("content") ? text_content(block["content"], at + ".content", {"text"}) : ojson("")}};
       messages.push_back(std::move(result));
     } else {
       not_text(at, type);
@@ -297,7 +280,7 @@ std::string chat_body_from_anthropic(AnthropicEndpoint endpoint, std::string_vie
   ojson chat = ojson::object();
   ojson messages = ojson::array();
   if (root.contains("system")) {
-    messages.push_back({{"role", "system"}, {"content", text_content(root["system"], "system")}});
+    messages.push_back({{"role", "system"}, {"content", text_content(root["system"], "system", {"text"})}});
   }
   if (!root.contains("messages")) invalid_field("messages", "missing");
   const ojson& given = expect_array(root["messages"], "messages");

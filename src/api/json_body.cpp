@@ -1,5 +1,6 @@
 #include "api/json_body.h"
 
+#include <algorithm>
 #include <array>
 #include <string>
 
@@ -75,6 +76,23 @@ const std::string& expect_string(const nlohmann::ordered_json& value, const std:
 bool expect_bool(const nlohmann::ordered_json& value, const std::string& path) {
   if (!value.is_boolean()) invalid_field(path, "expected a boolean");
   return value.get<bool>();
+}
+
+void not_text(const std::string& path, const std::string& type) {
+  invalid_field(path, "the model reads text only; '" + type + "' content cannot be given to it");
+}
+
+nlohmann::ordered_json text_content(const nlohmann::ordered_json& content, const std::string& path,
+                                    std::initializer_list<std::string_view> text_types) {
+  if (content.is_string()) return content;
+  nlohmann::ordered_json parts = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < expect_array(content, path).size(); ++i) {
+    const std::string at = path + "." + std::to_string(i);
+    const std::string& type = type_of(content[i], at);
+    if (std::find(text_types.begin(), text_types.end(), type) == text_types.end()) not_text(at, type);
+    parts.push_back({{"type", "text"}, {"text", expect_string(member(content[i], "text"), at + ".text")}});
+  }
+  return parts;
 }
 
 const std::string& type_of(const nlohmann::ordered_json& object, const std::string& path) {

@@ -25,5 +25,11 @@ const std::string& expect_string(const nlohmann::ordered_json& value, const std:
 bool expect_bool(const nlohmann::ordered_json& value, const std::string& path);
 // An object's "type" string, which content blocks and items have.
 const std::string& type_of(const nlohmann::ordered_json& object, const std::string& path);
+// Content given as a string or a list of text parts of the given types ({"type", "text"}), as
+// OpenAI's chat content: the string, or {"type": "text", "text"} parts. Any other part is a 400
+// saying the model reads text only.
+nlohmann::ordered_json text_content(const nlohmann::ordered_json& content, const std::string& path,
+                                    std::initializer_list<std::string_view> text_types);
+[[noreturn]] void not_text(const std::string& path, const std::string& type);
 
 }  // namespace strata::api

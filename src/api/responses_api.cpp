@@ -10,23 +10,6 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-[[noreturn]] void not_text(const std::string& path, const std::string& type) {
-  invalid_field(path, "the model reads text only; '" + type + "' cannot be given to it");
-}
-
-// A message's content: a string, or input_text / output_text parts as OpenAI text parts.
-ojson message_content(const ojson& content, const std::string& path) {
-  if (content.is_string()) return content;
-  ojson parts = ojson::array();
-  for (size_t i = 0; i < expect_array(content, path).size(); ++i) {
-    const std::string at = path + "." + std::to_string(i);
-    const std::string& type = type_of(content[i], at);
-    if (type != "input_text" && type != "output_text") not_text(at, type);
-    parts.push_back({{"type", "text"}, {"text", expect_string(member(content[i], "text"), at + ".text")}});
-  }
-  return parts;
-}
-
 // Input items as chat messages: function calls join the assistant turn before them (or make
 // one), reasoning waits for the assistant turn after it.
 class ChatHistory {
@@ -48,7 +31,7 @@ class ChatHistory {
       const ojson& output = member(item, "output");
       messages_.push_back({{"role", "tool"},
                            {"tool_call_id", expect_string(member(item, "call_id"), path + ".call_id")},
-                           {"content", output.is_string() ? output : message_content(output, path + ".output")}});
+                           {"content", output.is_string() ? output : text_content(output, path + ".output", {"input_text", "output_text"})}});
     } else if (type == "reasoning") {
       for (const char* key : {"content", "summary"}) {
         const ojson& parts = member(item, key);
@@ -77,7 +60,7 @@ class ChatHistory {
     if (role != "user" && role != "assistant" && role != "system") {
       invalid_field(path + ".role", "expected 'user', 'assistant', 'system' or 'developer'");
     }
-    ojson message = {{"role", role}, {"content", message_content(member(item, "content"), path + ".content")}};
+    ojson message = {{"role", role}, {"content", text_content(member(item, "content"), path + ".content", {"input_text", "output_text"})}};
     if (role == "assistant") attach_reasoning(message);
     messages_.push_back(std::move(message));
   }
