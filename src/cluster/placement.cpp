@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "model/config.h"
+#include "model/kv_pool.h"
 #include "units/byte_size.h"
 
 namespace strata::cluster {
@@ -451,7 +452,10 @@ ModelFootprint footprint_of(const gguf::File& file) {
   footprint.layer_count = config.layer_count;
   footprint.layer_weight_bytes.assign(static_cast<size_t>(config.layer_count), 0);
   footprint.layer_read_bytes.assign(static_cast<size_t>(config.layer_count), 0);
-  footprint.kv_bytes_per_layer_per_token = 2 * static_cast<uint64_t>(config.kv_dim()) * sizeof(float);
+  // As the KV pool lays a position out (latent attention keeps one latent row and no values).
+  const model::KvLayout one_layer(config, 1, model::KvType::F32);
+  footprint.kv_bytes_per_layer_per_token =
+      (one_layer.key_row_elements() + one_layer.value_row_elements()) * one_layer.element_bytes;
   // What a token reads of a tensor of experts: the experts it runs, each of the same size.
   const auto read_of_experts = [&](const gguf::TensorInfo& t) {
     if (!config.has_experts()) {

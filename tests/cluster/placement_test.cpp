@@ -669,6 +669,23 @@ TEST_F(MoeFootprint, TensorsOfExpertsMustMatchTheExpertCount) {
   EXPECT_EQ(with_bias.layer_read_bytes[0], plain.layer_read_bytes[0] + 2 * sizeof(float));
 }
 
+// DeepSeek's latent attention keeps one row per position and layer, of the latent and the
+// rotated key part that all heads share, and no values: the footprint counts that, not per-head
+// keys and values.
+TEST(Footprint, LatentAttentionCachesTheLatentRow) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("strata_placement_test_" + std::to_string(::getpid()) + "_mla.gguf"))
+          .string();
+  model::write_synthetic_model(*model::find_synthetic_shape("deepseek2-tiny"), model::parse_weight_types("Q8_0"),
+                               path, 7);
+  auto file = gguf::File::open(path);
+  std::filesystem::remove(path);
+  const model::Config config = model::Config::from_gguf(*file);
+  ASSERT_TRUE(config.has_latent_attention());
+  EXPECT_EQ(footprint_of(*file).kv_bytes_per_layer_per_token,
+            static_cast<uint64_t>(config.mla.kv_rank + config.rope_dim) * sizeof(float));
+}
+
 // GLM-4.5's layout in small (glm4moe-tiny, Q8_0): a dense first layer read whole; MoE layers
 // whose shared expert, router and selection bias every token reads, and of whose routed
 // experts it reads those it runs; and a NextN layer that no stage holds or reads.
