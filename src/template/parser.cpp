@@ -699,10 +699,7 @@ class Parser {
       } else if (skip_op("[")) {
         node = parse_subscript(std::move(node), line);
       } else if (is_op("(")) {
-        auto call = make(Expr::Kind::Call, line);
-        call->args.push_back(std::move(node));
-        parse_call_args(*call);
-        node = std::move(call);
+        node = parse_call(std::move(node), line);
       } else {
         return node;
       }
@@ -735,6 +732,14 @@ class Parser {
     s->args.push_back(std::move(base));
     for (auto& p : parts) s->args.push_back(std::move(p));
     return s;
+  }
+
+  // `callee(...)`: the callee is the call's first argument, those written come after it.
+  ExprPtr parse_call(ExprPtr callee, int line) {
+    auto call = make(Expr::Kind::Call, line);
+    call->args.push_back(std::move(callee));
+    parse_call_args(*call);
+    return call;
   }
 
   void parse_call_args(Expr& call) {
@@ -794,10 +799,7 @@ class Parser {
         }
         node = std::move(t);
       } else if (!block && is_op("(")) {
-        auto call = make(Expr::Kind::Call, line);
-        call->args.push_back(std::move(node));
-        parse_call_args(*call);
-        node = std::move(call);
+        node = parse_call(std::move(node), line);
       } else {
         return node;
       }
