@@ -16,7 +16,7 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-# Node.js runs the end-to-end test with the official openai client; any packaged version will
+# Node.js runs the end-to-end tests with the official npm clients; any packaged version will
 # do, so keep one that is already there (Debian's own is used only when there is none).
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 
