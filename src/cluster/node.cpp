@@ -143,18 +143,21 @@ std::string read_or_create_local_secret() {
     throw refuse(dir.string() + " must be this user's, and writable by no one else (chmod 700 " + dir.string() + ")");
   }
   if (!fs::exists(fs::symlink_status(file))) {
-    // Written whole under another name and linked into place, so that nodes starting at the
-    // same time agree on one secret: the first link wins, the others read it.
+    // Written whole under another name and moved into place without replacing, so that nodes
+    // starting at the same time agree on one secret: the first move wins, the others read it. A
+    // move never shows the file with a second link, which a reader would rightly refuse.
     const fs::path partial = file.string() + "." + rpc::fresh_nonce();
     const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) throw refuse(std::strerror(errno));
     const std::string secret = rpc::fresh_nonce() + rpc::fresh_nonce() + "\n";
     const bool written = ::write(fd, secret.data(), secret.size()) == static_cast<ssize_t>(secret.size()) && ::fsync(fd) == 0;
     ::close(fd);
-    const bool linked = written && (::link(partial.c_str(), file.c_str()) == 0 || errno == EEXIST);
-    const int link_error = errno;
+    const bool moved =
+        written && (::renameat2(AT_FDCWD, partial.c_str(), AT_FDCWD, file.c_str(), RENAME_NOREPLACE) == 0 ||
+                    errno == EEXIST);
+    const int move_error = errno;
     ::unlink(partial.c_str());
-    if (!linked) throw refuse(std::strerror(written ? link_error : EIO));
+    if (!moved) throw refuse(std::strerror(written ? move_error : EIO));
   }
   // Read through the descriptor that was checked, never through a link: as ssh does with its
   // keys, a secret others can read, or that is some other file, keeps nobody out.
