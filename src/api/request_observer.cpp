@@ -163,6 +163,17 @@ engine::RequestCallbacks observed(engine::RequestCallbacks inner, int prompt_tok
     lock.unlock();
     return on_token(token);
   };
+  // An embedding's prompt counts once computed, as a generation's does at its first token.
+  outer.on_embedding = [&m, timeline, prompt_tokens, on_embedding = std::move(inner.on_embedding)](std::vector<float> e) {
+    {
+      std::lock_guard lock(timeline->mutex);
+      if (!timeline->counted_prompt) {
+        m.prompt_tokens.add(prompt_tokens);
+        timeline->counted_prompt = true;
+      }
+    }
+    if (on_embedding) on_embedding(std::move(e));
+  };
   outer.on_started = [timeline, on_started = std::move(inner.on_started)] {
     {
       std::lock_guard lock(timeline->mutex);

@@ -23,6 +23,7 @@
 #include "api/api_error.h"
 #include "api/chat_template.h"
 #include "api/client_watch.h"
+#include "api/embeddings.h"
 #include "api/generation_session.h"
 #include "api/http_server.h"
 #include "api/request.h"
@@ -352,6 +353,12 @@ class Server::Impl final : public http::Service {
       check_prompt_size(parsed);
       return json_response(anthropic_count_tokens_body(static_cast<int>(prompt_of(parsed).tokens.size())));
     });
+    route("POST", "/v1/embeddings", [this](const http::Request& request, const std::smatch&) {
+      return handle_embeddings(request, EmbeddingDialect::OpenAI);
+    });
+    route("POST", "/api/embed", [this](const http::Request& request, const std::smatch&) {
+      return handle_embeddings(request, EmbeddingDialect::Ollama);
+    });
     route("GET", "/api/tags", [this](const http::Request&, const std::smatch&) {
       return json_response(ollama_tags_body(model_name_, model_facts()));
     });
@@ -508,6 +515,104 @@ class Server::Impl final : public http::Service {
     submit(std::move(generation), session);
     if (request.stream) return stream(http_request, std::move(writer), prompt_usage, session);
     return respond_when_done(http_request, *writer, prompt_usage, session);
+  }
+
+  // Each input is its own engine request, all submitted at once so that they run batched.
+  http::Response handle_embeddings(const http::Request& http_request, EmbeddingDialect dialect) {
+    const auto started = std::chrono::steady_clock::now();
+    const EmbeddingRequest request = parse_embedding_request(dialect, http_request.body);
+    check_model(request.model);
+    const model::Pooling pooling = options_.embedding_pooling;
+    if (pooling == model::Pooling::None || pooling == model::Pooling::Rank) {
+      throw ApiError(400,
+                     "The model '" + model_name_ + "' makes no embeddings: its GGUF declares " +
+                         (pooling == model::Pooling::None ? std::string("no pooling type (<arch>.pooling_type)")
+                                                          : std::string("rank pooling, which scores documents")) +
+                         ". Serve an embedding model such as Qwen3-Embedding.",
+                     "model", "model_not_supported");
+    }
+    if (request.dimensions && *request.dimensions > options_.embedding_dim) {
+      throw ApiError(400,
+                     "This model's embeddings have " + std::to_string(options_.embedding_dim) +
+                         " dimensions; dimensions " + std::to_string(*request.dimensions) + " is more.",
+                     "dimensions", "invalid_value");
+    }
+    const int context = generator_.limits().context_size;
+    std::vector<std::vector<engine::Token>> prompts;
+    int prompt_tokens = 0;
+    for (size_t i = 0; i < request.inputs.size(); ++i) {
+      std::vector<engine::Token> tokens;
+      if (const auto* text = std::get_if<std::string>(&request.inputs[i])) {
+        tokens = embedding_tokens(*text, context, request.truncate);
+      } else {
+        tokens = std::get<std::vector<engine::Token>>(request.inputs[i]);
+      }
+      if (static_cast<int64_t>(tokens.size()) > context) {
+        if (!request.truncate) {
+          throw ApiError(400,
+                         "This model's maximum context length is " + std::to_string(context) + " tokens, but input " +
+                             std::to_string(i) + " has " + std::to_string(tokens.size()) +
+                             ". Please reduce the length of the input.",
+                         "input", "context_length_exceeded");
+        }
+        tokens.resize(static_cast<size_t>(context));
+      }
+      prompt_tokens += static_cast<int>(tokens.size());
+      prompts.push_back(std::move(tokens));
+    }
+    auto pending = std::make_shared<PendingEmbeddings>(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      engine::GenerationRequest generation;
+      generation.prompt = std::move(prompts[i]);
+      generation.max_tokens = 1;  // generates nothing; the wire's requests carry a budget
+      generation.embedding = pooling;
+      generation.request_id = http_request.id;
+      const int size = static_cast<int>(generation.prompt.size());
+      try {
+        if (!generator_.submit(std::move(generation), observed(pending->callbacks(i), size, http_request.id, log_))) {
+          throw ApiError(429, "Too many requests are waiting for the model; retry later.", {}, "queue_full");
+        }
+      } catch (const std::invalid_argument& error) {
+        pending->cancel();
+        throw ApiError(400, error.what(), "input", "invalid_value");
+      } catch (const engine::Unavailable& error) {
+        pending->cancel();
+        ApiError unavailable(503, error.what(), {}, "model_unavailable");
+        unavailable.retry_after_seconds = error.retry_after_seconds;
+        throw unavailable;
+      } catch (...) {
+        pending->cancel();
+        throw;
+      }
+    }
+    const ClientWatch client(http_request.socket);
+    PendingEmbeddings::Outcome outcome = pending->wait([&]() -> std::optional<std::string> {
+      if (stopping_) return "The server is shutting down.";
+      if (client.gone()) return "the client went away";
+      return std::nullopt;
+    });
+    if (!outcome.error.empty()) throw ApiError(stopping_ ? 503 : 500, outcome.error, {}, "generation_failed");
+    for (auto& vector : outcome.vectors) vector = unit_embedding(std::move(vector), request.dimensions);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    return json_response(embedding_response_body(request, model_name_, outcome.vectors, prompt_tokens, seconds));
+  }
+
+  // A text to embed as the model's tokenizer marks a whole text: bos (as prompts get it) and,
+  // where the vocabulary says so, eos. Text far longer than the context is cut before it is
+  // tokenized when it may be truncated, and refused when not, as prompts are.
+  std::vector<engine::Token> embedding_tokens(std::string_view text, int context, bool truncate) const {
+    const size_t most_bytes = size_t(context) * longest_token_bytes_;
+    if (text.size() > most_bytes && !truncate) {
+      throw ApiError(400,
+                     "This model's maximum context length is " + std::to_string(context) + " tokens, and an input holds " +
+                         std::to_string(text.size()) + " bytes of text, more than that many tokens can stand for.",
+                     "input", "context_length_exceeded");
+    }
+    std::vector<engine::Token> tokens = completion_prompt_tokens(tokenizer_, text.substr(0, 2 * most_bytes));
+    if (tokenizer_.add_eos_by_default() && (tokens.empty() || tokens.back() != tokenizer_.eos())) {
+      tokens.push_back(tokenizer_.eos());
+    }
+    return tokens;
   }
 
   // How a chat answer is read: calls in the model's family's syntax when tools are offered (and

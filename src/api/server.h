@@ -12,6 +12,7 @@
 
 #include "api/http_limits.h"
 #include "api/model_facts.h"
+#include "model/pooling.h"
 
 namespace strata::engine {
 class Generator;
@@ -43,6 +44,10 @@ struct ServerOptions {
   std::function<void(const std::string& line)> log;
   // What Ollama's /api/tags, /api/show and /api/ps tell about the model; unset: its name only.
   std::optional<ModelFacts> model_facts;
+  // How the model pools embeddings (its GGUF's pooling_type) and their width: /v1/embeddings
+  // and /api/embed answer 400 for a model that declares no pooling.
+  model::Pooling embedding_pooling = model::Pooling::None;
+  int embedding_dim = 0;
   // A chat template (Jinja2 text) that serve_until_signal uses instead of the GGUF's.
   std::optional<std::string> chat_template;
   // The template for requests that offer tools (a GGUF's tokenizer.chat_template.tool_use);

@@ -132,7 +132,7 @@ int bench(const BenchOptions& o) {
   auto sequence_at_depth = [&](int more_tokens) {
     auto kv = model->new_sequence(o.depth + more_tokens, kv_type);
     if (o.depth > 0) {
-      model::SequenceSlice slice{kv.get(), o.depth, false};
+      model::SequenceSlice slice{kv.get(), o.depth};
       model->forward({&slice, 1}, context, {}, pool);
     }
     return kv;
@@ -153,7 +153,7 @@ int bench(const BenchOptions& o) {
   for (int rep = 0; rep < o.repetitions + 1; ++rep) {  // the first run only warms up
     const bool measured = rep > 0;
     auto kv = sequence_at_depth(o.prompt_tokens);
-    model::SequenceSlice slice{kv.get(), o.prompt_tokens, false};
+    model::SequenceSlice slice{kv.get(), o.prompt_tokens};
     const auto start = std::chrono::steady_clock::now();
     std::vector<float> logits = model->forward({&slice, 1}, prompt, {}, pool);
     const double prefill_s = seconds_since(start);
@@ -168,7 +168,7 @@ int bench(const BenchOptions& o) {
       const int count = std::min(kSegmentTokens, o.generated_tokens - done);
       const auto segment_start = std::chrono::steady_clock::now();
       for (int i = 0; i < count; ++i) {
-        model::SequenceSlice step{kv.get(), 1, false};
+        model::SequenceSlice step{kv.get(), 1};
         logits = model->forward({&step, 1}, {&next, 1}, {}, pool);
         next = static_cast<model::Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       }

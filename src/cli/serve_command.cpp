@@ -15,6 +15,7 @@
 #include "cluster/discovery.h"
 #include "cluster/node.h"
 #include "metrics/metrics.h"
+#include "model/config.h"
 #include "constrain/matcher.h"
 #include "rpc/channel.h"
 #include "rpc/node_service.h"
@@ -192,6 +193,9 @@ int serve(const ServeOptions& o) {
   }
   server.model_facts = api::read_model_facts(*file);
   server.model_facts->digest = cluster::model_hash(*file);
+  const model::Config config = model::Config::from_gguf(*file);
+  server.embedding_pooling = config.pooling;
+  server.embedding_dim = config.embedding_dim;
   const std::unique_ptr<tokenizer::Tokenizer> tokenizer = tokenizer::Tokenizer::from_gguf(*file);
   const tokenizer::Tokenizer* tok = tokenizer.get();
   node.engine.vocabulary = constrain::Vocabulary::from_tokenizer(*tokenizer);  // for requests with a grammar

@@ -370,6 +370,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     engine::RequestCallbacks callbacks;
     callbacks.cancelled = progress->client.cancelled;
     callbacks.on_started = progress->client.on_started;
+    callbacks.on_embedding = progress->client.on_embedding;
     callbacks.on_token = [progress](const engine::GeneratedToken& token) {
       progress->request.prompt.push_back(token.token);
       ++progress->generated;
@@ -1592,6 +1593,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       options.replay_wait = options_.startup_wait;
       options.held_stages = [this](uint64_t epoch) { return stages_of(epoch); };
       options.first_sequence_id = std::random_device{}() * (uint64_t{1} << 31) + 1;
+      options.embedding_dim = config_.embedding_dim;
       scheduler_ = std::make_shared<engine::Engine>(std::move(stages), config_.vocab_size, eog_, options, pool);
     }
     scheduler_epoch_ = placement_.epoch();

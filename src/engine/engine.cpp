@@ -38,6 +38,7 @@ std::unique_ptr<constrain::Matcher> start_matcher(const GenerationRequest& reque
 
 EngineOptions with_model_context(EngineOptions options, const model::Model& model) {
   if (options.context_size <= 0) options.context_size = model.config().context_length;
+  options.embedding_dim = model.config().embedding_dim;
   return options;
 }
 
@@ -67,6 +68,30 @@ struct Engine::Sequence {
   void compute_again() {
     fed = 0;
     launched = false;
+    pooled.clear();
+  }
+  bool embeds() const { return request.embedding != model::Pooling::None; }
+  // An embedding takes the rows of this step's `count` inputs, the first at position `first`.
+  void pool_rows(const float* rows, int count, int first, size_t dim) {
+    pooled.resize(dim, 0.0);
+    const bool last_of_prompt = first + count == static_cast<int>(history.size());
+    for (int r = 0; r < count; ++r) {
+      const float* row = rows + static_cast<size_t>(r) * dim;
+      const bool take = request.embedding == model::Pooling::Mean ||
+                        (request.embedding == model::Pooling::Cls && first + r == 0) ||
+                        (request.embedding == model::Pooling::Last && last_of_prompt && r == count - 1);
+      if (!take) continue;
+      // Summed in position order, however the prompt was cut into steps.
+      for (size_t i = 0; i < dim; ++i) {
+        pooled[i] = request.embedding == model::Pooling::Mean ? pooled[i] + row[i] : row[i];
+      }
+    }
+  }
+  std::vector<float> embedding() const {
+    const double scale = request.embedding == model::Pooling::Mean ? 1.0 / static_cast<double>(history.size()) : 1.0;
+    std::vector<float> out(pooled.size());
+    for (size_t i = 0; i < pooled.size(); ++i) out[i] = static_cast<float>(pooled[i] * scale);
+    return out;
   }
 
   SequenceId id;
@@ -84,6 +109,7 @@ struct Engine::Sequence {
   bool left_queue = false;  // its on_started has run
   bool in_flight = false;
   bool finished = false;
+  std::vector<double> pooled;  // an embedding's rows so far: their sum (Mean) or the one taken
 };
 
 Engine::Engine(std::shared_ptr<model::Model> model, std::function<bool(Token)> is_end_of_generation,
@@ -302,8 +328,11 @@ void Engine::start_sequence(Sequence& seq) {
     }
     ++recomputed_;
   }
-  // The last prompt token is always computed, for its logits: so is the block it ends.
-  const size_t lookup = options_.prefix_cache ? (seq.history.size() - 1) / model::kKvBlock * model::kKvBlock : 0;
+  // The last prompt token is always computed, for its logits: so is the block it ends. An
+  // embedding pooled over more than the last row computes every row.
+  const bool every_row = seq.embeds() && seq.request.embedding != model::Pooling::Last;
+  const size_t lookup =
+      options_.prefix_cache && !every_row ? (seq.history.size() - 1) / model::kKvBlock * model::kKvBlock : 0;
   int held = 0;
   if (lookup > 0) {
     held = static_cast<int>(lookup);
@@ -332,16 +361,29 @@ bool Engine::submit(GenerationRequest request, RequestCallbacks callbacks) {
   for (Token t : request.prompt) {
     if (t < 0 || t >= vocab_size_) throw std::invalid_argument("prompt token " + std::to_string(t) + " is outside the vocabulary");
   }
-  if (request.max_tokens < 1) throw std::invalid_argument("max_tokens must be at least 1");
+  const bool embeds = request.embedding != model::Pooling::None;
+  if (embeds) {
+    if (options_.embedding_dim <= 0) throw std::invalid_argument("this engine makes no embeddings");
+    if (request.embedding == model::Pooling::Rank) {
+      throw std::invalid_argument("rank pooling scores documents; it makes no embedding");
+    }
+    if (!request.grammar.empty() || request.resumed_after > 0) {
+      throw std::invalid_argument("an embedding request generates nothing: no grammar, nothing to resume");
+    }
+    // Of the prompt's rows only those computed here are pooled: a held state would skip some.
+    if (request.embedding != model::Pooling::Last) request.held.reset();
+  } else if (request.max_tokens < 1) {
+    throw std::invalid_argument("max_tokens must be at least 1");
+  }
   if (request.resumed_after < 0 || static_cast<size_t>(request.resumed_after) >= request.prompt.size()) {
     throw std::invalid_argument("a resumed request must keep some of its prompt");
   }
-  const long long needed = static_cast<long long>(request.prompt.size()) + request.max_tokens;
+  const long long needed = static_cast<long long>(request.prompt.size()) + (embeds ? 0 : request.max_tokens);
   if (needed > options_.context_size) {
     throw std::invalid_argument("this model's context is " + std::to_string(options_.context_size) +
                                 " tokens, but the request needs " + std::to_string(needed) + " (" +
-                                std::to_string(request.prompt.size()) + " in the prompt + " +
-                                std::to_string(request.max_tokens) + " to generate)");
+                                std::to_string(request.prompt.size()) + " in the prompt" +
+                                (embeds ? std::string(")") : " + " + std::to_string(request.max_tokens) + " to generate)"));
   }
   request.top_logprobs = std::clamp(request.top_logprobs, 0, kMaxTopLogprobs);
   std::unique_ptr<constrain::Matcher> matcher = start_matcher(request, options_.vocabulary, vocab_size_);
@@ -611,7 +653,7 @@ bool Engine::launch_batch(const std::vector<std::unique_ptr<Sequence>>& active) 
     }
     const auto from = seq->history.begin() + seq->fed;
     batch.tokens.insert(batch.tokens.end(), from, from + count);
-    batch.sequences.push_back({seq->id, seq->fed, count, seq->capacity});
+    batch.sequences.push_back({seq->id, seq->fed, count, seq->capacity, seq->embeds()});
     flight.owners.push_back(seq.get());
     flight.counts.push_back(count);
     seq->in_flight = true;
@@ -631,9 +673,35 @@ void Engine::complete(const InFlight& batch, const Pipeline::Result& result) {
     return;
   }
   const size_t vocab = static_cast<size_t>(vocab_size_);
+  const size_t dim = static_cast<size_t>(options_.embedding_dim);
+  // Where each owner's rows start: one logits row, or an embedding's row per input.
+  std::vector<size_t> row_start(owners.size());
+  size_t expected = 0;
+  for (size_t i = 0; i < owners.size(); ++i) {
+    row_start[i] = expected;
+    expected += owners[i]->embeds() ? static_cast<size_t>(batch.counts[i]) * dim : vocab;
+  }
+  if (result.rows.size() != expected) {
+    for (Sequence* seq : owners) finish(*seq, FinishReason::Error, "the pipeline returned malformed logits");
+    return;
+  }
   std::vector<size_t> sampled;  // owners whose logits row yields a token this step
   for (size_t i = 0; i < owners.size(); ++i) {
     Sequence& seq = *owners[i];
+    if (seq.embeds()) {
+      seq.pool_rows(result.rows.data() + row_start[i], batch.counts[i], seq.fed, dim);
+      seq.fed += batch.counts[i];
+      if (seq.pending() == 0) {
+        try {
+          if (seq.callbacks.on_embedding) seq.callbacks.on_embedding(seq.embedding());
+        } catch (const std::exception& e) {
+          finish(seq, FinishReason::Error, std::string("embedding callback failed: ") + e.what());
+          continue;
+        }
+        finish(seq, FinishReason::Stop);
+      }
+      continue;
+    }
     seq.fed += batch.counts[i];
     if (seq.pending() == 0) sampled.push_back(i);
   }
@@ -645,7 +713,7 @@ void Engine::complete(const InFlight& batch, const Pipeline::Result& result) {
     for (int64_t k = begin; k < end; ++k) {
       const size_t i = sampled[static_cast<size_t>(k)];
       Sequence& seq = *owners[i];
-      const std::span<const float> row(result.rows.data() + i * vocab, vocab);
+      const std::span<const float> row(result.rows.data() + row_start[i], vocab);
       GeneratedToken& out = tokens_out[static_cast<size_t>(k)];
       try {
         if (seq.matcher) {
@@ -664,10 +732,6 @@ void Engine::complete(const InFlight& batch, const Pipeline::Result& result) {
       }
     }
   };
-  if (result.rows.size() != owners.size() * vocab) {
-    for (Sequence* seq : owners) finish(*seq, FinishReason::Error, "the pipeline returned malformed logits");
-    return;
-  }
   if (sampling_pool_ != nullptr && in_flight_.empty()) {
     sampling_pool_->parallel_for(static_cast<int64_t>(sampled.size()), sample);
   } else {

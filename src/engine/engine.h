@@ -46,6 +46,9 @@ struct EngineOptions {
   SequenceId first_sequence_id = 1;
   // The tokens' bytes, which requests with a grammar need; without it they are refused.
   std::shared_ptr<const constrain::Vocabulary> vocabulary;
+  // The width of the model's hidden rows, which embedding requests pool; 0 (a pipeline's
+  // default): they are refused. The whole-model engine takes its model's.
+  int embedding_dim = 0;
 };
 
 class Engine final : public Generator {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "model/pooling.h"
 #include "sampling/params.h"
 
 namespace strata::engine {
@@ -53,6 +54,10 @@ struct GenerationRequest {
   // what travels to another node's scheduler; a resumed request's generated tokens are fed to
   // it again first.
   std::string grammar;
+  // Mean, Cls or Last: an embedding request. Its prompt runs through the model (max_tokens,
+  // sampling and logprobs do not apply), nothing is generated, and on_embedding receives the
+  // prompt's output-normed hidden rows pooled so; then it finishes with Stop.
+  model::Pooling embedding = model::Pooling::None;
 };
 
 struct TokenLogprob {
@@ -103,6 +108,9 @@ struct RequestCallbacks {
   // Optional. Runs once on the engine thread, before on_token, when the request leaves the
   // queue for its first step (its wait is over; its prefill begins).
   std::function<void()> on_started;
+  // An embedding request's: runs once, on the engine thread, before on_finish (Stop), with
+  // the pooled vector (embedding_dim floats, not normalized).
+  std::function<void(std::vector<float>)> on_embedding;
 };
 
 // Thrown by submit when no request can run now or for a while (a cluster still forming, a
@@ -129,7 +137,8 @@ class Generator {
   virtual ModelLimits limits() const = 0;
   // Queues the request. Returns false (calling nothing) when the queue is full.
   // Throws std::invalid_argument when the request cannot fit the context or its grammar cannot
-  // be read (or followed by its resumed tokens), Unavailable when nothing can run it now.
+  // be read (or followed by its resumed tokens), or it asks for an embedding the model cannot
+  // make; Unavailable when nothing can run it now.
   virtual bool submit(GenerationRequest request, RequestCallbacks callbacks) = 0;
   // Empty when a request can run now, or when it would be refused at once; otherwise what it
   // would wait for (a cluster forming, layers loading), for the clients that wait to see.

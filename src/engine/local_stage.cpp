@@ -78,7 +78,8 @@ std::vector<float> LocalStage::forward(const StageBatch& batch) {
                                   std::to_string(found->second.kv->size()) + ", but the batch continues at " +
                                   std::to_string(work.first_position));
     }
-    slices.push_back({found->second.kv.get(), work.token_count, false});
+    slices.push_back({found->second.kv.get(), work.token_count,
+                      work.embeddings ? model::SliceOutput::AllEmbeddings : model::SliceOutput::LastLogits});
   }
   if (batch.tokens.size() != rows) throw std::invalid_argument("the batch's token ids do not match its sequences");
   const auto started = std::chrono::steady_clock::now();

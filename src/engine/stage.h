@@ -24,6 +24,9 @@ struct SequenceWork {
   int first_position = 0;
   int token_count = 0;
   int capacity = 0;  // positions the sequence may reach (prompt + generated), for its state
+  // From the stage that holds the head: every input's output-normed hidden row (an embedding
+  // request's), not the last input's logits.
+  bool embeddings = false;
 };
 
 // The inputs of one step of a group of sequences, concatenated in `sequences` order: every
@@ -68,8 +71,8 @@ class Stage {
  public:
   virtual ~Stage() = default;
   // Runs the batch through this stage's layers. Returns the hidden rows for the next stage
-  // or, from the stage that holds the head, one logits row per sequence (for its last
-  // input). Throws StageLost when the stage is gone, std::exception on other failures (a
+  // or, from the stage that holds the head, per sequence in batch order one logits row (for
+  // its last input), or one embedding row per input when it asks for embeddings. Throws StageLost when the stage is gone, std::exception on other failures (a
   // malformed batch).
   virtual std::vector<float> forward(const StageBatch& batch) = 0;
   // Drops the state of these sequences; unknown ids are ignored.

@@ -251,6 +251,9 @@ Config Config::from_gguf(const gguf::File& file) {
     if (!(*cap >= 0.0 && *cap < 1e6)) throw std::runtime_error(p + "final_logit_softcapping is out of range");
     c.logit_softcap = static_cast<float>(*cap);
   }
+  if (file.find(p + "pooling_type")) {
+    c.pooling = static_cast<Pooling>(required_int(file, p + "pooling_type", 0, static_cast<int>(Pooling::Rank)));
+  }
   if (const gguf::Array* tokens = file.get_array("tokenizer.ggml.tokens")) {
     c.vocab_size = static_cast<int>(tokens->items.size());
   }

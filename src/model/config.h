@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "model/pooling.h"
 
 namespace strata::model {
 
@@ -124,6 +125,8 @@ struct Config {
   // With latent attention, one KV head whose keys (head_dim) are the latent and the rotated
   // part, and whose values are the keys' latent.
   LatentAttention mla;
+  // An embedding model's pooling (`pooling_type`); None for a model that generates text.
+  Pooling pooling = Pooling::None;
 
   bool has_latent_attention() const { return mla.kv_rank > 0; }
   // The width of a KV head's values in the cache (its keys' is head_dim): none with latent

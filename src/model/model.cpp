@@ -1088,26 +1088,47 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
 
   if (!range_.has_head(c)) return x_;
 
-  // Only the rows whose logits are wanted go through the (large) output head.
+  // Only the rows whose logits are wanted go through the (large) output head; embedding rows
+  // stop at its norm.
   std::vector<float> selected;
+  std::vector<float> embeddings;
   size_t first_row = 0;
   for (const SequenceSlice& s : slices) {
     const size_t count = static_cast<size_t>(s.token_count);
-    const size_t from = s.logits_for_all ? first_row : first_row + count - 1;
+    const size_t from = s.output == SliceOutput::LastLogits ? first_row + count - 1 : first_row;
     const size_t to = first_row + count;
+    std::vector<float>& into = s.output == SliceOutput::AllEmbeddings ? embeddings : selected;
     for (size_t r = from; r < to; ++r) {
-      selected.resize(selected.size() + dim);
-      rms_norm(x_.data() + r * dim, output_norm_, dim, c.rms_epsilon, selected.data() + selected.size() - dim);
+      into.resize(into.size() + dim);
+      rms_norm(x_.data() + r * dim, output_norm_, dim, c.rms_epsilon, into.data() + into.size() - dim);
     }
     first_row = to;
   }
   const int64_t selected_rows = static_cast<int64_t>(selected.size() / dim);
   std::vector<float> logits(static_cast<size_t>(selected_rows) * c.vocab_size);
-  tensor::matmul(*output_, selected.data(), selected_rows, logits.data(), pool);
+  if (selected_rows > 0) tensor::matmul(*output_, selected.data(), selected_rows, logits.data(), pool);
   if (c.logit_softcap > 0.0f) {
     for (float& logit : logits) logit = c.logit_softcap * std::tanh(logit / c.logit_softcap);
   }
-  return logits;
+  if (embeddings.empty()) return logits;
+  if (logits.empty()) return embeddings;
+  // Both kinds in one batch: each slice's rows in slice order.
+  std::vector<float> out;
+  out.reserve(logits.size() + embeddings.size());
+  size_t next_logits = 0;
+  size_t next_embedding = 0;
+  for (const SequenceSlice& s : slices) {
+    const size_t count = static_cast<size_t>(s.token_count);
+    if (s.output == SliceOutput::AllEmbeddings) {
+      out.insert(out.end(), embeddings.begin() + next_embedding, embeddings.begin() + next_embedding + count * dim);
+      next_embedding += count * dim;
+    } else {
+      const size_t values = (s.output == SliceOutput::AllLogits ? count : 1) * static_cast<size_t>(c.vocab_size);
+      out.insert(out.end(), logits.begin() + next_logits, logits.begin() + next_logits + values);
+      next_logits += values;
+    }
+  }
+  return out;
 }
 
 }  // namespace strata::model

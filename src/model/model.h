@@ -87,11 +87,18 @@ struct KvPoolFull : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What the last range returns for a sequence's inputs.
+enum class SliceOutput {
+  LastLogits,     // the logits of its last input
+  AllLogits,      // the logits of every input
+  AllEmbeddings,  // every input's output-normed hidden row (embedding_dim), which pooling makes an embedding
+};
+
 // One sequence's share of a batch: its next `token_count` inputs continue at kv->size().
 struct SequenceSlice {
   KvState* kv = nullptr;
   int token_count = 0;
-  bool logits_for_all = false;  // last range only: logits for every input, not just the last
+  SliceOutput output = SliceOutput::LastLogits;  // of the last range only
 };
 
 class Model {
@@ -120,8 +127,8 @@ class Model {
   // Runs the batch through this range. Throws KvPoolFull, having computed nothing, when a
   // sequence's pool cannot hold its new positions. Input is `tokens` for the first range and `hidden`
   // (one embedding_dim row per input) for the others; all slices' inputs are concatenated in
-  // slice order. Returns hidden rows for a range without the head, otherwise logits rows
-  // (vocab_size each): per slice, every input's row if logits_for_all, else the last one's.
+  // slice order. Returns hidden rows for a range without the head, otherwise per slice, in
+  // slice order, the rows its output asks for: logits rows (vocab_size each) or embedding rows.
   // Not reentrant: one forward at a time per Model.
   std::vector<float> forward(std::span<const SequenceSlice> slices, std::span<const Token> tokens,
                              std::span<const float> hidden, tensor::ThreadPool& pool);

@@ -15,7 +15,7 @@
 namespace strata::model {
 namespace {
 
-constexpr std::array<SyntheticShape, 27> kShapes{{
+constexpr std::array<SyntheticShape, 29> kShapes{{
     {"tinyllama-1.1b", "TinyLlama-1.1B (Llama 2 architecture, GQA 32/4)", "llama", 32000, 2048,
      2048, 22, 32, 4, 5632, 10000.0f, false},
     {"llama-3.2-1b", "Llama-3.2-1B (GQA 32/8, 128k vocabulary, tied head)", "llama", 128256,
@@ -34,6 +34,16 @@ constexpr std::array<SyntheticShape, 27> kShapes{{
      32, 8, 14336, 1000000.0f, false, 0, 8, 2, 14336},
     {"qwen3-tiny", "a small Qwen3 (QK-norm, heads of 64 beside a width of 128), for tests", "qwen3", 2048, 512,
      128, 4, 4, 2, 256, 1000000.0f, true, 64},
+    {.name = "qwen3-embedding-0.6b",
+     .description = "Qwen3-Embedding-0.6B (Qwen3-0.6B's shape; the last token's row, eos-terminated, is the embedding)",
+     .arch = "qwen3", .vocab_size = 151669, .context_length = 32768, .embedding_dim = 1024, .layer_count = 28,
+     .head_count = 16, .kv_head_count = 8, .ffn_dim = 3072, .rope_freq_base = 1000000.0f, .tied_output = true,
+     .head_dim = 128, .pooling_type = 3},
+    {.name = "qwen3-embedding-tiny",
+     .description = "a small Qwen3 embedding model (qwen3-tiny's shape, last-token pooling), for tests",
+     .arch = "qwen3", .vocab_size = 2048, .context_length = 512, .embedding_dim = 128, .layer_count = 4,
+     .head_count = 4, .kv_head_count = 2, .ffn_dim = 256, .rope_freq_base = 1000000.0f, .tied_output = true,
+     .head_dim = 64, .pooling_type = 3},
     {"qwen3moe-tiny", "a small Qwen3-MoE (2 of 8 experts of 64), for tests", "qwen3moe", 2048, 512, 128, 4, 4, 2,
      256, 1000000.0f, false, 32, 8, 2, 64},
     {"gpt-oss-20b", "gpt-oss-20b (4 of 32 experts of 2880, attention sinks, every other layer a window of 128)",
@@ -281,6 +291,7 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   w.set("general.architecture", gguf::Value::string(a));
   w.set("general.name", gguf::Value::string(std::string(shape.name) + " (random weights)"));
   w.set("strata.synthetic", gguf::Value::boolean(true));
+  if (shape.pooling_type != 0) w.set(a + ".pooling_type", gguf::Value::u32(static_cast<uint32_t>(shape.pooling_type)));
   w.set(a + ".vocab_size", gguf::Value::u32(static_cast<uint32_t>(shape.vocab_size)));
   w.set(a + ".context_length", gguf::Value::u32(static_cast<uint32_t>(shape.context_length)));
   w.set(a + ".embedding_length", gguf::Value::u32(static_cast<uint32_t>(shape.embedding_dim)));
@@ -350,6 +361,7 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   // llama.cpp looks <|endoftext|> up in the vocabulary of a model it takes for Phi-3 by its name.
   add_vocabulary(w, shape.vocab_size, a == "phi3" ? std::initializer_list<const char*>{"<|endoftext|>"}
                                                   : std::initializer_list<const char*>{});
+  if (shape.pooling_type != 0) w.set("tokenizer.ggml.add_eos_token", gguf::Value::boolean(true));
 
   auto pool = std::make_shared<tensor::ThreadPool>(
       static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));

@@ -51,6 +51,9 @@ struct SyntheticShape {
   int yarn_original_context = 0;
   float yarn_beta_fast = 32.0f;
   float yarn_mscale_all_dim = 0.0f;
+  // An embedding model's (GGUF's pooling_type, as model::Pooling numbers it); its texts end with
+  // eos (tokenizer.ggml.add_eos_token). 0: a model that generates text.
+  int pooling_type = 0;
 };
 
 std::span<const SyntheticShape> synthetic_shapes();

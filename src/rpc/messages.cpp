@@ -342,6 +342,7 @@ std::string malformed(const GenerateRequest& request) {
     check_integer("top_logprobs", request.top_logprobs(), 0, engine::kMaxTopLogprobs);
     check_integer("resumed_after", request.resumed_after(), 0, request.prompt_size() - 1);
     if (request.has_held()) check_integer("held.positions", request.held().positions(), 0, request.prompt_size());
+    check_integer("embedding", request.embedding(), 0, static_cast<int>(model::Pooling::Last));
     check_name("request_id", request.request_id());
   });
 }

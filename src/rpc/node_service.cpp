@@ -34,6 +34,7 @@ engine::GenerationRequest to_engine(const GenerateRequest& r) {
   if (r.has_held()) out.held = from_message(r.held());
   out.request_id = r.request_id();
   out.grammar = r.grammar();
+  out.embedding = static_cast<model::Pooling>(r.embedding());
   return out;
 }
 
@@ -205,6 +206,12 @@ class NodeServer::Service final : public Node::Service {
       std::lock_guard lock(events->mutex);
       return !events->cancelled;
     };
+    callbacks.on_embedding = [push](std::vector<float> embedding) {
+      GenerateEvent event;
+      event.set_kind(GenerateEvent::EMBEDDING);
+      event.mutable_embedding()->Add(embedding.begin(), embedding.end());
+      push(std::move(event), false);
+    };
     callbacks.cancelled = [events] {
       std::lock_guard lock(events->mutex);
       return events->cancelled;
@@ -297,7 +304,7 @@ class NodeServer::Service final : public Node::Service {
     if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
     engine::StageBatch batch;
     for (const SequenceWork& w : request.sequences()) {
-      batch.sequences.push_back({w.sequence_id(), w.first_position(), w.token_count(), w.capacity()});
+      batch.sequences.push_back({w.sequence_id(), w.first_position(), w.token_count(), w.capacity(), w.embeddings()});
     }
     batch.tokens.assign(request.tokens().begin(), request.tokens().end());
     batch.hidden.resize(request.hidden().size() / sizeof(float));

@@ -42,6 +42,7 @@ GenerateRequest to_wire(const std::string& sender, const engine::GenerationReque
   if (r.held) to_message(*r.held, *out.mutable_held());
   out.set_request_id(r.request_id);
   out.set_grammar(r.grammar);
+  out.set_embedding(static_cast<int32_t>(r.embedding));
   return out;
 }
 
@@ -66,14 +67,17 @@ RemoteGenerator::Ending RemoteGenerator::relay(Call& call, engine::RequestCallba
       if (event.has_passed_on()) return {from_message(event.passed_on())};
       return {std::nullopt, static_cast<engine::FinishReason>(event.finish_reason()), event.error()};
     }
-    if (event.kind() != GenerateEvent::TOKEN || cancelled) continue;
+    const bool token = event.kind() == GenerateEvent::TOKEN;
+    if ((!token && event.kind() != GenerateEvent::EMBEDDING) || cancelled) continue;
     bool keep_going = true;
     try {
-      if (callbacks.on_token) keep_going = callbacks.on_token(from_wire(event));
+      if (token && callbacks.on_token) keep_going = callbacks.on_token(from_wire(event));
+      if (!token && callbacks.on_embedding) callbacks.on_embedding({event.embedding().begin(), event.embedding().end()});
     } catch (const std::exception& e) {
       call.context.TryCancel();
       call.reader->Finish();
-      return {std::nullopt, engine::FinishReason::Error, std::string("token callback failed: ") + e.what()};
+      return {std::nullopt, engine::FinishReason::Error, std::string(token ? "token" : "embedding") +
+                                                            " callback failed: " + e.what()};
     }
     if (!keep_going) {
       cancelled = true;

@@ -136,6 +136,7 @@ std::vector<float> RemoteStage::forward(const engine::StageBatch& batch) {
     w->set_first_position(work.first_position);
     w->set_token_count(work.token_count);
     w->set_capacity(work.capacity);
+    w->set_embeddings(work.embeddings);
     rows += work.token_count;
   }
   request.mutable_tokens()->Add(batch.tokens.begin(), batch.tokens.end());

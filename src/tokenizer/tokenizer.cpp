@@ -258,6 +258,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& file) {
   impl->eos = special_token_id(file, "tokenizer.ggml.eos_token_id", default_eos, n);
   impl->unknown = special_token_id(file, "tokenizer.ggml.unknown_token_id", default_unknown, n);
   impl->add_bos = file.get_bool("tokenizer.ggml.add_bos_token").value_or(add_bos_default);
+  impl->add_eos = file.get_bool("tokenizer.ggml.add_eos_token").value_or(false) && impl->eos >= 0;
   if (impl->add_bos && impl->bos < 0) {
     fail("tokenizer.ggml.add_bos_token is set but there is no tokenizer.ggml.bos_token_id");
   }
@@ -366,6 +367,8 @@ int Tokenizer::vocab_size() const { return static_cast<int>(impl_->texts.size())
 Token Tokenizer::bos() const { return impl_->bos; }
 Token Tokenizer::eos() const { return impl_->eos; }
 bool Tokenizer::add_bos_by_default() const { return impl_->add_bos; }
+
+bool Tokenizer::add_eos_by_default() const { return impl_->add_eos; }
 
 bool Tokenizer::is_end_of_generation(Token token) const {
   return std::binary_search(impl_->end_of_generation.begin(), impl_->end_of_generation.end(),

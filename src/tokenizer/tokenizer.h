@@ -41,6 +41,9 @@ class Tokenizer {
   Token bos() const;  // -1 if none
   Token eos() const;  // -1 if none
   bool add_bos_by_default() const;
+  // Whether a whole text ends with eos (tokenizer.ggml.add_eos_token), as embedding models'
+  // texts do: Qwen3-Embedding pools the eos row.
+  bool add_eos_by_default() const;
   // eos, tokenizer.ggml.eot_token_id / eom_token_id, and tokens such as <|eot_id|>, <|im_end|>,
   // <|end|> and <end_of_turn>.
   bool is_end_of_generation(Token token) const;

@@ -60,6 +60,7 @@ struct Tokenizer::Impl {
   Token eos = -1;
   Token unknown = -1;
   bool add_bos = false;
+  bool add_eos = false;  // tokenizer.ggml.add_eos_token: texts to embed end with eos
   std::vector<Token> end_of_generation;  // sorted
   std::vector<Token> special_tokens;     // control, user-defined and unknown; longest text first
 

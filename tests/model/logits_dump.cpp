@@ -25,7 +25,7 @@ std::vector<float> prompt_logits(std::shared_ptr<const strata::gguf::File> file,
   auto model = model::Model::load(std::move(file));
   tensor::ThreadPool pool(2);
   auto kv = model->new_sequence(static_cast<int>(prompt.size()));
-  model::SequenceSlice slice{kv.get(), static_cast<int>(prompt.size()), true};
+  model::SequenceSlice slice{kv.get(), static_cast<int>(prompt.size()), model::SliceOutput::AllLogits};
   return model->forward({&slice, 1}, prompt, {}, pool);
 }
 

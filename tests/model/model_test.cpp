@@ -126,7 +126,7 @@ std::vector<float> engine_logits(Model& model, std::span<const Token> tokens, in
                                  KvType kv_type = KvType::F32) {
   tensor::ThreadPool pool(threads);
   auto kv = model.new_sequence(static_cast<int>(tokens.size()), kv_type);
-  SequenceSlice slice{kv.get(), static_cast<int>(tokens.size()), true};
+  SequenceSlice slice{kv.get(), static_cast<int>(tokens.size()), SliceOutput::AllLogits};
   return model.forward({&slice, 1}, tokens, {}, pool);
 }
 
@@ -448,7 +448,7 @@ Continuation greedy(const std::shared_ptr<const gguf::File>& file, std::vector<L
   auto run = [&](std::span<const Token> tokens) {
     std::vector<float> x;
     for (size_t i = 0; i < models.size(); ++i) {
-      SequenceSlice slice{states[i].get(), static_cast<int>(tokens.size()), false};
+      SequenceSlice slice{states[i].get(), static_cast<int>(tokens.size())};
       x = models[i]->forward({&slice, 1}, i == 0 ? tokens : std::span<const Token>{}, x, pool);
     }
     return x;
@@ -563,10 +563,10 @@ TEST_P(BitExact, LogitsAloneEqualLogitsInABatch) {
     auto kv_after = model->new_sequence(64, kv);
     tensor::ThreadPool pool(2);
     {
-      SequenceSlice warm{kv_after.get(), 3, false};
+      SequenceSlice warm{kv_after.get(), 3};
       model->forward({&warm, 1}, std::span<const Token>(after).first(3), {}, pool);
     }
-    std::vector<SequenceSlice> slices{{kv_before.get(), 5, true}, {kv_mine.get(), 11, true}, {kv_after.get(), 14, true}};
+    std::vector<SequenceSlice> slices{{kv_before.get(), 5, SliceOutput::AllLogits}, {kv_mine.get(), 11, SliceOutput::AllLogits}, {kv_after.get(), 14, SliceOutput::AllLogits}};
     std::vector<Token> tokens = before;
     tokens.insert(tokens.end(), mine.begin(), mine.end());
     tokens.insert(tokens.end(), after.begin() + 3, after.end());
@@ -662,7 +662,7 @@ TEST_P(KvStateMove, RowsMoveBitForBitAndConvertBetweenPoolTypes) {
   const Token next = 7;
   tensor::ThreadPool pool(1);
   const auto run = [&](KvState& state, std::span<const Token> tokens) {
-    SequenceSlice slice{&state, static_cast<int>(tokens.size()), false};
+    SequenceSlice slice{&state, static_cast<int>(tokens.size())};
     return model->forward({&slice, 1}, tokens, {}, pool);
   };
   const auto element = [](const KvRows& rows, size_t i) {
@@ -777,10 +777,10 @@ TEST(ModelErrors, RejectsBadRangesTokensAndOverflow) {
   tensor::ThreadPool pool(1);
   auto kv = model->new_sequence(4);
   const std::vector<Token> bad{1, 600};
-  SequenceSlice slice{kv.get(), 2, false};
+  SequenceSlice slice{kv.get(), 2};
   EXPECT_THROW(model->forward({&slice, 1}, bad, {}, pool), std::invalid_argument);
   const std::vector<Token> five{1, 2, 3, 4, 5};
-  SequenceSlice too_long{kv.get(), 5, false};
+  SequenceSlice too_long{kv.get(), 5};
   EXPECT_THROW(model->forward({&too_long, 1}, five, {}, pool), std::invalid_argument);
 }
 

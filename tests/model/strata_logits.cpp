@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
     auto model = model::Model::load(gguf::File::open(argv[1]));
     tensor::ThreadPool pool(2);
     auto kv = model->new_sequence(static_cast<int>(ids.size()), *kv_type);
-    model::SequenceSlice slice{kv.get(), static_cast<int>(ids.size()), false};
+    model::SequenceSlice slice{kv.get(), static_cast<int>(ids.size())};
     for (float logit : model->forward({&slice, 1}, ids, {}, pool)) std::printf("%.6f\n", logit);
   } catch (const std::exception& e) {
     std::cerr << "strata_logits: " << e.what() << "\n";
