@@ -8,19 +8,28 @@ here=$(cd "$(dirname "$0")" && pwd)
 key=e2e-test-key
 log=$(mktemp)
 
-"$strata" serve -m "$model" --host 127.0.0.1 --port 0 --api-key "$key" --parallel 4 2>"$log" &
-server=$!
-trap 'kill $server 2>/dev/null || true; wait $server 2>/dev/null || true; rm -f "$log"' EXIT
+embedding_model=$(mktemp --suffix=.gguf)
+embedding_log=$(mktemp)
+servers=""
+trap 'kill $servers 2>/dev/null || true; wait $servers 2>/dev/null || true; rm -f "$log" "$embedding_log" "$embedding_model"' EXIT
 
-port=""
-for _ in $(seq 1 600); do
-  port=$(sed -n 's|.*on http://127.0.0.1:\([0-9]*\).*|\1|p' "$log" | head -1)
-  [ -n "$port" ] && break
-  kill -0 $server 2>/dev/null || { cat "$log"; exit 1; }
-  sleep 0.1
-done
-[ -n "$port" ] || { echo "server did not start"; cat "$log"; exit 1; }
-base=http://127.0.0.1:$port
+# Starts `strata serve -m MODEL` with the key, its stderr in LOG; sets $server and $base.
+serve() {
+  "$strata" serve -m "$1" --host 127.0.0.1 --port 0 --no-discovery --api-key "$key" --parallel 4 2>"$2" &
+  server=$!
+  servers="$servers $server"
+  local port=""
+  for _ in $(seq 1 600); do
+    port=$(sed -n 's|.*on http://127.0.0.1:\([0-9]*\).*|\1|p' "$2" | head -1)
+    [ -n "$port" ] && break
+    kill -0 $server 2>/dev/null || { cat "$2"; exit 1; }
+    sleep 0.1
+  done
+  [ -n "$port" ] || { echo "server did not start"; cat "$2"; exit 1; }
+  base=http://127.0.0.1:$port
+}
+
+serve "$model" "$log"
 
 # curl, as a user would try it first: /health answers 503 while the node places and loads
 # the model, then 200.
@@ -39,6 +48,19 @@ echo "ok   curl: health, completion, 401 without a key"
 node "$here/openai_client.mjs" "$base/v1" "$key" aidreams260K
 node "$here/anthropic_client.mjs" "$base" "$key" aidreams260K
 node "$here/structured_clients.mjs" "$base" "$key" aidreams260K
+dreams_server=$server
+
+# An embedding model (random weights, the shape of a small Qwen3 embedding model) on a server of its own.
+"$strata" gguf synth --shape qwen3-embedding-tiny --type Q8_0 -o "$embedding_model" >/dev/null 2>&1
+serve "$embedding_model" "$embedding_log"
+for _ in $(seq 1 600); do
+  curl -sf "$base/health" >/dev/null && break
+  sleep 0.1
+done
+node "$here/embedding_clients.mjs" "$base" "$key" "$(basename "$embedding_model" .gguf)"
+kill -TERM $server
+wait $server
+server=$dreams_server
 
 # SIGTERM stops the server cleanly.
 kill -TERM $server
