@@ -6,6 +6,7 @@
 
 #include "api/anthropic.h"
 #include "api/api_error.h"
+#include "api/embeddings.h"
 #include "api/request.h"
 #include "api/responses_api.h"
 
@@ -14,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   try {
-    switch (data[0] % 8) {
+    switch (data[0] % 10) {
       case 0:
         parse_completion_request(Endpoint::ChatCompletions, body);
         break;
@@ -37,6 +38,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 5:
         parse_completion_request(Endpoint::ChatCompletions,
                                  chat_body_from_anthropic(AnthropicEndpoint::CountTokens, body));
+        break;
+      case 8:
+        parse_embedding_request(EmbeddingDialect::OpenAI, body);
+        break;
+      case 9:
+        parse_embedding_request(EmbeddingDialect::Ollama, body);
         break;
       default:
         parse_ollama_request(OllamaEndpoint::Generate, body);
