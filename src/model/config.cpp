@@ -115,10 +115,6 @@ Config Config::from_gguf(const gguf::File& file) {
     throw std::runtime_error("unsupported model architecture '" + *arch +
                              "' (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, phi3, glm4moe, deepseek2)");
   }
-  // Phi-3's long-context variants (Phi-3-mini-128k, Phi-3.5, Phi-4-mini) ship them.
-  if (file.find_tensor("rope_factors_long.weight") || file.find_tensor("rope_factors_short.weight")) {
-    throw std::runtime_error("LongRoPE (tensors rope_factors_long and rope_factors_short) is not supported");
-  }
   const std::string p = *arch + ".";
   constexpr int kMaxDim = 1 << 20;
   c.embedding_dim = required_int(file, p + "embedding_length", 1, kMaxDim);
@@ -234,6 +230,22 @@ Config Config::from_gguf(const gguf::File& file) {
     }
   } else if (scaling && *scaling != "none") {
     throw std::runtime_error("unsupported rope scaling type '" + *scaling + "'");
+  }
+  if (auto factor = file.get_float(p + "rope.scaling.attn_factor")) {
+    if (!(*factor > 0.0 && *factor < 100.0)) throw std::runtime_error(p + "rope.scaling.attn_factor is out of range");
+    c.rope_attention_factor = static_cast<float>(*factor);
+  }
+  const bool long_factors = file.find_tensor("rope_factors_long.weight") != nullptr;
+  if (long_factors != (file.find_tensor("rope_factors_short.weight") != nullptr)) {
+    throw std::runtime_error("LongRoPE needs both rope_factors_long and rope_factors_short");
+  }
+  if (long_factors) {
+    const int original = file.find(p + "rope.scaling.original_context_length")
+                             ? required_int(file, p + "rope.scaling.original_context_length", 1, 1 << 24)
+                             : c.context_length;
+    c.rope_factors = c.context_length > original ? Config::RopeFactors::Long : Config::RopeFactors::Short;
+  } else if (file.find_tensor("rope_freqs.weight")) {
+    c.rope_factors = Config::RopeFactors::Freqs;
   }
   // A Gemma 3 without a window (its sliding_window_pattern of 1) has only global layers.
   if (sliding_period > 0 && (*arch != "gemma3" || file.find(p + "attention.sliding_window"))) {

@@ -70,6 +70,14 @@ struct Config {
   float rms_epsilon = 1e-5f;
   float rope_freq_base = 10000.0f;
   float rope_linear_scale = 1.0f;  // positions are divided by this ("linear" rope scaling)
+  // cos and sin are multiplied by this (rope.scaling.attn_factor: LongRoPE's sqrt(1 + ln s / ln n)).
+  float rope_attention_factor = 1.0f;
+  // LongRoPE (Phi-3-mini-128k, Phi-3.5, Phi-4-mini) divides each pair's frequency by a factor of
+  // the file's: rope_factors_long for a context beyond the original one, as llama.cpp chooses
+  // them, else rope_factors_short. Strata chooses by the model's trained context, not the
+  // served one, so that every node of a cluster makes the same choice.
+  enum class RopeFactors { None, Freqs, Long, Short };  // Freqs: Llama 3.1's rope_freqs
+  RopeFactors rope_factors = RopeFactors::None;
   RopeStyle rope_style = RopeStyle::AdjacentPairs;
   Yarn yarn;
   // Layers with sliding-window attention see only the last `sliding_window` positions (their

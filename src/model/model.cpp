@@ -230,6 +230,7 @@ Model::Rope Model::rope_table(const Config& c, float base, const float* freq_fac
       rope.magnitude = static_cast<float>(1.0 + 0.1 * std::log(static_cast<double>(yarn.factor)));
     }
   }
+  rope.magnitude *= c.rope_attention_factor;
   rope.inverse_freq.resize(static_cast<size_t>(pairs));
   for (int i = 0; i < pairs; ++i) {
     double inv = std::pow(static_cast<double>(base), -2.0 * i / c.rope_dim);
@@ -572,9 +573,12 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
     }
   });
 
-  // Llama 3.1-style scaling ships per-pair frequency divisors as a tensor.
-  const float* freq_factors = bind.find("rope_freqs.weight") ? bind.vector("rope_freqs.weight", c.rope_dim / 2)
-                                                             : nullptr;
+  // Llama 3.1-style scaling and LongRoPE ship per-pair frequency divisors as tensors.
+  const char* factors_name = c.rope_factors == Config::RopeFactors::Freqs   ? "rope_freqs.weight"
+                             : c.rope_factors == Config::RopeFactors::Long  ? "rope_factors_long.weight"
+                             : c.rope_factors == Config::RopeFactors::Short ? "rope_factors_short.weight"
+                                                                            : nullptr;
+  const float* freq_factors = factors_name ? bind.vector(factors_name, c.rope_dim / 2) : nullptr;
   m->ropes_.push_back(rope_table(c, c.rope_freq_base, freq_factors, true));
   if (c.sliding_window > 0 && (c.rope_freq_base_sliding != c.rope_freq_base || !c.sliding_rope_scaled)) {
     m->ropes_.push_back(rope_table(c, c.rope_freq_base_sliding, freq_factors, c.sliding_rope_scaled));

@@ -15,7 +15,7 @@
 namespace strata::model {
 namespace {
 
-constexpr std::array<SyntheticShape, 29> kShapes{{
+constexpr std::array<SyntheticShape, 31> kShapes{{
     {"tinyllama-1.1b", "TinyLlama-1.1B (Llama 2 architecture, GQA 32/4)", "llama", 32000, 2048,
      2048, 22, 32, 4, 5632, 10000.0f, false},
     {"llama-3.2-1b", "Llama-3.2-1B (GQA 32/8, 128k vocabulary, tied head)", "llama", 128256,
@@ -66,6 +66,18 @@ constexpr std::array<SyntheticShape, 29> kShapes{{
      10, 17920, 250000.0f, false},
     {"phi3-tiny", "a small Phi-3 (fused QKV and gate-up, GQA 4/2), for tests", "phi3", 2048, 512, 128, 4, 4, 2, 256,
      10000.0f, false},
+    {.name = "phi-3.5-mini",
+     .description = "Phi-3.5-mini (Phi-3-mini's shape with LongRoPE to 128k from 4k)",
+     .arch = "phi3", .vocab_size = 32064, .context_length = 131072, .embedding_dim = 3072, .layer_count = 32,
+     .head_count = 32, .kv_head_count = 32, .ffn_dim = 8192, .rope_freq_base = 10000.0f, .tied_output = false,
+     .long_rope_original_context = 4096},
+    // An original context of 64: llama.cpp's check, which runs with a context of about 100,
+    // takes the long factors too.
+    {.name = "phi3-longrope-tiny",
+     .description = "a small Phi-3 with LongRoPE (to 4096 from 64), for tests",
+     .arch = "phi3", .vocab_size = 2048, .context_length = 4096, .embedding_dim = 128, .layer_count = 4,
+     .head_count = 4, .kv_head_count = 2, .ffn_dim = 256, .rope_freq_base = 10000.0f, .tied_output = false,
+     .long_rope_original_context = 64},
     {"glm-4.5-air", "GLM-4.5-Air (1 dense layer, then 8 of 128 experts of 1408 and a shared one; a NextN layer)",
      "glm4moe", 151552, 131072, 4096, 46, 96, 8, 10944, 1000000.0f, false, 128, 128, 8, 1408, 1, 1, 1, 64},
     {"glm4moe-tiny",
@@ -409,6 +421,16 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   const int q_dim = shape.head_count * head_dim;
   const int kv_dim = shape.kv_head_count * head_dim;
   matrix("token_embd.weight", shape.embedding_dim, shape.vocab_size, types.base);
+  if (shape.long_rope_original_context > 0) {
+    const double original = shape.long_rope_original_context;
+    const double scale = shape.context_length / original;
+    w.set(a + ".rope.scaling.original_context_length", gguf::Value::u32(static_cast<uint32_t>(original)));
+    w.set(a + ".rope.scaling.attn_factor",
+          gguf::Value::f32(static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(original)))));
+    // Divisors of each pair's frequency: well above 1 for the long context, near 1 within it.
+    vector("rope_factors_long.weight", rope_dim / 2, 8.0f, 7.0f);
+    vector("rope_factors_short.weight", rope_dim / 2, 1.1f, 0.1f);
+  }
   const bool phi3 = a == "phi3";
   for (int i = 0; i < block_count; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";

@@ -54,6 +54,9 @@ struct SyntheticShape {
   // An embedding model's (GGUF's pooling_type, as model::Pooling numbers it); its texts end with
   // eos (tokenizer.ggml.add_eos_token). 0: a model that generates text.
   int pooling_type = 0;
+  // > 0: LongRoPE (phi3) over this original context: rope_factors_long and _short, and the
+  // attention factor llama.cpp's converter computes from the two contexts.
+  int long_rope_original_context = 0;
 };
 
 std::span<const SyntheticShape> synthetic_shapes();

@@ -38,6 +38,7 @@ CASES = [
      ["Q4_K_M"]),
     ("phi3 (small)", "phi3-tiny", 0, "F32", 32, ["Q8_0"]),
     ("phi3 (Phi-3-mini-4k's dimensions)", "phi-3-mini", 2, "F32", 32, ["Q4_K_M", "Q8_0"]),
+    ("phi3 (small, LongRoPE: the long factors and the attention factor)", "phi3-longrope-tiny", 0, "F32", 32, ["Q8_0"]),
     ("phi3 (Phi-4's dimensions)", "phi-4", 1, "F16", 8, []),
     # No quantized file: the prompt's last position is within 0.002 of another choice of experts
     # in its first MoE layer (docs/TESTING.md), which quantization error decides.

@@ -239,6 +239,7 @@ INSTANTIATE_TEST_SUITE_P(
                       TypeCase{"gpt-oss-every-expert", "MXFP4", 0.06}, TypeCase{"gemma3-tiny", "F32", 1e-4},
                       TypeCase{"gemma3-tiny", "Q8_0", 0.06}, TypeCase{"phi3-tiny", "F32", 1e-4},
                       TypeCase{"phi3-tiny", "F16", 1e-4}, TypeCase{"phi3-tiny", "Q8_0", 0.06},
+                      TypeCase{"phi3-longrope-tiny", "F32", 1e-4},
                       TypeCase{"glm4moe-tiny", "F32", 1e-4}, TypeCase{"glm4moe-tiny", "Q8_0", 0.06},
                       TypeCase{"glm4moe-tiny", "Q4_0", 0.06}, TypeCase{"deepseek2-tiny", "F32", 1e-4},
                       // Latent attention chains more products, each over 8-bit activations: 7.7% (Q8_0)
@@ -425,6 +426,28 @@ TEST(ModelVsReference, RopeScalingAgreesWithDoublePrecision) {
     EXPECT_LT(relative_error(logits, reference::forward_all(*file, tokens)), 1e-4) << path;
     EXPECT_NE(logits, unscaled) << "scaling had no effect: " << path;
   }
+}
+
+// LongRoPE: the long factors past the original context (the shape's), the short ones within it
+// (a variant whose context is the original), and the attention factor: each changes the logits,
+// and the engine follows the double-precision reference in all.
+TEST(ModelVsReference, LongRopeFactorsAndAttentionFactorAgreeWithDoublePrecision) {
+  const std::string base = synthetic_model("phi3-longrope-tiny", "F32");
+  const Config config = Config::from_gguf(*gguf::File::open(base));
+  EXPECT_EQ(config.rope_factors, Config::RopeFactors::Long);
+  const std::string within = variant_of(base, "longrope_within", {{"phi3.context_length", gguf::Value::u32(64)}}, {});
+  EXPECT_EQ(Config::from_gguf(*gguf::File::open(within)).rope_factors, Config::RopeFactors::Short);
+  const std::string unscaled =
+      variant_of(base, "longrope_unscaled", {{"phi3.rope.scaling.attn_factor", gguf::Value::f32(1.0f)}}, {});
+  const auto tokens = sample_tokens(40, config.vocab_size);
+  std::vector<std::vector<float>> all;
+  for (const std::string& path : {base, within, unscaled}) {
+    auto file = open_model(path);
+    all.push_back(engine_logits(*Model::load(file), tokens, 2));
+    EXPECT_LT(relative_error(all.back(), reference::forward_all(*file, tokens)), 1e-4) << path;
+  }
+  EXPECT_NE(all[0], all[1]) << "the short factors changed nothing";
+  EXPECT_NE(all[0], all[2]) << "the attention factor changed nothing";
 }
 
 // A greedy continuation: its tokens, and the logits each of them was chosen from, row by row.
@@ -753,14 +776,13 @@ TEST(ModelLoad, FusedQkvAndBiasGiveTheSeparateTensorsLogits) {
   EXPECT_TRUE(same_bits(engine_logits(*Model::load(file), tokens, 2), engine_logits(*Model::load(source), tokens, 2)));
 }
 
-// Phi-3's long-context variants scale RoPE by factors chosen by the context length (LongRoPE),
-// which Strata does not do: such a file is refused by name, not run with the wrong angles.
-TEST(ModelErrors, RefusesLongRope) {
+// LongRoPE needs both sets of factors: a file with one is refused by name, not run with the
+// angles of neither.
+TEST(ModelErrors, RefusesHalfOfLongRope) {
   const std::string base = synthetic_model("phi3-tiny", "F32");
   const int pairs = Config::from_gguf(*gguf::File::open(base)).rope_dim / 2;
-  const std::string longrope = variant_of(base, "longrope", {},
-                                          {{"rope_factors_long.weight", std::vector<float>(pairs, 4.0f)},
-                                           {"rope_factors_short.weight", std::vector<float>(pairs, 1.0f)}});
+  const std::string longrope =
+      variant_of(base, "longrope_half", {}, {{"rope_factors_long.weight", std::vector<float>(pairs, 4.0f)}});
   try {
     Model::load(open_model(longrope));
     FAIL();

@@ -75,6 +75,7 @@ struct Hyperparameters {
   size_t expert_groups_used = 0;
   // YaRN's cos and sin magnitude, and DeepSeek's factor of the attention scale.
   double yarn_magnitude = 1.0;
+  std::string rope_factors = "rope_freqs.weight";  // the per-frequency divisors' tensor, if the file has it
   double attention_factor = 1.0;
   double yarn_beta_fast = 32.0;
   double yarn_beta_slow = 1.0;
@@ -134,9 +135,6 @@ Hyperparameters read_hyperparameters(const gguf::File& model) {
     }
     hp.shared_feed_forward = model.get_uint(prefix + "expert_shared_count").value_or(0) * hp.expert_feed_forward;
   }
-  if (model.find_tensor("rope_factors_long.weight") || model.find_tensor("rope_factors_short.weight")) {
-    throw gguf::Error("reference: unsupported LongRoPE factors");
-  }
   hp.heads = required_uint(model, prefix + "attention.head_count");
   hp.kv_heads = model.get_uint(prefix + "attention.head_count_kv").value_or(hp.heads);
   hp.head_dim = model.get_uint(prefix + "attention.key_length").value_or(hp.embedding / hp.heads);
@@ -172,6 +170,15 @@ Hyperparameters read_hyperparameters(const gguf::File& model) {
     hp.yarn_magnitude = log_multiplier != 0.0 ? 1.0 : 1.0 + 0.1 * std::log(hp.yarn_factor);
   } else if (scaling != "none") {
     throw gguf::Error("reference: unsupported RoPE scaling " + scaling);
+  }
+  // LongRoPE's attention factor scales cos and sin like YaRN's magnitude.
+  hp.yarn_magnitude *= model.get_float(prefix + "rope.scaling.attn_factor").value_or(1.0);
+  // Llama 3 stores its long-context RoPE correction as per-frequency divisors; LongRoPE one set
+  // for a context past the original one and one within it, and the model's context decides.
+  if (model.find_tensor("rope_factors_long.weight")) {
+    const bool past_original =
+        hp.context > model.get_uint(prefix + "rope.scaling.original_context_length").value_or(hp.context);
+    hp.rope_factors = past_original ? "rope_factors_long.weight" : "rope_factors_short.weight";
   }
   if (deepseek) {
     hp.latent_attention = true;
@@ -757,9 +764,7 @@ std::vector<std::vector<double>> forward_all(const gguf::File& model, std::span<
     }
   }
 
-  // Llama 3 stores its long-context RoPE correction as per-frequency divisors.
-  const std::optional<Vector> frequency_factors =
-      optional_vector(model, "rope_freqs.weight", hp.rope_dims / 2);
+  const std::optional<Vector> frequency_factors = optional_vector(model, hp.rope_factors, hp.rope_dims / 2);
   for (size_t layer = 0; layer < hp.layers; ++layer) {
     const std::string block = "blk." + std::to_string(layer) + ".";
     const auto norm = [&](const char* name, size_t size) { return required_vector(model, block + name, size); };
