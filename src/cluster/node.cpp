@@ -245,7 +245,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   std::unique_ptr<rpc::NodeServer> listen_for_nodes() {
     const auto listen = [this](int port) {
-      return std::make_unique<rpc::NodeServer>(*this, key_, options_.host, port,
+      return std::make_unique<rpc::NodeServer>(*this, options_.node_id, key_, options_.host, port,
                                                [this](const std::string& line) { log(line); },
                                                options_.test_tensor_chunk_bytes);
     };

@@ -66,10 +66,11 @@ RemoteGenerator::Ending RemoteGenerator::relay(Call& call, engine::RequestCallba
       if (event.has_passed_on()) return {from_message(event.passed_on())};
       return {std::nullopt, static_cast<engine::FinishReason>(event.finish_reason()), event.error()};
     }
-    if (event.kind() != GenerateEvent::TOKEN || cancelled) continue;
+    if (cancelled) continue;
     bool keep_going = true;
     try {
-      if (callbacks.on_token) keep_going = callbacks.on_token(from_wire(event));
+      if (event.kind() == GenerateEvent::STARTED && callbacks.on_started) callbacks.on_started();
+      if (event.kind() == GenerateEvent::TOKEN && callbacks.on_token) keep_going = callbacks.on_token(from_wire(event));
     } catch (const std::exception& e) {
       call.context.TryCancel();
       call.reader->Finish();
