@@ -3,7 +3,9 @@
 #include <google/protobuf/message_lite.h>
 
 #include <cstdint>
+#include <map>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <utility>
 
