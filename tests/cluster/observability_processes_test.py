@@ -286,7 +286,7 @@ def check_cluster_view(nodes, leader):
 
 def link_counts(families, what, rpc):
     """peer -> strata_link_{what}_total of calls of method `rpc`."""
-    return {labels["peer"]: v for labels, v in series(families, f"strata_link_{what}_total") if labels["rpc"] == rpc}
+    return {labels["peer"]: v for labels, v in series(families, f"strata_link_{what}_total") if labels.get("rpc") == rpc}
 
 
 def check_links(nodes):
