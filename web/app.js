@@ -8,7 +8,7 @@ const POLL_MS = 1000;
 const state = {
   key: sessionStorage.getItem(KEY_NAME),
   previousMetrics: null,
-  stageSpeeds: {},  // node id -> {inputs, at, tokensPerSecond}, from its own descriptions in /cluster
+  stageSpeeds: {},  // node id -> {inputs, at, tokensPerSecond, heard}, from its own descriptions in /cluster
   placements: [],
   chat: [],
 };
