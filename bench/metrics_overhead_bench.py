@@ -6,9 +6,11 @@ Decode: single-stream tokens/s with nobody scraping the node and with /metrics, 
 without metrics (another build, e.g. the commit before). Every binary has one node, started
 once; the rounds go through the configurations in turn, in reverse order every other round
 (the machine's speed drifts), each a streamed greedy completion of --tokens tokens whose decode
-rate is (tokens - 1) / (last token's time - first token's time). Printed: each configuration's
-median and range, and the median and quartiles of the per-round ratios to the first one (a
-round's configurations ran back to back, so a ratio is little moved by the drift between rounds).
+rate is (tokens - 1) / (last token's time - first token's time), and whose CPU time per token is
+the server process's over the request (less moved than wall time by other processes). Printed
+for both: each configuration's median and range, and the median and quartiles of the per-round
+ratios to the first one (a round's configurations ran back to back, so a ratio is little moved
+by the drift between rounds).
 
 Scrapes (--scrape-cost N): the server process's CPU time (user + system, /proc) over N fetches
 of each path back to back, less what it spends idle over as long, per fetch; and its CPU time
@@ -89,6 +91,17 @@ def scrape_cost(pid, port, fetches, tokens):
           f"all three paths: {dashboard / decode * 100:.3f}%")
 
 
+def summarize(label, unit, rounds, firsts):
+    """Median and range of `rounds`, and the median and quartiles of their ratios to the first
+    configuration's rounds."""
+    ratios = sorted(r / f for r, f in zip(rounds, firsts))
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    print(f"{label:34s} median {statistics.median(rounds):7.2f} {unit} (range {min(rounds):.2f}-{max(rounds):.2f}); "
+          f"per-round ratio to the first: median {statistics.median(ratios):.4f}, "
+          f"quartiles {quartiles[0]:.4f}-{quartiles[2]:.4f}")
+    print(f"{'':34s} rounds: {' '.join(f'{r:.2f}' for r in rounds)}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--strata", required=True)
@@ -113,27 +126,25 @@ def main():
                 decode_rate(port, 16)  # warm-up
                 nodes[binary] = (process, port)
         rates = {label: [] for label, _, _ in configurations}
+        cpu_per_token = {label: [] for label, _, _ in configurations}
         for round_index in range(args.rounds):
             in_turn = configurations if round_index % 2 == 0 else configurations[::-1]
             for label, binary, scraped in in_turn:
-                port = nodes[binary][1]
+                process, port = nodes[binary]
                 stop = threading.Event()
                 scraper = threading.Thread(target=scrape_every_second, args=(port, stop))
                 if scraped:
                     scraper.start()
-                rates[label].append(decode_rate(port, args.tokens))
+                cpu, _ = cpu_over(process.pid, lambda: rates[label].append(decode_rate(port, args.tokens)))
+                cpu_per_token[label].append(cpu / args.tokens * 1e3)
                 stop.set()
                 if scraped:
                     scraper.join()
         first = configurations[0][0]
         for label, _, _ in configurations:
-            rounds = rates[label]
-            ratios = sorted(r / f for r, f in zip(rounds, rates[first]))
-            quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
-            print(f"{label:34s} median {statistics.median(rounds):7.2f} tokens/s (range {min(rounds):.2f}-"
-                  f"{max(rounds):.2f}); per-round ratio to the first: median {statistics.median(ratios):.4f}, "
-                  f"quartiles {quartiles[0]:.4f}-{quartiles[2]:.4f}")
-            print(f"{'':34s} rounds: {' '.join(f'{r:.2f}' for r in rounds)}")
+            summarize(label, "tokens/s", rates[label], rates[first])
+            summarize("", "ms CPU per token (the server's, prefill and scrapes included)", cpu_per_token[label],
+                      cpu_per_token[first])
         if args.scrape_cost:
             process, port = nodes[args.strata]
             scrape_cost(process.pid, port, args.scrape_cost, args.tokens)
