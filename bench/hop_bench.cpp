@@ -47,7 +47,7 @@ void BM_Hop(benchmark::State& state) {
   const int rows = static_cast<int>(state.range(0));
   auto key = std::make_shared<ClusterKey>("bench");
   EchoNode node;
-  NodeServer server(node, key, "127.0.0.1", 0, {});
+  NodeServer server(node, "echo", key, "127.0.0.1", 0, {});
   RemoteStage stage("echo", make_channel("127.0.0.1:" + std::to_string(server.port()), *key), Caller{"bench", 1, key});
   engine::StageBatch batch;
   for (int s = 0; s < rows; ++s) batch.sequences.push_back({static_cast<engine::SequenceId>(s + 1), 5, 1, 64});

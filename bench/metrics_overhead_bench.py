@@ -1,14 +1,23 @@
 #!/usr/bin/env python3
-"""What metrics and logging cost in decode speed: single-stream decode tokens/s through the HTTP
-API of one `strata serve` node, with nobody scraping it and with /metrics, /cluster and
+"""What metrics and logging cost in decode speed, on one `strata serve` node through its HTTP API.
+
+Decode: single-stream tokens/s with nobody scraping the node and with /metrics, /cluster and
 /requests fetched every second (what the dashboard does), and optionally of a baseline binary
-without them (another build, e.g. the commit before).
+without metrics (another build, e.g. the commit before). Every binary has one node, started
+once; the rounds go through the configurations in turn, in reverse order every other round
+(the machine's speed drifts), each a streamed greedy completion of --tokens tokens whose decode
+rate is (tokens - 1) / (last token's time - first token's time), and whose CPU time per token is
+the server process's over the request (less moved than wall time by other processes). Printed
+for both: each configuration's median and range, and the median and quartiles of the per-round
+ratios to the first one (a round's configurations ran back to back, so a ratio is little moved
+by the drift between rounds).
 
-  bench/metrics_overhead_bench.py --strata build/strata --baseline /tmp/strata-before -m /tmp/tl-q4_0.gguf
+Scrapes (--scrape-cost N): the server process's CPU time (user + system, /proc) over N fetches
+of each path back to back, less what it spends idle over as long, per fetch; and its CPU time
+per second of decode: so what one fetch of each path a second costs as a share of decode's CPU.
 
-Every configuration has its own node, started once; rounds go through the configurations in
-turn (the machine's speed drifts), each a streamed greedy completion of --tokens tokens whose
-decode rate is (tokens - 1) / (last token's time - first token's time). Medians are printed.
+  bench/metrics_overhead_bench.py --strata build/strata -m /tmp/tl-q4_0.gguf --rounds 40 --tokens 64 \\
+      --scrape-cost 2000
 """
 import argparse
 import json
@@ -21,6 +30,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
 from cluster_bench import start, wait_healthy  # noqa: E402
+
+DASHBOARD_PATHS = ("/metrics", "/cluster", "/requests")
 
 
 def decode_rate(port, tokens):
@@ -35,11 +46,60 @@ def decode_rate(port, tokens):
     return (len(times) - 1) / (times[-1] - times[0])
 
 
+def fetch(port, path):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+        r.read()
+
+
 def scrape_every_second(port, stop):
-    while not stop.wait(1.0):
-        for path in ("/metrics", "/cluster", "/requests"):
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
-                r.read()
+    """From the round's start on: a round shorter than a second is scraped too."""
+    while True:
+        for path in DASHBOARD_PATHS:
+            fetch(port, path)
+        if stop.wait(1.0):
+            return
+
+
+def cpu_seconds(pid):
+    """User and system time of the process, all its threads (those ended too)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_over(pid, work):
+    """(CPU seconds of the process, wall seconds) while `work` runs."""
+    cpu, wall = cpu_seconds(pid), time.perf_counter()
+    work()
+    return cpu_seconds(pid) - cpu, time.perf_counter() - wall
+
+
+def scrape_cost(pid, port, fetches, tokens):
+    idle_cpu, idle_wall = cpu_over(pid, lambda: time.sleep(5))
+    idle = idle_cpu / idle_wall
+    per_fetch = {}
+    for path in DASHBOARD_PATHS:
+        cpu, wall = cpu_over(pid, lambda: [fetch(port, path) for _ in range(fetches)])
+        per_fetch[path] = (cpu - idle * wall) / fetches
+        print(f"{path:10s} {per_fetch[path] * 1e3:7.3f} ms CPU per fetch ({fetches} fetches in {wall:.1f} s, "
+              f"{cpu:.2f} s CPU; idle {idle * 1e3:.1f} ms CPU/s)")
+    cpu, wall = cpu_over(pid, lambda: decode_rate(port, tokens))
+    decode = cpu / wall
+    dashboard = sum(per_fetch.values())
+    print(f"decode: {decode:.2f} CPU-seconds per second ({tokens} tokens in {wall:.1f} s)")
+    print(f"/metrics once a second: {per_fetch['/metrics'] / decode * 100:.3f}% of decode's CPU; "
+          f"all three paths: {dashboard / decode * 100:.3f}%")
+
+
+def summarize(label, unit, rounds, firsts):
+    """Median and range of `rounds`, and the median and quartiles of their ratios to the first
+    configuration's rounds."""
+    ratios = sorted(r / f for r, f in zip(rounds, firsts))
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    print(f"{label:34s} median {statistics.median(rounds):7.2f} {unit} (range {min(rounds):.2f}-{max(rounds):.2f}); "
+          f"per-round ratio to the first: median {statistics.median(ratios):.4f}, "
+          f"quartiles {quartiles[0]:.4f}-{quartiles[2]:.4f}")
+    print(f"{'':34s} rounds: {' '.join(f'{r:.2f}' for r in rounds)}")
 
 
 def main():
@@ -50,6 +110,8 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--scrape-cost", type=int, default=0, metavar="N",
+                        help="also measure the CPU time of N fetches of each path")
     args = parser.parse_args()
     configurations = [("metrics on, not scraped", args.strata, False),
                       ("metrics on, scraped every second", args.strata, True)]
@@ -64,22 +126,28 @@ def main():
                 decode_rate(port, 16)  # warm-up
                 nodes[binary] = (process, port)
         rates = {label: [] for label, _, _ in configurations}
-        for _ in range(args.rounds):
-            for label, binary, scraped in configurations:
-                port = nodes[binary][1]
+        cpu_per_token = {label: [] for label, _, _ in configurations}
+        for round_index in range(args.rounds):
+            in_turn = configurations if round_index % 2 == 0 else configurations[::-1]
+            for label, binary, scraped in in_turn:
+                process, port = nodes[binary]
                 stop = threading.Event()
                 scraper = threading.Thread(target=scrape_every_second, args=(port, stop))
                 if scraped:
                     scraper.start()
-                rates[label].append(decode_rate(port, args.tokens))
+                cpu, _ = cpu_over(process.pid, lambda: rates[label].append(decode_rate(port, args.tokens)))
+                cpu_per_token[label].append(cpu / args.tokens * 1e3)
                 stop.set()
                 if scraped:
                     scraper.join()
-        base = statistics.median(rates[configurations[0][0]])
+        first = configurations[0][0]
         for label, _, _ in configurations:
-            median = statistics.median(rates[label])
-            print(f"{label:34s} median {median:7.2f} tokens/s ({median / base * 100 - 100:+.1f}%)  "
-                  f"rounds: {' '.join(f'{r:.2f}' for r in rates[label])}")
+            summarize(label, "tokens/s", rates[label], rates[first])
+            summarize("", "ms CPU per token (the server's, prefill and scrapes included)", cpu_per_token[label],
+                      cpu_per_token[first])
+        if args.scrape_cost:
+            process, port = nodes[args.strata]
+            scrape_cost(process.pid, port, args.scrape_cost, args.tokens)
     finally:
         for process, _ in nodes.values():
             process.terminate()

@@ -8,6 +8,7 @@ const POLL_MS = 1000;
 const state = {
   key: sessionStorage.getItem(KEY_NAME),
   previousMetrics: null,
+  stageSpeeds: {},  // node id -> {inputs, at, tokensPerSecond, heard}, from its own descriptions in /cluster
   placements: [],
   chat: [],
 };
@@ -93,7 +94,27 @@ function rate(name, now) {
   return seconds > 0 ? (total(now.samples, name) - total(before.samples, name)) / seconds : null;
 }
 
-function nodeCard(node, stage, metrics) {
+// Each node says how many inputs its stage has computed, and when (its clock): tokens/s over at
+// least a second of its descriptions, which reach this node with its gossip at any moment.
+const SPEED_WINDOW_MS = 1000;
+const SPEED_STALE_MS = 5000;
+function stageSpeed(node, now) {
+  if (!node.described_unix_ms || !node.kv_cache) return null;  // no stage
+  const seen = state.stageSpeeds[node.id];
+  if (!seen || node.stage_inputs < seen.inputs || node.described_unix_ms < seen.at) {
+    state.stageSpeeds[node.id] = { inputs: node.stage_inputs, at: node.described_unix_ms, tokensPerSecond: null, heard: now };
+    return null;
+  }
+  if (node.described_unix_ms - seen.at >= SPEED_WINDOW_MS) {
+    seen.tokensPerSecond = (node.stage_inputs - seen.inputs) * 1000 / (node.described_unix_ms - seen.at);
+    seen.inputs = node.stage_inputs;
+    seen.at = node.described_unix_ms;
+    seen.heard = now;
+  }
+  return now - seen.heard > SPEED_STALE_MS ? null : seen.tokensPerSecond;
+}
+
+function nodeCard(node, stage) {
   const down = node.alive === false || node.state === "refused";
   const card = element("div", { class: `node${down ? " down" : ""}${node.self ? " self" : ""}`, "data-node": node.id });
   card.append(element("h3", {}, node.id,
@@ -111,15 +132,13 @@ function nodeCard(node, stage, metrics) {
     bar.firstChild.style.width = `${Math.min(100, share * 100)}%`;
     card.append(bar);
   }
-  if (node.self && metrics) {
-    const inputs = rate("strata_stage_batch_inputs_sum", metrics);
-    if (inputs !== null) card.append(element("div", { class: "row" }, "stage ", element("b", {}, `${inputs.toFixed(1)} tokens/s`)));
-  }
+  const speed = stageSpeed(node, Date.now());
+  if (speed !== null) card.append(element("div", { class: "row speed" }, "stage ", element("b", {}, `${speed.toFixed(1)} tokens/s`)));
   if (node.problem) card.append(element("div", { class: "row" }, node.problem));
   return card;
 }
 
-function drawCluster(cluster, metrics) {
+function drawCluster(cluster) {
   $("#model").textContent = `${cluster.model.name} · ${cluster.model.layers} layers · node ${cluster.node_id}` +
                             (cluster.leader ? ` · leader ${cluster.leader}` : "");
   const byId = Object.fromEntries(cluster.nodes.map((n) => [n.id, n]));
@@ -133,10 +152,10 @@ function drawCluster(cluster, metrics) {
       pipeline.append(element("div", { class: "link" }, element("span", { class: "arrow" }, "→"),
                               rtt ? `${rtt.toFixed(1)} ms` : ""));
     }
-    pipeline.append(nodeCard(node, stage, metrics));
+    pipeline.append(nodeCard(node, stage));
   });
   const placed = new Set(stages.map((s) => s.node));
-  $("#others").replaceChildren(...cluster.nodes.filter((n) => !placed.has(n.id)).map((n) => nodeCard(n, null, metrics)));
+  $("#others").replaceChildren(...cluster.nodes.filter((n) => !placed.has(n.id)).map((n) => nodeCard(n, null)));
   if (!stages.length) pipeline.append(element("p", {}, cluster.waiting_for || cluster.placement.error || "no placement yet"));
 
   const epoch = cluster.placement.epoch;
@@ -202,7 +221,7 @@ async function poll() {
       fetchWithin("/requests", 2000).then((r) => r.json()),
     ]);
     const metrics = { at: Date.now(), samples: parseMetrics(metricsText) };
-    drawCluster(cluster, metrics);
+    drawCluster(cluster);
     drawSummary(metrics);
     drawRequests(recent);
     state.previousMetrics = metrics;

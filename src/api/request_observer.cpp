@@ -53,7 +53,7 @@ struct Timeline {
   Clock::time_point submitted = Clock::now();
   std::optional<Clock::time_point> ended;
   std::string finish;
-  std::optional<Clock::time_point> started;  // left the scheduler's queue (only a local scheduler says)
+  std::optional<Clock::time_point> started;  // left the scheduler's queue
   std::optional<Clock::time_point> first_token;
   std::optional<Clock::time_point> last_token;
   bool counted_prompt = false;

@@ -24,7 +24,7 @@ engine::RequestCallbacks observed(engine::RequestCallbacks inner, int prompt_tok
 // first), ended or running, as JSON: {"requests": [{"id", "started_unix_ms", "prompt_tokens",
 // "cached_tokens", "generated_tokens", "first_token_seconds" (null before it), "seconds" (so
 // far, or in all once ended), "finish" (null while it runs), "queued_seconds" (its wait in the
-// queue, when the scheduler is this node's; else null)}]}.
+// queue, this node's scheduler's or the leader's it was relayed to; null until it leaves it)}]}.
 std::string recent_requests_json();
 
 }  // namespace strata::api

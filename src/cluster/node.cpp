@@ -245,7 +245,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   std::unique_ptr<rpc::NodeServer> listen_for_nodes() {
     const auto listen = [this](int port) {
-      return std::make_unique<rpc::NodeServer>(*this, key_, options_.host, port,
+      return std::make_unique<rpc::NodeServer>(*this, options_.node_id, key_, options_.host, port,
                                                [this](const std::string& line) { log(line); },
                                                options_.test_tensor_chunk_bytes);
     };
@@ -542,6 +542,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
              {"ready_epoch", info.ready_epoch()},
              {"held_sequences", info.held_sequences()},
              {"load_progress", info.load_progress()},
+             {"stage_inputs", info.stage_inputs()},
+             {"described_unix_ms", info.described_unix_ms()},
              {"weights", weights_json(info.weights())}};
       if (info.has_kv_cache()) {
         const rpc::KvCacheStats& kv = info.kv_cache();
@@ -940,7 +942,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       out->set_hits(kv.hits);
       out->set_misses(kv.misses);
       out->set_evictions(kv.evictions);
+      info.set_stage_inputs(stage_->stage->computed_inputs());
     }
+    info.set_described_unix_ms(rpc::unix_time_ms());
     info.set_load_progress(loading_ ? load_progress_.load() : (stage_ ? 1.0 : 0.0));
     *info.mutable_weights() = weights_info();
     info.set_state(!refusal().empty() ? "refused"

@@ -39,6 +39,8 @@ class LocalStage final : public Stage {
   size_t sequence_count() const { return sequence_count_; }
   // As of the last call that changed the pool; does not wait for a forward that is running.
   model::KvPoolStats kv_stats() const;
+  // Inputs (prompt and generated tokens) computed by stages of these layers in this process.
+  uint64_t computed_inputs() const { return static_cast<uint64_t>(step_inputs_.snapshot().sum); }
 
  private:
   struct Sequence {

@@ -7,6 +7,8 @@
 #include <set>
 #include <string_view>
 
+#include "rpc/link_metrics.h"
+
 namespace strata::rpc {
 namespace {
 
@@ -61,17 +63,20 @@ grpc::ChannelArguments channel_arguments() {
 }  // namespace
 
 std::shared_ptr<grpc::Channel> make_channel(const std::string& address, const ClusterKey& key) {
-  return grpc::CreateCustomChannel(address, key.links().channel_credentials(), channel_arguments());
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, key.links().channel_credentials(),
+                                                                 channel_arguments(), count_calls_made());
 }
 
 std::shared_ptr<grpc::Channel> make_bulk_channel(const std::string& address, const ClusterKey& key) {
   grpc::ChannelArguments args = channel_arguments();
   // Channels with equal arguments share connections through gRPC's global pool.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(address, key.links().channel_credentials(), args);
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, key.links().channel_credentials(), args,
+                                                                 count_calls_made());
 }
 
-void configure_server(grpc::ServerBuilder& builder) {
+void configure_server(grpc::ServerBuilder& builder, const std::string& node_id) {
+  builder.experimental().SetInterceptorCreators(count_calls_served(node_id));
   // Two nodes given the same port must not share it silently: the second one fails to start.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);

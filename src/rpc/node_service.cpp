@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 
+#include "metrics/metrics.h"
 #include "rpc/channel.h"
 
 namespace strata::rpc {
@@ -206,6 +207,11 @@ class NodeServer::Service final : public Node::Service {
       std::lock_guard lock(events->mutex);
       return !events->cancelled;
     };
+    callbacks.on_started = [push] {
+      GenerateEvent event;
+      event.set_kind(GenerateEvent::STARTED);
+      push(std::move(event), false);
+    };
     callbacks.on_embedding = [push](std::vector<float> embedding) {
       GenerateEvent event;
       event.set_kind(GenerateEvent::EMBEDDING);
@@ -285,6 +291,8 @@ class NodeServer::Service final : public Node::Service {
               "offset " + std::to_string(request->offset()) + " is past the end of tensor " +
                   std::to_string(request->tensor()) + " (" + std::to_string(tensor->bytes.size()) + " bytes)"};
     }
+    metrics::Counter& weights_sent = metrics::process_registry().counter(
+        "strata_weights_sent_bytes_total", "Bytes of weights this node sent to peers that fetch them.");
     TensorChunk chunk;
     for (uint64_t offset = request->offset(); offset < tensor->bytes.size(); offset += tensor_chunk_bytes_) {
       if (context->IsCancelled()) return grpc::Status::CANCELLED;
@@ -292,6 +300,7 @@ class NodeServer::Service final : public Node::Service {
       chunk.set_offset(offset);
       chunk.set_data(tensor->bytes.data() + offset, length);
       if (!writer->Write(chunk)) return grpc::Status::CANCELLED;
+      weights_sent.add(static_cast<double>(length));
     }
     return grpc::Status::OK;
   }
@@ -335,11 +344,12 @@ class NodeServer::Service final : public Node::Service {
   uint64_t tensor_chunk_bytes_;
 };
 
-NodeServer::NodeServer(NodeHandler& handler, std::shared_ptr<ClusterKey> key, const std::string& host, int port,
-                       std::function<void(const std::string&)> log, uint64_t tensor_chunk_bytes)
+NodeServer::NodeServer(NodeHandler& handler, const std::string& node_id, std::shared_ptr<ClusterKey> key,
+                       const std::string& host, int port, std::function<void(const std::string&)> log,
+                       uint64_t tensor_chunk_bytes)
     : service_(std::make_unique<Service>(handler, std::move(key), std::move(log), tensor_chunk_bytes)) {
   grpc::ServerBuilder builder;
-  configure_server(builder);
+  configure_server(builder, node_id);
   builder.AddListeningPort(host + ":" + std::to_string(port), service_->key().links().server_credentials(), &port_);
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();

@@ -56,9 +56,11 @@ class NodeServer {
  public:
   // Listens on host:port (0: any free port). Throws PortTaken when another process has the
   // port, std::runtime_error when it cannot bind for another reason.
-  // `tensor_chunk_bytes` other than kTensorChunkBytes is for tests that cut a fetch mid-tensor.
-  NodeServer(NodeHandler& handler, std::shared_ptr<ClusterKey> key, const std::string& host, int port,
-             std::function<void(const std::string&)> log, uint64_t tensor_chunk_bytes = kTensorChunkBytes);
+  // `node_id` names it to its callers. `tensor_chunk_bytes` other than kTensorChunkBytes is for
+  // tests that cut a fetch mid-tensor.
+  NodeServer(NodeHandler& handler, const std::string& node_id, std::shared_ptr<ClusterKey> key,
+             const std::string& host, int port, std::function<void(const std::string&)> log,
+             uint64_t tensor_chunk_bytes = kTensorChunkBytes);
   ~NodeServer();
   int port() const { return port_; }
   // Ends open calls and stops listening.

@@ -67,17 +67,18 @@ RemoteGenerator::Ending RemoteGenerator::relay(Call& call, engine::RequestCallba
       if (event.has_passed_on()) return {from_message(event.passed_on())};
       return {std::nullopt, static_cast<engine::FinishReason>(event.finish_reason()), event.error()};
     }
-    const bool token = event.kind() == GenerateEvent::TOKEN;
-    if ((!token && event.kind() != GenerateEvent::EMBEDDING) || cancelled) continue;
+    if (cancelled) continue;
     bool keep_going = true;
     try {
-      if (token && callbacks.on_token) keep_going = callbacks.on_token(from_wire(event));
-      if (!token && callbacks.on_embedding) callbacks.on_embedding({event.embedding().begin(), event.embedding().end()});
+      if (event.kind() == GenerateEvent::STARTED && callbacks.on_started) callbacks.on_started();
+      if (event.kind() == GenerateEvent::TOKEN && callbacks.on_token) keep_going = callbacks.on_token(from_wire(event));
+      if (event.kind() == GenerateEvent::EMBEDDING && callbacks.on_embedding) {
+        callbacks.on_embedding({event.embedding().begin(), event.embedding().end()});
+      }
     } catch (const std::exception& e) {
       call.context.TryCancel();
       call.reader->Finish();
-      return {std::nullopt, engine::FinishReason::Error, std::string(token ? "token" : "embedding") +
-                                                            " callback failed: " + e.what()};
+      return {std::nullopt, engine::FinishReason::Error, std::string("callback failed: ") + e.what()};
     }
     if (!keep_going) {
       cancelled = true;

@@ -11,24 +11,12 @@
 namespace strata::rpc {
 namespace {
 
-// One batch's round trip over the link to `peer`, in the process's metrics.
-void count_forward(const std::string& peer, size_t sent_bytes, size_t received_bytes, double seconds) {
-  metrics::Registry& r = metrics::process_registry();
-  const metrics::Labels labels{{"peer", peer}};
-  r.histogram("strata_link_round_trip_seconds",
-              "From sending a batch's activations to a peer's stage to its reply, the stage's compute included.",
-              metrics::seconds_buckets(), labels)
-      .observe(seconds);
-  r.counter("strata_link_sent_bytes_total", "Bytes of batches sent to a peer's stage.", labels).add(static_cast<double>(sent_bytes));
-  r.counter("strata_link_received_bytes_total", "Bytes of replies from a peer's stage.", labels)
-      .add(static_cast<double>(received_bytes));
-  r.counter("strata_link_sent_messages_total", "Batches sent to a peer's stage.", labels).add();
-  r.counter("strata_link_received_messages_total", "Replies from a peer's stage.", labels).add();
+metrics::Histogram& round_trips_to(const std::string& peer) {
+  return metrics::process_registry().histogram(
+      "strata_link_round_trip_seconds",
+      "From sending a batch's activations to a peer's stage to its reply, the stage's compute included.",
+      metrics::seconds_buckets(), {{"peer", peer}});
 }
-
-}  // namespace
-
-namespace {
 
 // Releases sent without waiting, by every remote stage of the process, not yet answered. Never
 // destroyed: a release thread may still end after the process began to exit.
@@ -50,6 +38,7 @@ RemoteStage::RemoteStage(std::string peer_id, std::shared_ptr<grpc::Channel> cha
     : peer_id_(std::move(peer_id)),
       channel_(std::move(channel)),
       stub_(Node::NewStub(channel_)),
+      round_trips_(round_trips_to(peer_id_)),
       caller_(std::move(caller)),
       layers_(layers),
       base_deadline_(base_deadline),
@@ -166,8 +155,7 @@ std::vector<float> RemoteStage::forward(const engine::StageBatch& batch) {
   const auto sent = std::chrono::steady_clock::now();
   if (!stream_->Write(request)) fail("the stream closed");
   if (!stream_->Read(&reply)) fail("the stream closed");
-  count_forward(peer_id_, request.ByteSizeLong(), reply.ByteSizeLong(),
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count());
+  round_trips_.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count());
   {
     std::lock_guard lock(watch_mutex_);
     reply_due_ = std::chrono::steady_clock::time_point::max();

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "engine/stage.h"
+#include "metrics/metrics.h"
 #include "rpc/auth.h"
 #include "node.grpc.pb.h"
 
@@ -70,6 +71,7 @@ class RemoteStage final : public engine::Stage {
   std::string peer_id_;
   std::shared_ptr<grpc::Channel> channel_;  // kept for releases still on their way after this stage is gone
   std::unique_ptr<Node::Stub> stub_;
+  metrics::Histogram& round_trips_;  // in the process's metrics; the link's bytes are counted by rpc/link_metrics.h
   Caller caller_;
   engine::StageLayers layers_;
   std::chrono::milliseconds base_deadline_;

@@ -5,8 +5,12 @@ answers' usage says (requests, prompt, cached and generated tokens) and the hist
 observation per request (per token for the inter-token latency); every scrape parses under the
 text format's rules (written here from its specification), its histograms are well-formed, and
 every node shows the three nodes up, the placement's layers, its own KV pool and stage, and the
-leader its links to both peers. /metrics is behind the API key, or the metrics key when one is
-given. Logs: a request's x-request-id (the client's, or a new one) is on the line its entry
+leader its links to both peers. What links carry is counted at both ends, by peer and method:
+the last node starts without a model file, and the weights (and their calls' bytes and
+messages) its peers say they sent it are exactly what it says it received; every node's gossip
+with every other moves both ways, and what one end received the other had sent. /requests at
+the entry node tells each relayed request's wait in the leader's queue. /metrics is behind the
+API key, or the metrics key when one is given. Logs: a request's x-request-id (the client's, or a new one) is on the line its entry
 node writes about it and on the leader's lines about it once relayed there; the node started
 with --log-format json writes nothing but JSON objects, the request's with its request_id.
 `strata cluster --watch` in a tmux pane shows the three nodes and its figures, redrawn each second.
@@ -18,8 +22,10 @@ import math
 import time
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import urllib.error
 import urllib.request
@@ -246,8 +252,11 @@ def check_timelines(leader, entry):
           0 <= at_leader["queued_seconds"] <= at_leader["first_token_seconds"] <= at_leader["seconds"],
           f"the leader's timeline of its own request: {at_leader}")
     at_entry = entry.get("/requests")[1]["requests"]
-    check(len(at_entry) == 4 and all(r["queued_seconds"] is None and r["finish"] for r in at_entry),
-          f"the entry node's timelines of the requests it relayed: {at_entry}")
+    check(len(at_entry) == 4 and all(r["finish"] and r["queued_seconds"] is not None and
+                                     0 <= r["queued_seconds"] <= r["first_token_seconds"] <= r["seconds"]
+                                     for r in at_entry),
+          f"the entry node's timelines of the requests it relayed, their wait in the leader's queue "
+          f"included: {at_entry}")
 
 
 def check_cluster_view(nodes, leader):
@@ -265,14 +274,55 @@ def check_cluster_view(nodes, leader):
         check(value(m, "strata_is_leader") == (1 if node is leader else 0), f"node {node.id}: strata_is_leader")
         check(value(m, "strata_placement_epoch") >= 1, f"node {node.id}: a placement epoch")
     m = metrics_of(leader)
-    sent = {labels["peer"]: v for labels, v in series(m, "strata_link_sent_messages_total")}
-    received = {labels["peer"]: v for labels, v in series(m, "strata_link_received_messages_total")}
+    sent = link_counts(m, "sent_messages", "Forward")
+    received = link_counts(m, "received_messages", "Forward")
     check(set(sent) == {"b", "c"} and sent == received and all(v > 0 for v in sent.values()),
-          f"leader's links: sent {sent}, received {received}")
+          f"leader's batches: sent {sent}, replies {received}")
     rtts = {labels["peer"]: v for labels, v in series(m, "strata_link_round_trip_seconds_count")}
-    check(rtts == sent, f"leader's link round trips {rtts} match its messages {sent}")
-    byte_counts = series(m, "strata_link_sent_bytes_total")
-    check(all(v > 0 for _, v in byte_counts), f"leader's link bytes {byte_counts}")
+    check(rtts == sent, f"leader's link round trips {rtts} match its batches {sent}")
+    byte_counts = link_counts(m, "sent_bytes", "Forward")
+    check(all(v > 0 for v in byte_counts.values()), f"leader's batch bytes {byte_counts}")
+
+
+def link_counts(families, what, rpc):
+    """peer -> strata_link_{what}_total of calls of method `rpc`."""
+    return {labels["peer"]: v for labels, v in series(families, f"strata_link_{what}_total") if labels.get("rpc") == rpc}
+
+
+def check_links(nodes):
+    """The node without a file fetched its weights from the others: each end's counts of those
+    calls agree exactly. Gossip runs on, so one end's count lies between the other's before and
+    after: received no more than was sent by then, and all but the last few messages sent before."""
+    rounds = [{n.id: metrics_of(n) for n in nodes} for _ in range(3)]
+    first, middle, last = rounds
+    fetcher = nodes[2].id
+    servers = [n.id for n in nodes[:2]]
+    received = value(last[fetcher], "strata_weights_received_bytes_total")
+    sent = {s: value(last[s], "strata_weights_sent_bytes_total") for s in servers}
+    check(received > 0 and sum(sent.values()) == received,
+          f"weights: node {fetcher} received {received} bytes, its peers sent {sent}")
+    for method in ("ModelManifest", "FetchTensor"):
+        for what, other in (("sent", "received"), ("received", "sent")):
+            for unit in ("bytes", "messages"):
+                served = {s: link_counts(last[s], f"{what}_{unit}", method).get(fetcher, 0) for s in servers}
+                fetched = {s: v for s, v in link_counts(last[fetcher], f"{other}_{unit}", method).items()}
+                # A manifest's request is empty: 0 bytes, in one message.
+                moved = sum(served.values()) > 0 or (unit, what, method) == ("bytes", "received", "ModelManifest")
+                check(moved and served == {s: fetched.get(s, 0) for s in servers},
+                      f"{method} {unit}: {what} by {servers} to {fetcher} {served}, {other} there {fetched}")
+    for x in nodes:
+        for y in nodes:
+            if x is y:
+                continue
+            for unit in ("messages", "bytes"):
+                before = link_counts(first[x.id], f"sent_{unit}", "Hello").get(y.id, 0)
+                got = link_counts(middle[y.id], f"received_{unit}", "Hello").get(x.id, 0)
+                after = link_counts(last[x.id], f"sent_{unit}", "Hello").get(y.id, 0)
+                # At most a call and a reply each way at once, of about the same size as the others.
+                messages = link_counts(last[x.id], "sent_messages", "Hello").get(y.id, 1)
+                in_flight = 3 if unit == "messages" else 3 * after / messages
+                check(before > 0 and before - in_flight <= got <= after,
+                      f"gossip {unit} from {x.id} to {y.id}: {before} sent, then {got} received, then {after} sent")
 
 
 def check_keys():
@@ -293,12 +343,14 @@ def check_keys():
         split.stop()
 
 
-def start_cluster():
-    """As base.start_cluster, with the last node logging JSON."""
+def start_cluster(cache):
+    """As base.start_cluster, with the last node logging JSON, and fetching its weights from its
+    peers into `cache`."""
     extra = ["--placement", "memory", "--test-link-delay-ms", "5"]
     first = base.Node("a", *extra)
     nodes = [first, base.Node("b", "--peers", first.address, *extra),
-             base.Node("c", "--peers", first.address, "--log-format", "json", *extra)]
+             base.Node("c", "--peers", first.address, "--log-format", "json", "--cache-dir", cache, *extra,
+                       model=None)]
     for n in nodes:
         check(n.wait_healthy(), f"node {n.id} became healthy")
     deadline = time.time() + 30
@@ -362,7 +414,8 @@ def check_watch(entry):
 
 
 def main():
-    nodes = start_cluster()
+    cache = tempfile.mkdtemp(prefix="strata-observability-")
+    nodes = start_cluster(cache)
     try:
         leader, entry = nodes[0], nodes[2]
         before = metrics_of(entry)
@@ -394,11 +447,13 @@ def main():
               moved("strata_request_finished_total", reason="stop") == 4, "4 generations finished")
         check(moved("strata_e2e_request_latency_seconds_sum") > 0, "end-to-end latencies add up to more than 0")
         check_cluster_view(nodes, leader)
+        check_links(nodes)
         check_timelines(leader, entry)
         check_logs(leader, entry)
         check_watch(entry)
     finally:
         base.stop_all(nodes)
+        shutil.rmtree(cache, ignore_errors=True)
     check_keys()
     print("FAILED" if base.FAILURES else "OK", flush=True)
     return 1 if base.FAILURES else 0

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "engine/local_stage.h"
+#include "metrics/metrics.h"
 #include "rpc/channel.h"
 #include "rpc/messages.h"
 #include "rpc/node_service.h"
@@ -137,7 +138,7 @@ const std::string kModelHash(64, 'a');
 class NodeServiceTest : public ::testing::Test {
  protected:
   NodeServiceTest()
-      : server_(node_, std::make_shared<ClusterKey>("secret"), "127.0.0.1", 0, [this](const std::string& line) {
+      : server_(node_, "server", std::make_shared<ClusterKey>("secret"), "127.0.0.1", 0, [this](const std::string& line) {
           log_.push_back(line);
         }),
         stub_(Node::NewStub(make_channel(address(), key_))) {}
@@ -635,6 +636,95 @@ TEST_F(NodeServiceTest, ARemoteRequestCancelledWhileNoTokenComesEndsAtTheLeader)
   auto reason = finished.get_future();
   ASSERT_EQ(reason.wait_for(std::chrono::seconds(5)), std::future_status::ready);
   EXPECT_EQ(reason.get(), engine::FinishReason::Cancelled);
+}
+
+// A scheduler that starts every request it is given at once, with one token.
+class OneTokenScheduler final : public engine::Generator {
+ public:
+  engine::ModelLimits limits() const override { return {128, 1, 1}; }
+  bool submit(engine::GenerationRequest, engine::RequestCallbacks callbacks) override {
+    callbacks.on_started();
+    callbacks.on_token(engine::GeneratedToken{});
+    callbacks.on_finish(engine::FinishReason::Length, {});
+    return true;
+  }
+  void shutdown() override {}
+};
+
+TEST_F(NodeServiceTest, ARelayedRequestHearsWhenTheLeaderStartsIt) {
+  node_.lead(std::make_shared<OneTokenScheduler>());
+  std::mutex mutex;
+  std::vector<std::string> heard;
+  std::promise<void> finished;
+  engine::RequestCallbacks callbacks;
+  const auto hear = [&](const char* what) {
+    std::lock_guard lock(mutex);
+    heard.emplace_back(what);
+  };
+  callbacks.on_started = [&] { hear("started"); };
+  callbacks.on_token = [&](const engine::GeneratedToken&) {
+    hear("token");
+    return true;
+  };
+  callbacks.on_finish = [&](engine::FinishReason, const std::string&) {
+    hear("finished");
+    finished.set_value();
+  };
+  engine::GenerationRequest request;
+  request.prompt = {1, 300};
+  request.max_tokens = 1;
+  RemoteGenerator generator(Caller{"client", kEpoch, std::make_shared<ClusterKey>("secret")});
+  ASSERT_TRUE(generator.submit(make_channel(address(), key_), request, callbacks));
+  ASSERT_EQ(finished.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(heard, (std::vector<std::string>{"started", "token", "finished"}));
+}
+
+// What one link carried, as one end counts it (rpc/link_metrics.h).
+struct LinkCount {
+  double sent_bytes, sent_messages, received_bytes, received_messages;
+  static LinkCount of(const std::string& peer, const std::string& method) {
+    metrics::Registry& r = metrics::process_registry();
+    const metrics::Labels labels{{"peer", peer}, {"rpc", method}};
+    return {r.counter("strata_link_sent_bytes_total", "", labels).value(),
+            r.counter("strata_link_sent_messages_total", "", labels).value(),
+            r.counter("strata_link_received_bytes_total", "", labels).value(),
+            r.counter("strata_link_received_messages_total", "", labels).value()};
+  }
+  LinkCount operator-(const LinkCount& o) const {
+    return {sent_bytes - o.sent_bytes, sent_messages - o.sent_messages, received_bytes - o.received_bytes,
+            received_messages - o.received_messages};
+  }
+};
+
+// The caller ("client") and the server ("server") are both this process: each end counts under
+// the other's name, and what one sent the other received.
+TEST_F(NodeServiceTest, BothEndsOfALinkCountItsBytesAndMessagesEachWay) {
+  const LinkCount caller_before = LinkCount::of("server", "Forward");
+  const LinkCount server_before = LinkCount::of("client", "Forward");
+  const ForwardRequest request = start_sequence(1);
+  ForwardReply reply;
+  ASSERT_TRUE(forward(request, key_, &reply).ok());
+  const LinkCount caller = LinkCount::of("server", "Forward") - caller_before;
+  const LinkCount server = LinkCount::of("client", "Forward") - server_before;
+  EXPECT_EQ(caller.sent_messages, 1);
+  EXPECT_EQ(caller.sent_bytes, static_cast<double>(request.ByteSizeLong()));
+  EXPECT_EQ(caller.received_messages, 1);
+  EXPECT_EQ(caller.received_bytes, static_cast<double>(reply.ByteSizeLong()));
+  EXPECT_EQ(server.received_messages, caller.sent_messages);
+  EXPECT_EQ(server.received_bytes, caller.sent_bytes);
+  EXPECT_EQ(server.sent_messages, caller.received_messages);
+  EXPECT_EQ(server.sent_bytes, caller.received_bytes);
+
+  const LinkCount fetch_before = LinkCount::of("server", "FetchTensor");
+  metrics::Counter& weights_sent = metrics::process_registry().counter("strata_weights_sent_bytes_total", "");
+  const double weights_before = weights_sent.value();
+  const Fetched fetched = fetch(0);
+  ASSERT_TRUE(fetched.status.ok());
+  const LinkCount fetch = LinkCount::of("server", "FetchTensor") - fetch_before;
+  EXPECT_EQ(fetch.received_messages, fetched.chunks);
+  EXPECT_GT(fetch.received_bytes, static_cast<double>(fetched.bytes.size()));  // the chunks' offsets besides
+  EXPECT_EQ(weights_sent.value() - weights_before, static_cast<double>(node_.tensor_bytes().size()));
 }
 
 TEST_F(NodeServiceTest, GenerateNeedsTheLeader) {

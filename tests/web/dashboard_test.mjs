@@ -1,5 +1,7 @@
 // Drives the dashboard of a running 3-node cluster in Debian's chromium: the page asks for the
-// API key, then shows the three nodes with their layers; a chat message streams an answer (and
+// API key, then shows the three nodes with their layers and KV use, and under a stream of
+// requests every node's stage tokens/s (the others' too, not only this node's); a chat message
+// streams an answer (and
 // a reasoning model's stream, answered by the browser, shows its reasoning apart);
 // node STRATA_KILL_PID, killed, shows as down within a few seconds. Screenshots go to
 // STRATA_SCREENSHOTS.
@@ -45,9 +47,36 @@ try {
   await page.click("#key-form button");
   await page.waitForFunction(() => document.querySelectorAll("#pipeline .node").length === 3, { timeout: 15000 });
   const cards = await page.$$eval("#pipeline .node", (nodes) =>
-    nodes.map((n) => ({ id: n.dataset.node, layers: n.querySelector(".layers b")?.textContent, down: n.classList.contains("down") })));
+    nodes.map((n) => ({ id: n.dataset.node, layers: n.querySelector(".layers b")?.textContent, down: n.classList.contains("down"),
+                        kv: /KV \d+\/\d+ blocks/.test(n.textContent) })));
   check(cards.length === 3 && cards.every((c) => !c.down), `three nodes up in the pipeline (${JSON.stringify(cards)})`);
   check(cards.map((c) => c.layers).join(" ") === STRATA_LAYERS, `their layers are the placement's (${STRATA_LAYERS})`);
+  check(cards.every((c) => c.kv), "every node shows its KV use");
+
+  // Requests one after another from the page until every card has shown a stage speed above 0.
+  await page.evaluate((key) => {
+    window.loading = true;
+    (async () => {
+      while (window.loading) {
+        await fetch("/v1/completions", {
+          method: "POST",
+          headers: { "Content-Type": "application/json", Authorization: `Bearer ${key}` },
+          body: JSON.stringify({ prompt: "Once upon a time", max_tokens: 64 }),
+        }).then((r) => r.text());
+      }
+    })();
+  }, STRATA_API_KEY);
+  const speeds = await page.waitForFunction(() => {
+    const shown = [...document.querySelectorAll("#pipeline .node")].map((n) => {
+      const figure = /^(\d+\.\d) tokens\/s$/.exec(n.querySelector(".speed b")?.textContent ?? "");
+      return figure ? Number(figure[1]) : 0;
+    });
+    window.fastest ||= shown.map(() => 0);
+    shown.forEach((v, i) => { window.fastest[i] = Math.max(window.fastest[i], v); });
+    return window.fastest.length === 3 && window.fastest.every((v) => v > 0) && window.fastest;
+  }, { timeout: 20000, polling: 200 }).then((handle) => handle.jsonValue()).catch(() => null);
+  await page.evaluate(() => { window.loading = false; });
+  check(speeds !== null, `every node's stage tokens/s shows, above 0 under load (${JSON.stringify(speeds)})`);
   const stored = await page.evaluate(() => [sessionStorage.getItem("strata-api-key"), localStorage.length, document.cookie]);
   check(stored[0] === STRATA_API_KEY && stored[1] === 0 && stored[2] === "", "the key is kept in sessionStorage only");
   await page.screenshot({ path: `${STRATA_SCREENSHOTS}/dashboard-cluster.png`, fullPage: true });
