@@ -74,6 +74,15 @@ std::string host_of_peer(const std::string& peer) {
   return rest.substr(0, rest.rfind(':'));
 }
 
+// The cluster's own type for a placement heard in protobuf.
+Placement placement_of(const rpc::Placement& p) {
+  Placement placement;
+  placement.epoch = p.epoch();
+  placement.reason = p.reason();
+  for (const rpc::Stage& s : p.stages()) placement.stages.push_back({s.node_id(), s.first_layer(), s.last_layer()});
+  return placement;
+}
+
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 }  // namespace
@@ -1392,7 +1401,10 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     try {
       Placement p;
       if (options_.fixed_stages.empty()) {
-        std::optional<Placement> repaired = only_left ? repaired_placement(now, nodes, kv_tokens) : std::nullopt;
+        const std::optional<Placement> repaired =
+            only_left && placement_.stages_size() > 0 && placement_.error().empty()
+                ? repair_placement(placement_of(placement_), now, nodes, footprint_, kv_tokens)
+                : std::nullopt;
         p = repaired ? *repaired : place_layers(nodes, footprint_, placement_request());
       } else {
         p.stages = options_.fixed_stages;
@@ -1446,38 +1458,6 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       return found != peers_.end() && alive(found->second) &&
              (found->second.restarted || found->second.info.node_address() != s.node_address());
     });
-  }
-
-  // When nodes only left (lost or drained): the nodes left keep the layers they hold, and each
-  // gone stage's layers go to the stage before it (after it, for the first), if that fits. The
-  // requests that wait meanwhile then wait for the fewest layers to be prepared; a placement
-  // from scratch follows the next change of members.
-  std::optional<Placement> repaired_placement(const std::vector<std::string>& now, std::span<const NodeCapacity> nodes,
-                                              uint64_t kv_tokens) const {
-    if (placement_.stages_size() == 0 || !placement_.error().empty()) return std::nullopt;
-    Placement p;
-    std::optional<int> orphaned_from;  // first layer of gone stages at the front
-    for (const rpc::Stage& s : placement_.stages()) {
-      if (!std::binary_search(now.begin(), now.end(), s.node_id())) {
-        if (!p.stages.empty()) {
-          p.stages.back().last_layer = s.last_layer();
-        } else if (!orphaned_from) {
-          orphaned_from = s.first_layer();
-        }
-        continue;
-      }
-      p.stages.push_back({s.node_id(), orphaned_from.value_or(s.first_layer()), s.last_layer()});
-      orphaned_from.reset();
-    }
-    if (p.stages.empty()) return std::nullopt;
-    try {
-      check_placement(p, nodes, footprint_, kv_tokens);
-    } catch (const std::exception&) {
-      return std::nullopt;
-    }
-    p.reason = "repaired: the nodes left keep their layers, and those of the nodes gone go to their neighbours "
-               "in the pipeline (a placement from scratch follows the next change of members)";
-    return p;
   }
 
   uint64_t max_epoch() const {
