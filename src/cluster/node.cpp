@@ -405,7 +405,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       return progress->client.on_token(shown);
     };
     callbacks.on_finish = [this, progress](engine::FinishReason reason, const std::string& error) {
-      if (reason != engine::FinishReason::Error || !error.starts_with(rpc::kSchedulerLost)) {
+      if (reason != engine::FinishReason::Lost) {
         if (progress->client.on_finish) progress->client.on_finish(reason, error);
         return;
       }
@@ -1024,7 +1024,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // A node refused holds nothing and schedules nothing: its placement, made before it was
   // refused, is let go with its stage and its requests.
   void stand_aside(const std::string& why) {
-    if (scheduler_) retire(std::move(scheduler_), why, std::nullopt);
+    if (scheduler_) retire(std::move(scheduler_), engine::FinishReason::Error, why, std::nullopt);
     if (placement_.stages_size() > 0 || !placement_.error().empty()) placement_ = rpc::Placement();
     apply();
   }
@@ -1389,12 +1389,13 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       if (all_alive && placement_.error().empty() && serving_leader() == nullptr) return;
       log(all_alive ? "another node leads now: the requests scheduled here move to it with their state"
                     : "another node leads now: the requests scheduled here move to it");
-      retire(std::move(scheduler_), lost, all_alive ? std::optional(scheduler_epoch_) : std::nullopt);
+      retire(std::move(scheduler_), engine::FinishReason::Lost, lost,
+             all_alive ? std::optional(scheduler_epoch_) : std::nullopt);
     }
     if (scheduler_ && !placement_.error().empty()) {
       // The nodes left cannot hold the model: its requests end now, saying what is missing.
       log("the requests scheduled here end: " + placement_.error());
-      retire(std::move(scheduler_), placement_.error(), std::nullopt);
+      retire(std::move(scheduler_), engine::FinishReason::Error, placement_.error(), std::nullopt);
     }
     if (placement_.leader_id() != options_.node_id || placement_.stages_size() == 0) return;
     if (scheduling()) return;
@@ -1511,14 +1512,15 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   // An old scheduler passes its requests on with their state, named by `epoch`, or ends them
-  // with `why`, off the gossip thread, which holds the lock and must go on answering peers
-  // meanwhile. A request passed on, or ended as lost, goes on at the next leader.
-  void retire(std::shared_ptr<engine::Engine> old, std::string why, std::optional<uint64_t> epoch) {
-    retiring_.emplace_back([old = std::move(old), why = std::move(why), epoch] {
+  // with `reason` and `why`, off the gossip thread, which holds the lock and must go on
+  // answering peers meanwhile. A request passed on, or ended as Lost, goes on at the next leader.
+  void retire(std::shared_ptr<engine::Engine> old, engine::FinishReason reason, std::string why,
+              std::optional<uint64_t> epoch) {
+    retiring_.emplace_back([old = std::move(old), reason, why = std::move(why), epoch] {
       if (epoch) {
         old->pass_on(*epoch, why);
       } else {
-        old->abort(why);
+        old->abort(reason, why);
       }
     });
   }
