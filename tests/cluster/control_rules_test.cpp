@@ -399,6 +399,49 @@ TEST(ControlRules, APeerOfAnotherModelOrProtocolTakesNoPart) {
   EXPECT_EQ(members(n.state, t0 + kSettle), (Ids{"b"}));
 }
 
+TEST(ControlRules, AFixedPlacementThatWaitsIsTriedEachRoundAndItsMembersCountAsPlaced) {
+  Node n(a);
+  n.hears(b, t0);
+  n.hears(c, t0);
+  EXPECT_FALSE(n.round(t0));
+  n.hears(b, t0 + kSettle);
+  n.hears(c, t0 + kSettle);
+  const auto proposal = n.round(t0 + kSettle);
+  ASSERT_TRUE(proposal);
+  n.on(control::PlacementWaits{proposal->members}, t0 + kSettle);
+  EXPECT_FALSE(n.did<control::ActNow>());
+  const auto again = n.round(t0 + kSettle + 500ms);
+  ASSERT_TRUE(again);  // the nodes it names may have come meanwhile
+  EXPECT_EQ(again->epoch, proposal->epoch);
+  // c leaves: only a loss, placed again at once.
+  n.hears(b, t0 + 2s);
+  n.on(control::HelloRefused{"h:3"}, t0 + 2s);
+  n.on(control::HelloRefused{"h:3"}, t0 + 2s);
+  const auto after_loss = n.round(t0 + 2s);
+  ASSERT_TRUE(after_loss);
+  EXPECT_EQ(after_loss->members, (Ids{"a", "b"}));
+  EXPECT_FALSE(after_loss->may_repair);  // there is no placement to repair
+}
+
+TEST(ControlRules, TheLeaderServesWhenItSchedulesThisPlacementOrAnOlderOne) {
+  Node n(b);
+  n.hears(a, t0, placement(3, "a", {a, b}));
+  EXPECT_EQ(serving_leader(n.state, t0), nullptr);  // not serving yet
+  NodeView serving = a;
+  serving.state = "serving";
+  serving.ready_epoch = 3;
+  n.hears(serving, t0);
+  ASSERT_NE(serving_leader(n.state, t0), nullptr);
+  EXPECT_EQ(serving_leader(n.state, t0)->info.address, "h:1");
+  // Ready for a placement this node has not heard of yet: not the one it serves.
+  serving.ready_epoch = 4;
+  n.hears(serving, t0);
+  EXPECT_EQ(serving_leader(n.state, t0), nullptr);
+  // This node leads its own placement: no other leader serves it.
+  Node leader = placed_pair();
+  EXPECT_EQ(serving_leader(leader.state, t0 + kSettle), nullptr);
+}
+
 TEST(ControlRules, TheNodesAPeerKnowsAreKnownButNotSeen) {
   Node n(a);
   n.hears(b, t0, {}, {c, b, a});
