@@ -14,6 +14,7 @@
 #include "cli/model_source.h"
 #include "cluster/discovery.h"
 #include "cluster/node.h"
+#include "cluster/node_identity.h"
 #include "metrics/metrics.h"
 #include "model/config.h"
 #include "constrain/matcher.h"

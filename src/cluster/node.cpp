@@ -1,18 +1,9 @@
 #include "cluster/node.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <condition_variable>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <future>
 #include <map>
 #include <mutex>
@@ -23,6 +14,7 @@
 #include <stop_token>
 #include <thread>
 
+#include "cluster/control_rules.h"
 #include "cluster/node_resources.h"
 #include "engine/local_stage.h"
 #include "rpc/channel.h"
@@ -42,12 +34,6 @@ constexpr auto kGossipInterval = std::chrono::milliseconds(500);
 constexpr auto kHelloDeadline = std::chrono::milliseconds(1000);
 // How long a gossip round waits for its Hellos' answers before it acts on what it knows.
 constexpr auto kHelloWait = std::chrono::milliseconds(200);
-// A peer not heard from for this long has left; keepalive and deadlines see it sooner on
-// the links that carry requests.
-constexpr auto kPeerTimeout = std::chrono::milliseconds(3000);
-// Members must stay the same this long before the leader places the model over them, so that
-// nodes starting together are placed once.
-constexpr auto kSettle = std::chrono::milliseconds(1000);
 // The longest a leader's switch to a new placement may take to hand over the sequences'
 // state (finishing the batches in flight, then moving keys and values): a node keeps its
 // previous stage this long, and a node that leaves waits this long for it.
@@ -55,8 +41,6 @@ constexpr auto kHandOverLimit = std::chrono::seconds(60);
 // Placements a node remembers, the current one included: a new leader finds the stages of the
 // one before it there, which hold the state of the requests the old leader passes on.
 constexpr size_t kRecentPlacements = 4;
-// How long a leader waits for peers named with --peers that have never answered.
-constexpr auto kSeedWait = std::chrono::milliseconds(5000);
 
 bool is_loopback_host(const std::string& host) {
   return host == "localhost" || host.starts_with("127.") || host == "[::1]" || host == "::1";
@@ -74,113 +58,37 @@ std::string host_of_peer(const std::string& peer) {
   return rest.substr(0, rest.rfind(':'));
 }
 
+// The cluster's own types for what peers say, at the protobuf boundary.
+Placement placement_of(const rpc::Placement& p) {
+  Placement placement;
+  placement.epoch = p.epoch();
+  placement.reason = p.reason();
+  for (const rpc::Stage& s : p.stages()) placement.stages.push_back({s.node_id(), s.first_layer(), s.last_layer()});
+  return placement;
+}
+
+PlacementView view_of(const rpc::Placement& p) {
+  PlacementView view{p.epoch(), p.leader_id(), {}, !p.error().empty()};
+  for (const rpc::Stage& s : p.stages()) view.stages.push_back({s.node_id(), s.node_address()});
+  return view;
+}
+
+NodeView view_of(const rpc::NodeInfo& info) {
+  return {info.node_id(),     info.node_address(), info.instance(),         info.started_unix_ms(),
+          info.ready_epoch(), info.state(),        info.leaving(),          info.protocol_version(),
+          info.model_hash(),  info.model_name()};
+}
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 }  // namespace
 
 std::string model_hash(const gguf::File& file) { return rpc::sha256_hex(file.header_bytes()); }
-
-namespace {
-
-fs::path state_directory(const std::string& state_dir) {
-  if (!state_dir.empty()) return state_dir;
-  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && *xdg != '\0') return fs::path(xdg) / "strata";
-  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
-    return fs::path(home) / ".local" / "state" / "strata";
-  }
-  throw std::runtime_error("no --state-dir, XDG_STATE_HOME or HOME to keep this node's state in");
-}
-
-// The directory, made if it is not there (readable by this user only, then).
-void make_state_directory(const fs::path& dir) {
-  if (fs::create_directories(dir)) fs::permissions(dir, fs::perms::owner_all);
-}
-
-std::string read_line(const fs::path& file) {
-  std::ifstream in(file);
-  std::string line;
-  if (in) std::getline(in, line);
-  return line;
-}
-
-constexpr size_t kLocalSecretDigits = 64;
-
-}  // namespace
-
-std::string resolve_node_id(const std::string& given, const std::string& state_dir) {
-  if (!given.empty()) return given;
-  const fs::path dir = state_directory(state_dir);
-  const fs::path file = dir / "node-id";
-  if (std::string id = read_line(file); !id.empty()) return id;
-  std::random_device random;
-  char id[17];
-  std::snprintf(id, sizeof id, "%08x%08x", random(), random());
-  make_state_directory(dir);
-  const fs::path partial = file.string() + ".partial";
-  {
-    std::ofstream out(partial);
-    out << id << "\n";
-    if (!out) throw std::runtime_error("cannot write the node id to " + file.string());
-  }
-  fs::rename(partial, file);
-  return id;
-}
-
-std::string read_or_create_local_secret() {
-  const fs::path dir = state_directory({});
-  const fs::path file = dir / "local-secret";
-  const auto refuse = [&](const std::string& why) {
-    return std::runtime_error("cannot keep this user's local cluster secret in " + file.string() + ": " + why);
-  };
-  try {
-    make_state_directory(dir);
-  } catch (const fs::filesystem_error& e) {
-    throw refuse(e.code().message());
-  }
-  struct stat info {};
-  // A directory others may write to would let them put their own file, or a link, in its place.
-  if (::stat(dir.c_str(), &info) != 0 || info.st_uid != ::getuid() || (info.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    throw refuse(dir.string() + " must be this user's, and writable by no one else (chmod 700 " + dir.string() + ")");
-  }
-  if (!fs::exists(fs::symlink_status(file))) {
-    // Written whole under another name and moved into place without replacing, so that nodes
-    // starting at the same time agree on one secret: the first move wins, the others read it. A
-    // move never shows the file with a second link, which a reader would rightly refuse.
-    const fs::path partial = file.string() + "." + rpc::fresh_nonce();
-    const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) throw refuse(std::strerror(errno));
-    const std::string secret = rpc::fresh_nonce() + rpc::fresh_nonce() + "\n";
-    const bool written = ::write(fd, secret.data(), secret.size()) == static_cast<ssize_t>(secret.size()) && ::fsync(fd) == 0;
-    ::close(fd);
-    const bool moved =
-        written && (::renameat2(AT_FDCWD, partial.c_str(), AT_FDCWD, file.c_str(), RENAME_NOREPLACE) == 0 ||
-                    errno == EEXIST);
-    const int move_error = errno;
-    ::unlink(partial.c_str());
-    if (!moved) throw refuse(std::strerror(written ? move_error : EIO));
-  }
-  // Read through the descriptor that was checked, never through a link: as ssh does with its
-  // keys, a secret others can read, or that is some other file, keeps nobody out.
-  const int fd = ::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) throw refuse(errno == ELOOP ? "it is a symbolic link" : std::strerror(errno));
-  char text[kLocalSecretDigits + 2] = {};
-  const bool private_file = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_uid == ::getuid() &&
-                            (info.st_mode & (S_IRWXG | S_IRWXO)) == 0 && info.st_nlink == 1;
-  const ssize_t length = private_file ? ::read(fd, text, sizeof text) : 0;
-  ::close(fd);
-  if (!private_file) {
-    throw refuse("it must be a file of this user's, with no other link, readable by no one else (chmod 600 " +
-                 file.string() + ")");
-  }
-  std::string secret(text, static_cast<size_t>(std::max<ssize_t>(length, 0)));
-  if (secret.ends_with('\n')) secret.pop_back();
-  if (secret.size() != kLocalSecretDigits ||
-      secret.find_first_not_of("0123456789abcdef") != std::string::npos) {
-    throw refuse("it is not " + std::to_string(kLocalSecretDigits) +
-                 " hex digits; delete it and start again to make a new one");
-  }
-  return secret;
-}
 
 class ClusterNode::Impl final : public rpc::NodeHandler {
  public:
@@ -227,16 +135,20 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
     self_.set_weight_bytes_per_second(measure_weight_speed(options_.engine.threads));
     self_.set_state("starting");
-    for (const std::string& peer : options_.peers) seeds_[peer] = false;
+    control_ = initial_control_state(view_of(self_), options_.peers, Clock::now());
 
     server_ = listen_for_nodes();
     const std::string advertised_host = options_.host == "0.0.0.0" ? "" : options_.host;
-    self_.set_node_address(advertised_host + ":" + std::to_string(server_->port()));
+    {
+      std::lock_guard lock(mutex_);
+      self_.set_node_address(advertised_host + ":" + std::to_string(server_->port()));
+      control_.self.address = self_.node_address();
+      control_.started = Clock::now();
+    }
     log("node " + options_.node_id + " listens for nodes on " + options_.host + ":" +
         std::to_string(server_->port()) + " (" + units::describe_bytes(self_.memory_bytes()) + " usable, " +
         units::describe_bytes(static_cast<uint64_t>(self_.weight_bytes_per_second())) + "/s of weights)" +
         (across_machines() ? "" : "; no --cluster-key: it forms a cluster only with this user's nodes on this machine"));
-    started_ = Clock::now();
     start_discovery();
     gossip_ = std::thread([this] { gossip_loop(); });
   }
@@ -292,7 +204,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   bool submit_for_client(engine::GenerationRequest request, engine::RequestCallbacks callbacks) {
     {
       std::lock_guard lock(mutex_);
-      if (leaving_) {
+      if (control_.leaving) {
         throw engine::Unavailable("node " + options_.node_id + " is leaving the cluster: send requests to another node", 1);
       }
       ++client_requests_;
@@ -334,8 +246,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
             local = scheduler_;
             break;
           }
-          if (const Peer* l = serving_leader()) {
-            leader = channel(l->info.node_address());
+          if (const PeerState* l = serving_leader()) {
+            leader = channel(l->info.address);
             break;
           }
           if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
@@ -383,7 +295,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       return progress->client.on_token(shown);
     };
     callbacks.on_finish = [this, progress](engine::FinishReason reason, const std::string& error) {
-      if (reason != engine::FinishReason::Error || !error.starts_with(rpc::kSchedulerLost)) {
+      if (reason != engine::FinishReason::Lost) {
         if (progress->client.on_finish) progress->client.on_finish(reason, error);
         return;
       }
@@ -426,19 +338,13 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (sender.node_address().starts_with(":")) sender.set_node_address(host_of_peer(peer) + sender.node_address());
     {
       std::lock_guard lock(mutex_);
-      const IdCheck id = check_id(sender);
-      if (id.verdict == IdCheck::Refused) {
-        log_once("refused " + sender.node_address() + sender.instance(),
-                 "refused node " + sender.node_id() + " at " + sender.node_address() + ": " + id.why);
-        return {grpc::StatusCode::ALREADY_EXISTS, id.why};
-      }
-      if (id.verdict == IdCheck::ThisNodeRefused) note_refused(sender.node_address(), id.why);
+      // A new placement to load, or a peer now ready for it: acted on at once, not a gossip round later.
+      const Decision decision = hear(sender, request.known(), request.placement(), {}, 0.0);
+      if (!decision.refuse_caller.empty()) return {grpc::StatusCode::ALREADY_EXISTS, decision.refuse_caller};
       *reply.mutable_node() = self_info();
-      // A node refused takes nothing in, and tells nothing but who it is.
+      // A node refused tells nothing but who it is.
       if (!refusal().empty()) return grpc::Status::OK;
-      // A new placement to load, or a peer now ready for it: act at once, not a gossip round later.
-      if (take_in(sender, request.known(), request.placement(), 0.0)) act_now_ = true;
-      for (const auto& [id, peer] : peers_) *reply.add_known() = peer.info;
+      for (const auto& [id, info] : peer_infos_) *reply.add_known() = info;
       *reply.mutable_placement() = placement_;
     }
     changed_.notify_all();
@@ -505,7 +411,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   std::pair<int, std::string> health() const {
     std::lock_guard lock(mutex_);
-    if (leaving_) return {503, R"({"status":"leaving"})"};
+    if (control_.leaving) return {503, R"({"status":"leaving"})"};
     if (const std::string why = refusal(); !why.empty()) {
       return {503, json{{"status", "refused"}, {"waiting_for", why}}.dump()};
     }
@@ -530,7 +436,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   std::string status_json() const {
     std::lock_guard lock(mutex_);
     json nodes = json::array();
-    const auto describe_node = [&](const rpc::NodeInfo& info, bool self, const Peer* peer) {
+    const auto describe_node = [&](const rpc::NodeInfo& info, bool self, const PeerState* peer) {
       json n{{"id", info.node_id()},
              {"self", self},
              {"node_address", info.node_address()},
@@ -560,7 +466,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
                          {"evictions", kv.evictions()}};
       }
       if (peer != nullptr) {
-        n["alive"] = alive(*peer);
+        n["alive"] = alive(*peer, Clock::now());
         n["last_seen_seconds"] = peer->seen ? seconds_since(peer->last_seen) : -1.0;
         n["rtt_ms"] = peer->rtt_ms;
         if (!peer->problem.empty()) n["problem"] = peer->problem;
@@ -568,7 +474,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       return n;
     };
     nodes.push_back(describe_node(self_info(), true, nullptr));
-    for (const auto& [id, peer] : peers_) nodes.push_back(describe_node(peer.info, false, &peer));
+    for (const auto& [id, peer] : control_.peers) nodes.push_back(describe_node(peer_infos_.at(id), false, &peer));
     json stages = json::array();
     for (const rpc::Stage& s : placement_.stages()) {
       stages.push_back({{"node", s.node_id()}, {"node_address", s.node_address()},
@@ -596,7 +502,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
                                     {"sequences_recomputed", counts.recomputed}};
       body["sequences_preempted"] = scheduler_->preemptions();  // for want of KV blocks, computed again later
     }
-    if (leaving_) body["leaving"] = true;
+    if (control_.leaving) body["leaving"] = true;
     return body.dump();
   }
 
@@ -615,8 +521,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
                 info.weight_bytes_per_second());
     };
     node_metrics(self, true);
-    for (const auto& [id, peer] : peers_) {
-      node_metrics(peer.info, alive(peer));
+    for (const auto& [id, peer] : control_.peers) {
+      node_metrics(peer_infos_.at(id), alive(peer, Clock::now()));
       if (peer.seen) {
         out.gauge("strata_link_heartbeat_rtt_seconds", "Round-trip time of the last gossip call to the peer.",
                   {{"peer", id}}, peer.rtt_ms / 1000.0);
@@ -683,14 +589,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   void leave() {
     std::unique_lock lock(mutex_);
-    const auto someone_takes_over = [&] {
-      return std::any_of(peers_.begin(), peers_.end(), [&](const auto& entry) {
-        return alive(entry.second) && compatible(entry.second) && !entry.second.info.leaving();
-      });
-    };
+    const auto someone_takes_over = [&] { return cluster::someone_takes_over(control_, Clock::now()); };
     if (stopping_ || !someone_takes_over()) return;
-    leaving_ = true;
-    act_now_ = true;
+    decide(control::DrainAsked{});
     changed_.notify_all();
     log("leaving: the cluster places the model without this node, the sequences it holds move to the nodes "
         "that take its layers over, and its clients' requests in flight finish");
@@ -729,16 +630,6 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
  private:
-  struct Peer {
-    rpc::NodeInfo info;
-    Clock::time_point last_seen{};
-    bool seen = false;  // reached directly, not only heard of
-    double rtt_ms = 0.0;
-    std::string problem;  // why it cannot take part
-    bool gone_logged = false;
-    int refused_hellos = 0;  // in a row
-    bool restarted = false;  // another process of it answers than when the placement was made
-  };
   // This node's stage for one placement epoch, with its own pool: a forward of an older
   // epoch that is still running never shares threads with the new one.
   struct StageRuntime {
@@ -824,9 +715,10 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   std::vector<std::shared_ptr<TensorSource>> sources_for(size_t index) {
     std::lock_guard lock(mutex_);
     std::vector<std::shared_ptr<TensorSource>> sources;
-    for (const auto& [id, peer] : peers_) {
-      if (!alive(peer) || !compatible(peer) || !peer_holds(peer.info.weights(), index)) continue;
-      const std::string& address = peer.info.node_address();
+    for (const auto& [id, peer] : control_.peers) {
+      const rpc::NodeInfo& info = peer_infos_.at(id);
+      if (!alive(peer, Clock::now()) || !compatible(peer) || !peer_holds(info.weights(), index)) continue;
+      const std::string& address = info.node_address();
       auto& source = sources_[address];
       if (!source) {
         source = peer_source(address, rpc::make_bulk_channel(address, *key_), self_.model_hash(), options_.node_id, key_);
@@ -929,7 +821,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   rpc::NodeInfo self_info() const {
     rpc::NodeInfo info = self_;
     info.set_ready_epoch(ready_epoch());
-    info.set_leaving(leaving_);
+    info.set_leaving(control_.leaving);
     info.set_held_sequences(stage_ ? stage_->stage->sequence_count() : 0);
     if (stage_) {
       const model::KvPoolStats kv = stage_->stage->kv_stats();
@@ -970,128 +862,71 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
   bool serving() const { return scheduling() || (serving_leader() != nullptr && !own_stage_missing()); }
 
-  bool alive(const Peer& peer) const { return peer.seen && Clock::now() - peer.last_seen < kPeerTimeout; }
-  bool compatible(const Peer& peer) const { return peer.problem.empty(); }
-
-  // Whether the process that says `info` about itself may go by its node id: a node id belongs
-  // to one process while it runs, the one of those under it that started first (then: the
-  // lower instance), the same rule on every node. A process restarted on the same address, or
-  // once the one before it is seen gone, takes it over. (A node that says it is refused is
-  // placed nowhere until it says otherwise: members().)
-  struct IdCheck {
-    enum Verdict { Fine, Refused, ThisNodeRefused } verdict = Fine;
-    std::string why;
+  // What the rules decided on an event that its caller acts on.
+  struct Decision {
+    std::string refuse_caller;  // the Hello received is answered with this refusal
+    bool stood_aside = false;
   };
-  static bool came_first(const rpc::NodeInfo& a, const rpc::NodeInfo& b) {
-    return a.started_unix_ms() != b.started_unix_ms() ? a.started_unix_ms() < b.started_unix_ms()
-                                                      : a.instance() < b.instance();
-  }
-  IdCheck check_id(const rpc::NodeInfo& info) const {
-    const std::string& id = info.node_id();
-    const auto taken_by = [&](const rpc::NodeInfo& holder) {
-      const int64_t age_ms = std::max<int64_t>(0, rpc::unix_time_ms() - holder.started_unix_ms());
-      return "node id '" + id + "' is taken by the node at " + holder.node_address() + " (started " +
-             std::to_string(age_ms / 1000) + " s ago)";
-    };
-    if (id == options_.node_id) {
-      if (info.instance() == self_.instance()) return {};
-      return came_first(self_, info) ? IdCheck{IdCheck::Refused, taken_by(self_)}
-                                     : IdCheck{IdCheck::ThisNodeRefused, taken_by(info)};
+  // The Hello an event came from: what KeepInfo and AdoptPlacement take of it.
+  struct Heard {
+    const rpc::NodeInfo& sender;
+    const google::protobuf::RepeatedPtrField<rpc::NodeInfo>& known;
+    const rpc::Placement& placement;
+  };
+
+  // The one place this node's decisions are made: the rules (control_rules.h) decide on
+  // `event`, and the actions they return are carried out here (mutex_ held).
+  Decision decide(const ControlEvent& event, const Heard* heard = nullptr) {
+    ControlStep next = step(control_, event, Clock::now());
+    control_ = std::move(next.state);
+    Decision decision;
+    for (const ControlAction& action : next.actions) {
+      std::visit(Overloaded{
+                     [&](const control::Log& a) { log(a.line); },
+                     [&](const control::LogOnce& a) { log_once(a.key, a.line); },
+                     [&](const control::ActNow&) { act_now_ = true; },
+                     [&](const control::RefuseCaller& a) { decision.refuse_caller = a.why; },
+                     [&](const control::KeepInfo& a) {
+                       const rpc::NodeInfo& info = a.source < 0 ? heard->sender : heard->known[a.source];
+                       peer_infos_[info.node_id()] = info;
+                     },
+                     [&](const control::AdoptPlacement&) {
+                       set_placement(heard->placement);
+                       log("placement " + std::to_string(placement_.epoch()) + " from " + placement_.leader_id() +
+                           ": " + stages_text(placement_));
+                     },
+                     [&](const control::StandAside& a) {
+                       stand_aside(a.why);
+                       decision.stood_aside = true;
+                     },
+                     [&](const control::ProposePlacement& a) { place(a); },
+                 },
+                 action);
     }
-    const auto found = peers_.find(id);
-    const bool held = found != peers_.end() && found->second.seen && alive(found->second) &&
-                      found->second.info.instance() != info.instance() &&
-                      found->second.info.node_address() != info.node_address();
-    if (!held || came_first(info, found->second.info)) return {};
-    return {IdCheck::Refused, taken_by(found->second.info)};
+    return decision;
   }
 
-  // Another process runs under this node's id and came first, as the node at `address` says:
-  // this one takes no part while that goes on being said.
-  void note_refused(const std::string& address, const std::string& why) {
-    const bool first = !refused_by_.contains(address);
-    refused_by_[address] = {why, Clock::now()};
-    if (first) {
-      log("this node takes no part in the cluster: " + why + "; give it another --node-id (or --state-dir) (if that node "
-          "was this one before a restart, this one is let in once it is seen gone)");
-    }
+  // A Hello received (`address` empty), or the reply to this node's Hello to `address`.
+  Decision hear(const rpc::NodeInfo& sender, const google::protobuf::RepeatedPtrField<rpc::NodeInfo>& known,
+                const rpc::Placement& placement, const std::string& address, double rtt_ms) {
+    control::HelloHeard hello{view_of(sender), {}, view_of(placement), address, rtt_ms, rpc::unix_time_ms()};
+    for (const rpc::NodeInfo& info : known) hello.known.push_back(view_of(info));
+    const Heard heard{sender, known, placement};
+    return decide(hello, &heard);
   }
 
   // A node refused holds nothing and schedules nothing: its placement, made before it was
   // refused, is let go with its stage and its requests.
   void stand_aside(const std::string& why) {
-    if (scheduler_) retire(std::move(scheduler_), why, std::nullopt);
+    if (scheduler_) retire(std::move(scheduler_), engine::FinishReason::Error, why, std::nullopt);
     if (placement_.stages_size() > 0 || !placement_.error().empty()) placement_ = rpc::Placement();
     apply();
   }
 
-  // Why this node takes no part now ("this node takes no part: node id 'b' is taken by ..."),
-  // or empty.
-  std::string refusal() const {
-    for (const auto& [address, refused] : refused_by_) {
-      if (Clock::now() - refused.at < kPeerTimeout) return "this node takes no part: " + refused.why;
-    }
-    return {};
-  }
+  std::string refusal() const { return cluster::refusal(control_, Clock::now()); }
 
   void log_once(const std::string& key, const std::string& line) {
     if (said_once_.insert(key).second) log(line);
-  }
-
-  // Takes in what a peer says in a Hello or its reply: itself, then, from a node of this model
-  // and protocol only, the nodes it knows and its placement (another model's placements are
-  // its own cluster's). Returns whether that is news to act on at once.
-  bool take_in(const rpc::NodeInfo& node, const google::protobuf::RepeatedPtrField<rpc::NodeInfo>& known,
-               const rpc::Placement& placement, double rtt_ms) {
-    bool news = learn(node, true, rtt_ms);
-    const auto found = peers_.find(node.node_id());
-    if (found == peers_.end() || !compatible(found->second)) return news;
-    for (const rpc::NodeInfo& info : known) learn(info, false, 0.0);
-    return adopt(placement) || news;
-  }
-
-  // Takes in what a node says about itself (direct) or what another said about it.
-  // Returns whether the peer's readiness or serving state changed, which a leader acts on.
-  bool learn(const rpc::NodeInfo& info, bool direct, double rtt_ms) {
-    if (info.node_id().empty() || info.node_id() == options_.node_id) return false;
-    auto [it, inserted] = peers_.try_emplace(info.node_id());
-    Peer& peer = it->second;
-    const bool news = direct && (inserted || peer.info.instance() != info.instance() ||
-                                 peer.info.ready_epoch() != info.ready_epoch() || peer.info.state() != info.state());
-    if (direct && !inserted && !peer.info.instance().empty() && peer.info.instance() != info.instance()) {
-      peer.restarted = true;
-    }
-    if (direct || inserted) peer.info = info;
-    if (direct) {
-      peer.seen = true;
-      peer.last_seen = Clock::now();
-      peer.refused_hellos = 0;
-      if (rtt_ms > 0) peer.rtt_ms = rtt_ms;
-    }
-    std::string problem;
-    if (info.protocol_version() != rpc::kProtocolVersion) {
-      problem = "speaks protocol " + std::to_string(info.protocol_version()) + ", this node " +
-                std::to_string(rpc::kProtocolVersion);
-    } else if (info.model_hash() != self_.model_hash()) {
-      problem = "runs another model (" + info.model_name() + ", hash " + info.model_hash().substr(0, 12) + ")";
-    }
-    if (problem != peer.problem && !problem.empty()) log("node " + info.node_id() + " is left out: it " + problem);
-    if (inserted) log("node " + info.node_id() + " at " + info.node_address() + " is known");
-    peer.problem = problem;
-    return news;
-  }
-
-  // A newer placement wins; at the same epoch, the one of the lower leader id.
-  // Returns whether `p` replaced this node's placement.
-  bool adopt(const rpc::Placement& p) {
-    if (p.leader_id().empty() || !refusal().empty()) return false;
-    if (const auto leader = peers_.find(p.leader_id()); leader != peers_.end() && !compatible(leader->second)) return false;
-    const bool newer = p.epoch() > placement_.epoch() ||
-                       (p.epoch() == placement_.epoch() && p.leader_id() < placement_.leader_id());
-    if (!newer) return false;
-    set_placement(p);
-    log("placement " + std::to_string(p.epoch()) + " from " + p.leader_id() + ": " + stages_text(p));
-    return true;
   }
 
   static std::string stages_text(const rpc::Placement& p) {
@@ -1104,29 +939,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     return text;
   }
 
-  // The nodes placements are made over: alive, with this model, and not leaving.
-  std::vector<std::string> members() const {
-    std::vector<std::string> ids;
-    if (!leaving_) ids.push_back(options_.node_id);
-    for (const auto& [id, peer] : peers_) {
-      if (alive(peer) && compatible(peer) && !peer.info.leaving() && peer.info.state() != "refused") ids.push_back(id);
-    }
-    std::sort(ids.begin(), ids.end());
-    return ids;
-  }
-
-  std::string leader_id() const {
-    const std::vector<std::string> ids = members();
-    return ids.empty() ? options_.node_id : ids.front();
-  }
-
-  const Peer* serving_leader() const {
-    if (placement_.leader_id().empty() || placement_.leader_id() == options_.node_id) return nullptr;
-    const auto found = peers_.find(placement_.leader_id());
-    if (found == peers_.end() || !alive(found->second)) return nullptr;
-    const rpc::NodeInfo& info = found->second.info;
-    return info.state() == "serving" && info.ready_epoch() <= placement_.epoch() ? &found->second : nullptr;
-  }
+  std::vector<std::string> members() const { return cluster::members(control_, Clock::now()); }
+  std::string leader_id() const { return cluster::leader_id(control_, Clock::now()); }
+  const PeerState* serving_leader() const { return cluster::serving_leader(control_, Clock::now()); }
 
   std::string waiting_for() const {
     if (const std::string why = refusal(); !why.empty()) return why;
@@ -1146,8 +961,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   bool peer_ready(const std::string& id, uint64_t epoch) const {
-    const auto found = peers_.find(id);
-    return found != peers_.end() && alive(found->second) && found->second.info.ready_epoch() == epoch;
+    return cluster::peer_ready(control_, id, epoch, Clock::now());
   }
 
   std::shared_ptr<grpc::Channel> channel(const std::string& address) {
@@ -1169,15 +983,15 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       {
         std::unique_lock lock(mutex_);
         if (stopping_) return;
-        for (const auto& [address, answered] : seeds_) addresses.push_back(address);
+        for (const auto& [address, answered] : control_.seeds) addresses.push_back(address);
         forget_silent_discoveries();
         for (const auto& [address, found_at] : discovered_) {
-          if (!seeds_.contains(address)) addresses.push_back(address);
+          if (!control_.seeds.contains(address)) addresses.push_back(address);
         }
-        for (const auto& [id, peer] : peers_) {
-          if (!peer.info.node_address().empty() &&
-              std::find(addresses.begin(), addresses.end(), peer.info.node_address()) == addresses.end()) {
-            addresses.push_back(peer.info.node_address());
+        for (const auto& [id, peer] : control_.peers) {
+          if (!peer.info.address.empty() &&
+              std::find(addresses.begin(), addresses.end(), peer.info.address) == addresses.end()) {
+            addresses.push_back(peer.info.address);
           }
         }
         request = hello_request();
@@ -1210,19 +1024,13 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         changed_.wait_for(lock, kHelloWait, [&] { return stopping_ || act_now_ || *unanswered == 0; });
         act_now_ = false;
         if (stopping_) return;
-        drop_departed();
         const uint64_t epoch = placement_.epoch();
-        if (const std::string why = refusal(); !why.empty()) {
-          stand_aside(why);
-        } else {
-          if (leader_id() == options_.node_id) place();
-          // A new placement goes out first (the next round, at once): loading layers here would
-          // take the cores its Hellos need.
-          if (placement_.epoch() == epoch) {
-            apply();
-            start_scheduler();
-            drop_previous_stage();
-          }
+        // A new placement goes out first (the next round, at once): loading layers here would
+        // take the cores its Hellos need.
+        if (!decide(control::Round{}).stood_aside && placement_.epoch() == epoch) {
+          apply();
+          start_scheduler();
+          drop_previous_stage();
         }
       }
       changed_.notify_all();
@@ -1244,15 +1052,15 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     bool operator==(const HelloNews&) const = default;
   };
   HelloNews hello_news() const {
-    return {placement_.epoch(), placement_.leader_id(), ready_epoch(), scheduling(), leaving_};
+    return {placement_.epoch(), placement_.leader_id(), ready_epoch(), scheduling(), control_.leaving};
   }
 
   // What this node tells a peer: itself, the nodes it sees alive, its placement (mutex_ held).
   rpc::HelloRequest hello_request() const {
     rpc::HelloRequest request;
     *request.mutable_sender() = self_info();
-    for (const auto& [id, peer] : peers_) {
-      if (alive(peer)) *request.add_known() = peer.info;
+    for (const auto& [id, peer] : control_.peers) {
+      if (alive(peer, Clock::now())) *request.add_known() = peer_infos_.at(id);
     }
     *request.mutable_placement() = placement_;
     return request;
@@ -1286,18 +1094,10 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     const double rtt_ms = std::chrono::duration<double, std::milli>(Clock::now() - sent).count();
     std::lock_guard lock(mutex_);
     if (!status.ok()) {
-      // A refused connection twice in a row: the node's process is gone, no need to wait for
-      // the timeout that a silent (unplugged) node needs.
-      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-        for (auto& [id, peer] : peers_) {
-          if (peer.info.node_address() == address && ++peer.refused_hellos >= 2 && alive(peer)) {
-            peer.last_seen = Clock::now() - kPeerTimeout;
-            act_now_ = true;
-            changed_.notify_all();
-          }
-        }
+      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) decide(control::HelloRefused{address});
+      if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
+        decide(control::IdTaken{address, status.error_message()});
       }
-      if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS) note_refused(address, status.error_message());
       if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
           status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
         log_once(address + status.error_message(), "node at " + address + " refused this node: " + status.error_message());
@@ -1307,50 +1107,31 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
                  "the TLS handshake with the node at " + address + " was refused: it has another cluster key (or it "
                  "is not a Strata node of protocol " + std::to_string(rpc::kProtocolVersion) + "): " + status.error_message());
       }
+      if (act_now_) changed_.notify_all();
       return;
     }
     if (const std::string why = rpc::malformed(reply); !why.empty()) {
       log_once(address + why, "refused the Hello reply of the node at " + address + ": " + why);
       return;
     }
-    refused_by_.erase(address);
     rpc::NodeInfo info = reply.node();
     if (info.node_address().starts_with(":")) info.set_node_address(address.substr(0, address.rfind(':')) + info.node_address());
-    const IdCheck id = check_id(info);
-    if (id.verdict == IdCheck::Refused) {
-      log_once("refused " + address + info.instance(), "node " + info.node_id() + " at " + address + " is left out: " + id.why);
-      return;
-    }
-    if (id.verdict == IdCheck::ThisNodeRefused) note_refused(address, id.why);
-    if (!refusal().empty()) return;
-    if (seeds_.contains(address)) seeds_[address] = true;
     // The answer may come after its round has acted: news in it starts the next one now.
-    if (take_in(info, reply.known(), reply.placement(), rtt_ms)) act_now_ = true;
+    hear(info, reply.known(), reply.placement(), address, rtt_ms);
     if (act_now_) changed_.notify_all();
   }
 
-  // A node that stopped announcing is reached through peers_ while it is a member; its old
+  // A node that stopped announcing is reached as a peer while it is a member; its old
   // address, perhaps reused by another port, is not tried forever.
   void forget_silent_discoveries() {
     std::erase_if(discovered_, [](const auto& entry) { return Clock::now() - entry.second > kPeerTimeout; });
-  }
-
-  void drop_departed() {
-    for (auto& [id, peer] : peers_) {
-      if (peer.seen && !alive(peer) && !peer.gone_logged) {
-        log("node " + id + " has not answered for " + std::to_string(kPeerTimeout.count() / 1000) + " s: left");
-        peer.gone_logged = true;
-      } else if (alive(peer)) {
-        peer.gone_logged = false;
-      }
-    }
   }
 
   // What placements are made of: each member's memory, speed and the weights it holds.
   std::vector<NodeCapacity> capacities(const std::vector<std::string>& ids) const {
     std::vector<NodeCapacity> nodes;
     for (const std::string& id : ids) {
-      const rpc::NodeInfo info = id == options_.node_id ? self_info() : peers_.at(id).info;
+      const rpc::NodeInfo info = id == options_.node_id ? self_info() : peer_infos_.at(id);
       const rpc::Weights& w = info.weights();
       // A node that says nothing of its weights (an older version) has its own file.
       const Holdings held = !info.has_weights() || w.whole_file()
@@ -1368,36 +1149,22 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   PlacementRequest placement_request() const { return {kv_reserve_tokens(), options_.strategy, kDefaultHopSeconds}; }
 
-  // Leader only: a new placement when the members changed and have settled.
-  void place() {
-    if (!refusal().empty()) return;
-    const std::vector<std::string> now = members();
-    if (now != last_members_) {
-      last_members_ = now;
-      members_changed_at_ = Clock::now();
-    }
-    if (now == placed_members_ && placement_.leader_id() == options_.node_id && !stage_moved()) return;
-    // Nodes that join may come in a group, so the leader waits for them to settle; nodes that
-    // left are gone, and the requests they carried wait for a new placement.
-    std::vector<std::string> before = placed_members_;
-    for (const rpc::Stage& stage : placement_.stages()) before.push_back(stage.node_id());
-    std::sort(before.begin(), before.end());
-    const bool only_left = std::includes(before.begin(), before.end(), now.begin(), now.end());
-    if (Clock::now() - members_changed_at_ < kSettle && !only_left) return;
-    const bool seeds_unanswered = std::any_of(seeds_.begin(), seeds_.end(), [](const auto& s) { return !s.second; });
-    if (seeds_unanswered && Clock::now() - started_ < kSeedWait) return;
-
+  // Leader only: the new placement the rules ask for.
+  void place(const control::ProposePlacement& proposal) {
+    const std::vector<std::string>& now = proposal.members;
     const std::vector<NodeCapacity> nodes = capacities(now);
     const uint64_t kv_tokens = kv_reserve_tokens();
     rpc::Placement next;
-    next.set_epoch(max_epoch() + 1);
+    next.set_epoch(proposal.epoch);
     next.set_leader_id(options_.node_id);
     next.set_strategy(options_.fixed_stages.empty() ? (options_.strategy == Strategy::Memory ? "memory" : "speed")
                                                     : "fixed");
     try {
       Placement p;
       if (options_.fixed_stages.empty()) {
-        std::optional<Placement> repaired = only_left ? repaired_placement(now, nodes, kv_tokens) : std::nullopt;
+        const std::optional<Placement> repaired =
+            proposal.may_repair ? repair_placement(placement_of(placement_), now, nodes, footprint_, kv_tokens)
+                                : std::nullopt;
         p = repaired ? *repaired : place_layers(nodes, footprint_, placement_request());
       } else {
         p.stages = options_.fixed_stages;
@@ -1408,7 +1175,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         rpc::Stage* out = next.add_stages();
         out->set_node_id(s.node_id);
         out->set_node_address(s.node_id == options_.node_id ? self_.node_address()
-                                                             : peers_.at(s.node_id).info.node_address());
+                                                             : peer_infos_.at(s.node_id).node_address());
         out->set_first_layer(s.first_layer);
         out->set_last_layer(s.last_layer);
       }
@@ -1419,15 +1186,13 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         // members are seen, so that a node of the placement that left and comes back (a new
         // process, holding no sequences) gets a new epoch.
         if (waiting_logged_.insert(e.what()).second) log(std::string("the fixed placement waits: ") + e.what());
-        placed_members_ = now;
+        decide(control::PlacementWaits{now});
         return;
       }
       next.set_error(std::string("the model does not fit this cluster: ") + e.what());
     }
-    placed_members_ = now;
-    for (auto& [id, peer] : peers_) peer.restarted = false;
     set_placement(next);
-    act_now_ = true;  // tell the members now
+    decide(control::PlacementMade{now, view_of(next)});
     log("placement " + std::to_string(next.epoch()) + " over " + std::to_string(now.size()) + " node(s): " +
         stages_text(next) + (next.reason().empty() ? "" : "\n  " + next.reason()) + left_out_text());
   }
@@ -1436,61 +1201,12 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // placement's log: a node alone among such nodes says why.
   std::string left_out_text() const {
     std::string text;
-    for (const auto& [id, peer] : peers_) {
-      if (alive(peer) && !compatible(peer)) text += "\n  " + id + " at " + peer.info.node_address() + " is left out: it " + peer.problem;
+    for (const auto& [id, peer] : control_.peers) {
+      if (alive(peer, Clock::now()) && !compatible(peer)) {
+        text += "\n  " + id + " at " + peer.info.address + " is left out: it " + peer.problem;
+      }
     }
     return text;
-  }
-
-  // A node of the placement that restarted faster than it could be seen leaving (another
-  // process answers, perhaps at another address): it holds none of its layers, and the
-  // placement must name it anew.
-  bool stage_moved() const {
-    return std::any_of(placement_.stages().begin(), placement_.stages().end(), [&](const rpc::Stage& s) {
-      const auto found = peers_.find(s.node_id());
-      return found != peers_.end() && alive(found->second) &&
-             (found->second.restarted || found->second.info.node_address() != s.node_address());
-    });
-  }
-
-  // When nodes only left (lost or drained): the nodes left keep the layers they hold, and each
-  // gone stage's layers go to the stage before it (after it, for the first), if that fits. The
-  // requests that wait meanwhile then wait for the fewest layers to be prepared; a placement
-  // from scratch follows the next change of members.
-  std::optional<Placement> repaired_placement(const std::vector<std::string>& now, std::span<const NodeCapacity> nodes,
-                                              uint64_t kv_tokens) const {
-    if (placement_.stages_size() == 0 || !placement_.error().empty()) return std::nullopt;
-    Placement p;
-    std::optional<int> orphaned_from;  // first layer of gone stages at the front
-    for (const rpc::Stage& s : placement_.stages()) {
-      if (!std::binary_search(now.begin(), now.end(), s.node_id())) {
-        if (!p.stages.empty()) {
-          p.stages.back().last_layer = s.last_layer();
-        } else if (!orphaned_from) {
-          orphaned_from = s.first_layer();
-        }
-        continue;
-      }
-      p.stages.push_back({s.node_id(), orphaned_from.value_or(s.first_layer()), s.last_layer()});
-      orphaned_from.reset();
-    }
-    if (p.stages.empty()) return std::nullopt;
-    try {
-      check_placement(p, nodes, footprint_, kv_tokens);
-    } catch (const std::exception&) {
-      return std::nullopt;
-    }
-    p.reason = "repaired: the nodes left keep their layers, and those of the nodes gone go to their neighbours "
-               "in the pipeline (a placement from scratch follows the next change of members)";
-    return p;
-  }
-
-  uint64_t max_epoch() const {
-    uint64_t epoch = placement_.epoch();
-    for (const auto& [id, peer] : peers_) {
-      if (compatible(peer)) epoch = std::max(epoch, peer.info.ready_epoch());
-    }
-    return epoch;
   }
 
   // Every node: hold the layers the current placement gives this node, for its epoch.
@@ -1567,12 +1283,13 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       if (all_alive && placement_.error().empty() && serving_leader() == nullptr) return;
       log(all_alive ? "another node leads now: the requests scheduled here move to it with their state"
                     : "another node leads now: the requests scheduled here move to it");
-      retire(std::move(scheduler_), lost, all_alive ? std::optional(scheduler_epoch_) : std::nullopt);
+      retire(std::move(scheduler_), engine::FinishReason::Lost, lost,
+             all_alive ? std::optional(scheduler_epoch_) : std::nullopt);
     }
     if (scheduler_ && !placement_.error().empty()) {
       // The nodes left cannot hold the model: its requests end now, saying what is missing.
       log("the requests scheduled here end: " + placement_.error());
-      retire(std::move(scheduler_), placement_.error(), std::nullopt);
+      retire(std::move(scheduler_), engine::FinishReason::Error, placement_.error(), std::nullopt);
     }
     if (placement_.leader_id() != options_.node_id || placement_.stages_size() == 0) return;
     if (scheduling()) return;
@@ -1608,12 +1325,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   // Every node of the pipeline this node schedules still runs.
-  bool scheduled_nodes_alive() const {
-    return std::all_of(scheduled_nodes_.begin(), scheduled_nodes_.end(), [&](const std::string& id) {
-      const auto found = peers_.find(id);
-      return id == options_.node_id || (found != peers_.end() && alive(found->second));
-    });
-  }
+  bool scheduled_nodes_alive() const { return all_alive(control_, scheduled_nodes_, Clock::now()); }
 
   static std::shared_ptr<engine::Stage> local_stage(const std::shared_ptr<StageRuntime>& runtime) {
     return std::shared_ptr<engine::Stage>(runtime, runtime->stage.get());
@@ -1637,8 +1349,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     for (rpc::Stage s : found->second.stages()) {
       if (s.node_id() != options_.node_id) {
         // As this node reaches it: a leader names itself by the port it listens on only.
-        const auto peer = peers_.find(s.node_id());
-        if (peer != peers_.end()) s.set_node_address(peer->second.info.node_address());
+        const auto peer = peer_infos_.find(s.node_id());
+        if (peer != peer_infos_.end()) s.set_node_address(peer->second.node_address());
         stages.push_back(remote_stage(s, epoch));
       } else if (previous_stage_ && previous_epoch_ == epoch) {
         stages.push_back(local_stage(previous_stage_));
@@ -1686,27 +1398,24 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
   }
 
-  // A stage's connection that failed counts as the first refused Hello: the one said at once
-  // then decides whether its node is gone, and the new placement follows in the same round.
   void stage_lost(const std::string& peer_id, bool unreachable) {
     {
       std::lock_guard lock(mutex_);
-      const auto found = peers_.find(peer_id);
-      if (found != peers_.end() && unreachable) found->second.refused_hellos = std::max(found->second.refused_hellos, 1);
-      act_now_ = true;
+      decide(control::StageFailed{peer_id, unreachable});
     }
     changed_.notify_all();
   }
 
   // An old scheduler passes its requests on with their state, named by `epoch`, or ends them
-  // with `why`, off the gossip thread, which holds the lock and must go on answering peers
-  // meanwhile. A request passed on, or ended as lost, goes on at the next leader.
-  void retire(std::shared_ptr<engine::Engine> old, std::string why, std::optional<uint64_t> epoch) {
-    retiring_.emplace_back([old = std::move(old), why = std::move(why), epoch] {
+  // with `reason` and `why`, off the gossip thread, which holds the lock and must go on
+  // answering peers meanwhile. A request passed on, or ended as Lost, goes on at the next leader.
+  void retire(std::shared_ptr<engine::Engine> old, engine::FinishReason reason, std::string why,
+              std::optional<uint64_t> epoch) {
+    retiring_.emplace_back([old = std::move(old), reason, why = std::move(why), epoch] {
       if (epoch) {
         old->pass_on(*epoch, why);
       } else {
-        old->abort(why);
+        old->abort(reason, why);
       }
     });
   }
@@ -1719,37 +1428,27 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   std::shared_ptr<rpc::ClusterKey> key_;
   rpc::RemoteGenerator remote_;
   std::unique_ptr<rpc::NodeServer> server_;
-  Clock::time_point started_;
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   bool stopping_ = false;
   bool act_now_ = false;  // something changed that the gossip loop acts on: run it now
   rpc::NodeInfo self_;
-  std::map<std::string, Peer> peers_;
-  std::map<std::string, bool> seeds_;  // address -> answered once
-  // address -> last announcement heard: said Hello to like seeds_, but a leader never waits for them
+  ControlState control_;  // what the rules decide by
+  std::map<std::string, rpc::NodeInfo> peer_infos_;  // what each peer of control_ said of itself, whole
+  // address -> last announcement heard: said Hello to like seeds, but a leader never waits for them
   std::map<std::string, Clock::time_point> discovered_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
   std::set<std::string> said_once_;  // keys of log lines said once
-  struct Refusal {
-    std::string why;
-    Clock::time_point at;
-  };
-  std::map<std::string, Refusal> refused_by_;  // address -> why it refuses this node's id, when it said so last
   std::set<std::string> greeting_;  // addresses with a Hello of the gossip loop in flight
   std::set<std::string> waiting_logged_;
   rpc::Placement placement_;
-  std::vector<std::string> last_members_;
-  std::vector<std::string> placed_members_;
-  Clock::time_point members_changed_at_;
   std::shared_ptr<model::Model> model_;
   std::shared_ptr<StageRuntime> stage_;
   uint64_t stage_epoch_ = 0;
   std::shared_ptr<StageRuntime> previous_stage_;  // of the placement before stage_'s
   uint64_t previous_epoch_ = 0;
   std::optional<Clock::time_point> previous_served_since_;  // the leader serves a newer placement
-  bool leaving_ = false;  // draining: the next placement leaves this node out
   int client_requests_ = 0;  // of this node's API, in flight
   bool loading_ = false;
   std::atomic<double> load_progress_{0.0};  // of the layers being loaded

@@ -608,4 +608,32 @@ void check_placement(const Placement& placement, std::span<const NodeCapacity> n
   }
 }
 
+std::optional<Placement> repair_placement(const Placement& current, std::span<const std::string> members,
+                                          std::span<const NodeCapacity> nodes, const ModelFootprint& model,
+                                          uint64_t kv_tokens) {
+  Placement repaired;
+  std::optional<int> orphaned_from;  // first layer of gone stages at the front
+  for (const Stage& s : current.stages) {
+    if (std::find(members.begin(), members.end(), s.node_id) == members.end()) {
+      if (!repaired.stages.empty()) {
+        repaired.stages.back().last_layer = s.last_layer;
+      } else if (!orphaned_from) {
+        orphaned_from = s.first_layer;
+      }
+      continue;
+    }
+    repaired.stages.push_back({s.node_id, orphaned_from.value_or(s.first_layer), s.last_layer});
+    orphaned_from.reset();
+  }
+  if (repaired.stages.empty()) return std::nullopt;
+  try {
+    check_placement(repaired, nodes, model, kv_tokens);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  repaired.reason = "repaired: the nodes left keep their layers, and those of the nodes gone go to their neighbours "
+                    "in the pipeline (a placement from scratch follows the next change of members)";
+  return repaired;
+}
+
 }  // namespace strata::cluster

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -140,5 +141,14 @@ Placement place_layers(std::span<const NodeCapacity> nodes, const ModelFootprint
 // overlap, layers not covered, unknown or repeated node, memory rule broken).
 void check_placement(const Placement& placement, std::span<const NodeCapacity> nodes,
                      const ModelFootprint& model, uint64_t kv_tokens);
+
+// After nodes only left (lost or drained), so that the requests that wait meanwhile wait for
+// the fewest layers to be prepared: the nodes of `current` that are still `members` keep their
+// layers, and each gone stage's layers go to the stage before it (after it, for the first).
+// nullopt when no stage's node is left or the result breaks the memory rule over `nodes`; a
+// placement from scratch is then needed.
+std::optional<Placement> repair_placement(const Placement& current, std::span<const std::string> members,
+                                          std::span<const NodeCapacity> nodes, const ModelFootprint& model,
+                                          uint64_t kv_tokens);
 
 }  // namespace strata::cluster

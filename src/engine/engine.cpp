@@ -418,18 +418,19 @@ void Engine::finish_cancelled(std::vector<std::unique_ptr<Sequence>> cancelled) 
   for (auto& seq : cancelled) finish(*seq, FinishReason::Cancelled);
 }
 
-void Engine::shutdown() { stop({}, std::nullopt); }
+void Engine::shutdown() { stop(FinishReason::Cancelled, {}, std::nullopt); }
 
-void Engine::abort(const std::string& why) { stop(why, std::nullopt); }
+void Engine::abort(FinishReason reason, const std::string& why) { stop(reason, why, std::nullopt); }
 
-void Engine::pass_on(uint64_t pipeline, const std::string& why) { stop(why, pipeline); }
+void Engine::pass_on(uint64_t pipeline, const std::string& why) { stop(FinishReason::Lost, why, pipeline); }
 
-void Engine::stop(const std::string& why, std::optional<uint64_t> passing_on) {
+void Engine::stop(FinishReason reason, const std::string& why, std::optional<uint64_t> passing_on) {
   {
     std::lock_guard lock(mutex_);
     if (!stopping_) {
       stopping_ = true;
       abort_reason_ = why;
+      abort_finish_ = reason;
       passing_on_ = passing_on;
     }
   }
@@ -626,7 +627,7 @@ void Engine::end_all(std::vector<std::unique_ptr<Sequence>>& active) {
     } else if (abort_reason_.empty()) {
       finish(*seq, FinishReason::Cancelled, "the server is shutting down");
     } else {
-      finish(*seq, FinishReason::Error, abort_reason_);
+      finish(*seq, abort_finish_, abort_reason_);
     }
   }
 }

@@ -68,11 +68,11 @@ class Engine final : public Generator {
   ModelLimits limits() const override;
   bool submit(GenerationRequest request, RequestCallbacks callbacks) override;
   void shutdown() override;
-  // Like shutdown, but the requests in flight end with the error `why`.
-  void abort(const std::string& why);
+  // Like shutdown, but the requests in flight end with `reason` (Error or Lost) and `why`.
+  void abort(FinishReason reason, const std::string& why);
   // Like abort, but first the batches in flight finish; then each running request whose
   // callbacks take it is passed on (on_passed_on) with the state its stages hold, which stays
-  // there under `pipeline`'s name for the next scheduler to move. Others end with `why`.
+  // there under `pipeline`'s name for the next scheduler to move. Others end Lost with `why`.
   void pass_on(uint64_t pipeline, const std::string& why);
   // Runs every request from now on through `stages`, between steps, and goes on with the same
   // samplers, so that every text is the same as if nothing had changed.
@@ -111,7 +111,7 @@ class Engine final : public Generator {
   };
   void start(std::vector<std::shared_ptr<Stage>> stages);
   // shutdown, abort and pass_on: ends the loop and waits for it.
-  void stop(const std::string& why, std::optional<uint64_t> passing_on);
+  void stop(FinishReason reason, const std::string& why, std::optional<uint64_t> passing_on);
   std::unique_ptr<Pipeline> make_pipeline(std::vector<std::shared_ptr<Stage>> stages);
   // Loop thread: takes a replacement pipeline, and ends requests that waited too long for one.
   struct NextPipeline {
@@ -171,6 +171,7 @@ class Engine final : public Generator {
   int running_ = 0;  // sequences the loop holds, finished ones excluded
   bool stopping_ = false;
   std::string abort_reason_;  // set with stopping_ by abort
+  FinishReason abort_finish_ = FinishReason::Error;  // with abort_reason_
   std::optional<uint64_t> passing_on_;  // set with stopping_ by pass_on: the pipeline's name
   std::optional<NextPipeline> next_pipeline_;
   std::atomic<uint64_t> handed_over_{0};

@@ -73,8 +73,11 @@ struct GeneratedToken {
   int cached_tokens = 0;  // of the request's prompt, whose keys and values came from a cache
 };
 
-enum class FinishReason { Stop, Length, Cancelled, Error };
-// "stop", "length", "cancelled" or "error".
+// Lost: the node that scheduled the request was lost, or no longer schedules, part-way; the
+// request may go on at another scheduler from its tokens so far (a cluster node resumes it,
+// and ends it with Error when it cannot).
+enum class FinishReason { Stop, Length, Cancelled, Error, Lost };
+// "stop", "length", "cancelled", "error" or "lost".
 inline const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
     case FinishReason::Stop:
@@ -83,6 +86,8 @@ inline const char* finish_reason_name(FinishReason reason) {
       return "length";
     case FinishReason::Cancelled:
       return "cancelled";
+    case FinishReason::Lost:
+      return "lost";
     case FinishReason::Error:
       break;
   }
@@ -93,7 +98,7 @@ struct RequestCallbacks {
   // Runs on an engine thread for every generated token; return false to end the request now
   // (a stop string matched, or the client went away).
   std::function<bool(const GeneratedToken&)> on_token;
-  // Runs exactly once, last. `error` is set when reason is Error. After on_token returned
+  // Runs exactly once, last. `error` is set when reason is Error or Lost. After on_token returned
   // false the reason is Cancelled.
   std::function<void(FinishReason reason, const std::string& error)> on_finish;
   // Optional. Asked while the request waits in the queue, and between its steps: true drops it

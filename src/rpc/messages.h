@@ -16,7 +16,9 @@ namespace strata::rpc {
 // its start; a leader's requests passed on with their state (HeldState), and LayerKv.tokens.
 // 4: TLS links (rpc/tls.h), and NodeInfo.instance, by which a node of 3 would not refuse a
 // second process under its id.
-inline constexpr uint32_t kProtocolVersion = 4;
+// 5: GenerateEvent.finish_reason Lost (engine::FinishReason), which a node of 4 would show its
+// client as a cancellation instead of resuming the request at the next leader.
+inline constexpr uint32_t kProtocolVersion = 5;
 
 // What a node can say it is doing (NodeInfo.state): placed nowhere yet, placed elsewhere,
 // fetching or loading its layers, holding them, leading the placement it serves, or taking no

@@ -87,7 +87,7 @@ RemoteGenerator::Ending RemoteGenerator::relay(Call& call, engine::RequestCallba
   }
   const grpc::Status status = call.reader->Finish();
   if (cancelled || status.error_code() == grpc::StatusCode::CANCELLED) return {std::nullopt, engine::FinishReason::Cancelled};
-  return {std::nullopt, engine::FinishReason::Error, std::string(kSchedulerLost) + status.error_message()};
+  return {std::nullopt, engine::FinishReason::Lost, std::string(kSchedulerLost) + status.error_message()};
 }
 
 void RemoteGenerator::end(Call& call, engine::RequestCallbacks& callbacks, const Ending& ending) {
@@ -99,7 +99,7 @@ void RemoteGenerator::end(Call& call, engine::RequestCallbacks& callbacks, const
   if (ending.passed_on && callbacks.on_passed_on) {
     callbacks.on_passed_on(*ending.passed_on);
   } else if (ending.passed_on && callbacks.on_finish) {
-    callbacks.on_finish(engine::FinishReason::Error, std::string(kSchedulerLost) + "it no longer leads");
+    callbacks.on_finish(engine::FinishReason::Lost, std::string(kSchedulerLost) + "it no longer leads");
   } else if (callbacks.on_finish) {
     callbacks.on_finish(ending.reason, ending.error);
   }

@@ -19,7 +19,7 @@
 
 namespace strata::rpc {
 
-// How the error of a request whose scheduler was lost mid-way begins.
+// How the error of a request whose scheduler was lost mid-way (FinishReason::Lost) begins.
 inline constexpr std::string_view kSchedulerLost = "the node running the request was lost: ";
 
 class RemoteGenerator {

@@ -9,10 +9,11 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <optional>
 #include <set>
 #include <vector>
 
-#include "cluster/node.h"
+#include "cluster/node_identity.h"
 
 namespace strata::cluster {
 namespace {

@@ -24,7 +24,7 @@ import urllib.request
 
 from cluster_processes_test import Node, answer, check, FAILURES, REQUESTS
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 BIG_CALL_BYTES = 60 << 20
 
 
@@ -69,7 +69,7 @@ def field(number, payload):
 GENERATE = field(2, varint(1) + varint(300)) + varint(3 << 3) + varint(8)
 # FetchTensorRequest{tensor: 0}: model_hash left empty
 FETCH = b""
-# HelloRequest{sender: {node_id: "0", protocol_version: 4}, placement: {epoch: 999999, leader_id: "0"}}:
+# HelloRequest{sender: {node_id: "0", protocol_version: 5}, placement: {epoch: 999999, leader_id: "0"}}:
 # a fake member that says it leads a newer placement.
 FAKE_LEADER = (field(1, field(1, b"0") + varint(5 << 3) + varint(PROTOCOL_VERSION)) +
                field(3, varint(1 << 3) + varint(999999) + field(2, b"0")))

@@ -515,6 +515,42 @@ TEST(Placement, RejectsUnusableInput) {
   EXPECT_THROW(place_layers(fine, reads_too_few_layers, {}), std::invalid_argument);
 }
 
+TEST(RepairPlacement, AGoneMiddleStagesLayersGoToTheStageBeforeIt) {
+  const ModelFootprint m = uniform_model(9, 100, 10, 10, 0);
+  const std::vector<NodeCapacity> nodes = {{"a", 2000, 1e9}, {"c", 2000, 1e9}};
+  const Placement current{7, {{"a", 0, 3}, {"b", 3, 6}, {"c", 6, 9}}};
+  const std::vector<std::string> members = {"a", "c"};
+  const std::optional<Placement> p = repair_placement(current, members, nodes, m, 0);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->stages, (std::vector<Stage>{{"a", 0, 6}, {"c", 6, 9}}));
+  expect_valid(*p, nodes, m, 0);
+  EXPECT_NE(p->reason.find("repaired"), std::string::npos) << p->reason;
+}
+
+TEST(RepairPlacement, GoneFirstStagesLayersGoToTheFirstStageLeft) {
+  const ModelFootprint m = uniform_model(8, 100, 10, 10, 0);
+  const std::vector<NodeCapacity> nodes = {{"c", 2000, 1e9}, {"d", 2000, 1e9}};
+  const Placement current{3, {{"a", 0, 2}, {"b", 2, 4}, {"c", 4, 6}, {"d", 6, 8}}};
+  const std::vector<std::string> members = {"c", "d"};
+  const std::optional<Placement> p = repair_placement(current, members, nodes, m, 0);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->stages, (std::vector<Stage>{{"c", 0, 6}, {"d", 6, 8}}));
+}
+
+TEST(RepairPlacement, NothingWhenNoStageIsLeftOrTheSurvivorsCannotHoldTheLayers) {
+  const ModelFootprint m = uniform_model(4, 100, 10, 10, 0);
+  const Placement current{2, {{"a", 0, 2}, {"b", 2, 4}}};
+  const std::vector<NodeCapacity> others = {{"c", 2000, 1e9}};
+  const std::vector<std::string> only_c = {"c"};
+  EXPECT_FALSE(repair_placement(current, only_c, others, m, 0));
+  // a holds its two layers (220 bytes with the embedding) but not all four.
+  const std::vector<NodeCapacity> small = {{"a", 300, 1e9}};
+  const std::vector<std::string> only_a = {"a"};
+  EXPECT_FALSE(repair_placement(current, only_a, small, m, 0));
+  const std::vector<NodeCapacity> large = {{"a", 420, 1e9}};
+  EXPECT_EQ(repair_placement(current, only_a, large, m, 0)->stages, (std::vector<Stage>{{"a", 0, 4}}));
+}
+
 TEST(CheckPlacement, AcceptsValidAndRejectsEachKindOfInvalid) {
   const ModelFootprint m = uniform_model(4, 100, 10, 20, 1);
   const std::vector<NodeCapacity> nodes = {{"a", 300, 1e9}, {"b", 300, 1e9}};

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <future>
 #include <latch>
 #include <thread>
@@ -39,6 +40,14 @@ class EngineTest : public ::testing::Test {
     return done->get_future();
   }
 
+  struct Stopped {
+    FinishReason running;  // the request running when the engine began to stop
+    Outcome waiting;       // one queued behind it
+  };
+  // A new engine, stopped by `stop` on another thread while it runs one request, held in its
+  // first token, and another waits behind it.
+  Stopped stop_while_busy(const std::function<void()>& stop);
+
   std::unique_ptr<Engine> engine_;
 };
 
@@ -56,6 +65,36 @@ std::vector<Token> prompt(int i) {
   std::vector<Token> p{1};
   for (int j = 0; j < 3 + i % 5; ++j) p.push_back(static_cast<Token>(259 + (i * 37 + j * 11) % 250));
   return p;
+}
+
+EngineTest::Stopped EngineTest::stop_while_busy(const std::function<void()>& stop) {
+  start({.max_parallel = 1, .max_queued = 1000});
+  std::latch release(1);
+  RequestCallbacks blocking;
+  blocking.on_token = [&](const GeneratedToken&) {
+    release.wait();
+    return true;
+  };
+  std::promise<FinishReason> first;
+  blocking.on_finish = [&](FinishReason r, const std::string&) { first.set_value(r); };
+  EXPECT_TRUE(engine_->submit(request(prompt(1), 50, 0.0f, 1), blocking));
+  auto waiting = submit(request(prompt(2), 50, 0.0f, 1));
+  std::thread stopper(stop);
+  // Until the engine refuses new requests it may not have begun to stop (the queue holds far
+  // more than this loop can submit meanwhile); those accepted end as the others do.
+  RequestCallbacks probe;
+  probe.on_token = [](const GeneratedToken&) { return true; };
+  probe.on_finish = [](FinishReason, const std::string&) {};
+  int probes = 0;
+  while (engine_->submit(request(prompt(3), 5, 0.0f, 1), probe)) {
+    ++probes;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_LT(probes, 999) << "the queue filled up before the engine began to stop";
+  release.count_down();
+  stopper.join();
+  Outcome waited = waiting.get();
+  return {first.get_future().get(), std::move(waited)};
 }
 
 TEST_F(EngineTest, RequestsABAGiveTheSameAnswerForA) {
@@ -204,35 +243,27 @@ TEST_F(EngineTest, ACancelledQueuedRequestFreesItsPlaceAtOnce) {
 }
 
 TEST_F(EngineTest, ShutdownCancelsWhatIsInFlight) {
-  start({.max_parallel = 1, .max_queued = 1000});
-  std::latch release(1);
-  RequestCallbacks blocking;
-  blocking.on_token = [&](const GeneratedToken&) {
-    release.wait();
-    return true;
-  };
-  std::promise<FinishReason> first;
-  blocking.on_finish = [&](FinishReason r, const std::string&) { first.set_value(r); };
-  ASSERT_TRUE(engine_->submit(request(prompt(1), 50, 0.0f, 1), blocking));
-  auto waiting = submit(request(prompt(2), 50, 0.0f, 1));
-  std::thread stopper([&] { engine_->shutdown(); });
-  // Until the engine refuses new requests it may not have begun to stop (the queue holds far
-  // more than this loop can submit meanwhile); those accepted end as cancelled too.
-  RequestCallbacks probe;
-  probe.on_token = [](const GeneratedToken&) { return true; };
-  probe.on_finish = [](FinishReason, const std::string&) {};
-  int probes = 0;
-  while (engine_->submit(request(prompt(3), 5, 0.0f, 1), probe)) {
-    ++probes;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  EXPECT_LT(probes, 999) << "the queue filled up before the engine began to stop";
-  release.count_down();
-  stopper.join();
-  EXPECT_EQ(waiting.get().reason, FinishReason::Cancelled);
-  const FinishReason r = first.get_future().get();
+  const Stopped stopped = stop_while_busy([this] { engine_->shutdown(); });
+  EXPECT_EQ(stopped.waiting.reason, FinishReason::Cancelled);
+  const FinishReason r = stopped.running;
   EXPECT_TRUE(r == FinishReason::Cancelled || r == FinishReason::Length || r == FinishReason::Stop);
   EXPECT_FALSE(engine_->submit(request(prompt(3), 5, 0.0f, 1), {}));
+}
+
+TEST_F(EngineTest, AbortAndPassOnEndWhatIsInFlightWithTheirReason) {
+  const std::string why = "its node no longer leads";
+  const std::vector<std::pair<std::function<void()>, FinishReason>> stops = {
+      {[&] { engine_->abort(FinishReason::Lost, why); }, FinishReason::Lost},
+      {[&] { engine_->abort(FinishReason::Error, why); }, FinishReason::Error},
+      // Requests it cannot pass on with their state (these take no on_passed_on) are lost.
+      {[&] { engine_->pass_on(7, why); }, FinishReason::Lost}};
+  for (const auto& [stop, reason] : stops) {
+    const Stopped stopped = stop_while_busy(stop);
+    EXPECT_EQ(stopped.waiting.reason, reason) << finish_reason_name(reason);
+    EXPECT_EQ(stopped.waiting.error, why);
+    EXPECT_TRUE(stopped.running == reason || stopped.running == FinishReason::Length ||
+                stopped.running == FinishReason::Stop);
+  }
 }
 
 }  // namespace

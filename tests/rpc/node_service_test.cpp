@@ -119,17 +119,23 @@ class SilentScheduler final : public engine::Generator {
   engine::RequestCallbacks callbacks_;
 };
 
-// A scheduler that ends every request it is given at once, counting them.
+// A scheduler that ends every request it is given at once, as `reason` with `error`, counting them.
 class CountingScheduler final : public engine::Generator {
  public:
+  explicit CountingScheduler(engine::FinishReason reason = engine::FinishReason::Stop, std::string error = {})
+      : reason_(reason), error_(std::move(error)) {}
   engine::ModelLimits limits() const override { return {128, 1, 1}; }
   bool submit(engine::GenerationRequest, engine::RequestCallbacks callbacks) override {
     ++submitted;
-    callbacks.on_finish(engine::FinishReason::Stop, {});
+    callbacks.on_finish(reason_, error_);
     return true;
   }
   void shutdown() override {}
   std::atomic<int> submitted{0};
+
+ private:
+  engine::FinishReason reason_;
+  std::string error_;
 };
 
 // Any SHA-256, as peers name models by.
@@ -725,6 +731,28 @@ TEST_F(NodeServiceTest, BothEndsOfALinkCountItsBytesAndMessagesEachWay) {
   EXPECT_EQ(fetch.received_messages, fetched.chunks);
   EXPECT_GT(fetch.received_bytes, static_cast<double>(fetched.bytes.size()));  // the chunks' offsets besides
   EXPECT_EQ(weights_sent.value() - weights_before, static_cast<double>(node_.tensor_bytes().size()));
+}
+
+// A request the leader's scheduler lost (the leader no longer leads) is Lost at the node it
+// entered at too, which resumes it at the next leader: a typed outcome, not an error's text.
+TEST_F(NodeServiceTest, ARequestTheLeaderLostIsLostAtItsEntryNode) {
+  node_.lead(std::make_shared<CountingScheduler>(engine::FinishReason::Lost, "it no longer leads"));
+  std::promise<std::pair<engine::FinishReason, std::string>> finished;
+  engine::RequestCallbacks callbacks;
+  callbacks.on_token = [](const engine::GeneratedToken&) { return true; };
+  callbacks.on_finish = [&finished](engine::FinishReason reason, const std::string& error) {
+    finished.set_value({reason, error});
+  };
+  engine::GenerationRequest request;
+  request.prompt = {1, 300};
+  request.max_tokens = 8;
+  RemoteGenerator generator(Caller{"client", kEpoch, std::make_shared<ClusterKey>("secret")});  // ends first
+  ASSERT_TRUE(generator.submit(make_channel(address(), key_), request, callbacks));
+  auto ending = finished.get_future();
+  ASSERT_EQ(ending.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  const auto [reason, error] = ending.get();
+  EXPECT_EQ(reason, engine::FinishReason::Lost);
+  EXPECT_EQ(error, "it no longer leads");
 }
 
 TEST_F(NodeServiceTest, GenerateNeedsTheLeader) {
