@@ -185,9 +185,12 @@ void PendingEmbeddings::finished(size_t input, engine::FinishReason reason, cons
   {
     std::lock_guard lock(mutex_);
     ++done_;
-    if (reason == engine::FinishReason::Error && error_.empty()) error_ = error;
-    if (reason == engine::FinishReason::Stop && vectors_[input].empty() && error_.empty()) {
-      error_ = "the model gave no embedding for input " + std::to_string(input);
+    // Only a vector, then Stop, is an embedding; anything else (an error, a cancel, a lost
+    // scheduler that no one resumed) fails the request.
+    if (error_.empty() && (reason != engine::FinishReason::Stop || vectors_[input].empty())) {
+      error_ = !error.empty() ? error
+                              : "input " + std::to_string(input) + " gave no embedding (" +
+                                    engine::finish_reason_name(reason) + ")";
     }
   }
   changed_.notify_all();
