@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -56,7 +57,7 @@ extern "C" void stop_watching(int) { watch_interrupted = true; }
 
 // One frame: the time, the table and the live figures, or why the node does not answer.
 std::string watch_frame(httplib::Client& client, const ClusterOptions& o, std::string& last_metrics,
-                        std::chrono::steady_clock::time_point& last_scrape) {
+                        std::chrono::steady_clock::time_point& last_scrape, std::deque<json>& statuses) {
   const std::time_t now = std::time(nullptr);
   std::tm local{};
   localtime_r(&now, &local);
@@ -68,7 +69,13 @@ std::string watch_frame(httplib::Client& client, const ClusterOptions& o, std::s
     return frame + "the node does not answer: " +
            (status ? "HTTP " + std::to_string(status->status) : httplib::to_string(status.error())) + "\n";
   }
-  frame += cluster_table(json::parse(status->body));
+  // Rates over the last few seconds: other nodes' figures move on with the gossip, a second or
+  // so apart.
+  constexpr size_t kRateFrames = 5;
+  statuses.push_back(json::parse(status->body));
+  if (statuses.size() > kRateFrames) statuses.pop_front();
+  frame += cluster_table(statuses.back());
+  if (statuses.size() > 1) frame += "\n" + node_figures(statuses.front(), statuses.back());
   const httplib::Result metrics = client.Get("/metrics", headers_for(o));
   const auto scraped = std::chrono::steady_clock::now();
   if (metrics && metrics->status == 200) {
@@ -95,8 +102,9 @@ int watch_cluster(const ClusterOptions& o) {
   if (terminal) std::fputs("\033[?25l\033[2J", stdout);  // no cursor; a clear screen once
   std::string last_metrics;
   auto last_scrape = std::chrono::steady_clock::now();
+  std::deque<json> statuses;
   while (!watch_interrupted) {
-    const std::string frame = watch_frame(client, o, last_metrics, last_scrape);
+    const std::string frame = watch_frame(client, o, last_metrics, last_scrape, statuses);
     std::fputs(terminal ? redrawn(frame).c_str() : (frame + "\n").c_str(), stdout);
     std::fflush(stdout);
     for (int tick = 0; tick < 10 && !watch_interrupted; ++tick) {

@@ -39,6 +39,30 @@ std::string live_figures(std::string_view before, std::string_view after, double
   return text;
 }
 
+std::string node_figures(const nlohmann::json& before, const nlohmann::json& after) {
+  std::string out;
+  for (const auto& node : after.value("nodes", nlohmann::json::array())) {
+    if (!node.contains("kv_cache")) continue;  // no stage
+    std::string rate = "-";
+    for (const auto& earlier : before.value("nodes", nlohmann::json::array())) {
+      if (earlier.value("id", "") != node.value("id", "")) continue;
+      const double ms = node.value("described_unix_ms", 0.0) - earlier.value("described_unix_ms", 0.0);
+      const double inputs = node.value("stage_inputs", 0.0) - earlier.value("stage_inputs", 0.0);
+      if (ms > 0 && inputs >= 0) {
+        char text[32];
+        std::snprintf(text, sizeof text, "%.1f", inputs * 1000.0 / ms);
+        rate = text;
+      }
+    }
+    const auto& kv = node["kv_cache"];
+    char line[256];
+    std::snprintf(line, sizeof line, "  %s: stage %s inputs/s, KV %d/%d blocks\n",
+                  node.value("id", "?").c_str(), rate.c_str(), kv.value("used_blocks", 0), kv.value("pool_blocks", 0));
+    out += line;
+  }
+  return out;
+}
+
 std::string redrawn(std::string_view frame) {
   std::string out = "\033[H";
   size_t begin = 0;

@@ -36,6 +36,25 @@ TEST(LiveFigures, RatesFromTwoScrapes) {
             "generated 12.5 tokens/s here, stage 35.0 inputs/s, 2 running, 1 waiting, KV 10/64 blocks");
 }
 
+TEST(NodeFigures, EveryStagesRateFromTheDescriptionsOfTwoAnswers) {
+  const auto node = [](const char* id, double inputs, double at, int used) {
+    return nlohmann::json{{"id", id},
+                          {"stage_inputs", inputs},
+                          {"described_unix_ms", at},
+                          {"kv_cache", {{"used_blocks", used}, {"pool_blocks", 64}}}};
+  };
+  const nlohmann::json before{{"nodes", {node("a", 100, 1000, 4), node("b", 50, 1000, 2), node("c", 70, 1000, 1),
+                                         {{"id", "leader-without-stage"}}}}};
+  // b's description is the same one (no gossip yet); c started again (fewer inputs).
+  const nlohmann::json after{{"nodes", {node("a", 180, 3000, 10), node("b", 50, 1000, 2), node("c", 5, 2500, 3),
+                                        node("d", 9, 3000, 0), {{"id", "leader-without-stage"}}}}};
+  EXPECT_EQ(node_figures(before, after),
+            "  a: stage 40.0 inputs/s, KV 10/64 blocks\n"
+            "  b: stage - inputs/s, KV 2/64 blocks\n"
+            "  c: stage - inputs/s, KV 3/64 blocks\n"
+            "  d: stage - inputs/s, KV 0/64 blocks\n");
+}
+
 TEST(Redrawn, OverwritesEachLineInPlace) {
   EXPECT_EQ(redrawn("a\nbc\n"), "\033[Ha\033[K\nbc\033[K\n\033[J");
 }

@@ -591,9 +591,9 @@ TEST(Reference, RefusesWhatItCannotRun) {
   TinyModel yarn = random_model(2);
   yarn.metadata["llama.rope.scaling.type"] = gguf::Value::string("yarn");
   EXPECT_THROW(run(yarn, kTinyTokens), gguf::Error);
-  TinyModel longrope = random_model(2);
-  longrope.vector("rope_factors_long.weight", {1.0f});
-  EXPECT_THROW(run(longrope, kTinyTokens), gguf::Error);
+  TinyModel half_longrope = random_model(2);
+  half_longrope.vector("rope_factors_long.weight", {1.0f});
+  EXPECT_THROW(run(half_longrope, kTinyTokens), gguf::Error);
   TinyModel missing = random_model(2);
   missing.tensors.erase("blk.1.ffn_up.weight");
   EXPECT_THROW(run(missing, kTinyTokens), gguf::Error);

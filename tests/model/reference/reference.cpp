@@ -175,6 +175,10 @@ Hyperparameters read_hyperparameters(const gguf::File& model) {
   hp.yarn_magnitude *= model.get_float(prefix + "rope.scaling.attn_factor").value_or(1.0);
   // Llama 3 stores its long-context RoPE correction as per-frequency divisors; LongRoPE one set
   // for a context past the original one and one within it, and the model's context decides.
+  if ((model.find_tensor("rope_factors_long.weight") == nullptr) !=
+      (model.find_tensor("rope_factors_short.weight") == nullptr)) {
+    throw gguf::Error("reference: LongRoPE needs both rope_factors_long and rope_factors_short");
+  }
   if (model.find_tensor("rope_factors_long.weight")) {
     const bool past_original =
         hp.context > model.get_uint(prefix + "rope.scaling.original_context_length").value_or(hp.context);
