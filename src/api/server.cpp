@@ -567,23 +567,9 @@ class Server::Impl final : public http::Service {
       generation.max_tokens = 1;  // generates nothing; the wire's requests carry a budget
       generation.embedding = pooling;
       generation.request_id = http_request.id;
-      const int size = static_cast<int>(generation.prompt.size());
-      try {
-        if (!generator_.submit(std::move(generation), observed(pending->callbacks(i), size, http_request.id, log_))) {
-          throw ApiError(429, "Too many requests are waiting for the model; retry later.", {}, "queue_full");
-        }
-      } catch (const std::invalid_argument& error) {
-        pending->cancel();
-        throw ApiError(400, error.what(), "input", "invalid_value");
-      } catch (const engine::Unavailable& error) {
-        pending->cancel();
-        ApiError unavailable(503, error.what(), {}, "model_unavailable");
-        unavailable.retry_after_seconds = error.retry_after_seconds;
-        throw unavailable;
-      } catch (...) {
-        pending->cancel();
-        throw;
-      }
+      // The inputs already submitted end at their next step when one is refused.
+      submit_observed(std::move(generation), pending->callbacks(i), [&] { pending->cancel(); }, "input",
+                      "invalid_value");
     }
     const ClientWatch client(http_request.socket);
     PendingEmbeddings::Outcome outcome = pending->wait([&]() -> std::optional<std::string> {
@@ -634,25 +620,35 @@ class Server::Impl final : public http::Service {
   void submit(engine::GenerationRequest generation,
               const std::shared_ptr<GenerationSession>& session) {
     track(session);
+    submit_observed(std::move(generation), session->callbacks(), [&] { forget(session); }, {},
+                    "context_length_exceeded");
+  }
+
+  // Submits with the request's metrics and log line. A refusal becomes the API's error, after
+  // `refused` has undone what the caller prepared: 400 (with `invalid_param` and `invalid_code`)
+  // for what the generator cannot run, 503 while nothing can run, 429 when its queue is full.
+  void submit_observed(engine::GenerationRequest generation, engine::RequestCallbacks callbacks,
+                       const std::function<void()>& refused, const std::string& invalid_param,
+                       const std::string& invalid_code) {
     bool accepted = false;
     try {
       const int prompt_size = static_cast<int>(generation.prompt.size());
       const std::string id = generation.request_id;
-      accepted = generator_.submit(std::move(generation), observed(session->callbacks(), prompt_size, id, log_));
+      accepted = generator_.submit(std::move(generation), observed(std::move(callbacks), prompt_size, id, log_));
     } catch (const std::invalid_argument& error) {
-      forget(session);
-      throw ApiError(400, error.what(), {}, "context_length_exceeded");
+      refused();
+      throw ApiError(400, error.what(), invalid_param, invalid_code);
     } catch (const engine::Unavailable& error) {
-      forget(session);
+      refused();
       ApiError unavailable(503, error.what(), {}, "model_unavailable");
       unavailable.retry_after_seconds = error.retry_after_seconds;
       throw unavailable;
     } catch (...) {
-      forget(session);
+      refused();
       throw;
     }
     if (!accepted) {
-      forget(session);
+      refused();
       throw ApiError(429, "Too many requests are waiting for the model; retry later.", {},
                      "queue_full");
     }
