@@ -11,7 +11,7 @@
 
 #include "api/embeddings.h"
 #include "api/server.h"
-#include "engine/engine.h"
+#include "dreams_engine.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::api {
@@ -22,11 +22,7 @@ using json = nlohmann::json;
 class EmbeddingsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    file_ = gguf::File::open(std::string(STRATA_SHARED_DIR) + "/models/aidreams260K.gguf");
-    tokenizer_ = tokenizer::Tokenizer::from_gguf(*file_);
-    engine_ = std::make_unique<engine::Engine>(
-        model::Model::load(file_), [this](engine::Token t) { return tokenizer_->is_end_of_generation(t); },
-        engine::EngineOptions{.max_parallel = 4, .max_queued = 32, .threads = 2});
+    engine_ = testing::dreams_engine({.max_parallel = 4, .max_queued = 32, .threads = 2});
     server_ = start({.host = "127.0.0.1", .port = 0, .embedding_pooling = model::Pooling::Mean, .embedding_dim = 64});
   }
   void TearDown() override {
@@ -34,7 +30,7 @@ class EmbeddingsTest : public ::testing::Test {
     engine_->shutdown();
   }
   std::unique_ptr<Server> start(ServerOptions options) {
-    auto server = std::make_unique<Server>(*engine_, *tokenizer_, "aidreams260K", "", std::move(options));
+    auto server = std::make_unique<Server>(*engine_, tokenizer_, "aidreams260K", "", std::move(options));
     server->start();
     return server;
   }
@@ -55,7 +51,7 @@ class EmbeddingsTest : public ::testing::Test {
   // The engine's own pooled vector for the tokens, as the API would tokenize the text.
   std::vector<float> engine_vector(const std::string& text) {
     engine::GenerationRequest r;
-    r.prompt = tokenizer_->encode(text, true, true);
+    r.prompt = tokenizer_.encode(text, true, true);
     r.embedding = model::Pooling::Mean;
     std::promise<std::vector<float>> vector;
     engine::RequestCallbacks callbacks;
@@ -64,8 +60,7 @@ class EmbeddingsTest : public ::testing::Test {
     return vector.get_future().get();
   }
 
-  std::shared_ptr<const gguf::File> file_;
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  const tokenizer::Tokenizer& tokenizer_ = testing::dreams_tokenizer();
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<Server> server_;
 };
@@ -115,7 +110,7 @@ TEST_F(EmbeddingsTest, EachVectorIsTheEnginesAtUnitLength) {
     // Alone it is the same, bit for bit: JSON carries each float's shortest exact text.
     const json single = ok("/v1/embeddings", {{"input", texts[i]}});
     EXPECT_EQ(single["data"][0]["embedding"], item["embedding"]);
-    tokens += static_cast<int>(tokenizer_->encode(texts[i], true, true).size());
+    tokens += static_cast<int>(tokenizer_.encode(texts[i], true, true).size());
   }
   EXPECT_EQ(answer["usage"]["prompt_tokens"], tokens);
   EXPECT_EQ(answer["usage"]["total_tokens"], tokens);
@@ -130,7 +125,7 @@ TEST_F(EmbeddingsTest, Base64CarriesTheSameFloats) {
 }
 
 TEST_F(EmbeddingsTest, TokenInputsAndDimensions) {
-  const std::vector<engine::Token> ids = tokenizer_->encode("Far away", true, true);
+  const std::vector<engine::Token> ids = tokenizer_.encode("Far away", true, true);
   const json by_text = ok("/v1/embeddings", {{"input", "Far away"}});
   const json by_ids = ok("/v1/embeddings", {{"input", json::array({ids})}});
   EXPECT_EQ(by_ids["data"][0]["embedding"], by_text["data"][0]["embedding"]);
@@ -151,8 +146,8 @@ TEST_F(EmbeddingsTest, OllamaEmbedTruncatesUnlessToldNot) {
   ASSERT_EQ(answer["embeddings"].size(), 2u);
   EXPECT_EQ(answer["embeddings"][0], ok("/v1/embeddings", {{"input", "Pixels"}})["data"][0]["embedding"]);
   EXPECT_GT(answer["total_duration"].get<int64_t>(), 0);
-  EXPECT_EQ(answer["prompt_eval_count"], tokenizer_->encode("Pixels", true, true).size() +
-                                             tokenizer_->encode("Colors", true, true).size());
+  EXPECT_EQ(answer["prompt_eval_count"], tokenizer_.encode("Pixels", true, true).size() +
+                                             tokenizer_.encode("Colors", true, true).size());
   std::string long_text;
   for (int i = 0; i < 100; ++i) long_text += "The last dream of the city at night. ";
   const json cut = ok("/api/embed", {{"input", long_text}});

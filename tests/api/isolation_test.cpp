@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "api/server.h"
+#include "dreams_engine.h"
 #include "http_test_support.h"
-#include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::api {
@@ -19,12 +19,8 @@ using json = nlohmann::json;
 class IsolationTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    file_ = gguf::File::open(std::string(STRATA_SHARED_DIR) + "/models/aidreams260K.gguf");
-    tokenizer_ = tokenizer::Tokenizer::from_gguf(*file_);
-    engine_ = std::make_unique<engine::Engine>(
-        model::Model::load(file_), [this](engine::Token t) { return tokenizer_->is_end_of_generation(t); },
-        engine::EngineOptions{.max_parallel = 8, .max_queued = 32, .threads = 2});
-    server_ = std::make_unique<Server>(*engine_, *tokenizer_, "aidreams260K", "",
+    engine_ = testing::dreams_engine({.max_parallel = 8, .max_queued = 32, .threads = 2});
+    server_ = std::make_unique<Server>(*engine_, tokenizer_, "aidreams260K", "",
                                        ServerOptions{.host = "127.0.0.1", .port = 0});
     server_->start();
   }
@@ -48,8 +44,7 @@ class IsolationTest : public ::testing::Test {
     return json::parse(reply->body)["choices"][0]["text"].get<std::string>();
   }
 
-  std::shared_ptr<const gguf::File> file_;
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  const tokenizer::Tokenizer& tokenizer_ = testing::dreams_tokenizer();
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<Server> server_;
 };
