@@ -71,20 +71,26 @@ struct Engine::Sequence {
     pooled.clear();
   }
   bool embeds() const { return request.embedding != model::Pooling::None; }
-  // An embedding takes the rows of this step's `count` inputs, the first at position `first`.
+  // An embedding takes the rows of this step's `count` inputs, the first at position `first`:
+  // a mean adds each (in position order, however the prompt was cut into steps), cls keeps
+  // position 0's and last the prompt's last.
   void pool_rows(const float* rows, int count, int first, size_t dim) {
     pooled.resize(dim, 0.0);
-    const bool last_of_prompt = first + count == static_cast<int>(history.size());
-    for (int r = 0; r < count; ++r) {
-      const float* row = rows + static_cast<size_t>(r) * dim;
-      const bool take = request.embedding == model::Pooling::Mean ||
-                        (request.embedding == model::Pooling::Cls && first + r == 0) ||
-                        (request.embedding == model::Pooling::Last && last_of_prompt && r == count - 1);
-      if (!take) continue;
-      // Summed in position order, however the prompt was cut into steps.
-      for (size_t i = 0; i < dim; ++i) {
-        pooled[i] = request.embedding == model::Pooling::Mean ? pooled[i] + row[i] : row[i];
-      }
+    const auto keep = [&](int r) { std::copy_n(rows + static_cast<size_t>(r) * dim, dim, pooled.begin()); };
+    switch (request.embedding) {
+      case model::Pooling::Mean:
+        for (int r = 0; r < count; ++r) {
+          for (size_t i = 0; i < dim; ++i) pooled[i] += rows[static_cast<size_t>(r) * dim + i];
+        }
+        break;
+      case model::Pooling::Cls:
+        if (first == 0) keep(0);
+        break;
+      case model::Pooling::Last:
+        if (first + count == static_cast<int>(history.size())) keep(count - 1);
+        break;
+      default:
+        break;
     }
   }
   std::vector<float> embedding() const {
