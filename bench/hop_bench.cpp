@@ -16,7 +16,7 @@ constexpr int kHidden = 2048;
 
 class EchoStage final : public engine::Stage {
  public:
-  std::vector<float> forward(const engine::StageBatch& batch) override { return batch.hidden; }
+  engine::StageOutput forward(const engine::StageBatch& batch) override { return {batch.hidden, {}}; }
   void release(std::span<const engine::SequenceId>) override {}
   int hold_prefix(engine::SequenceId, int, std::span<const engine::Token>) override { return 0; }
   int kv_blocks() override { return 0; }

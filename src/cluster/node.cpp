@@ -1303,19 +1303,17 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     for (const rpc::Stage& s : placement_.stages()) {
       stages.push_back(s.node_id() == options_.node_id ? local_stage(stage_) : remote_stage(s, placement_.epoch()));
     }
-    // The local stage's pool samples when it is free; a leader without a stage samples alone.
-    tensor::ThreadPool* pool = stage_ ? &stage_->pool : nullptr;
     if (scheduler_) {
       // When every node of the old pipeline still runs (one leaves or joins), the sequences'
       // state moves to the new stages; after a loss they are computed again.
-      scheduler_->replace_pipeline(std::move(stages), pool, scheduled_nodes_alive());
+      scheduler_->replace_pipeline(std::move(stages), scheduled_nodes_alive());
     } else {
       engine::EngineOptions options = options_.engine;
       options.replay_wait = options_.startup_wait;
       options.held_stages = [this](uint64_t epoch) { return stages_of(epoch); };
       options.first_sequence_id = std::random_device{}() * (uint64_t{1} << 31) + 1;
       options.embedding_dim = config_.embedding_dim;
-      scheduler_ = std::make_shared<engine::Engine>(std::move(stages), config_.vocab_size, eog_, options, pool);
+      scheduler_ = std::make_shared<engine::Engine>(std::move(stages), config_.vocab_size, eog_, options);
     }
     scheduler_epoch_ = placement_.epoch();
     scheduled_nodes_.clear();

@@ -123,8 +123,7 @@ Engine::Engine(std::shared_ptr<model::Model> model, std::function<bool(Token)> i
     : own_pool_(std::make_unique<tensor::ThreadPool>(default_threads(options.threads))),
       vocab_size_(model->config().vocab_size),
       is_end_of_generation_(std::move(is_end_of_generation)),
-      options_(with_model_context(options, *model)),
-      sampling_pool_(own_pool_.get()) {
+      options_(with_model_context(options, *model)) {
   const model::Config& config = model->config();
   const KvOptions kv{options_.kv_type, kv_pool_blocks(config, config.layer_count, options_.kv_type, options_.kv_memory,
                                                       options_.context_size, options_.max_parallel)};
@@ -132,12 +131,8 @@ Engine::Engine(std::shared_ptr<model::Model> model, std::function<bool(Token)> i
 }
 
 Engine::Engine(std::vector<std::shared_ptr<Stage>> stages, int vocab_size,
-               std::function<bool(Token)> is_end_of_generation, EngineOptions options,
-               tensor::ThreadPool* sampling_pool)
-    : vocab_size_(vocab_size),
-      is_end_of_generation_(std::move(is_end_of_generation)),
-      options_(options),
-      sampling_pool_(sampling_pool) {
+               std::function<bool(Token)> is_end_of_generation, EngineOptions options)
+    : vocab_size_(vocab_size), is_end_of_generation_(std::move(is_end_of_generation)), options_(options) {
   if (options_.context_size <= 0) throw std::invalid_argument("a pipeline engine needs a context size");
   start(std::move(stages));
 }
@@ -164,12 +159,11 @@ std::unique_ptr<Pipeline> Engine::make_pipeline(std::vector<std::shared_ptr<Stag
 
 Engine::~Engine() { shutdown(); }
 
-void Engine::replace_pipeline(std::vector<std::shared_ptr<Stage>> stages, tensor::ThreadPool* sampling_pool,
-                              bool hand_over) {
+void Engine::replace_pipeline(std::vector<std::shared_ptr<Stage>> stages, bool hand_over) {
   if (stages.empty()) throw std::invalid_argument("a pipeline needs at least one stage");
   {
     std::lock_guard lock(mutex_);
-    next_pipeline_ = NextPipeline{std::move(stages), sampling_pool, hand_over};
+    next_pipeline_ = NextPipeline{std::move(stages), hand_over};
   }
   wake_.notify_one();
 }
@@ -299,7 +293,6 @@ void Engine::switch_pipeline(std::vector<std::unique_ptr<Sequence>>& active, Nex
   for (auto& seq : active) seq->in_flight = false;
   broken_ = false;
   pipeline_ = make_pipeline(std::move(next.stages));
-  sampling_pool_ = next.sampling_pool;
   probe_pool_blocks();
 }
 
@@ -660,7 +653,19 @@ bool Engine::launch_batch(const std::vector<std::unique_ptr<Sequence>>& active) 
     }
     const auto from = seq->history.begin() + seq->fed;
     batch.tokens.insert(batch.tokens.end(), from, from + count);
-    batch.sequences.push_back({seq->id, seq->fed, count, seq->capacity, seq->embeds()});
+    SequenceWork work{seq->id, seq->fed, count, seq->capacity};
+    if (seq->embeds()) {
+      work.output = SequenceWork::Output::Embeddings;
+    } else if (count < seq->pending()) {
+      work.output = SequenceWork::Output::Nothing;
+    } else {
+      // The step's inputs as they are now: the sampler moves on only once its token is back,
+      // so a batch lost on the way is sent again with the same step.
+      const std::span<const uint8_t> allowed =
+          seq->matcher ? std::span<const uint8_t>(seq->matcher->allowed_tokens()) : std::span<const uint8_t>();
+      work.sampling = seq->sampler.step(seq->history, allowed, seq->request.logprobs ? seq->request.top_logprobs : -1);
+    }
+    batch.sequences.push_back(std::move(work));
     flight.owners.push_back(seq.get());
     flight.counts.push_back(count);
     seq->in_flight = true;
@@ -679,24 +684,32 @@ void Engine::complete(const InFlight& batch, const Pipeline::Result& result) {
     for (Sequence* seq : owners) finish(*seq, FinishReason::Error, result.error);
     return;
   }
-  const size_t vocab = static_cast<size_t>(vocab_size_);
   const size_t dim = static_cast<size_t>(options_.embedding_dim);
-  // Where each owner's rows start: one logits row, or an embedding's row per input.
+  // Where each embedding's rows start; the others' tokens come one per sampling step.
   std::vector<size_t> row_start(owners.size());
-  size_t expected = 0;
+  size_t expected_rows = 0;
+  size_t expected_tokens = 0;
   for (size_t i = 0; i < owners.size(); ++i) {
-    row_start[i] = expected;
-    expected += owners[i]->embeds() ? static_cast<size_t>(batch.counts[i]) * dim : vocab;
+    row_start[i] = expected_rows;
+    if (owners[i]->embeds()) {
+      expected_rows += static_cast<size_t>(batch.counts[i]) * dim;
+    } else if (owners[i]->fed + batch.counts[i] == static_cast<int>(owners[i]->history.size())) {
+      ++expected_tokens;
+    }
   }
-  if (result.rows.size() != expected) {
-    for (Sequence* seq : owners) finish(*seq, FinishReason::Error, "the pipeline returned malformed logits");
+  const StageOutput& output = result.output;
+  const bool tokens_fit = std::all_of(output.sampled.begin(), output.sampled.end(), [&](const Sampled& s) {
+    return !s.error.empty() || (s.choice.token >= 0 && s.choice.token < vocab_size_);
+  });
+  if (output.rows.size() != expected_rows || output.sampled.size() != expected_tokens || !tokens_fit) {
+    for (Sequence* seq : owners) finish(*seq, FinishReason::Error, "the pipeline returned a malformed step");
     return;
   }
-  std::vector<size_t> sampled;  // owners whose logits row yields a token this step
+  std::vector<size_t> sampled;  // owners that get a token this step, in batch order
   for (size_t i = 0; i < owners.size(); ++i) {
     Sequence& seq = *owners[i];
     if (seq.embeds()) {
-      seq.pool_rows(result.rows.data() + row_start[i], batch.counts[i], seq.fed, dim);
+      seq.pool_rows(output.rows.data() + row_start[i], batch.counts[i], seq.fed, dim);
       seq.fed += batch.counts[i];
       if (seq.pending() == 0) {
         try {
@@ -712,45 +725,24 @@ void Engine::complete(const InFlight& batch, const Pipeline::Result& result) {
     seq.fed += batch.counts[i];
     if (seq.pending() == 0) sampled.push_back(i);
   }
-  // Each sequence samples from its own logits with its own generator, so the sequences can
-  // sample in parallel when the pool is free; the callbacks then run in order on this thread.
-  std::vector<GeneratedToken> tokens_out(sampled.size());
-  std::vector<std::string> errors(sampled.size());  // e.g. logits that are NaN
-  const auto sample = [&](int64_t begin, int64_t end) {
-    for (int64_t k = begin; k < end; ++k) {
-      const size_t i = sampled[static_cast<size_t>(k)];
-      Sequence& seq = *owners[i];
-      const std::span<const float> row(result.rows.data() + row_start[i], vocab);
-      GeneratedToken& out = tokens_out[static_cast<size_t>(k)];
-      try {
-        if (seq.matcher) {
-          out.token = seq.sampler.sample(row, seq.history, seq.matcher->allowed_tokens());
-          seq.matcher->accept_token(out.token);  // allowed, so accepted
-        } else {
-          out.token = seq.sampler.sample(row, seq.history);
-        }
-        if (seq.request.logprobs) {
-          const sampling::Logprobs lp = sampling::logprobs(row, out.token, seq.request.top_logprobs);
-          out.logprob = lp.chosen;
-          for (const auto& [id, logprob] : lp.top) out.top.push_back({id, logprob});
-        }
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(k)] = std::string("sampling failed: ") + e.what();
-      }
-    }
-  };
-  if (sampling_pool_ != nullptr && in_flight_.empty()) {
-    sampling_pool_->parallel_for(static_cast<int64_t>(sampled.size()), sample);
-  } else {
-    sample(0, static_cast<int64_t>(sampled.size()));
-  }
   for (size_t k = 0; k < sampled.size(); ++k) {
     Sequence& seq = *owners[sampled[k]];
-    if (!errors[k].empty()) {
-      finish(seq, FinishReason::Error, errors[k]);
+    const Sampled& step = output.sampled[k];
+    if (!step.error.empty()) {
+      finish(seq, FinishReason::Error, step.error);
       continue;
     }
-    GeneratedToken& out = tokens_out[k];
+    if (seq.matcher && !seq.matcher->accept_token(step.choice.token)) {
+      finish(seq, FinishReason::Error, "the pipeline chose a token that the request's grammar does not allow");
+      continue;
+    }
+    seq.sampler.skip(1);
+    GeneratedToken out;
+    out.token = step.choice.token;
+    if (seq.request.logprobs) {
+      out.logprob = step.choice.logprob;
+      for (const auto& [id, logprob] : step.choice.top) out.top.push_back({id, logprob});
+    }
     out.end_of_generation = is_end_of_generation_(out.token);
     out.cached_tokens = seq.cached_tokens.value_or(0);
     seq.history.push_back(out.token);

@@ -57,12 +57,10 @@ class Engine final : public Generator {
   // `is_end_of_generation` tells which sampled tokens end a request (EOS, EOT, ...).
   Engine(std::shared_ptr<model::Model> model, std::function<bool(Token)> is_end_of_generation,
          EngineOptions options);
-  // A pipeline: the first stage embeds tokens, the last returns logits over `vocab_size`.
-  // `sampling_pool` (may be null) is shared with a local stage, so the engine samples on it
-  // only while no batch is in flight.
+  // A pipeline: the first stage embeds tokens, the last holds the head over `vocab_size` and
+  // chooses each sequence's next token there, with the sampling step the engine sends along.
   Engine(std::vector<std::shared_ptr<Stage>> stages, int vocab_size,
-         std::function<bool(Token)> is_end_of_generation, EngineOptions options,
-         tensor::ThreadPool* sampling_pool);
+         std::function<bool(Token)> is_end_of_generation, EngineOptions options);
   ~Engine() override;
 
   ModelLimits limits() const override;
@@ -83,8 +81,7 @@ class Engine final : public Generator {
   // stages to the new ones, so nothing is computed again; a sequence whose state cannot move
   // is computed again. The old pipeline releases every sequence it ran, without waiting for
   // stages that are gone, so `stages` must be other objects than the old pipeline's.
-  void replace_pipeline(std::vector<std::shared_ptr<Stage>> stages, tensor::ThreadPool* sampling_pool,
-                        bool hand_over = false);
+  void replace_pipeline(std::vector<std::shared_ptr<Stage>> stages, bool hand_over = false);
   // Sequences that a pipeline switch moved with their state, and that it computed again; a
   // request that another scheduler ran part-way counts as one of them when it starts here.
   struct SwitchCounts {
@@ -116,7 +113,6 @@ class Engine final : public Generator {
   // Loop thread: takes a replacement pipeline, and ends requests that waited too long for one.
   struct NextPipeline {
     std::vector<std::shared_ptr<Stage>> stages;
-    tensor::ThreadPool* sampling_pool = nullptr;
     bool hand_over = false;
   };
   void switch_pipeline(std::vector<std::unique_ptr<Sequence>>& active, NextPipeline next);
@@ -161,7 +157,6 @@ class Engine final : public Generator {
   int vocab_size_;
   std::function<bool(Token)> is_end_of_generation_;
   EngineOptions options_;
-  tensor::ThreadPool* sampling_pool_;
   std::unique_ptr<Pipeline> pipeline_;
 
   std::mutex mutex_;

@@ -20,6 +20,17 @@ int kv_pool_blocks(const model::Config& config, int layer_count, model::KvType t
 
 namespace {
 
+model::SliceOutput slice_output(SequenceWork::Output output) {
+  switch (output) {
+    case SequenceWork::Output::Embeddings:
+      return model::SliceOutput::AllEmbeddings;
+    case SequenceWork::Output::Nothing:
+      return model::SliceOutput::Nothing;
+    default:
+      return model::SliceOutput::LastLogits;
+  }
+}
+
 metrics::Labels layer_labels(const model::Model& model) {
   return {{"layers", std::to_string(model.range().first) + "-" + std::to_string(model.range().last - 1)}};
 }
@@ -45,7 +56,7 @@ LocalStage::LocalStage(std::shared_ptr<model::Model> model, tensor::ThreadPool& 
   publish_stats();
 }
 
-std::vector<float> LocalStage::forward(const StageBatch& batch) {
+StageOutput LocalStage::forward(const StageBatch& batch) {
   std::lock_guard lock(mutex_);
   std::vector<model::SequenceSlice> slices;
   slices.reserve(batch.sequences.size());
@@ -78,12 +89,12 @@ std::vector<float> LocalStage::forward(const StageBatch& batch) {
                                   std::to_string(found->second.kv->size()) + ", but the batch continues at " +
                                   std::to_string(work.first_position));
     }
-    slices.push_back({found->second.kv.get(), work.token_count,
-                      work.embeddings ? model::SliceOutput::AllEmbeddings : model::SliceOutput::LastLogits});
+    slices.push_back({found->second.kv.get(), work.token_count, slice_output(work.output)});
   }
   if (batch.tokens.size() != rows) throw std::invalid_argument("the batch's token ids do not match its sequences");
   const auto started = std::chrono::steady_clock::now();
-  std::vector<float> out = model_->forward(slices, batch.tokens, batch.hidden, pool_);
+  StageOutput out{model_->forward(slices, batch.tokens, batch.hidden, pool_), {}};
+  if (model_->range().has_head(model_->config())) out = sample(batch.sequences, std::move(out.rows));
   step_seconds_.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   step_inputs_.observe(static_cast<double>(rows));
   step_sequences_.observe(static_cast<double>(slices.size()));
@@ -93,6 +104,47 @@ std::vector<float> LocalStage::forward(const StageBatch& batch) {
     first += static_cast<size_t>(slice.token_count);
   }
   publish_stats();
+  return out;
+}
+
+StageOutput LocalStage::sample(const std::vector<SequenceWork>& sequences, std::vector<float> rows) {
+  const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
+  StageOutput out;
+  std::vector<std::pair<const sampling::SamplingStep*, std::span<const float>>> steps;
+  size_t at = 0;
+  for (const SequenceWork& work : sequences) {
+    if (work.output == SequenceWork::Output::Embeddings) {
+      const size_t values = static_cast<size_t>(work.token_count) * static_cast<size_t>(model_->config().embedding_dim);
+      out.rows.insert(out.rows.end(), rows.begin() + static_cast<std::ptrdiff_t>(at),
+                      rows.begin() + static_cast<std::ptrdiff_t>(at + values));
+      at += values;
+    } else if (work.output == SequenceWork::Output::Logits) {
+      if (work.sampling) {
+        steps.emplace_back(&*work.sampling, std::span<const float>(rows).subspan(at, vocab));
+      } else {
+        out.rows.insert(out.rows.end(), rows.begin() + static_cast<std::ptrdiff_t>(at),
+                        rows.begin() + static_cast<std::ptrdiff_t>(at + vocab));
+      }
+      at += vocab;
+    }
+  }
+  if (steps.empty()) {
+    out.rows = std::move(rows);  // nothing was taken out
+    return out;
+  }
+  // Each sequence chooses from its own row with its own step's generator: in parallel.
+  out.sampled.resize(steps.size());
+  pool_.parallel_for(static_cast<int64_t>(steps.size()), [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      const auto& [step, logits] = steps[static_cast<size_t>(k)];
+      Sampled& sampled = out.sampled[static_cast<size_t>(k)];
+      try {
+        sampled.choice = sampling::choose(*step, logits);
+      } catch (const std::exception& e) {
+        sampled.error = std::string("sampling failed: ") + e.what();
+      }
+    }
+  });
   return out;
 }
 

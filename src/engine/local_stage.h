@@ -25,7 +25,8 @@ class LocalStage final : public Stage {
   // while a forward runs.
   LocalStage(std::shared_ptr<model::Model> model, tensor::ThreadPool& pool, KvOptions kv);
 
-  std::vector<float> forward(const StageBatch& batch) override;
+  // At the stage that holds the head, a sequence with a sampling step gets its token there.
+  StageOutput forward(const StageBatch& batch) override;
   void release(std::span<const SequenceId> ids) override;
   StageLayers layers() const override { return {model_->range().first, model_->range().last}; }
   LayerKv read_kv(SequenceId id, int layer) override;
@@ -48,6 +49,9 @@ class LocalStage final : public Stage {
     bool started = false;  // has had a batch: a prefix it held is settled
   };
   void publish_stats();  // mutex_ held
+  // The head's rows of `sequences` (as the model returned them) without those that sample here,
+  // and their tokens.
+  StageOutput sample(const std::vector<SequenceWork>& sequences, std::vector<float> rows);
 
   std::shared_ptr<model::Model> model_;
   tensor::ThreadPool& pool_;

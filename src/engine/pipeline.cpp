@@ -2,6 +2,7 @@
 
 #include <exception>
 #include <stdexcept>
+#include <utility>
 
 namespace strata::engine {
 
@@ -37,6 +38,9 @@ void Pipeline::end(std::vector<SequenceId> releasing) {
 void Pipeline::submit(uint64_t ticket, StageBatch batch) {
   Item item;
   item.ticket = ticket;
+  if (stages_.size() > 1) {
+    for (SequenceWork& work : batch.sequences) item.sampling.push_back(std::exchange(work.sampling, std::nullopt));
+  }
   item.batch = std::move(batch);
   push(0, std::move(item));
 }
@@ -101,7 +105,7 @@ void Pipeline::work(size_t stage) {
     }
     Result result{item.ticket, {}, {}};
     try {
-      result.rows = stages_[stage]->forward(item.batch);
+      result.output = stages_[stage]->forward(item.batch);
     } catch (const StageLost& e) {
       result.error = e.what();
       result.lost = true;
@@ -112,7 +116,10 @@ void Pipeline::work(size_t stage) {
       on_result_(std::move(result));
       continue;
     }
-    item.batch.hidden = std::move(result.rows);
+    item.batch.hidden = std::move(result.output.rows);
+    if (stage + 2 == stages_.size()) {
+      for (size_t i = 0; i < item.sampling.size(); ++i) item.batch.sequences[i].sampling = std::move(item.sampling[i]);
+    }
     push(stage + 1, std::move(item));
   }
 }

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,7 +22,7 @@ class Pipeline {
   // What the last stage returned for a batch, or why a stage failed it.
   struct Result {
     uint64_t ticket = 0;
-    std::vector<float> rows;
+    StageOutput output;
     std::string error;  // empty on success
     bool lost = false;  // a stage is gone (StageLost): the batch may be run again elsewhere
   };
@@ -47,6 +48,9 @@ class Pipeline {
     bool release = false;
     uint64_t ticket = 0;
     StageBatch batch;
+    // Only the last stage chooses tokens: the batch's sampling steps (a grammar's flags among
+    // them) pass the others by, kept here in `batch.sequences` order.
+    std::vector<std::optional<sampling::SamplingStep>> sampling;
     std::vector<SequenceId> ids;
   };
   struct Worker {

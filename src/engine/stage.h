@@ -6,11 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "model/kv_pool.h"
+#include "sampling/sampler.h"
 
 namespace strata::engine {
 
@@ -24,9 +27,13 @@ struct SequenceWork {
   int first_position = 0;
   int token_count = 0;
   int capacity = 0;  // positions the sequence may reach (prompt + generated), for its state
-  // From the stage that holds the head: every input's output-normed hidden row (an embedding
-  // request's), not the last input's logits.
-  bool embeddings = false;
+  // What the stage that holds the head gives back for it: its last input's logits (or, with a
+  // sampling step, the token chosen from them), every input's output-normed hidden row (an
+  // embedding request's), or nothing (a chunk of a prompt before its last).
+  enum class Output { Logits, Embeddings, Nothing };
+  Output output = Output::Logits;
+  // With Logits: choose the next token there, so that the token comes back, not the row.
+  std::optional<sampling::SamplingStep> sampling;
 };
 
 // The inputs of one step of a group of sequences, concatenated in `sequences` order: every
@@ -36,6 +43,21 @@ struct StageBatch {
   std::vector<SequenceWork> sequences;
   std::vector<Token> tokens;
   std::vector<float> hidden;
+};
+
+// A sampling step's outcome: the token and its logprobs, or why there is none (logits that are
+// NaN, flags that do not fit the vocabulary).
+struct Sampled {
+  sampling::Choice choice;
+  std::string error;
+};
+
+// What a stage gives back for a batch: the hidden rows for the next stage or, from the stage
+// that holds the head, each sequence's rows as its SequenceWork::Output says, in batch order,
+// except those that sample there, whose tokens are in `sampled` (in batch order too).
+struct StageOutput {
+  std::vector<float> rows;
+  std::vector<Sampled> sampled;
 };
 
 // The model layers a stage computes, global indices [first, last); empty when it does not say.
@@ -70,11 +92,9 @@ struct StageLost : std::runtime_error {
 class Stage {
  public:
   virtual ~Stage() = default;
-  // Runs the batch through this stage's layers. Returns the hidden rows for the next stage
-  // or, from the stage that holds the head, per sequence in batch order one logits row (for
-  // its last input), or one embedding row per input when it asks for embeddings. Throws StageLost when the stage is gone, std::exception on other failures (a
-  // malformed batch).
-  virtual std::vector<float> forward(const StageBatch& batch) = 0;
+  // Runs the batch through this stage's layers (see StageOutput). Throws StageLost when the
+  // stage is gone, std::exception on other failures (a malformed batch).
+  virtual StageOutput forward(const StageBatch& batch) = 0;
   // Drops the state of these sequences; unknown ids are ignored.
   virtual void release(std::span<const SequenceId> ids) = 0;
   // The stage's pipeline is being replaced: a forward running on another thread may end now

@@ -1099,8 +1099,10 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
   size_t first_row = 0;
   for (const SequenceSlice& s : slices) {
     const size_t count = static_cast<size_t>(s.token_count);
-    const size_t from = s.output == SliceOutput::LastLogits ? first_row + count - 1 : first_row;
     const size_t to = first_row + count;
+    const size_t from = s.output == SliceOutput::Nothing      ? to
+                        : s.output == SliceOutput::LastLogits ? to - 1
+                                                              : first_row;
     std::vector<float>& into = s.output == SliceOutput::AllEmbeddings ? embeddings : selected;
     for (size_t r = from; r < to; ++r) {
       into.resize(into.size() + dim);
@@ -1126,7 +1128,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
     if (s.output == SliceOutput::AllEmbeddings) {
       out.insert(out.end(), embeddings.begin() + next_embedding, embeddings.begin() + next_embedding + count * dim);
       next_embedding += count * dim;
-    } else {
+    } else if (s.output != SliceOutput::Nothing) {
       const size_t values = (s.output == SliceOutput::AllLogits ? count : 1) * static_cast<size_t>(c.vocab_size);
       out.insert(out.end(), logits.begin() + next_logits, logits.begin() + next_logits + values);
       next_logits += values;

@@ -92,6 +92,7 @@ enum class SliceOutput {
   LastLogits,     // the logits of its last input
   AllLogits,      // the logits of every input
   AllEmbeddings,  // every input's output-normed hidden row (embedding_dim), which pooling makes an embedding
+  Nothing,        // no row: a chunk of a prompt whose logits nobody reads
 };
 
 // One sequence's share of a batch: its next `token_count` inputs continue at kv->size().

@@ -1,7 +1,10 @@
 #include "rpc/messages.h"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <set>
@@ -17,6 +20,7 @@ namespace {
 constexpr int kMaxSequencesPerBatch = 4096;
 constexpr int64_t kMaxRowsPerBatch = 1 << 16;
 constexpr int kMaxCapacity = 1 << 20;
+constexpr int kMaxVocabulary = 1 << 24;
 constexpr int kMaxLayers = 1 << 16;
 constexpr int kMaxNodes = 1024;  // in a Hello's lists and a placement
 constexpr size_t kMaxNameBytes = 1024;      // ids, addresses, names
@@ -144,15 +148,32 @@ void check_layer(std::string_view field, int32_t layer) { check_integer(field, l
 
 void check_sender(const std::string& sender_id) { check_name("sender_id", sender_id, Presence::Required); }
 
-void check_sampling(const SamplingParams& s) {
-  check_number("sampling.temperature", s.temperature(), sampling::kTemperatureRange);
-  check_integer("sampling.top_k", s.top_k(), sampling::kTopKRange);
-  check_number("sampling.top_p", s.top_p(), sampling::kProbabilityRange);
-  check_number("sampling.min_p", s.min_p(), sampling::kProbabilityRange);
-  check_number("sampling.repetition_penalty", s.repetition_penalty(), sampling::kRepetitionPenaltyRange);
-  check_number("sampling.presence_penalty", s.presence_penalty(), sampling::kPresencePenaltyRange);
-  check_number("sampling.frequency_penalty", s.frequency_penalty(), sampling::kPresencePenaltyRange);
-  check_integer("sampling.penalty_last_n", s.penalty_last_n(), sampling::kPenaltyLastNRange);
+// `path` is where the parameters sit in their message ("sampling.", "sequences[2].sampling.params.").
+void check_sampling(const SamplingParams& s, const std::string& path = "sampling.") {
+  check_number(path + "temperature", s.temperature(), sampling::kTemperatureRange);
+  check_integer(path + "top_k", s.top_k(), sampling::kTopKRange);
+  check_number(path + "top_p", s.top_p(), sampling::kProbabilityRange);
+  check_number(path + "min_p", s.min_p(), sampling::kProbabilityRange);
+  check_number(path + "repetition_penalty", s.repetition_penalty(), sampling::kRepetitionPenaltyRange);
+  check_number(path + "presence_penalty", s.presence_penalty(), sampling::kPresencePenaltyRange);
+  check_number(path + "frequency_penalty", s.frequency_penalty(), sampling::kPresencePenaltyRange);
+  check_integer(path + "penalty_last_n", s.penalty_last_n(), sampling::kPenaltyLastNRange);
+}
+
+void check_sampling_step(const SamplingStep& step, const std::string& path) {
+  check_sampling(step.params(), path + "params.");
+  if (step.random_size() != static_cast<int>(std::tuple_size_v<sampling::Random::State>)) {
+    refuse(path + "random", "has " + std::to_string(step.random_size()) + " words, not " +
+                                std::to_string(std::tuple_size_v<sampling::Random::State>));
+  }
+  check_tokens(path + "recent", step.recent(), kMaxCapacity);
+  check_integer(path + "allowed_count", step.allowed_count(), 0, kMaxVocabulary);
+  const size_t bytes = (static_cast<size_t>(step.allowed_count()) + 7) / 8;
+  if (step.allowed().size() != bytes) {
+    refuse(path + "allowed", "has " + std::to_string(step.allowed().size()) + " bytes, not the " + std::to_string(bytes) +
+                                 " of " + std::to_string(step.allowed_count()) + " flags");
+  }
+  check_integer(path + "top_logprobs", step.top_logprobs(), -1, engine::kMaxTopLogprobs);
 }
 
 // `path` is where the node sits in its message ("sender.", "known[2].").
@@ -277,6 +298,11 @@ std::string malformed(const ForwardRequest& request) {
       check_integer(at_work + "token_count", work.token_count(), 1, kMaxRowsPerBatch);
       check_integer(at_work + "capacity", work.capacity(), 1, kMaxCapacity);
       check_integer(at_work + "first_position", work.first_position(), 0, work.capacity() - work.token_count());
+      check_integer(at_work + "output", work.output(), SequenceOutput_MIN, SequenceOutput_MAX);
+      if (work.has_sampling()) {
+        if (work.output() != LOGITS) refuse(at_work + "sampling", "is given for a sequence that asks for no logits");
+        check_sampling_step(work.sampling(), at_work + "sampling.");
+      }
       rows += work.token_count();
     }
     if (rows > kMaxRowsPerBatch) {
@@ -288,6 +314,23 @@ std::string malformed(const ForwardRequest& request) {
     check_tokens("tokens", request.tokens(), kMaxRowsPerBatch);
     if (request.hidden().size() % (static_cast<size_t>(rows) * sizeof(float)) != 0) {
       refuse("hidden", "is not whole rows of floats for " + std::to_string(rows) + " inputs");
+    }
+  });
+}
+
+std::string malformed(const ForwardReply& reply) {
+  return first_problem([&] {
+    if (reply.rows().size() % sizeof(float) != 0) refuse("rows", "is not whole floats");
+    check_entries("sampled", reply.sampled_size(), kMaxSequencesPerBatch);
+    for (int i = 0; i < reply.sampled_size(); ++i) {
+      const SampledToken& sampled = reply.sampled(i);
+      const std::string at_sampled = at("sampled", i) + ".";
+      check_integer(at_sampled + "token", sampled.token(), 0, kMaxVocabulary - 1);
+      check_entries(at_sampled + "top", sampled.top_size(), engine::kMaxTopLogprobs);
+      for (int k = 0; k < sampled.top_size(); ++k) {
+        check_integer(at(at_sampled + "top", k) + ".token", sampled.top(k).token(), 0, kMaxVocabulary - 1);
+      }
+      check_text(at_sampled + "error", sampled.error());
     }
   });
 }
@@ -387,6 +430,114 @@ engine::LayerKv from_message(const LayerKv& message) {
           {wire_type(message), std::vector<uint8_t>(message.keys().begin(), message.keys().end())},
           {wire_type(message), std::vector<uint8_t>(message.values().begin(), message.values().end())},
           std::vector<engine::Token>(message.tokens().begin(), message.tokens().end())};
+}
+
+void to_message(const sampling::SamplingParams& params, SamplingParams& out) {
+  out.set_temperature(params.temperature);
+  out.set_top_k(params.top_k);
+  out.set_top_p(params.top_p);
+  out.set_min_p(params.min_p);
+  out.set_repetition_penalty(params.repetition_penalty);
+  out.set_presence_penalty(params.presence_penalty);
+  out.set_frequency_penalty(params.frequency_penalty);
+  out.set_penalty_last_n(params.penalty_last_n);
+  out.set_seed(params.seed);
+}
+
+sampling::SamplingParams from_message(const SamplingParams& m) {
+  return {m.temperature(),        m.top_k(),           m.top_p(),          m.min_p(), m.repetition_penalty(),
+          m.presence_penalty(), m.frequency_penalty(), m.penalty_last_n(), m.seed()};
+}
+
+static_assert(std::endian::native == std::endian::little, "activations travel as little-endian floats");
+
+namespace {
+
+std::vector<float> floats_of(const std::string& bytes) {
+  std::vector<float> out(bytes.size() / sizeof(float));
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+  return out;
+}
+
+}  // namespace
+
+void to_message(const engine::StageBatch& batch, ForwardRequest& out) {
+  for (const engine::SequenceWork& work : batch.sequences) {
+    SequenceWork& w = *out.add_sequences();
+    w.set_sequence_id(work.id);
+    w.set_first_position(work.first_position);
+    w.set_token_count(work.token_count);
+    w.set_capacity(work.capacity);
+    w.set_output(static_cast<SequenceOutput>(work.output));
+    if (!work.sampling) continue;
+    const sampling::SamplingStep& step = *work.sampling;
+    SamplingStep& m = *w.mutable_sampling();
+    to_message(step.params, *m.mutable_params());
+    m.mutable_random()->Add(step.random.begin(), step.random.end());
+    m.mutable_recent()->Add(step.recent.begin(), step.recent.end());
+    std::string bits((step.allowed.size() + 7) / 8, '\0');
+    for (size_t t = 0; t < step.allowed.size(); ++t) {
+      if (step.allowed[t] != 0) bits[t / 8] = static_cast<char>(bits[t / 8] | (1 << (t % 8)));
+    }
+    m.set_allowed(std::move(bits));
+    m.set_allowed_count(static_cast<int32_t>(step.allowed.size()));
+    m.set_top_logprobs(step.top_logprobs);
+  }
+  out.mutable_tokens()->Add(batch.tokens.begin(), batch.tokens.end());
+  out.set_hidden(batch.hidden.data(), batch.hidden.size() * sizeof(float));
+}
+
+engine::StageBatch from_message(const ForwardRequest& message) {
+  engine::StageBatch batch;
+  for (const SequenceWork& w : message.sequences()) {
+    engine::SequenceWork work{w.sequence_id(), w.first_position(), w.token_count(), w.capacity()};
+    work.output = static_cast<engine::SequenceWork::Output>(w.output());
+    if (w.has_sampling()) {
+      const SamplingStep& m = w.sampling();
+      sampling::SamplingStep step;
+      step.params = from_message(m.params());
+      std::copy(m.random().begin(), m.random().end(), step.random.begin());
+      step.recent.assign(m.recent().begin(), m.recent().end());
+      step.allowed.resize(static_cast<size_t>(m.allowed_count()));
+      for (size_t t = 0; t < step.allowed.size(); ++t) {
+        step.allowed[t] = static_cast<uint8_t>((static_cast<unsigned char>(m.allowed()[t / 8]) >> (t % 8)) & 1);
+      }
+      step.top_logprobs = m.top_logprobs();
+      work.sampling = std::move(step);
+    }
+    batch.sequences.push_back(std::move(work));
+  }
+  batch.tokens.assign(message.tokens().begin(), message.tokens().end());
+  batch.hidden = floats_of(message.hidden());
+  return batch;
+}
+
+void to_message(const engine::StageOutput& output, ForwardReply& out) {
+  out.set_rows(output.rows.data(), output.rows.size() * sizeof(float));
+  for (const engine::Sampled& sampled : output.sampled) {
+    SampledToken& m = *out.add_sampled();
+    m.set_token(sampled.choice.token);
+    m.set_logprob(sampled.choice.logprob);
+    for (const auto& [token, logprob] : sampled.choice.top) {
+      TokenLogprob& alternative = *m.add_top();
+      alternative.set_token(token);
+      alternative.set_logprob(logprob);
+    }
+    m.set_error(sampled.error);
+  }
+}
+
+engine::StageOutput from_message(const ForwardReply& message) {
+  engine::StageOutput output;
+  output.rows = floats_of(message.rows());
+  for (const SampledToken& m : message.sampled()) {
+    engine::Sampled& sampled = output.sampled.emplace_back();
+    sampled.choice.token = m.token();
+    sampled.choice.logprob = m.logprob();
+    for (const TokenLogprob& alternative : m.top()) sampled.choice.top.emplace_back(alternative.token(), alternative.logprob());
+    sampled.error = m.error();
+  }
+  return output;
 }
 
 void to_message(const engine::HeldState& held, HeldState& out) {

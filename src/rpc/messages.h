@@ -18,7 +18,10 @@ namespace strata::rpc {
 // second process under its id.
 // 5: GenerateEvent.finish_reason Lost (engine::FinishReason), which a node of 4 would show its
 // client as a cancellation instead of resuming the request at the next leader.
-inline constexpr uint32_t kProtocolVersion = 5;
+// 6: the stage that holds the head chooses the tokens (SequenceWork.sampling, ForwardReply.sampled)
+// and sends no logits back, which a node of 5 would send, as it would the logits of every prompt
+// chunk (SequenceWork.output NOTHING).
+inline constexpr uint32_t kProtocolVersion = 6;
 
 // What a node can say it is doing (NodeInfo.state): placed nowhere yet, placed elsewhere,
 // fetching or loading its layers, holding them, leading the placement it serves, or taking no
@@ -34,8 +37,12 @@ inline constexpr std::array<std::string_view, 7> kNodeStates{"starting", "idle",
 // state (an epoch, a sequence, a tensor index) is the handler's to check.
 std::string malformed(const HelloRequest& request);
 std::string malformed(const HelloReply& reply);
-// Also: counts that do not add up, impossible positions or capacities, too many rows.
+// Also: counts that do not add up, impossible positions or capacities, too many rows, sampling
+// steps that are not whole (a generator of 4 words, flags of the bytes they need).
 std::string malformed(const ForwardRequest& request);
+// A stage's reply: rows that are not whole floats, token ids that are not ids. How many rows and
+// tokens the batch needs is the pipeline's to check.
+std::string malformed(const ForwardReply& reply);
 std::string malformed(const ReleaseRequest& request);
 std::string malformed(const HoldPrefixRequest& request);
 std::string malformed(const ReadKvRequest& request);
@@ -55,6 +62,13 @@ std::string malformed(const ModelManifestReply& manifest);
 // rows in the element type they have (`half` for an f16 pool's), the same bytes back.
 void to_message(const engine::LayerKv& kv, LayerKv& out);
 engine::LayerKv from_message(const LayerKv& message);
+// A batch and a stage's output for it, as messages and back (check them with malformed first).
+void to_message(const engine::StageBatch& batch, ForwardRequest& out);
+engine::StageBatch from_message(const ForwardRequest& message);
+void to_message(const engine::StageOutput& output, ForwardReply& out);
+engine::StageOutput from_message(const ForwardReply& message);
+void to_message(const sampling::SamplingParams& params, SamplingParams& out);
+sampling::SamplingParams from_message(const SamplingParams& message);
 // Where a passed-on request left its state, as a message and back.
 void to_message(const engine::HeldState& held, HeldState& out);
 engine::HeldState from_message(const HeldState& message);

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <bit>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -18,17 +17,13 @@
 
 namespace strata::rpc {
 
-static_assert(std::endian::native == std::endian::little, "activations travel as little-endian floats");
-
 namespace {
 
 engine::GenerationRequest to_engine(const GenerateRequest& r) {
   engine::GenerationRequest out;
   out.prompt.assign(r.prompt().begin(), r.prompt().end());
   out.max_tokens = r.max_tokens();
-  const SamplingParams& s = r.sampling();
-  out.sampling = {s.temperature(), s.top_k(), s.top_p(), s.min_p(), s.repetition_penalty(),
-                  s.presence_penalty(), s.frequency_penalty(), s.penalty_last_n(), s.seed()};
+  out.sampling = from_message(r.sampling());
   out.logprobs = r.logprobs();
   out.top_logprobs = r.top_logprobs();
   out.resumed_after = r.resumed_after();
@@ -311,16 +306,8 @@ class NodeServer::Service final : public Node::Service {
     std::string why;
     const std::shared_ptr<engine::Stage> stage = handler_.stage(request.epoch(), why);
     if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
-    engine::StageBatch batch;
-    for (const SequenceWork& w : request.sequences()) {
-      batch.sequences.push_back({w.sequence_id(), w.first_position(), w.token_count(), w.capacity(), w.embeddings()});
-    }
-    batch.tokens.assign(request.tokens().begin(), request.tokens().end());
-    batch.hidden.resize(request.hidden().size() / sizeof(float));
-    std::memcpy(batch.hidden.data(), request.hidden().data(), request.hidden().size());
     try {
-      const std::vector<float> rows = stage->forward(batch);
-      reply.set_rows(rows.data(), rows.size() * sizeof(float));
+      to_message(stage->forward(from_message(request)), reply);
     } catch (const std::invalid_argument& e) {
       return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
     } catch (const std::exception& e) {

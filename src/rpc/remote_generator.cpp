@@ -26,16 +26,7 @@ GenerateRequest to_wire(const std::string& sender, const engine::GenerationReque
   out.set_sender_id(sender);
   out.mutable_prompt()->Add(r.prompt.begin(), r.prompt.end());
   out.set_max_tokens(r.max_tokens);
-  SamplingParams* s = out.mutable_sampling();
-  s->set_temperature(r.sampling.temperature);
-  s->set_top_k(r.sampling.top_k);
-  s->set_top_p(r.sampling.top_p);
-  s->set_min_p(r.sampling.min_p);
-  s->set_repetition_penalty(r.sampling.repetition_penalty);
-  s->set_presence_penalty(r.sampling.presence_penalty);
-  s->set_frequency_penalty(r.sampling.frequency_penalty);
-  s->set_penalty_last_n(r.sampling.penalty_last_n);
-  s->set_seed(r.sampling.seed);
+  to_message(r.sampling, *out.mutable_sampling());
   out.set_logprobs(r.logprobs);
   out.set_top_logprobs(r.top_logprobs);
   out.set_resumed_after(r.resumed_after);

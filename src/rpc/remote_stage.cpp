@@ -1,7 +1,6 @@
 #include "rpc/remote_stage.h"
 
 #include <chrono>
-#include <cstring>
 #include <stdexcept>
 #include <thread>
 
@@ -114,22 +113,12 @@ void RemoteStage::fail(const std::string& what) {
   throw engine::StageLost(message);
 }
 
-std::vector<float> RemoteStage::forward(const engine::StageBatch& batch) {
+engine::StageOutput RemoteStage::forward(const engine::StageBatch& batch) {
   ForwardRequest request;
   request.set_sender_id(caller_.node_id);
   request.set_epoch(caller_.epoch);
-  int rows = 0;
-  for (const engine::SequenceWork& work : batch.sequences) {
-    SequenceWork* w = request.add_sequences();
-    w->set_sequence_id(work.id);
-    w->set_first_position(work.first_position);
-    w->set_token_count(work.token_count);
-    w->set_capacity(work.capacity);
-    w->set_embeddings(work.embeddings);
-    rows += work.token_count;
-  }
-  request.mutable_tokens()->Add(batch.tokens.begin(), batch.tokens.end());
-  request.set_hidden(batch.hidden.data(), batch.hidden.size() * sizeof(float));
+  to_message(batch, request);
+  const auto rows = static_cast<int64_t>(batch.tokens.size());
 
   if (caller_.link_delay.count() > 0) std::this_thread::sleep_for(caller_.link_delay);
   if (!stream_) {
@@ -160,11 +149,10 @@ std::vector<float> RemoteStage::forward(const engine::StageBatch& batch) {
     std::lock_guard lock(watch_mutex_);
     reply_due_ = std::chrono::steady_clock::time_point::max();
   }
-  const std::string& bytes = reply.rows();
-  if (bytes.size() % sizeof(float) != 0) throw std::runtime_error("node " + peer_id_ + " sent a malformed reply");
-  std::vector<float> out(bytes.size() / sizeof(float));
-  std::memcpy(out.data(), bytes.data(), bytes.size());
-  return out;
+  if (const std::string why = malformed(reply); !why.empty()) {
+    throw std::runtime_error("node " + peer_id_ + " sent a malformed reply: " + why);
+  }
+  return from_message(reply);
 }
 
 HoldPrefixReply RemoteStage::hold(engine::SequenceId id, int capacity, std::span<const engine::Token> tokens) {

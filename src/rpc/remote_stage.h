@@ -43,7 +43,7 @@ class RemoteStage final : public engine::Stage {
   ~RemoteStage() override;
 
   // Not reentrant: one batch at a time, as a pipeline's stage worker sends them.
-  std::vector<float> forward(const engine::StageBatch& batch) override;
+  engine::StageOutput forward(const engine::StageBatch& batch) override;
   void release(std::span<const engine::SequenceId> ids) override;
   // Cancels the open stream; later calls throw StageLost. Releases still go out, without
   // waiting for a reply: the node may be gone, and whoever released no longer needs it.

@@ -18,6 +18,15 @@ bool penalties_active(const SamplingParams& params) {
           params.frequency_penalty != 0.0f);
 }
 
+// The tokens the penalties look at: the last penalty_last_n of the history (-1: all of it), or
+// none when they are off.
+std::span<const int32_t> penalty_window(std::span<const int32_t> history, const SamplingParams& params) {
+  if (!penalties_active(params)) return {};
+  const size_t window = params.penalty_last_n < 0 ? history.size()
+                                                  : std::min(history.size(), static_cast<size_t>(params.penalty_last_n));
+  return history.last(window);
+}
+
 void check_logits(std::span<const float> logits) {
   bool any_possible = false;
   for (float logit : logits) {
@@ -33,11 +42,8 @@ void check_logits(std::span<const float> logits) {
 
 void apply_penalties(std::span<float> logits, std::span<const int32_t> history,
                      const SamplingParams& params) {
-  if (!penalties_active(params)) return;
-  const size_t window = params.penalty_last_n < 0
-                            ? history.size()
-                            : std::min(history.size(), static_cast<size_t>(params.penalty_last_n));
-  std::vector<int32_t> recent(history.end() - static_cast<std::ptrdiff_t>(window), history.end());
+  const std::span<const int32_t> window = penalty_window(history, params);
+  std::vector<int32_t> recent(window.begin(), window.end());
   for (int32_t token : recent) {
     if (token < 0 || static_cast<size_t>(token) >= logits.size()) {
       throw std::invalid_argument("sampler: history token " + std::to_string(token) +
@@ -103,9 +109,28 @@ void keep_min_p(std::vector<Candidate>& candidates, float min_p) {
   std::erase_if(candidates, [&](const Candidate& c) { return c.logit < threshold; });
 }
 
-Sampler::Sampler(const SamplingParams& params, int vocab_size)
-    : params_(params), vocab_size_(vocab_size), random_(params.seed) {
+Sampler::Sampler(const SamplingParams& params, int vocab_size) : Sampler(params, vocab_size, Random(params.seed).state()) {}
+
+Sampler::Sampler(const SamplingParams& params, int vocab_size, const Random::State& random)
+    : params_(params), vocab_size_(vocab_size), random_(random) {
   if (vocab_size <= 0) throw std::invalid_argument("sampler: vocabulary size must be positive");
+}
+
+SamplingStep Sampler::step(std::span<const int32_t> history, std::span<const uint8_t> allowed, int top_logprobs) const {
+  const std::span<const int32_t> recent = penalty_window(history, params_);
+  return {params_, random_.state(), {recent.begin(), recent.end()}, {allowed.begin(), allowed.end()}, top_logprobs};
+}
+
+Choice choose(const SamplingStep& step, std::span<const float> logits) {
+  Sampler sampler(step.params, static_cast<int>(logits.size()), step.random);
+  Choice out;
+  out.token = sampler.sample(logits, step.recent, step.allowed);
+  if (step.top_logprobs >= 0) {
+    Logprobs lp = logprobs(logits, out.token, step.top_logprobs);
+    out.logprob = lp.chosen;
+    out.top = std::move(lp.top);
+  }
+  return out;
 }
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history,

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "sampling/params.h"
@@ -37,10 +38,32 @@ void keep_top_p(std::vector<Candidate>& candidates, float p);
 // keeps all. Preserves the order of the survivors.
 void keep_min_p(std::vector<Candidate>& candidates, float min_p);
 
+// One choice of a next token with everything it depends on, so that it can be made wherever
+// the logits are (the stage that holds the head) and only the token travels back. choose()
+// gives the token that the request's Sampler, in the state step() saw, would have sampled.
+struct SamplingStep {
+  SamplingParams params;
+  Random::State random{};
+  std::vector<int32_t> recent;  // the tail of the history that the penalties look at; empty when they are off
+  std::vector<uint8_t> allowed;  // vocabulary flags (see Sampler::sample), or empty
+  int top_logprobs = -1;  // < 0: no logprobs; else the chosen token's and the k most likely
+};
+
+struct Choice {
+  int32_t token = 0;
+  float logprob = 0.0f;  // when asked
+  std::vector<std::pair<int32_t, float>> top;
+};
+
+// Throws like Sampler::sample (the vocabulary is the logits' size).
+Choice choose(const SamplingStep& step, std::span<const float> logits);
+
 class Sampler {
  public:
   // Throws std::invalid_argument when vocab_size is not positive.
   Sampler(const SamplingParams& params, int vocab_size);
+  // Goes on from a generator's state instead of the seed's.
+  Sampler(const SamplingParams& params, int vocab_size, const Random::State& random);
 
   // Picks the next token from raw logits (vocab_size of them). `history` is the prompt and the
   // tokens generated so far; the penalties look at its tail. Deterministic: the same params,
@@ -51,6 +74,9 @@ class Sampler {
   // +inf logits, or when every allowed logit is -inf.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history,
                  std::span<const uint8_t> allowed = {});
+  // The next sample's inputs, as choose() takes them; the sampler does not move on (skip(1)
+  // does, once the token is known), so that a step lost on the way can be taken again.
+  SamplingStep step(std::span<const int32_t> history, std::span<const uint8_t> allowed, int top_logprobs) const;
   // Moves on as `count` calls of sample would have (each draws once unless greedy), for a
   // request that resumes elsewhere after `count` tokens.
   void skip(int count);

@@ -27,8 +27,8 @@ constexpr int kContextBlocks = kContext / model::kKvBlock;
 class PeakStage final : public Stage {
  public:
   explicit PeakStage(std::shared_ptr<LocalStage> inner) : inner_(std::move(inner)) {}
-  std::vector<float> forward(const StageBatch& batch) override {
-    std::vector<float> out = inner_->forward(batch);
+  StageOutput forward(const StageBatch& batch) override {
+    StageOutput out = inner_->forward(batch);
     peak_ = std::max(peak_.load(), inner_->sequence_count());
     return out;
   }
@@ -49,7 +49,7 @@ class PeakStage final : public Stage {
 class GatedStage final : public Stage {
  public:
   GatedStage(std::shared_ptr<LocalStage> inner, int gated_call) : inner_(std::move(inner)), gated_call_(gated_call) {}
-  std::vector<float> forward(const StageBatch& batch) override {
+  StageOutput forward(const StageBatch& batch) override {
     if (++calls_ == gated_call_) {
       std::unique_lock lock(mutex_);
       gated_ = true;
@@ -107,8 +107,7 @@ struct Stages {
     list.insert(list.end(), local.begin() + 1, local.end());
     engine = std::make_unique<Engine>(
         std::move(list), 512, [](Token t) { return t == 2; },
-        EngineOptions{.context_size = kContext, .max_parallel = 32, .max_queued = 64, .prefix_cache = prefix_cache},
-        nullptr);
+        EngineOptions{.context_size = kContext, .max_parallel = 32, .max_queued = 64, .prefix_cache = prefix_cache});
   }
   // What every stage holds once the engine is gone: no sequence, no pinned block.
   void expect_nothing_held() {
@@ -233,7 +232,7 @@ TEST(EngineAdmission, ANewSequenceWaitsForTheBlocksOfOneReleasedBeforeTheBatches
   const auto first = std::make_shared<GatedStage>(first_local, 2);
   const auto second = std::make_shared<GatedStage>(second_local, 3);
   Engine engine({first, second}, 512, [](Token t) { return t == 2; },
-                {.context_size = kContext, .max_parallel = 8, .max_queued = 8}, nullptr);
+                {.context_size = kContext, .max_parallel = 8, .max_queued = 8});
 
   const std::vector<Token> cached = tokens(48, 50);
   GenerationRequest warm_up = whole_context(cached, 0);

@@ -168,7 +168,7 @@ TEST_P(EmbeddingEngineTest, PoolsTheModelsRowsWhateverRunsBesideIt) {
                                                   *pools.back(), KvOptions{model::KvType::F32, 64}));
   }
   Engine pipeline(stages, 512, [](Token t) { return t == 2; },
-                  {.context_size = 128, .max_parallel = 4, .prefill_chunk = 5, .embedding_dim = 64}, nullptr);
+                  {.context_size = 128, .max_parallel = 4, .prefill_chunk = 5, .embedding_dim = 64});
   const Embedded split = submit_embedding(pipeline, embedding(prompt, pooling)).get();
   EXPECT_EQ(split.reason, FinishReason::Stop) << split.error;
   EXPECT_TRUE(same_bits(split.vector, alone.vector));
@@ -204,7 +204,7 @@ TEST(EmbeddingEngine, RefusesWhatMakesNoEmbedding) {
   tensor::ThreadPool pool(1);
   std::vector<std::shared_ptr<Stage>> stages{std::make_shared<LocalStage>(
       model::Model::load(dreams()), pool, KvOptions{model::KvType::F32, 16})};
-  Engine pipeline(stages, 512, [](Token t) { return t == 2; }, {.context_size = 128}, nullptr);
+  Engine pipeline(stages, 512, [](Token t) { return t == 2; }, {.context_size = 128});
   EXPECT_THROW(pipeline.submit(embedding(text(5, 1), Pooling::Mean), none), std::invalid_argument);
 }
 

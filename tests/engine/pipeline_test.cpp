@@ -67,7 +67,7 @@ TEST(Pipeline, StagesGiveTheWholeModelsTokensAndLogprobsConcurrently) {
     Stages stages(cuts);
     {
       Engine engine(stages.list(), 512, [](Token t) { return t == 2; },
-                    {.context_size = 128, .max_parallel = 8, .max_queued = 16}, nullptr);
+                    {.context_size = 128, .max_parallel = 8, .max_queued = 16});
       std::vector<std::future<Outcome>> futures;
       for (int i = 0; i < kRequests; ++i) futures.push_back(submit(engine, request(i)));
       for (int i = 0; i < kRequests; ++i) {
@@ -102,7 +102,7 @@ class WrappedStage : public Stage {
 class FailingStage final : public WrappedStage {
  public:
   FailingStage(std::shared_ptr<LocalStage> inner, int fail_at) : WrappedStage(std::move(inner)), fail_at_(fail_at) {}
-  std::vector<float> forward(const StageBatch& batch) override {
+  StageOutput forward(const StageBatch& batch) override {
     if (++calls_ == fail_at_) throw std::runtime_error("peer lost");
     return inner_->forward(batch);
   }
@@ -117,7 +117,7 @@ TEST(Pipeline, AFailingStageEndsItsBatchWithAnErrorAndLeavesNoState) {
   std::vector<std::shared_ptr<Stage>> list{stages.local[0], std::make_shared<FailingStage>(stages.local[1], 5)};
   {
     Engine engine(list, 512, [](Token t) { return t == 2; },
-                  {.context_size = 128, .max_parallel = 4, .max_queued = 8}, nullptr);
+                  {.context_size = 128, .max_parallel = 4, .max_queued = 8});
     std::vector<std::future<Outcome>> futures;
     for (int i = 0; i < 4; ++i) futures.push_back(submit(engine, request(i)));
     int errors = 0;
@@ -140,7 +140,7 @@ TEST(Pipeline, AFailingStageEndsItsBatchWithAnErrorAndLeavesNoState) {
 class VanishingStage final : public WrappedStage {
  public:
   VanishingStage(std::shared_ptr<LocalStage> inner, int lost_at) : WrappedStage(std::move(inner)), lost_at_(lost_at) {}
-  std::vector<float> forward(const StageBatch& batch) override {
+  StageOutput forward(const StageBatch& batch) override {
     if (++calls_ >= lost_at_) throw StageLost("node lost");
     return inner_->forward(batch);
   }
@@ -158,7 +158,7 @@ class LoggingStage final : public WrappedStage {
   LoggingStage(std::shared_ptr<LocalStage> inner, int index, std::chrono::milliseconds release_delay,
                std::vector<std::string>& log, std::mutex& log_mutex)
       : WrappedStage(std::move(inner)), index_(index), release_delay_(release_delay), log_(log), log_mutex_(log_mutex) {}
-  std::vector<float> forward(const StageBatch& batch) override { return inner_->forward(batch); }
+  StageOutput forward(const StageBatch& batch) override { return inner_->forward(batch); }
   void release(std::span<const SequenceId> ids) override {
     std::this_thread::sleep_for(release_delay_);
     note("release " + std::to_string(ids.size()));
@@ -176,6 +176,46 @@ class LoggingStage final : public WrappedStage {
   std::vector<std::string>& log_;
   std::mutex& log_mutex_;
 };
+
+// Counts the sampling steps a stage is given and the rows it gives back for batches that take
+// them, or any rows at all from the stage that holds the head.
+class StepCountingStage final : public WrappedStage {
+ public:
+  using WrappedStage::WrappedStage;
+  StageOutput forward(const StageBatch& batch) override {
+    StageOutput out = inner_->forward(batch);
+    for (const SequenceWork& work : batch.sequences) steps += work.sampling.has_value();
+    if (inner_->model().range().has_head(inner_->model().config())) head_rows += out.rows.size();
+    return out;
+  }
+  std::atomic<int> steps{0};
+  std::atomic<size_t> head_rows{0};
+};
+
+// Tokens are chosen where the logits are: the other stages never see a sampling step, and no
+// logits row comes back, not even for a prompt's chunks before its last.
+TEST(Pipeline, OnlyTheLastStageChoosesAndOnlyTokensComeBack) {
+  constexpr int kRequests = 8;
+  const std::vector<Outcome> alone = alone_on_whole_model(kRequests);
+  Stages stages({0, 1, 3, 4});
+  std::vector<std::shared_ptr<StepCountingStage>> counting;
+  for (const auto& local : stages.local) counting.push_back(std::make_shared<StepCountingStage>(local));
+  {
+    Engine engine({counting.begin(), counting.end()}, 512, [](Token t) { return t == 2; },
+                  {.context_size = 128, .max_parallel = 4, .max_queued = 8, .prefill_chunk = 3});
+    std::vector<std::future<Outcome>> futures;
+    for (int i = 0; i < kRequests; ++i) futures.push_back(submit(engine, request(i)));
+    for (int i = 0; i < kRequests; ++i) {
+      const Outcome got = futures[static_cast<size_t>(i)].get();
+      EXPECT_EQ(got.tokens, alone[static_cast<size_t>(i)].tokens) << "request " << i;
+      EXPECT_EQ(got.logprobs(), alone[static_cast<size_t>(i)].logprobs()) << "request " << i;
+    }
+  }
+  EXPECT_EQ(counting[0]->steps, 0);
+  EXPECT_EQ(counting[1]->steps, 0);
+  EXPECT_GT(counting[2]->steps, kRequests * 10);
+  EXPECT_EQ(counting[2]->head_rows, 0u);
+}
 
 TEST(Pipeline, AnEndingPipelineCancelsEveryStageFirstAndCompletesEveryRelease) {
   Stages stages({0, 1, 2, 4});
@@ -204,14 +244,13 @@ TEST(Pipeline, RequestsWaitForANewPipelineWhenAStageIsLostAndGiveTheSameTokens) 
   Stages after({0, 1, 4});
   {
     Engine engine({before.local[0], vanishing}, 512, [](Token t) { return t == 2; },
-                  {.context_size = 128, .max_parallel = 8, .max_queued = 8, .replay_wait = std::chrono::seconds(30)},
-                  nullptr);
+                  {.context_size = 128, .max_parallel = 8, .max_queued = 8, .replay_wait = std::chrono::seconds(30)});
     std::vector<std::future<Outcome>> futures;
     for (int i = 0; i < kRequests; ++i) futures.push_back(submit(engine, request(i)));
     while (vanishing->calls() < 12) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the requests wait, none ends
     for (auto& f : futures) EXPECT_EQ(f.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
-    engine.replace_pipeline(after.list(), nullptr);
+    engine.replace_pipeline(after.list());
     for (int i = 0; i < kRequests; ++i) {
       const Outcome got = futures[static_cast<size_t>(i)].get();
       EXPECT_EQ(got.tokens, alone[static_cast<size_t>(i)].tokens) << "request " << i;
@@ -226,7 +265,7 @@ TEST(Pipeline, WithoutANewPipelineRequestsEndWithTheLossAfterTheWait) {
   Stages stages({0, 2, 4});
   auto vanishing = std::make_shared<VanishingStage>(stages.local[1], 3);
   Engine engine({stages.local[0], vanishing}, 512, [](Token t) { return t == 2; },
-                {.context_size = 128, .max_parallel = 4, .replay_wait = std::chrono::milliseconds(200)}, nullptr);
+                {.context_size = 128, .max_parallel = 4, .replay_wait = std::chrono::milliseconds(200)});
   const Outcome o = submit(engine, request(1)).get();
   EXPECT_EQ(o.reason, FinishReason::Error);
   EXPECT_NE(o.error.find("node lost"), std::string::npos) << o.error;
@@ -237,7 +276,7 @@ TEST(Pipeline, WithoutANewPipelineRequestsEndWithTheLossAfterTheWait) {
 class SilentStage final : public WrappedStage {
  public:
   SilentStage(std::shared_ptr<LocalStage> inner, int silent_at) : WrappedStage(std::move(inner)), silent_at_(silent_at) {}
-  std::vector<float> forward(const StageBatch& batch) override {
+  StageOutput forward(const StageBatch& batch) override {
     if (++calls_ < silent_at_) return inner_->forward(batch);
     std::unique_lock lock(mutex_);
     waiting_ = true;
@@ -277,12 +316,11 @@ TEST(Pipeline, ANewPipelineCancelsABatchWaitingOnASilentStageAndTheRequestsGoOn)
   const auto started = std::chrono::steady_clock::now();
   {
     Engine engine({before.local[0], silent}, 512, [](Token t) { return t == 2; },
-                  {.context_size = 128, .max_parallel = 8, .max_queued = 8, .replay_wait = std::chrono::minutes(2)},
-                  nullptr);
+                  {.context_size = 128, .max_parallel = 8, .max_queued = 8, .replay_wait = std::chrono::minutes(2)});
     std::vector<std::future<Outcome>> futures;
     for (int i = 0; i < kRequests; ++i) futures.push_back(submit(engine, request(i)));
     silent->wait_until_silent();
-    engine.replace_pipeline(after.list(), nullptr);
+    engine.replace_pipeline(after.list());
     for (int i = 0; i < kRequests; ++i) {
       EXPECT_EQ(futures[static_cast<size_t>(i)].get().tokens, alone[static_cast<size_t>(i)].tokens) << "request " << i;
     }
@@ -299,7 +337,7 @@ class CountingStage final : public WrappedStage {
  public:
   explicit CountingStage(std::shared_ptr<LocalStage> inner, int hold_at = 0)
       : WrappedStage(std::move(inner)), hold_at_(hold_at) {}
-  std::vector<float> forward(const StageBatch& batch) override {
+  StageOutput forward(const StageBatch& batch) override {
     for (const SequenceWork& w : batch.sequences) {
       if (w.first_position == 0) ++started_;
     }
@@ -345,8 +383,7 @@ TEST(Pipeline, ARequestCancelledWhileWaitingForANewPipelineEndsThenAndIsNotCompu
   {
     auto gate = std::make_shared<CountingStage>(before.local[0], 1);
     Engine engine({gate, vanishing}, 512, [](Token t) { return t == 2; },
-                  {.context_size = 128, .max_parallel = 8, .max_queued = 8, .replay_wait = std::chrono::seconds(30)},
-                  nullptr);
+                  {.context_size = 128, .max_parallel = 8, .max_queued = 8, .replay_wait = std::chrono::seconds(30)});
     std::atomic<bool> gone{false};
     auto leaving = submit_for_outcome(engine, request(0), -1, [&gone] { return gone.load(); });
     auto staying = submit(engine, request(1));
@@ -356,7 +393,7 @@ TEST(Pipeline, ARequestCancelledWhileWaitingForANewPipelineEndsThenAndIsNotCompu
     gone = true;
     ASSERT_EQ(leaving.wait_for(std::chrono::seconds(5)), std::future_status::ready) << "it waited for the pause to end";
     EXPECT_EQ(leaving.get().reason, FinishReason::Cancelled);
-    engine.replace_pipeline(after.list(), nullptr);
+    engine.replace_pipeline(after.list());
     const Outcome got = staying.get();
     EXPECT_EQ(got.tokens, alone[1].tokens);
     EXPECT_EQ(engine.switch_counts().recomputed, 1u) << "only the request still wanted is computed again";
@@ -387,7 +424,7 @@ TEST(Pipeline, AHandOverMovesEverySequencesStateAndNothingIsComputedAgain) {
   };
   {
     Engine engine(counting(first, 1), 512, [](Token t) { return t == 2; },
-                  {.context_size = 128, .max_parallel = 8, .max_queued = 8}, nullptr);
+                  {.context_size = 128, .max_parallel = 8, .max_queued = 8});
     std::vector<std::future<Outcome>> futures;
     for (int i = 0; i < kRequests; ++i) futures.push_back(submit(engine, request(i)));
     counted.front()->wait_until_held();
@@ -395,7 +432,7 @@ TEST(Pipeline, AHandOverMovesEverySequencesStateAndNothingIsComputedAgain) {
     for (const auto& next : {&second, &third}) {
       const std::shared_ptr<CountingStage> last = counted.back();
       last->wait_until_held();
-      engine.replace_pipeline(counting(*next), nullptr, /*hand_over=*/true);
+      engine.replace_pipeline(counting(*next), /*hand_over=*/true);
       last->open();
     }
     counted.back()->wait_until_held();
@@ -422,11 +459,11 @@ TEST(Pipeline, AHandOverFromAStageThatIsGoneComputesTheSequencesAgain) {
   Stages after({0, 3, 4});
   {
     Engine engine({before.local[0], vanishing}, 512, [](Token t) { return t == 2; },
-                  {.context_size = 128, .max_parallel = 8, .max_queued = 8}, nullptr);
+                  {.context_size = 128, .max_parallel = 8, .max_queued = 8});
     std::vector<std::future<Outcome>> futures;
     for (int i = 0; i < kRequests; ++i) futures.push_back(submit(engine, request(i)));
     while (vanishing->calls() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    engine.replace_pipeline(after.list(), nullptr, /*hand_over=*/true);
+    engine.replace_pipeline(after.list(), /*hand_over=*/true);
     for (int i = 0; i < kRequests; ++i) {
       EXPECT_EQ(futures[static_cast<size_t>(i)].get().tokens, alone[static_cast<size_t>(i)].tokens) << "request " << i;
     }
@@ -458,7 +495,7 @@ TEST(Pipeline, ARequestPassedOnGoesOnAtTheNextSchedulerWithItsState) {
       auto gate = std::make_shared<CountingStage>(first.local[0], 1);
       auto holding = std::make_shared<CountingStage>(first.local[1], 6);
       Engine engine({gate, holding}, 512, [](Token t) { return t == 2; },
-                    {.context_size = 128, .max_parallel = 8, .max_queued = 8}, nullptr);
+                    {.context_size = 128, .max_parallel = 8, .max_queued = 8});
       for (int i = 0; i < kRequests; ++i) {
         Passed& p = passed[static_cast<size_t>(i)];
         RequestCallbacks callbacks;
@@ -493,8 +530,7 @@ TEST(Pipeline, ARequestPassedOnGoesOnAtTheNextSchedulerWithItsState) {
                      EXPECT_EQ(pipeline, 7u);
                      return old_stages_known ? first.list() : std::vector<std::shared_ptr<Stage>>{};
                    },
-                   .first_sequence_id = 1000},
-                  nullptr);
+                   .first_sequence_id = 1000});
       std::vector<std::future<Outcome>> futures;
       for (int i = 0; i < kRequests; ++i) {
         const Passed& p = passed[static_cast<size_t>(i)];
@@ -528,11 +564,11 @@ TEST(LocalStage, RefusesBatchesOutOfStep) {
   Stages stages({0, 4});
   LocalStage& stage = *stages.local[0];
   StageBatch start{{{7, 0, 2, 16}}, {1, 300}, {}};
-  EXPECT_EQ(stage.forward(start).size(), 512u);
+  EXPECT_EQ(stage.forward(start).rows.size(), 512u);
   EXPECT_THROW(stage.forward(start), std::invalid_argument);  // started twice
   EXPECT_THROW(stage.forward({{{7, 5, 1, 16}}, {300}, {}}), std::invalid_argument);  // skips positions
   EXPECT_THROW(stage.forward({{{8, 3, 1, 16}}, {300}, {}}), std::invalid_argument);  // unknown sequence
-  EXPECT_EQ(stage.forward({{{7, 2, 1, 16}}, {300}, {}}).size(), 512u);
+  EXPECT_EQ(stage.forward({{{7, 2, 1, 16}}, {300}, {}}).rows.size(), 512u);
   const SequenceId id = 7;
   stage.release({&id, 1});
   EXPECT_EQ(stage.sequence_count(), 0u);

@@ -30,8 +30,7 @@ struct Cluster {
                                       EngineOptions{.context_size = kContext,
                                                     .max_parallel = max_parallel,
                                                     .max_queued = 64,
-                                                    .prefix_cache = prefix_cache},
-                                      nullptr);
+                                                    .prefix_cache = prefix_cache});
   }
   Outcome run(const GenerationRequest& r) { return submit_for_outcome(*engine, r).get(); }
 
@@ -190,7 +189,7 @@ TEST(PrefixCache, StateHandedOverEntersTheNewStagesIndexOnceEveryLayerIsWritten)
 
   auto computed = whole_stage();
   computed->forward(batch(1, 0, 40));
-  const std::vector<float> expected = whole_stage()->forward(batch(1, 0, 40));
+  const std::vector<float> expected = whole_stage()->forward(batch(1, 0, 40)).rows;
 
   for (const bool with_tokens : {true, false}) {
     SCOPED_TRACE(with_tokens ? "with token ids" : "without token ids");
@@ -210,7 +209,7 @@ TEST(PrefixCache, StateHandedOverEntersTheNewStagesIndexOnceEveryLayerIsWritten)
     }
     const int held = taking_over->hold_prefix(3, kContext, two_blocks);
     EXPECT_EQ(held, with_tokens ? 2 * model::kKvBlock : 0);
-    EXPECT_EQ(taking_over->forward(batch(3, held, 40 - held)), expected) << "the same bits as computing it all";
+    EXPECT_EQ(taking_over->forward(batch(3, held, 40 - held)).rows, expected) << "the same bits as computing it all";
   }
 }
 

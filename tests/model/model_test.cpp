@@ -589,14 +589,15 @@ TEST_P(BitExact, LogitsAloneEqualLogitsInABatch) {
       SequenceSlice warm{kv_after.get(), 3};
       model->forward({&warm, 1}, std::span<const Token>(after).first(3), {}, pool);
     }
-    std::vector<SequenceSlice> slices{{kv_before.get(), 5, SliceOutput::AllLogits}, {kv_mine.get(), 11, SliceOutput::AllLogits}, {kv_after.get(), 14, SliceOutput::AllLogits}};
+    // `before` wants no row (a prompt's chunk), `after` only its last.
+    std::vector<SequenceSlice> slices{{kv_before.get(), 5, SliceOutput::Nothing}, {kv_mine.get(), 11, SliceOutput::AllLogits}, {kv_after.get(), 14, SliceOutput::LastLogits}};
     std::vector<Token> tokens = before;
     tokens.insert(tokens.end(), mine.begin(), mine.end());
     tokens.insert(tokens.end(), after.begin() + 3, after.end());
     const auto batched = model->forward(slices, tokens, {}, pool);
     ASSERT_EQ(alone.size(), 11u * vocab);
-    EXPECT_TRUE(same_bits(std::span<const float>(batched).subspan(5 * vocab, alone.size()), alone))
-        << kv_type_name(kv);
+    ASSERT_EQ(batched.size(), 12u * vocab);
+    EXPECT_TRUE(same_bits(std::span<const float>(batched).first(alone.size()), alone)) << kv_type_name(kv);
   }
 }
 

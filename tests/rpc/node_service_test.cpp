@@ -15,11 +15,13 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <functional>
 #include <future>
 #include <limits>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "engine/local_stage.h"
 #include "metrics/metrics.h"
@@ -415,10 +417,136 @@ TEST_F(NodeServiceTest, RefusesMalformedBatchesAndKeepsServing) {
   r = start_sequence(1);
   r.mutable_sequences(0)->set_first_position(7);  // skips positions of an unknown sequence
   cases.emplace_back("unknown sequence", r);
+  const auto with_step = [](const std::function<void(SamplingStep&)>& change) {
+    ForwardRequest request = start_sequence(1);
+    SamplingStep& step = *request.mutable_sequences(0)->mutable_sampling();
+    step.mutable_params()->set_temperature(0.5f);
+    step.mutable_params()->set_repetition_penalty(1.0f);
+    for (int i = 0; i < 4; ++i) step.add_random(i);
+    step.set_top_logprobs(-1);
+    change(step);
+    return request;
+  };
+  EXPECT_EQ(malformed(with_step([](SamplingStep&) {})), "") << "the base case is well-formed";
+  cases.emplace_back("a generator of 3 words", with_step([](SamplingStep& s) { s.mutable_random()->RemoveLast(); }));
+  cases.emplace_back("flags without their bytes", with_step([](SamplingStep& s) { s.set_allowed_count(9); }));
+  cases.emplace_back("more flag bytes than flags", with_step([](SamplingStep& s) { s.set_allowed(std::string(2, '\1')); }));
+  cases.emplace_back("a temperature out of range", with_step([](SamplingStep& s) { s.mutable_params()->set_temperature(NAN); }));
+  cases.emplace_back("too many logprobs", with_step([](SamplingStep& s) { s.set_top_logprobs(engine::kMaxTopLogprobs + 1); }));
+  cases.emplace_back("a negative penalty token", with_step([](SamplingStep& s) { s.add_recent(-4); }));
+  r = with_step([](SamplingStep&) {});
+  r.mutable_sequences(0)->set_output(EMBEDDINGS);
+  cases.emplace_back("a sampling step for an embedding", r);
+  r = start_sequence(1);
+  r.mutable_sequences(0)->set_output(static_cast<SequenceOutput>(7));
+  cases.emplace_back("an output that does not exist", r);
   for (const auto& [name, request] : cases) {
     EXPECT_EQ(forward(request, key_).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name;
   }
   EXPECT_TRUE(forward(start_sequence(9), key_).ok());
+}
+
+// What the pipeline sends and gets: every field of a batch, its sampling steps included (the
+// grammar's flags as bits), and of an output, the same after the wire.
+TEST(StageMessages, ABatchAndItsOutputComeBackTheSame) {
+  engine::StageBatch batch;
+  sampling::SamplingStep step;
+  step.params = {0.7f, 12, 0.9f, 0.02f, 1.1f, 0.3f, -0.2f, 6, 77};
+  step.random = {1, 0xFFFFFFFFFFFFFFFFull, 3, 1ull << 63};
+  step.recent = {5, 9, 5};
+  step.allowed = {1, 0, 0, 1, 1, 0, 1, 0, 0, 1, 1};  // 11 flags: a partial last byte
+  step.top_logprobs = 3;
+  batch.sequences.push_back({4, 0, 2, 16, engine::SequenceWork::Output::Logits, step});
+  batch.sequences.push_back({5, 16, 1, 32, engine::SequenceWork::Output::Embeddings, std::nullopt});
+  batch.sequences.push_back({6, 0, 3, 64, engine::SequenceWork::Output::Nothing, std::nullopt});
+  batch.tokens = {1, 2, 3, 4, 5, 6};
+  batch.hidden = std::vector<float>(6 * 4, 0.25f);
+  batch.hidden[7] = -1e-30f;
+  ForwardRequest request;
+  request.set_sender_id("client");
+  to_message(batch, request);
+  ASSERT_EQ(malformed(request), "");
+  EXPECT_EQ(request.sequences(0).sampling().allowed().size(), 2u) << "a bit per flag";
+  const engine::StageBatch back = from_message(request);
+  ASSERT_EQ(back.sequences.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const engine::SequenceWork& a = batch.sequences[i];
+    const engine::SequenceWork& b = back.sequences[i];
+    EXPECT_EQ(std::tie(a.id, a.first_position, a.token_count, a.capacity, a.output),
+              std::tie(b.id, b.first_position, b.token_count, b.capacity, b.output));
+    EXPECT_EQ(a.sampling.has_value(), b.sampling.has_value());
+  }
+  const sampling::SamplingStep& got = *back.sequences[0].sampling;
+  const auto params = [](const sampling::SamplingParams& p) {
+    return std::tie(p.temperature, p.top_k, p.top_p, p.min_p, p.repetition_penalty, p.presence_penalty,
+                    p.frequency_penalty, p.penalty_last_n, p.seed);
+  };
+  EXPECT_EQ(params(got.params), params(step.params));
+  EXPECT_EQ(got.random, step.random);
+  EXPECT_EQ(got.recent, step.recent);
+  EXPECT_EQ(got.allowed, step.allowed);
+  EXPECT_EQ(got.top_logprobs, step.top_logprobs);
+  EXPECT_EQ(back.tokens, batch.tokens);
+  EXPECT_EQ(std::memcmp(back.hidden.data(), batch.hidden.data(), batch.hidden.size() * sizeof(float)), 0);
+
+  engine::StageOutput output{{1.5f, -2.0f}, {{{7, -0.5f, {{7, -0.5f}, {3, -1.25f}}}, ""}, {{}, "sampling failed: NaN"}}};
+  ForwardReply reply;
+  to_message(output, reply);
+  ASSERT_EQ(malformed(reply), "");
+  const engine::StageOutput output_back = from_message(reply);
+  EXPECT_EQ(output_back.rows, output.rows);
+  ASSERT_EQ(output_back.sampled.size(), 2u);
+  EXPECT_EQ(output_back.sampled[0].choice.token, 7);
+  EXPECT_EQ(output_back.sampled[0].choice.logprob, -0.5f);
+  EXPECT_EQ(output_back.sampled[0].choice.top, output.sampled[0].choice.top);
+  EXPECT_EQ(output_back.sampled[1].error, output.sampled[1].error);
+  reply.mutable_sampled(0)->set_token(-1);
+  EXPECT_NE(malformed(reply), "");
+  reply.mutable_sampled(0)->set_token(7);
+  reply.set_rows("abc");
+  EXPECT_NE(malformed(reply), "");
+}
+
+// The stage that holds the head chooses the tokens, with the steps it is sent, and sends back
+// only them: the same tokens and logprobs as choosing from the logits it computed.
+TEST_F(NodeServiceTest, TheStageThatHoldsTheHeadSendsTokensNotLogits) {
+  const auto key = std::make_shared<ClusterKey>("secret");
+  RemoteStage remote("server", make_channel(address(), *key), Caller{"client", kEpoch, key});
+  tensor::ThreadPool pool(1);
+  engine::LocalStage local(model::Model::load(std::shared_ptr<const gguf::File>(gguf::File::open(kDreams))), pool,
+                           engine::KvOptions{model::KvType::F32, 64});
+  sampling::SamplingParams seeded;
+  seeded.seed = 3;
+  seeded.repetition_penalty = 1.2f;
+  sampling::SamplingParams greedy;
+  greedy.temperature = 0;
+  std::vector<uint8_t> allowed(512, 0);
+  for (int t = 100; t < 140; ++t) allowed[static_cast<size_t>(t)] = 1;
+  const std::vector<engine::Token> prompt{1, 300, 42, 7};
+  engine::StageBatch plain;
+  plain.sequences.push_back({1, 0, 4, 16});
+  plain.sequences.push_back({2, 0, 4, 16});
+  plain.tokens = prompt;
+  plain.tokens.insert(plain.tokens.end(), prompt.begin(), prompt.end());
+  engine::StageBatch choosing = plain;
+  choosing.sequences[0].sampling = sampling::Sampler(seeded, 512).step(prompt, {}, 2);
+  choosing.sequences[1].sampling = sampling::Sampler(greedy, 512).step(prompt, allowed, -1);
+  const std::vector<float> logits = local.forward(plain).rows;
+  ASSERT_EQ(logits.size(), 2u * 512);
+  const engine::StageOutput out = remote.forward(choosing);
+  EXPECT_TRUE(out.rows.empty()) << "no logits come back";
+  ASSERT_EQ(out.sampled.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(out.sampled[i].error, "");
+    const sampling::Choice expected =
+        sampling::choose(*choosing.sequences[i].sampling, std::span<const float>(logits).subspan(i * 512, 512));
+    EXPECT_EQ(out.sampled[i].choice.token, expected.token);
+    EXPECT_EQ(out.sampled[i].choice.logprob, expected.logprob);
+    EXPECT_EQ(out.sampled[i].choice.top, expected.top);
+  }
+  EXPECT_GE(out.sampled[1].choice.token, 100);
+  EXPECT_LT(out.sampled[1].choice.token, 140) << "the grammar's flags held";
+  EXPECT_EQ(out.sampled[0].choice.top.size(), 2u);
 }
 
 TEST_F(NodeServiceTest, HoldsACachedPrefixForANewSequence) {

@@ -303,6 +303,42 @@ TEST(Sampler, RejectsBadLogits) {
   EXPECT_THROW(Sampler(SamplingParams{}, 0), std::invalid_argument);
 }
 
+// choose() is what lets the stage that holds the head sample in the request's place.
+TEST(SamplingStep, ChoosesWhatTheRequestsSamplerWouldHaveSampled) {
+  std::vector<float> logits(300);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(std::sin(i * 0.71) * 3);
+  std::vector<uint8_t> allowed(logits.size(), 1);
+  for (size_t i = 0; i < allowed.size(); i += 3) allowed[i] = 0;
+  for (const float temperature : {0.0f, 0.7f}) {
+    for (const bool masked : {false, true}) {
+      SamplingParams params = filters_off(temperature);
+      params.top_k = 50;
+      params.repetition_penalty = 1.3f;
+      params.frequency_penalty = 0.4f;
+      params.penalty_last_n = 5;
+      params.seed = 9;
+      Sampler local(params, 300), remote(params, 300);
+      std::vector<int32_t> history{1, 2, 2, 7};
+      for (int i = 0; i < 60; ++i) {
+        const std::span<const uint8_t> mask = masked ? std::span<const uint8_t>(allowed) : std::span<const uint8_t>();
+        const SamplingStep step = remote.step(history, mask, 2);
+        EXPECT_LE(step.recent.size(), 5u) << "only the penalties' window travels";
+        const Choice choice = choose(step, logits);
+        remote.skip(1);
+        const int32_t expected = local.sample(logits, history, mask);
+        ASSERT_EQ(choice.token, expected) << "temperature " << temperature << ", token " << i;
+        const Logprobs lp = logprobs(logits, expected, 2);
+        EXPECT_EQ(choice.logprob, lp.chosen);
+        EXPECT_EQ(choice.top, lp.top);
+        history.push_back(expected);
+      }
+    }
+  }
+  SamplingParams plain = filters_off();
+  EXPECT_TRUE(Sampler(plain, 300).step(std::vector<int32_t>{1, 2, 3}, {}, -1).recent.empty()) << "no penalties, no history";
+  EXPECT_TRUE(choose(Sampler(plain, 300).step({}, {}, -1), logits).top.empty());
+}
+
 TEST(Logprobs, MatchAHandComputedLogSoftmax) {
   const std::vector<float> logits{1.0f, 3.0f, 2.0f, 3.0f};
   const double log_normalizer = std::log(std::exp(1.0) + 2 * std::exp(3.0) + std::exp(2.0));
