@@ -367,6 +367,21 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     return local_stage(stage_);
   }
 
+  std::shared_ptr<engine::Stage> chain_stage(uint64_t epoch, const std::string& node_id, std::string& why) override {
+    std::lock_guard lock(mutex_);
+    const auto found = recent_placements_.find(epoch);
+    if (found != recent_placements_.end() && node_id != options_.node_id) {
+      for (rpc::Stage s : found->second.stages()) {
+        if (s.node_id() != node_id) continue;
+        const auto peer = peer_infos_.find(node_id);  // as this node reaches it
+        if (peer != peer_infos_.end()) s.set_node_address(peer->second.node_address());
+        return remote_stage(s, epoch, /*leading=*/false);
+      }
+    }
+    why = "node " + options_.node_id + " knows no stage of node " + node_id + " in placement " + std::to_string(epoch);
+    return nullptr;
+  }
+
   std::shared_ptr<engine::Generator> scheduler(std::string& why) override {
     std::lock_guard lock(mutex_);
     if (!scheduling() || !refusal().empty()) {
@@ -1329,12 +1344,12 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     return std::shared_ptr<engine::Stage>(runtime, runtime->stage.get());
   }
 
-  std::shared_ptr<engine::Stage> remote_stage(const rpc::Stage& s, uint64_t epoch) {
-    return std::make_shared<rpc::RemoteStage>(
-        s.node_id(), channel(s.node_address()),
-        rpc::Caller{options_.node_id, epoch, key_, options_.test_link_delay,
-                    [this](const std::string& peer_id, bool unreachable) { stage_lost(peer_id, unreachable); }},
-        engine::StageLayers{s.first_layer(), s.last_layer()});
+  // `leading`: the leader's, which repairs the placement when the stage is lost.
+  std::shared_ptr<engine::Stage> remote_stage(const rpc::Stage& s, uint64_t epoch, bool leading = true) {
+    rpc::Caller caller{options_.node_id, epoch, key_, options_.test_link_delay, {}};
+    if (leading) caller.on_lost = [this](const std::string& peer_id, bool unreachable) { stage_lost(peer_id, unreachable); };
+    return std::make_shared<rpc::RemoteStage>(s.node_id(), channel(s.node_address()), std::move(caller),
+                                              engine::StageLayers{s.first_layer(), s.last_layer()});
   }
 
   // The stages of placement `epoch`, as far as they may still hold sequences' state: the state

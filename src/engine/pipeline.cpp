@@ -9,9 +9,30 @@ namespace strata::engine {
 Pipeline::Pipeline(std::vector<std::shared_ptr<Stage>> stages, OnResult on_result)
     : stages_(std::move(stages)), on_result_(std::move(on_result)) {
   if (stages_.empty()) throw std::invalid_argument("a pipeline needs at least one stage");
-  for (size_t i = 0; i < stages_.size(); ++i) workers_.push_back(std::make_unique<Worker>());
+  const size_t last = stages_.size() - 1;
+  for (size_t first = 0; first < stages_.size();) {
+    size_t end = first + 1;  // of the run of stages that pass batches on, from `first`
+    if (!stages_[first]->chain_node().empty()) {
+      while (end < stages_.size() && !stages_[end]->chain_node().empty()) ++end;
+    }
+    Worker* head = workers_.emplace_back(std::make_unique<Worker>()).get();
+    head->stage = first;
+    head->released = {first};
+    head->reaches_end = end - 1 == last;
+    if (end - first > 1) {
+      head->role = Worker::Role::Send;
+      Worker* tail = workers_.emplace_back(std::make_unique<Worker>()).get();
+      tail->role = Worker::Role::Receive;
+      tail->stage = first;
+      for (size_t i = first + 1; i < end; ++i) {
+        head->then.push_back(stages_[i]->chain_node());
+        tail->released.push_back(i);
+      }
+    }
+    first = end;
+  }
   workers_.front()->previous_done = true;
-  for (size_t i = 0; i < stages_.size(); ++i) {
+  for (size_t i = 0; i < workers_.size(); ++i) {
     workers_[i]->thread = std::thread([this, i] { work(i); });
   }
 }
@@ -38,7 +59,7 @@ void Pipeline::end(std::vector<SequenceId> releasing) {
 void Pipeline::submit(uint64_t ticket, StageBatch batch) {
   Item item;
   item.ticket = ticket;
-  if (stages_.size() > 1) {
+  if (!workers_.front()->reaches_end) {
     for (SequenceWork& work : batch.sequences) item.sampling.push_back(std::exchange(work.sampling, std::nullopt));
   }
   item.batch = std::move(batch);
@@ -53,8 +74,8 @@ void Pipeline::release(std::vector<SequenceId> ids) {
   push(0, std::move(item));
 }
 
-void Pipeline::push(size_t stage, Item item) {
-  Worker& w = *workers_[stage];
+void Pipeline::push(size_t worker, Item item) {
+  Worker& w = *workers_[worker];
   {
     std::lock_guard lock(w.mutex);
     w.queue.push_back(std::move(item));
@@ -62,9 +83,33 @@ void Pipeline::push(size_t stage, Item item) {
   w.wake.notify_one();
 }
 
-void Pipeline::work(size_t stage) {
-  Worker& w = *workers_[stage];
-  const bool last = stage + 1 == stages_.size();
+Pipeline::Result Pipeline::run(Worker& w, Item& item) {
+  Result result{item.ticket, {}, {}};
+  try {
+    switch (w.role) {
+      case Worker::Role::Forward:
+        result.output = stages_[w.stage]->forward(item.batch);
+        break;
+      case Worker::Role::Send:
+        item.batch.then = w.then;
+        stages_[w.stage]->send(item.batch);
+        break;
+      case Worker::Role::Receive:
+        result.output = stages_[w.stage]->receive();
+        break;
+    }
+  } catch (const StageLost& e) {
+    result.error = e.what();
+    result.lost = true;
+  } catch (const std::exception& e) {
+    result.error = e.what();
+  }
+  return result;
+}
+
+void Pipeline::work(size_t worker) {
+  Worker& w = *workers_[worker];
+  const bool last = worker + 1 == workers_.size();
   while (true) {
     Item item;
     {
@@ -73,7 +118,7 @@ void Pipeline::work(size_t stage) {
       if (w.queue.empty()) {
         lock.unlock();
         if (!last) {
-          Worker& next = *workers_[stage + 1];
+          Worker& next = *workers_[worker + 1];
           {
             std::lock_guard next_lock(next.mutex);
             next.previous_done = true;
@@ -95,32 +140,26 @@ void Pipeline::work(size_t stage) {
       }
     }
     if (item.release) {
-      try {
-        stages_[stage]->release(item.ids);
-      } catch (const std::exception&) {
-        // A stage that cannot be reached drops its sequences when it leaves the placement.
+      for (size_t stage : w.released) {
+        try {
+          stages_[stage]->release(item.ids);
+        } catch (const std::exception&) {
+          // A stage that cannot be reached drops its sequences when it leaves the placement.
+        }
       }
-      if (!last) push(stage + 1, std::move(item));
+      if (!last) push(worker + 1, std::move(item));
       continue;
     }
-    Result result{item.ticket, {}, {}};
-    try {
-      result.output = stages_[stage]->forward(item.batch);
-    } catch (const StageLost& e) {
-      result.error = e.what();
-      result.lost = true;
-    } catch (const std::exception& e) {
-      result.error = e.what();
-    }
+    Result result = run(w, item);
     if (last || !result.error.empty()) {
       on_result_(std::move(result));
       continue;
     }
-    item.batch.hidden = std::move(result.output.rows);
-    if (stage + 2 == stages_.size()) {
+    if (w.role != Worker::Role::Send) item.batch.hidden = std::move(result.output.rows);
+    if (workers_[worker + 1]->reaches_end) {
       for (size_t i = 0; i < item.sampling.size(); ++i) item.batch.sequences[i].sampling = std::move(item.sampling[i]);
     }
-    push(stage + 1, std::move(item));
+    push(worker + 1, std::move(item));
   }
 }
 

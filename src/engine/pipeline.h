@@ -1,6 +1,9 @@
 // Runs batches through an ordered list of stages with one worker thread per stage, so that
 // several batches are in flight at once, each at a different stage: with S stages on S nodes,
-// all S compute at the same time.
+// all S compute at the same time. A run of stages that pass batches on themselves
+// (Stage::chain_node) is a chain: one worker sends each batch to its first stage, naming the
+// others, and another receives the last one's output from it, so that the rows go from node to
+// node and only the run's output comes back.
 #pragma once
 
 #include <condition_variable>
@@ -54,6 +57,16 @@ class Pipeline {
     std::vector<SequenceId> ids;
   };
   struct Worker {
+    enum class Role {
+      Forward,  // the stage's forward
+      Send,     // the first stage of a chain: send, naming the chain's other stages
+      Receive,  // the chain's output, from its first stage
+    };
+    Role role = Role::Forward;
+    size_t stage = 0;  // the stage it calls: for a chain, its first
+    std::vector<size_t> released;  // the stages whose releases it makes
+    std::vector<std::string> then;  // Send: the chain's other stages' nodes
+    bool reaches_end = false;  // what it sends is computed through the last stage: it takes the sampling steps
     std::mutex mutex;
     std::condition_variable wake;
     std::deque<Item> queue;
@@ -64,8 +77,10 @@ class Pipeline {
     std::thread thread;
   };
 
-  void push(size_t stage, Item item);
-  void work(size_t stage);
+  void push(size_t worker, Item item);
+  void work(size_t worker);
+  // What a worker does with one batch: its output, or why it has none.
+  Result run(Worker& w, Item& item);
 
   std::vector<std::shared_ptr<Stage>> stages_;
   OnResult on_result_;

@@ -10,6 +10,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/kv_pool.h"
@@ -43,6 +44,9 @@ struct StageBatch {
   std::vector<SequenceWork> sequences;
   std::vector<Token> tokens;
   std::vector<float> hidden;
+  // The nodes of the stages after a remote one, in order, to which it passes its output itself
+  // (a chain: Stage::chain_node); the last one's output comes back as the batch's.
+  std::vector<std::string> then;
 };
 
 // A sampling step's outcome: the token and its logprobs, or why there is none (logits that are
@@ -86,7 +90,10 @@ struct LayerKv {
 // A stage that can no longer be reached, or that has moved to another placement: its
 // sequences' state there is gone, but the requests can be run again on a new pipeline.
 struct StageLost : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit StageLost(const std::string& what, std::string node = {}, bool unreachable = false)
+      : std::runtime_error(what), node(std::move(node)), unreachable(unreachable) {}
+  std::string node;          // the lost stage's node, when it is on another one
+  bool unreachable = false;  // its connection failed (a process gone), not late or moved on
 };
 
 class Stage {
@@ -101,6 +108,16 @@ class Stage {
   // with StageLost rather than wait for a node that may be gone, and later calls may fail at
   // once. The stage is not used for new work afterwards.
   virtual void cancel() {}
+
+  // Chains. A stage on another node that passes a batch's output on itself to the stages after
+  // it (StageBatch::then) names its node here, by which the stage before it names it; a
+  // pipeline sends a run of such stages each batch once, to the first, and gets the last one's
+  // output from it. Empty (the default): it cannot.
+  virtual std::string chain_node() const { return {}; }
+  // With a chain_node: sends the batch on without waiting; receive() gives the outputs in the
+  // order they were sent, and fails like forward. One thread may send while another receives.
+  virtual void send(const StageBatch& /*batch*/) { throw std::logic_error("this stage does not pass batches on"); }
+  virtual StageOutput receive() { throw std::logic_error("this stage does not pass batches on"); }
 
   // Moving a sequence's state. A stage that cannot (the defaults) makes the engine compute its
   // sequences again on the next pipeline instead.

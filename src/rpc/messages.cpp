@@ -315,6 +315,8 @@ std::string malformed(const ForwardRequest& request) {
     if (request.hidden().size() % (static_cast<size_t>(rows) * sizeof(float)) != 0) {
       refuse("hidden", "is not whole rows of floats for " + std::to_string(rows) + " inputs");
     }
+    check_entries("then", request.then_size(), kMaxNodes);
+    for (int i = 0; i < request.then_size(); ++i) check_name(at("then", i), request.then(i), Presence::Required);
   });
 }
 
@@ -331,6 +333,10 @@ std::string malformed(const ForwardReply& reply) {
         check_integer(at(at_sampled + "top", k) + ".token", sampled.top(k).token(), 0, kMaxVocabulary - 1);
       }
       check_text(at_sampled + "error", sampled.error());
+    }
+    if (reply.has_failure()) {
+      check_name("failure.node_id", reply.failure().node_id(), Presence::Required);
+      check_text("failure.error", reply.failure().error());
     }
   });
 }
@@ -485,6 +491,7 @@ void to_message(const engine::StageBatch& batch, ForwardRequest& out) {
   }
   out.mutable_tokens()->Add(batch.tokens.begin(), batch.tokens.end());
   out.set_hidden(batch.hidden.data(), batch.hidden.size() * sizeof(float));
+  for (const std::string& node : batch.then) out.add_then(node);
 }
 
 engine::StageBatch from_message(const ForwardRequest& message) {
@@ -509,6 +516,7 @@ engine::StageBatch from_message(const ForwardRequest& message) {
   }
   batch.tokens.assign(message.tokens().begin(), message.tokens().end());
   batch.hidden = floats_of(message.hidden());
+  batch.then.assign(message.then().begin(), message.then().end());
   return batch;
 }
 

@@ -11,6 +11,7 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "metrics/metrics.h"
 #include "rpc/channel.h"
@@ -70,6 +71,93 @@ std::optional<grpc::Status> refusal_of(const Request& request) {
 
 }  // namespace
 
+namespace {
+
+// Passes a stream's batches on to the next stage of a chain and writes its replies back up the
+// stream, in order, from a thread of its own. The first failure down the chain goes up as the
+// reply of the batch it failed (ChainFailure); the batches after it are dropped, since the
+// node that sent them fails them all and ends the stream.
+class Relay {
+ public:
+  Relay(std::shared_ptr<engine::Stage> next, std::string next_node,
+        grpc::ServerReaderWriter<ForwardReply, ForwardRequest>& upstream)
+      : next_(std::move(next)), next_node_(std::move(next_node)), upstream_(upstream), replies_([this] { reply(); }) {}
+  ~Relay() { finish(true); }
+
+  void pass_on(const engine::StageBatch& batch) {
+    std::exception_ptr error;
+    try {
+      next_->send(batch);
+    } catch (...) {
+      error = std::current_exception();  // nothing went out: its reply is this
+    }
+    {
+      std::lock_guard lock(mutex_);
+      owed_.push_back(error);
+    }
+    wake_.notify_one();
+  }
+  // After the stream's last batch: waits for the replies still owed, or, `cancelled`, ends them.
+  void finish(bool cancelled) {
+    if (cancelled) next_->cancel();
+    {
+      std::lock_guard lock(mutex_);
+      if (finishing_) return;
+      finishing_ = true;
+    }
+    wake_.notify_one();
+    replies_.join();
+  }
+
+ private:
+  void reply() {
+    bool failed = false;
+    while (true) {
+      std::exception_ptr error;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return finishing_ || !owed_.empty(); });
+        if (owed_.empty()) return;
+        error = owed_.front();
+        owed_.pop_front();
+      }
+      if (failed) continue;
+      ForwardReply reply;
+      try {
+        if (error) std::rethrow_exception(error);
+        to_message(next_->receive(), reply);
+      } catch (const engine::StageLost& e) {
+        failure(reply, e.node.empty() ? next_node_ : e.node, e.what(), true, e.unreachable);
+      } catch (const std::exception& e) {
+        failure(reply, next_node_, e.what(), false, false);
+      }
+      const bool written = upstream_.Write(reply);
+      failed = !written || reply.has_failure();
+      if (failed) next_->cancel();
+    }
+  }
+  static void failure(ForwardReply& reply, const std::string& node, const std::string& error, bool lost,
+                      bool unreachable) {
+    reply.Clear();
+    ChainFailure& failure = *reply.mutable_failure();
+    failure.set_node_id(node);
+    failure.set_error(error);
+    failure.set_lost(lost);
+    failure.set_unreachable(unreachable);
+  }
+
+  std::shared_ptr<engine::Stage> next_;
+  std::string next_node_;
+  grpc::ServerReaderWriter<ForwardReply, ForwardRequest>& upstream_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::exception_ptr> owed_;  // per batch passed on: null, or why it could not be
+  bool finishing_ = false;
+  std::thread replies_;
+};
+
+}  // namespace
+
 class NodeServer::Service final : public Node::Service {
  public:
   Service(NodeHandler& handler, std::shared_ptr<ClusterKey> key, std::function<void(const std::string&)> log,
@@ -89,16 +177,45 @@ class NodeServer::Service final : public Node::Service {
     return handler_.hello(*request, context->peer(), *reply);
   }
 
+  // A stream's first batch says whether its batches pass on (ForwardRequest.then) and to which
+  // stages; every later one must say the same. Passed on, they go out as they are computed, and
+  // the replies come back on another thread, so that this stage computes the next batch while
+  // the next stages compute this one.
   grpc::Status Forward(grpc::ServerContext* context,
                        grpc::ServerReaderWriter<ForwardReply, ForwardRequest>* stream) override {
     if (auto refused = check(*context, "Forward")) return *refused;
     ForwardRequest request;
-    while (stream->Read(&request)) {
-      ForwardReply reply;
-      if (grpc::Status status = forward(request, reply); !status.ok()) return status;
-      if (!stream->Write(reply)) break;
+    std::optional<std::vector<std::string>> chain;  // the stream's `then`, from its first batch
+    std::unique_ptr<Relay> relay;
+    grpc::Status status = grpc::Status::OK;
+    while (status.ok() && stream->Read(&request)) {
+      if (!chain) {
+        chain.emplace(request.then().begin(), request.then().end());
+      } else if (!std::equal(chain->begin(), chain->end(), request.then().begin(), request.then().end())) {
+        status = {grpc::StatusCode::INVALID_ARGUMENT, "field 'then' is not the stream's first batch's"};
+        break;
+      }
+      if (chain->empty()) {
+        ForwardReply reply;
+        status = forward(request, reply);
+        if (status.ok() && !stream->Write(reply)) break;
+        continue;
+      }
+      if (!relay) {
+        std::string why;
+        std::shared_ptr<engine::Stage> next = handler_.chain_stage(request.epoch(), chain->front(), why);
+        if (!next) {
+          status = {grpc::StatusCode::FAILED_PRECONDITION, why};
+          break;
+        }
+        relay = std::make_unique<Relay>(std::move(next), chain->front(), *stream);
+      }
+      std::optional<engine::StageBatch> passed;
+      status = compute(request, passed);
+      if (passed) relay->pass_on(*passed);
     }
-    return grpc::Status::OK;
+    if (relay) relay->finish(context->IsCancelled());
+    return status;
   }
 
   grpc::Status Release(grpc::ServerContext* context, const ReleaseRequest* request, ReleaseReply*) override {
@@ -301,19 +418,35 @@ class NodeServer::Service final : public Node::Service {
   }
 
  private:
-  grpc::Status forward(const ForwardRequest& request, ForwardReply& reply) {
+  // Runs a batch through this node's stage.
+  template <typename Use>
+  grpc::Status run(const ForwardRequest& request, const Use& use) {
     if (auto refused = refusal_of(request)) return *refused;
     std::string why;
     const std::shared_ptr<engine::Stage> stage = handler_.stage(request.epoch(), why);
     if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
     try {
-      to_message(stage->forward(from_message(request)), reply);
+      engine::StageBatch batch = from_message(request);
+      use(batch, stage->forward(batch));
     } catch (const std::invalid_argument& e) {
       return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
     } catch (const std::exception& e) {
       return {grpc::StatusCode::INTERNAL, e.what()};
     }
     return grpc::Status::OK;
+  }
+
+  grpc::Status forward(const ForwardRequest& request, ForwardReply& reply) {
+    return run(request, [&](engine::StageBatch&, engine::StageOutput output) { to_message(output, reply); });
+  }
+
+  // The batch that goes on from here: this stage's output rows, to the rest of the chain.
+  grpc::Status compute(const ForwardRequest& request, std::optional<engine::StageBatch>& passed) {
+    return run(request, [&](engine::StageBatch& batch, engine::StageOutput output) {
+      batch.hidden = std::move(output.rows);
+      batch.then.erase(batch.then.begin());
+      passed = std::move(batch);
+    });
   }
 
   std::optional<grpc::Status> check(grpc::ServerContext& context, std::string_view method) {

@@ -1,5 +1,5 @@
 // The gRPC service every node runs on its node port: membership (Hello), its pipeline stage
-// (Forward, Release), on the leader, the scheduler that runs requests entering at other
+// (Forward, which passes a batch's output on to the next stages itself when asked, and Release), on the leader, the scheduler that runs requests entering at other
 // nodes (Generate), and the model's weights for nodes that have no file (ModelManifest,
 // FetchTensor). Every call must pass the cluster key's check; refused calls are logged.
 #pragma once
@@ -38,6 +38,12 @@ class NodeHandler {
   virtual grpc::Status hello(const HelloRequest& request, const std::string& peer, HelloReply& reply) = 0;
   // The stage this node runs in placement `epoch`, or null with the reason in `why`.
   virtual std::shared_ptr<engine::Stage> stage(uint64_t epoch, std::string& why) = 0;
+  // The stage of node `node_id` in placement `epoch`, as this node reaches it to pass a batch's
+  // output on (ForwardRequest.then), or null with `why`. The default passes nothing on.
+  virtual std::shared_ptr<engine::Stage> chain_stage(uint64_t epoch, const std::string& node_id, std::string& why) {
+    why = "this node passes no batch on (asked for node " + node_id + " of placement " + std::to_string(epoch) + ")";
+    return nullptr;
+  }
   // The scheduler for requests from other nodes (this node leads), or null with `why`.
   virtual std::shared_ptr<engine::Generator> scheduler(std::string& why) = 0;
   // The description of the model this node runs, when it is `model_hash` (or that is empty);

@@ -51,25 +51,25 @@ RemoteStage::~RemoteStage() {
   }
   watch_wake_.notify_all();
   watchdog_.join();
-  if (stream_) {
-    context_->TryCancel();
-    stream_->Finish();
+  if (open_) {
+    open_->context->TryCancel();
+    open_->calls->Finish();
   }
 }
 
 void RemoteStage::watch() {
   std::unique_lock lock(watch_mutex_);
   while (!stopping_) {
-    if (std::chrono::steady_clock::now() >= reply_due_) {
+    const auto due = sent_.empty() || late_ ? std::chrono::steady_clock::time_point::max() : sent_.front().due;
+    if (std::chrono::steady_clock::now() >= due) {
       late_ = true;
-      reply_due_ = std::chrono::steady_clock::time_point::max();
-      context_->TryCancel();
+      if (open_) open_->context->TryCancel();
       continue;
     }
-    if (reply_due_ == std::chrono::steady_clock::time_point::max()) {
+    if (due == std::chrono::steady_clock::time_point::max()) {
       watch_wake_.wait(lock);
     } else {
-      watch_wake_.wait_until(lock, reply_due_);
+      watch_wake_.wait_until(lock, due);
     }
   }
 }
@@ -77,81 +77,139 @@ void RemoteStage::watch() {
 void RemoteStage::cancel() {
   std::lock_guard lock(watch_mutex_);
   cancelled_ = true;
-  if (context_) context_->TryCancel();
+  if (open_) open_->context->TryCancel();
   for (grpc::ClientContext* call : unary_calls_) call->TryCancel();
 }
 
-void RemoteStage::fail(const std::string& what) {
+std::shared_ptr<RemoteStage::Stream> RemoteStage::open_stream() {
+  auto stream = std::make_shared<Stream>();
+  stream->context = std::make_unique<grpc::ClientContext>();
+  caller_.key->sign(*stream->context, caller_.node_id, "Forward");
+  // Opening the stream waits while the channel connects: outside the lock, so that cancel()
+  // (whose TryCancel also ends a stream not yet open) never waits for an unreachable node.
+  {
+    std::lock_guard lock(watch_mutex_);
+    if (cancelled_) throw engine::StageLost("node " + peer_id_ + "'s stage was replaced by a new placement");
+    open_ = stream;
+  }
+  stream->calls = stub_->Forward(stream->context.get());
+  return stream;
+}
+
+std::exception_ptr RemoteStage::end_stream(const std::shared_ptr<Stream>& stream, const ChainFailure* failure) {
   bool late = false;
   bool cancelled = false;
   {
     std::lock_guard lock(watch_mutex_);
-    reply_due_ = std::chrono::steady_clock::time_point::max();
     late = late_;
     late_ = false;
     cancelled = cancelled_;
+    owed_ = sent_.empty() ? 0 : sent_.size() - 1;
+    sent_.clear();
+    if (open_ == stream) open_.reset();
   }
-  stream_->WritesDone();
-  const grpc::Status status = stream_->Finish();
+  grpc::Status status;
   {
-    std::lock_guard lock(watch_mutex_);
-    stream_.reset();
-    context_.reset();
+    std::lock_guard lock(write_mutex_);
+    stream->calls->WritesDone();
+    ForwardReply unread;
+    while (stream->calls->Read(&unread)) {
+    }
+    status = stream->calls->Finish();
   }
-  if (cancelled) throw engine::StageLost("node " + peer_id_ + "'s stage was replaced by a new placement");
-  std::string why = status.ok() ? what : status.error_message();
-  if (late) why = "no reply within its deadline";
-  const std::string message = "node " + peer_id_ + " failed the batch: " + why;
-  // A batch the stage refused as malformed, or failed computing, would fail anywhere; any
-  // other end of the stream (a peer gone, late, or moved to another placement) loses only
-  // the state the stage held.
-  if (!late && (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
-                status.error_code() == grpc::StatusCode::INTERNAL)) {
-    throw std::runtime_error(message);
+  const auto lost = [&](const std::string& why, const std::string& node, bool unreachable) {
+    if (caller_.on_lost) caller_.on_lost(node, unreachable);
+    return std::make_exception_ptr(engine::StageLost(why, node, unreachable));
+  };
+  std::exception_ptr error;
+  if (cancelled) {
+    error = std::make_exception_ptr(engine::StageLost("node " + peer_id_ + "'s stage was replaced by a new placement"));
+  } else if (failure != nullptr) {
+    // A stage further down the chain: the node that failed it is the one to blame.
+    error = failure->lost() ? lost(failure->error(), failure->node_id(), failure->unreachable())
+                            : std::make_exception_ptr(std::runtime_error(failure->error()));
+  } else {
+    const std::string why = late ? "no reply within its deadline" : status.ok() ? "the stream closed" : status.error_message();
+    const std::string message = "node " + peer_id_ + " failed the batch: " + why;
+    // A batch the stage refused as malformed, or failed computing, would fail anywhere; any
+    // other end of the stream (a peer gone, late, or moved to another placement) loses only
+    // the state the stage held.
+    if (!late && (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+                  status.error_code() == grpc::StatusCode::INTERNAL)) {
+      error = std::make_exception_ptr(std::runtime_error(message));
+    } else {
+      error = lost(message, peer_id_, !late && status.error_code() == grpc::StatusCode::UNAVAILABLE);
+    }
   }
-  if (caller_.on_lost) caller_.on_lost(peer_id_, !late && status.error_code() == grpc::StatusCode::UNAVAILABLE);
-  throw engine::StageLost(message);
+  std::lock_guard lock(watch_mutex_);
+  broken_ = error;
+  return error;
 }
 
 engine::StageOutput RemoteStage::forward(const engine::StageBatch& batch) {
+  send(batch);
+  return receive();
+}
+
+void RemoteStage::send(const engine::StageBatch& batch) {
   ForwardRequest request;
   request.set_sender_id(caller_.node_id);
   request.set_epoch(caller_.epoch);
   to_message(batch, request);
-  const auto rows = static_cast<int64_t>(batch.tokens.size());
+  // A chain's batch passes through every stage of it, each with its own deadline to the next:
+  // theirs end first, so that the stage that is late is the one blamed.
+  const auto stages = static_cast<int64_t>(1 + batch.then.size());
+  const auto deadline = (base_deadline_ + per_row_ * static_cast<int64_t>(batch.tokens.size())) * stages;
 
   if (caller_.link_delay.count() > 0) std::this_thread::sleep_for(caller_.link_delay);
-  if (!stream_) {
-    auto context = std::make_unique<grpc::ClientContext>();
-    caller_.key->sign(*context, caller_.node_id, "Forward");
-    {
-      std::lock_guard lock(watch_mutex_);  // the watchdog and cancel() read context_
-      if (cancelled_) throw engine::StageLost("node " + peer_id_ + "'s stage was replaced by a new placement");
-      context_ = std::move(context);
-    }
-    // Opening the stream waits while the channel connects: outside the lock, so that cancel()
-    // (whose TryCancel also ends a stream not yet open) never waits for an unreachable node.
-    auto stream = stub_->Forward(context_.get());
-    std::lock_guard lock(watch_mutex_);
-    stream_ = std::move(stream);
-  }
+  std::shared_ptr<Stream> stream;
   {
     std::lock_guard lock(watch_mutex_);
-    reply_due_ = std::chrono::steady_clock::now() + base_deadline_ + per_row_ * rows;
+    if (cancelled_) throw engine::StageLost("node " + peer_id_ + "'s stage was replaced by a new placement");
+    stream = open_;
+  }
+  if (!stream) stream = open_stream();
+  {
+    // Counted on the stream it goes out on, unless that one ended meanwhile: then its receive
+    // fails with the others.
+    std::lock_guard lock(watch_mutex_);
+    const auto now = std::chrono::steady_clock::now();
+    if (open_ == stream) {
+      sent_.push_back({now, now + deadline});
+    } else {
+      ++owed_;
+      return;
+    }
   }
   watch_wake_.notify_all();
-  ForwardReply reply;
-  const auto sent = std::chrono::steady_clock::now();
-  if (!stream_->Write(request)) fail("the stream closed");
-  if (!stream_->Read(&reply)) fail("the stream closed");
-  round_trips_.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count());
+  std::lock_guard lock(write_mutex_);
+  stream->calls->Write(request);  // a stream that failed fails the batch's receive
+}
+
+engine::StageOutput RemoteStage::receive() {
+  std::shared_ptr<Stream> stream;
   {
     std::lock_guard lock(watch_mutex_);
-    reply_due_ = std::chrono::steady_clock::time_point::max();
+    if (owed_ > 0) {
+      --owed_;
+      std::rethrow_exception(broken_);
+    }
+    stream = open_;
   }
-  if (const std::string why = malformed(reply); !why.empty()) {
-    throw std::runtime_error("node " + peer_id_ + " sent a malformed reply: " + why);
+  if (!stream) throw std::logic_error("a batch is received before it was sent");
+  ForwardReply reply;
+  const bool read = stream->calls->Read(&reply);
+  const std::string why = read ? malformed(reply) : std::string();
+  if (!read || (why.empty() && reply.has_failure())) {
+    std::rethrow_exception(end_stream(stream, read ? &reply.failure() : nullptr));
   }
+  {
+    std::lock_guard lock(watch_mutex_);
+    round_trips_.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - sent_.front().at).count());
+    sent_.pop_front();
+  }
+  watch_wake_.notify_all();
+  if (!why.empty()) throw std::runtime_error("node " + peer_id_ + " sent a malformed reply: " + why);
   return from_message(reply);
 }
 

@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -42,8 +44,13 @@ class RemoteStage final : public engine::Stage {
               std::chrono::milliseconds per_row = std::chrono::milliseconds(100));
   ~RemoteStage() override;
 
-  // Not reentrant: one batch at a time, as a pipeline's stage worker sends them.
+  // send, then receive: not beside them.
   engine::StageOutput forward(const engine::StageBatch& batch) override;
+  std::string chain_node() const override { return peer_id_; }
+  // Every batch sent and not yet received counts against its deadline, the oldest first; one
+  // whose stream fails fails them all, in order.
+  void send(const engine::StageBatch& batch) override;
+  engine::StageOutput receive() override;
   void release(std::span<const engine::SequenceId> ids) override;
   // Cancels the open stream; later calls throw StageLost. Releases still go out, without
   // waiting for a reply: the node may be gone, and whoever released no longer needs it.
@@ -60,11 +67,21 @@ class RemoteStage final : public engine::Stage {
   int kv_blocks() override;
 
  private:
-  using Stream = grpc::ClientReaderWriter<ForwardRequest, ForwardReply>;
+  // An open Forward stream: one thread writes on it, one reads.
+  struct Stream {
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientReaderWriter<ForwardRequest, ForwardReply>> calls;
+  };
+  struct Sent {
+    std::chrono::steady_clock::time_point at;
+    std::chrono::steady_clock::time_point due;
+  };
   // A unary call's deadline and signature.
   void prepare_unary(grpc::ClientContext& context, const char* method) const;
-  // Ends the stream and says why it failed.
-  [[noreturn]] void fail(const std::string& what);
+  std::shared_ptr<Stream> open_stream();
+  // Ends a stream that failed, or whose node said that a stage after it failed (`failure`),
+  // and says why: the error of the batch received and of every other one sent on it.
+  std::exception_ptr end_stream(const std::shared_ptr<Stream>& stream, const ChainFailure* failure);
   HoldPrefixReply hold(engine::SequenceId id, int capacity, std::span<const engine::Token> tokens);
   void watch();
 
@@ -76,16 +93,18 @@ class RemoteStage final : public engine::Stage {
   engine::StageLayers layers_;
   std::chrono::milliseconds base_deadline_;
   std::chrono::milliseconds per_row_;
-  std::unique_ptr<grpc::ClientContext> context_;  // of the open stream
-  std::unique_ptr<Stream> stream_;
 
-  std::mutex watch_mutex_;
+  std::mutex watch_mutex_;  // what follows
   std::condition_variable watch_wake_;
-  std::chrono::steady_clock::time_point reply_due_ = std::chrono::steady_clock::time_point::max();
+  std::shared_ptr<Stream> open_;
+  std::deque<Sent> sent_;  // on open_, not yet received
+  std::exception_ptr broken_;  // of the last stream that failed
+  size_t owed_ = 0;  // batches sent on it, still to receive
   bool late_ = false;  // the watchdog cancelled the stream
   bool stopping_ = false;
   bool cancelled_ = false;
   std::set<grpc::ClientContext*> unary_calls_;  // releases under way, which cancel() ends
+  std::mutex write_mutex_;  // a Write, or a stream's end, at a time
   std::thread watchdog_;
 };
 

@@ -276,9 +276,19 @@ def check_cluster_view(nodes, leader):
     m = metrics_of(leader)
     sent = link_counts(m, "sent_messages", "Forward")
     received = link_counts(m, "received_messages", "Forward")
-    check(set(sent) == {"b", "c"} and sent == received and all(v > 0 for v in sent.values()),
-          f"leader's batches: sent {sent}, replies {received}")
-    rtts = {labels["peer"]: v for labels, v in series(m, "strata_link_round_trip_seconds_count")}
+    # A chain: the leader sends each batch to the first stage after its own, which passes it on
+    # to the last, and the reply comes back the same way.
+    check(len(sent) == 1 and sent == received and all(v > 0 for v in sent.values()),
+          f"leader's batches go to one node: sent {sent}, replies {received}")
+    first = next(iter(sent), None)
+    rest = ({"a", "b", "c"} - {leader.id, first}).pop()
+    on_first = metrics_of(next(n for n in nodes if n.id == first))
+    passed = link_counts(on_first, "sent_messages", "Forward")
+    passed_back = link_counts(on_first, "received_messages", "Forward")
+    # (Its counts by the leader are of the calls it serves: the replies it sends, the batches it gets.)
+    check(passed.get(rest) == passed_back.get(rest) == sent.get(first),
+          f"node {first} passes each batch on to node {rest}: {passed}, replies {passed_back}")
+    rtts = {labels["peer"]: v for labels, v in series(m, "strata_link_round_trip_seconds_count") if v > 0}
     check(rtts == sent, f"leader's link round trips {rtts} match its batches {sent}")
     byte_counts = link_counts(m, "sent_bytes", "Forward")
     check(all(v > 0 for v in byte_counts.values()), f"leader's batch bytes {byte_counts}")
