@@ -3,7 +3,7 @@
 # on a bridge, each link shaped to 1 Gbit/s (tbf), the model's layers split a:FIRST, b, c. A
 # greedy completion of 1 token and one of 1 + TOKENS tokens, the same prompt; the difference
 # over TOKENS is what one decode step costs on each link, twice over:
-# - the Forward calls' message bytes, from the leader's own link counters (/metrics);
+# - the Forward calls' message bytes, from each node's own link counters (/metrics), by peer;
 # - every byte on each namespace's interface (TLS, TCP and the nodes' gossip included).
 # Then decode speed on those links: one stream's tokens per second (the long completion's time
 # less the short one's, over TOKENS), and the aggregate of 8 concurrent streams of 1 + TOKENS.
@@ -82,8 +82,10 @@ snapshot() {
     echo "if $node $(ip netns exec "$PREFIX-$node" cat /sys/class/net/eth0/statistics/tx_bytes)" \
       "$(ip netns exec "$PREFIX-$node" cat /sys/class/net/eth0/statistics/rx_bytes)"
   done
-  ip netns exec "$PREFIX-a" curl -s http://127.0.0.1:8080/metrics |
-    sed -n 's/^strata_link_\(sent\|received\)_bytes_total{\(.*\)} \(.*\)$/link \1 \2 \3/p' | grep 'Forward'
+  for node in a b c; do
+    ip netns exec "$PREFIX-$node" curl -s http://127.0.0.1:8080/metrics |
+      sed -n "s/^strata_link_\(sent\|received\)_bytes_total{\(.*\)} \(.*\)\$/link $node:\1 \2 \3/p" | grep 'Forward'
+  done
 }
 
 complete() {  # complete MAX_TOKENS: the completion's token count
@@ -136,6 +138,10 @@ print(f"decode steps measured: {steps} (completions of {short} and {long} tokens
 for key in sorted(s2):
     one = s1.get(key, 0) - s0.get(key, 0)
     many = s2.get(key, 0) - s1.get(key, 0)
-    label = f"node {key[1]} interface {key[2]}" if key[0] == "if" else f"leader {key[1]} {key[2]}"
+    if key[0] == "if":
+        label = f"node {key[1]} interface {key[2]}"
+    else:
+        node, direction = key[1].split(":")
+        label = f"node {node} Forward {direction} {key[2]}"
     print(f"{label:60s} {(many - one) / steps:10.0f} bytes per token")
 EOF

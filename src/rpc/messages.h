@@ -20,7 +20,8 @@ namespace strata::rpc {
 // client as a cancellation instead of resuming the request at the next leader.
 // 6: the stage that holds the head chooses the tokens (SequenceWork.sampling, ForwardReply.sampled)
 // and sends no logits back, which a node of 5 would send, as it would the logits of every prompt
-// chunk (SequenceWork.output NOTHING).
+// chunk (SequenceWork.output NOTHING); a stage passes its rows on to the next ones itself
+// (ForwardRequest.then, ForwardReply.failure), which a node of 5 would ignore.
 inline constexpr uint32_t kProtocolVersion = 6;
 
 // What a node can say it is doing (NodeInfo.state): placed nowhere yet, placed elsewhere,
