@@ -28,6 +28,8 @@ namespace {
 using engine::GenerationRequest;
 using engine::Outcome;
 constexpr uint64_t kEpoch = 3;
+// Of every call, so that a silent stage is noticed within a test.
+constexpr std::chrono::milliseconds kDeadline{1000};
 
 std::shared_ptr<const gguf::File> dreams() {
   static const auto file = std::shared_ptr<const gguf::File>(gguf::File::open(engine::kDreams));
@@ -93,7 +95,8 @@ class RangeNode final : public NodeHandler {
       why = "no such stage";
       return nullptr;
     }
-    return std::make_shared<RemoteStage>(node_id, make_channel(found->second, *key_), Caller{id_, epoch, key_});
+    return std::make_shared<RemoteStage>(node_id, make_channel(found->second, *key_), Caller{id_, epoch, key_},
+                                         engine::StageLayers{}, kDeadline);
   }
   std::shared_ptr<engine::Generator> scheduler(std::string& why) override {
     why = "not the leader";
@@ -141,9 +144,9 @@ struct Chain {
     };
     stages = {leader_stage,
               std::make_shared<RemoteStage>("b", make_channel(b.address(), *key), Caller{"leader", kEpoch, key, {}, lost},
-                                            engine::StageLayers{2, 3}),
+                                            engine::StageLayers{2, 3}, kDeadline),
               std::make_shared<RemoteStage>("c", make_channel(c.address(), *key), Caller{"leader", kEpoch, key, {}, lost},
-                                            engine::StageLayers{3, 4})};
+                                            engine::StageLayers{3, 4}, kDeadline)};
   }
   std::shared_ptr<ClusterKey> key = std::make_shared<ClusterKey>("chain-secret");
   RangeNode c{"c", 3, 4, key};
@@ -186,7 +189,12 @@ TEST(Chain, GivesTheWholeModelsTokensAndLogprobs) {
   EXPECT_TRUE(chain.lost_peers.empty());
 }
 
-TEST(Chain, ANodeLostDownTheChainIsTheOneTheLeaderHearsOf) {
+// c stops (its calls end: unreachable) or only falls silent (late): either way b, nearest to it,
+// notices first (the leader's deadline for the chain is the sum of its stages'), and says so.
+class ChainLoss : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ChainLoss, ANodeLostDownTheChainIsTheOneTheLeaderHearsOf) {
+  const bool stopped = GetParam();
   Chain chain;
   engine::Engine pipelined(chain.stages, 512, [](engine::Token t) { return t == 2; }, {.context_size = 128});
   std::promise<void> started;
@@ -208,7 +216,9 @@ TEST(Chain, ANodeLostDownTheChainIsTheOneTheLeaderHearsOf) {
   ASSERT_TRUE(pipelined.submit(long_one, callbacks));
   started.get_future().wait();
   chain.c.hold(true);
-  std::thread stopping([&] { chain.c.stop(); });  // ends its calls after a grace of 2 s
+  std::thread stopping([&] {
+    if (stopped) chain.c.stop();  // ends its calls after a grace of 2 s
+  });
   const Outcome ended = outcome->get_future().get();
   chain.c.hold(false);
   stopping.join();
@@ -217,6 +227,9 @@ TEST(Chain, ANodeLostDownTheChainIsTheOneTheLeaderHearsOf) {
   std::lock_guard lock(chain.mutex);
   EXPECT_EQ(chain.lost_peers, std::vector<std::string>{"c"}) << "b is still there";
 }
+
+INSTANTIATE_TEST_SUITE_P(StoppedOrSilent, ChainLoss, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "stopped" : "silent"; });
 
 }  // namespace
 }  // namespace strata::rpc
