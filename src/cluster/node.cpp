@@ -17,8 +17,9 @@
 #include "cluster/control_rules.h"
 #include "cluster/node_resources.h"
 #include "engine/local_stage.h"
-#include "rpc/channel.h"
+#include "rpc/hello_client.h"
 #include "rpc/node_service.h"
+#include "rpc/peer_channel.h"
 #include "rpc/remote_generator.h"
 #include "rpc/remote_stage.h"
 #include "units/byte_size.h"
@@ -235,7 +236,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     const auto deadline = Clock::now() + options_.startup_wait;
     while (true) {
       std::shared_ptr<engine::Engine> local;
-      std::shared_ptr<grpc::Channel> leader;
+      rpc::PeerChannel leader;
       {
         std::unique_lock lock(mutex_);
         while (true) {
@@ -332,7 +333,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   // NodeHandler
-  grpc::Status hello(const rpc::HelloRequest& request, const std::string& peer, rpc::HelloReply& reply) override {
+  std::string hello(const rpc::HelloRequest& request, const std::string& peer, rpc::HelloReply& reply) override {
     rpc::NodeInfo sender = request.sender();
     // A node listening on every interface is reached at the host its call came from.
     if (sender.node_address().starts_with(":")) sender.set_node_address(host_of_peer(peer) + sender.node_address());
@@ -340,15 +341,15 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       std::lock_guard lock(mutex_);
       // A new placement to load, or a peer now ready for it: acted on at once, not a gossip round later.
       const Decision decision = hear(sender, request.known(), request.placement(), {}, 0.0);
-      if (!decision.refuse_caller.empty()) return {grpc::StatusCode::ALREADY_EXISTS, decision.refuse_caller};
+      if (!decision.refuse_caller.empty()) return decision.refuse_caller;
       *reply.mutable_node() = self_info();
       // A node refused tells nothing but who it is.
-      if (!refusal().empty()) return grpc::Status::OK;
+      if (!refusal().empty()) return {};
       for (const auto& [id, info] : peer_infos_) *reply.add_known() = info;
       *reply.mutable_placement() = placement_;
     }
     changed_.notify_all();
-    return grpc::Status::OK;
+    return {};
   }
 
   std::shared_ptr<engine::Stage> stage(uint64_t epoch, std::string& why) override {
@@ -721,7 +722,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       const std::string& address = info.node_address();
       auto& source = sources_[address];
       if (!source) {
-        source = peer_source(address, rpc::make_bulk_channel(address, *key_), self_.model_hash(), options_.node_id, key_);
+        source = peer_source(address, rpc::PeerChannel::bulk_to(address, *key_), self_.model_hash(), options_.node_id, key_);
       }
       sources.push_back(source);
     }
@@ -964,9 +965,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     return cluster::peer_ready(control_, id, epoch, Clock::now());
   }
 
-  std::shared_ptr<grpc::Channel> channel(const std::string& address) {
+  rpc::PeerChannel channel(const std::string& address) {
     auto& ch = channels_[address];
-    if (!ch) ch = rpc::make_channel(address, *key_);
+    if (!ch) ch = rpc::PeerChannel::to(address, *key_);
     return ch;
   }
 
@@ -1079,34 +1080,30 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   void say_hello(const std::string& address, const rpc::HelloRequest& request) {
-    std::shared_ptr<grpc::Channel> ch;
+    rpc::PeerChannel ch;
     {
       std::lock_guard lock(mutex_);
       ch = channel(address);
     }
-    auto stub = rpc::Node::NewStub(ch);
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + kHelloDeadline);
-    key_->sign(context, options_.node_id, "Hello");
-    rpc::HelloReply reply;
-    const auto sent = Clock::now();
-    const grpc::Status status = stub->Hello(&context, request, &reply);
-    const double rtt_ms = std::chrono::duration<double, std::milli>(Clock::now() - sent).count();
+    const rpc::HelloOutcome outcome = rpc::say_hello(ch, request, options_.node_id, *key_, kHelloDeadline);
+    const rpc::HelloReply& reply = outcome.reply;
     std::lock_guard lock(mutex_);
-    if (!status.ok()) {
-      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) decide(control::HelloRefused{address});
-      if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
-        decide(control::IdTaken{address, status.error_message()});
-      }
-      if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
-          status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-        log_once(address + status.error_message(), "node at " + address + " refused this node: " + status.error_message());
-      }
-      if (status.error_code() == grpc::StatusCode::UNAVAILABLE && rpc::is_handshake_failure(status.error_message())) {
+    switch (outcome.failure) {
+      case rpc::HelloFailure::None: break;
+      case rpc::HelloFailure::Unreachable: decide(control::HelloRefused{address}); break;
+      case rpc::HelloFailure::HandshakeRefused:
+        decide(control::HelloRefused{address});
         log_once(address + " handshake",
                  "the TLS handshake with the node at " + address + " was refused: it has another cluster key (or it "
-                 "is not a Strata node of protocol " + std::to_string(rpc::kProtocolVersion) + "): " + status.error_message());
-      }
+                 "is not a Strata node of protocol " + std::to_string(rpc::kProtocolVersion) + "): " + outcome.message);
+        break;
+      case rpc::HelloFailure::IdTaken: decide(control::IdTaken{address, outcome.message}); break;
+      case rpc::HelloFailure::Refused:
+        log_once(address + outcome.message, "node at " + address + " refused this node: " + outcome.message);
+        break;
+      case rpc::HelloFailure::Other: break;
+    }
+    if (outcome.failure != rpc::HelloFailure::None) {
       if (act_now_) changed_.notify_all();
       return;
     }
@@ -1117,7 +1114,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     rpc::NodeInfo info = reply.node();
     if (info.node_address().starts_with(":")) info.set_node_address(address.substr(0, address.rfind(':')) + info.node_address());
     // The answer may come after its round has acted: news in it starts the next one now.
-    hear(info, reply.known(), reply.placement(), address, rtt_ms);
+    hear(info, reply.known(), reply.placement(), address, outcome.rtt_ms);
     if (act_now_) changed_.notify_all();
   }
 
@@ -1332,7 +1329,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   std::shared_ptr<engine::Stage> remote_stage(const rpc::Stage& s, uint64_t epoch) {
-    return std::make_shared<rpc::RemoteStage>(
+    return rpc::remote_stage(
         s.node_id(), channel(s.node_address()),
         rpc::Caller{options_.node_id, epoch, key_, options_.test_link_delay,
                     [this](const std::string& peer_id, bool unreachable) { stage_lost(peer_id, unreachable); }},
@@ -1438,7 +1435,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   std::map<std::string, rpc::NodeInfo> peer_infos_;  // what each peer of control_ said of itself, whole
   // address -> last announcement heard: said Hello to like seeds, but a leader never waits for them
   std::map<std::string, Clock::time_point> discovered_;
-  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
+  std::map<std::string, rpc::PeerChannel> channels_;
   std::set<std::string> said_once_;  // keys of log lines said once
   std::set<std::string> greeting_;  // addresses with a Hello of the gossip loop in flight
   std::set<std::string> waiting_logged_;
