@@ -11,11 +11,11 @@
 #include <optional>
 #include <random>
 #include <set>
-#include <stop_token>
 #include <thread>
 
 #include "cluster/control_rules.h"
 #include "cluster/node_resources.h"
+#include "cluster/node_weights.h"
 #include "engine/local_stage.h"
 #include "rpc/hello_client.h"
 #include "rpc/node_service.h"
@@ -87,6 +87,14 @@ struct Overloaded : Ts... {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// The options with the engine's threads resolved: every core unless given.
+NodeOptions with_threads(NodeOptions options) {
+  if (options.engine.threads <= 0) {
+    options.engine.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  return options;
+}
+
 }  // namespace
 
 std::string model_hash(const gguf::File& file) { return rpc::sha256_hex(file.header_bytes()); }
@@ -96,17 +104,17 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   Impl(std::shared_ptr<const gguf::File> file, std::function<bool(engine::Token)> eog, NodeOptions options)
       : file_(std::move(file)),
         eog_(std::move(eog)),
-        options_(std::move(options)),
+        options_(with_threads(std::move(options))),
         config_(model::Config::from_gguf(*file_)),
         footprint_(footprint_of(*file_)),
         key_(std::make_shared<rpc::ClusterKey>(options_.secret())),
+        weights_(file_, key_,
+                 {options_.node_id, model_hash(*file_), options_.engine.threads, options_.partial, options_.fetch_streams,
+                  options_.test_fetch_delay, options_.on_transfer, [this](const std::string& line) { log(line); }}),
         remote_(rpc::Caller{options_.node_id, 0, key_}) {
     if (options_.engine.context_size <= 0) options_.engine.context_size = config_.context_length;
     // The placement reserves KV memory as this node stores it.
     footprint_.kv_bytes_per_layer_per_token = model::KvLayout(config_, 1, options_.engine.kv_type).block_bytes / model::kKvBlock;
-    if (options_.engine.threads <= 0) {
-      options_.engine.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    }
     if (!across_machines()) {
       for (const std::string& peer : options_.peers) {
         if (!is_loopback(peer)) {
@@ -179,7 +187,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       if (stopping_) return;
       stopping_ = true;
     }
-    stop_fetch_ = true;
+    weights_.stop();
     changed_.notify_all();
     discovery_.reset();  // its callback takes the lock: never reset it while holding the lock
     if (gossip_.joinable()) gossip_.join();
@@ -379,35 +387,11 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   // NodeHandler: weights for nodes that have no file.
   std::optional<rpc::ModelManifestReply> manifest(const std::string& model_hash, std::string& why) override {
-    if (!model_hash.empty() && model_hash != self_.model_hash()) {
-      why = "node " + options_.node_id + " runs another model (" + self_.model_hash().substr(0, 12) + ")";
-      return std::nullopt;
-    }
-    if (options_.partial) return options_.partial->manifest();
-    // Hashed on the first request only: nodes that are never asked never read their whole file.
-    std::lock_guard lock(manifest_mutex_);
-    if (!manifest_) {
-      log("hashing the model's tensors for a node that fetches them");
-      manifest_ = make_manifest(*file_, self_.model_hash(), options_.engine.threads);
-    }
-    return manifest_;
+    return weights_.manifest(model_hash, why);
   }
 
   std::optional<rpc::TensorBytes> tensor(const rpc::FetchTensorRequest& request, std::string& why) override {
-    if (request.model_hash() != self_.model_hash()) {
-      why = "node " + options_.node_id + " runs another model (" + self_.model_hash().substr(0, 12) + ")";
-      return std::nullopt;
-    }
-    if (request.tensor() >= file_->tensors().size()) {
-      why = "the model has no tensor " + std::to_string(request.tensor());
-      return std::nullopt;
-    }
-    const gguf::TensorInfo& t = file_->tensors()[request.tensor()];
-    if (options_.partial && !options_.partial->holds(request.tensor())) {
-      why = "node " + options_.node_id + " does not hold tensor " + t.name;
-      return std::nullopt;
-    }
-    return rpc::TensorBytes{file_, {file_->tensor_data(t), t.size_bytes}};
+    return weights_.tensor(request, why);
   }
 
   std::pair<int, std::string> health() const {
@@ -421,7 +405,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
     json body{{"status", loading_ ? "loading" : "waiting"}, {"waiting_for", waiting_for()}};
     if (loading_) body["progress"] = load_progress_.load();
-    if (options_.partial) body["transfer"] = transfer_json(weights_info());
+    if (options_.partial) body["transfer"] = transfer_json(weights_.held());
     return {503, body.dump()};
   }
 
@@ -653,25 +637,6 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // A cluster key was given; without one the node keeps to this machine, under its user's secret.
   bool across_machines() const { return !options_.cluster_key.empty(); }
 
-  // What this node holds of the weights, and its fetch's progress.
-  rpc::Weights weights_info() const {
-    rpc::Weights weights;
-    if (options_.partial) {
-      weights = options_.partial->held();
-    } else {
-      weights.set_whole_file(true);
-    }
-    const TransferStats::Snapshot s = transfer_.snapshot();
-    weights.set_fetching(s.fetching);
-    weights.set_received_bytes(s.received_bytes);
-    weights.set_fetch_received_bytes(s.fetch_received_bytes);
-    weights.set_wanted_bytes(s.wanted_bytes);
-    weights.set_held_at_start_bytes(s.held_at_start_bytes);
-    weights.set_bytes_per_second(s.bytes_per_second);
-    weights.set_eta_seconds(s.eta_seconds);
-    return weights;
-  }
-
   static json transfer_json(const rpc::Weights& w) {
     return {{"fetching", w.fetching()},
             {"received_bytes", w.received_bytes()},
@@ -694,95 +659,25 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     return j;
   }
 
-  // Whether a peer that says `w` about itself holds tensor `index` whole and verified.
-  bool peer_holds(const rpc::Weights& w, size_t index) const {
-    if (w.whole_file()) return true;
-    const TensorRole role =
-        role_of_tensor(file_->tensors()[index].name, config_.layer_count, config_.skipped_layer_count);
-    switch (role.kind) {
-      case TensorRole::Layer:
-        return role.layer < w.layer_bytes_size() &&
-               w.layer_bytes(role.layer) == footprint_.layer_weight_bytes[static_cast<size_t>(role.layer)];
-      case TensorRole::Embedding: return w.embedding();
-      case TensorRole::OutputMatrix:
-      case TensorRole::OutputNorm: return w.head();
-      case TensorRole::Shared: return w.shared();
-      case TensorRole::Unused: return false;  // no node fetches it
-    }
-    return false;
-  }
-
-  // The live peers of this model that hold tensor `index`, in id order.
-  std::vector<std::shared_ptr<TensorSource>> sources_for(size_t index) {
+  // The live peers of this model, with the weights each says it holds, in id order.
+  std::vector<WeightsHolder> weights_holders() const {
     std::lock_guard lock(mutex_);
-    std::vector<std::shared_ptr<TensorSource>> sources;
+    std::vector<WeightsHolder> holders;
     for (const auto& [id, peer] : control_.peers) {
+      if (!alive(peer, Clock::now()) || !compatible(peer)) continue;
       const rpc::NodeInfo& info = peer_infos_.at(id);
-      if (!alive(peer, Clock::now()) || !compatible(peer) || !peer_holds(info.weights(), index)) continue;
-      const std::string& address = info.node_address();
-      auto& source = sources_[address];
-      if (!source) {
-        source = peer_source(address, rpc::PeerChannel::bulk_to(address, *key_), self_.model_hash(), options_.node_id, key_);
-      }
-      sources.push_back(source);
+      holders.push_back({info.node_address(), info.weights()});
     }
-    return sources;
+    return holders;
   }
 
-  // Loader thread, before loading `range` from a partial model: fetches its tensors the node
-  // lacks. Throws std::runtime_error when they cannot be had.
-  void fetch_layers(model::LayerRange range) {
-    const std::vector<size_t> needed = tensors_for(*file_, range);
-    uint64_t wanted = 0, held = 0;
-    for (size_t t : needed) {
-      const uint64_t had = options_.partial->held_bytes(t);  // the part a fetch resumes from, too
-      held += had;
-      wanted += file_->tensors()[t].size_bytes - had;
-    }
-    if (wanted == 0) return;
-    log("fetching " + units::describe_bytes(wanted) + " of weights for layers [" + std::to_string(range.first) + ", " +
-        std::to_string(range.last) + ") from peers (" + units::describe_bytes(held) + " of them held already)");
-    transfer_.begin(wanted, held);
-    std::jthread reporter;
-    if (options_.on_transfer) {
-      reporter = std::jthread([this](std::stop_token stop) {
-        std::mutex m;
-        std::condition_variable_any tick;
-        std::unique_lock lock(m);
-        while (!stop.stop_requested()) {
-          options_.on_transfer(transfer_.snapshot());
-          tick.wait_for(lock, stop, std::chrono::milliseconds(200), [] { return false; });
-        }
-      });
-    }
-    // A new placement that moves this node's layers stops the fetch: the tensors verified so far
-    // stay, and the loader starts over for the new range.
-    const auto moved = [this, range] {
-      std::lock_guard lock(mutex_);
-      const auto& stages = placement_.stages();
-      return std::none_of(stages.begin(), stages.end(), [&](const rpc::Stage& s) {
-        return s.node_id() == options_.node_id && s.first_layer() == range.first && s.last_layer() == range.last;
-      });
-    };
-    const FetchOptions fetch{options_.fetch_streams, 3, options_.test_fetch_delay,
-                             [this, moved] { return stop_fetch_.load() || moved(); },
-                             [this](const std::string& line) { log(line); }};
-    std::string error;
-    try {
-      fetch_tensors(*options_.partial, needed, [this](size_t t) { return sources_for(t); }, fetch, transfer_);
-    } catch (const std::exception& e) {
-      error = !stop_fetch_ && moved() ? "a new placement moved this node's layers; the fetch stopped" : e.what();
-    }
-    transfer_.end();
-    if (reporter.joinable()) {
-      reporter.request_stop();
-      reporter.join();
-      options_.on_transfer(transfer_.snapshot());
-    }
-    if (!error.empty()) throw std::runtime_error(error);
-    const TransferStats::Snapshot s = transfer_.snapshot();
-    log("fetched " + units::describe_bytes(s.fetch_received_bytes) + " of weights at " +
-        units::describe_bytes(static_cast<uint64_t>(s.bytes_per_second)) + "/s");
+  // A new placement moved this node's layers off `range`.
+  bool layers_moved(model::LayerRange range) const {
+    std::lock_guard lock(mutex_);
+    const auto& stages = placement_.stages();
+    return std::none_of(stages.begin(), stages.end(), [&](const rpc::Stage& s) {
+      return s.node_id() == options_.node_id && s.first_layer() == range.first && s.last_layer() == range.last;
+    });
   }
 
   void start_discovery() {
@@ -839,7 +734,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
     info.set_described_unix_ms(rpc::unix_time_ms());
     info.set_load_progress(loading_ ? load_progress_.load() : (stage_ ? 1.0 : 0.0));
-    *info.mutable_weights() = weights_info();
+    *info.mutable_weights() = weights_.held();
     info.set_state(!refusal().empty() ? "refused"
                    : scheduling()       ? "serving"
                    : info.weights().fetching()                          ? "fetching"
@@ -1242,7 +1137,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       std::shared_ptr<model::Model> model;
       std::string error;
       try {
-        if (options_.partial) fetch_layers(range);
+        if (options_.partial) {
+          weights_.fetch_layers(range, [this] { return weights_holders(); }, [this, range] { return layers_moved(range); });
+        }
         model = model::Model::load(file_, range, [this](double share) { load_progress_ = share; }, previous.get());
         previous.reset();
       } catch (const std::exception& e) {
@@ -1423,6 +1320,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   model::Config config_;
   ModelFootprint footprint_;
   std::shared_ptr<rpc::ClusterKey> key_;
+  NodeWeights weights_;
   rpc::RemoteGenerator remote_;
   std::unique_ptr<rpc::NodeServer> server_;
 
@@ -1451,11 +1349,6 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   std::atomic<double> load_progress_{0.0};  // of the layers being loaded
   std::string last_load_error_;
   std::thread loader_;
-  TransferStats transfer_;
-  std::atomic<bool> stop_fetch_{false};
-  std::map<std::string, std::shared_ptr<TensorSource>> sources_;  // by address
-  std::mutex manifest_mutex_;  // not mutex_: hashing a large file must not stop gossip
-  std::optional<rpc::ModelManifestReply> manifest_;
   std::shared_ptr<engine::Engine> scheduler_;
   uint64_t scheduler_epoch_ = 0;
   std::vector<std::string> scheduled_nodes_;  // the scheduler's pipeline, in order
