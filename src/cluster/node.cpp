@@ -16,6 +16,7 @@
 #include "cluster/control_rules.h"
 #include "cluster/node_resources.h"
 #include "cluster/node_weights.h"
+#include "cluster/resumable_request.h"
 #include "engine/local_stage.h"
 #include "rpc/hello_client.h"
 #include "rpc/node_service.h"
@@ -264,80 +265,15 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
           }
         }
       }
-      if (local) return local->submit(request, resumable(request, std::move(callbacks)));
+      if (local) return local->submit(request, resumable(request, std::move(callbacks), resubmit_, options_.log));
       try {
-        return remote_.submit(leader, request, resumable(request, callbacks));
+        return remote_.submit(leader, request, resumable(request, callbacks, resubmit_, options_.log));
       } catch (const engine::Unavailable&) {
         // The leader is between placements: wait for the next one, up to the startup wait.
         std::unique_lock lock(mutex_);
         if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) throw;
       }
     }
-  }
-
-  // Callbacks that pass everything on to `client`, except the loss of the scheduler mid-way (its
-  // node was lost, or no longer leads): then the request goes on at the next one from the
-  // tokens it has, with the same text, and with its state when the old one passed it on.
-  struct Progress {
-    engine::GenerationRequest request;  // its prompt grows by each token received
-    engine::RequestCallbacks client;
-    std::optional<int> cached_tokens;  // as the first scheduler said: the prompt's, not a resumption's
-    int generated = 0;
-    bool ended = false;  // its last token ended the generation
-  };
-  engine::RequestCallbacks resumable(const engine::GenerationRequest& request, engine::RequestCallbacks client,
-                                     std::optional<int> cached_tokens = std::nullopt) {
-    auto progress = std::make_shared<Progress>(Progress{request, std::move(client), cached_tokens, 0, false});
-    engine::RequestCallbacks callbacks;
-    callbacks.cancelled = progress->client.cancelled;
-    callbacks.on_started = progress->client.on_started;
-    callbacks.on_embedding = progress->client.on_embedding;
-    callbacks.on_token = [progress](const engine::GeneratedToken& token) {
-      progress->request.prompt.push_back(token.token);
-      ++progress->generated;
-      progress->ended = token.end_of_generation;
-      if (!progress->cached_tokens) progress->cached_tokens = token.cached_tokens;
-      if (!progress->client.on_token) return true;
-      if (token.cached_tokens == *progress->cached_tokens) return progress->client.on_token(token);
-      engine::GeneratedToken shown = token;
-      shown.cached_tokens = *progress->cached_tokens;
-      return progress->client.on_token(shown);
-    };
-    callbacks.on_finish = [this, progress](engine::FinishReason reason, const std::string& error) {
-      if (reason != engine::FinishReason::Lost) {
-        if (progress->client.on_finish) progress->client.on_finish(reason, error);
-        return;
-      }
-      resume(*progress, error, std::nullopt);
-    };
-    callbacks.on_passed_on = [this, progress](const engine::HeldState& held) {
-      resume(*progress, std::string(rpc::kSchedulerLost) + "it no longer leads", held);
-    };
-    return callbacks;
-  }
-
-  // Submits the rest of a request whose scheduler was lost (`error`) or passed it on (`held`).
-  void resume(Progress& progress, const std::string& error, const std::optional<engine::HeldState>& held) {
-    engine::GenerationRequest rest = progress.request;
-    rest.max_tokens -= progress.generated;
-    if (progress.ended || rest.max_tokens == 0) {  // only the news of its end was lost
-      const auto reason = progress.ended ? engine::FinishReason::Stop : engine::FinishReason::Length;
-      if (progress.client.on_finish) progress.client.on_finish(reason, {});
-      return;
-    }
-    rest.resumed_after += progress.generated;
-    rest.held = held;
-    log(held ? "the leader passed a request on; it goes on at the next one with its state, after " +
-                   std::to_string(rest.resumed_after) + " generated tokens"
-             : "the node scheduling a request was lost; it resumes after " + std::to_string(rest.resumed_after) +
-                   " generated tokens");
-    std::string why = "too many requests are waiting";
-    try {
-      if (submit(rest, resumable(rest, progress.client, progress.cached_tokens))) return;
-    } catch (const std::exception& e) {
-      why = e.what();
-    }
-    if (progress.client.on_finish) progress.client.on_finish(engine::FinishReason::Error, error + "; " + why);
   }
 
   // NodeHandler
@@ -1322,6 +1258,10 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   std::shared_ptr<rpc::ClusterKey> key_;
   NodeWeights weights_;
   rpc::RemoteGenerator remote_;
+  // Where a request whose scheduler was lost goes on: to whichever scheduler serves next.
+  const Resubmit resubmit_ = [this](engine::GenerationRequest request, engine::RequestCallbacks callbacks) {
+    return submit(std::move(request), std::move(callbacks));
+  };
   std::unique_ptr<rpc::NodeServer> server_;
 
   mutable std::mutex mutex_;
