@@ -13,6 +13,8 @@
 #include <set>
 #include <thread>
 
+#include "cluster/cluster_metrics.h"
+#include "cluster/cluster_status.h"
 #include "cluster/control_rules.h"
 #include "cluster/node_resources.h"
 #include "cluster/node_weights.h"
@@ -354,158 +356,42 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     return why;
   }
 
-  std::string status_json() const {
+  std::string status_json() const { return cluster::status_json(status()); }
+
+  ClusterStatus status() const {
     std::lock_guard lock(mutex_);
-    json nodes = json::array();
-    const auto describe_node = [&](const rpc::NodeInfo& info, bool self, const PeerState* peer) {
-      json n{{"id", info.node_id()},
-             {"self", self},
-             {"node_address", info.node_address()},
-             {"api_address", info.api_address()},
-             {"memory_bytes", info.memory_bytes()},
-             {"memory", units::describe_bytes(info.memory_bytes())},
-             {"weight_bytes_per_second", info.weight_bytes_per_second()},
-             {"state", info.state()},
-             {"ready_epoch", info.ready_epoch()},
-             {"held_sequences", info.held_sequences()},
-             {"load_progress", info.load_progress()},
-             {"stage_inputs", info.stage_inputs()},
-             {"described_unix_ms", info.described_unix_ms()},
-             {"weights", weights_json(info.weights())}};
-      if (info.has_kv_cache()) {
-        const rpc::KvCacheStats& kv = info.kv_cache();
-        n["kv_cache"] = {{"type", kv.type()},
-                         {"block_positions", model::kKvBlock},
-                         {"block_bytes", kv.block_bytes()},
-                         {"pool_blocks", kv.pool_blocks()},
-                         {"pool_bytes", kv.block_bytes() * static_cast<uint64_t>(kv.pool_blocks())},
-                         {"used_blocks", kv.used_blocks()},
-                         {"used_bytes", kv.block_bytes() * static_cast<uint64_t>(kv.used_blocks())},
-                         {"pinned_blocks", kv.pinned_blocks()},
-                         {"hits", kv.hits()},
-                         {"misses", kv.misses()},
-                         {"evictions", kv.evictions()}};
-      }
-      if (peer != nullptr) {
-        n["alive"] = alive(*peer, Clock::now());
-        n["last_seen_seconds"] = peer->seen ? seconds_since(peer->last_seen) : -1.0;
-        n["rtt_ms"] = peer->rtt_ms;
-        if (!peer->problem.empty()) n["problem"] = peer->problem;
-      }
-      return n;
-    };
-    nodes.push_back(describe_node(self_info(), true, nullptr));
-    for (const auto& [id, peer] : control_.peers) nodes.push_back(describe_node(peer_infos_.at(id), false, &peer));
-    json stages = json::array();
-    for (const rpc::Stage& s : placement_.stages()) {
-      stages.push_back({{"node", s.node_id()}, {"node_address", s.node_address()},
-                        {"first_layer", s.first_layer()}, {"last_layer", s.last_layer()}});
+    ClusterStatus status{.node_id = options_.node_id,
+                         .model_name = self_.model_name(),
+                         .model_hash = self_.model_hash(),
+                         .layers = config_.layer_count,
+                         .leader = leader_id(),
+                         .serving = serving(),
+                         .placement = placement_,
+                         .leaving = control_.leaving};
+    status.nodes.push_back({self_info(), true, std::nullopt});
+    for (const auto& [id, peer] : control_.peers) {
+      status.nodes.push_back({peer_infos_.at(id), false,
+                              PeerLink{alive(peer, Clock::now()),
+                                       peer.seen ? std::optional(seconds_since(peer.last_seen)) : std::nullopt,
+                                       peer.rtt_ms, peer.problem}});
     }
-    json body{{"node_id", options_.node_id},
-              {"model", {{"name", self_.model_name()}, {"hash", self_.model_hash()}, {"layers", config_.layer_count}}},
-              {"protocol_version", rpc::kProtocolVersion},
-              {"leader", leader_id()},
-              {"serving", serving()},
-              {"nodes", nodes},
-              {"placement",
-               {{"epoch", placement_.epoch()},
-                {"leader", placement_.leader_id()},
-                {"strategy", placement_.strategy()},
-                {"stages", stages},
-                {"reason", placement_.reason()},
-                {"error", placement_.error()}}}};
-    if (!placement_.error().empty() || placement_.stages_size() == 0) body["waiting_for"] = waiting_for();
+    if (!placement_.error().empty() || placement_.stages_size() == 0) status.waiting_for = waiting_for();
     if (scheduler_) {
-      // Running sequences at this leader's placement switches: moved with their state (a node
-      // left or joined), or computed again (a node was lost).
       const engine::Engine::SwitchCounts counts = scheduler_->switch_counts();
-      body["placement_switches"] = {{"sequences_handed_over", counts.handed_over},
-                                    {"sequences_recomputed", counts.recomputed}};
-      body["sequences_preempted"] = scheduler_->preemptions();  // for want of KV blocks, computed again later
+      status.scheduler = SchedulerCounts{counts.handed_over, counts.recomputed, scheduler_->preemptions()};
     }
-    if (control_.leaving) body["leaving"] = true;
-    return body.dump();
+    return status;
   }
 
-  // What /metrics tells of the cluster as this node sees it; see docs/API.md#metrics.
   void write_metrics(metrics::Exposition& out) const {
-    std::unique_lock lock(mutex_);
-    const rpc::NodeInfo self = self_info();
-    const auto node_metrics = [&](const rpc::NodeInfo& info, bool up) {
-      const metrics::Labels node{{"node", info.node_id()}};
-      out.gauge("strata_node_up", "Whether this node hears from the node (1), or takes it for gone (0).", node, up);
-      out.gauge("strata_node_state", "The node's state: 1 for the state it is in.",
-                {{"node", info.node_id()}, {"state", info.state()}}, 1);
-      out.gauge("strata_node_memory_bytes", "Memory the node may use for weights and KV cache.", node,
-                static_cast<double>(info.memory_bytes()));
-      out.gauge("strata_node_weight_bytes_per_second", "The node's measured speed at reading weights.", node,
-                info.weight_bytes_per_second());
-    };
-    node_metrics(self, true);
-    for (const auto& [id, peer] : control_.peers) {
-      node_metrics(peer_infos_.at(id), alive(peer, Clock::now()));
-      if (peer.seen) {
-        out.gauge("strata_link_heartbeat_rtt_seconds", "Round-trip time of the last gossip call to the peer.",
-                  {{"peer", id}}, peer.rtt_ms / 1000.0);
-      }
+    const ClusterStatus now = status();
+    std::shared_ptr<engine::Engine> scheduler;
+    {
+      std::lock_guard lock(mutex_);
+      scheduler = scheduler_;
     }
-    for (const rpc::Stage& s : placement_.stages()) {  // layers [first, last)
-      out.gauge("strata_placement_stage_layers", "Layers each node computes in the current placement.",
-                {{"node", s.node_id()},
-                 {"layers", std::to_string(s.first_layer()) + "-" + std::to_string(s.last_layer() - 1)}},
-                s.last_layer() - s.first_layer());
-    }
-    out.gauge("strata_placement_epoch", "The placement's epoch, one more at each new placement.", {},
-              static_cast<double>(placement_.epoch()));
-    out.gauge("strata_is_leader", "Whether this node leads (places layers and schedules every request).", {},
-              leader_id() == options_.node_id);
-    if (self.has_kv_cache()) {
-      const rpc::KvCacheStats& kv = self.kv_cache();
-      const double pinned = kv.pinned_blocks();
-      const double used = kv.used_blocks();
-      out.gauge("strata_kv_blocks", "This node's KV pool blocks: used by running sequences (pinned: also by a "
-                "sequence starting on a cached prefix), cached (held for later prefixes only) or free.",
-                {{"state", "used"}}, used);
-      out.gauge("strata_kv_blocks", "", {{"state", "pinned"}}, pinned);
-      out.gauge("strata_kv_blocks", "", {{"state", "free"}}, std::max(0.0, kv.pool_blocks() - used));
-      out.gauge("strata_kv_pool_blocks", "Blocks of this node's KV pool.", {}, kv.pool_blocks());
-      out.gauge("strata_kv_block_bytes", "Bytes of one KV block of this node's layers.", {},
-                static_cast<double>(kv.block_bytes()));
-      out.counter("strata_prefix_cache_hits_total", "Blocks a new sequence found in this node's prefix cache.", {},
-                  static_cast<double>(kv.hits()));
-      out.counter("strata_prefix_cache_misses_total", "Blocks a new sequence looked for and did not find.", {},
-                  static_cast<double>(kv.misses()));
-      out.counter("strata_kv_evictions_total", "Cached blocks given to other sequences.", {},
-                  static_cast<double>(kv.evictions()));
-    }
-    const rpc::Weights& w = self.weights();
-    out.counter("strata_weights_received_bytes_total", "Bytes of weights this node fetched from its peers.", {},
-                static_cast<double>(w.received_bytes()));
-    out.gauge("strata_weights_wanted_bytes", "Bytes the current (or last) fetch of weights lacked at its start.",
-              {}, static_cast<double>(w.wanted_bytes()));
-    out.gauge("strata_weights_fetch_progress", "Share of the current (or last) fetch received, 0 to 1.", {},
-              w.wanted_bytes() > 0 ? std::min(1.0, static_cast<double>(w.fetch_received_bytes()) /
-                                                       static_cast<double>(w.wanted_bytes()))
-                                   : 1.0);
-    out.gauge("strata_load_progress", "Share of this node's layers loaded, 0 to 1.", {}, self.load_progress());
     // The engine's lock is taken without this node's: its loop calls back into the node.
-    const std::shared_ptr<engine::Engine> scheduler = scheduler_;
-    lock.unlock();
-    engine::Engine::Load load;
-    if (scheduler) {
-      load = scheduler->load();
-      const engine::Engine::SwitchCounts counts = scheduler->switch_counts();
-      out.counter("strata_sequences_handed_over_total",
-                  "Running sequences a placement switch moved with their state (leader).", {},
-                  static_cast<double>(counts.handed_over));
-      out.counter("strata_sequences_recomputed_total",
-                  "Running sequences a placement switch computed again (leader).", {},
-                  static_cast<double>(counts.recomputed));
-      out.counter("strata_sequences_preempted_total", "Running sequences pre-empted for want of KV blocks (leader).",
-                  {}, static_cast<double>(scheduler->preemptions()));
-    }
-    out.gauge("strata_requests_waiting", "Requests in the scheduler's queue (leader; 0 elsewhere).", {}, load.waiting);
-    out.gauge("strata_requests_running", "Sequences the scheduler runs (leader; 0 elsewhere).", {}, load.running);
+    cluster::write_metrics(now, scheduler ? scheduler->load() : engine::Engine::Load{}, out);
   }
 
   void leave() {
@@ -572,28 +458,6 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   // A cluster key was given; without one the node keeps to this machine, under its user's secret.
   bool across_machines() const { return !options_.cluster_key.empty(); }
-
-  static json transfer_json(const rpc::Weights& w) {
-    return {{"fetching", w.fetching()},
-            {"received_bytes", w.received_bytes()},
-            {"fetch_received_bytes", w.fetch_received_bytes()},
-            {"wanted_bytes", w.wanted_bytes()},
-            {"held_at_start_bytes", w.held_at_start_bytes()},
-            {"bytes_per_second", w.bytes_per_second()},
-            {"eta_seconds", w.eta_seconds()}};
-  }
-
-  static json weights_json(const rpc::Weights& w) {
-    json j = transfer_json(w);
-    j["whole_file"] = w.whole_file();
-    if (!w.whole_file()) {
-      j["layer_bytes"] = std::vector<uint64_t>(w.layer_bytes().begin(), w.layer_bytes().end());
-      j["embedding"] = w.embedding();
-      j["head"] = w.head();
-      j["shared"] = w.shared();
-    }
-    return j;
-  }
 
   // The live peers of this model, with the weights each says it holds, in id order.
   std::vector<WeightsHolder> weights_holders() const {
