@@ -18,6 +18,7 @@
 #include "cluster/control_rules.h"
 #include "cluster/node_resources.h"
 #include "cluster/node_weights.h"
+#include "cluster/placement_proposal.h"
 #include "cluster/resumable_request.h"
 #include "engine/local_stage.h"
 #include "rpc/hello_client.h"
@@ -63,14 +64,6 @@ std::string host_of_peer(const std::string& peer) {
 }
 
 // The cluster's own types for what peers say, at the protobuf boundary.
-Placement placement_of(const rpc::Placement& p) {
-  Placement placement;
-  placement.epoch = p.epoch();
-  placement.reason = p.reason();
-  for (const rpc::Stage& s : p.stages()) placement.stages.push_back({s.node_id(), s.first_layer(), s.last_layer()});
-  return placement;
-}
-
 PlacementView view_of(const rpc::Placement& p) {
   PlacementView view{p.epoch(), p.leader_id(), {}, !p.error().empty()};
   for (const rpc::Stage& s : p.stages()) view.stages.push_back({s.node_id(), s.node_address()});
@@ -109,7 +102,6 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         eog_(std::move(eog)),
         options_(with_threads(std::move(options))),
         config_(model::Config::from_gguf(*file_)),
-        footprint_(footprint_of(*file_)),
         key_(std::make_shared<rpc::ClusterKey>(options_.secret())),
         weights_(file_, key_,
                  {options_.node_id, model_hash(*file_), options_.engine.threads, options_.partial, options_.fetch_streams,
@@ -117,7 +109,11 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         remote_(rpc::Caller{options_.node_id, 0, key_}) {
     if (options_.engine.context_size <= 0) options_.engine.context_size = config_.context_length;
     // The placement reserves KV memory as this node stores it.
-    footprint_.kv_bytes_per_layer_per_token = model::KvLayout(config_, 1, options_.engine.kv_type).block_bytes / model::kKvBlock;
+    ModelFootprint footprint = footprint_of(*file_);
+    footprint.kv_bytes_per_layer_per_token = model::KvLayout(config_, 1, options_.engine.kv_type).block_bytes / model::kKvBlock;
+    const uint64_t kv_reserve_tokens = static_cast<uint64_t>(options_.engine.context_size) *
+                                       static_cast<uint64_t>(std::max(1, options_.engine.max_parallel));
+    placement_rules_ = {options_.node_id, options_.strategy, options_.fixed_stages, kv_reserve_tokens, std::move(footprint)};
     if (!across_machines()) {
       for (const std::string& peer : options_.peers) {
         if (!is_loopback(peer)) {
@@ -417,7 +413,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     std::erase(others, options_.node_id);
     if (others.empty()) return "no other node of its cluster runs to take its layers over";
     try {
-      place_layers(capacities(others), footprint_, placement_request());
+      std::vector<NodeCapacity> nodes;
+      for (const std::string& id : others) nodes.push_back(capacity_of(peer_infos_.at(id)));
+      place_layers(nodes, placement_rules_.footprint, placement_request(placement_rules_));
     } catch (const DoesNotFit& e) {
       return std::string("the other nodes cannot hold the model without this node: ") + e.what();
     }
@@ -625,16 +623,6 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (said_once_.insert(key).second) log(line);
   }
 
-  static std::string stages_text(const rpc::Placement& p) {
-    if (!p.error().empty()) return p.error();
-    std::string text;
-    for (const rpc::Stage& s : p.stages()) {
-      text += (text.empty() ? "" : ", ") + s.node_id() + " [" + std::to_string(s.first_layer()) + ", " +
-              std::to_string(s.last_layer()) + ")";
-    }
-    return text;
-  }
-
   std::vector<std::string> members() const { return cluster::members(control_, Clock::now()); }
   std::string leader_id() const { return cluster::leader_id(control_, Clock::now()); }
   const PeerState* serving_leader() const { return cluster::serving_leader(control_, Clock::now()); }
@@ -819,74 +807,25 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     std::erase_if(discovered_, [](const auto& entry) { return Clock::now() - entry.second > kPeerTimeout; });
   }
 
-  // What placements are made of: each member's memory, speed and the weights it holds.
-  std::vector<NodeCapacity> capacities(const std::vector<std::string>& ids) const {
-    std::vector<NodeCapacity> nodes;
-    for (const std::string& id : ids) {
-      const rpc::NodeInfo info = id == options_.node_id ? self_info() : peer_infos_.at(id);
-      const rpc::Weights& w = info.weights();
-      // A node that says nothing of its weights (an older version) has its own file.
-      const Holdings held = !info.has_weights() || w.whole_file()
-                                ? Holdings{}
-                                : Holdings{false, {w.layer_bytes().begin(), w.layer_bytes().end()}, w.embedding(), w.head()};
-      nodes.push_back(
-          {id, info.memory_bytes(), info.weight_bytes_per_second(), held, info.kv_memory_bytes(), info.kv_bytes_per_layer()});
-    }
-    return nodes;
-  }
-
-  uint64_t kv_reserve_tokens() const {
-    return static_cast<uint64_t>(options_.engine.context_size) * static_cast<uint64_t>(std::max(1, options_.engine.max_parallel));
-  }
-
-  PlacementRequest placement_request() const { return {kv_reserve_tokens(), options_.strategy, kDefaultHopSeconds}; }
-
   // Leader only: the new placement the rules ask for.
   void place(const control::ProposePlacement& proposal) {
     const std::vector<std::string>& now = proposal.members;
-    const std::vector<NodeCapacity> nodes = capacities(now);
-    const uint64_t kv_tokens = kv_reserve_tokens();
-    rpc::Placement next;
-    next.set_epoch(proposal.epoch);
-    next.set_leader_id(options_.node_id);
-    next.set_strategy(options_.fixed_stages.empty() ? (options_.strategy == Strategy::Memory ? "memory" : "speed")
-                                                    : "fixed");
-    try {
-      Placement p;
-      if (options_.fixed_stages.empty()) {
-        const std::optional<Placement> repaired =
-            proposal.may_repair ? repair_placement(placement_of(placement_), now, nodes, footprint_, kv_tokens)
-                                : std::nullopt;
-        p = repaired ? *repaired : place_layers(nodes, footprint_, placement_request());
-      } else {
-        p.stages = options_.fixed_stages;
-        p.reason = "fixed by hand (--stages)";
-        check_placement(p, nodes, footprint_, kv_tokens);
-      }
-      for (const Stage& s : p.stages) {
-        rpc::Stage* out = next.add_stages();
-        out->set_node_id(s.node_id);
-        out->set_node_address(s.node_id == options_.node_id ? self_.node_address()
-                                                             : peer_infos_.at(s.node_id).node_address());
-        out->set_first_layer(s.first_layer);
-        out->set_last_layer(s.last_layer);
-      }
-      next.set_reason(p.reason);
-    } catch (const std::exception& e) {
-      if (!options_.fixed_stages.empty() && dynamic_cast<const DoesNotFit*>(&e) == nullptr) {
-        // A hand-made placement may name nodes that have not joined yet: wait for them. These
-        // members are seen, so that a node of the placement that left and comes back (a new
-        // process, holding no sequences) gets a new epoch.
-        if (waiting_logged_.insert(e.what()).second) log(std::string("the fixed placement waits: ") + e.what());
-        decide(control::PlacementWaits{now});
-        return;
-      }
-      next.set_error(std::string("the model does not fit this cluster: ") + e.what());
+    std::vector<rpc::NodeInfo> members;
+    for (const std::string& id : now) members.push_back(id == options_.node_id ? self_info() : peer_infos_.at(id));
+    const Proposal next = propose_placement(proposal.epoch, members, placement_, proposal.may_repair, placement_rules_);
+    if (!next.waits.empty()) {
+      // A hand-made placement may name nodes that have not joined yet: wait for them. These
+      // members are seen, so that a node of the placement that left and comes back (a new
+      // process, holding no sequences) gets a new epoch.
+      if (waiting_logged_.insert(next.waits).second) log("the fixed placement waits: " + next.waits);
+      decide(control::PlacementWaits{now});
+      return;
     }
-    set_placement(next);
-    decide(control::PlacementMade{now, view_of(next)});
-    log("placement " + std::to_string(next.epoch()) + " over " + std::to_string(now.size()) + " node(s): " +
-        stages_text(next) + (next.reason().empty() ? "" : "\n  " + next.reason()) + left_out_text());
+    const rpc::Placement& placement = next.placement;
+    set_placement(placement);
+    decide(control::PlacementMade{now, view_of(placement)});
+    log("placement " + std::to_string(placement.epoch()) + " over " + std::to_string(now.size()) + " node(s): " +
+        stages_text(placement) + (placement.reason().empty() ? "" : "\n  " + placement.reason()) + left_out_text());
   }
 
   // The live nodes that a placement leaves out for their model or protocol, as lines of the
@@ -1118,7 +1057,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   std::function<bool(engine::Token)> eog_;
   NodeOptions options_;
   model::Config config_;
-  ModelFootprint footprint_;
+  PlacementRules placement_rules_;  // set once the engine options are resolved
   std::shared_ptr<rpc::ClusterKey> key_;
   NodeWeights weights_;
   rpc::RemoteGenerator remote_;
