@@ -17,10 +17,10 @@
 #include "cluster/cluster_status.h"
 #include "cluster/control_rules.h"
 #include "cluster/node_resources.h"
+#include "cluster/node_stages.h"
 #include "cluster/node_weights.h"
 #include "cluster/placement_proposal.h"
 #include "cluster/resumable_request.h"
-#include "engine/local_stage.h"
 #include "rpc/hello_client.h"
 #include "rpc/node_service.h"
 #include "rpc/peer_channel.h"
@@ -299,15 +299,12 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (why = refusal(); !why.empty()) return nullptr;
     // The previous placement's stage serves until the leader has switched, and hands over
     // the state of its sequences then.
-    if (previous_stage_ && previous_epoch_ == epoch) {
-      return local_stage(previous_stage_);
-    }
-    if (!stage_ || stage_epoch_ != epoch) {
+    std::shared_ptr<engine::Stage> stage = stages_.of(epoch);
+    if (!stage) {
       why = "node " + options_.node_id + " runs no stage of placement " + std::to_string(epoch) +
             " (its placement is " + std::to_string(placement_.epoch()) + ")";
-      return nullptr;
     }
-    return local_stage(stage_);
+    return stage;
   }
 
   std::shared_ptr<engine::Generator> scheduler(std::string& why) override {
@@ -428,22 +425,10 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     for (const rpc::Stage& s : placement_.stages()) {
       if (s.node_id() == options_.node_id) return false;
     }
-    for (const auto* runtime : {&stage_, &previous_stage_}) {
-      if (*runtime && (*runtime)->stage->sequence_count() > 0) return false;
-    }
-    return true;
+    return !stages_.holds_sequences();
   }
 
  private:
-  // This node's stage for one placement epoch, with its own pool: a forward of an older
-  // epoch that is still running never shares threads with the new one.
-  struct StageRuntime {
-    StageRuntime(std::shared_ptr<model::Model> model, int threads, engine::KvOptions kv)
-        : pool(threads), stage(std::make_shared<engine::LocalStage>(std::move(model), pool, kv)) {}
-    tensor::ThreadPool pool;
-    std::shared_ptr<engine::LocalStage> stage;
-  };
-
   // The pool of a stage over `range`: --kv-memory, or the placement's KV reserve for it.
   engine::KvOptions kv_options(model::LayerRange range) const {
     const engine::EngineOptions& e = options_.engine;
@@ -510,34 +495,19 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (!known) log("discovery found node " + node_id + " at " + address);
   }
 
-  uint64_t ready_epoch() const { return stage_ ? stage_epoch_ : 0; }
-
   rpc::NodeInfo self_info() const {
     rpc::NodeInfo info = self_;
-    info.set_ready_epoch(ready_epoch());
+    info.set_ready_epoch(stages_.ready_epoch());
     info.set_leaving(control_.leaving);
-    info.set_held_sequences(stage_ ? stage_->stage->sequence_count() : 0);
-    if (stage_) {
-      const model::KvPoolStats kv = stage_->stage->kv_stats();
-      rpc::KvCacheStats* out = info.mutable_kv_cache();
-      out->set_type(model::kv_type_name(options_.engine.kv_type));
-      out->set_block_bytes(kv.block_bytes);
-      out->set_pool_blocks(kv.blocks);
-      out->set_used_blocks(kv.used_blocks);
-      out->set_pinned_blocks(kv.pinned_blocks);
-      out->set_hits(kv.hits);
-      out->set_misses(kv.misses);
-      out->set_evictions(kv.evictions);
-      info.set_stage_inputs(stage_->stage->computed_inputs());
-    }
+    stages_.describe(info, options_.engine.kv_type);
     info.set_described_unix_ms(rpc::unix_time_ms());
-    info.set_load_progress(loading_ ? load_progress_.load() : (stage_ ? 1.0 : 0.0));
+    info.set_load_progress(loading_ ? load_progress_.load() : (stages_.has_current() ? 1.0 : 0.0));
     *info.mutable_weights() = weights_.held();
     info.set_state(!refusal().empty() ? "refused"
                    : scheduling()       ? "serving"
                    : info.weights().fetching()                          ? "fetching"
                    : loading_                                           ? "loading"
-                   : stage_                                             ? "ready"
+                   : stages_.has_current()                              ? "ready"
                    : placement_.stages_size() > 0                       ? "idle"
                                                                         : "starting");
     return info;
@@ -552,7 +522,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   bool own_stage_missing() const {
     const bool placed_here = std::any_of(placement_.stages().begin(), placement_.stages().end(),
                                          [&](const rpc::Stage& s) { return s.node_id() == options_.node_id; });
-    return placed_here && !stage_ && !previous_stage_;
+    return placed_here && !stages_.has_any();
   }
   bool serving() const { return scheduling() || (serving_leader() != nullptr && !own_stage_missing()); }
 
@@ -636,7 +606,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
     std::string missing;
     for (const rpc::Stage& s : placement_.stages()) {
-      const bool ready = s.node_id() == options_.node_id ? (stage_ && stage_epoch_ == placement_.epoch())
+      const bool ready = s.node_id() == options_.node_id ? stages_.ready_for(placement_.epoch())
                                                          : peer_ready(s.node_id(), placement_.epoch());
       if (!ready) missing += (missing.empty() ? "" : ", ") + s.node_id();
     }
@@ -736,7 +706,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     bool operator==(const HelloNews&) const = default;
   };
   HelloNews hello_news() const {
-    return {placement_.epoch(), placement_.leader_id(), ready_epoch(), scheduling(), control_.leaving};
+    return {placement_.epoch(), placement_.leader_id(), stages_.ready_epoch(), scheduling(), control_.leaving};
   }
 
   // What this node tells a peer: itself, the nodes it sees alive, its placement (mutex_ held).
@@ -847,17 +817,15 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       if (s.node_id() == options_.node_id) mine = &s;
     }
     if (mine == nullptr) {
-      if (stage_ || model_) log("this node holds no layers in placement " + std::to_string(placement_.epoch()));
-      retire_stage();
+      if (stages_.has_current() || model_) log("this node holds no layers in placement " + std::to_string(placement_.epoch()));
+      stages_.retire();
       model_.reset();
       return;
     }
     const model::LayerRange range{mine->first_layer(), mine->last_layer()};
     if (model_ && model_->range().first == range.first && model_->range().last == range.last) {
-      if (stage_epoch_ != placement_.epoch() || !stage_) {
-        retire_stage();
-        stage_ = std::make_shared<StageRuntime>(model_, options_.engine.threads, kv_options(range));
-        stage_epoch_ = placement_.epoch();
+      if (!stages_.ready_for(placement_.epoch())) {
+        stages_.start(model_, options_.engine.threads, kv_options(range), placement_.epoch());
         act_now_ = true;  // tell the leader it is ready
       }
       return;
@@ -865,7 +833,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (loading_) return;
     loading_ = true;
     load_progress_ = 0.0;
-    retire_stage();
+    stages_.retire();
     // The layers it keeps are shared with the new range's model, the others go with this one.
     std::shared_ptr<model::Model> previous = std::move(model_);
     if (loader_.joinable()) loader_.join();
@@ -928,16 +896,16 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (scheduling()) return;
     // Every stage holds its layers first; only then are the links to them made.
     for (const rpc::Stage& s : placement_.stages()) {
-      const bool ready = s.node_id() == options_.node_id ? stage_ && stage_epoch_ == placement_.epoch()
+      const bool ready = s.node_id() == options_.node_id ? stages_.ready_for(placement_.epoch())
                                                           : peer_ready(s.node_id(), placement_.epoch());
       if (!ready) return;
     }
     std::vector<std::shared_ptr<engine::Stage>> stages;
     for (const rpc::Stage& s : placement_.stages()) {
-      stages.push_back(s.node_id() == options_.node_id ? local_stage(stage_) : remote_stage(s, placement_.epoch()));
+      stages.push_back(s.node_id() == options_.node_id ? stages_.current() : remote_stage(s, placement_.epoch()));
     }
     // The local stage's pool samples when it is free; a leader without a stage samples alone.
-    tensor::ThreadPool* pool = stage_ ? &stage_->pool : nullptr;
+    tensor::ThreadPool* pool = stages_.pool();
     if (scheduler_) {
       // When every node of the old pipeline still runs (one leaves or joins), the sequences'
       // state moves to the new stages; after a loss they are computed again.
@@ -960,10 +928,6 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // Every node of the pipeline this node schedules still runs.
   bool scheduled_nodes_alive() const { return all_alive(control_, scheduled_nodes_, Clock::now()); }
 
-  static std::shared_ptr<engine::Stage> local_stage(const std::shared_ptr<StageRuntime>& runtime) {
-    return std::shared_ptr<engine::Stage>(runtime, runtime->stage.get());
-  }
-
   std::shared_ptr<engine::Stage> remote_stage(const rpc::Stage& s, uint64_t epoch) {
     return rpc::remote_stage(
         s.node_id(), channel(s.node_address()),
@@ -985,10 +949,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         const auto peer = peer_infos_.find(s.node_id());
         if (peer != peer_infos_.end()) s.set_node_address(peer->second.node_address());
         stages.push_back(remote_stage(s, epoch));
-      } else if (previous_stage_ && previous_epoch_ == epoch) {
-        stages.push_back(local_stage(previous_stage_));
-      } else if (stage_ && stage_epoch_ == epoch) {
-        stages.push_back(local_stage(stage_));
+      } else if (std::shared_ptr<engine::Stage> local = stages_.of(epoch)) {
+        stages.push_back(std::move(local));
       } else {
         return {};
       }
@@ -1006,29 +968,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     while (recent_placements_.size() > kRecentPlacements) recent_placements_.erase(recent_placements_.begin());
   }
 
-  // The current stage becomes the previous one: it goes on serving its placement's batches
-  // until the leader switches, then hands over its sequences' state and is dropped.
-  void retire_stage() {
-    if (!stage_) return;
-    previous_stage_ = std::move(stage_);
-    previous_epoch_ = stage_epoch_;
-  }
-
-  // The previous stage is dropped once the leader serves a newer placement and it holds no
-  // sequence (they moved, ended, or were released as the leader's old pipeline ended), or a
-  // while after, should a release have been lost on the way.
   void drop_previous_stage() {
-    if (!previous_stage_) return;
-    const bool leader_serves = scheduling() || serving_leader() != nullptr;
-    if (!leader_serves || placement_.epoch() <= previous_epoch_) {
-      previous_served_since_.reset();
-      return;
-    }
-    if (!previous_served_since_) previous_served_since_ = Clock::now();
-    if (previous_stage_->stage->sequence_count() == 0 || Clock::now() - *previous_served_since_ > kHandOverLimit) {
-      previous_stage_.reset();
-      previous_served_since_.reset();
-    }
+    stages_.drop_previous(scheduling() || serving_leader() != nullptr, placement_.epoch(), Clock::now(), kHandOverLimit);
   }
 
   void stage_lost(const std::string& peer_id, bool unreachable) {
@@ -1082,11 +1023,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   std::set<std::string> waiting_logged_;
   rpc::Placement placement_;
   std::shared_ptr<model::Model> model_;
-  std::shared_ptr<StageRuntime> stage_;
-  uint64_t stage_epoch_ = 0;
-  std::shared_ptr<StageRuntime> previous_stage_;  // of the placement before stage_'s
-  uint64_t previous_epoch_ = 0;
-  std::optional<Clock::time_point> previous_served_since_;  // the leader serves a newer placement
+  NodeStages stages_;
   int client_requests_ = 0;  // of this node's API, in flight
   bool loading_ = false;
   std::atomic<double> load_progress_{0.0};  // of the layers being loaded
