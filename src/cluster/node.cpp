@@ -16,6 +16,7 @@
 #include "cluster/cluster_metrics.h"
 #include "cluster/cluster_status.h"
 #include "cluster/control_rules.h"
+#include "cluster/hello_targets.h"
 #include "cluster/node_resources.h"
 #include "cluster/node_stages.h"
 #include "cluster/node_weights.h"
@@ -188,7 +189,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
     weights_.stop();
     changed_.notify_all();
-    discovery_.reset();  // its callback takes the lock: never reset it while holding the lock
+    discovery_.reset();  // no more announcements of this node, nor calls back into it
     if (gossip_.joinable()) gossip_.join();
     std::shared_ptr<engine::Engine> scheduler;
     {
@@ -484,15 +485,11 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         .port = options_.discovery_port,
         .interface_name = options_.discovery_interface,
         .key = key_,
-        .on_found = [this](const std::string& node_id, const std::string& address) { found(node_id, address); },
+        .on_found =
+            [this](const std::string& node_id, const std::string& address) {
+              if (discovered_.found(address, Clock::now())) log("discovery found node " + node_id + " at " + address);
+            },
         .log = [this](const std::string& line) { log(line); }});
-  }
-
-  void found(const std::string& node_id, const std::string& address) {
-    std::lock_guard lock(mutex_);
-    const bool known = discovered_.contains(address);
-    discovered_[address] = Clock::now();
-    if (!known) log("discovery found node " + node_id + " at " + address);
   }
 
   rpc::NodeInfo self_info() const {
@@ -637,17 +634,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       {
         std::unique_lock lock(mutex_);
         if (stopping_) return;
-        for (const auto& [address, answered] : control_.seeds) addresses.push_back(address);
-        forget_silent_discoveries();
-        for (const auto& [address, found_at] : discovered_) {
-          if (!control_.seeds.contains(address)) addresses.push_back(address);
-        }
-        for (const auto& [id, peer] : control_.peers) {
-          if (!peer.info.address.empty() &&
-              std::find(addresses.begin(), addresses.end(), peer.info.address) == addresses.end()) {
-            addresses.push_back(peer.info.address);
-          }
-        }
+        addresses = hello_targets(control_, discovered_.addresses(Clock::now()));
         request = hello_request();
         news = hello_news();
         // A peer whose Hello is still in flight is passed by: its task says this round's news
@@ -769,12 +756,6 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     // The answer may come after its round has acted: news in it starts the next one now.
     hear(info, reply.known(), reply.placement(), address, outcome.rtt_ms);
     if (act_now_) changed_.notify_all();
-  }
-
-  // A node that stopped announcing is reached as a peer while it is a member; its old
-  // address, perhaps reused by another port, is not tried forever.
-  void forget_silent_discoveries() {
-    std::erase_if(discovered_, [](const auto& entry) { return Clock::now() - entry.second > kPeerTimeout; });
   }
 
   // Leader only: the new placement the rules ask for.
@@ -1015,8 +996,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   rpc::NodeInfo self_;
   ControlState control_;  // what the rules decide by
   std::map<std::string, rpc::NodeInfo> peer_infos_;  // what each peer of control_ said of itself, whole
-  // address -> last announcement heard: said Hello to like seeds, but a leader never waits for them
-  std::map<std::string, Clock::time_point> discovered_;
+  DiscoveredNodes discovered_;
   std::map<std::string, rpc::PeerChannel> channels_;
   std::set<std::string> said_once_;  // keys of log lines said once
   std::set<std::string> greeting_;  // addresses with a Hello of the gossip loop in flight
