@@ -17,6 +17,7 @@
 #include "cluster/cluster_status.h"
 #include "cluster/control_rules.h"
 #include "cluster/hello_targets.h"
+#include "cluster/leader_scheduler.h"
 #include "cluster/node_resources.h"
 #include "cluster/node_stages.h"
 #include "cluster/node_weights.h"
@@ -194,10 +195,10 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     std::shared_ptr<engine::Engine> scheduler;
     {
       std::lock_guard lock(mutex_);
-      scheduler = std::move(scheduler_);
+      scheduler = scheduler_.take();
     }
     if (scheduler) scheduler->shutdown();
-    for (std::thread& t : retiring_) t.join();
+    scheduler_.join_retiring();
     rpc::RemoteStage::wait_for_releases(rpc::RemoteStage::kDefaultDeadline + std::chrono::seconds(1));
     remote_.shutdown();
     server_->stop();
@@ -252,7 +253,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
           if (const std::string why = refusal(); !why.empty()) throw engine::Unavailable(why, 30);
           if (!placement_.error().empty()) throw engine::Unavailable(placement_.error(), 30);
           if (scheduling()) {
-            local = scheduler_;
+            local = scheduler_.engine();
             break;
           }
           if (const PeerState* l = serving_leader()) {
@@ -314,7 +315,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       why = "node " + options_.node_id + " does not schedule requests now: " + waiting_for();
       return nullptr;
     }
-    return scheduler_;
+    return scheduler_.engine();
   }
 
   // NodeHandler: weights for nodes that have no file.
@@ -370,9 +371,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
                                        peer.rtt_ms, peer.problem}});
     }
     if (!placement_.error().empty() || placement_.stages_size() == 0) status.waiting_for = waiting_for();
-    if (scheduler_) {
-      const engine::Engine::SwitchCounts counts = scheduler_->switch_counts();
-      status.scheduler = SchedulerCounts{counts.handed_over, counts.recomputed, scheduler_->preemptions()};
+    if (const std::shared_ptr<engine::Engine>& scheduler = scheduler_.engine()) {
+      const engine::Engine::SwitchCounts counts = scheduler->switch_counts();
+      status.scheduler = SchedulerCounts{counts.handed_over, counts.recomputed, scheduler->preemptions()};
     }
     return status;
   }
@@ -382,7 +383,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     std::shared_ptr<engine::Engine> scheduler;
     {
       std::lock_guard lock(mutex_);
-      scheduler = scheduler_;
+      scheduler = scheduler_.engine();
     }
     // The engine's lock is taken without this node's: its loop calls back into the node.
     cluster::write_metrics(now, scheduler ? scheduler->load() : engine::Engine::Load{}, out);
@@ -511,7 +512,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   // This node schedules the requests of the current placement.
-  bool scheduling() const { return scheduler_ && scheduler_epoch_ == placement_.epoch(); }
+  bool scheduling() const { return scheduler_.serves(placement_.epoch()); }
   // Requests can run now: here, or at a leader that serves.
   // The placement names this node, which holds no stage at all: it restarted faster than it
   // was seen leaving, and the leader serves through its previous process, gone. (A node that
@@ -579,7 +580,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // A node refused holds nothing and schedules nothing: its placement, made before it was
   // refused, is let go with its stage and its requests.
   void stand_aside(const std::string& why) {
-    if (scheduler_) retire(std::move(scheduler_), engine::FinishReason::Error, why, std::nullopt);
+    if (scheduler_.engine()) scheduler_.retire(engine::FinishReason::Error, why, std::nullopt);
     if (placement_.stages_size() > 0 || !placement_.error().empty()) placement_ = rpc::Placement();
     apply();
   }
@@ -859,19 +860,19 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // new leader once that serves, with their state while every stage of its pipeline runs.
   void start_scheduler() {
     const std::string lost = std::string(rpc::kSchedulerLost) + "this node no longer leads the cluster";
-    if (scheduler_ && placement_.leader_id() != options_.node_id) {
+    if (scheduler_.engine() && placement_.leader_id() != options_.node_id) {
       const bool all_alive = scheduled_nodes_alive();
       // Until then its requests go on here, and new ones wait for the new leader.
       if (all_alive && placement_.error().empty() && serving_leader() == nullptr) return;
       log(all_alive ? "another node leads now: the requests scheduled here move to it with their state"
                     : "another node leads now: the requests scheduled here move to it");
-      retire(std::move(scheduler_), engine::FinishReason::Lost, lost,
-             all_alive ? std::optional(scheduler_epoch_) : std::nullopt);
+      // A request passed on, or ended as Lost, goes on at the next leader.
+      scheduler_.retire(engine::FinishReason::Lost, lost, all_alive ? std::optional(scheduler_.epoch()) : std::nullopt);
     }
-    if (scheduler_ && !placement_.error().empty()) {
+    if (scheduler_.engine() && !placement_.error().empty()) {
       // The nodes left cannot hold the model: its requests end now, saying what is missing.
       log("the requests scheduled here end: " + placement_.error());
-      retire(std::move(scheduler_), engine::FinishReason::Error, placement_.error(), std::nullopt);
+      scheduler_.retire(engine::FinishReason::Error, placement_.error(), std::nullopt);
     }
     if (placement_.leader_id() != options_.node_id || placement_.stages_size() == 0) return;
     if (scheduling()) return;
@@ -882,32 +883,21 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       if (!ready) return;
     }
     std::vector<std::shared_ptr<engine::Stage>> stages;
+    std::vector<std::string> nodes;
     for (const rpc::Stage& s : placement_.stages()) {
       stages.push_back(s.node_id() == options_.node_id ? stages_.current() : remote_stage(s, placement_.epoch()));
+      nodes.push_back(s.node_id());
     }
     // The local stage's pool samples when it is free; a leader without a stage samples alone.
-    tensor::ThreadPool* pool = stages_.pool();
-    if (scheduler_) {
-      // When every node of the old pipeline still runs (one leaves or joins), the sequences'
-      // state moves to the new stages; after a loss they are computed again.
-      scheduler_->replace_pipeline(std::move(stages), pool, scheduled_nodes_alive());
-    } else {
-      engine::EngineOptions options = options_.engine;
-      options.replay_wait = options_.startup_wait;
-      options.held_stages = [this](uint64_t epoch) { return stages_of(epoch); };
-      options.first_sequence_id = std::random_device{}() * (uint64_t{1} << 31) + 1;
-      options.embedding_dim = config_.embedding_dim;
-      scheduler_ = std::make_shared<engine::Engine>(std::move(stages), config_.vocab_size, eog_, options, pool);
-    }
-    scheduler_epoch_ = placement_.epoch();
-    scheduled_nodes_.clear();
-    for (const rpc::Stage& s : placement_.stages()) scheduled_nodes_.push_back(s.node_id());
-    log("serving placement " + std::to_string(scheduler_epoch_) + " (" + std::to_string(placement_.stages_size()) +
+    // When every node of the old pipeline still runs (one leaves or joins), the sequences'
+    // state moves to the new stages; after a loss they are computed again.
+    scheduler_.serve(std::move(stages), stages_.pool(), scheduled_nodes_alive(), placement_.epoch(), std::move(nodes));
+    log("serving placement " + std::to_string(scheduler_.epoch()) + " (" + std::to_string(placement_.stages_size()) +
         " stage(s))");
   }
 
   // Every node of the pipeline this node schedules still runs.
-  bool scheduled_nodes_alive() const { return all_alive(control_, scheduled_nodes_, Clock::now()); }
+  bool scheduled_nodes_alive() const { return all_alive(control_, scheduler_.nodes(), Clock::now()); }
 
   std::shared_ptr<engine::Stage> remote_stage(const rpc::Stage& s, uint64_t epoch) {
     return rpc::remote_stage(
@@ -961,20 +951,6 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     changed_.notify_all();
   }
 
-  // An old scheduler passes its requests on with their state, named by `epoch`, or ends them
-  // with `reason` and `why`, off the gossip thread, which holds the lock and must go on
-  // answering peers meanwhile. A request passed on, or ended as Lost, goes on at the next leader.
-  void retire(std::shared_ptr<engine::Engine> old, engine::FinishReason reason, std::string why,
-              std::optional<uint64_t> epoch) {
-    retiring_.emplace_back([old = std::move(old), reason, why = std::move(why), epoch] {
-      if (epoch) {
-        old->pass_on(*epoch, why);
-      } else {
-        old->abort(reason, why);
-      }
-    });
-  }
-
   std::shared_ptr<const gguf::File> file_;
   std::function<bool(engine::Token)> eog_;
   NodeOptions options_;
@@ -1009,10 +985,14 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   std::atomic<double> load_progress_{0.0};  // of the layers being loaded
   std::string last_load_error_;
   std::thread loader_;
-  std::shared_ptr<engine::Engine> scheduler_;
-  uint64_t scheduler_epoch_ = 0;
-  std::vector<std::string> scheduled_nodes_;  // the scheduler's pipeline, in order
-  std::vector<std::thread> retiring_;
+  LeaderScheduler scheduler_{[this](std::vector<std::shared_ptr<engine::Stage>> stages, tensor::ThreadPool* pool) {
+    engine::EngineOptions options = options_.engine;
+    options.replay_wait = options_.startup_wait;
+    options.held_stages = [this](uint64_t epoch) { return stages_of(epoch); };
+    options.first_sequence_id = std::random_device{}() * (uint64_t{1} << 31) + 1;
+    options.embedding_dim = config_.embedding_dim;
+    return std::make_shared<engine::Engine>(std::move(stages), config_.vocab_size, eog_, options, pool);
+  }};
   std::map<uint64_t, rpc::Placement> recent_placements_;  // by epoch, the current one included
   std::unique_ptr<Discovery> discovery_;
   std::thread gossip_;
