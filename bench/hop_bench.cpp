@@ -24,7 +24,7 @@ class EchoStage final : public engine::Stage {
 
 class EchoNode final : public NodeHandler {
  public:
-  grpc::Status hello(const HelloRequest&, const std::string&, HelloReply&) override { return grpc::Status::OK; }
+  std::string hello(const HelloRequest&, const std::string&, HelloReply&) override { return {}; }
   std::shared_ptr<engine::Stage> stage(uint64_t, std::string&) override { return stage_; }
   std::shared_ptr<engine::Generator> scheduler(std::string& why) override {
     why = "no scheduler";

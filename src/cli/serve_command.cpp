@@ -20,6 +20,7 @@
 #include "constrain/matcher.h"
 #include "rpc/channel.h"
 #include "rpc/node_service.h"
+#include "rpc/weights_client.h"
 #include "tokenizer/tokenizer.h"
 #include "units/byte_size.h"
 
@@ -129,7 +130,7 @@ std::shared_ptr<cluster::PartialModel> model_from_peers(const ServeOptions& o, c
   node.log("waiting for the model of its peers; http://" + server.host + ":" + std::to_string(server.port) +
            " answers 503 until it is here");
   return cluster::PartialModel::open(cache_dir_or_default(o.cache_dir),
-                                     cluster::fetch_manifest(addresses, node.node_id, *key, node.log),
+                                     rpc::fetch_manifest(addresses, node.node_id, *key, node.log),
                                      o.test_fetch_checkpoint_bytes);
 }
 

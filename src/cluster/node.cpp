@@ -11,14 +11,21 @@
 #include <optional>
 #include <random>
 #include <set>
-#include <stop_token>
 #include <thread>
 
+#include "cluster/cluster_metrics.h"
+#include "cluster/cluster_status.h"
 #include "cluster/control_rules.h"
+#include "cluster/hello_targets.h"
+#include "cluster/leader_scheduler.h"
 #include "cluster/node_resources.h"
-#include "engine/local_stage.h"
-#include "rpc/channel.h"
+#include "cluster/node_stages.h"
+#include "cluster/node_weights.h"
+#include "cluster/placement_proposal.h"
+#include "cluster/resumable_request.h"
+#include "rpc/hello_client.h"
 #include "rpc/node_service.h"
+#include "rpc/peer_channel.h"
 #include "rpc/remote_generator.h"
 #include "rpc/remote_stage.h"
 #include "units/byte_size.h"
@@ -59,14 +66,6 @@ std::string host_of_peer(const std::string& peer) {
 }
 
 // The cluster's own types for what peers say, at the protobuf boundary.
-Placement placement_of(const rpc::Placement& p) {
-  Placement placement;
-  placement.epoch = p.epoch();
-  placement.reason = p.reason();
-  for (const rpc::Stage& s : p.stages()) placement.stages.push_back({s.node_id(), s.first_layer(), s.last_layer()});
-  return placement;
-}
-
 PlacementView view_of(const rpc::Placement& p) {
   PlacementView view{p.epoch(), p.leader_id(), {}, !p.error().empty()};
   for (const rpc::Stage& s : p.stages()) view.stages.push_back({s.node_id(), s.node_address()});
@@ -86,6 +85,14 @@ struct Overloaded : Ts... {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// The options with the engine's threads resolved: every core unless given.
+NodeOptions with_threads(NodeOptions options) {
+  if (options.engine.threads <= 0) {
+    options.engine.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  return options;
+}
+
 }  // namespace
 
 std::string model_hash(const gguf::File& file) { return rpc::sha256_hex(file.header_bytes()); }
@@ -95,17 +102,20 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   Impl(std::shared_ptr<const gguf::File> file, std::function<bool(engine::Token)> eog, NodeOptions options)
       : file_(std::move(file)),
         eog_(std::move(eog)),
-        options_(std::move(options)),
+        options_(with_threads(std::move(options))),
         config_(model::Config::from_gguf(*file_)),
-        footprint_(footprint_of(*file_)),
         key_(std::make_shared<rpc::ClusterKey>(options_.secret())),
+        weights_(file_, key_,
+                 {options_.node_id, model_hash(*file_), options_.engine.threads, options_.partial, options_.fetch_streams,
+                  options_.test_fetch_delay, options_.on_transfer, [this](const std::string& line) { log(line); }}),
         remote_(rpc::Caller{options_.node_id, 0, key_}) {
     if (options_.engine.context_size <= 0) options_.engine.context_size = config_.context_length;
     // The placement reserves KV memory as this node stores it.
-    footprint_.kv_bytes_per_layer_per_token = model::KvLayout(config_, 1, options_.engine.kv_type).block_bytes / model::kKvBlock;
-    if (options_.engine.threads <= 0) {
-      options_.engine.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    }
+    ModelFootprint footprint = footprint_of(*file_);
+    footprint.kv_bytes_per_layer_per_token = model::KvLayout(config_, 1, options_.engine.kv_type).block_bytes / model::kKvBlock;
+    const uint64_t kv_reserve_tokens = static_cast<uint64_t>(options_.engine.context_size) *
+                                       static_cast<uint64_t>(std::max(1, options_.engine.max_parallel));
+    placement_rules_ = {options_.node_id, options_.strategy, options_.fixed_stages, kv_reserve_tokens, std::move(footprint)};
     if (!across_machines()) {
       for (const std::string& peer : options_.peers) {
         if (!is_loopback(peer)) {
@@ -178,17 +188,17 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       if (stopping_) return;
       stopping_ = true;
     }
-    stop_fetch_ = true;
+    weights_.stop();
     changed_.notify_all();
-    discovery_.reset();  // its callback takes the lock: never reset it while holding the lock
+    discovery_.reset();  // no more announcements of this node, nor calls back into it
     if (gossip_.joinable()) gossip_.join();
     std::shared_ptr<engine::Engine> scheduler;
     {
       std::lock_guard lock(mutex_);
-      scheduler = std::move(scheduler_);
+      scheduler = scheduler_.take();
     }
     if (scheduler) scheduler->shutdown();
-    for (std::thread& t : retiring_) t.join();
+    scheduler_.join_retiring();
     rpc::RemoteStage::wait_for_releases(rpc::RemoteStage::kDefaultDeadline + std::chrono::seconds(1));
     remote_.shutdown();
     server_->stop();
@@ -235,7 +245,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     const auto deadline = Clock::now() + options_.startup_wait;
     while (true) {
       std::shared_ptr<engine::Engine> local;
-      std::shared_ptr<grpc::Channel> leader;
+      rpc::PeerChannel leader;
       {
         std::unique_lock lock(mutex_);
         while (true) {
@@ -243,7 +253,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
           if (const std::string why = refusal(); !why.empty()) throw engine::Unavailable(why, 30);
           if (!placement_.error().empty()) throw engine::Unavailable(placement_.error(), 30);
           if (scheduling()) {
-            local = scheduler_;
+            local = scheduler_.engine();
             break;
           }
           if (const PeerState* l = serving_leader()) {
@@ -255,9 +265,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
           }
         }
       }
-      if (local) return local->submit(request, resumable(request, std::move(callbacks)));
+      if (local) return local->submit(request, resumable(request, std::move(callbacks), resubmit_, options_.log));
       try {
-        return remote_.submit(leader, request, resumable(request, callbacks));
+        return remote_.submit(leader, request, resumable(request, callbacks, resubmit_, options_.log));
       } catch (const engine::Unavailable&) {
         // The leader is between placements: wait for the next one, up to the startup wait.
         std::unique_lock lock(mutex_);
@@ -266,73 +276,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
   }
 
-  // Callbacks that pass everything on to `client`, except the loss of the scheduler mid-way (its
-  // node was lost, or no longer leads): then the request goes on at the next one from the
-  // tokens it has, with the same text, and with its state when the old one passed it on.
-  struct Progress {
-    engine::GenerationRequest request;  // its prompt grows by each token received
-    engine::RequestCallbacks client;
-    std::optional<int> cached_tokens;  // as the first scheduler said: the prompt's, not a resumption's
-    int generated = 0;
-    bool ended = false;  // its last token ended the generation
-  };
-  engine::RequestCallbacks resumable(const engine::GenerationRequest& request, engine::RequestCallbacks client,
-                                     std::optional<int> cached_tokens = std::nullopt) {
-    auto progress = std::make_shared<Progress>(Progress{request, std::move(client), cached_tokens, 0, false});
-    engine::RequestCallbacks callbacks;
-    callbacks.cancelled = progress->client.cancelled;
-    callbacks.on_started = progress->client.on_started;
-    callbacks.on_embedding = progress->client.on_embedding;
-    callbacks.on_token = [progress](const engine::GeneratedToken& token) {
-      progress->request.prompt.push_back(token.token);
-      ++progress->generated;
-      progress->ended = token.end_of_generation;
-      if (!progress->cached_tokens) progress->cached_tokens = token.cached_tokens;
-      if (!progress->client.on_token) return true;
-      if (token.cached_tokens == *progress->cached_tokens) return progress->client.on_token(token);
-      engine::GeneratedToken shown = token;
-      shown.cached_tokens = *progress->cached_tokens;
-      return progress->client.on_token(shown);
-    };
-    callbacks.on_finish = [this, progress](engine::FinishReason reason, const std::string& error) {
-      if (reason != engine::FinishReason::Lost) {
-        if (progress->client.on_finish) progress->client.on_finish(reason, error);
-        return;
-      }
-      resume(*progress, error, std::nullopt);
-    };
-    callbacks.on_passed_on = [this, progress](const engine::HeldState& held) {
-      resume(*progress, std::string(rpc::kSchedulerLost) + "it no longer leads", held);
-    };
-    return callbacks;
-  }
-
-  // Submits the rest of a request whose scheduler was lost (`error`) or passed it on (`held`).
-  void resume(Progress& progress, const std::string& error, const std::optional<engine::HeldState>& held) {
-    engine::GenerationRequest rest = progress.request;
-    rest.max_tokens -= progress.generated;
-    if (progress.ended || rest.max_tokens == 0) {  // only the news of its end was lost
-      const auto reason = progress.ended ? engine::FinishReason::Stop : engine::FinishReason::Length;
-      if (progress.client.on_finish) progress.client.on_finish(reason, {});
-      return;
-    }
-    rest.resumed_after += progress.generated;
-    rest.held = held;
-    log(held ? "the leader passed a request on; it goes on at the next one with its state, after " +
-                   std::to_string(rest.resumed_after) + " generated tokens"
-             : "the node scheduling a request was lost; it resumes after " + std::to_string(rest.resumed_after) +
-                   " generated tokens");
-    std::string why = "too many requests are waiting";
-    try {
-      if (submit(rest, resumable(rest, progress.client, progress.cached_tokens))) return;
-    } catch (const std::exception& e) {
-      why = e.what();
-    }
-    if (progress.client.on_finish) progress.client.on_finish(engine::FinishReason::Error, error + "; " + why);
-  }
-
   // NodeHandler
-  grpc::Status hello(const rpc::HelloRequest& request, const std::string& peer, rpc::HelloReply& reply) override {
+  std::string hello(const rpc::HelloRequest& request, const std::string& peer, rpc::HelloReply& reply) override {
     rpc::NodeInfo sender = request.sender();
     // A node listening on every interface is reached at the host its call came from.
     if (sender.node_address().starts_with(":")) sender.set_node_address(host_of_peer(peer) + sender.node_address());
@@ -340,15 +285,15 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       std::lock_guard lock(mutex_);
       // A new placement to load, or a peer now ready for it: acted on at once, not a gossip round later.
       const Decision decision = hear(sender, request.known(), request.placement(), {}, 0.0);
-      if (!decision.refuse_caller.empty()) return {grpc::StatusCode::ALREADY_EXISTS, decision.refuse_caller};
+      if (!decision.refuse_caller.empty()) return decision.refuse_caller;
       *reply.mutable_node() = self_info();
       // A node refused tells nothing but who it is.
-      if (!refusal().empty()) return grpc::Status::OK;
+      if (!refusal().empty()) return {};
       for (const auto& [id, info] : peer_infos_) *reply.add_known() = info;
       *reply.mutable_placement() = placement_;
     }
     changed_.notify_all();
-    return grpc::Status::OK;
+    return {};
   }
 
   std::shared_ptr<engine::Stage> stage(uint64_t epoch, std::string& why) override {
@@ -356,15 +301,12 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (why = refusal(); !why.empty()) return nullptr;
     // The previous placement's stage serves until the leader has switched, and hands over
     // the state of its sequences then.
-    if (previous_stage_ && previous_epoch_ == epoch) {
-      return local_stage(previous_stage_);
-    }
-    if (!stage_ || stage_epoch_ != epoch) {
+    std::shared_ptr<engine::Stage> stage = stages_.of(epoch);
+    if (!stage) {
       why = "node " + options_.node_id + " runs no stage of placement " + std::to_string(epoch) +
             " (its placement is " + std::to_string(placement_.epoch()) + ")";
-      return nullptr;
     }
-    return local_stage(stage_);
+    return stage;
   }
 
   std::shared_ptr<engine::Stage> chain_stage(uint64_t epoch, const std::string& node_id, std::string& why) override {
@@ -388,40 +330,16 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       why = "node " + options_.node_id + " does not schedule requests now: " + waiting_for();
       return nullptr;
     }
-    return scheduler_;
+    return scheduler_.engine();
   }
 
   // NodeHandler: weights for nodes that have no file.
   std::optional<rpc::ModelManifestReply> manifest(const std::string& model_hash, std::string& why) override {
-    if (!model_hash.empty() && model_hash != self_.model_hash()) {
-      why = "node " + options_.node_id + " runs another model (" + self_.model_hash().substr(0, 12) + ")";
-      return std::nullopt;
-    }
-    if (options_.partial) return options_.partial->manifest();
-    // Hashed on the first request only: nodes that are never asked never read their whole file.
-    std::lock_guard lock(manifest_mutex_);
-    if (!manifest_) {
-      log("hashing the model's tensors for a node that fetches them");
-      manifest_ = make_manifest(*file_, self_.model_hash(), options_.engine.threads);
-    }
-    return manifest_;
+    return weights_.manifest(model_hash, why);
   }
 
   std::optional<rpc::TensorBytes> tensor(const rpc::FetchTensorRequest& request, std::string& why) override {
-    if (request.model_hash() != self_.model_hash()) {
-      why = "node " + options_.node_id + " runs another model (" + self_.model_hash().substr(0, 12) + ")";
-      return std::nullopt;
-    }
-    if (request.tensor() >= file_->tensors().size()) {
-      why = "the model has no tensor " + std::to_string(request.tensor());
-      return std::nullopt;
-    }
-    const gguf::TensorInfo& t = file_->tensors()[request.tensor()];
-    if (options_.partial && !options_.partial->holds(request.tensor())) {
-      why = "node " + options_.node_id + " does not hold tensor " + t.name;
-      return std::nullopt;
-    }
-    return rpc::TensorBytes{file_, {file_->tensor_data(t), t.size_bytes}};
+    return weights_.tensor(request, why);
   }
 
   std::pair<int, std::string> health() const {
@@ -435,7 +353,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
     json body{{"status", loading_ ? "loading" : "waiting"}, {"waiting_for", waiting_for()}};
     if (loading_) body["progress"] = load_progress_.load();
-    if (options_.partial) body["transfer"] = transfer_json(weights_info());
+    if (options_.partial) body["transfer"] = transfer_json(weights_.held());
     return {503, body.dump()};
   }
 
@@ -448,158 +366,42 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     return why;
   }
 
-  std::string status_json() const {
+  std::string status_json() const { return cluster::status_json(status()); }
+
+  ClusterStatus status() const {
     std::lock_guard lock(mutex_);
-    json nodes = json::array();
-    const auto describe_node = [&](const rpc::NodeInfo& info, bool self, const PeerState* peer) {
-      json n{{"id", info.node_id()},
-             {"self", self},
-             {"node_address", info.node_address()},
-             {"api_address", info.api_address()},
-             {"memory_bytes", info.memory_bytes()},
-             {"memory", units::describe_bytes(info.memory_bytes())},
-             {"weight_bytes_per_second", info.weight_bytes_per_second()},
-             {"state", info.state()},
-             {"ready_epoch", info.ready_epoch()},
-             {"held_sequences", info.held_sequences()},
-             {"load_progress", info.load_progress()},
-             {"stage_inputs", info.stage_inputs()},
-             {"described_unix_ms", info.described_unix_ms()},
-             {"weights", weights_json(info.weights())}};
-      if (info.has_kv_cache()) {
-        const rpc::KvCacheStats& kv = info.kv_cache();
-        n["kv_cache"] = {{"type", kv.type()},
-                         {"block_positions", model::kKvBlock},
-                         {"block_bytes", kv.block_bytes()},
-                         {"pool_blocks", kv.pool_blocks()},
-                         {"pool_bytes", kv.block_bytes() * static_cast<uint64_t>(kv.pool_blocks())},
-                         {"used_blocks", kv.used_blocks()},
-                         {"used_bytes", kv.block_bytes() * static_cast<uint64_t>(kv.used_blocks())},
-                         {"pinned_blocks", kv.pinned_blocks()},
-                         {"hits", kv.hits()},
-                         {"misses", kv.misses()},
-                         {"evictions", kv.evictions()}};
-      }
-      if (peer != nullptr) {
-        n["alive"] = alive(*peer, Clock::now());
-        n["last_seen_seconds"] = peer->seen ? seconds_since(peer->last_seen) : -1.0;
-        n["rtt_ms"] = peer->rtt_ms;
-        if (!peer->problem.empty()) n["problem"] = peer->problem;
-      }
-      return n;
-    };
-    nodes.push_back(describe_node(self_info(), true, nullptr));
-    for (const auto& [id, peer] : control_.peers) nodes.push_back(describe_node(peer_infos_.at(id), false, &peer));
-    json stages = json::array();
-    for (const rpc::Stage& s : placement_.stages()) {
-      stages.push_back({{"node", s.node_id()}, {"node_address", s.node_address()},
-                        {"first_layer", s.first_layer()}, {"last_layer", s.last_layer()}});
+    ClusterStatus status{.node_id = options_.node_id,
+                         .model_name = self_.model_name(),
+                         .model_hash = self_.model_hash(),
+                         .layers = config_.layer_count,
+                         .leader = leader_id(),
+                         .serving = serving(),
+                         .placement = placement_,
+                         .leaving = control_.leaving};
+    status.nodes.push_back({self_info(), true, std::nullopt});
+    for (const auto& [id, peer] : control_.peers) {
+      status.nodes.push_back({peer_infos_.at(id), false,
+                              PeerLink{alive(peer, Clock::now()),
+                                       peer.seen ? std::optional(seconds_since(peer.last_seen)) : std::nullopt,
+                                       peer.rtt_ms, peer.problem}});
     }
-    json body{{"node_id", options_.node_id},
-              {"model", {{"name", self_.model_name()}, {"hash", self_.model_hash()}, {"layers", config_.layer_count}}},
-              {"protocol_version", rpc::kProtocolVersion},
-              {"leader", leader_id()},
-              {"serving", serving()},
-              {"nodes", nodes},
-              {"placement",
-               {{"epoch", placement_.epoch()},
-                {"leader", placement_.leader_id()},
-                {"strategy", placement_.strategy()},
-                {"stages", stages},
-                {"reason", placement_.reason()},
-                {"error", placement_.error()}}}};
-    if (!placement_.error().empty() || placement_.stages_size() == 0) body["waiting_for"] = waiting_for();
-    if (scheduler_) {
-      // Running sequences at this leader's placement switches: moved with their state (a node
-      // left or joined), or computed again (a node was lost).
-      const engine::Engine::SwitchCounts counts = scheduler_->switch_counts();
-      body["placement_switches"] = {{"sequences_handed_over", counts.handed_over},
-                                    {"sequences_recomputed", counts.recomputed}};
-      body["sequences_preempted"] = scheduler_->preemptions();  // for want of KV blocks, computed again later
+    if (!placement_.error().empty() || placement_.stages_size() == 0) status.waiting_for = waiting_for();
+    if (const std::shared_ptr<engine::Engine>& scheduler = scheduler_.engine()) {
+      const engine::Engine::SwitchCounts counts = scheduler->switch_counts();
+      status.scheduler = SchedulerCounts{counts.handed_over, counts.recomputed, scheduler->preemptions()};
     }
-    if (control_.leaving) body["leaving"] = true;
-    return body.dump();
+    return status;
   }
 
-  // What /metrics tells of the cluster as this node sees it; see docs/API.md#metrics.
   void write_metrics(metrics::Exposition& out) const {
-    std::unique_lock lock(mutex_);
-    const rpc::NodeInfo self = self_info();
-    const auto node_metrics = [&](const rpc::NodeInfo& info, bool up) {
-      const metrics::Labels node{{"node", info.node_id()}};
-      out.gauge("strata_node_up", "Whether this node hears from the node (1), or takes it for gone (0).", node, up);
-      out.gauge("strata_node_state", "The node's state: 1 for the state it is in.",
-                {{"node", info.node_id()}, {"state", info.state()}}, 1);
-      out.gauge("strata_node_memory_bytes", "Memory the node may use for weights and KV cache.", node,
-                static_cast<double>(info.memory_bytes()));
-      out.gauge("strata_node_weight_bytes_per_second", "The node's measured speed at reading weights.", node,
-                info.weight_bytes_per_second());
-    };
-    node_metrics(self, true);
-    for (const auto& [id, peer] : control_.peers) {
-      node_metrics(peer_infos_.at(id), alive(peer, Clock::now()));
-      if (peer.seen) {
-        out.gauge("strata_link_heartbeat_rtt_seconds", "Round-trip time of the last gossip call to the peer.",
-                  {{"peer", id}}, peer.rtt_ms / 1000.0);
-      }
+    const ClusterStatus now = status();
+    std::shared_ptr<engine::Engine> scheduler;
+    {
+      std::lock_guard lock(mutex_);
+      scheduler = scheduler_.engine();
     }
-    for (const rpc::Stage& s : placement_.stages()) {  // layers [first, last)
-      out.gauge("strata_placement_stage_layers", "Layers each node computes in the current placement.",
-                {{"node", s.node_id()},
-                 {"layers", std::to_string(s.first_layer()) + "-" + std::to_string(s.last_layer() - 1)}},
-                s.last_layer() - s.first_layer());
-    }
-    out.gauge("strata_placement_epoch", "The placement's epoch, one more at each new placement.", {},
-              static_cast<double>(placement_.epoch()));
-    out.gauge("strata_is_leader", "Whether this node leads (places layers and schedules every request).", {},
-              leader_id() == options_.node_id);
-    if (self.has_kv_cache()) {
-      const rpc::KvCacheStats& kv = self.kv_cache();
-      const double pinned = kv.pinned_blocks();
-      const double used = kv.used_blocks();
-      out.gauge("strata_kv_blocks", "This node's KV pool blocks: used by running sequences (pinned: also by a "
-                "sequence starting on a cached prefix), cached (held for later prefixes only) or free.",
-                {{"state", "used"}}, used);
-      out.gauge("strata_kv_blocks", "", {{"state", "pinned"}}, pinned);
-      out.gauge("strata_kv_blocks", "", {{"state", "free"}}, std::max(0.0, kv.pool_blocks() - used));
-      out.gauge("strata_kv_pool_blocks", "Blocks of this node's KV pool.", {}, kv.pool_blocks());
-      out.gauge("strata_kv_block_bytes", "Bytes of one KV block of this node's layers.", {},
-                static_cast<double>(kv.block_bytes()));
-      out.counter("strata_prefix_cache_hits_total", "Blocks a new sequence found in this node's prefix cache.", {},
-                  static_cast<double>(kv.hits()));
-      out.counter("strata_prefix_cache_misses_total", "Blocks a new sequence looked for and did not find.", {},
-                  static_cast<double>(kv.misses()));
-      out.counter("strata_kv_evictions_total", "Cached blocks given to other sequences.", {},
-                  static_cast<double>(kv.evictions()));
-    }
-    const rpc::Weights& w = self.weights();
-    out.counter("strata_weights_received_bytes_total", "Bytes of weights this node fetched from its peers.", {},
-                static_cast<double>(w.received_bytes()));
-    out.gauge("strata_weights_wanted_bytes", "Bytes the current (or last) fetch of weights lacked at its start.",
-              {}, static_cast<double>(w.wanted_bytes()));
-    out.gauge("strata_weights_fetch_progress", "Share of the current (or last) fetch received, 0 to 1.", {},
-              w.wanted_bytes() > 0 ? std::min(1.0, static_cast<double>(w.fetch_received_bytes()) /
-                                                       static_cast<double>(w.wanted_bytes()))
-                                   : 1.0);
-    out.gauge("strata_load_progress", "Share of this node's layers loaded, 0 to 1.", {}, self.load_progress());
     // The engine's lock is taken without this node's: its loop calls back into the node.
-    const std::shared_ptr<engine::Engine> scheduler = scheduler_;
-    lock.unlock();
-    engine::Engine::Load load;
-    if (scheduler) {
-      load = scheduler->load();
-      const engine::Engine::SwitchCounts counts = scheduler->switch_counts();
-      out.counter("strata_sequences_handed_over_total",
-                  "Running sequences a placement switch moved with their state (leader).", {},
-                  static_cast<double>(counts.handed_over));
-      out.counter("strata_sequences_recomputed_total",
-                  "Running sequences a placement switch computed again (leader).", {},
-                  static_cast<double>(counts.recomputed));
-      out.counter("strata_sequences_preempted_total", "Running sequences pre-empted for want of KV blocks (leader).",
-                  {}, static_cast<double>(scheduler->preemptions()));
-    }
-    out.gauge("strata_requests_waiting", "Requests in the scheduler's queue (leader; 0 elsewhere).", {}, load.waiting);
-    out.gauge("strata_requests_running", "Sequences the scheduler runs (leader; 0 elsewhere).", {}, load.running);
+    cluster::write_metrics(now, scheduler ? scheduler->load() : engine::Engine::Load{}, out);
   }
 
   void leave() {
@@ -625,7 +427,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     std::erase(others, options_.node_id);
     if (others.empty()) return "no other node of its cluster runs to take its layers over";
     try {
-      place_layers(capacities(others), footprint_, placement_request());
+      std::vector<NodeCapacity> nodes;
+      for (const std::string& id : others) nodes.push_back(capacity_of(peer_infos_.at(id)));
+      place_layers(nodes, placement_rules_.footprint, placement_request(placement_rules_));
     } catch (const DoesNotFit& e) {
       return std::string("the other nodes cannot hold the model without this node: ") + e.what();
     }
@@ -638,22 +442,10 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     for (const rpc::Stage& s : placement_.stages()) {
       if (s.node_id() == options_.node_id) return false;
     }
-    for (const auto* runtime : {&stage_, &previous_stage_}) {
-      if (*runtime && (*runtime)->stage->sequence_count() > 0) return false;
-    }
-    return true;
+    return !stages_.holds_sequences();
   }
 
  private:
-  // This node's stage for one placement epoch, with its own pool: a forward of an older
-  // epoch that is still running never shares threads with the new one.
-  struct StageRuntime {
-    StageRuntime(std::shared_ptr<model::Model> model, int threads, engine::KvOptions kv)
-        : pool(threads), stage(std::make_shared<engine::LocalStage>(std::move(model), pool, kv)) {}
-    tensor::ThreadPool pool;
-    std::shared_ptr<engine::LocalStage> stage;
-  };
-
   // The pool of a stage over `range`: --kv-memory, or the placement's KV reserve for it.
   engine::KvOptions kv_options(model::LayerRange range) const {
     const engine::EngineOptions& e = options_.engine;
@@ -667,136 +459,25 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // A cluster key was given; without one the node keeps to this machine, under its user's secret.
   bool across_machines() const { return !options_.cluster_key.empty(); }
 
-  // What this node holds of the weights, and its fetch's progress.
-  rpc::Weights weights_info() const {
-    rpc::Weights weights;
-    if (options_.partial) {
-      weights = options_.partial->held();
-    } else {
-      weights.set_whole_file(true);
-    }
-    const TransferStats::Snapshot s = transfer_.snapshot();
-    weights.set_fetching(s.fetching);
-    weights.set_received_bytes(s.received_bytes);
-    weights.set_fetch_received_bytes(s.fetch_received_bytes);
-    weights.set_wanted_bytes(s.wanted_bytes);
-    weights.set_held_at_start_bytes(s.held_at_start_bytes);
-    weights.set_bytes_per_second(s.bytes_per_second);
-    weights.set_eta_seconds(s.eta_seconds);
-    return weights;
-  }
-
-  static json transfer_json(const rpc::Weights& w) {
-    return {{"fetching", w.fetching()},
-            {"received_bytes", w.received_bytes()},
-            {"fetch_received_bytes", w.fetch_received_bytes()},
-            {"wanted_bytes", w.wanted_bytes()},
-            {"held_at_start_bytes", w.held_at_start_bytes()},
-            {"bytes_per_second", w.bytes_per_second()},
-            {"eta_seconds", w.eta_seconds()}};
-  }
-
-  static json weights_json(const rpc::Weights& w) {
-    json j = transfer_json(w);
-    j["whole_file"] = w.whole_file();
-    if (!w.whole_file()) {
-      j["layer_bytes"] = std::vector<uint64_t>(w.layer_bytes().begin(), w.layer_bytes().end());
-      j["embedding"] = w.embedding();
-      j["head"] = w.head();
-      j["shared"] = w.shared();
-    }
-    return j;
-  }
-
-  // Whether a peer that says `w` about itself holds tensor `index` whole and verified.
-  bool peer_holds(const rpc::Weights& w, size_t index) const {
-    if (w.whole_file()) return true;
-    const TensorRole role =
-        role_of_tensor(file_->tensors()[index].name, config_.layer_count, config_.skipped_layer_count);
-    switch (role.kind) {
-      case TensorRole::Layer:
-        return role.layer < w.layer_bytes_size() &&
-               w.layer_bytes(role.layer) == footprint_.layer_weight_bytes[static_cast<size_t>(role.layer)];
-      case TensorRole::Embedding: return w.embedding();
-      case TensorRole::OutputMatrix:
-      case TensorRole::OutputNorm: return w.head();
-      case TensorRole::Shared: return w.shared();
-      case TensorRole::Unused: return false;  // no node fetches it
-    }
-    return false;
-  }
-
-  // The live peers of this model that hold tensor `index`, in id order.
-  std::vector<std::shared_ptr<TensorSource>> sources_for(size_t index) {
+  // The live peers of this model, with the weights each says it holds, in id order.
+  std::vector<WeightsHolder> weights_holders() const {
     std::lock_guard lock(mutex_);
-    std::vector<std::shared_ptr<TensorSource>> sources;
+    std::vector<WeightsHolder> holders;
     for (const auto& [id, peer] : control_.peers) {
+      if (!alive(peer, Clock::now()) || !compatible(peer)) continue;
       const rpc::NodeInfo& info = peer_infos_.at(id);
-      if (!alive(peer, Clock::now()) || !compatible(peer) || !peer_holds(info.weights(), index)) continue;
-      const std::string& address = info.node_address();
-      auto& source = sources_[address];
-      if (!source) {
-        source = peer_source(address, rpc::make_bulk_channel(address, *key_), self_.model_hash(), options_.node_id, key_);
-      }
-      sources.push_back(source);
+      holders.push_back({info.node_address(), info.weights()});
     }
-    return sources;
+    return holders;
   }
 
-  // Loader thread, before loading `range` from a partial model: fetches its tensors the node
-  // lacks. Throws std::runtime_error when they cannot be had.
-  void fetch_layers(model::LayerRange range) {
-    const std::vector<size_t> needed = tensors_for(*file_, range);
-    uint64_t wanted = 0, held = 0;
-    for (size_t t : needed) {
-      const uint64_t had = options_.partial->held_bytes(t);  // the part a fetch resumes from, too
-      held += had;
-      wanted += file_->tensors()[t].size_bytes - had;
-    }
-    if (wanted == 0) return;
-    log("fetching " + units::describe_bytes(wanted) + " of weights for layers [" + std::to_string(range.first) + ", " +
-        std::to_string(range.last) + ") from peers (" + units::describe_bytes(held) + " of them held already)");
-    transfer_.begin(wanted, held);
-    std::jthread reporter;
-    if (options_.on_transfer) {
-      reporter = std::jthread([this](std::stop_token stop) {
-        std::mutex m;
-        std::condition_variable_any tick;
-        std::unique_lock lock(m);
-        while (!stop.stop_requested()) {
-          options_.on_transfer(transfer_.snapshot());
-          tick.wait_for(lock, stop, std::chrono::milliseconds(200), [] { return false; });
-        }
-      });
-    }
-    // A new placement that moves this node's layers stops the fetch: the tensors verified so far
-    // stay, and the loader starts over for the new range.
-    const auto moved = [this, range] {
-      std::lock_guard lock(mutex_);
-      const auto& stages = placement_.stages();
-      return std::none_of(stages.begin(), stages.end(), [&](const rpc::Stage& s) {
-        return s.node_id() == options_.node_id && s.first_layer() == range.first && s.last_layer() == range.last;
-      });
-    };
-    const FetchOptions fetch{options_.fetch_streams, 3, options_.test_fetch_delay,
-                             [this, moved] { return stop_fetch_.load() || moved(); },
-                             [this](const std::string& line) { log(line); }};
-    std::string error;
-    try {
-      fetch_tensors(*options_.partial, needed, [this](size_t t) { return sources_for(t); }, fetch, transfer_);
-    } catch (const std::exception& e) {
-      error = !stop_fetch_ && moved() ? "a new placement moved this node's layers; the fetch stopped" : e.what();
-    }
-    transfer_.end();
-    if (reporter.joinable()) {
-      reporter.request_stop();
-      reporter.join();
-      options_.on_transfer(transfer_.snapshot());
-    }
-    if (!error.empty()) throw std::runtime_error(error);
-    const TransferStats::Snapshot s = transfer_.snapshot();
-    log("fetched " + units::describe_bytes(s.fetch_received_bytes) + " of weights at " +
-        units::describe_bytes(static_cast<uint64_t>(s.bytes_per_second)) + "/s");
+  // A new placement moved this node's layers off `range`.
+  bool layers_moved(model::LayerRange range) const {
+    std::lock_guard lock(mutex_);
+    const auto& stages = placement_.stages();
+    return std::none_of(stages.begin(), stages.end(), [&](const rpc::Stage& s) {
+      return s.node_id() == options_.node_id && s.first_layer() == range.first && s.last_layer() == range.last;
+    });
   }
 
   void start_discovery() {
@@ -820,52 +501,33 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         .port = options_.discovery_port,
         .interface_name = options_.discovery_interface,
         .key = key_,
-        .on_found = [this](const std::string& node_id, const std::string& address) { found(node_id, address); },
+        .on_found =
+            [this](const std::string& node_id, const std::string& address) {
+              if (discovered_.found(address, Clock::now())) log("discovery found node " + node_id + " at " + address);
+            },
         .log = [this](const std::string& line) { log(line); }});
   }
 
-  void found(const std::string& node_id, const std::string& address) {
-    std::lock_guard lock(mutex_);
-    const bool known = discovered_.contains(address);
-    discovered_[address] = Clock::now();
-    if (!known) log("discovery found node " + node_id + " at " + address);
-  }
-
-  uint64_t ready_epoch() const { return stage_ ? stage_epoch_ : 0; }
-
   rpc::NodeInfo self_info() const {
     rpc::NodeInfo info = self_;
-    info.set_ready_epoch(ready_epoch());
+    info.set_ready_epoch(stages_.ready_epoch());
     info.set_leaving(control_.leaving);
-    info.set_held_sequences(stage_ ? stage_->stage->sequence_count() : 0);
-    if (stage_) {
-      const model::KvPoolStats kv = stage_->stage->kv_stats();
-      rpc::KvCacheStats* out = info.mutable_kv_cache();
-      out->set_type(model::kv_type_name(options_.engine.kv_type));
-      out->set_block_bytes(kv.block_bytes);
-      out->set_pool_blocks(kv.blocks);
-      out->set_used_blocks(kv.used_blocks);
-      out->set_pinned_blocks(kv.pinned_blocks);
-      out->set_hits(kv.hits);
-      out->set_misses(kv.misses);
-      out->set_evictions(kv.evictions);
-      info.set_stage_inputs(stage_->stage->computed_inputs());
-    }
+    stages_.describe(info, options_.engine.kv_type);
     info.set_described_unix_ms(rpc::unix_time_ms());
-    info.set_load_progress(loading_ ? load_progress_.load() : (stage_ ? 1.0 : 0.0));
-    *info.mutable_weights() = weights_info();
+    info.set_load_progress(loading_ ? load_progress_.load() : (stages_.has_current() ? 1.0 : 0.0));
+    *info.mutable_weights() = weights_.held();
     info.set_state(!refusal().empty() ? "refused"
                    : scheduling()       ? "serving"
                    : info.weights().fetching()                          ? "fetching"
                    : loading_                                           ? "loading"
-                   : stage_                                             ? "ready"
+                   : stages_.has_current()                              ? "ready"
                    : placement_.stages_size() > 0                       ? "idle"
                                                                         : "starting");
     return info;
   }
 
   // This node schedules the requests of the current placement.
-  bool scheduling() const { return scheduler_ && scheduler_epoch_ == placement_.epoch(); }
+  bool scheduling() const { return scheduler_.serves(placement_.epoch()); }
   // Requests can run now: here, or at a leader that serves.
   // The placement names this node, which holds no stage at all: it restarted faster than it
   // was seen leaving, and the leader serves through its previous process, gone. (A node that
@@ -873,7 +535,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   bool own_stage_missing() const {
     const bool placed_here = std::any_of(placement_.stages().begin(), placement_.stages().end(),
                                          [&](const rpc::Stage& s) { return s.node_id() == options_.node_id; });
-    return placed_here && !stage_ && !previous_stage_;
+    return placed_here && !stages_.has_any();
   }
   bool serving() const { return scheduling() || (serving_leader() != nullptr && !own_stage_missing()); }
 
@@ -933,7 +595,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // A node refused holds nothing and schedules nothing: its placement, made before it was
   // refused, is let go with its stage and its requests.
   void stand_aside(const std::string& why) {
-    if (scheduler_) retire(std::move(scheduler_), engine::FinishReason::Error, why, std::nullopt);
+    if (scheduler_.engine()) scheduler_.retire(engine::FinishReason::Error, why, std::nullopt);
     if (placement_.stages_size() > 0 || !placement_.error().empty()) placement_ = rpc::Placement();
     apply();
   }
@@ -942,16 +604,6 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   void log_once(const std::string& key, const std::string& line) {
     if (said_once_.insert(key).second) log(line);
-  }
-
-  static std::string stages_text(const rpc::Placement& p) {
-    if (!p.error().empty()) return p.error();
-    std::string text;
-    for (const rpc::Stage& s : p.stages()) {
-      text += (text.empty() ? "" : ", ") + s.node_id() + " [" + std::to_string(s.first_layer()) + ", " +
-              std::to_string(s.last_layer()) + ")";
-    }
-    return text;
   }
 
   std::vector<std::string> members() const { return cluster::members(control_, Clock::now()); }
@@ -967,7 +619,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     }
     std::string missing;
     for (const rpc::Stage& s : placement_.stages()) {
-      const bool ready = s.node_id() == options_.node_id ? (stage_ && stage_epoch_ == placement_.epoch())
+      const bool ready = s.node_id() == options_.node_id ? stages_.ready_for(placement_.epoch())
                                                          : peer_ready(s.node_id(), placement_.epoch());
       if (!ready) missing += (missing.empty() ? "" : ", ") + s.node_id();
     }
@@ -979,9 +631,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     return cluster::peer_ready(control_, id, epoch, Clock::now());
   }
 
-  std::shared_ptr<grpc::Channel> channel(const std::string& address) {
+  rpc::PeerChannel channel(const std::string& address) {
     auto& ch = channels_[address];
-    if (!ch) ch = rpc::make_channel(address, *key_);
+    if (!ch) ch = rpc::PeerChannel::to(address, *key_);
     return ch;
   }
 
@@ -998,17 +650,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       {
         std::unique_lock lock(mutex_);
         if (stopping_) return;
-        for (const auto& [address, answered] : control_.seeds) addresses.push_back(address);
-        forget_silent_discoveries();
-        for (const auto& [address, found_at] : discovered_) {
-          if (!control_.seeds.contains(address)) addresses.push_back(address);
-        }
-        for (const auto& [id, peer] : control_.peers) {
-          if (!peer.info.address.empty() &&
-              std::find(addresses.begin(), addresses.end(), peer.info.address) == addresses.end()) {
-            addresses.push_back(peer.info.address);
-          }
-        }
+        addresses = hello_targets(control_, discovered_.addresses(Clock::now()));
         request = hello_request();
         news = hello_news();
         // A peer whose Hello is still in flight is passed by: its task says this round's news
@@ -1067,7 +709,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     bool operator==(const HelloNews&) const = default;
   };
   HelloNews hello_news() const {
-    return {placement_.epoch(), placement_.leader_id(), ready_epoch(), scheduling(), control_.leaving};
+    return {placement_.epoch(), placement_.leader_id(), stages_.ready_epoch(), scheduling(), control_.leaving};
   }
 
   // What this node tells a peer: itself, the nodes it sees alive, its placement (mutex_ held).
@@ -1094,34 +736,30 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   void say_hello(const std::string& address, const rpc::HelloRequest& request) {
-    std::shared_ptr<grpc::Channel> ch;
+    rpc::PeerChannel ch;
     {
       std::lock_guard lock(mutex_);
       ch = channel(address);
     }
-    auto stub = rpc::Node::NewStub(ch);
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + kHelloDeadline);
-    key_->sign(context, options_.node_id, "Hello");
-    rpc::HelloReply reply;
-    const auto sent = Clock::now();
-    const grpc::Status status = stub->Hello(&context, request, &reply);
-    const double rtt_ms = std::chrono::duration<double, std::milli>(Clock::now() - sent).count();
+    const rpc::HelloOutcome outcome = rpc::say_hello(ch, request, options_.node_id, *key_, kHelloDeadline);
+    const rpc::HelloReply& reply = outcome.reply;
     std::lock_guard lock(mutex_);
-    if (!status.ok()) {
-      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) decide(control::HelloRefused{address});
-      if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
-        decide(control::IdTaken{address, status.error_message()});
-      }
-      if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
-          status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-        log_once(address + status.error_message(), "node at " + address + " refused this node: " + status.error_message());
-      }
-      if (status.error_code() == grpc::StatusCode::UNAVAILABLE && rpc::is_handshake_failure(status.error_message())) {
+    switch (outcome.failure) {
+      case rpc::HelloFailure::None: break;
+      case rpc::HelloFailure::Unreachable: decide(control::HelloRefused{address}); break;
+      case rpc::HelloFailure::HandshakeRefused:
+        decide(control::HelloRefused{address});
         log_once(address + " handshake",
                  "the TLS handshake with the node at " + address + " was refused: it has another cluster key (or it "
-                 "is not a Strata node of protocol " + std::to_string(rpc::kProtocolVersion) + "): " + status.error_message());
-      }
+                 "is not a Strata node of protocol " + std::to_string(rpc::kProtocolVersion) + "): " + outcome.message);
+        break;
+      case rpc::HelloFailure::IdTaken: decide(control::IdTaken{address, outcome.message}); break;
+      case rpc::HelloFailure::Refused:
+        log_once(address + outcome.message, "node at " + address + " refused this node: " + outcome.message);
+        break;
+      case rpc::HelloFailure::Other: break;
+    }
+    if (outcome.failure != rpc::HelloFailure::None) {
       if (act_now_) changed_.notify_all();
       return;
     }
@@ -1132,84 +770,29 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     rpc::NodeInfo info = reply.node();
     if (info.node_address().starts_with(":")) info.set_node_address(address.substr(0, address.rfind(':')) + info.node_address());
     // The answer may come after its round has acted: news in it starts the next one now.
-    hear(info, reply.known(), reply.placement(), address, rtt_ms);
+    hear(info, reply.known(), reply.placement(), address, outcome.rtt_ms);
     if (act_now_) changed_.notify_all();
   }
-
-  // A node that stopped announcing is reached as a peer while it is a member; its old
-  // address, perhaps reused by another port, is not tried forever.
-  void forget_silent_discoveries() {
-    std::erase_if(discovered_, [](const auto& entry) { return Clock::now() - entry.second > kPeerTimeout; });
-  }
-
-  // What placements are made of: each member's memory, speed and the weights it holds.
-  std::vector<NodeCapacity> capacities(const std::vector<std::string>& ids) const {
-    std::vector<NodeCapacity> nodes;
-    for (const std::string& id : ids) {
-      const rpc::NodeInfo info = id == options_.node_id ? self_info() : peer_infos_.at(id);
-      const rpc::Weights& w = info.weights();
-      // A node that says nothing of its weights (an older version) has its own file.
-      const Holdings held = !info.has_weights() || w.whole_file()
-                                ? Holdings{}
-                                : Holdings{false, {w.layer_bytes().begin(), w.layer_bytes().end()}, w.embedding(), w.head()};
-      nodes.push_back(
-          {id, info.memory_bytes(), info.weight_bytes_per_second(), held, info.kv_memory_bytes(), info.kv_bytes_per_layer()});
-    }
-    return nodes;
-  }
-
-  uint64_t kv_reserve_tokens() const {
-    return static_cast<uint64_t>(options_.engine.context_size) * static_cast<uint64_t>(std::max(1, options_.engine.max_parallel));
-  }
-
-  PlacementRequest placement_request() const { return {kv_reserve_tokens(), options_.strategy, kDefaultHopSeconds}; }
 
   // Leader only: the new placement the rules ask for.
   void place(const control::ProposePlacement& proposal) {
     const std::vector<std::string>& now = proposal.members;
-    const std::vector<NodeCapacity> nodes = capacities(now);
-    const uint64_t kv_tokens = kv_reserve_tokens();
-    rpc::Placement next;
-    next.set_epoch(proposal.epoch);
-    next.set_leader_id(options_.node_id);
-    next.set_strategy(options_.fixed_stages.empty() ? (options_.strategy == Strategy::Memory ? "memory" : "speed")
-                                                    : "fixed");
-    try {
-      Placement p;
-      if (options_.fixed_stages.empty()) {
-        const std::optional<Placement> repaired =
-            proposal.may_repair ? repair_placement(placement_of(placement_), now, nodes, footprint_, kv_tokens)
-                                : std::nullopt;
-        p = repaired ? *repaired : place_layers(nodes, footprint_, placement_request());
-      } else {
-        p.stages = options_.fixed_stages;
-        p.reason = "fixed by hand (--stages)";
-        check_placement(p, nodes, footprint_, kv_tokens);
-      }
-      for (const Stage& s : p.stages) {
-        rpc::Stage* out = next.add_stages();
-        out->set_node_id(s.node_id);
-        out->set_node_address(s.node_id == options_.node_id ? self_.node_address()
-                                                             : peer_infos_.at(s.node_id).node_address());
-        out->set_first_layer(s.first_layer);
-        out->set_last_layer(s.last_layer);
-      }
-      next.set_reason(p.reason);
-    } catch (const std::exception& e) {
-      if (!options_.fixed_stages.empty() && dynamic_cast<const DoesNotFit*>(&e) == nullptr) {
-        // A hand-made placement may name nodes that have not joined yet: wait for them. These
-        // members are seen, so that a node of the placement that left and comes back (a new
-        // process, holding no sequences) gets a new epoch.
-        if (waiting_logged_.insert(e.what()).second) log(std::string("the fixed placement waits: ") + e.what());
-        decide(control::PlacementWaits{now});
-        return;
-      }
-      next.set_error(std::string("the model does not fit this cluster: ") + e.what());
+    std::vector<rpc::NodeInfo> members;
+    for (const std::string& id : now) members.push_back(id == options_.node_id ? self_info() : peer_infos_.at(id));
+    const Proposal next = propose_placement(proposal.epoch, members, placement_, proposal.may_repair, placement_rules_);
+    if (!next.waits.empty()) {
+      // A hand-made placement may name nodes that have not joined yet: wait for them. These
+      // members are seen, so that a node of the placement that left and comes back (a new
+      // process, holding no sequences) gets a new epoch.
+      if (waiting_logged_.insert(next.waits).second) log("the fixed placement waits: " + next.waits);
+      decide(control::PlacementWaits{now});
+      return;
     }
-    set_placement(next);
-    decide(control::PlacementMade{now, view_of(next)});
-    log("placement " + std::to_string(next.epoch()) + " over " + std::to_string(now.size()) + " node(s): " +
-        stages_text(next) + (next.reason().empty() ? "" : "\n  " + next.reason()) + left_out_text());
+    const rpc::Placement& placement = next.placement;
+    set_placement(placement);
+    decide(control::PlacementMade{now, view_of(placement)});
+    log("placement " + std::to_string(placement.epoch()) + " over " + std::to_string(now.size()) + " node(s): " +
+        stages_text(placement) + (placement.reason().empty() ? "" : "\n  " + placement.reason()) + left_out_text());
   }
 
   // The live nodes that a placement leaves out for their model or protocol, as lines of the
@@ -1231,17 +814,15 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       if (s.node_id() == options_.node_id) mine = &s;
     }
     if (mine == nullptr) {
-      if (stage_ || model_) log("this node holds no layers in placement " + std::to_string(placement_.epoch()));
-      retire_stage();
+      if (stages_.has_current() || model_) log("this node holds no layers in placement " + std::to_string(placement_.epoch()));
+      stages_.retire();
       model_.reset();
       return;
     }
     const model::LayerRange range{mine->first_layer(), mine->last_layer()};
     if (model_ && model_->range().first == range.first && model_->range().last == range.last) {
-      if (stage_epoch_ != placement_.epoch() || !stage_) {
-        retire_stage();
-        stage_ = std::make_shared<StageRuntime>(model_, options_.engine.threads, kv_options(range));
-        stage_epoch_ = placement_.epoch();
+      if (!stages_.ready_for(placement_.epoch())) {
+        stages_.start(model_, options_.engine.threads, kv_options(range), placement_.epoch());
         act_now_ = true;  // tell the leader it is ready
       }
       return;
@@ -1249,7 +830,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (loading_) return;
     loading_ = true;
     load_progress_ = 0.0;
-    retire_stage();
+    stages_.retire();
     // The layers it keeps are shared with the new range's model, the others go with this one.
     std::shared_ptr<model::Model> previous = std::move(model_);
     if (loader_.joinable()) loader_.join();
@@ -1260,7 +841,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       std::shared_ptr<model::Model> model;
       std::string error;
       try {
-        if (options_.partial) fetch_layers(range);
+        if (options_.partial) {
+          weights_.fetch_layers(range, [this] { return weights_holders(); }, [this, range] { return layers_moved(range); });
+        }
         model = model::Model::load(file_, range, [this](double share) { load_progress_ = share; }, previous.get());
         previous.reset();
       } catch (const std::exception& e) {
@@ -1292,64 +875,50 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // new leader once that serves, with their state while every stage of its pipeline runs.
   void start_scheduler() {
     const std::string lost = std::string(rpc::kSchedulerLost) + "this node no longer leads the cluster";
-    if (scheduler_ && placement_.leader_id() != options_.node_id) {
+    if (scheduler_.engine() && placement_.leader_id() != options_.node_id) {
       const bool all_alive = scheduled_nodes_alive();
       // Until then its requests go on here, and new ones wait for the new leader.
       if (all_alive && placement_.error().empty() && serving_leader() == nullptr) return;
       log(all_alive ? "another node leads now: the requests scheduled here move to it with their state"
                     : "another node leads now: the requests scheduled here move to it");
-      retire(std::move(scheduler_), engine::FinishReason::Lost, lost,
-             all_alive ? std::optional(scheduler_epoch_) : std::nullopt);
+      // A request passed on, or ended as Lost, goes on at the next leader.
+      scheduler_.retire(engine::FinishReason::Lost, lost, all_alive ? std::optional(scheduler_.epoch()) : std::nullopt);
     }
-    if (scheduler_ && !placement_.error().empty()) {
+    if (scheduler_.engine() && !placement_.error().empty()) {
       // The nodes left cannot hold the model: its requests end now, saying what is missing.
       log("the requests scheduled here end: " + placement_.error());
-      retire(std::move(scheduler_), engine::FinishReason::Error, placement_.error(), std::nullopt);
+      scheduler_.retire(engine::FinishReason::Error, placement_.error(), std::nullopt);
     }
     if (placement_.leader_id() != options_.node_id || placement_.stages_size() == 0) return;
     if (scheduling()) return;
     // Every stage holds its layers first; only then are the links to them made.
     for (const rpc::Stage& s : placement_.stages()) {
-      const bool ready = s.node_id() == options_.node_id ? stage_ && stage_epoch_ == placement_.epoch()
+      const bool ready = s.node_id() == options_.node_id ? stages_.ready_for(placement_.epoch())
                                                           : peer_ready(s.node_id(), placement_.epoch());
       if (!ready) return;
     }
     std::vector<std::shared_ptr<engine::Stage>> stages;
+    std::vector<std::string> nodes;
     for (const rpc::Stage& s : placement_.stages()) {
-      stages.push_back(s.node_id() == options_.node_id ? local_stage(stage_) : remote_stage(s, placement_.epoch()));
+      stages.push_back(s.node_id() == options_.node_id ? stages_.current() : remote_stage(s, placement_.epoch()));
+      nodes.push_back(s.node_id());
     }
-    if (scheduler_) {
-      // When every node of the old pipeline still runs (one leaves or joins), the sequences'
-      // state moves to the new stages; after a loss they are computed again.
-      scheduler_->replace_pipeline(std::move(stages), scheduled_nodes_alive());
-    } else {
-      engine::EngineOptions options = options_.engine;
-      options.replay_wait = options_.startup_wait;
-      options.held_stages = [this](uint64_t epoch) { return stages_of(epoch); };
-      options.first_sequence_id = std::random_device{}() * (uint64_t{1} << 31) + 1;
-      options.embedding_dim = config_.embedding_dim;
-      scheduler_ = std::make_shared<engine::Engine>(std::move(stages), config_.vocab_size, eog_, options);
-    }
-    scheduler_epoch_ = placement_.epoch();
-    scheduled_nodes_.clear();
-    for (const rpc::Stage& s : placement_.stages()) scheduled_nodes_.push_back(s.node_id());
-    log("serving placement " + std::to_string(scheduler_epoch_) + " (" + std::to_string(placement_.stages_size()) +
+    // When every node of the old pipeline still runs (one leaves or joins), the sequences'
+    // state moves to the new stages; after a loss they are computed again.
+    scheduler_.serve(std::move(stages), scheduled_nodes_alive(), placement_.epoch(), std::move(nodes));
+    log("serving placement " + std::to_string(scheduler_.epoch()) + " (" + std::to_string(placement_.stages_size()) +
         " stage(s))");
   }
 
   // Every node of the pipeline this node schedules still runs.
-  bool scheduled_nodes_alive() const { return all_alive(control_, scheduled_nodes_, Clock::now()); }
-
-  static std::shared_ptr<engine::Stage> local_stage(const std::shared_ptr<StageRuntime>& runtime) {
-    return std::shared_ptr<engine::Stage>(runtime, runtime->stage.get());
-  }
+  bool scheduled_nodes_alive() const { return all_alive(control_, scheduler_.nodes(), Clock::now()); }
 
   // `leading`: the leader's, which repairs the placement when the stage is lost.
   std::shared_ptr<engine::Stage> remote_stage(const rpc::Stage& s, uint64_t epoch, bool leading = true) {
     rpc::Caller caller{options_.node_id, epoch, key_, options_.test_link_delay, {}};
     if (leading) caller.on_lost = [this](const std::string& peer_id, bool unreachable) { stage_lost(peer_id, unreachable); };
-    return std::make_shared<rpc::RemoteStage>(s.node_id(), channel(s.node_address()), std::move(caller),
-                                              engine::StageLayers{s.first_layer(), s.last_layer()});
+    return rpc::remote_stage(s.node_id(), channel(s.node_address()), std::move(caller),
+                             engine::StageLayers{s.first_layer(), s.last_layer()});
   }
 
   // The stages of placement `epoch`, as far as they may still hold sequences' state: the state
@@ -1365,10 +934,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         const auto peer = peer_infos_.find(s.node_id());
         if (peer != peer_infos_.end()) s.set_node_address(peer->second.node_address());
         stages.push_back(remote_stage(s, epoch));
-      } else if (previous_stage_ && previous_epoch_ == epoch) {
-        stages.push_back(local_stage(previous_stage_));
-      } else if (stage_ && stage_epoch_ == epoch) {
-        stages.push_back(local_stage(stage_));
+      } else if (std::shared_ptr<engine::Stage> local = stages_.of(epoch)) {
+        stages.push_back(std::move(local));
       } else {
         return {};
       }
@@ -1386,29 +953,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     while (recent_placements_.size() > kRecentPlacements) recent_placements_.erase(recent_placements_.begin());
   }
 
-  // The current stage becomes the previous one: it goes on serving its placement's batches
-  // until the leader switches, then hands over its sequences' state and is dropped.
-  void retire_stage() {
-    if (!stage_) return;
-    previous_stage_ = std::move(stage_);
-    previous_epoch_ = stage_epoch_;
-  }
-
-  // The previous stage is dropped once the leader serves a newer placement and it holds no
-  // sequence (they moved, ended, or were released as the leader's old pipeline ended), or a
-  // while after, should a release have been lost on the way.
   void drop_previous_stage() {
-    if (!previous_stage_) return;
-    const bool leader_serves = scheduling() || serving_leader() != nullptr;
-    if (!leader_serves || placement_.epoch() <= previous_epoch_) {
-      previous_served_since_.reset();
-      return;
-    }
-    if (!previous_served_since_) previous_served_since_ = Clock::now();
-    if (previous_stage_->stage->sequence_count() == 0 || Clock::now() - *previous_served_since_ > kHandOverLimit) {
-      previous_stage_.reset();
-      previous_served_since_.reset();
-    }
+    stages_.drop_previous(scheduling() || serving_leader() != nullptr, placement_.epoch(), Clock::now(), kHandOverLimit);
   }
 
   void stage_lost(const std::string& peer_id, bool unreachable) {
@@ -1419,27 +965,18 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     changed_.notify_all();
   }
 
-  // An old scheduler passes its requests on with their state, named by `epoch`, or ends them
-  // with `reason` and `why`, off the gossip thread, which holds the lock and must go on
-  // answering peers meanwhile. A request passed on, or ended as Lost, goes on at the next leader.
-  void retire(std::shared_ptr<engine::Engine> old, engine::FinishReason reason, std::string why,
-              std::optional<uint64_t> epoch) {
-    retiring_.emplace_back([old = std::move(old), reason, why = std::move(why), epoch] {
-      if (epoch) {
-        old->pass_on(*epoch, why);
-      } else {
-        old->abort(reason, why);
-      }
-    });
-  }
-
   std::shared_ptr<const gguf::File> file_;
   std::function<bool(engine::Token)> eog_;
   NodeOptions options_;
   model::Config config_;
-  ModelFootprint footprint_;
+  PlacementRules placement_rules_;  // set once the engine options are resolved
   std::shared_ptr<rpc::ClusterKey> key_;
+  NodeWeights weights_;
   rpc::RemoteGenerator remote_;
+  // Where a request whose scheduler was lost goes on: to whichever scheduler serves next.
+  const Resubmit resubmit_ = [this](engine::GenerationRequest request, engine::RequestCallbacks callbacks) {
+    return submit(std::move(request), std::move(callbacks));
+  };
   std::unique_ptr<rpc::NodeServer> server_;
 
   mutable std::mutex mutex_;
@@ -1449,33 +986,27 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   rpc::NodeInfo self_;
   ControlState control_;  // what the rules decide by
   std::map<std::string, rpc::NodeInfo> peer_infos_;  // what each peer of control_ said of itself, whole
-  // address -> last announcement heard: said Hello to like seeds, but a leader never waits for them
-  std::map<std::string, Clock::time_point> discovered_;
-  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
+  DiscoveredNodes discovered_;
+  std::map<std::string, rpc::PeerChannel> channels_;
   std::set<std::string> said_once_;  // keys of log lines said once
   std::set<std::string> greeting_;  // addresses with a Hello of the gossip loop in flight
   std::set<std::string> waiting_logged_;
   rpc::Placement placement_;
   std::shared_ptr<model::Model> model_;
-  std::shared_ptr<StageRuntime> stage_;
-  uint64_t stage_epoch_ = 0;
-  std::shared_ptr<StageRuntime> previous_stage_;  // of the placement before stage_'s
-  uint64_t previous_epoch_ = 0;
-  std::optional<Clock::time_point> previous_served_since_;  // the leader serves a newer placement
+  NodeStages stages_;
   int client_requests_ = 0;  // of this node's API, in flight
   bool loading_ = false;
   std::atomic<double> load_progress_{0.0};  // of the layers being loaded
   std::string last_load_error_;
   std::thread loader_;
-  TransferStats transfer_;
-  std::atomic<bool> stop_fetch_{false};
-  std::map<std::string, std::shared_ptr<TensorSource>> sources_;  // by address
-  std::mutex manifest_mutex_;  // not mutex_: hashing a large file must not stop gossip
-  std::optional<rpc::ModelManifestReply> manifest_;
-  std::shared_ptr<engine::Engine> scheduler_;
-  uint64_t scheduler_epoch_ = 0;
-  std::vector<std::string> scheduled_nodes_;  // the scheduler's pipeline, in order
-  std::vector<std::thread> retiring_;
+  LeaderScheduler scheduler_{[this](std::vector<std::shared_ptr<engine::Stage>> stages) {
+    engine::EngineOptions options = options_.engine;
+    options.replay_wait = options_.startup_wait;
+    options.held_stages = [this](uint64_t epoch) { return stages_of(epoch); };
+    options.first_sequence_id = std::random_device{}() * (uint64_t{1} << 31) + 1;
+    options.embedding_dim = config_.embedding_dim;
+    return std::make_shared<engine::Engine>(std::move(stages), config_.vocab_size, eog_, options);
+  }};
   std::map<uint64_t, rpc::Placement> recent_placements_;  // by epoch, the current one included
   std::unique_ptr<Discovery> discovery_;
   std::thread gossip_;

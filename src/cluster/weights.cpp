@@ -13,16 +13,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 
 #include "cluster/placement.h"
 #include "rpc/auth.h"
-#include "rpc/channel.h"
 #include "rpc/messages.h"
-#include "node.grpc.pb.h"
+#include "rpc/weights_client.h"
 
 namespace strata::cluster {
 namespace {
@@ -510,10 +508,10 @@ namespace {
 
 class PeerSource final : public TensorSource {
  public:
-  PeerSource(std::string address, std::shared_ptr<grpc::Channel> channel, std::string model_hash, std::string self_id,
+  PeerSource(std::string address, rpc::PeerChannel channel, std::string model_hash, std::string self_id,
              std::shared_ptr<const rpc::ClusterKey> key)
       : address_(std::move(address)),
-        stub_(rpc::Node::NewStub(std::move(channel))),
+        channel_(std::move(channel)),
         model_hash_(std::move(model_hash)),
         self_id_(std::move(self_id)),
         key_(std::move(key)) {}
@@ -522,33 +520,16 @@ class PeerSource final : public TensorSource {
 
   std::string fetch(uint32_t tensor, uint64_t offset,
                     const std::function<bool(uint64_t, std::span<const uint8_t>)>& chunk) override {
-    // No deadline: a tensor may take minutes on a slow link; the channel's keepalive ends the
-    // call within seconds when the peer stops answering.
-    grpc::ClientContext context;
-    key_->sign(context, self_id_, "FetchTensor");
     rpc::FetchTensorRequest request;
     request.set_model_hash(model_hash_);
     request.set_tensor(tensor);
     request.set_offset(offset);
-    const std::unique_ptr<grpc::ClientReader<rpc::TensorChunk>> reader = stub_->FetchTensor(&context, request);
-    rpc::TensorChunk message;
-    while (reader->Read(&message)) {
-      const std::string& data = message.data();
-      if (!chunk(message.offset(), {reinterpret_cast<const uint8_t*>(data.data()), data.size()})) {
-        context.TryCancel();
-        while (reader->Read(&message)) {
-        }
-        reader->Finish();
-        return "stopped";
-      }
-    }
-    const grpc::Status status = reader->Finish();
-    return status.ok() ? std::string() : status.error_message();
+    return rpc::fetch_tensor(channel_, request, self_id_, *key_, chunk);
   }
 
  private:
   std::string address_;
-  std::unique_ptr<rpc::Node::Stub> stub_;
+  rpc::PeerChannel channel_;
   std::string model_hash_;
   std::string self_id_;
   std::shared_ptr<const rpc::ClusterKey> key_;
@@ -556,54 +537,10 @@ class PeerSource final : public TensorSource {
 
 }  // namespace
 
-std::shared_ptr<TensorSource> peer_source(const std::string& address, std::shared_ptr<grpc::Channel> channel,
-                                          std::string model_hash, std::string self_id,
-                                          std::shared_ptr<const rpc::ClusterKey> key) {
+std::shared_ptr<TensorSource> peer_source(const std::string& address, rpc::PeerChannel channel, std::string model_hash,
+                                          std::string self_id, std::shared_ptr<const rpc::ClusterKey> key) {
   return std::make_shared<PeerSource>(address, std::move(channel), std::move(model_hash), std::move(self_id),
                                       std::move(key));
-}
-
-rpc::ModelManifestReply fetch_manifest(const std::function<std::vector<std::string>()>& addresses,
-                                       const std::string& self_id, const rpc::ClusterKey& key,
-                                       const std::function<void(const std::string&)>& log) {
-  // Hashing a large model's tensors takes its holder a while the first time.
-  constexpr auto kManifestDeadline = std::chrono::minutes(10);
-  constexpr auto kRetry = std::chrono::seconds(1);
-  constexpr int kLogEvery = 15;  // retries
-  std::map<std::string, std::shared_ptr<grpc::Channel>> channels;
-  for (int round = 0;; ++round) {
-    std::string problems;
-    const std::vector<std::string> list = addresses();
-    for (const std::string& address : list) {
-      auto& channel = channels[address];
-      if (!channel) channel = rpc::make_channel(address, key);
-      grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() + kManifestDeadline);
-      key.sign(context, self_id, "ModelManifest");
-      rpc::ModelManifestReply reply;
-      const grpc::Status status = rpc::Node::NewStub(channel)->ModelManifest(&context, {}, &reply);
-      if (status.ok()) {
-        if (const std::string why = rpc::malformed(reply); !why.empty()) {
-          problems += "; " + address + ": " + why;
-          continue;
-        }
-        log("node at " + address + " runs " + reply.model_name() + " (" + reply.model_hash().substr(0, 12) +
-            "): fetching the weights of this node's layers from the cluster");
-        return reply;
-      }
-      problems += "; " + address + ": " + status.error_message();
-    }
-    if (round % kLogEvery == 0) {
-      log(list.empty() ? "waiting for a node that has a model (none known yet)"
-                       : "waiting for a node that has a model" + problems);
-    }
-    // Waiting on the channels, not asleep: gRPC connects (and completes a TLS handshake) only
-    // while someone polls it, and otherwise only at its backup poll, every 5 s, too seldom for
-    // a connection's keepalive pings.
-    const auto retry_at = std::chrono::system_clock::now() + kRetry;
-    for (const auto& [address, channel] : channels) channel->WaitForConnected(retry_at);
-    std::this_thread::sleep_until(retry_at);
-  }
 }
 
 }  // namespace strata::cluster

@@ -22,6 +22,7 @@
 #include "gguf/gguf.h"
 #include "model/config.h"
 #include "rpc/auth.h"
+#include "rpc/peer_channel.h"
 #include "node.pb.h"
 
 namespace strata::cluster {
@@ -193,16 +194,9 @@ using SourcesFor = std::function<std::vector<std::shared_ptr<TensorSource>>(size
 void fetch_tensors(PartialModel& model, std::span<const size_t> tensors, const SourcesFor& sources,
                    const FetchOptions& options, TransferStats& stats);
 
-// The node service at `address` as a source of the tensors of the model `model_hash`, called
-// as node `self_id` under `key`.
-std::shared_ptr<TensorSource> peer_source(const std::string& address, std::shared_ptr<grpc::Channel> channel,
-                                          std::string model_hash, std::string self_id,
-                                          std::shared_ptr<const rpc::ClusterKey> key);
-
-// Asks the nodes `addresses()` names, in turn, for the manifest of the model they run, every
-// second until one answers; `log` hears whom it waits for now and then.
-rpc::ModelManifestReply fetch_manifest(const std::function<std::vector<std::string>()>& addresses,
-                                       const std::string& self_id, const rpc::ClusterKey& key,
-                                       const std::function<void(const std::string&)>& log);
+// The node service behind `channel` (at `address`) as a source of the tensors of the model
+// `model_hash`, called as node `self_id` under `key`.
+std::shared_ptr<TensorSource> peer_source(const std::string& address, rpc::PeerChannel channel, std::string model_hash,
+                                          std::string self_id, std::shared_ptr<const rpc::ClusterKey> key);
 
 }  // namespace strata::cluster

@@ -174,7 +174,10 @@ class NodeServer::Service final : public Node::Service {
                   std::to_string(kProtocolVersion)};
     }
     if (auto refused = refusal_of(*request)) return *refused;
-    return handler_.hello(*request, context->peer(), *reply);
+    if (std::string refused = handler_.hello(*request, context->peer(), *reply); !refused.empty()) {
+      return {grpc::StatusCode::ALREADY_EXISTS, refused};
+    }
+    return grpc::Status::OK;
   }
 
   // A stream's first batch says whether its batches pass on (ForwardRequest.then) and to which

@@ -33,9 +33,9 @@ struct TensorBytes {
 class NodeHandler {
  public:
   virtual ~NodeHandler() = default;
-  // `peer` is the caller's transport address ("ipv4:10.0.0.2:43122"). A refusal (the caller's
-  // node id is another node's) is an error status saying why.
-  virtual grpc::Status hello(const HelloRequest& request, const std::string& peer, HelloReply& reply) = 0;
+  // `peer` is the caller's transport address ("ipv4:10.0.0.2:43122"). Fills `reply`, or returns
+  // why the caller is refused (its node id is another node's); empty when answered.
+  virtual std::string hello(const HelloRequest& request, const std::string& peer, HelloReply& reply) = 0;
   // The stage this node runs in placement `epoch`, or null with the reason in `why`.
   virtual std::shared_ptr<engine::Stage> stage(uint64_t epoch, std::string& why) = 0;
   // The stage of node `node_id` in placement `epoch`, as this node reaches it to pass a batch's

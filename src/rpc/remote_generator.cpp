@@ -113,12 +113,12 @@ void RemoteGenerator::watch_cancellations() {
 
 RemoteGenerator::~RemoteGenerator() { shutdown(); }
 
-bool RemoteGenerator::submit(const std::shared_ptr<grpc::Channel>& channel, engine::GenerationRequest request,
+bool RemoteGenerator::submit(const PeerChannel& channel, engine::GenerationRequest request,
                              engine::RequestCallbacks callbacks) {
   reap();
   auto call = std::make_unique<Call>();
   call->cancelled = callbacks.cancelled;
-  call->stub = Node::NewStub(channel);
+  call->stub = Node::NewStub(channel.transport());
   caller_.key->sign(call->context, caller_.node_id, "Generate");
   // Waiting for the first event only: the leader queues the request or says why not.
   call->context.set_wait_for_ready(false);

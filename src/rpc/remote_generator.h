@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "engine/generator.h"
+#include "rpc/peer_channel.h"
 #include "rpc/remote_stage.h"
 
 namespace strata::rpc {
@@ -29,7 +30,7 @@ class RemoteGenerator {
 
   // Generator::submit's contract, on the scheduler behind `channel`; throws
   // engine::Unavailable when it cannot be reached or has no placement.
-  bool submit(const std::shared_ptr<grpc::Channel>& channel, engine::GenerationRequest request,
+  bool submit(const PeerChannel& channel, engine::GenerationRequest request,
               engine::RequestCallbacks callbacks);
   // Cancels the calls in flight and waits until each has called its on_finish.
   void shutdown();

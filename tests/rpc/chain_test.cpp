@@ -83,7 +83,7 @@ class RangeNode final : public NodeHandler {
   void stop() { server_.stop(); }
   void hold(bool held) { stage_->hold(held); }
 
-  grpc::Status hello(const HelloRequest&, const std::string&, HelloReply&) override { return grpc::Status::OK; }
+  std::string hello(const HelloRequest&, const std::string&, HelloReply&) override { return {}; }
   std::shared_ptr<engine::Stage> stage(uint64_t epoch, std::string& why) override {
     if (epoch == kEpoch) return stage_;
     why = "another epoch";

@@ -28,6 +28,7 @@
 #include "rpc/channel.h"
 #include "rpc/messages.h"
 #include "rpc/node_service.h"
+#include "rpc/peer_channel.h"
 #include "rpc/remote_generator.h"
 #include "rpc/remote_stage.h"
 
@@ -44,10 +45,10 @@ class OneStageNode final : public NodeHandler {
     stage_ = std::make_shared<engine::LocalStage>(model::Model::load(file), pool_,
                                                   engine::KvOptions{model::KvType::F32, 64});
   }
-  grpc::Status hello(const HelloRequest& request, const std::string&, HelloReply& reply) override {
+  std::string hello(const HelloRequest& request, const std::string&, HelloReply& reply) override {
     reply.mutable_node()->set_node_id("server");
     reply.mutable_node()->set_state(request.sender().node_id());
-    return grpc::Status::OK;
+    return {};
   }
   std::shared_ptr<engine::Stage> stage(uint64_t epoch, std::string& why) override {
     if (epoch != kEpoch) {
@@ -763,7 +764,7 @@ TEST_F(NodeServiceTest, ARemoteRequestCancelledWhileNoTokenComesEndsAtTheLeader)
   request.prompt = {1, 300};
   request.max_tokens = 8;
   RemoteGenerator generator(Caller{"client", kEpoch, std::make_shared<ClusterKey>("secret")});  // ends first
-  ASSERT_TRUE(generator.submit(make_channel(address(), key_), request, callbacks));
+  ASSERT_TRUE(generator.submit(PeerChannel::to(address(), key_), request, callbacks));
   EXPECT_FALSE(scheduler->cancelled_within(std::chrono::milliseconds(300))) << "cancelled before its client left";
   gone = true;
   EXPECT_TRUE(scheduler->cancelled_within(std::chrono::seconds(10))) << "the leader was not told";
@@ -808,7 +809,7 @@ TEST_F(NodeServiceTest, ARelayedRequestHearsWhenTheLeaderStartsIt) {
   request.prompt = {1, 300};
   request.max_tokens = 1;
   RemoteGenerator generator(Caller{"client", kEpoch, std::make_shared<ClusterKey>("secret")});
-  ASSERT_TRUE(generator.submit(make_channel(address(), key_), request, callbacks));
+  ASSERT_TRUE(generator.submit(PeerChannel::to(address(), key_), request, callbacks));
   ASSERT_EQ(finished.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
   std::lock_guard lock(mutex);
   EXPECT_EQ(heard, (std::vector<std::string>{"started", "token", "finished"}));
@@ -875,7 +876,7 @@ TEST_F(NodeServiceTest, ARequestTheLeaderLostIsLostAtItsEntryNode) {
   request.prompt = {1, 300};
   request.max_tokens = 8;
   RemoteGenerator generator(Caller{"client", kEpoch, std::make_shared<ClusterKey>("secret")});  // ends first
-  ASSERT_TRUE(generator.submit(make_channel(address(), key_), request, callbacks));
+  ASSERT_TRUE(generator.submit(PeerChannel::to(address(), key_), request, callbacks));
   auto ending = finished.get_future();
   ASSERT_EQ(ending.wait_for(std::chrono::seconds(5)), std::future_status::ready);
   const auto [reason, error] = ending.get();

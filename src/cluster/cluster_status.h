@@ -1,0 +1,56 @@
+// GET /cluster's answer: the cluster as one node sees it, a plain value that the node takes
+// under its lock, rendered as JSON after (docs/API.md). It is rendered here, not in src/api,
+// because src/api does not depend on the cluster (the cluster serves it a string).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "node.pb.h"
+
+namespace strata::cluster {
+
+// How this node hears from a peer.
+struct PeerLink {
+  bool alive = false;
+  std::optional<double> last_seen_seconds;  // nullopt: never reached directly
+  double rtt_ms = 0.0;
+  std::string problem;  // why it cannot take part (another model or protocol); empty when it can
+};
+
+struct NodeStatus {
+  rpc::NodeInfo info;  // what it says of itself
+  bool self = false;
+  std::optional<PeerLink> link;  // a peer's
+};
+
+// A leader's counts of sequences at its placement switches and pre-emptions.
+struct SchedulerCounts {
+  uint64_t handed_over = 0;  // moved with their state (a node left or joined)
+  uint64_t recomputed = 0;   // computed again (a node was lost)
+  uint64_t preempted = 0;    // for want of KV blocks, computed again later
+};
+
+struct ClusterStatus {
+  std::string node_id;
+  std::string model_name;
+  std::string model_hash;
+  int layers = 0;
+  std::string leader;
+  bool serving = false;
+  std::vector<NodeStatus> nodes;  // this node first
+  rpc::Placement placement;
+  std::optional<std::string> waiting_for;   // while there is no placement, or it failed
+  std::optional<SchedulerCounts> scheduler;  // while this node schedules
+  bool leaving = false;
+};
+
+std::string status_json(const ClusterStatus& status);
+
+// What a node says of its weights' fetch, as /cluster and /health show it.
+nlohmann::json transfer_json(const rpc::Weights& weights);
+
+}  // namespace strata::cluster

@@ -1,0 +1,42 @@
+// The leader's placements as it sends them: from what each member says of itself, the layers
+// each runs (cluster/placement.h), named by the address the leader reaches it at.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cluster/placement.h"
+#include "node.pb.h"
+
+namespace strata::cluster {
+
+// What every placement of a leader is made by.
+struct PlacementRules {
+  std::string leader_id;
+  Strategy strategy = Strategy::Speed;
+  std::vector<Stage> fixed_stages;  // a placement fixed by hand (--stages), checked like a computed one
+  uint64_t kv_reserve_tokens = 0;   // of every stage's KV pool
+  ModelFootprint footprint;
+};
+
+// A member's memory, speed and the weights it holds, as it says.
+NodeCapacity capacity_of(const rpc::NodeInfo& info);
+
+PlacementRequest placement_request(const PlacementRules& rules);
+
+struct Proposal {
+  rpc::Placement placement;  // may say why the model does not fit instead (its error)
+  // Set, without a placement, while a hand-made placement names nodes that have not joined.
+  std::string waits;
+};
+
+// The placement of `epoch` over `members` (what each says of itself): `current` repaired, when
+// `may_repair` and it can be (only nodes left), else placed anew.
+Proposal propose_placement(uint64_t epoch, const std::vector<rpc::NodeInfo>& members, const rpc::Placement& current,
+                           bool may_repair, const PlacementRules& rules);
+
+// "a [0, 3), b [3, 5)", or the placement's error.
+std::string stages_text(const rpc::Placement& placement);
+
+}  // namespace strata::cluster

@@ -1,0 +1,55 @@
+// /metrics' cluster samples from a status value made by hand: a peer that is gone, one that
+// was never reached directly, this node's lead and its scheduler's load.
+#include "cluster/cluster_metrics.h"
+
+#include <gtest/gtest.h>
+
+namespace strata::cluster {
+namespace {
+
+rpc::NodeInfo info_of(const std::string& id) {
+  rpc::NodeInfo info;
+  info.set_node_id(id);
+  info.set_state("ready");
+  return info;
+}
+
+bool has_line(const std::string& text, const std::string& line) {
+  return text.find("\n" + line + "\n") != std::string::npos;
+}
+
+TEST(ClusterMetrics, SaysWhichNodesAreUpTheirLinksAndTheLeadersLoad) {
+  ClusterStatus status;
+  status.node_id = "a";
+  status.leader = "a";
+  status.nodes.push_back({info_of("a"), true, std::nullopt});
+  status.nodes.push_back({info_of("b"), false, PeerLink{false, 2.0, 1.5, ""}});
+  status.nodes.push_back({info_of("c"), false, PeerLink{true, std::nullopt, 0.0, ""}});
+  rpc::Stage* stage = status.placement.add_stages();
+  stage->set_node_id("a");
+  stage->set_first_layer(0);
+  stage->set_last_layer(5);
+  status.placement.set_epoch(4);
+  status.scheduler = SchedulerCounts{1, 2, 3};
+  metrics::Exposition out;
+  write_metrics(status, {7, 2}, out);
+  const std::string text = out.text();
+
+  EXPECT_TRUE(has_line(text, R"(strata_node_up{node="a"} 1)")) << text;
+  EXPECT_TRUE(has_line(text, R"(strata_node_up{node="b"} 0)"));
+  EXPECT_TRUE(has_line(text, R"(strata_node_up{node="c"} 1)"));
+  EXPECT_TRUE(has_line(text, R"(strata_link_heartbeat_rtt_seconds{peer="b"} 0.0015)"));
+  EXPECT_EQ(text.find(R"(strata_link_heartbeat_rtt_seconds{peer="c"})"), std::string::npos)
+      << "no round trip to a peer never reached";
+  EXPECT_TRUE(has_line(text, R"(strata_placement_stage_layers{node="a",layers="0-4"} 5)"));
+  EXPECT_TRUE(has_line(text, "strata_placement_epoch 4"));
+  EXPECT_TRUE(has_line(text, "strata_is_leader 1"));
+  EXPECT_TRUE(has_line(text, "strata_sequences_preempted_total 3"));
+  EXPECT_TRUE(has_line(text, "strata_requests_waiting 7"));
+  EXPECT_TRUE(has_line(text, "strata_requests_running 2"));
+  EXPECT_TRUE(has_line(text, "strata_weights_fetch_progress 1")) << "nothing wanted is all received";
+  EXPECT_EQ(text.find("strata_kv_blocks"), std::string::npos) << "a node without a stage has no KV pool";
+}
+
+}  // namespace
+}  // namespace strata::cluster

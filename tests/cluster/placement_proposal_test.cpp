@@ -1,0 +1,95 @@
+// The placements a leader sends, from what its members say of themselves: the stages named by
+// each node's address, a repair after a loss, a hand-made placement waiting for its nodes, and
+// a model that fits no one.
+#include "cluster/placement_proposal.h"
+
+#include <gtest/gtest.h>
+
+namespace strata::cluster {
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+
+PlacementRules rules() {
+  PlacementRules r;
+  r.leader_id = "a";
+  r.footprint.layer_count = 4;
+  r.footprint.layer_weight_bytes = std::vector<uint64_t>(4, 10 * kMiB);
+  r.footprint.embedding_bytes = kMiB;
+  r.footprint.head_bytes = kMiB;
+  return r;
+}
+
+rpc::NodeInfo member(const std::string& id, uint64_t memory_bytes) {
+  rpc::NodeInfo info;
+  info.set_node_id(id);
+  info.set_node_address("10.0.0." + std::to_string(id[0] - 'a' + 1) + ":7000");
+  info.set_memory_bytes(memory_bytes);
+  info.set_weight_bytes_per_second(1e9);
+  return info;
+}
+
+TEST(PlacementProposal, EveryLayerGoesToAMemberNamedByItsAddress) {
+  const Proposal p = propose_placement(7, {member("a", 1024 * kMiB), member("b", 1024 * kMiB)}, {}, false, rules());
+  ASSERT_TRUE(p.waits.empty());
+  const rpc::Placement& placement = p.placement;
+  EXPECT_TRUE(placement.error().empty()) << placement.error();
+  EXPECT_EQ(placement.epoch(), 7u);
+  EXPECT_EQ(placement.leader_id(), "a");
+  EXPECT_EQ(placement.strategy(), "speed");
+  ASSERT_GT(placement.stages_size(), 0);
+  EXPECT_EQ(placement.stages(0).first_layer(), 0);
+  EXPECT_EQ(placement.stages(placement.stages_size() - 1).last_layer(), 4);
+  for (const rpc::Stage& s : placement.stages()) {
+    EXPECT_EQ(s.node_address(), s.node_id() == "a" ? "10.0.0.1:7000" : "10.0.0.2:7000");
+  }
+}
+
+TEST(PlacementProposal, AfterALossTheNodesLeftKeepTheirLayers) {
+  rpc::Placement current;
+  for (const auto& [id, first, last] : {std::tuple{"a", 0, 2}, std::tuple{"b", 2, 3}, std::tuple{"c", 3, 4}}) {
+    rpc::Stage* s = current.add_stages();
+    s->set_node_id(id);
+    s->set_first_layer(first);
+    s->set_last_layer(last);
+  }
+  const Proposal p = propose_placement(8, {member("a", 1024 * kMiB), member("c", 1024 * kMiB)}, current, true, rules());
+  EXPECT_EQ(stages_text(p.placement), "a [0, 3), c [3, 4)");
+}
+
+TEST(PlacementProposal, AHandMadePlacementWaitsForItsNodes) {
+  PlacementRules r = rules();
+  r.fixed_stages = {{"a", 0, 2}, {"b", 2, 4}};
+  const Proposal waiting = propose_placement(3, {member("a", 1024 * kMiB)}, {}, false, r);
+  EXPECT_FALSE(waiting.waits.empty());
+  EXPECT_EQ(waiting.placement.stages_size(), 0);
+  const Proposal placed = propose_placement(3, {member("a", 1024 * kMiB), member("b", 1024 * kMiB)}, {}, false, r);
+  EXPECT_TRUE(placed.waits.empty()) << placed.waits;
+  EXPECT_EQ(placed.placement.strategy(), "fixed");
+  EXPECT_EQ(stages_text(placed.placement), "a [0, 2), b [2, 4)");
+}
+
+TEST(PlacementProposal, AModelThatFitsNoOneIsAPlacementThatSaysWhy) {
+  const Proposal p = propose_placement(2, {member("a", 5 * kMiB)}, {}, false, rules());
+  EXPECT_TRUE(p.waits.empty());
+  EXPECT_EQ(p.placement.stages_size(), 0);
+  EXPECT_TRUE(p.placement.error().starts_with("the model does not fit this cluster: ")) << p.placement.error();
+  EXPECT_EQ(stages_text(p.placement), p.placement.error());
+}
+
+TEST(PlacementProposal, ANodeThatSaysWhichWeightsItHoldsHoldsOnlyThose) {
+  rpc::NodeInfo info = member("a", 1024 * kMiB);
+  EXPECT_TRUE(capacity_of(info).held.everything) << "a node that says nothing of its weights has its own file";
+  rpc::Weights& w = *info.mutable_weights();
+  w.add_layer_bytes(10 * kMiB);
+  w.add_layer_bytes(0);
+  w.set_head(true);
+  const NodeCapacity partial = capacity_of(info);
+  EXPECT_FALSE(partial.held.everything);
+  EXPECT_EQ(partial.held.layer_bytes, (std::vector<uint64_t>{10 * kMiB, 0}));
+  EXPECT_TRUE(partial.held.head);
+  EXPECT_FALSE(partial.held.embedding);
+}
+
+}  // namespace
+}  // namespace strata::cluster
