@@ -23,17 +23,8 @@ KEY="bench-key-$$"
 PREFIX="slb$$"
 SUBNET=10.79.0
 WORK=$(mktemp -d)
-NAMESPACES=()
-PIDS=()
-
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null; done
-  for pid in "${PIDS[@]}"; do timeout 10 tail --pid="$pid" -f /dev/null 2>/dev/null; done
-  for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null; done
-  for ns in "${NAMESPACES[@]}"; do ip netns delete "$ns" 2>/dev/null; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/netns_nodes.sh"
+trap cleanup_nodes EXIT
 
 set -e
 HUB="$PREFIX-hub"
@@ -65,16 +56,7 @@ for node in a b c; do
   PIDS+=($!)
 done
 
-for _ in $(seq 600); do
-  status=$(ip netns exec "$PREFIX-a" curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/health)
-  [ "$status" = 200 ] && break
-  sleep 0.5
-done
-if [ "$status" != 200 ]; then
-  echo "the cluster did not become healthy"
-  tail -n 20 "$WORK"/*.log
-  exit 1
-fi
+wait_healthy "$PREFIX-a"
 
 # Interface bytes (tx rx) of every node, then the leader's Forward counters by peer.
 snapshot() {

@@ -13,21 +13,14 @@ STAGES=$3
 KEY="bench-key-$$"
 PREFIX="swb$$"
 WORK=$(mktemp -d)
-PIDS=()
-
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null; done
-  sleep 1
-  for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null; done
-  ip netns delete "$PREFIX-a" 2>/dev/null
-  ip netns delete "$PREFIX-b" 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/netns_nodes.sh"
+trap cleanup_nodes EXIT
 
 set -e
 ip netns add "$PREFIX-a"
+NAMESPACES+=("$PREFIX-a")
 ip netns add "$PREFIX-b"
+NAMESPACES+=("$PREFIX-b")
 ip -n "$PREFIX-a" link add eth0 type veth peer name eth0 netns "$PREFIX-b"
 for side in a:1 b:2; do
   ns="$PREFIX-${side%%:*}"
@@ -46,16 +39,7 @@ ip netns exec "$PREFIX-b" "$STRATA" serve --node-id b --port 8080 --host 0.0.0.0
   --no-discovery --peers 10.78.0.1:8081 --stages "$STAGES" -t 1 --cache-dir "$WORK/cache" >"$WORK/b.log" 2>&1 &
 PIDS+=($!)
 
-for _ in $(seq 600); do
-  status=$(ip netns exec "$PREFIX-b" curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/health)
-  [ "$status" = 200 ] && break
-  sleep 0.5
-done
-if [ "$status" != 200 ]; then
-  echo "node b did not become healthy"
-  tail -n 30 "$WORK/a.log" "$WORK/b.log"
-  exit 1
-fi
+wait_healthy "$PREFIX-b"
 ip netns exec "$PREFIX-b" curl -s http://127.0.0.1:8080/cluster | python3 -c '
 import json, sys
 w = next(n["weights"] for n in json.load(sys.stdin)["nodes"] if n["self"])
