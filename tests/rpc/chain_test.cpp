@@ -189,6 +189,46 @@ TEST(Chain, GivesTheWholeModelsTokensAndLogprobs) {
   EXPECT_TRUE(chain.lost_peers.empty());
 }
 
+// A node passes batches on only to the stages it knows in that placement, and a stream's batches
+// all to the same ones.
+TEST(Chain, RefusesWhatItCannotPassOn) {
+  Chain chain;
+  auto stub = Node::NewStub(make_channel(chain.b.address(), *chain.key));
+  const auto batch = [](std::initializer_list<const char*> then, int first_position) {
+    ForwardRequest request;
+    request.set_sender_id("leader");
+    request.set_epoch(kEpoch);
+    SequenceWork& work = *request.add_sequences();
+    work.set_sequence_id(1);
+    work.set_first_position(first_position);
+    work.set_token_count(1);
+    work.set_capacity(16);
+    request.add_tokens(300);
+    request.set_hidden(std::string(64 * sizeof(float), '\0'));
+    for (const char* node : then) request.add_then(node);
+    return request;
+  };
+  const auto stream_of = [&](const std::vector<ForwardRequest>& requests, int* replies) {
+    grpc::ClientContext context;
+    chain.key->sign(context, "leader", "Forward");
+    auto stream = stub->Forward(&context);
+    for (const ForwardRequest& request : requests) {
+      ForwardReply reply;
+      if (!stream->Write(request) || !stream->Read(&reply)) break;
+      ++*replies;
+    }
+    stream->WritesDone();
+    return stream->Finish();
+  };
+  int replies = 0;
+  EXPECT_EQ(stream_of({batch({"x"}, 0)}, &replies).error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << "a node outside the placement";
+  EXPECT_EQ(replies, 0);
+  EXPECT_EQ(stream_of({batch({"c"}, 0), batch({}, 1)}, &replies).error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << "a stream whose batches change where they go";
+  EXPECT_EQ(replies, 1) << "the first batch went through b and c";
+}
+
 // c stops (its calls end: unreachable) or only falls silent (late): either way b, nearest to it,
 // notices first (the leader's deadline for the chain is the sum of its stages'), and says so.
 class ChainLoss : public ::testing::TestWithParam<bool> {};
