@@ -313,11 +313,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     std::lock_guard lock(mutex_);
     const auto found = recent_placements_.find(epoch);
     if (found != recent_placements_.end() && node_id != options_.node_id) {
-      for (rpc::Stage s : found->second.stages()) {
-        if (s.node_id() != node_id) continue;
-        const auto peer = peer_infos_.find(node_id);  // as this node reaches it
-        if (peer != peer_infos_.end()) s.set_node_address(peer->second.node_address());
-        return remote_stage(s, epoch, /*leading=*/false);
+      for (const rpc::Stage& s : found->second.stages()) {
+        if (s.node_id() == node_id) return reached_stage(s, epoch, /*leading=*/false);
       }
     }
     why = "node " + options_.node_id + " knows no stage of node " + node_id + " in placement " + std::to_string(epoch);
@@ -921,6 +918,14 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
                              engine::StageLayers{s.first_layer(), s.last_layer()});
   }
 
+  // Another node's stage of a recent placement (the current one too), at the address this node knows it by
+  // now: a leader names itself in its placements by the port it listens on only. mutex_ held.
+  std::shared_ptr<engine::Stage> reached_stage(rpc::Stage s, uint64_t epoch, bool leading) {
+    const auto peer = peer_infos_.find(s.node_id());
+    if (peer != peer_infos_.end()) s.set_node_address(peer->second.node_address());
+    return remote_stage(s, epoch, leading);
+  }
+
   // The stages of placement `epoch`, as far as they may still hold sequences' state: the state
   // of the requests a previous leader passed on moves from them. Empty when unknown.
   std::vector<std::shared_ptr<engine::Stage>> stages_of(uint64_t epoch) {
@@ -928,12 +933,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     const auto found = recent_placements_.find(epoch);
     if (found == recent_placements_.end()) return {};
     std::vector<std::shared_ptr<engine::Stage>> stages;
-    for (rpc::Stage s : found->second.stages()) {
+    for (const rpc::Stage& s : found->second.stages()) {
       if (s.node_id() != options_.node_id) {
-        // As this node reaches it: a leader names itself by the port it listens on only.
-        const auto peer = peer_infos_.find(s.node_id());
-        if (peer != peer_infos_.end()) s.set_node_address(peer->second.node_address());
-        stages.push_back(remote_stage(s, epoch));
+        stages.push_back(reached_stage(s, epoch, /*leading=*/true));
       } else if (std::shared_ptr<engine::Stage> local = stages_.of(epoch)) {
         stages.push_back(std::move(local));
       } else {

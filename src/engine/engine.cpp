@@ -685,27 +685,27 @@ void Engine::complete(const InFlight& batch, const Pipeline::Result& result) {
     return;
   }
   const size_t dim = static_cast<size_t>(options_.embedding_dim);
-  // Where each embedding's rows start; the others' tokens come one per sampling step.
+  // Where each embedding's rows start; the owners whose step sampled (it fed their last
+  // pending input) get a token each, in batch order.
   std::vector<size_t> row_start(owners.size());
   size_t expected_rows = 0;
-  size_t expected_tokens = 0;
+  std::vector<size_t> sampled;
   for (size_t i = 0; i < owners.size(); ++i) {
     row_start[i] = expected_rows;
     if (owners[i]->embeds()) {
       expected_rows += static_cast<size_t>(batch.counts[i]) * dim;
-    } else if (owners[i]->fed + batch.counts[i] == static_cast<int>(owners[i]->history.size())) {
-      ++expected_tokens;
+    } else if (batch.counts[i] == owners[i]->pending()) {
+      sampled.push_back(i);
     }
   }
   const StageOutput& output = result.output;
   const bool tokens_fit = std::all_of(output.sampled.begin(), output.sampled.end(), [&](const Sampled& s) {
     return !s.error.empty() || (s.choice.token >= 0 && s.choice.token < vocab_size_);
   });
-  if (output.rows.size() != expected_rows || output.sampled.size() != expected_tokens || !tokens_fit) {
+  if (output.rows.size() != expected_rows || output.sampled.size() != sampled.size() || !tokens_fit) {
     for (Sequence* seq : owners) finish(*seq, FinishReason::Error, "the pipeline returned a malformed step");
     return;
   }
-  std::vector<size_t> sampled;  // owners that get a token this step, in batch order
   for (size_t i = 0; i < owners.size(); ++i) {
     Sequence& seq = *owners[i];
     if (seq.embeds()) {
@@ -723,7 +723,6 @@ void Engine::complete(const InFlight& batch, const Pipeline::Result& result) {
       continue;
     }
     seq.fed += batch.counts[i];
-    if (seq.pending() == 0) sampled.push_back(i);
   }
   for (size_t k = 0; k < sampled.size(); ++k) {
     Sequence& seq = *owners[sampled[k]];

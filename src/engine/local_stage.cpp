@@ -108,6 +108,10 @@ StageOutput LocalStage::forward(const StageBatch& batch) {
 }
 
 StageOutput LocalStage::sample(const std::vector<SequenceWork>& sequences, std::vector<float> rows) {
+  const bool samples = std::any_of(sequences.begin(), sequences.end(), [](const SequenceWork& w) {
+    return w.output == SequenceWork::Output::Logits && w.sampling;
+  });
+  if (!samples) return {std::move(rows), {}};  // every row goes back as it is
   const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
   StageOutput out;
   std::vector<std::pair<const sampling::SamplingStep*, std::span<const float>>> steps;
@@ -127,10 +131,6 @@ StageOutput LocalStage::sample(const std::vector<SequenceWork>& sequences, std::
       }
       at += vocab;
     }
-  }
-  if (steps.empty()) {
-    out.rows = std::move(rows);  // nothing was taken out
-    return out;
   }
   // Each sequence chooses from its own row with its own step's generator: in parallel.
   out.sampled.resize(steps.size());
