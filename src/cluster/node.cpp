@@ -140,7 +140,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     self_.set_kv_memory_bytes(options_.engine.kv_memory);
     if (options_.engine.kv_memory == 0) {
       // Its pool holds the same blocks whatever its range, each of these bytes per layer.
-      self_.set_kv_bytes_per_layer(static_cast<uint64_t>(kv_options({0, 1}).blocks) *
+      self_.set_kv_bytes_per_layer(static_cast<uint64_t>(kv_options({0, 1}).blocks.full) *
                                    model::KvLayout(config_, 1, options_.engine.kv_type).block_bytes);
     }
     self_.set_weight_bytes_per_second(measure_weight_speed(options_.engine.threads));
@@ -446,7 +446,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // The pool of a stage over `range`: --kv-memory, or the placement's KV reserve for it.
   engine::KvOptions kv_options(model::LayerRange range) const {
     const engine::EngineOptions& e = options_.engine;
-    return {e.kv_type, engine::kv_pool_blocks(config_, range.size(), e.kv_type, e.kv_memory, e.context_size, e.max_parallel)};
+    return {e.kv_type,
+            engine::kv_pool_blocks(config_, range, e.kv_type, e.kv_memory, e.context_size, e.max_parallel, e.prefill_chunk)};
   }
 
   void log(const std::string& line) const {
@@ -1007,6 +1008,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     options.held_stages = [this](uint64_t epoch) { return stages_of(epoch); };
     options.first_sequence_id = std::random_device{}() * (uint64_t{1} << 31) + 1;
     options.embedding_dim = config_.embedding_dim;
+    options.sliding_window = config_.sliding_window;
     return std::make_shared<engine::Engine>(std::move(stages), config_.vocab_size, eog_, options);
   }};
   std::map<uint64_t, rpc::Placement> recent_placements_;  // by epoch, the current one included

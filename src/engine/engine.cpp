@@ -39,6 +39,7 @@ std::unique_ptr<constrain::Matcher> start_matcher(const GenerationRequest& reque
 EngineOptions with_model_context(EngineOptions options, const model::Model& model) {
   if (options.context_size <= 0) options.context_size = model.config().context_length;
   options.embedding_dim = model.config().embedding_dim;
+  options.sliding_window = model.config().sliding_window;
   return options;
 }
 
@@ -59,9 +60,6 @@ struct Engine::Sequence {
 
   // Inputs not yet through the pipeline: the prompt's rest, or the last sampled token.
   int pending() const { return static_cast<int>(history.size()) - fed; }
-  // Blocks its stages hold once it has fed all it has (a batch in flight included): the
-  // positions its next step reaches, or, while it prefills, the whole prompt's.
-  int blocks_needed() const { return blocks_for(static_cast<int>(history.size())); }
   // Its stages hold nothing for it (released, or on a pipeline replaced): its next batch
   // computes it again from its prompt and the tokens it has generated, with the same sampler,
   // so that what follows is the same.
@@ -125,8 +123,9 @@ Engine::Engine(std::shared_ptr<model::Model> model, std::function<bool(Token)> i
       is_end_of_generation_(std::move(is_end_of_generation)),
       options_(with_model_context(options, *model)) {
   const model::Config& config = model->config();
-  const KvOptions kv{options_.kv_type, kv_pool_blocks(config, config.layer_count, options_.kv_type, options_.kv_memory,
-                                                      options_.context_size, options_.max_parallel)};
+  const KvOptions kv{options_.kv_type,
+                     kv_pool_blocks(config, {0, config.layer_count}, options_.kv_type, options_.kv_memory,
+                                    options_.context_size, options_.max_parallel, options_.prefill_chunk)};
   start({std::make_shared<LocalStage>(std::move(model), *own_pool_, kv)});
 }
 
@@ -297,11 +296,12 @@ void Engine::switch_pipeline(std::vector<std::unique_ptr<Sequence>>& active, Nex
 }
 
 void Engine::probe_pool_blocks() {
-  int smallest = 0;
+  model::KvBlockCounts smallest;
+  const auto least = [](int pool, int stage) { return pool == 0 ? stage : stage == 0 ? pool : std::min(pool, stage); };
   for (const auto& stage : pipeline_->stages()) {
     try {
-      const int blocks = stage->kv_blocks();
-      smallest = smallest == 0 ? blocks : std::min(smallest, blocks);
+      const model::KvBlockCounts blocks = stage->kv_blocks();
+      smallest = {least(smallest.full, blocks.full), least(smallest.window, blocks.window)};
     } catch (const std::exception&) {
       // Its batches will say what is wrong with it; admission goes without until it answers.
       pool_blocks_.reset();
@@ -337,14 +337,22 @@ void Engine::start_sequence(Sequence& seq) {
     held = static_cast<int>(lookup);
     const std::span<const Token> prefix(seq.history.data(), lookup);
     // Each stage is asked only for what the ones before it hold; once one holds nothing, the
-    // rest start the sequence at position 0 with its first batch.
-    for (const auto& stage : pipeline_->stages()) {
-      if (held == 0) break;
-      try {
-        held = std::min(held, stage->hold_prefix(seq.id, seq.capacity, prefix.first(static_cast<size_t>(held))));
-      } catch (const std::exception&) {
-        held = 0;  // its batch will meet the same trouble and report it
+    // rest start the sequence at position 0 with its first batch. A stage that holds more
+    // than the least is asked again for that: its sliding-window layers may lack the window
+    // of a shorter prefix, and then it holds less still, which the others are asked for.
+    const auto& stages = pipeline_->stages();
+    std::vector<int> holds(stages.size(), -1);
+    while (held > 0) {
+      for (size_t i = 0; i < stages.size() && held > 0; ++i) {
+        if (holds[i] == held) continue;
+        try {
+          holds[i] = stages[i]->hold_prefix(seq.id, seq.capacity, prefix.first(static_cast<size_t>(held)));
+        } catch (const std::exception&) {
+          holds[i] = 0;  // its batch will meet the same trouble and report it
+        }
+        held = std::min(held, holds[i]);
       }
+      if (std::all_of(holds.begin(), holds.end(), [&](int h) { return h == held; })) break;
     }
   }
   seq.fed = held;
@@ -447,13 +455,21 @@ void Engine::finish(Sequence& seq, FinishReason reason, const std::string& error
 void Engine::release_state(Sequence& seq) {
   if (!seq.launched) return;
   pipeline_->release({seq.id});
-  if (!in_flight_.empty()) releasing_.push_back({next_ticket_, seq.blocks_needed()});
+  if (!in_flight_.empty()) releasing_.push_back({next_ticket_, blocks_needed(seq)});
   seq.compute_again();
 }
 
-int Engine::blocks_needed(const std::vector<std::unique_ptr<Sequence>>& active) const {
-  int blocks = 0;
-  for (const auto& seq : active) blocks += seq->blocks_needed();
+model::KvBlockCounts Engine::blocks_needed(const Sequence& seq) const {
+  // Its stages hold these once it has fed all it has (a batch in flight included): the
+  // positions its next step reaches, or, while it prefills, the whole prompt's.
+  const int positions = static_cast<int>(seq.history.size());
+  return {blocks_for(positions),
+          options_.sliding_window > 0 ? model::window_blocks_needed(options_.sliding_window, positions, options_.prefill_chunk) : 0};
+}
+
+model::KvBlockCounts Engine::blocks_needed(const std::vector<std::unique_ptr<Sequence>>& active) const {
+  model::KvBlockCounts blocks;
+  for (const auto& seq : active) blocks += blocks_needed(*seq);
   return blocks;
 }
 
@@ -462,36 +478,42 @@ bool Engine::released_everywhere(const Releasing& r) const {
   return r.next_ticket <= oldest_in_flight;
 }
 
-int Engine::blocks_releasing() const {
-  int blocks = 0;
+model::KvBlockCounts Engine::blocks_releasing() const {
+  model::KvBlockCounts blocks;
   for (const Releasing& r : releasing_) blocks += r.blocks;  // pruned as the batches before them return
   return blocks;
 }
 
-bool Engine::room_for(const std::vector<std::unique_ptr<Sequence>>& active, int more) const {
-  const int pool = pool_blocks_.value_or(0);
-  return pool == 0 || blocks_needed(active) + blocks_releasing() + more <= pool;
+bool Engine::room_for(const std::vector<std::unique_ptr<Sequence>>& active, model::KvBlockCounts more) const {
+  if (!pool_blocks_) return true;
+  more += blocks_needed(active);
+  more += blocks_releasing();
+  return more.fit_in(*pool_blocks_);
 }
 
 void Engine::make_room(std::vector<std::unique_ptr<Sequence>>& active) {
-  const int pool = pool_blocks_.value_or(0);
-  if (pool == 0) return;
+  if (!pool_blocks_) return;
+  const model::KvBlockCounts pool = *pool_blocks_;
   // Pre-empted, such a sequence would come back to the same want of room.
   for (auto& seq : active) {
-    if (seq->in_flight || seq->blocks_needed() <= pool) continue;
+    if (seq->in_flight || blocks_needed(*seq).fit_in(pool)) continue;
     const std::string after =
         seq->generated > 0 ? " after " + std::to_string(seq->generated) + " generated tokens" : std::string();
+    const bool window_short = model::KvBlockCounts{blocks_needed(*seq).full, 0}.fit_in(pool);
     finish(*seq, FinishReason::Error,
            "the request needs " + std::to_string(seq->history.size()) + " positions of KV memory" + after +
-               ", but a stage's pool holds " + std::to_string(pool * model::kKvBlock));
+               (window_short ? ", but a stage's pool of sliding-window layers holds " +
+                                   std::to_string(pool.window * model::kKvBlock) + " positions, less than a window and a step"
+                             : ", but a stage's pool holds " + std::to_string(pool.full * model::kKvBlock)));
   }
   std::erase_if(active, [](const std::unique_ptr<Sequence>& s) { return s->finished; });
   // The sequences in flight fit: they did when launched, and grow only once back.
   std::vector<std::unique_ptr<Sequence>> preempted;  // newest first
-  int needed = blocks_needed(active);
-  for (size_t i = active.size(); needed > pool && i-- > 0;) {
+  model::KvBlockCounts needed = blocks_needed(active);
+  for (size_t i = active.size(); !needed.fit_in(pool) && i-- > 0;) {
     if (active[i]->in_flight) continue;
-    needed -= active[i]->blocks_needed();
+    const model::KvBlockCounts own = blocks_needed(*active[i]);
+    needed = {needed.full - own.full, needed.window - own.window};
     if (active[i]->launched) ++preemptions_;  // not one admitted in this round, before others grew
     release_state(*active[i]);
     preempted.push_back(std::move(active[i]));
@@ -512,8 +534,8 @@ void Engine::run_loop() {
     // The queue's head fits in the pools beside the admitted sequences (or never will:
     // then it is admitted to fail).
     const auto head_fits = [&] {
-      const int need = queue_.front()->blocks_needed();
-      return room_for(active, need) || need > pool_blocks_.value_or(0);
+      const model::KvBlockCounts need = blocks_needed(*queue_.front());
+      return room_for(active, need) || !need.fit_in(pool_blocks_.value_or(model::KvBlockCounts{}));
     };
     std::deque<Pipeline::Result> results;
     std::vector<std::unique_ptr<Sequence>> cancelled;
@@ -533,7 +555,7 @@ void Engine::run_loop() {
           return false;
         }
         if (!queue_.empty() && static_cast<int>(active.size()) < options_.max_parallel && head_fits()) return true;
-        const bool may_start = room_for(active, 0);
+        const bool may_start = room_for(active, {});
         return std::any_of(active.begin(), active.end(),
                            [&](const auto& s) { return !s->in_flight && (s->launched || may_start); });
       };
@@ -632,7 +654,7 @@ void Engine::end_all(std::vector<std::unique_ptr<Sequence>>& active) {
 }
 
 bool Engine::launch_batch(const std::vector<std::unique_ptr<Sequence>>& active) {
-  const bool may_start = room_for(active, 0);
+  const bool may_start = room_for(active, {});
   // Up to an even share of the sequences per batch, so that every stage gets a group.
   const int depth = pipeline_->depth();
   const size_t share = (active.size() + static_cast<size_t>(depth) - 1) / static_cast<size_t>(depth);

@@ -38,6 +38,9 @@ struct EngineOptions {
   bool prefix_cache = true;
   model::KvType kv_type = model::KvType::F16;  // of the whole-model engine's pool and a node's
   uint64_t kv_memory = 0;  // bytes of such a pool; 0: max_parallel full contexts
+  // Positions the model's sliding-window layers see (Config::sliding_window), whose blocks a
+  // sequence needs only of its window; 0: none. The whole-model engine takes its model's.
+  int sliding_window = 0;
   // The stages of the pipeline a request's HeldState names, from which its state moves to this
   // engine's stages; none (or no function): the request is computed again.
   std::function<std::vector<std::shared_ptr<Stage>>(uint64_t pipeline)> held_stages;
@@ -136,17 +139,19 @@ class Engine final : public Generator {
   // error; then, while the running ones need more blocks than it has, the newest that is not
   // in flight goes back to the queue's front.
   void make_room(std::vector<std::unique_ptr<Sequence>>& active);
-  // Blocks that the running sequences need once they have fed all they have.
-  int blocks_needed(const std::vector<std::unique_ptr<Sequence>>& active) const;
+  // Blocks that a sequence needs once it has fed all it has: of the full-attention layers'
+  // pools, every position's; of the sliding-window layers', its window's and a step's.
+  model::KvBlockCounts blocks_needed(const Sequence& seq) const;
+  model::KvBlockCounts blocks_needed(const std::vector<std::unique_ptr<Sequence>>& active) const;
   // Blocks that a stage may still hold for sequences released while batches were in flight.
-  int blocks_releasing() const;
-  // Whether `more` blocks fit in the smallest pool beside both, so that a new sequence may be
+  model::KvBlockCounts blocks_releasing() const;
+  // Whether `more` blocks fit in the smallest pools beside both, so that a new sequence may be
   // admitted, and start.
-  bool room_for(const std::vector<std::unique_ptr<Sequence>>& active, int more) const;
+  bool room_for(const std::vector<std::unique_ptr<Sequence>>& active, model::KvBlockCounts more) const;
   // Before a sequence's first batch on a pipeline: the positions every stage holds for it
   // from its cache, which it does not compute again.
   void start_sequence(Sequence& seq);
-  // Sets pool_blocks_: the smallest stage pool of the pipeline, in blocks; none, and another
+  // Sets pool_blocks_: the smallest stage pools of the pipeline, in blocks; none, and another
   // try kPoolProbeRetry later, when a stage cannot say.
   void probe_pool_blocks();
   // Takes the queued sequences whose request was cancelled out of the queue (mutex_ held).
@@ -176,9 +181,9 @@ class Engine final : public Generator {
 
   // Owned by the loop thread.
   // Sequences are admitted, and launched, while the blocks they need (blocks_needed) fit in
-  // the smallest stage pool, so that no pool runs out in a step; as they grow, the newest go
+  // the smallest stage pools, so that no pool runs out in a step; as they grow, the newest go
   // back to the queue (make_room).
-  std::optional<int> pool_blocks_;  // probed on the loop thread for each pipeline; none: unknown yet
+  std::optional<model::KvBlockCounts> pool_blocks_;  // probed on the loop thread for each pipeline; none: unknown yet
   static constexpr std::chrono::seconds kPoolProbeRetry{1};
   std::chrono::steady_clock::time_point next_pool_probe_;
   SequenceId next_sequence_id_;
@@ -190,7 +195,7 @@ class Engine final : public Generator {
   // its start; the next step of a running sequence reaches each stage after the release.
   struct Releasing {
     uint64_t next_ticket;
-    int blocks;
+    model::KvBlockCounts blocks;
   };
   std::vector<Releasing> releasing_;
   // Every stage has let its blocks go: the batches in flight at its release are back.

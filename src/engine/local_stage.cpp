@@ -8,14 +8,27 @@
 
 namespace strata::engine {
 
-int kv_pool_blocks(const model::Config& config, int layer_count, model::KvType type, uint64_t bytes, int context,
-                   int sequences) {
-  if (bytes == 0) {
-    const int64_t per_sequence = (int64_t{context} + model::kKvBlock - 1) / model::kKvBlock;
-    return static_cast<int>(std::min<int64_t>(per_sequence * std::max(1, sequences), std::numeric_limits<int>::max()));
-  }
-  const uint64_t block = model::KvLayout(config, layer_count, type).block_bytes;
-  return static_cast<int>(std::min<uint64_t>(bytes / block, std::numeric_limits<int>::max()));
+model::KvBlockCounts kv_pool_blocks(const model::Config& config, model::LayerRange range, model::KvType type,
+                                    uint64_t bytes, int context, int sequences, int step_inputs) {
+  int window_layers = 0;
+  for (int l = range.first; l < range.last; ++l) window_layers += config.is_sliding(l) ? 1 : 0;
+  const int full_layers = range.size() - window_layers;
+  const auto clamp = [](uint64_t blocks) {
+    return static_cast<int>(std::min<uint64_t>(blocks, static_cast<uint64_t>(std::numeric_limits<int>::max())));
+  };
+  const uint64_t slots = static_cast<uint64_t>(std::max(1, sequences));
+  const uint64_t contexts = slots * static_cast<uint64_t>((int64_t{context} + model::kKvBlock - 1) / model::kKvBlock);
+  const uint64_t windows =
+      window_layers > 0 ? slots * static_cast<uint64_t>(model::window_blocks_needed(config.sliding_window, context, step_inputs)) : 0;
+  if (bytes == 0) return {clamp(contexts), clamp(windows)};
+  const uint64_t full_block = model::KvLayout(config, full_layers, type).block_bytes;
+  const uint64_t window_block = model::KvLayout(config, window_layers, type).block_bytes;
+  const uint64_t window_bytes =
+      window_layers > 0 ? std::min(windows * window_block, bytes / static_cast<uint64_t>(range.size()) * window_layers) : 0;
+  // A range of sliding-window layers alone keeps only the prefix index in its other pool,
+  // whose blocks hold no data.
+  return {clamp(full_block > 0 ? (bytes - window_bytes) / full_block : contexts),
+          clamp(window_block > 0 ? window_bytes / window_block : 0)};
 }
 
 namespace {
@@ -52,7 +65,7 @@ LocalStage::LocalStage(std::shared_ptr<model::Model> model, tensor::ThreadPool& 
           "strata_stage_batch_sequences", "Sequences per batch of this node's stage.", batch_size_buckets(),
           layer_labels(*model_))),
       kv_blocks_(kv.blocks),
-      kv_pool_(model_->new_kv_pool(kv.blocks, kv.type)) {
+      kv_memory_(model_->new_kv_memory(kv.blocks, kv.type)) {
   publish_stats();
 }
 
@@ -73,7 +86,7 @@ StageOutput LocalStage::forward(const StageBatch& batch) {
         throw std::invalid_argument("sequence " + std::to_string(work.id) + " asks for a capacity of " +
                                     std::to_string(work.capacity) + " positions");
       }
-      found = sequences_.emplace(work.id, Sequence{std::make_unique<model::KvState>(kv_pool_, work.capacity), true}).first;
+      found = sequences_.emplace(work.id, Sequence{std::make_unique<model::KvState>(kv_memory_, work.capacity), true}).first;
       sequence_count_ = sequences_.size();
     } else if (!found->second.started) {
       model::KvState& kv = *found->second.kv;
@@ -154,8 +167,9 @@ LayerKv LocalStage::read_kv(SequenceId id, int layer) {
   if (found == sequences_.end()) throw std::invalid_argument("sequence " + std::to_string(id) + " is unknown to this stage");
   if (!layers().contains(layer)) throw std::invalid_argument("layer " + std::to_string(layer) + " is not held here");
   const model::KvState& state = *found->second.kv;
-  LayerKv kv{id, layer, state.size(), state.capacity(), {}, {}, {}};
-  state.read(layer - model_->range().first, kv.keys, kv.values);
+  const int layer_here = layer - model_->range().first;
+  LayerKv kv{id, layer, state.size(), state.capacity(), state.first_held(layer_here), {}, {}, {}};
+  state.read(layer_here, kv.keys, kv.values);
   if (state.ids().size() >= static_cast<size_t>(state.size())) {
     kv.tokens.assign(state.ids().begin(), state.ids().begin() + state.size());
   }
@@ -173,10 +187,11 @@ void LocalStage::write_kv(const LayerKv& kv) {
                                   std::to_string(kv.capacity) + " positions");
     }
     // Started: its next batch continues where the handed-over state ends.
-    found = sequences_.emplace(kv.id, Sequence{std::make_unique<model::KvState>(kv_pool_, kv.capacity), true}).first;
+    found = sequences_.emplace(kv.id, Sequence{std::make_unique<model::KvState>(kv_memory_, kv.capacity), true}).first;
   }
   try {
-    found->second.kv->write(kv.layer - model_->range().first, kv.positions, kv.keys, kv.values, kv.tokens);
+    found->second.kv->write(kv.layer - model_->range().first, kv.first_position, kv.positions, kv.keys, kv.values,
+                            kv.tokens);
   } catch (...) {
     if (created) sequences_.erase(found);  // a refused first write leaves no sequence behind
     throw;
@@ -194,12 +209,15 @@ void LocalStage::release(std::span<const SequenceId> ids) {
 
 int LocalStage::hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) {
   std::lock_guard lock(mutex_);
-  if (sequences_.contains(id)) throw std::invalid_argument("sequence " + std::to_string(id) + " is started twice");
+  if (const auto held = sequences_.find(id); held != sequences_.end()) {
+    if (held->second.started) throw std::invalid_argument("sequence " + std::to_string(id) + " is started twice");
+    sequences_.erase(held);  // asked again before its first batch: this hold replaces that one
+  }
   if (capacity <= 0 || tokens.size() >= static_cast<size_t>(capacity)) {
     throw std::invalid_argument("sequence " + std::to_string(id) + " asks for a capacity of " +
                                 std::to_string(capacity) + " positions");
   }
-  auto kv = std::make_unique<model::KvState>(kv_pool_, capacity);
+  auto kv = std::make_unique<model::KvState>(kv_memory_, capacity);
   const int held = kv->hold_prefix(tokens);
   sequences_.emplace(id, Sequence{std::move(kv), false});
   sequence_count_ = sequences_.size();
@@ -213,7 +231,7 @@ model::KvPoolStats LocalStage::kv_stats() const {
 }
 
 void LocalStage::publish_stats() {
-  const model::KvPoolStats stats = kv_pool_->stats();
+  const model::KvPoolStats stats = kv_memory_->full().stats();
   std::lock_guard lock(stats_mutex_);
   stats_ = stats;
 }

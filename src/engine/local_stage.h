@@ -16,7 +16,7 @@ namespace strata::engine {
 
 struct KvOptions {
   model::KvType type = model::KvType::F16;
-  int blocks = 0;  // of model::kKvBlock positions
+  model::KvBlockCounts blocks;  // of model::kKvBlock positions
 };
 
 class LocalStage final : public Stage {
@@ -32,7 +32,7 @@ class LocalStage final : public Stage {
   LayerKv read_kv(SequenceId id, int layer) override;
   void write_kv(const LayerKv& kv) override;
   int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) override;
-  int kv_blocks() override { return kv_blocks_; }
+  model::KvBlockCounts kv_blocks() override { return kv_blocks_; }
 
   const model::Model& model() const { return *model_; }
   // Sequences whose state this stage holds: zero once every request has ended. Does not wait
@@ -59,18 +59,21 @@ class LocalStage final : public Stage {
   metrics::Histogram& step_seconds_;
   metrics::Histogram& step_inputs_;
   metrics::Histogram& step_sequences_;
-  const int kv_blocks_;
+  const model::KvBlockCounts kv_blocks_;
   mutable std::mutex mutex_;  // one forward, hold or release at a time
-  std::shared_ptr<model::KvPool> kv_pool_;
+  std::shared_ptr<model::KvMemory> kv_memory_;
   std::map<SequenceId, Sequence> sequences_;
   std::atomic<size_t> sequence_count_{0};
   mutable std::mutex stats_mutex_;
   model::KvPoolStats stats_;
 };
 
-// Blocks for a pool of `bytes` (0: enough for `sequences` sequences of `context` positions)
-// over `layer_count` layers of `config`'s model, stored as `type`.
-int kv_pool_blocks(const model::Config& config, int layer_count, model::KvType type, uint64_t bytes, int context,
-                   int sequences);
+// Blocks for the pools of `range`'s layers of `config`'s model, stored as `type`, in `bytes`
+// (0: enough for `sequences` sequences of `context` positions). Of a budget, the pool of
+// sliding-window layers takes what `sequences` sequences' windows and steps of `step_inputs`
+// need, but never more than its layers' share of the budget; the full-attention layers' pool
+// the rest.
+model::KvBlockCounts kv_pool_blocks(const model::Config& config, model::LayerRange range, model::KvType type, uint64_t bytes,
+                                    int context, int sequences, int step_inputs);
 
 }  // namespace strata::engine

@@ -80,6 +80,9 @@ struct LayerKv {
   int layer = 0;
   int positions = 0;
   int capacity = 0;
+  // The first position the rows hold: 0, but for a sliding-window layer whose window has moved
+  // on (a whole number of blocks); the rows are of positions [first_position, positions).
+  int first_position = 0;
   model::KvRows keys;
   model::KvRows values;
   // The inputs' token ids at those positions, when the stage knows them (else empty): the
@@ -130,10 +133,12 @@ class Stage {
   virtual void write_kv(const LayerKv& /*kv*/) { throw StageLost("this stage cannot take over state"); }
   // Starts sequence `id` (to reach `capacity` positions) with the longest run of leading full
   // blocks of `tokens` that this stage's cache holds, pinned until its first batch. Returns the
-  // positions they cover, a whole number of blocks. Throws like forward.
+  // positions they cover, a whole number of blocks. Asked again before that batch, the stage
+  // lets its hold go and takes the new one: with sliding-window layers a hold cannot always be
+  // cut back to a shorter one, whose window it may lack. Throws like forward.
   virtual int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) = 0;
-  // Blocks of model::kKvBlock positions that this stage's pool holds for all its sequences.
-  virtual int kv_blocks() = 0;
+  // Blocks of model::kKvBlock positions that this stage's pools hold for all its sequences.
+  virtual model::KvBlockCounts kv_blocks() = 0;
 };
 
 }  // namespace strata::engine

@@ -128,6 +128,40 @@ std::optional<KvPool::Link> KvPool::publish(int block, Link parent, std::span<co
     if (held.parent_serial == parent.serial && same_ids(held, ids)) return Link{hash, held.serial};
     return std::nullopt;
   }
+  enter(block, hash, parent, ids);
+  return Link{hash, blocks_[static_cast<size_t>(block)].serial};
+}
+
+std::optional<int> KvPool::find_beside(Link parent, std::span<const Token> ids) const {
+  const auto entry = index_.find(hasher_(parent.hash, ids));
+  if (entry == index_.end()) return std::nullopt;
+  const Block& b = blocks_[static_cast<size_t>(entry->second)];
+  if (b.parent_serial != parent.serial || !same_ids(b, ids)) return std::nullopt;
+  return entry->second;
+}
+
+void KvPool::publish_beside(int block, Link parent, std::span<const Token> ids) {
+  if (ids.size() != kKvBlock) throw std::logic_error("only full KV blocks are published");
+  const uint64_t hash = hasher_(parent.hash, ids);
+  if (const auto entry = index_.find(hash); entry != index_.end()) {
+    const int held = entry->second;
+    const Block& b = blocks_[static_cast<size_t>(held)];
+    if (b.parent_serial == parent.serial && same_ids(b, ids)) return;
+    unpublish(held);
+    if (b.refs == 0) {  // it was cached for a chain no lookup can follow any more
+      cached_.erase(b.lru);
+      free_.push_back(held);
+    }
+  }
+  enter(block, hash, parent, ids);
+}
+
+void KvPool::count_lookups(int hits, int misses) {
+  hits_ += static_cast<uint64_t>(hits);
+  misses_ += static_cast<uint64_t>(misses);
+}
+
+void KvPool::enter(int block, uint64_t hash, Link parent, std::span<const Token> ids) {
   Block& b = blocks_[static_cast<size_t>(block)];
   b.published = true;
   b.hash = hash;
@@ -135,13 +169,45 @@ std::optional<KvPool::Link> KvPool::publish(int block, Link parent, std::span<co
   b.parent_serial = parent.serial;
   std::copy(ids.begin(), ids.end(), b.ids.begin());
   index_.emplace(hash, block);
-  return Link{hash, b.serial};
 }
 
 void KvPool::unpublish(int block) {
   Block& b = blocks_[static_cast<size_t>(block)];
   index_.erase(b.hash);
   b.published = false;
+}
+
+int window_blocks_needed(int window, int positions, int step_inputs) {
+  const int all = (positions + kKvBlock - 1) / kKvBlock;
+  if (window <= 0) return all;
+  // The step's first input reads window - 1 positions before it; they and its inputs start
+  // anywhere in a block and end anywhere in another.
+  return std::min(all, (window - 1 + std::max(1, step_inputs) - 1) / kKvBlock + 2);
+}
+
+namespace {
+
+int count_windowed(const Config& config, LayerRange range, bool windowed) {
+  int count = 0;
+  for (int l = range.first; l < range.last; ++l) count += config.is_sliding(l) == windowed ? 1 : 0;
+  return count;
+}
+
+}  // namespace
+
+KvMemory::KvMemory(const Config& config, LayerRange range, KvBlockCounts blocks, KvType type)
+    : full_(KvLayout(config, count_windowed(config, range, false), type), blocks.full) {
+  const int window_layers = count_windowed(config, range, true);
+  int slots[2] = {0, 0};
+  for (int l = range.first; l < range.last; ++l) {
+    const bool sliding = config.is_sliding(l);
+    windowed_.push_back(sliding);
+    slot_.push_back(slots[sliding ? 1 : 0]++);
+  }
+  if (window_layers > 0) {
+    window_size_ = config.sliding_window;
+    window_ = std::make_unique<KvPool>(KvLayout(config, window_layers, type), blocks.window);
+  }
 }
 
 }  // namespace strata::model

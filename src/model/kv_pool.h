@@ -1,5 +1,7 @@
 // Paged key/value memory of one node's stage: fixed blocks of kKvBlock positions taken from
-// one pool, a prefix index over the full blocks, and per-block reference counts.
+// a pool, a prefix index over the full blocks, and per-block reference counts; and a stage's
+// memory as one such pool for its layers that attend over every position and another for its
+// sliding-window layers, whose old blocks a sequence lets go as its window moves on.
 //
 // A full block is known by a hash chained over every token id up to its end (its parent's
 // hash and its own ids). The index keeps each block's own ids and the serial number of the
@@ -9,6 +11,7 @@
 // pool needs them, least recently used first out.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -119,6 +122,17 @@ class KvPool {
   // Empty when another chain holds the hash: the sequence can publish no further.
   std::optional<Link> publish(int block, Link parent, std::span<const Token> ids);
 
+  // A pool whose blocks follow another pool's chain (a stage's window pool beside its full
+  // one): its index holds blocks by the other chain's links, which verify their tokens.
+  // The block entered for `ids` after the chain's `parent`, neither pinned nor counted.
+  std::optional<int> find_beside(Link parent, std::span<const Token> ids) const;
+  // Enters `block`, pinned and full of the keys and values of `ids`, after the other chain's
+  // `parent`; an entry of the same hash after another parent (left there by a chain that the
+  // other pool has since let go) gives way. A block already entered for them stays private.
+  void publish_beside(int block, Link parent, std::span<const Token> ids);
+  // Of find_beside's lookups for new sequences.
+  void count_lookups(int hits, int misses);
+
  private:
   struct Block {
     std::unique_ptr<std::byte[]> data;  // allocated at first use
@@ -131,6 +145,7 @@ class KvPool {
     std::list<int>::iterator lru;  // when cached
   };
   bool same_ids(const Block& b, std::span<const Token> ids) const;
+  void enter(int block, uint64_t hash, Link parent, std::span<const Token> ids);
   void unpublish(int block);
 
   KvLayout layout_;
@@ -144,6 +159,63 @@ class KvPool {
   uint64_t hits_ = 0;
   uint64_t misses_ = 0;
   uint64_t evictions_ = 0;
+};
+
+// Blocks of a stage's two pools, or that sequences need of them.
+struct KvBlockCounts {
+  int full = 0;    // of its layers that attend over every position
+  int window = 0;  // of its sliding-window layers; a pool of 0: it has none
+  bool operator==(const KvBlockCounts&) const = default;
+  KvBlockCounts& operator+=(const KvBlockCounts& more) {
+    full += more.full;
+    window += more.window;
+    return *this;
+  }
+  // Whether these blocks fit in pools of `pools` blocks, a pool of 0 setting no limit.
+  bool fit_in(const KvBlockCounts& pools) const {
+    return (pools.full == 0 || full <= pools.full) && (pools.window == 0 || window <= pools.window);
+  }
+};
+
+// The first position a sliding-window layer reads for an input at `position`.
+inline int window_start(int window, int position) { return window > 0 ? std::max(0, position - window + 1) : 0; }
+// Window-pool blocks a sequence holds at most while a step feeds up to `step_inputs` inputs and
+// after, until its next step: those of the window before the step's first input and the step's
+// own, never more than its `positions`' blocks.
+int window_blocks_needed(int window, int positions, int step_inputs);
+
+// A stage's KV memory for its layer range: the blocks of its full-attention layers, and the
+// prefix index, in one pool; those of its sliding-window layers, which a sequence lets go once
+// its window has moved past them, in another whose index follows the first's chain. A range
+// without full-attention layers still keeps the chain in a pool of blocks without data.
+class KvMemory {
+ public:
+  KvMemory(const Config& config, LayerRange range, KvBlockCounts blocks, KvType type);
+  KvMemory(const KvMemory&) = delete;
+  KvMemory& operator=(const KvMemory&) = delete;
+
+  KvPool& full() { return full_; }
+  const KvPool& full() const { return full_; }
+  KvPool* window() { return window_.get(); }  // null without sliding-window layers
+  const KvPool* window() const { return window_.get(); }
+  int window_size() const { return window_size_; }  // 0 without sliding-window layers
+  KvType type() const { return full_.layout().type; }
+  KvBlockCounts blocks() const { return {full_.block_count(), window_ ? window_->block_count() : 0}; }
+
+  // Layer `layer` of the range (from 0): whether it slides, and where its keys and values lie
+  // in its pool's blocks (its index among the layers of that pool).
+  bool windowed(int layer) const { return windowed_[static_cast<size_t>(layer)]; }
+  int slot(int layer) const { return slot_[static_cast<size_t>(layer)]; }
+  KvPool& pool_of(int layer) { return windowed(layer) ? *window_ : full_; }
+  const KvPool& pool_of(int layer) const { return windowed(layer) ? *window_ : full_; }
+  int layer_count() const { return static_cast<int>(windowed_.size()); }
+
+ private:
+  std::vector<bool> windowed_;
+  std::vector<int> slot_;
+  int window_size_ = 0;
+  KvPool full_;
+  std::unique_ptr<KvPool> window_;
 };
 
 }  // namespace strata::model

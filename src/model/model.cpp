@@ -254,195 +254,6 @@ void add_in_place(std::vector<float>& x, const std::vector<float>& delta, size_t
 
 }  // namespace
 
-KvState::KvState(std::shared_ptr<KvPool> pool, int capacity) : pool_(std::move(pool)), capacity_(capacity) {}
-
-KvState::~KvState() { truncate(0); }
-
-int KvState::hold_prefix(std::span<const Token> tokens) {
-  if (size_ != 0 || !blocks_.empty()) throw std::logic_error("only a new sequence takes a cached prefix");
-  const int held = pool_->match(tokens, blocks_, links_);
-  size_ = held * kKvBlock;
-  ids_.assign(tokens.begin(), tokens.begin() + size_);
-  return size_;
-}
-
-void KvState::truncate(int positions) {
-  if (positions % kKvBlock != 0 || positions > size_) throw std::logic_error("a sequence keeps whole blocks only");
-  const size_t keep = static_cast<size_t>(positions / kKvBlock);
-  // Last block first: in the pool's LRU order a prefix then outlives its continuations,
-  // which no lookup can reach without it.
-  while (blocks_.size() > keep) {
-    pool_->unpin(blocks_.back());
-    blocks_.pop_back();
-  }
-  links_.resize(std::min(links_.size(), keep));
-  ids_.resize(std::min(ids_.size(), static_cast<size_t>(positions)));
-  size_ = positions;
-}
-
-void KvState::record(std::span<const Token> ids) {
-  ids_.insert(ids_.end(), ids.begin(), ids.end());
-  publish_full_blocks();
-}
-
-void KvState::publish_full_blocks() {
-  const size_t full = std::min(ids_.size(), static_cast<size_t>(size_)) / kKvBlock;
-  while (publishing_ && links_.size() < full) {
-    const size_t b = links_.size();
-    const auto link = pool_->publish(blocks_[b], b == 0 ? KvPool::Link{} : links_[b - 1],
-                                     std::span<const Token>(ids_).subspan(b * kKvBlock, kKvBlock));
-    if (link) {
-      links_.push_back(*link);
-    } else {
-      publishing_ = false;
-    }
-  }
-}
-
-namespace {
-
-// Copies `count` elements of T from `from` to `to`, `from_stride` and `to_stride` elements
-// apart: a head's keys between a block (dimension-major) and a row.
-template <typename T>
-void copy_strided(const void* from, size_t from_stride, void* to, size_t to_stride, int count) {
-  const auto* in = static_cast<const unsigned char*>(from);
-  auto* out = static_cast<unsigned char*>(to);
-  for (int i = 0; i < count; ++i) {
-    std::memcpy(out + static_cast<size_t>(i) * to_stride * sizeof(T), in + static_cast<size_t>(i) * from_stride * sizeof(T),
-                sizeof(T));
-  }
-}
-
-void copy_strided(KvType type, const void* from, size_t from_stride, void* to, size_t to_stride, int count) {
-  if (type == KvType::F16) {
-    copy_strided<uint16_t>(from, from_stride, to, to_stride, count);
-  } else {
-    copy_strided<float>(from, from_stride, to, to_stride, count);
-  }
-}
-
-}  // namespace
-
-void KvState::copy_rows(int layer, int positions, uint8_t* keys, uint8_t* values, bool into_blocks) const {
-  const KvLayout& layout = pool_->layout();
-  const size_t element = layout.element_bytes;
-  const size_t key_head_bytes = static_cast<size_t>(layout.key_dim) * element;
-  const size_t value_head_bytes = static_cast<size_t>(layout.value_dim) * element;
-  for (int position = 0; position < positions; ++position) {
-    std::byte* block = pool_->data(blocks_[static_cast<size_t>(position / kKvBlock)]);
-    const size_t lane = static_cast<size_t>(position % kKvBlock);
-    for (int h = 0; h < layout.kv_heads; ++h) {
-      const size_t key_row = (static_cast<size_t>(position) * layout.kv_heads + h) * key_head_bytes;
-      const size_t value_row = (static_cast<size_t>(position) * layout.kv_heads + h) * value_head_bytes;
-      // Keys lie dimension-major in the block, values position-major.
-      std::byte* block_keys = block + layout.key_offset(layer, h) + lane * element;
-      std::byte* block_values = block + layout.value_offset(layer, h) + lane * value_head_bytes;
-      if (into_blocks) {
-        copy_strided(layout.type, keys + key_row, 1, block_keys, kKvBlock, layout.key_dim);
-        std::memcpy(block_values, values + value_row, value_head_bytes);
-      } else {
-        copy_strided(layout.type, block_keys, kKvBlock, keys + key_row, 1, layout.key_dim);
-        std::memcpy(values + value_row, block_values, value_head_bytes);
-      }
-    }
-  }
-}
-
-void KvState::read(int layer, KvRows& keys, KvRows& values) const {
-  const KvLayout& layout = pool_->layout();
-  if (layer < 0 || layer >= layout.layer_count) throw std::invalid_argument("layer " + std::to_string(layer) + " is not held here");
-  keys.type = values.type = layout.type;
-  keys.bytes.resize(static_cast<size_t>(size_) * layout.key_row_elements() * layout.element_bytes);
-  values.bytes.resize(static_cast<size_t>(size_) * layout.value_row_elements() * layout.element_bytes);
-  copy_rows(layer, size_, keys.bytes.data(), values.bytes.data(), false);
-}
-
-void KvState::write(int layer, int positions, const KvRows& keys, const KvRows& values, std::span<const Token> ids) {
-  const KvLayout& layout = pool_->layout();
-  if (layer < 0 || layer >= layout.layer_count) throw std::invalid_argument("layer " + std::to_string(layer) + " is not held here");
-  const size_t key_row = layout.key_row_elements();
-  const size_t value_row = layout.value_row_elements();
-  const size_t element = kv_element_bytes(keys.type);
-  if (positions < 0 || positions > capacity_ || (size_ != 0 && size_ != positions) || keys.type != values.type ||
-      keys.bytes.size() != static_cast<size_t>(positions) * key_row * element ||
-      values.bytes.size() != static_cast<size_t>(positions) * value_row * element) {
-    throw std::invalid_argument("the keys and values of " + std::to_string(positions) +
-                                " positions do not match this sequence's shape, capacity or positions");
-  }
-  if (!reserve(positions)) throw KvPoolFull("the KV pool has no room for a sequence handed over");
-  if (keys.type == layout.type) {
-    copy_rows(layer, positions, const_cast<uint8_t*>(keys.bytes.data()), const_cast<uint8_t*>(values.bytes.data()), true);
-  } else {
-    // Rows as floats for store(), which rounds them into an f16 pool as the forward pass does
-    // its own; halves into an f32 pool widen exactly.
-    std::vector<uint16_t> halves(keys.type == KvType::F16 ? std::max(key_row, value_row) : 0);
-    std::vector<float> k(key_row), v(value_row);
-    const auto as_floats = [&](const uint8_t* row, std::vector<float>& out) {
-      if (keys.type == KvType::F32) {
-        std::memcpy(out.data(), row, out.size() * element);
-        return;
-      }
-      std::memcpy(halves.data(), row, out.size() * element);
-      tensor::fp16_to_fp32(halves.data(), out.data(), static_cast<int64_t>(out.size()));
-    };
-    for (int position = 0; position < positions; ++position) {
-      as_floats(keys.bytes.data() + static_cast<size_t>(position) * key_row * element, k);
-      as_floats(values.bytes.data() + static_cast<size_t>(position) * value_row * element, v);
-      store(layer, position, k.data(), v.data());
-    }
-  }
-  // Nothing enters the index before every layer holds its data: a sequence that took a block
-  // over from there would read layers not yet written.
-  if (written_layers_.empty()) {
-    written_layers_.assign(static_cast<size_t>(layout.layer_count), false);
-    ids_.assign(ids.begin(), ids.end());
-    publishing_ = false;
-  }
-  const bool known = ids.size() == static_cast<size_t>(positions) && std::equal(ids.begin(), ids.end(), ids_.begin(), ids_.end());
-  if (!known) ids_.clear();  // unknown, or not the same on every layer: never published
-  size_ = positions;
-  written_layers_[static_cast<size_t>(layer)] = true;
-  if (!ids_.empty() && std::all_of(written_layers_.begin(), written_layers_.end(), [](bool w) { return w; })) {
-    publishing_ = true;
-    publish_full_blocks();
-  }
-}
-
-bool KvState::reserve(int positions) {
-  const size_t needed = static_cast<size_t>((positions + kKvBlock - 1) / kKvBlock);
-  while (blocks_.size() < needed) {
-    const std::optional<int> block = pool_->allocate();
-    if (!block) return false;
-    blocks_.push_back(*block);
-  }
-  return true;
-}
-
-void KvState::store(int layer, int position, const float* k, const float* v) {
-  const KvLayout& layout = pool_->layout();
-  std::byte* block = pool_->data(blocks_[static_cast<size_t>(position / kKvBlock)]);
-  const int lane = position % kKvBlock;
-  const int key_dim = layout.key_dim;
-  const int value_dim = layout.value_dim;
-  for (int h = 0; h < layout.kv_heads; ++h) {
-    std::byte* keys = block + layout.key_offset(layer, h);
-    std::byte* values = block + layout.value_offset(layer, h);
-    const float* k_head = k + h * key_dim;
-    const float* v_head = v + h * value_dim;
-    if (layout.type == KvType::F16) {
-      auto* key_halves = reinterpret_cast<uint16_t*>(keys);
-      auto* value_halves = reinterpret_cast<uint16_t*>(values) + lane * value_dim;
-      for (int d = 0; d < key_dim; ++d) key_halves[d * kKvBlock + lane] = tensor::fp32_to_fp16(k_head[d]);
-      for (int d = 0; d < value_dim; ++d) value_halves[d] = tensor::fp32_to_fp16(v_head[d]);
-    } else {
-      auto* key_floats = reinterpret_cast<float*>(keys);
-      auto* value_floats = reinterpret_cast<float*>(values) + lane * value_dim;
-      for (int d = 0; d < key_dim; ++d) key_floats[d * kKvBlock + lane] = k_head[d];
-      for (int d = 0; d < value_dim; ++d) value_floats[d] = v_head[d];
-    }
-  }
-}
-
 std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file) {
   const Config config = Config::from_gguf(*file);
   return load(std::move(file), LayerRange{0, config.layer_count});
@@ -590,12 +401,13 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
   return m;
 }
 
-std::shared_ptr<KvPool> Model::new_kv_pool(int blocks, KvType type) const {
-  return std::make_shared<KvPool>(KvLayout(config_, range_.size(), type), blocks);
+std::shared_ptr<KvMemory> Model::new_kv_memory(KvBlockCounts blocks, KvType type) const {
+  return std::make_shared<KvMemory>(config_, range_, blocks, type);
 }
 
 std::unique_ptr<KvState> Model::new_sequence(int capacity, KvType type) const {
-  return std::make_unique<KvState>(new_kv_pool((capacity + kKvBlock - 1) / kKvBlock, type), capacity);
+  const int blocks = (capacity + kKvBlock - 1) / kKvBlock;
+  return std::make_unique<KvState>(new_kv_memory({blocks, blocks}, type), capacity);
 }
 
 uint64_t Model::weight_bytes() const {
@@ -699,15 +511,16 @@ void Model::attention(int layer_index, const Layer& layer, tensor::ThreadPool& p
       const int first_head = kv_head * group + static_cast<int>(item % items_per_kv_head) * heads_per_item;
       const int n_heads = std::min(heads_per_item, (kv_head + 1) * group - first_head);
       const KvState& kv = *row_kv_[row];
-      const KvLayout& layout = kv.pool_->layout();
+      const KvLayout& layout = kv.layout(layer_index);
       const bool halves = layout.type == KvType::F16;
-      const size_t key_offset = layout.key_offset(layer_index, kv_head);
-      const size_t value_offset = layout.value_offset(layer_index, kv_head);
+      const int slot = kv.memory_->slot(layer_index);
+      const size_t key_offset = layout.key_offset(slot, kv_head);
+      const size_t value_offset = layout.value_offset(slot, kv_head);
       widened.resize(std::max(layout.key_elements, layout.value_elements));
       // A block's keys or values (`elements` of them) as floats: in place, or widened exactly
       // from f16 (so the sums below are those of fp32 storage holding the same values).
       const auto floats = [&](int block, size_t offset, size_t elements) {
-        const std::byte* p = kv.block_data(block) + offset;
+        const std::byte* p = kv.block_data(layer_index, block) + offset;
         if (!halves) return reinterpret_cast<const float*>(p);
         tensor::fp16_to_fp32(reinterpret_cast<const uint16_t*>(p), widened.data(), static_cast<int64_t>(elements));
         return static_cast<const float*>(widened.data());
@@ -1037,7 +850,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
   attn_out_.resize(n * c.q_dim());
   proj_.resize(n * dim);
   for (const SequenceSlice& s : slices) {
-    if (!s.kv->reserve(s.kv->size() + s.token_count)) {
+    if (!s.kv->reserve_step(s.token_count)) {
       throw KvPoolFull("the KV pool has no free block for a sequence of " +
                        std::to_string(s.kv->size() + s.token_count) + " positions");
     }

@@ -18,74 +18,11 @@
 #include "gguf/gguf.h"
 #include "model/config.h"
 #include "model/kv_pool.h"
+#include "model/kv_state.h"
 #include "tensor/matmul.h"
 #include "tensor/thread_pool.h"
 
 namespace strata::model {
-
-// One sequence's block table for the layers of one range: its positions' keys and values in
-// blocks of its pool, the leading ones possibly shared with other sequences through the
-// pool's prefix index. Its blocks are unpinned when it is dropped.
-class KvState {
- public:
-  KvState(std::shared_ptr<KvPool> pool, int capacity);
-  ~KvState();
-  KvState(const KvState&) = delete;
-  KvState& operator=(const KvState&) = delete;
-  int size() const { return size_; }
-  int capacity() const { return capacity_; }
-
-  // Positions [0, size()) of layer `layer` (of its range, from 0) as rows in the pool's type,
-  // keys then values: the form in which a sequence's state moves to another node.
-  void read(int layer, KvRows& keys, KvRows& values) const;
-  // Writes positions [0, positions) of layer `layer` from such rows: copied bit for bit from
-  // rows of the pool's type; from others, widened exactly (f16 into f32) or rounded to the
-  // nearest (f32 into f16), as the forward pass stores its own. The state then holds
-  // `positions` positions: every one of its layers must be written before it is used. `ids`
-  // are those positions' token ids, or empty when unknown: once every layer is written with
-  // the same ids, the full blocks enter the pool's prefix index. Throws KvPoolFull when the
-  // pool has no room.
-  void write(int layer, int positions, const KvRows& keys, const KvRows& values, std::span<const Token> ids);
-  // The token ids of the positions recorded (or written) so far; fewer than size() when they
-  // are not known.
-  std::span<const Token> ids() const { return ids_; }
-
-  // For a sequence that holds nothing yet: takes the longest run of leading full blocks of
-  // `tokens` that the pool's index holds. Returns the positions taken.
-  int hold_prefix(std::span<const Token> tokens);
-  // Keeps the first `positions` positions, a whole number of blocks, and lets the rest go.
-  void truncate(int positions);
-  // Records the ids of the inputs the last forward computed, and enters the blocks they
-  // filled in the pool's prefix index (never a partial block).
-  void record(std::span<const Token> ids);
-
- private:
-  friend class Model;
-  // Copies positions [0, positions) of `layer` between the blocks and rows of the pool's type
-  // (KvLayout's key and value rows): into the blocks, or out of them.
-  void copy_rows(int layer, int positions, uint8_t* keys, uint8_t* values, bool into_blocks) const;
-  // Takes blocks for `positions` positions; false when the pool cannot give them.
-  bool reserve(int positions);
-  // Writes position `position` of `layer`: k and v are its key and value rows as floats.
-  void store(int layer, int position, const float* k, const float* v);
-  const std::byte* block_data(int block) const { return pool_->data(blocks_[static_cast<size_t>(block)]); }
-  // Enters the full blocks of known ids not yet in the index, while the chain holds.
-  void publish_full_blocks();
-
-  std::shared_ptr<KvPool> pool_;
-  int capacity_;
-  int size_ = 0;
-  std::vector<int> blocks_;
-  std::vector<Token> ids_;              // of the positions recorded so far
-  std::vector<KvPool::Link> links_;     // per full block entered in (or found in) the index
-  bool publishing_ = true;              // false once a hash collision broke the chain, or ids are unknown
-  std::vector<bool> written_layers_;    // by write(), until every layer is
-};
-
-// A forward that needs more KV blocks than its pool has free: nothing was computed.
-struct KvPoolFull : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 // What the last range returns for a sequence's inputs.
 enum class SliceOutput {
@@ -117,9 +54,9 @@ class Model {
   const Config& config() const { return config_; }
   LayerRange range() const { return range_; }
   const gguf::File& file() const { return *file_; }
-  // A pool of `blocks` blocks for this range's layers.
-  std::shared_ptr<KvPool> new_kv_pool(int blocks, KvType type) const;
-  // A sequence with a pool of its own, just large enough for `capacity` positions.
+  // KV memory of `blocks` blocks for this range's layers.
+  std::shared_ptr<KvMemory> new_kv_memory(KvBlockCounts blocks, KvType type) const;
+  // A sequence with memory of its own, just large enough for `capacity` positions.
   std::unique_ptr<KvState> new_sequence(int capacity, KvType type = KvType::F32) const;
   // Bytes of weights read for one token through this range: of a Mixture-of-Experts FFN, only
   // the experts a token runs (as many as it chooses, each of the same size).

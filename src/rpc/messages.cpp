@@ -240,8 +240,12 @@ void check_layer_kv(const LayerKv& kv, const std::string& path) {
   check_layer(field("layer"), kv.layer());
   check_integer(field("positions"), kv.positions(), 0, kMaxCapacity);
   check_integer(field("capacity"), kv.capacity(), kv.positions(), kMaxCapacity);
+  check_integer(field("first_position"), kv.first_position(), 0, kv.positions());
+  if (kv.first_position() % model::kKvBlock != 0) {
+    refuse(field("first_position"), "is not a whole number of blocks of " + std::to_string(model::kKvBlock));
+  }
   const size_t element = model::kv_element_bytes(wire_type(kv));
-  const size_t positions = static_cast<size_t>(kv.positions());
+  const size_t positions = static_cast<size_t>(kv.positions() - kv.first_position());
   // Rows of the values may be narrower than the keys' (latent attention stores none: its
   // values are its keys' latent), never ragged.
   const auto whole_rows = [&](const std::string& bytes, bool may_be_empty) {
@@ -257,7 +261,7 @@ void check_layer_kv(const LayerKv& kv, const std::string& path) {
                                 std::to_string(kv.keys().size()));
   }
   if (kv.tokens_size() != 0 && kv.tokens_size() != kv.positions()) {
-    refuse(field("tokens"), "hold " + std::to_string(kv.tokens_size()) + " ids for " + std::to_string(positions) +
+    refuse(field("tokens"), "hold " + std::to_string(kv.tokens_size()) + " ids for " + std::to_string(kv.positions()) +
                                 " positions");
   }
   check_tokens(field("tokens"), kv.tokens(), kMaxCapacity);
@@ -421,6 +425,7 @@ void to_message(const engine::LayerKv& kv, LayerKv& out) {
   out.set_layer(kv.layer);
   out.set_positions(kv.positions);
   out.set_capacity(kv.capacity);
+  out.set_first_position(kv.first_position);
   if (kv.keys.type != kv.values.type) throw std::invalid_argument("a layer's keys and values differ in type");
   out.set_half(kv.keys.type == model::KvType::F16);
   out.set_keys(kv.keys.bytes.data(), kv.keys.bytes.size());
@@ -433,6 +438,7 @@ engine::LayerKv from_message(const LayerKv& message) {
           message.layer(),
           message.positions(),
           message.capacity(),
+          message.first_position(),
           {wire_type(message), std::vector<uint8_t>(message.keys().begin(), message.keys().end())},
           {wire_type(message), std::vector<uint8_t>(message.values().begin(), message.values().end())},
           std::vector<engine::Token>(message.tokens().begin(), message.tokens().end())};

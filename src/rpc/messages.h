@@ -22,7 +22,7 @@ namespace strata::rpc {
 // and sends no logits back, which a node of 5 would send, as it would the logits of every prompt
 // chunk (SequenceWork.output NOTHING); a stage passes its rows on to the next ones itself
 // (ForwardRequest.then, ForwardReply.failure), which a node of 5 would ignore.
-inline constexpr uint32_t kProtocolVersion = 6;
+inline constexpr uint32_t kProtocolVersion = 7;
 
 // What a node can say it is doing (NodeInfo.state): placed nowhere yet, placed elsewhere,
 // fetching or loading its layers, holding them, leading the placement it serves, or taking no

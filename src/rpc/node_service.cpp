@@ -240,7 +240,9 @@ class NodeServer::Service final : public Node::Service {
     const std::shared_ptr<engine::Stage> stage = handler_.stage(request->epoch(), why);
     if (!stage) return {grpc::StatusCode::FAILED_PRECONDITION, why};
     try {
-      reply->set_pool_blocks(stage->kv_blocks());
+      const model::KvBlockCounts pools = stage->kv_blocks();
+      reply->set_pool_blocks(pools.full);
+      reply->set_window_pool_blocks(pools.window);
       if (request->sequence_id() != 0) {
         const std::vector<engine::Token> tokens(request->tokens().begin(), request->tokens().end());
         reply->set_positions(stage->hold_prefix(request->sequence_id(), request->capacity(), tokens));

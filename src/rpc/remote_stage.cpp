@@ -229,10 +229,21 @@ HoldPrefixReply RemoteStage::hold(engine::SequenceId id, int capacity, std::span
 }
 
 int RemoteStage::hold_prefix(engine::SequenceId id, int capacity, std::span<const engine::Token> tokens) {
-  return hold(id, capacity, tokens).positions();
+  const int positions = hold(id, capacity, tokens).positions();
+  if (positions < 0 || static_cast<size_t>(positions) > tokens.size() || positions % model::kKvBlock != 0) {
+    throw std::runtime_error("node " + peer_id_ + " says it holds " + std::to_string(positions) + " positions of a prefix of " +
+                             std::to_string(tokens.size()));
+  }
+  return positions;
 }
 
-int RemoteStage::kv_blocks() { return hold(0, 0, {}).pool_blocks(); }
+model::KvBlockCounts RemoteStage::kv_blocks() {
+  const HoldPrefixReply reply = hold(0, 0, {});
+  if (reply.pool_blocks() < 0 || reply.window_pool_blocks() < 0) {
+    throw std::runtime_error("node " + peer_id_ + " says its KV pools have a negative size");
+  }
+  return {reply.pool_blocks(), reply.window_pool_blocks()};
+}
 
 void RemoteStage::release(std::span<const engine::SequenceId> ids) {
   if (ids.empty()) return;  // no call, which a silent node would hold until its deadline

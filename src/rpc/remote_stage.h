@@ -64,7 +64,7 @@ class RemoteStage final : public engine::Stage {
   void write_kv(const engine::LayerKv& kv) override;
   // Unary calls beside the batch stream: safe while a batch is in flight.
   int hold_prefix(engine::SequenceId id, int capacity, std::span<const engine::Token> tokens) override;
-  int kv_blocks() override;
+  model::KvBlockCounts kv_blocks() override;
 
  private:
   // An open Forward stream: one thread writes on it, one reads.

@@ -36,7 +36,7 @@ class PeakStage final : public Stage {
   int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) override {
     return inner_->hold_prefix(id, capacity, tokens);
   }
-  int kv_blocks() override { return inner_->kv_blocks(); }
+  model::KvBlockCounts kv_blocks() override { return inner_->kv_blocks(); }
   size_t peak() const { return peak_; }
 
  private:
@@ -66,7 +66,7 @@ class GatedStage final : public Stage {
     changed_.notify_all();
     return held;
   }
-  int kv_blocks() override { return inner_->kv_blocks(); }
+  model::KvBlockCounts kv_blocks() override { return inner_->kv_blocks(); }
   void wait_until_gated() {
     std::unique_lock lock(mutex_);
     changed_.wait(lock, [&] { return gated_; });

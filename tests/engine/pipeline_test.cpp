@@ -39,7 +39,7 @@ struct Stages {
       pools.push_back(std::make_unique<tensor::ThreadPool>(1));
       local.push_back(std::make_shared<LocalStage>(
           model::Model::load(file, model::LayerRange{cuts[i], cuts[i + 1]}), *pools.back(),
-          KvOptions{.blocks = 256}));
+          KvOptions{.blocks = {256}}));
     }
   }
   std::vector<std::shared_ptr<Stage>> list() const { return {local.begin(), local.end()}; }
@@ -91,7 +91,7 @@ class WrappedStage : public Stage {
   int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) override {
     return inner_->hold_prefix(id, capacity, tokens);
   }
-  int kv_blocks() override { return inner_->kv_blocks(); }
+  model::KvBlockCounts kv_blocks() override { return inner_->kv_blocks(); }
 
  protected:
   std::shared_ptr<LocalStage> inner_;

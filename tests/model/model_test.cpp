@@ -712,7 +712,7 @@ TEST_P(KvStateMove, RowsMoveBitForBitAndConvertBetweenPoolTypes) {
         ASSERT_EQ(keys.type, from);
         ASSERT_EQ(keys.elements(), 32u * config.kv_dim());
         ASSERT_EQ(values.elements(), 32u * config.kv_head_count * config.cached_value_dim());
-        moved->write(layer, source->size(), keys, values, {});
+        moved->write(layer, 0, source->size(), keys, values, {});
         KvRows moved_keys, moved_values;
         moved->read(layer, moved_keys, moved_values);
         ASSERT_EQ(moved_keys.type, to);

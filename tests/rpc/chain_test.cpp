@@ -50,7 +50,7 @@ class HoldableStage final : public engine::Stage {
   int hold_prefix(engine::SequenceId id, int capacity, std::span<const engine::Token> tokens) override {
     return inner_->hold_prefix(id, capacity, tokens);
   }
-  int kv_blocks() override { return inner_->kv_blocks(); }
+  model::KvBlockCounts kv_blocks() override { return inner_->kv_blocks(); }
   void hold(bool held) {
     {
       std::lock_guard lock(mutex_);
@@ -75,7 +75,7 @@ class RangeNode final : public NodeHandler {
         key_(std::move(key)),
         pool_(1),
         stage_(std::make_shared<HoldableStage>(std::make_shared<engine::LocalStage>(
-            model::Model::load(dreams(), model::LayerRange{first, last}), pool_, engine::KvOptions{.blocks = 64}))),
+            model::Model::load(dreams(), model::LayerRange{first, last}), pool_, engine::KvOptions{.blocks = {64}}))),
         server_(*this, id_, key_, "127.0.0.1", 0, [](const std::string&) {}) {}
 
   std::string address() const { return "127.0.0.1:" + std::to_string(server_.port()); }
@@ -137,7 +137,7 @@ struct Chain {
   Chain() {
     b.knows("c", c.address());
     leader_stage = std::make_shared<engine::LocalStage>(model::Model::load(dreams(), model::LayerRange{0, 2}), pool,
-                                                        engine::KvOptions{.blocks = 64});
+                                                        engine::KvOptions{.blocks = {64}});
     const auto lost = [this](const std::string& peer, bool) {
       std::lock_guard lock(mutex);
       lost_peers.push_back(peer);

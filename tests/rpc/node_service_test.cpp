@@ -716,6 +716,14 @@ TEST_F(NodeServiceTest, HandsOverStateAndRefusesMalformedState) {
   LayerKv ids_short = kv;
   ids_short.mutable_tokens()->RemoveLast();
   EXPECT_EQ(write(ids_short, kEpoch).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  LayerKv window_past_end = kv;  // rows of a window that starts after the positions end
+  window_past_end.set_first_position(16);
+  EXPECT_EQ(write(window_past_end, kEpoch).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  LayerKv window_in_a_block = kv;  // a window starts at a block's first position
+  window_in_a_block.set_first_position(1);
+  window_in_a_block.set_keys(kv.keys().substr(kv.keys().size() / 2));
+  window_in_a_block.set_values(kv.values().substr(kv.values().size() / 2));
+  EXPECT_EQ(write(window_in_a_block, kEpoch).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   ASSERT_TRUE(write(kv, kEpoch).ok());
   LayerKv copied;
   ASSERT_TRUE(read(2, 2, key_, &copied).ok());
@@ -726,11 +734,11 @@ TEST_F(NodeServiceTest, HandsOverStateAndRefusesMalformedState) {
 }
 
 // Rows of an f16 pool travel as half floats, in half the bytes, those of an f32 pool as floats;
-// either way the same bits arrive.
+// either way the same bits arrive. A sliding-window layer's rows start where its window does.
 TEST(LayerKvMessage, TravelsInThePoolsElementTypeBitForBit) {
   for (const model::KvType type : {model::KvType::F16, model::KvType::F32}) {
     const size_t element = model::kv_element_bytes(type);
-    engine::LayerKv kv{7, 3, 2, 16, {type, {}}, {type, {}}, {1, 2}};
+    engine::LayerKv kv{7, 3, 18, 32, 16, {type, {}}, {type, {}}, std::vector<engine::Token>(18, 1)};
     for (size_t i = 0; i < 4 * element; ++i) {  // 2 positions of a kv_dim of 2
       kv.keys.bytes.push_back(static_cast<uint8_t>(i * 37 + 1));
       kv.values.bytes.push_back(static_cast<uint8_t>(i * 11 + 5));
@@ -746,6 +754,8 @@ TEST(LayerKvMessage, TravelsInThePoolsElementTypeBitForBit) {
     EXPECT_EQ(back.values.type, type);
     EXPECT_EQ(back.values.bytes, kv.values.bytes);
     EXPECT_EQ(back.tokens, kv.tokens);
+    EXPECT_EQ(back.first_position, 16);
+    EXPECT_EQ(back.positions, 18);
   }
 }
 
