@@ -227,5 +227,50 @@ TEST(KvPoolTest, AnEvictedParentOrphansItsChildren) {
   pool.unpin(a);
 }
 
+// A window pool keeps its blocks under the links of the full pool's chain, which verify the
+// tokens before them: a block is found only after the same parent, with the same ids.
+TEST(KvPoolTest, ABlockBesideAnotherChainIsFoundOnlyAfterItsParentWithItsIds) {
+  KvPool full = make_pool(4);
+  KvPool window = make_pool(4);
+  const std::vector<Token> tokens = ids(2);
+  const std::vector<int> chain = publish_chain(full, tokens);
+  std::vector<int> blocks;
+  std::vector<KvPool::Link> links;
+  ASSERT_EQ(full.match(tokens, blocks, links), 2);
+  const int beside = *window.allocate();
+  window.publish_beside(beside, links[0], block_ids(tokens, 1));
+  window.unpin(beside);
+  EXPECT_EQ(window.find_beside(links[0], block_ids(tokens, 1)), beside);
+  EXPECT_FALSE(window.find_beside({}, block_ids(tokens, 1))) << "after another parent";
+  EXPECT_FALSE(window.find_beside(links[0], block_ids(tokens, 0))) << "other ids";
+  EXPECT_FALSE(window.find_beside({links[0].hash, links[0].serial + 7}, block_ids(tokens, 1))) << "a parent since replaced";
+  EXPECT_EQ(window.stats().pinned_blocks, 0) << "a lookup pins nothing";
+  unpin_all(full, chain);
+  unpin_all(full, blocks);
+}
+
+// An entry left by a chain the full pool has since let go (its parent computed again under a
+// new serial) gives way to the new one at once, so the window pool does not wait for the LRU.
+TEST(KvPoolTest, AnEntryOfAGoneChainGivesWayBesideTheNewOne) {
+  KvPool window = make_pool(3);
+  const std::vector<Token> tokens = ids(1);
+  const KvPool::Link old_parent{42, 1};
+  const KvPool::Link new_parent{42, 2};
+  const int stale = *window.allocate();
+  window.publish_beside(stale, old_parent, block_ids(tokens, 0));
+  window.unpin(stale);
+  const int fresh = *window.allocate();
+  window.publish_beside(fresh, new_parent, block_ids(tokens, 0));
+  EXPECT_EQ(window.find_beside(new_parent, block_ids(tokens, 0)), fresh);
+  EXPECT_FALSE(window.find_beside(old_parent, block_ids(tokens, 0)));
+  const KvPoolStats stats = window.stats();
+  EXPECT_EQ(stats.used_blocks, 1) << "the stale block is free, not cached";
+  const int again = *window.allocate();
+  window.publish_beside(again, new_parent, block_ids(tokens, 0));
+  EXPECT_EQ(window.find_beside(new_parent, block_ids(tokens, 0)), fresh) << "the same block again stays private";
+  window.unpin(again);
+  window.unpin(fresh);
+}
+
 }  // namespace
 }  // namespace strata::model
