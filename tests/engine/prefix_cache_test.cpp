@@ -3,10 +3,14 @@
 // and on three, whatever its stages still hold.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <future>
 
 #include "engine/engine.h"
 #include "engine/local_stage.h"
+#include "model/synthetic.h"
 #include "outcome.h"
 
 namespace strata::engine {
@@ -211,6 +215,113 @@ TEST(PrefixCache, StateHandedOverEntersTheNewStagesIndexOnceEveryLayerIsWritten)
     EXPECT_EQ(held, with_tokens ? 2 * model::kKvBlock : 0);
     EXPECT_EQ(taking_over->forward(batch(3, held, 40 - held)).rows, expected) << "the same bits as computing it all";
   }
+}
+
+// A local stage that can hold only some prefix lengths (as a stage whose sliding-window layers
+// lack the window of others), and remembers what it was asked for.
+class SomeHoldsStage final : public Stage {
+ public:
+  SomeHoldsStage(std::shared_ptr<LocalStage> inner, std::vector<int> holdable)
+      : inner_(std::move(inner)), holdable_(std::move(holdable)) {}
+  StageOutput forward(const StageBatch& batch) override { return inner_->forward(batch); }
+  void release(std::span<const SequenceId> ids) override { inner_->release(ids); }
+  int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) override {
+    asked.push_back(static_cast<int>(tokens.size()));
+    int most = 0;
+    for (int length : holdable_) {
+      if (length <= static_cast<int>(tokens.size())) most = std::max(most, length);
+    }
+    return inner_->hold_prefix(id, capacity, tokens.first(static_cast<size_t>(most)));
+  }
+  model::KvBlockCounts kv_blocks() override { return inner_->kv_blocks(); }
+  std::vector<int> asked;  // by the engine's loop thread, read once it is idle
+
+ private:
+  std::shared_ptr<LocalStage> inner_;
+  std::vector<int> holdable_;
+};
+
+// Stages that each hold some prefixes only are asked again for the least one held, until every
+// stage holds the same: the first batch starts there on all of them, with the same output.
+TEST(PrefixCache, StagesAreAskedAgainUntilTheyHoldTheSamePrefix) {
+  auto file = std::shared_ptr<const gguf::File>(gguf::File::open(kDreams));
+  std::vector<std::unique_ptr<tensor::ThreadPool>> pools;
+  std::vector<std::shared_ptr<SomeHoldsStage>> stages;
+  const std::vector<std::vector<int>> holdable{{0, 16, 48}, {0, 16, 32, 64}};
+  for (int i = 0; i < 2; ++i) {
+    pools.push_back(std::make_unique<tensor::ThreadPool>(1));
+    stages.push_back(std::make_shared<SomeHoldsStage>(
+        std::make_shared<LocalStage>(model::Model::load(file, model::LayerRange{2 * i, 2 * i + 2}), *pools.back(),
+                                     KvOptions{model::KvType::F32, 64}),
+        holdable[static_cast<size_t>(i)]));
+  }
+  Engine engine(std::vector<std::shared_ptr<Stage>>(stages.begin(), stages.end()), 512, [](Token t) { return t == 2; },
+                EngineOptions{.context_size = kContext, .max_parallel = 2, .prefix_cache = true});
+  Cluster off({0, 4}, false);
+  const GenerationRequest first = request(tokens(75, 3), 8);
+  submit_for_outcome(engine, first).get();
+  for (auto& stage : stages) stage->asked.clear();
+  const GenerationRequest again = request(concat(tokens(75, 3), tokens(5, 4)), 12);
+  const Outcome got = submit_for_outcome(engine, again).get();
+  expect_same(got, off.run(again), "from the prefix the stages agreed on");
+  EXPECT_EQ(cached(got), 16);
+  // 64: the whole blocks before the prompt's last token. Stage 0 holds 48 of them, stage 1 32
+  // of those; stage 0, asked again, 16, which stage 1 holds too.
+  EXPECT_EQ(stages[0]->asked, (std::vector<int>{64, 32}));
+  EXPECT_EQ(stages[1]->asked, (std::vector<int>{48, 16}));
+}
+
+// gpt-oss-tiny's layers over three stages, the first of window layers alone (its full pool
+// keeps only the prefix index): every answer is the same with the cache and without, also
+// after one stage's small window pool has let a prefix's window go.
+TEST(PrefixCache, SlidingWindowStagesReuseAPrefixOnlyWhereEveryLayerHoldsItsWindow) {
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("strata_prefix_cache_test_" + std::to_string(::getpid()) + ".gguf");
+  model::write_synthetic_model(*model::find_synthetic_shape("gpt-oss-tiny"), model::parse_weight_types("F32"),
+                               path.string(), 5);
+  auto file = std::shared_ptr<const gguf::File>(gguf::File::open(path.string()));
+  std::filesystem::remove(path);
+  const model::Config config = model::Config::from_gguf(*file);
+  ASSERT_TRUE(config.is_sliding(0) && !config.is_sliding(1));
+  const auto run_all = [&](bool prefix_cache, const std::vector<GenerationRequest>& requests) {
+    std::vector<std::unique_ptr<tensor::ThreadPool>> pools;
+    std::vector<std::shared_ptr<LocalStage>> stages;
+    const std::vector<int> cuts{0, 1, 3, 4};
+    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+      pools.push_back(std::make_unique<tensor::ThreadPool>(1));
+      const model::LayerRange range{cuts[i], cuts[i + 1]};
+      model::KvBlockCounts blocks = kv_pool_blocks(config, range, model::KvType::F16, 0, kContext, 2, 16);
+      // The middle stage's window pool just holds two sequences' windows, so that another
+      // prompt evicts the windows it had cached; the first keeps its own, and is asked again.
+      blocks.window = i == 1 ? 6 : 64;
+      stages.push_back(std::make_shared<LocalStage>(model::Model::load(file, range), *pools.back(),
+                                                    KvOptions{model::KvType::F16, blocks}));
+    }
+    Engine engine(std::vector<std::shared_ptr<Stage>>(stages.begin(), stages.end()), config.vocab_size,
+                  [](Token) { return false; },
+                  EngineOptions{.context_size = kContext, .max_parallel = 2, .prefill_chunk = 16,
+                                .prefix_cache = prefix_cache, .sliding_window = config.sliding_window});
+    std::vector<Outcome> outcomes;
+    for (const GenerationRequest& r : requests) outcomes.push_back(submit_for_outcome(engine, r).get());
+    return outcomes;
+  };
+  std::vector<Token> system;
+  for (int i = 0; i < 50; ++i) system.push_back(static_cast<Token>(3 + (i * 37) % 2000));
+  const auto turn = [&](int n) {
+    std::vector<Token> question;
+    for (int i = 0; i < 9; ++i) question.push_back(static_cast<Token>(5 + (n * 101 + i * 13) % 2000));
+    return request(concat(system, question), 10, n % 2 == 0 ? 0.0f : 0.7f, 3 + n);
+  };
+  // Two turns on the system prompt, another prompt that takes the first stage's window pool,
+  // two more turns.
+  const std::vector<GenerationRequest> requests{turn(0), turn(1), request(tokens(60, 9), 30), turn(2), turn(3)};
+  const std::vector<Outcome> without = run_all(false, requests);
+  const std::vector<Outcome> with = run_all(true, requests);
+  for (size_t i = 0; i < requests.size(); ++i) expect_same(with[i], without[i], "request " + std::to_string(i));
+  // The whole blocks before the last prompt token: 48 of 59.
+  EXPECT_EQ(cached(with[1]), 48);
+  EXPECT_LT(cached(with[3]), 48) << "the middle stage lost the system prompt's last window";
+  EXPECT_EQ(cached(with[4]), 48) << "computed again by the turn before";
 }
 
 TEST(PrefixCache, StagesHoldNoSequenceAfterward) {
