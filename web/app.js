@@ -132,6 +132,11 @@ function nodeCard(node, stage) {
     bar.firstChild.style.width = `${Math.min(100, share * 100)}%`;
     card.append(bar);
   }
+  const windowKv = kv && kv.window;  // the sliding-window layers' pool
+  if (windowKv && windowKv.pool_blocks) {
+    card.append(element("div", { class: "row" }, "window KV ",
+                        element("b", {}, `${windowKv.used_blocks}/${windowKv.pool_blocks} blocks`)));
+  }
   const speed = stageSpeed(node, Date.now());
   if (speed !== null) card.append(element("div", { class: "row speed" }, "stage ", element("b", {}, `${speed.toFixed(1)} tokens/s`)));
   if (node.problem) card.append(element("div", { class: "row" }, node.problem));

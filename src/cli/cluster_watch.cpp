@@ -56,9 +56,15 @@ std::string node_figures(const nlohmann::json& before, const nlohmann::json& aft
     }
     const auto& kv = node["kv_cache"];
     char line[256];
-    std::snprintf(line, sizeof line, "  %s: stage %s inputs/s, KV %d/%d blocks\n",
-                  node.value("id", "?").c_str(), rate.c_str(), kv.value("used_blocks", 0), kv.value("pool_blocks", 0));
+    std::snprintf(line, sizeof line, "  %s: stage %s inputs/s, KV %d/%d blocks", node.value("id", "?").c_str(),
+                  rate.c_str(), kv.value("used_blocks", 0), kv.value("pool_blocks", 0));
     out += line;
+    if (kv.contains("window")) {  // the sliding-window layers' pool
+      std::snprintf(line, sizeof line, ", window KV %d/%d", kv["window"].value("used_blocks", 0),
+                    kv["window"].value("pool_blocks", 0));
+      out += line;
+    }
+    out += "\n";
   }
   return out;
 }

@@ -34,6 +34,18 @@ void write_kv_pool(const rpc::KvCacheStats& kv, metrics::Exposition& out) {
               static_cast<double>(kv.misses()));
   out.counter("strata_kv_evictions_total", "Cached blocks given to other sequences.", {},
               static_cast<double>(kv.evictions()));
+  if (!kv.has_window()) return;
+  const rpc::KvCacheStats& window = kv.window();
+  const double window_used = window.used_blocks();
+  out.gauge("strata_kv_window_blocks", "This node's blocks of its sliding-window layers' KV pool, which a sequence "
+            "lets go as its window moves on: used, pinned or free, as strata_kv_blocks.",
+            {{"state", "used"}}, window_used);
+  out.gauge("strata_kv_window_blocks", "", {{"state", "pinned"}}, window.pinned_blocks());
+  out.gauge("strata_kv_window_blocks", "", {{"state", "free"}}, std::max(0.0, window.pool_blocks() - window_used));
+  out.gauge("strata_kv_window_pool_blocks", "Blocks of this node's sliding-window layers' KV pool.", {},
+            window.pool_blocks());
+  out.gauge("strata_kv_window_block_bytes", "Bytes of one block of this node's sliding-window layers.", {},
+            static_cast<double>(window.block_bytes()));
 }
 
 void write_weights(const rpc::Weights& w, metrics::Exposition& out) {

@@ -22,7 +22,7 @@ json weights_json(const rpc::Weights& w) {
 }
 
 json kv_cache_json(const rpc::KvCacheStats& kv) {
-  return {{"type", kv.type()},
+  json j{{"type", kv.type()},
           {"block_positions", model::kKvBlock},
           {"block_bytes", kv.block_bytes()},
           {"pool_blocks", kv.pool_blocks()},
@@ -33,6 +33,8 @@ json kv_cache_json(const rpc::KvCacheStats& kv) {
           {"hits", kv.hits()},
           {"misses", kv.misses()},
           {"evictions", kv.evictions()}};
+  if (kv.has_window()) j["window"] = kv_cache_json(kv.window());  // the sliding-window layers' pool
+  return j;
 }
 
 json node_json(const NodeStatus& node) {

@@ -51,16 +51,18 @@ void NodeStages::drop_previous(bool leader_serves, uint64_t placement_epoch, std
 void NodeStages::describe(rpc::NodeInfo& info, model::KvType kv_type) const {
   info.set_held_sequences(current_ ? current_->stage->sequence_count() : 0);
   if (!current_) return;
-  const model::KvPoolStats kv = current_->stage->kv_stats();
-  rpc::KvCacheStats* out = info.mutable_kv_cache();
-  out->set_type(model::kv_type_name(kv_type));
-  out->set_block_bytes(kv.block_bytes);
-  out->set_pool_blocks(kv.blocks);
-  out->set_used_blocks(kv.used_blocks);
-  out->set_pinned_blocks(kv.pinned_blocks);
-  out->set_hits(kv.hits);
-  out->set_misses(kv.misses);
-  out->set_evictions(kv.evictions);
+  const auto describe_pool = [&](const model::KvPoolStats& kv, rpc::KvCacheStats& out) {
+    out.set_type(model::kv_type_name(kv_type));
+    out.set_block_bytes(kv.block_bytes);
+    out.set_pool_blocks(kv.blocks);
+    out.set_used_blocks(kv.used_blocks);
+    out.set_pinned_blocks(kv.pinned_blocks);
+    out.set_hits(kv.hits);
+    out.set_misses(kv.misses);
+    out.set_evictions(kv.evictions);
+  };
+  describe_pool(current_->stage->kv_stats(), *info.mutable_kv_cache());
+  if (const auto window = current_->stage->window_kv_stats()) describe_pool(*window, *info.mutable_kv_cache()->mutable_window());
   info.set_stage_inputs(current_->stage->computed_inputs());
 }
 

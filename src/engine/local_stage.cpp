@@ -230,10 +230,18 @@ model::KvPoolStats LocalStage::kv_stats() const {
   return stats_;
 }
 
+std::optional<model::KvPoolStats> LocalStage::window_kv_stats() const {
+  std::lock_guard lock(stats_mutex_);
+  return window_stats_;
+}
+
 void LocalStage::publish_stats() {
   const model::KvPoolStats stats = kv_memory_->full().stats();
+  std::optional<model::KvPoolStats> window_stats;
+  if (const model::KvPool* window = kv_memory_->window()) window_stats = window->stats();
   std::lock_guard lock(stats_mutex_);
   stats_ = stats;
+  window_stats_ = window_stats;
 }
 
 }  // namespace strata::engine

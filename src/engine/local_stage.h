@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "metrics/metrics.h"
 #include "engine/stage.h"
@@ -38,8 +39,11 @@ class LocalStage final : public Stage {
   // Sequences whose state this stage holds: zero once every request has ended. Does not wait
   // for a forward that is running.
   size_t sequence_count() const { return sequence_count_; }
-  // As of the last call that changed the pool; does not wait for a forward that is running.
+  // As of the last call that changed the pools, of the full-attention layers' pool and of the
+  // sliding-window layers' (none without such layers); does not wait for a forward that is
+  // running.
   model::KvPoolStats kv_stats() const;
+  std::optional<model::KvPoolStats> window_kv_stats() const;
   // Inputs (prompt and generated tokens) computed by stages of these layers in this process.
   uint64_t computed_inputs() const { return static_cast<uint64_t>(step_inputs_.snapshot().sum); }
 
@@ -66,6 +70,7 @@ class LocalStage final : public Stage {
   std::atomic<size_t> sequence_count_{0};
   mutable std::mutex stats_mutex_;
   model::KvPoolStats stats_;
+  std::optional<model::KvPoolStats> window_stats_;
 };
 
 // Blocks for the pools of `range`'s layers of `config`'s model, stored as `type`, in `bytes`

@@ -197,11 +197,17 @@ void check_node(const NodeInfo& node, const std::string& path) {
   check_choice(field("state"), node.state(), kNodeStates);
   check_number(field("load_progress"), node.load_progress(), kFractionRange);
   if (node.has_kv_cache()) {
-    const KvCacheStats& kv = node.kv_cache();
-    check_choice(field("kv_cache.type"), kv.type(), {"f32", "f16"});
-    check_integer(field("kv_cache.pool_blocks"), kv.pool_blocks(), 0, kInt32Max);
-    check_integer(field("kv_cache.used_blocks"), kv.used_blocks(), 0, kv.pool_blocks());
-    check_integer(field("kv_cache.pinned_blocks"), kv.pinned_blocks(), 0, kv.pool_blocks());
+    const auto check_pool = [&](const KvCacheStats& kv, const std::string& at) {
+      check_choice(field(at + "type"), kv.type(), {"f32", "f16"});
+      check_integer(field(at + "pool_blocks"), kv.pool_blocks(), 0, kInt32Max);
+      check_integer(field(at + "used_blocks"), kv.used_blocks(), 0, kv.pool_blocks());
+      check_integer(field(at + "pinned_blocks"), kv.pinned_blocks(), 0, kv.pool_blocks());
+    };
+    check_pool(node.kv_cache(), "kv_cache.");
+    if (node.kv_cache().has_window()) {
+      if (node.kv_cache().window().has_window()) refuse(field("kv_cache.window.window"), "is a pool of a pool");
+      check_pool(node.kv_cache().window(), "kv_cache.window.");
+    }
   }
   const Weights& weights = node.weights();
   check_entries(field("weights.layer_bytes"), weights.layer_bytes_size(), kMaxLayers);

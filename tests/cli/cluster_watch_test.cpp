@@ -46,13 +46,14 @@ TEST(NodeFigures, EveryStagesRateFromTheDescriptionsOfTwoAnswers) {
   const nlohmann::json before{{"nodes", {node("a", 100, 1000, 4), node("b", 50, 1000, 2), node("c", 70, 1000, 1),
                                          {{"id", "leader-without-stage"}}}}};
   // b's description is the same one (no gossip yet); c started again (fewer inputs).
-  const nlohmann::json after{{"nodes", {node("a", 180, 3000, 10), node("b", 50, 1000, 2), node("c", 5, 2500, 3),
-                                        node("d", 9, 3000, 0), {{"id", "leader-without-stage"}}}}};
+  nlohmann::json after{{"nodes", {node("a", 180, 3000, 10), node("b", 50, 1000, 2), node("c", 5, 2500, 3),
+                                  node("d", 9, 3000, 0), {{"id", "leader-without-stage"}}}}};
+  after["nodes"][3]["kv_cache"]["window"] = {{"used_blocks", 5}, {"pool_blocks", 8}};  // sliding-window layers
   EXPECT_EQ(node_figures(before, after),
             "  a: stage 40.0 inputs/s, KV 10/64 blocks\n"
             "  b: stage - inputs/s, KV 2/64 blocks\n"
             "  c: stage - inputs/s, KV 3/64 blocks\n"
-            "  d: stage - inputs/s, KV 0/64 blocks\n");
+            "  d: stage - inputs/s, KV 0/64 blocks, window KV 5/8\n");
 }
 
 TEST(Redrawn, OverwritesEachLineInPlace) {

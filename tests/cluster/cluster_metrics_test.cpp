@@ -51,5 +51,30 @@ TEST(ClusterMetrics, SaysWhichNodesAreUpTheirLinksAndTheLeadersLoad) {
   EXPECT_EQ(text.find("strata_kv_blocks"), std::string::npos) << "a node without a stage has no KV pool";
 }
 
+// A stage with sliding-window layers says their pool's blocks beside the other pool's.
+TEST(ClusterMetrics, SaysBothKvPoolsOfAStageWithSlidingWindowLayers) {
+  ClusterStatus status;
+  status.node_id = "a";
+  status.leader = "a";
+  rpc::NodeInfo a = info_of("a");
+  rpc::KvCacheStats& kv = *a.mutable_kv_cache();
+  kv.set_pool_blocks(40);
+  kv.set_used_blocks(10);
+  kv.mutable_window()->set_pool_blocks(6);
+  kv.mutable_window()->set_used_blocks(4);
+  kv.mutable_window()->set_pinned_blocks(3);
+  kv.mutable_window()->set_block_bytes(512);
+  status.nodes.push_back({a, true, std::nullopt});
+  metrics::Exposition out;
+  write_metrics(status, {0, 0}, out);
+  const std::string text = out.text();
+  EXPECT_TRUE(has_line(text, R"(strata_kv_blocks{state="free"} 30)")) << text;
+  EXPECT_TRUE(has_line(text, R"(strata_kv_window_blocks{state="used"} 4)"));
+  EXPECT_TRUE(has_line(text, R"(strata_kv_window_blocks{state="pinned"} 3)"));
+  EXPECT_TRUE(has_line(text, R"(strata_kv_window_blocks{state="free"} 2)"));
+  EXPECT_TRUE(has_line(text, "strata_kv_window_pool_blocks 6"));
+  EXPECT_TRUE(has_line(text, "strata_kv_window_block_bytes 512"));
+}
+
 }  // namespace
 }  // namespace strata::cluster

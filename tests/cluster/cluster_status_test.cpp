@@ -98,7 +98,24 @@ TEST(ClusterStatus, AKvPoolIsSaidInBlocksAndBytes) {
   EXPECT_EQ(cache["pool_bytes"], 10240);
   EXPECT_EQ(cache["used_bytes"], 4096);
   EXPECT_EQ(cache["type"], "f16");
+  EXPECT_FALSE(cache.contains("window")) << "a stage without sliding-window layers";
   EXPECT_FALSE(body["nodes"][1].contains("kv_cache"));
+}
+
+TEST(ClusterStatus, ASlidingWindowLayersPoolIsSaidBesideTheOther) {
+  ClusterStatus status = two_nodes();
+  rpc::KvCacheStats& kv = *status.nodes[0].info.mutable_kv_cache();
+  kv.set_block_bytes(1024);
+  kv.set_pool_blocks(10);
+  rpc::KvCacheStats& window = *kv.mutable_window();
+  window.set_type("f16");
+  window.set_block_bytes(512);
+  window.set_pool_blocks(6);
+  window.set_used_blocks(2);
+  const json cache = json::parse(status_json(status))["nodes"][0]["kv_cache"];
+  EXPECT_EQ(cache["pool_bytes"], 10240);
+  EXPECT_EQ(cache["window"]["pool_bytes"], 3072);
+  EXPECT_EQ(cache["window"]["used_bytes"], 1024);
 }
 
 TEST(ClusterStatus, ALeaderSaysWhatItsSwitchesDidAndANodeWhatItWaitsFor) {

@@ -988,6 +988,15 @@ TEST_F(NodeServiceTest, RefusesEveryKindOfCallWithAFieldOutOfRange) {
        }},
       {"sender.state", [&] { return hello([](HelloRequest& r) { r.mutable_sender()->set_state("dancing"); }); }},
       {"sender.load_progress", [&] { return hello([](HelloRequest& r) { r.mutable_sender()->set_load_progress(2); }); }},
+      {"sender.kv_cache.window.used_blocks", [&] {
+         return hello([](HelloRequest& r) {
+           KvCacheStats& kv = *r.mutable_sender()->mutable_kv_cache();
+           kv.set_type("f16");
+           kv.mutable_window()->set_type("f16");
+           kv.mutable_window()->set_pool_blocks(4);
+           kv.mutable_window()->set_used_blocks(5);
+         });
+       }},
       {"known[0].model_hash", [&] {
          return hello([](HelloRequest& r) {
            *r.add_known() = r.sender();
