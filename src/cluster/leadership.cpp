@@ -25,6 +25,13 @@ void Leadership::log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
+std::optional<SchedulerCounts> Leadership::scheduler_counts() const {
+  const std::shared_ptr<engine::Engine>& engine = scheduler_.engine();
+  if (!engine) return std::nullopt;
+  const engine::Engine::SwitchCounts counts = engine->switch_counts();
+  return SchedulerCounts{counts.handed_over, counts.recomputed, engine->preemptions()};
+}
+
 void Leadership::adopt(const rpc::Placement& placement) {
   if (placement.epoch() != placement_.epoch()) {
     metrics::process_registry().counter("strata_placement_switches_total", "Placements this node has taken up.").add();

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cluster/cluster_status.h"
 #include "cluster/control_rules.h"
 #include "cluster/leader_scheduler.h"
 #include "cluster/membership.h"
@@ -44,6 +45,9 @@ class Leadership {
   const LeaderScheduler& scheduler() const { return scheduler_; }
   // This node schedules the requests of the current placement.
   bool scheduling() const { return scheduler_.serves(placement_.epoch()); }
+  // While a scheduler runs here: its sequences handed over and computed again at placement
+  // switches, and pre-empted.
+  std::optional<SchedulerCounts> scheduler_counts() const;
 
   // Takes `placement` up (the leader's, or this node's own); the last few are kept.
   void adopt(const rpc::Placement& placement);

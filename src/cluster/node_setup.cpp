@@ -9,6 +9,7 @@
 #include "cluster/node_resources.h"
 #include "model/kv_pool.h"
 #include "rpc/messages.h"
+#include "units/byte_size.h"
 
 namespace strata::cluster {
 namespace {
@@ -100,18 +101,29 @@ LeaderScheduler::MakeEngine engine_maker(
 }
 
 std::unique_ptr<rpc::NodeServer> listen_for_nodes(rpc::NodeHandler& handler, const NodeOptions& options,
-                                                  std::shared_ptr<rpc::ClusterKey> key) {
+                                                  std::shared_ptr<rpc::ClusterKey> key, const rpc::NodeInfo& self) {
   const auto listen = [&](int port) {
     return std::make_unique<rpc::NodeServer>(handler, options.node_id, key, options.host, port, options.log,
                                              options.test_tensor_chunk_bytes);
   };
-  if (!options.any_port_if_taken || options.node_port == 0) return listen(options.node_port);
-  try {
-    return listen(options.node_port);
-  } catch (const rpc::PortTaken& taken) {
-    log(options, std::string(taken.what()) + "; listening on any free port instead");
-    return listen(0);
+  std::unique_ptr<rpc::NodeServer> server;
+  if (!options.any_port_if_taken || options.node_port == 0) {
+    server = listen(options.node_port);
+  } else {
+    try {
+      server = listen(options.node_port);
+    } catch (const rpc::PortTaken& taken) {
+      log(options, std::string(taken.what()) + "; listening on any free port instead");
+      server = listen(0);
+    }
   }
+  log(options, "node " + options.node_id + " listens for nodes on " + options.host + ":" +
+                   std::to_string(server->port()) + " (" + units::describe_bytes(self.memory_bytes()) + " usable, " +
+                   units::describe_bytes(static_cast<uint64_t>(self.weight_bytes_per_second())) + "/s of weights)" +
+                   (!options.cluster_key.empty()
+                        ? ""
+                        : "; no --cluster-key: it forms a cluster only with this user's nodes on this machine"));
+  return server;
 }
 
 std::unique_ptr<Discovery> start_discovery(const NodeOptions& options, const rpc::NodeInfo& self, int node_port,

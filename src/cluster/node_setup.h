@@ -44,9 +44,10 @@ LeaderScheduler::MakeEngine engine_maker(
     std::function<std::vector<std::shared_ptr<engine::Stage>>(uint64_t)> held_stages);
 
 // The node service of `handler`, on options.host and options.node_port, or on any free port when
-// that one is taken and it is only a default (options.any_port_if_taken).
+// that one is taken and it is only a default (options.any_port_if_taken); the log says where, and
+// what the node (`self`) offers.
 std::unique_ptr<rpc::NodeServer> listen_for_nodes(rpc::NodeHandler& handler, const NodeOptions& options,
-                                                  std::shared_ptr<rpc::ClusterKey> key);
+                                                  std::shared_ptr<rpc::ClusterKey> key, const rpc::NodeInfo& self);
 
 // Discovery of the nodes with the same key on the LAN, announcing this node (`self`'s id and
 // model) at `node_port`, the nodes it finds added to `found`; null when it is off (asked to be,

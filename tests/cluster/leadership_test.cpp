@@ -158,11 +158,14 @@ TEST_F(LeadershipTest, TheSchedulerServesOnceEveryStageIsReadyAndAStandAsideEnds
   leadership_.adopt(placement(1, "a", {{"a", 0, 4}}));
   leadership_.follow(control, stages_, t0);
   EXPECT_FALSE(leadership_.scheduling()) << "this node's stage is not ready";
+  EXPECT_FALSE(leadership_.scheduler_counts());
   ready(0, 4, 1);
   leadership_.follow(control, stages_, t0);
   ASSERT_TRUE(leadership_.scheduling());
   EXPECT_EQ(leadership_.scheduler().nodes(), std::vector<std::string>{"a"});
   EXPECT_EQ(lines_.back(), "serving placement 1 (1 stage(s))");
+  ASSERT_TRUE(leadership_.scheduler_counts());
+  EXPECT_EQ(leadership_.scheduler_counts()->handed_over, 0u);
 
   leadership_.stand_aside("this node takes no part");
   EXPECT_EQ(leadership_.placement().stages_size(), 0);
