@@ -33,65 +33,65 @@ engine::RequestCallbacks GenerationSession::callbacks() {
       [self](engine::FinishReason reason, const std::string& error) {
         self->on_finish(reason, error);
       },
-      [self] {
-        std::lock_guard lock(self->mutex_);
-        return self->cancelled_;
-      },
+      [self] { return self->updates_.cancelled(); },
   };
 }
 
 bool GenerationSession::on_token(const engine::GeneratedToken& token) {
   std::lock_guard lock(mutex_);
-  if (cancelled_ || text_.stopped() || outcome_) return false;
+  if (updates_.cancelled() || updates_.ended() || text_.stopped()) return false;
   ++completion_tokens_;
   cached_tokens_ = token.cached_tokens;
   if (!first_token_at_) first_token_at_ = std::chrono::steady_clock::now();
   const bool reasoning_before = parser_ && parser_->in_reasoning();
-  unsent_.append(read(text_.push(token), false));
+  TextDelta delta = read(text_.push(token), false);
   if (reasoning_before || (parser_ && parser_->in_reasoning())) ++reasoning_tokens_;
-  changed_.notify_all();
+  if (!delta.empty()) updates_.push({std::move(delta), std::nullopt});
   return !text_.stopped();
 }
 
 void GenerationSession::on_finish(engine::FinishReason reason, const std::string& error) {
   std::lock_guard lock(mutex_);
-  if (outcome_) return;
+  if (updates_.ended()) return;
   using Kind = GenerationOutcome::Kind;
+  Update last;
   if (text_.stopped()) {
-    unsent_.append(read({}, true));
-    outcome_ = GenerationOutcome{Kind::Stop, {}, text_.matched_stop()};
+    last.delta = read({}, true);
+    last.outcome = GenerationOutcome{Kind::Stop, {}, text_.matched_stop()};
   } else if (reason == engine::FinishReason::Stop || reason == engine::FinishReason::Length) {
-    unsent_.append(read(text_.finish(), true));
+    last.delta = read(text_.finish(), true);
     bool stopped = reason == engine::FinishReason::Stop || text_.stopped();
-    outcome_ = GenerationOutcome{stopped ? Kind::Stop : Kind::Length, {}, text_.matched_stop()};
+    last.outcome = GenerationOutcome{stopped ? Kind::Stop : Kind::Length, {}, text_.matched_stop()};
   } else {
-    outcome_ = GenerationOutcome{Kind::Error, reason == engine::FinishReason::Error
-                                                  ? error
-                                                  : "The generation was cancelled."};
+    last.outcome = GenerationOutcome{Kind::Error, reason == engine::FinishReason::Error
+                                                      ? error
+                                                      : "The generation was cancelled."};
   }
-  changed_.notify_all();
+  updates_.push(std::move(last), /*last=*/true);
 }
 
 GenerationSession::Update GenerationSession::wait_for(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mutex_);
-  changed_.wait_for(lock, timeout, [&] { return !unsent_.empty() || outcome_; });
-  Update update{std::move(unsent_), outcome_};
-  unsent_ = {};
+  Update update;
+  for (Update& taken : updates_.take(std::chrono::steady_clock::now() + timeout).items) {
+    update.delta.append(std::move(taken.delta));
+    if (taken.outcome) update.outcome = std::move(taken.outcome);
+  }
+  // Once taken, the outcome is every later update's too.
+  std::lock_guard lock(mutex_);
+  if (update.outcome) {
+    outcome_ = update.outcome;
+  } else {
+    update.outcome = outcome_;
+  }
   return update;
 }
 
-void GenerationSession::cancel() {
-  std::lock_guard lock(mutex_);
-  cancelled_ = true;
-}
+void GenerationSession::cancel() { updates_.cancel(); }
 
 void GenerationSession::abandon() {
-  std::lock_guard lock(mutex_);
-  cancelled_ = true;
-  if (!outcome_) {
-    outcome_ = GenerationOutcome{GenerationOutcome::Kind::Error, "The server is shutting down."};
-  }
-  changed_.notify_all();
+  updates_.cancel();
+  // The engine's own end, should it come after, is not queued.
+  updates_.push({{}, GenerationOutcome{GenerationOutcome::Kind::Error, "The server is shutting down."}}, /*last=*/true);
 }
 
 int GenerationSession::completion_tokens() const {

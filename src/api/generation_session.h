@@ -1,9 +1,10 @@
-// One request's generation as seen from the HTTP side: the engine thread feeds it tokens, the
-// HTTP thread waits on it for text to send. Either side may end it early.
+// One request's generation as seen from the HTTP side: the engine thread feeds it tokens, which
+// it turns into text there (so that a stop string ends the request at the token that completes
+// it) and queues on a TokenStream; the HTTP thread waits on that for text to send. Either side
+// may end it early.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -11,6 +12,7 @@
 
 #include "api/completion_text.h"
 #include "engine/generator.h"
+#include "engine/token_stream.h"
 
 namespace strata::api {
 
@@ -63,14 +65,12 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
   // The parser's reading of released text (and of the end, when `final`).
   TextDelta read(TextDelta delta, bool final);
 
-  mutable std::mutex mutex_;
-  std::condition_variable changed_;
+  engine::TokenStream<Update> updates_;  // ends with the update that holds the outcome
+  mutable std::mutex mutex_;             // of the text and the counts, which the engine thread writes
   CompletionText text_;
   std::optional<OutputReading> reading_;
   std::optional<chat::OutputParser> parser_;
-  TextDelta unsent_;
-  std::optional<GenerationOutcome> outcome_;
-  bool cancelled_ = false;
+  std::optional<GenerationOutcome> outcome_;  // as wait_for took it
   int completion_tokens_ = 0;
   int reasoning_tokens_ = 0;
   int tool_calls_ = 0;

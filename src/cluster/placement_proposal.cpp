@@ -79,6 +79,18 @@ Proposal propose_placement(uint64_t epoch, const std::vector<rpc::NodeInfo>& mem
   return proposal;
 }
 
+std::string why_needed(const std::vector<rpc::NodeInfo>& others, const PlacementRules& rules) {
+  if (others.empty()) return "no other node of its cluster runs to take its layers over";
+  try {
+    std::vector<NodeCapacity> nodes;
+    for (const rpc::NodeInfo& info : others) nodes.push_back(capacity_of(info));
+    place_layers(nodes, rules.footprint, placement_request(rules));
+  } catch (const DoesNotFit& e) {
+    return std::string("the other nodes cannot hold the model without this node: ") + e.what();
+  }
+  return {};
+}
+
 std::string stages_text(const rpc::Placement& p) {
   if (!p.error().empty()) return p.error();
   std::string text;

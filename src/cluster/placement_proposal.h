@@ -36,6 +36,10 @@ struct Proposal {
 Proposal propose_placement(uint64_t epoch, const std::vector<rpc::NodeInfo>& members, const rpc::Placement& current,
                            bool may_repair, const PlacementRules& rules);
 
+// Why a node should not leave now, given the `others` that would hold the model without it (what
+// each says of itself), or empty: none runs, or they cannot hold the model.
+std::string why_needed(const std::vector<rpc::NodeInfo>& others, const PlacementRules& rules);
+
 // "a [0, 3), b [3, 5)", or the placement's error.
 std::string stages_text(const rpc::Placement& placement);
 

@@ -570,4 +570,52 @@ engine::HeldState from_message(const HeldState& message) {
   return {message.epoch(), message.sequence_id(), message.positions()};
 }
 
+void to_message(const engine::TokenEvent& event, GenerateEvent& out) {
+  if (const auto* token = std::get_if<engine::GeneratedToken>(&event)) {
+    out.set_kind(GenerateEvent::TOKEN);
+    out.set_token(token->token);
+    out.set_logprob(token->logprob);
+    out.set_end_of_generation(token->end_of_generation);
+    out.set_cached_tokens(token->cached_tokens);
+    for (const engine::TokenLogprob& alternative : token->top) {
+      TokenLogprob* m = out.add_top();
+      m->set_token(alternative.token);
+      m->set_logprob(alternative.logprob);
+    }
+  } else if (std::holds_alternative<engine::RequestStarted>(event)) {
+    out.set_kind(GenerateEvent::STARTED);
+  } else if (const auto* embedding = std::get_if<engine::PooledEmbedding>(&event)) {
+    out.set_kind(GenerateEvent::EMBEDDING);
+    out.mutable_embedding()->Add(embedding->vector.begin(), embedding->vector.end());
+  } else if (const auto* finished = std::get_if<engine::RequestFinished>(&event)) {
+    out.set_kind(GenerateEvent::FINISHED);
+    out.set_finish_reason(static_cast<int32_t>(finished->reason));
+    out.set_error(finished->error);
+  } else if (const auto* passed = std::get_if<engine::RequestPassedOn>(&event)) {
+    out.set_kind(GenerateEvent::FINISHED);
+    to_message(passed->held, *out.mutable_passed_on());
+  }
+}
+
+std::optional<engine::TokenEvent> from_message(const GenerateEvent& message) {
+  switch (message.kind()) {
+    case GenerateEvent::TOKEN: {
+      engine::GeneratedToken token;
+      token.token = message.token();
+      token.logprob = message.logprob();
+      token.end_of_generation = message.end_of_generation();
+      token.cached_tokens = message.cached_tokens();
+      for (const TokenLogprob& alternative : message.top()) token.top.push_back({alternative.token(), alternative.logprob()});
+      return token;
+    }
+    case GenerateEvent::STARTED: return engine::RequestStarted{};
+    case GenerateEvent::EMBEDDING:
+      return engine::PooledEmbedding{{message.embedding().begin(), message.embedding().end()}};
+    case GenerateEvent::FINISHED:
+      if (message.has_passed_on()) return engine::RequestPassedOn{from_message(message.passed_on())};
+      return engine::RequestFinished{static_cast<engine::FinishReason>(message.finish_reason()), message.error()};
+    default: return std::nullopt;
+  }
+}
+
 }  // namespace strata::rpc

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "engine/generator.h"
 #include "engine/stage.h"
+#include "engine/token_stream.h"
 #include "node.pb.h"
 
 namespace strata::rpc {
@@ -73,5 +75,10 @@ sampling::SamplingParams from_message(const SamplingParams& message);
 // Where a passed-on request left its state, as a message and back.
 void to_message(const engine::HeldState& held, HeldState& out);
 engine::HeldState from_message(const HeldState& message);
+// What the leader's scheduler says of a request relayed to it, as the Generate stream carries
+// it to the node that relayed it, and back: nullopt for the stream's own ACCEPTED, which no
+// callback stands for.
+void to_message(const engine::TokenEvent& event, GenerateEvent& out);
+std::optional<engine::TokenEvent> from_message(const GenerateEvent& message);
 
 }  // namespace strata::rpc

@@ -291,70 +291,15 @@ class NodeServer::Service final : public Node::Service {
     const std::shared_ptr<engine::Generator> scheduler = handler_.scheduler(why);
     if (!scheduler) return {grpc::StatusCode::UNAVAILABLE, why};
 
-    struct Events {
-      std::mutex mutex;
-      std::condition_variable ready;
-      std::deque<GenerateEvent> queue;
-      bool finished = false;
-      bool cancelled = false;
-    };
-    auto events = std::make_shared<Events>();
-    const auto push = [events](GenerateEvent event, bool last) {
-      {
-        std::lock_guard lock(events->mutex);
-        events->queue.push_back(std::move(event));
-        events->finished = events->finished || last;
-      }
-      events->ready.notify_one();
-    };
-    engine::RequestCallbacks callbacks;
-    callbacks.on_token = [events, push](const engine::GeneratedToken& t) {
-      GenerateEvent event;
-      event.set_kind(GenerateEvent::TOKEN);
-      event.set_token(t.token);
-      event.set_logprob(t.logprob);
-      event.set_end_of_generation(t.end_of_generation);
-      event.set_cached_tokens(t.cached_tokens);
-      for (const engine::TokenLogprob& alt : t.top) {
-        TokenLogprob* out = event.add_top();
-        out->set_token(alt.token);
-        out->set_logprob(alt.logprob);
-      }
-      push(std::move(event), false);
-      std::lock_guard lock(events->mutex);
-      return !events->cancelled;
-    };
-    callbacks.on_started = [push] {
-      GenerateEvent event;
-      event.set_kind(GenerateEvent::STARTED);
-      push(std::move(event), false);
-    };
-    callbacks.on_embedding = [push](std::vector<float> embedding) {
-      GenerateEvent event;
-      event.set_kind(GenerateEvent::EMBEDDING);
-      event.mutable_embedding()->Add(embedding.begin(), embedding.end());
-      push(std::move(event), false);
-    };
-    callbacks.cancelled = [events] {
-      std::lock_guard lock(events->mutex);
-      return events->cancelled;
-    };
+    auto events = std::make_shared<engine::TokenStream<engine::TokenEvent>>();
+    engine::RequestCallbacks callbacks = engine::queue_events(events);
     // Every line about a request starts "request ID:", on whichever node it is written.
     const std::string about = "request " + request->request_id() + ": ";
     // The engine may finish the request after this call has ended: the callback holds the log.
-    callbacks.on_finish = [log = log_, push, about](engine::FinishReason reason, const std::string& error) {
+    callbacks.on_finish = [log = log_, about, queue = std::move(callbacks.on_finish)](engine::FinishReason reason,
+                                                                                     const std::string& error) {
       if (log) log(about + "the scheduler here finished it (" + engine::finish_reason_name(reason) + ")");
-      GenerateEvent event;
-      event.set_kind(GenerateEvent::FINISHED);
-      event.set_finish_reason(static_cast<int32_t>(reason));
-      event.set_error(error);
-      push(std::move(event), true);
-    };
-    callbacks.on_passed_on = [push](const engine::HeldState& held) {
-      GenerateEvent event;
-      event.set_kind(GenerateEvent::FINISHED);
-      to_message(held, *event.mutable_passed_on());
-      push(std::move(event), true);
+      queue(reason, error);
     };
     try {
       if (!scheduler->submit(to_engine(*request), std::move(callbacks))) {
@@ -370,18 +315,15 @@ class NodeServer::Service final : public Node::Service {
     accepted.set_kind(GenerateEvent::ACCEPTED);
     bool writable = writer->Write(accepted);
     while (true) {
-      std::deque<GenerateEvent> batch;
-      bool done = false;
-      {
-        std::unique_lock lock(events->mutex);
-        events->ready.wait_for(lock, std::chrono::milliseconds(200), [&] { return !events->queue.empty(); });
-        batch.swap(events->queue);
-        done = events->finished;
-        // The entry node or its client went away: the scheduler ends the request between its steps.
-        if (!writable || context->IsCancelled()) events->cancelled = true;
+      const auto taken = events->take(std::chrono::steady_clock::now() + std::chrono::milliseconds(200));
+      // The entry node or its client went away: the scheduler ends the request between its steps.
+      if (!writable || context->IsCancelled()) events->cancel();
+      for (const engine::TokenEvent& event : taken.items) {
+        GenerateEvent message;
+        to_message(event, message);
+        writable = writable && writer->Write(message);
       }
-      for (const GenerateEvent& event : batch) writable = writable && writer->Write(event);
-      if (done) return grpc::Status::OK;
+      if (taken.ended) return grpc::Status::OK;
     }
   }
 

@@ -3,7 +3,9 @@
 // (gRPC) behind it.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "engine/stage.h"
@@ -32,6 +34,19 @@ class PeerChannel {
 
  private:
   std::shared_ptr<grpc::Channel> channel_;
+};
+
+// One channel per peer address, made when first asked for and kept, so that every call to a
+// peer shares its connection. Thread-safe.
+class PeerChannels {
+ public:
+  explicit PeerChannels(std::shared_ptr<const ClusterKey> key) : key_(std::move(key)) {}
+  PeerChannel to(const std::string& address);
+
+ private:
+  std::shared_ptr<const ClusterKey> key_;
+  std::mutex mutex_;
+  std::map<std::string, PeerChannel> channels_;  // by address
 };
 
 // The pipeline stage `peer_id` runs behind `channel` (rpc/remote_stage.h).

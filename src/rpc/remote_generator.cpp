@@ -37,39 +37,26 @@ GenerateRequest to_wire(const std::string& sender, const engine::GenerationReque
   return out;
 }
 
-engine::GeneratedToken from_wire(const GenerateEvent& e) {
-  engine::GeneratedToken t;
-  t.token = e.token();
-  t.logprob = e.logprob();
-  t.end_of_generation = e.end_of_generation();
-  t.cached_tokens = e.cached_tokens();
-  for (const TokenLogprob& alt : e.top()) t.top.push_back({alt.token(), alt.logprob()});
-  return t;
-}
-
 }  // namespace
 
-RemoteGenerator::Ending RemoteGenerator::relay(Call& call, engine::RequestCallbacks& callbacks) {
-  GenerateEvent event;
+engine::TokenEvent RemoteGenerator::relay(Call& call, engine::RequestCallbacks& callbacks) {
+  GenerateEvent message;
   bool cancelled = false;
-  while (call.reader->Read(&event)) {
-    if (event.kind() == GenerateEvent::FINISHED) {
+  while (call.reader->Read(&message)) {
+    const std::optional<engine::TokenEvent> event = from_message(message);
+    if (!event) continue;
+    if (engine::ends_request(*event)) {
       call.reader->Finish();
-      if (event.has_passed_on()) return {from_message(event.passed_on())};
-      return {std::nullopt, static_cast<engine::FinishReason>(event.finish_reason()), event.error()};
+      return *event;
     }
     if (cancelled) continue;
     bool keep_going = true;
     try {
-      if (event.kind() == GenerateEvent::STARTED && callbacks.on_started) callbacks.on_started();
-      if (event.kind() == GenerateEvent::TOKEN && callbacks.on_token) keep_going = callbacks.on_token(from_wire(event));
-      if (event.kind() == GenerateEvent::EMBEDDING && callbacks.on_embedding) {
-        callbacks.on_embedding({event.embedding().begin(), event.embedding().end()});
-      }
+      keep_going = engine::deliver(*event, callbacks, {});
     } catch (const std::exception& e) {
       call.context.TryCancel();
       call.reader->Finish();
-      return {std::nullopt, engine::FinishReason::Error, std::string("callback failed: ") + e.what()};
+      return engine::RequestFinished{engine::FinishReason::Error, std::string("callback failed: ") + e.what()};
     }
     if (!keep_going) {
       cancelled = true;
@@ -77,23 +64,19 @@ RemoteGenerator::Ending RemoteGenerator::relay(Call& call, engine::RequestCallba
     }
   }
   const grpc::Status status = call.reader->Finish();
-  if (cancelled || status.error_code() == grpc::StatusCode::CANCELLED) return {std::nullopt, engine::FinishReason::Cancelled};
-  return {std::nullopt, engine::FinishReason::Lost, std::string(kSchedulerLost) + status.error_message()};
+  if (cancelled || status.error_code() == grpc::StatusCode::CANCELLED) {
+    return engine::RequestFinished{engine::FinishReason::Cancelled, {}};
+  }
+  return engine::RequestFinished{engine::FinishReason::Lost, std::string(kSchedulerLost) + status.error_message()};
 }
 
-void RemoteGenerator::end(Call& call, engine::RequestCallbacks& callbacks, const Ending& ending) {
+void RemoteGenerator::end(Call& call, engine::RequestCallbacks& callbacks, const engine::TokenEvent& ending) {
   {
     // Its cancelled() is not asked once it has ended.
     std::lock_guard lock(mutex_);
     call.cancelled = nullptr;
   }
-  if (ending.passed_on && callbacks.on_passed_on) {
-    callbacks.on_passed_on(*ending.passed_on);
-  } else if (ending.passed_on && callbacks.on_finish) {
-    callbacks.on_finish(engine::FinishReason::Lost, std::string(kSchedulerLost) + "it no longer leads");
-  } else if (callbacks.on_finish) {
-    callbacks.on_finish(ending.reason, ending.error);
-  }
+  engine::deliver(ending, callbacks, std::string(kSchedulerLost) + "it no longer leads");
 }
 
 RemoteGenerator::RemoteGenerator(Caller caller)

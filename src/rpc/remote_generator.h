@@ -9,12 +9,12 @@
 #include <list>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
 
 #include "engine/generator.h"
+#include "engine/token_stream.h"
 #include "rpc/peer_channel.h"
 #include "rpc/remote_stage.h"
 
@@ -37,16 +37,11 @@ class RemoteGenerator {
 
  private:
   struct Call;
-  // How a call ended: passed on with its state held, or finished.
-  struct Ending {
-    std::optional<engine::HeldState> passed_on;
-    engine::FinishReason reason = engine::FinishReason::Error;
-    std::string error;
-  };
-  // Reads the rest of an accepted call's stream into its on_token; returns how it ended.
-  static Ending relay(Call& call, engine::RequestCallbacks& callbacks);
+  // Reads the rest of an accepted call's stream into its callbacks; returns its end: the
+  // request's last event, or how the stream broke.
+  static engine::TokenEvent relay(Call& call, engine::RequestCallbacks& callbacks);
   // Stops watching the call, then tells its callbacks how it ended.
-  void end(Call& call, engine::RequestCallbacks& callbacks, const Ending& ending);
+  void end(Call& call, engine::RequestCallbacks& callbacks, const engine::TokenEvent& ending);
   void reap();  // joins the threads of calls that have ended
   void watch_cancellations();
 

@@ -1,6 +1,6 @@
 // The placements a leader sends, from what its members say of themselves: the stages named by
-// each node's address, a repair after a loss, a hand-made placement waiting for its nodes, and
-// a model that fits no one.
+// each node's address, a repair after a loss, a hand-made placement waiting for its nodes, a
+// model that fits no one, and whether a node may leave.
 #include "cluster/placement_proposal.h"
 
 #include <gtest/gtest.h>
@@ -75,6 +75,13 @@ TEST(PlacementProposal, AModelThatFitsNoOneIsAPlacementThatSaysWhy) {
   EXPECT_EQ(p.placement.stages_size(), 0);
   EXPECT_TRUE(p.placement.error().starts_with("the model does not fit this cluster: ")) << p.placement.error();
   EXPECT_EQ(stages_text(p.placement), p.placement.error());
+}
+
+TEST(PlacementProposal, ANodeIsNeededWhileTheOthersCannotHoldTheModelWithoutIt) {
+  EXPECT_EQ(why_needed({}, rules()), "no other node of its cluster runs to take its layers over");
+  const std::string small = why_needed({member("b", 5 * kMiB)}, rules());
+  EXPECT_TRUE(small.starts_with("the other nodes cannot hold the model without this node: ")) << small;
+  EXPECT_EQ(why_needed({member("b", 5 * kMiB), member("c", 1024 * kMiB)}, rules()), "");
 }
 
 TEST(PlacementProposal, ANodeThatSaysWhichWeightsItHoldsHoldsOnlyThose) {

@@ -1,0 +1,93 @@
+// Leadership and placement: the placement this node holds (the leader's, adopted from its
+// Hellos, or made here when this node leads), the last few before it, whose stages may still
+// hold the state of requests passed on, and, on the leader, the scheduler that runs every
+// request over the current placement's pipeline, following the placement as it changes. Not
+// thread-safe: the node's lock guards it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cluster/cluster_status.h"
+#include "cluster/control_rules.h"
+#include "cluster/leader_scheduler.h"
+#include "cluster/membership.h"
+#include "cluster/placement_proposal.h"
+#include "cluster/stage_host.h"
+#include "node.pb.h"
+
+namespace strata::cluster {
+
+// The layers `placement` gives node `node_id`, or nullopt.
+std::optional<model::LayerRange> layers_of(const rpc::Placement& placement, const std::string& node_id);
+
+struct LeadershipOptions {
+  PlacementRules rules;  // rules.leader_id: this node's id
+  LeaderScheduler::MakeEngine make_engine;
+  // Another node's stage `stage` of placement `epoch`; `leading`: the leader's, which repairs the
+  // placement when the stage is lost.
+  std::function<std::shared_ptr<engine::Stage>(const rpc::Stage& stage, uint64_t epoch, bool leading)> remote_stage;
+  std::function<void(const std::string&)> log;
+};
+
+class Leadership {
+ public:
+  explicit Leadership(LeadershipOptions options);
+
+  const rpc::Placement& placement() const { return placement_; }
+  LeaderScheduler& scheduler() { return scheduler_; }
+  const LeaderScheduler& scheduler() const { return scheduler_; }
+  // This node schedules the requests of the current placement.
+  bool scheduling() const { return scheduler_.serves(placement_.epoch()); }
+  // While a scheduler runs here: its sequences handed over and computed again at placement
+  // switches, and pre-empted.
+  std::optional<SchedulerCounts> scheduler_counts() const;
+
+  // Takes `placement` up (the leader's, or this node's own); the last few are kept.
+  void adopt(const rpc::Placement& placement);
+  // Leader: places the model as `proposal` asks, over `members` (what each says of itself), and
+  // takes the placement up; returns what the rules are to hear of it: PlacementMade, or
+  // PlacementWaits while a placement fixed by hand names nodes that have not joined.
+  ControlEvent place(const control::ProposePlacement& proposal, const std::vector<rpc::NodeInfo>& members);
+  // This node takes no part: its placement, made before it was refused, is let go with its
+  // scheduler's requests, which end with `why`.
+  void stand_aside(const std::string& why);
+
+  // The leader's scheduler follows the placement (`control` says which nodes run, `stages`
+  // whether this node's stage is ready): once every stage holds its layers it runs requests
+  // there, requests of an older placement going on in the new one, computed again from their
+  // tokens or moved with their state. A node that stops leading passes its requests on to the
+  // new leader once that serves, with their state while every stage of its pipeline runs; when
+  // the model no longer fits, they end.
+  void follow(const ControlState& control, const StageHost& stages, ControlTime now);
+
+  // The stages of placement `epoch`, as far as they may still hold sequences' state (the state
+  // of requests a previous leader passed on moves from them), other nodes' reached at the
+  // address `membership` knows them by now; empty when unknown.
+  std::vector<std::shared_ptr<engine::Stage>> stages_of(uint64_t epoch, const StageHost& stages,
+                                                        const Membership& membership);
+  // Node `node_id`'s stage of placement `epoch`, where this node passes a batch's output on to
+  // it (a chain), or null.
+  std::shared_ptr<engine::Stage> chain_stage(uint64_t epoch, const std::string& node_id, const Membership& membership);
+
+ private:
+  // Another node's stage of a recent placement (the current one too), at the address this node
+  // knows it by now: a leader names itself in its placements by the port it listens on only.
+  std::shared_ptr<engine::Stage> reached_stage(rpc::Stage stage, uint64_t epoch, bool leading,
+                                               const Membership& membership);
+  void log(const std::string& line) const;
+
+  LeadershipOptions options_;
+  rpc::Placement placement_;
+  std::map<uint64_t, rpc::Placement> recent_;  // by epoch, the current one included
+  std::set<std::string> waits_logged_;         // why a fixed placement waits, said once each
+  LeaderScheduler scheduler_;
+};
+
+}  // namespace strata::cluster

@@ -1,0 +1,90 @@
+// The layers a node runs for its placement: the model of its range, loaded on a thread of its
+// own (a node without the model file first fetches the tensors it lacks), and its pipeline
+// stages across placement switches (node_stages.h): the current placement's, and the one
+// before it, which goes on serving until the leader has switched and hands over its sequences'
+// state then. A range that stays is started at once for the new placement, sharing the layers.
+//
+// Its own lock guards its state; it never holds it while calling back, so the node may call it
+// under its own lock, and its callbacks may take that.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "cluster/node_stages.h"
+#include "gguf/gguf.h"
+
+namespace strata::cluster {
+
+// The longest a leader's switch to a new placement may take to hand over the sequences' state
+// (finishing the batches in flight, then moving keys and values): a node keeps its previous
+// stage this long, and a node that leaves waits this long for it.
+inline constexpr auto kHandOverLimit = std::chrono::seconds(60);
+
+struct StageHostOptions {
+  std::shared_ptr<const gguf::File> file;
+  int threads = 1;  // each stage's own
+  // The KV pool of a stage over a range.
+  std::function<engine::KvOptions(model::LayerRange)> kv;
+  // Set for a node without the model file: before a range loads, fetches its tensors that the
+  // file lacks; throws when they cannot be had.
+  std::function<void(model::LayerRange)> fetch;
+  // A stage became ready for its placement: its layers loaded, or kept for a new placement.
+  std::function<void()> on_ready;
+  std::function<void(const std::string&)> log;
+};
+
+class StageHost {
+ public:
+  explicit StageHost(StageHostOptions options);
+  ~StageHost();  // waits for a load under way
+
+  // Holds the layers `range` of placement `epoch` (nullopt: the placement gives this node
+  // none, and it lets its stage and layers go). Loads them unless held: the layers kept from
+  // the range held before are shared, not prepared again. A load that failed is tried again at
+  // the next call.
+  void hold(std::optional<model::LayerRange> range, uint64_t epoch);
+
+  // NodeStages' answers, under this host's lock.
+  std::shared_ptr<engine::Stage> stage_of(uint64_t epoch) const;
+  std::shared_ptr<engine::Stage> current() const;
+  bool ready_for(uint64_t epoch) const;
+  uint64_t ready_epoch() const;
+  bool has_current() const;
+  bool has_any() const;
+  bool holds_sequences() const;
+  void drop_previous(bool leader_serves, uint64_t placement_epoch, std::chrono::steady_clock::time_point now,
+                     std::chrono::steady_clock::duration hand_over_limit);
+
+  bool loading() const;
+  // Returns once a load under way has ended (the node shuts down: nothing holds layers after).
+  void wait_for_load();
+  // What a Hello says of the stages: the placement whose layers it holds, how far their load
+  // got, the sequences and KV pool of the current stage (of `kv_type`).
+  void describe(rpc::NodeInfo& info, model::KvType kv_type) const;
+  // How far the load under way got (0 to 1).
+  double load_progress() const;
+
+ private:
+  // The load of `range` ended with `model`, or failed with `error`.
+  void loaded(model::LayerRange range, std::shared_ptr<model::Model> model, const std::string& error);
+  void log(const std::string& line) const;
+
+  StageHostOptions options_;
+  mutable std::mutex mutex_;
+  std::shared_ptr<model::Model> model_;  // the layers held, of the current or the last range
+  NodeStages stages_;
+  bool loading_ = false;
+  std::atomic<double> load_progress_{0.0};  // of the layers being loaded
+  std::string last_load_error_;             // said once, while the same load fails
+  std::thread loader_;
+};
+
+}  // namespace strata::cluster

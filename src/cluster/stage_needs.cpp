@@ -1,0 +1,42 @@
+#include "cluster/stage_needs.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace strata::cluster {
+
+std::vector<uint64_t> prefix_sums(const std::vector<uint64_t>& values) {
+  std::vector<uint64_t> prefix{0};
+  for (uint64_t value : values) prefix.push_back(saturating_add(prefix.back(), value));
+  return prefix;
+}
+
+StageNeeds::StageNeeds(const ModelFootprint& model, uint64_t kv_tokens)
+    : model_(model), kv_per_layer_(saturating_mul(kv_tokens, model.kv_bytes_per_layer_per_token)) {
+  if (model.layer_count < 1) throw std::invalid_argument("the model has no layers to place");
+  const auto check_count = [&](const std::vector<uint64_t>& sizes, const char* what) {
+    if (sizes.size() != static_cast<size_t>(model.layer_count)) {
+      throw std::invalid_argument("the footprint lists " + std::to_string(sizes.size()) + " " + what + " for " +
+                                  std::to_string(model.layer_count) + " layers");
+    }
+  };
+  check_count(model.layer_weight_bytes, "layer sizes");
+  held_prefix_ = prefix_sums(model.layer_weight_bytes);
+  if (model.layer_read_bytes.empty()) {
+    read_prefix_ = held_prefix_;
+  } else {
+    check_count(model.layer_read_bytes, "sizes read per token");
+    for (size_t layer = 0; layer < model.layer_read_bytes.size(); ++layer) {
+      if (model.layer_read_bytes[layer] > model.layer_weight_bytes[layer]) {
+        throw std::invalid_argument("layer " + std::to_string(layer) + " reads " +
+                                    std::to_string(model.layer_read_bytes[layer]) + " bytes per token of the " +
+                                    std::to_string(model.layer_weight_bytes[layer]) + " it holds");
+      }
+    }
+    read_prefix_ = prefix_sums(model.layer_read_bytes);
+  }
+  smallest_layer_ = *std::min_element(model.layer_weight_bytes.begin(), model.layer_weight_bytes.end());
+}
+
+}  // namespace strata::cluster

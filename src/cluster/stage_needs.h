@@ -1,0 +1,82 @@
+// What a stage of a model needs, whichever layers it runs and on whichever node: the weights it
+// holds and reads per token, the KV it keeps, and the sum the memory rule counts. The search
+// for a placement (placement.cpp) and the checks of a fixed one (placement_checks.cpp) count
+// by these alone, so that both apply the same rule. Internal to the placement.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "cluster/placement.h"
+
+namespace strata::cluster {
+
+inline constexpr uint64_t kMaxBytes = std::numeric_limits<uint64_t>::max();
+
+// Sums of memory saturate: a stage whose need overflows simply does not fit anywhere.
+inline uint64_t saturating_add(uint64_t a, uint64_t b) { return a > kMaxBytes - b ? kMaxBytes : a + b; }
+inline uint64_t saturating_mul(uint64_t a, uint64_t b) { return b != 0 && a > kMaxBytes / b ? kMaxBytes : a * b; }
+
+// prefix[i]: the sum of values [0, i), saturating.
+std::vector<uint64_t> prefix_sums(const std::vector<uint64_t>& values);
+
+// The footprint with prefix sums, so that any stage's needs cost O(1).
+class StageNeeds {
+ public:
+  // Throws std::invalid_argument for a footprint without layers, with sizes missing, or with a
+  // layer that reads more bytes than it holds.
+  StageNeeds(const ModelFootprint& model, uint64_t kv_tokens);
+
+  int count() const { return model_.layer_count; }
+
+  // Weights a stage holds apart from the embedding: every byte of its layers, and the head on
+  // the last stage.
+  uint64_t held_bytes(int first, int last) const { return with_head(held_prefix_, first, last); }
+
+  // Weights a stage reads for every token: its layers' (of experts only those a token runs), and
+  // the head on the last stage. The embedding is not read whole: a token reads one row of it.
+  uint64_t read_bytes(int first, int last) const { return with_head(read_prefix_, first, last); }
+
+  // Every weight the model's stages hold together.
+  uint64_t weight_bytes() const { return saturating_add(held_bytes(0, count()), model_.embedding_bytes); }
+
+  // The KV `node` keeps per layer it runs, when it has no pool of a fixed size.
+  uint64_t kv_per_layer(const NodeCapacity& node) const {
+    return node.kv_bytes_per_layer > 0 ? node.kv_bytes_per_layer : kv_per_layer_;
+  }
+  // The request's share, for a node that does not say its own.
+  uint64_t default_kv_per_layer() const { return kv_per_layer_; }
+
+  // The KV a stage of `layer_count` layers on `node` keeps.
+  uint64_t kv_bytes(const NodeCapacity& node, int layer_count) const {
+    return node.kv_pool_bytes > 0 ? node.kv_pool_bytes
+                                  : saturating_mul(kv_per_layer(node), static_cast<uint64_t>(layer_count));
+  }
+
+  // What the memory rule counts for a stage on `node`.
+  uint64_t memory_bytes(const NodeCapacity& node, int first, int last) const {
+    uint64_t need = saturating_add(held_bytes(first, last), kv_bytes(node, last - first));
+    if (first == 0) need = saturating_add(need, model_.embedding_bytes);
+    return need;
+  }
+
+  // The least `node` must hold to take part at all: one layer (the smallest) and its KV.
+  uint64_t smallest_stage_bytes(const NodeCapacity& node) const {
+    return saturating_add(smallest_layer_, kv_bytes(node, 1));
+  }
+
+ private:
+  uint64_t with_head(const std::vector<uint64_t>& prefix, int first, int last) const {
+    const uint64_t layers = prefix[static_cast<size_t>(last)] - prefix[static_cast<size_t>(first)];
+    return last == count() ? saturating_add(layers, model_.head_bytes) : layers;
+  }
+
+  const ModelFootprint& model_;
+  uint64_t kv_per_layer_;
+  uint64_t smallest_layer_;
+  std::vector<uint64_t> held_prefix_;  // held_prefix_[i]: bytes of layers [0, i)
+  std::vector<uint64_t> read_prefix_;  // read_prefix_[i]: bytes of layers [0, i) a token reads
+};
+
+}  // namespace strata::cluster

@@ -1,0 +1,177 @@
+// A node's placements and the leader's scheduler, on the shared model: the last few placements
+// kept and their stages found (this node's own, other nodes' at the address it knows them by),
+// a placement made or waiting for a hand-made one's nodes, the scheduler following the
+// placement once every stage is ready, and a node that stands aside letting all of it go.
+#include "cluster/leadership.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+
+#include "rpc/messages.h"
+
+namespace strata::cluster {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string kDreams = STRATA_SHARED_DIR "/models/aidreams260K.gguf";
+const ControlTime t0 = ControlTime{} + 1h;
+
+rpc::NodeInfo node(const std::string& id, const std::string& address) {
+  rpc::NodeInfo info;
+  info.set_node_id(id);
+  info.set_node_address(address);
+  info.set_api_address("127.0.0.1:8080");
+  info.set_instance(id + "-instance");
+  info.set_protocol_version(rpc::kProtocolVersion);
+  info.set_model_hash(std::string(64, 'a'));
+  info.set_state("idle");
+  info.set_memory_bytes(uint64_t{1} << 30);
+  info.set_weight_bytes_per_second(1e9);
+  return info;
+}
+
+rpc::Placement placement(uint64_t epoch, const std::string& leader,
+                         const std::vector<std::tuple<std::string, int, int>>& stages) {
+  rpc::Placement p;
+  p.set_epoch(epoch);
+  p.set_leader_id(leader);
+  for (const auto& [id, first, last] : stages) {
+    rpc::Stage* s = p.add_stages();
+    s->set_node_id(id);
+    s->set_node_address("leader's name for " + id + ":1");
+    s->set_first_layer(first);
+    s->set_last_layer(last);
+  }
+  return p;
+}
+
+class LeadershipTest : public ::testing::Test {
+ protected:
+  LeadershipTest()
+      : file_(gguf::File::open(kDreams)),
+        membership_(initial_control_state(view_of(node("a", "127.0.0.1:7001")), {}, t0), {}),
+        stages_({file_, 1, [](model::LayerRange) { return engine::KvOptions{model::KvType::F32, 16}; }, nullptr,
+                 [this] {
+                   std::lock_guard lock(mutex_);
+                   ++ready_;
+                   changed_.notify_all();
+                 },
+                 {}}),
+        leadership_(LeadershipOptions{
+            .rules = {"a", Strategy::Speed, {}, 64, footprint_of(*file_)},
+            .make_engine =
+                [this](std::vector<std::shared_ptr<engine::Stage>> stages) {
+                  engine::EngineOptions options;
+                  options.context_size = 128;
+                  return std::make_shared<engine::Engine>(std::move(stages), 512, [](engine::Token) { return false; },
+                                                          options);
+                },
+            .remote_stage =
+                [this](const rpc::Stage& s, uint64_t epoch, bool leading) {
+                  reached_.push_back(s.node_id() + "@" + s.node_address() + "/" + std::to_string(epoch) +
+                                     (leading ? " leading" : ""));
+                  return stages_.current();  // any stage stands for another node's here
+                },
+            .log = [this](const std::string& line) { lines_.push_back(line); }}) {}
+
+  ~LeadershipTest() override {
+    if (std::shared_ptr<engine::Engine> engine = leadership_.scheduler().take()) engine->shutdown();
+    leadership_.scheduler().join_retiring();
+  }
+
+  // Holds [first, last) for placement `epoch`, ready to serve.
+  void ready(int first, int last, uint64_t epoch) {
+    stages_.hold(model::LayerRange{first, last}, epoch);
+    std::unique_lock lock(mutex_);
+    ASSERT_TRUE(changed_.wait_for(lock, 30s, [&] { return ready_ > 0; }));
+    lock.unlock();
+    stages_.hold(model::LayerRange{first, last}, epoch);
+    ASSERT_TRUE(stages_.ready_for(epoch));
+  }
+
+  std::shared_ptr<const gguf::File> file_;
+  Membership membership_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int ready_ = 0;
+  StageHost stages_;
+  std::vector<std::string> reached_;
+  std::vector<std::string> lines_;
+  Leadership leadership_;
+};
+
+TEST_F(LeadershipTest, TheLastFewPlacementsAreKeptAndTheirStagesFound) {
+  ready(0, 2, 1);
+  rpc::HelloOutcome b;
+  *b.reply.mutable_node() = node("b", "10.0.0.2:7002");
+  membership_.hello_answered("10.0.0.2:7002", b, t0);
+  for (uint64_t epoch = 1; epoch <= 4; ++epoch) leadership_.adopt(placement(epoch, "a", {{"a", 0, 2}, {"b", 2, 4}}));
+  EXPECT_EQ(leadership_.placement().epoch(), 4u);
+
+  const std::vector<std::shared_ptr<engine::Stage>> first = leadership_.stages_of(1, stages_, membership_);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0], stages_.stage_of(1));
+  EXPECT_EQ(reached_.back(), "b@10.0.0.2:7002/1 leading") << "at the address b is known by, not the leader's name";
+  EXPECT_NE(leadership_.chain_stage(1, "b", membership_), nullptr);
+  EXPECT_EQ(reached_.back(), "b@10.0.0.2:7002/1") << "a chain's stage repairs nothing";
+  EXPECT_EQ(leadership_.chain_stage(1, "a", membership_), nullptr) << "a node passes nothing on to itself";
+  EXPECT_EQ(leadership_.chain_stage(9, "b", membership_), nullptr);
+  EXPECT_TRUE(leadership_.stages_of(2, stages_, membership_).empty()) << "this node's stage serves placement 1 only";
+
+  leadership_.adopt(placement(5, "a", {{"a", 0, 2}, {"b", 2, 4}}));
+  EXPECT_TRUE(leadership_.stages_of(1, stages_, membership_).empty()) << "four placements are kept, not five";
+  const std::optional<model::LayerRange> b_layers = layers_of(leadership_.placement(), "b");
+  ASSERT_TRUE(b_layers);
+  EXPECT_EQ(b_layers->first, 2);
+  EXPECT_EQ(b_layers->last, 4);
+  EXPECT_FALSE(layers_of(leadership_.placement(), "c"));
+}
+
+TEST_F(LeadershipTest, APlacementIsMadeOrWaitsForTheNodesItNames) {
+  const control::ProposePlacement proposal{{"a"}, 3, false};
+  const ControlEvent made = leadership_.place(proposal, {node("a", "127.0.0.1:7001")});
+  ASSERT_TRUE(std::holds_alternative<control::PlacementMade>(made));
+  EXPECT_EQ(std::get<control::PlacementMade>(made).placement.epoch, 3u);
+  EXPECT_EQ(leadership_.placement().epoch(), 3u);
+  EXPECT_EQ(stages_text(leadership_.placement()), "a [0, 4)");
+
+  Leadership fixed(LeadershipOptions{.rules = {"a", Strategy::Speed, {{"a", 0, 2}, {"b", 2, 4}}, 64, footprint_of(*file_)},
+                                     .make_engine = nullptr,
+                                     .remote_stage = nullptr,
+                                     .log = [this](const std::string& line) { lines_.push_back(line); }});
+  for (int round = 0; round < 2; ++round) {
+    const ControlEvent waits = fixed.place(proposal, {node("a", "127.0.0.1:7001")});
+    ASSERT_TRUE(std::holds_alternative<control::PlacementWaits>(waits));
+  }
+  EXPECT_EQ(fixed.placement().epoch(), 0u);
+  EXPECT_EQ(std::count_if(lines_.begin(), lines_.end(),
+                          [](const std::string& line) { return line.starts_with("the fixed placement waits: "); }),
+            1);
+}
+
+TEST_F(LeadershipTest, TheSchedulerServesOnceEveryStageIsReadyAndAStandAsideEndsIt) {
+  const ControlState& control = membership_.control();
+  leadership_.adopt(placement(1, "a", {{"a", 0, 4}}));
+  leadership_.follow(control, stages_, t0);
+  EXPECT_FALSE(leadership_.scheduling()) << "this node's stage is not ready";
+  EXPECT_FALSE(leadership_.scheduler_counts());
+  ready(0, 4, 1);
+  leadership_.follow(control, stages_, t0);
+  ASSERT_TRUE(leadership_.scheduling());
+  EXPECT_EQ(leadership_.scheduler().nodes(), std::vector<std::string>{"a"});
+  EXPECT_EQ(lines_.back(), "serving placement 1 (1 stage(s))");
+  ASSERT_TRUE(leadership_.scheduler_counts());
+  EXPECT_EQ(leadership_.scheduler_counts()->handed_over, 0u);
+
+  leadership_.stand_aside("this node takes no part");
+  EXPECT_EQ(leadership_.placement().stages_size(), 0);
+  EXPECT_FALSE(leadership_.scheduling());
+  EXPECT_EQ(leadership_.scheduler().engine(), nullptr);
+}
+
+}  // namespace
+}  // namespace strata::cluster

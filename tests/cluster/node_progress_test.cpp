@@ -1,0 +1,82 @@
+// What a node says it waits for, and GET /health's answer, from progress values made by hand.
+#include "cluster/node_progress.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace strata::cluster {
+namespace {
+
+using json = nlohmann::json;
+
+NodeProgress placed(std::vector<std::string> unready) {
+  NodeProgress p;
+  p.placed = true;
+  p.epoch = 7;
+  p.leader = "a";
+  p.members = 3;
+  p.unready = std::move(unready);
+  return p;
+}
+
+TEST(NodeProgress, ItWaitsForAPlacementThenItsNodesThenTheLeader) {
+  NodeProgress none;
+  none.members = 2;
+  EXPECT_EQ(waiting_for(none),
+            "a placement (2 node(s) known; the leader places the model once the members have settled)");
+  EXPECT_EQ(waiting_for(placed({"b", "c"})), "nodes loading their layers of placement 7: b, c");
+  EXPECT_EQ(waiting_for(placed({})), "the leader a to start its scheduler");
+  NodeProgress failed = placed({"b"});
+  failed.placement_error = "the model does not fit this cluster: 1 GiB missing";
+  EXPECT_EQ(waiting_for(failed), failed.placement_error);
+  failed.refusal = "this node takes no part: node id 'a' is taken";
+  EXPECT_EQ(waiting_for(failed), failed.refusal) << "a refusal comes first";
+}
+
+TEST(NodeProgress, HealthSaysWhatItWaitsForUntilRequestsRun) {
+  NodeProgress p = placed({"b"});
+  p.loading = true;
+  p.load_progress = 0.25;
+  auto [status, body] = health(p);
+  EXPECT_EQ(status, 503);
+  EXPECT_EQ(json::parse(body),
+            (json{{"status", "loading"}, {"waiting_for", "nodes loading their layers of placement 7: b"}, {"progress", 0.25}}));
+
+  p.loading = false;
+  p.fetched = rpc::Weights();
+  p.fetched->set_fetching(true);
+  p.fetched->set_wanted_bytes(100);
+  const json waiting = json::parse(health(p).second);
+  EXPECT_EQ(waiting["status"], "waiting");
+  EXPECT_EQ(waiting["transfer"]["fetching"], true);
+  EXPECT_EQ(waiting["transfer"]["wanted_bytes"], 100);
+
+  p.serving = true;
+  EXPECT_EQ(health(p), (std::pair<int, std::string>{200, R"({"status":"ok"})"}));
+  p.refusal = "this node takes no part";
+  EXPECT_EQ(health(p).first, 503);
+  EXPECT_EQ(json::parse(health(p).second), (json{{"status", "refused"}, {"waiting_for", "this node takes no part"}}));
+  p.leaving = true;
+  EXPECT_EQ(health(p), (std::pair<int, std::string>{503, R"({"status":"leaving"})"}));
+}
+
+TEST(NodeProgress, ARequestWaitsOnlyForWhatWillCome) {
+  NodeProgress p = placed({"a"});
+  p.loading = true;
+  p.load_progress = 0.4;
+  EXPECT_EQ(readiness(p), "nodes loading their layers of placement 7: a (this node has 40% of its layers)");
+  p.serving = true;
+  EXPECT_EQ(readiness(p), "") << "it runs now";
+  p.serving = false;
+  p.stopping = true;
+  EXPECT_EQ(readiness(p), "") << "refused at once";
+  p.stopping = false;
+  p.placement_error = "the model does not fit this cluster";
+  EXPECT_EQ(readiness(p), "") << "refused at once";
+  p.refusal = "this node takes no part";
+  EXPECT_EQ(readiness(p), "this node takes no part");
+}
+
+}  // namespace
+}  // namespace strata::cluster
