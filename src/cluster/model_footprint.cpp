@@ -40,6 +40,9 @@ ModelFootprint footprint_of(const gguf::File& file) {
   const model::KvLayout one_layer(config, 1, model::KvType::F32);
   footprint.kv_bytes_per_layer_per_token =
       (one_layer.key_row_elements() + one_layer.value_row_elements()) * one_layer.element_bytes;
+  if (config.sliding_window > 0) {
+    for (int l = 0; l < config.layer_count; ++l) footprint.sliding_layers.push_back(config.is_sliding(l));
+  }
   // What a token reads of a tensor of experts: the experts it runs, each of the same size.
   const auto read_of_experts = [&](const gguf::TensorInfo& t) {
     if (!config.has_experts()) {

@@ -20,6 +20,11 @@ struct ModelFootprint {
   uint64_t embedding_bytes = 0;              // token embedding: first stage only (a token reads one row)
   uint64_t head_bytes = 0;                   // output norm and matrix: last stage only, read whole
   uint64_t kv_bytes_per_layer_per_token = 0;
+  // Per layer, whether it has a sliding window (gpt-oss's even layers, 5 of Gemma 3's 6): such
+  // a layer keeps at most window_kv_tokens positions (its sequences' windows and steps) where
+  // the others keep the request's kv_tokens. Empty: none slides. 0: as many as the others.
+  std::vector<bool> sliding_layers;
+  uint64_t window_kv_tokens = 0;
   // Per layer, the bytes one token reads: of a Mixture-of-Experts layer only the experts it
   // runs (expert_used_count of expert_count), far less than it holds. Empty: every byte (a
   // dense model).

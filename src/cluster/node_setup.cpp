@@ -55,10 +55,16 @@ engine::KvOptions kv_options(const engine::EngineOptions& e, const model::Config
           engine::kv_pool_blocks(config, range, e.kv_type, e.kv_memory, e.context_size, e.max_parallel, e.prefill_chunk)};
 }
 
+int window_kv_blocks(const engine::EngineOptions& e, const model::Config& config) {
+  if (config.sliding_window <= 0) return 0;
+  return std::max(1, e.max_parallel) * model::window_blocks_needed(config.sliding_window, e.context_size, e.prefill_chunk);
+}
+
 PlacementRules placement_rules(const NodeOptions& options, const gguf::File& file, const model::Config& config) {
   ModelFootprint footprint = footprint_of(file);
   footprint.kv_bytes_per_layer_per_token =
       model::KvLayout(config, 1, options.engine.kv_type).block_bytes / model::kKvBlock;
+  footprint.window_kv_tokens = static_cast<uint64_t>(window_kv_blocks(options.engine, config)) * model::kKvBlock;
   const uint64_t kv_reserve_tokens = static_cast<uint64_t>(options.engine.context_size) *
                                      static_cast<uint64_t>(std::max(1, options.engine.max_parallel));
   return {options.node_id, options.strategy, options.fixed_stages, kv_reserve_tokens, std::move(footprint)};
@@ -78,8 +84,10 @@ rpc::NodeInfo describe_node(const NodeOptions& options, const gguf::File& file, 
   self.set_kv_memory_bytes(options.engine.kv_memory);
   if (options.engine.kv_memory == 0) {
     // Its pool holds the same blocks whatever its range, each of these bytes per layer.
+    const uint64_t layer_block_bytes = model::KvLayout(config, 1, options.engine.kv_type).block_bytes;
     self.set_kv_bytes_per_layer(static_cast<uint64_t>(kv_options(options.engine, config, {0, 1}).blocks.full) *
-                                model::KvLayout(config, 1, options.engine.kv_type).block_bytes);
+                                layer_block_bytes);
+    self.set_kv_bytes_per_window_layer(static_cast<uint64_t>(window_kv_blocks(options.engine, config)) * layer_block_bytes);
   }
   self.set_weight_bytes_per_second(measure_weight_speed(options.engine.threads));
   self.set_state("starting");

@@ -26,6 +26,9 @@ NodeOptions usable_options(NodeOptions options, const model::Config& config);
 
 // The KV pool of a stage over `range`: --kv-memory, or the placement's KV reserve for it.
 engine::KvOptions kv_options(const engine::EngineOptions& engine, const model::Config& config, model::LayerRange range);
+// Blocks of a stage's pool of sliding-window layers without --kv-memory: its --parallel
+// sequences' windows and steps; 0 for a model without such layers.
+int window_kv_blocks(const engine::EngineOptions& engine, const model::Config& config);
 
 // What every placement the node makes, leading, is made by. The placement reserves KV memory
 // as the node stores it.

@@ -243,7 +243,7 @@ std::string too_small(const NodeCapacity& node, const StageNeeds& needs) {
   // Nodes with a KV pool of their own (--kv-memory) keep it whatever their layers: it leaves
   // their memory. The others keep KV per layer, each as it sizes its pool: the reserve counts
   // every layer at the largest such share, an upper bound when the nodes differ.
-  uint64_t usable = 0, pools = 0, per_layer = 0;
+  uint64_t usable = 0, pools = 0, per_layer = 0, per_window_layer = 0, kv = 0;
   bool reserve = false, any = false, differ = false;
   for (const NodeCapacity& node : nodes) {
     if (!holds_a_layer(node, needs)) continue;
@@ -251,19 +251,26 @@ std::string too_small(const NodeCapacity& node, const StageNeeds& needs) {
     usable = saturating_add(usable, node.memory_bytes - std::min(node.memory_bytes, node.kv_pool_bytes));
     pools = saturating_add(pools, node.kv_pool_bytes);
     if (node.kv_pool_bytes > 0) continue;
-    differ = differ || (reserve && needs.kv_per_layer(node) != per_layer);
+    const uint64_t all_layers = needs.kv_of_layers(node, 0, needs.count());
+    differ = differ || (reserve && all_layers != kv);
+    kv = std::max(kv, all_layers);
     per_layer = std::max(per_layer, needs.kv_per_layer(node));
+    per_window_layer = std::max(per_window_layer, needs.kv_per_window_layer(node));
     reserve = true;
   }
   if (!any) {  // no node holds a layer: what the model needs on nodes as the request sizes them
     reserve = true;
     per_layer = needs.default_kv_per_layer();
+    per_window_layer = needs.default_kv_per_window_layer();
+    kv = needs.kv_of_layers(NodeCapacity{}, 0, needs.count());
   }
-  const uint64_t kv = saturating_mul(per_layer, static_cast<uint64_t>(needs.count()));
   const uint64_t needed = saturating_add(needs.weight_bytes(), reserve ? kv : 0);
   std::string message = "the model needs " + units::describe_bytes(needed) +
                         (reserve ? " with a KV reserve of " + units::describe_bytes(kv) + " (" +
                                        units::describe_bytes(per_layer) + " per layer" +
+                                       (needs.has_window_layers()
+                                            ? ", " + units::describe_bytes(per_window_layer) + " per sliding-window layer"
+                                            : "") +
                                        (pools > 0 || differ ? ", at most: its nodes keep different shares" : "") + ")"
                                  : " of weights") +
                         "; the cluster has " + units::describe_bytes(usable) + " usable" +

@@ -31,8 +31,10 @@ struct NodeCapacity {
   Holdings held;
   uint64_t kv_pool_bytes = 0;  // a KV pool of this size whatever its layers (--kv-memory); 0: per layer
   // Else the KV it keeps per layer it runs (its own --ctx-size × --parallel and --kv-type); 0:
-  // the request's kv_tokens as the model's footprint stores them.
+  // the request's kv_tokens as the model's footprint stores them. Of a sliding-window layer, the
+  // KV of its windows (its own --parallel); 0: the footprint's window_kv_tokens.
   uint64_t kv_bytes_per_layer = 0;
+  uint64_t kv_bytes_per_window_layer = 0;
 };
 
 enum class Strategy {
@@ -87,7 +89,8 @@ class DoesNotFit : public std::runtime_error {
 };
 
 // Memory rule, for every stage: its layers' weights (every byte, all experts) + its KV (the
-// node's kv_pool_bytes, or kv_tokens × kv bytes per layer per token × its layer count)
+// node's kv_pool_bytes, or kv_tokens × kv bytes per layer per token × its layer count, a
+// sliding-window layer's at its window_kv_tokens)
 // (+ embedding when first, + head when last) ≤ its node's memory_bytes.
 // Throws DoesNotFit, or std::invalid_argument for unusable input (no layers, a layer that
 // reads more bytes than it holds, duplicate or empty node ids, a speed that is not positive and

@@ -27,7 +27,7 @@ NodeCapacity capacity_of(const rpc::NodeInfo& info) {
                             ? Holdings{}
                             : Holdings{false, {w.layer_bytes().begin(), w.layer_bytes().end()}, w.embedding(), w.head()};
   return {info.node_id(),     info.memory_bytes(),          info.weight_bytes_per_second(), held,
-          info.kv_memory_bytes(), info.kv_bytes_per_layer()};
+          info.kv_memory_bytes(), info.kv_bytes_per_layer(), info.kv_bytes_per_window_layer()};
 }
 
 PlacementRequest placement_request(const PlacementRules& rules) {

@@ -13,7 +13,10 @@ std::vector<uint64_t> prefix_sums(const std::vector<uint64_t>& values) {
 }
 
 StageNeeds::StageNeeds(const ModelFootprint& model, uint64_t kv_tokens)
-    : model_(model), kv_per_layer_(saturating_mul(kv_tokens, model.kv_bytes_per_layer_per_token)) {
+    : model_(model),
+      kv_per_layer_(saturating_mul(kv_tokens, model.kv_bytes_per_layer_per_token)),
+      kv_per_window_layer_(saturating_mul(model.window_kv_tokens > 0 ? std::min(kv_tokens, model.window_kv_tokens) : kv_tokens,
+                                          model.kv_bytes_per_layer_per_token)) {
   if (model.layer_count < 1) throw std::invalid_argument("the model has no layers to place");
   const auto check_count = [&](const std::vector<uint64_t>& sizes, const char* what) {
     if (sizes.size() != static_cast<size_t>(model.layer_count)) {
@@ -36,7 +39,18 @@ StageNeeds::StageNeeds(const ModelFootprint& model, uint64_t kv_tokens)
     }
     read_prefix_ = prefix_sums(model.layer_read_bytes);
   }
-  smallest_layer_ = *std::min_element(model.layer_weight_bytes.begin(), model.layer_weight_bytes.end());
+  if (!model.sliding_layers.empty() && model.sliding_layers.size() != static_cast<size_t>(model.layer_count)) {
+    throw std::invalid_argument("the footprint says whether " + std::to_string(model.sliding_layers.size()) +
+                                " layers slide, of " + std::to_string(model.layer_count));
+  }
+  std::vector<uint64_t> sliding;
+  for (int layer = 0; layer < model.layer_count; ++layer) {
+    const bool slides = !model.sliding_layers.empty() && model.sliding_layers[static_cast<size_t>(layer)];
+    sliding.push_back(slides ? 1 : 0);
+    uint64_t& smallest = slides ? smallest_window_layer_ : smallest_full_layer_;
+    smallest = std::min(smallest, model.layer_weight_bytes[static_cast<size_t>(layer)]);
+  }
+  window_prefix_ = prefix_sums(sliding);
 }
 
 }  // namespace strata::cluster

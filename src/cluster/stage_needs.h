@@ -4,6 +4,7 @@
 // by these alone, so that both apply the same rule. Internal to the placement.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -41,29 +42,45 @@ class StageNeeds {
   // Every weight the model's stages hold together.
   uint64_t weight_bytes() const { return saturating_add(held_bytes(0, count()), model_.embedding_bytes); }
 
-  // The KV `node` keeps per layer it runs, when it has no pool of a fixed size.
+  // The KV `node` keeps per layer it runs, when it has no pool of a fixed size: per layer that
+  // attends over every position, and per sliding-window layer.
   uint64_t kv_per_layer(const NodeCapacity& node) const {
     return node.kv_bytes_per_layer > 0 ? node.kv_bytes_per_layer : kv_per_layer_;
   }
-  // The request's share, for a node that does not say its own.
+  uint64_t kv_per_window_layer(const NodeCapacity& node) const {
+    return node.kv_bytes_per_window_layer > 0 ? node.kv_bytes_per_window_layer : kv_per_window_layer_;
+  }
+  // The request's shares, for a node that does not say its own.
   uint64_t default_kv_per_layer() const { return kv_per_layer_; }
+  uint64_t default_kv_per_window_layer() const { return kv_per_window_layer_; }
+  bool has_window_layers() const { return window_prefix_.back() > 0; }
 
-  // The KV a stage of `layer_count` layers on `node` keeps.
-  uint64_t kv_bytes(const NodeCapacity& node, int layer_count) const {
-    return node.kv_pool_bytes > 0 ? node.kv_pool_bytes
-                                  : saturating_mul(kv_per_layer(node), static_cast<uint64_t>(layer_count));
+  // The KV that layers [first, last) keep on `node` when it sizes its pool per layer.
+  uint64_t kv_of_layers(const NodeCapacity& node, int first, int last) const {
+    const uint64_t window = window_prefix_[static_cast<size_t>(last)] - window_prefix_[static_cast<size_t>(first)];
+    const uint64_t full = static_cast<uint64_t>(last - first) - window;
+    return saturating_add(saturating_mul(kv_per_layer(node), full), saturating_mul(kv_per_window_layer(node), window));
+  }
+  // The KV a stage of layers [first, last) on `node` keeps.
+  uint64_t kv_bytes(const NodeCapacity& node, int first, int last) const {
+    return node.kv_pool_bytes > 0 ? node.kv_pool_bytes : kv_of_layers(node, first, last);
   }
 
   // What the memory rule counts for a stage on `node`.
   uint64_t memory_bytes(const NodeCapacity& node, int first, int last) const {
-    uint64_t need = saturating_add(held_bytes(first, last), kv_bytes(node, last - first));
+    uint64_t need = saturating_add(held_bytes(first, last), kv_bytes(node, first, last));
     if (first == 0) need = saturating_add(need, model_.embedding_bytes);
     return need;
   }
 
-  // The least `node` must hold to take part at all: one layer (the smallest) and its KV.
+  // The least `node` must hold to take part at all: one layer and its KV, of the layers the
+  // one that needs the least.
   uint64_t smallest_stage_bytes(const NodeCapacity& node) const {
-    return saturating_add(smallest_layer_, kv_bytes(node, 1));
+    const auto with_kv = [&](uint64_t layer, uint64_t kv) {
+      return layer == kMaxBytes ? kMaxBytes : saturating_add(layer, node.kv_pool_bytes > 0 ? node.kv_pool_bytes : kv);
+    };
+    return std::min(with_kv(smallest_full_layer_, kv_per_layer(node)),
+                    with_kv(smallest_window_layer_, kv_per_window_layer(node)));
   }
 
  private:
@@ -74,7 +91,10 @@ class StageNeeds {
 
   const ModelFootprint& model_;
   uint64_t kv_per_layer_;
-  uint64_t smallest_layer_;
+  uint64_t kv_per_window_layer_;
+  uint64_t smallest_full_layer_ = kMaxBytes;    // of the layers that attend over every position
+  uint64_t smallest_window_layer_ = kMaxBytes;  // of the sliding-window layers
+  std::vector<uint64_t> window_prefix_;         // window_prefix_[i]: sliding-window layers of [0, i)
   std::vector<uint64_t> held_prefix_;  // held_prefix_[i]: bytes of layers [0, i)
   std::vector<uint64_t> read_prefix_;  // read_prefix_[i]: bytes of layers [0, i) a token reads
 };

@@ -4,7 +4,12 @@
 #include "cluster/node_setup.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+
+#include "model/kv_pool.h"
+#include "model/synthetic.h"
 #include "rpc/messages.h"
 
 namespace strata::cluster {
@@ -65,6 +70,34 @@ TEST_F(NodeSetupTest, ItSaysWhatItIsAndReservesKvAsItStoresIt) {
   EXPECT_EQ(rules.footprint.layer_count, config_.layer_count);
   EXPECT_GT(rules.footprint.kv_bytes_per_layer_per_token, 0u);
   EXPECT_GT(kv_options(options.engine, config_, {0, 2}).blocks.full, 0);
+}
+
+// A model with sliding-window layers: each keeps its --parallel sequences' windows and steps,
+// which the node says and its placements reserve, not its whole context.
+TEST(NodeSetup, ASlidingWindowLayersKvIsItsWindows) {
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("strata_node_setup_test_" + std::to_string(::getpid()) + ".gguf");
+  model::write_synthetic_model(*model::find_synthetic_shape("gemma3-tiny"), model::parse_weight_types("F32"),
+                               path.string(), 3);
+  const auto file = gguf::File::open(path.string());
+  std::filesystem::remove(path);
+  const model::Config config = model::Config::from_gguf(*file);
+  NodeOptions options;
+  options.node_id = "a";
+  options.engine.threads = 1;
+  options.engine.max_parallel = 2;
+  options.engine.context_size = 512;
+  options.engine.prefill_chunk = 32;
+  options.memory_limit = uint64_t{1} << 30;
+  const rpc::NodeInfo self = describe_node(options, *file, config);
+  const uint64_t per_position = model::KvLayout(config, 1, options.engine.kv_type).block_bytes / model::kKvBlock;
+  // A window of 12 and steps of 32: (12 - 1 + 32 - 1) / 16 + 2 = 4 blocks of 16 a sequence.
+  EXPECT_EQ(self.kv_bytes_per_layer(), 2u * 512 * per_position);
+  EXPECT_EQ(self.kv_bytes_per_window_layer(), 2u * 4 * 16 * per_position);
+  const PlacementRules rules = placement_rules(options, *file, config);
+  EXPECT_EQ(rules.footprint.window_kv_tokens, 2u * 4 * 16);
+  ASSERT_EQ(rules.footprint.sliding_layers.size(), static_cast<size_t>(config.layer_count));
+  for (int l = 0; l < config.layer_count; ++l) EXPECT_EQ(rules.footprint.sliding_layers[static_cast<size_t>(l)], config.is_sliding(l));
 }
 
 TEST_F(NodeSetupTest, DiscoveryIsOffWhereItCouldReachNoOtherMachine) {

@@ -254,6 +254,53 @@ TEST(Placement, ANodesOwnKvShareReplacesTheRequestsPerLayer) {
   }
 }
 
+// A sliding-window layer keeps its sequences' windows, not the whole context: the memory rule
+// counts it at the window's share (the footprint's, or the node's own), the others at kv_tokens.
+TEST(Placement, ASlidingWindowLayerReservesItsWindowNotTheWholeContext) {
+  ModelFootprint m = uniform_model(6, 1'000, 100, 100, 1);
+  m.sliding_layers = {true, true, true, true, true, false};  // Gemma 3's five local to one global
+  m.window_kv_tokens = 100;
+  const uint64_t kv_tokens = 1'000;
+  // 6 000 B of layers, 200 of embedding and head, and KV of 1 000 for the global layer and
+  // 100 for each local one: 7 700 B. Every layer at the whole context would need 12 200.
+  std::vector<NodeCapacity> nodes = {{"a", 7'700, 40e9}};
+  const Placement whole = place_layers(nodes, m, {kv_tokens, Strategy::Speed});
+  EXPECT_EQ(layers_per_node(whole), (std::map<std::string, int>{{"a", 6}})) << whole.reason;
+  nodes[0].memory_bytes = 7'699;
+  EXPECT_THROW(place_layers(nodes, m, {kv_tokens, Strategy::Speed}), DoesNotFit);
+  ModelFootprint without_windows = m;
+  without_windows.sliding_layers.clear();
+  nodes[0].memory_bytes = 12'199;
+  EXPECT_THROW(place_layers(nodes, without_windows, {kv_tokens, Strategy::Speed}), DoesNotFit);
+
+  // A node that keeps more windows (its own --parallel) says so: 500 B a local layer.
+  nodes = {{"a", 9'000, 40e9}, {"b", 9'000, 10e9}};
+  nodes[0].kv_bytes_per_window_layer = 500;
+  const Placement shared = place_layers(nodes, m, {kv_tokens, Strategy::Memory});
+  for (const Stage& stage : shared.stages) {
+    const NodeCapacity& node = node_named(nodes, stage.node_id);
+    uint64_t need = stage.first_layer == 0 ? 100 : 0;
+    need += stage.last_layer == 6 ? 100 : 0;
+    for (int layer = stage.first_layer; layer < stage.last_layer; ++layer) {
+      need += 1'000 + (layer == 5 ? 1'000 : node.id == "a" ? 500 : 100);
+    }
+    EXPECT_LE(need, node.memory_bytes) << stage.node_id << ": " << shared.reason;
+  }
+  // On "a" alone: 6 000 + 200 + 1 000 + 5 × 500 = 9 700 B.
+  const Placement on_a{0, {{"a", 0, 6}}};
+  EXPECT_THROW(check_placement(on_a, nodes, m, kv_tokens), std::invalid_argument);
+  nodes[0].memory_bytes = 9'700;
+  EXPECT_NO_THROW(check_placement(on_a, nodes, m, kv_tokens));
+  nodes = {{"a", 5'000, 40e9}};
+  try {
+    place_layers(nodes, m, {kv_tokens, Strategy::Speed});
+    ADD_FAILURE() << "placed";
+  } catch (const DoesNotFit& e) {
+    EXPECT_NE(std::string(e.what()).find("with a KV reserve of 1.5 KiB"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("per sliding-window layer"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Placement, SlowNodeStaysOutWhenTheFastOneHoldsEverything) {
   const ModelFootprint small = uniform_model(32, 200'000'000, 250'000'000, 250'000'000, 8192);
   const std::vector<NodeCapacity> nodes = {{"slow", 32 * kGB, 10e9}, {"fast", 32 * kGB, 40e9}};
