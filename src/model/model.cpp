@@ -280,6 +280,37 @@ void KvState::truncate(int positions) {
   size_ = positions;
 }
 
+void KvState::rewind(int positions) {
+  if (positions < 0 || positions > size_) throw std::logic_error("a sequence rewinds only to a position it holds");
+  const int whole = positions / kKvBlock * kKvBlock;
+  const size_t partial = static_cast<size_t>(whole / kKvBlock);  // the block the next position falls in
+  // Last block first, as truncate lets them go.
+  const size_t kept_blocks = static_cast<size_t>((positions + kKvBlock - 1) / kKvBlock);
+  while (blocks_.size() > kept_blocks) {
+    pool_->unpin(blocks_.back());
+    blocks_.pop_back();
+  }
+  const bool shared = positions > whole && partial < links_.size();  // full, and in (or from) the index
+  links_.resize(std::min(links_.size(), partial));
+  ids_.resize(std::min(ids_.size(), static_cast<size_t>(positions)));
+  size_ = positions;
+  if (!shared) return;
+  // Let go of it first: a block nobody else holds stays in the index, its bytes as they are,
+  // until the pool takes it for another, which may be this very allocation when the pool has
+  // no other block. A copy then takes nothing from the index, and needs no block more.
+  const int original = blocks_[partial];
+  pool_->unpin(original);
+  const std::optional<int> copy = pool_->allocate();
+  if (!copy) {  // others hold it, and every other block
+    blocks_.pop_back();
+    ids_.resize(std::min(ids_.size(), static_cast<size_t>(whole)));
+    size_ = whole;
+    throw KvPoolFull("the KV pool has no room for a rewound sequence's block");
+  }
+  if (*copy != original) std::memcpy(pool_->data(*copy), pool_->data(original), pool_->layout().block_bytes);
+  blocks_[partial] = *copy;
+}
+
 void KvState::record(std::span<const Token> ids) {
   ids_.insert(ids_.end(), ids.begin(), ids.end());
   publish_full_blocks();
