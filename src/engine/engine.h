@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "constrain/matcher.h"
+#include "engine/drafter.h"
 #include "engine/generator.h"
 #include "engine/pipeline.h"
 #include "model/model.h"
@@ -49,6 +50,12 @@ struct EngineOptions {
   // The width of the model's hidden rows, which embedding requests pool; 0 (a pipeline's
   // default): they are refused. The whole-model engine takes its model's.
   int embedding_dim = 0;
+  // Speculative decoding: a decoding sequence's step also feeds up to `draft_max` tokens that
+  // the drafter guesses, which the last stage checks (sampling::choose_along), so that a step
+  // may give several tokens, the same as one at a time. None: one token a step. Requests with
+  // a grammar are not drafted for.
+  std::shared_ptr<const Drafter> drafter;
+  int draft_max = 8;
 };
 
 class Engine final : public Generator {
@@ -92,6 +99,14 @@ class Engine final : public Generator {
   // Running sequences whose state the stages let go, back to the queue's front, because the KV
   // pools had no room for their next step; each is computed again when room returns.
   uint64_t preemptions() const;
+  // Speculative decoding so far: steps that carried drafts, drafts sent, and drafts the last
+  // stage confirmed (each one a token that came without a step of its own).
+  struct SpeculationCounts {
+    uint64_t steps = 0;
+    uint64_t drafted = 0;
+    uint64_t accepted = 0;
+  };
+  SpeculationCounts speculation() const;
   // Requests waiting in the queue, and sequences running (in the pipeline or between steps).
   struct Load {
     int waiting = 0;
@@ -101,10 +116,12 @@ class Engine final : public Generator {
 
  private:
   struct Sequence;
-  // A batch in the pipeline: its sequences and how many inputs each fed.
+  // A batch in the pipeline: its sequences, how many inputs each fed, and the drafts among
+  // them (its last inputs).
   struct InFlight {
     std::vector<Sequence*> owners;
     std::vector<int> counts;
+    std::vector<std::vector<Token>> drafts;
   };
   void start(std::vector<std::shared_ptr<Stage>> stages);
   // shutdown, abort and pass_on: ends the loop and waits for it.
@@ -127,6 +144,9 @@ class Engine final : public Generator {
   void run_loop();
   // Packs ready sequences into one batch for the pipeline; false when none is ready.
   bool launch_batch(const std::vector<std::unique_ptr<Sequence>>& active);
+  // The drafts for a decoding sequence's next step: as many as the drafter has, the request
+  // may still use and the smallest pool has room for beside the running sequences.
+  std::vector<Token> drafts_for(Sequence& seq, const std::vector<std::unique_ptr<Sequence>>& active);
   void complete(const InFlight& batch, const Pipeline::Result& result);
   void finish(Sequence& seq, FinishReason reason, const std::string& error = {});
   // The stages let the sequence's state go, after the batches already sent to them; should it
@@ -172,6 +192,9 @@ class Engine final : public Generator {
   std::atomic<uint64_t> handed_over_{0};
   std::atomic<uint64_t> recomputed_{0};
   std::atomic<uint64_t> preemptions_{0};
+  std::atomic<uint64_t> speculative_steps_{0};
+  std::atomic<uint64_t> drafted_{0};
+  std::atomic<uint64_t> accepted_{0};
   std::thread loop_;
 
   // Owned by the loop thread.
