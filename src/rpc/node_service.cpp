@@ -313,6 +313,8 @@ class NodeServer::Service final : public Node::Service {
       event.set_logprob(t.logprob);
       event.set_end_of_generation(t.end_of_generation);
       event.set_cached_tokens(t.cached_tokens);
+      event.set_drafts_accepted(t.drafts_accepted);
+      event.set_drafts_rejected(t.drafts_rejected);
       for (const engine::TokenLogprob& alt : t.top) {
         TokenLogprob* out = event.add_top();
         out->set_token(alt.token);

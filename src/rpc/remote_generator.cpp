@@ -43,6 +43,8 @@ engine::GeneratedToken from_wire(const GenerateEvent& e) {
   t.logprob = e.logprob();
   t.end_of_generation = e.end_of_generation();
   t.cached_tokens = e.cached_tokens();
+  t.drafts_accepted = e.drafts_accepted();
+  t.drafts_rejected = e.drafts_rejected();
   for (const TokenLogprob& alt : e.top()) t.top.push_back({alt.token(), alt.logprob()});
   return t;
 }
