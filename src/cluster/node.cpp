@@ -385,7 +385,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     if (!placement_.error().empty() || placement_.stages_size() == 0) status.waiting_for = waiting_for();
     if (const std::shared_ptr<engine::Engine>& scheduler = scheduler_.engine()) {
       const engine::Engine::SwitchCounts counts = scheduler->switch_counts();
-      status.scheduler = SchedulerCounts{counts.handed_over, counts.recomputed, scheduler->preemptions()};
+      const engine::Engine::SpeculationCounts drafts = scheduler->speculation();
+      status.scheduler = SchedulerCounts{counts.handed_over, counts.recomputed, scheduler->preemptions(),
+                                         drafts.steps,       drafts.drafted,    drafts.accepted};
     }
     return status;
   }
