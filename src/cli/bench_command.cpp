@@ -67,9 +67,13 @@ struct EngineRun {
 
 // `count` concurrent requests of `prompt_tokens` each; with `cached` > 0 one request first
 // puts that many of their leading tokens in the prefix cache, and is not measured.
+// `speculation`: its drafter and draft_max (none: plain decoding).
 EngineRun run_engine(const std::shared_ptr<model::Model>& model, int count, int prompt_tokens,
-                     int generated_tokens, int threads, model::KvType kv_type, int cached = 0) {
+                     int generated_tokens, int threads, model::KvType kv_type, int cached = 0,
+                     const engine::EngineOptions& speculation = {}) {
   engine::EngineOptions options;
+  options.drafter = speculation.drafter;
+  options.draft_max = speculation.draft_max;
   options.max_parallel = count;
   options.threads = threads;
   options.kv_type = kv_type;
@@ -306,10 +310,16 @@ int bench(const BenchOptions& o) {
   std::printf("prefill pp%d%s: %.1f tokens/s\n", o.prompt_tokens, at_depth.c_str(), prefill);
   std::printf("decode  tg%d%s: %.1f tokens/s\n", o.generated_tokens, at_depth.c_str(), decode);
   if (!o.streams.empty() || o.ttft_prompt > 0) {
+    // Through the engine, with speculative decoding only when a flag asks for it.
+    engine::EngineOptions speculation;
+    if (!o.speculation.mode.empty() || !o.speculation.draft_model.empty()) {
+      apply_speculation(o.speculation, *file, o.threads, speculation);
+    }
     for (int count : o.streams) {
-      const EngineRun run = run_engine(model, count, 16, o.generated_tokens, o.threads, kv_type);
-      std::printf("engine, %d concurrent requests (16-token prompts, %d tokens each): %.1f tokens/s aggregate\n",
-                  count, o.generated_tokens, run.tokens_per_second);
+      const EngineRun run = run_engine(model, count, 16, o.generated_tokens, o.threads, kv_type, 0, speculation);
+      std::printf("engine, %d concurrent requests (16-token prompts, %d tokens each): %.1f tokens/s aggregate%s\n",
+                  count, o.generated_tokens, run.tokens_per_second,
+                  speculation.drafter ? (", " + describe_speculation(speculation, o.speculation)).c_str() : "");
     }
     if (o.ttft_prompt > 0) {
       const EngineRun run = run_engine(model, 1, o.ttft_prompt, 1, o.threads, kv_type);
