@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <limits>
 #include <stdexcept>
 
 #include "engine/local_stage.h"
