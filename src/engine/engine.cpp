@@ -669,6 +669,19 @@ bool Engine::launch_batch(const std::vector<std::unique_ptr<Sequence>>& active) 
   StageBatch batch;
   InFlight flight;
   int prefill_budget = options_.prefill_chunk;
+  // Drafts go to a batch of at most options_.drafting_sequences decoding sequences, within
+  // draft_max + 1 decoding rows: a step of a few rows costs little more than one, but one of
+  // many sequences is bound by compute already (on a CPU 4 rows cost 1.4 of one, 8 cost 2.5),
+  // where a draft costs about what it may save.
+  const size_t decoding = std::min<size_t>(share, static_cast<size_t>(std::count_if(
+                                                      active.begin(), active.end(), [](const auto& s) {
+                                                        return !s->in_flight && !s->finished && s->launched &&
+                                                               s->pending() == 1;
+                                                      })));
+  int draft_budget =
+      decoding > static_cast<size_t>(options_.drafting_sequences)
+          ? 0
+          : std::max(0, options_.draft_max + 1 - static_cast<int>(decoding));
   for (const auto& seq : active) {
     if (seq->in_flight || seq->finished || flight.owners.size() >= share) continue;
     if (!seq->launched) {
@@ -699,8 +712,9 @@ bool Engine::launch_batch(const std::vector<std::unique_ptr<Sequence>>& active) 
       const std::span<const uint8_t> allowed =
           seq->matcher ? std::span<const uint8_t>(seq->matcher->allowed_tokens()) : std::span<const uint8_t>();
       work.sampling = seq->sampler.step(seq->history, allowed, seq->request.logprobs ? seq->request.top_logprobs : -1);
-      if (count == 1) drafts = drafts_for(*seq, active);
+      if (count == 1 && draft_budget > 0) drafts = drafts_for(*seq, active, draft_budget);
       if (!drafts.empty()) {
+        draft_budget -= static_cast<int>(drafts.size());
         batch.tokens.insert(batch.tokens.end(), drafts.begin(), drafts.end());
         count += static_cast<int>(drafts.size());
         work.token_count = count;
@@ -721,7 +735,7 @@ bool Engine::launch_batch(const std::vector<std::unique_ptr<Sequence>>& active) 
   return true;
 }
 
-std::vector<Token> Engine::drafts_for(Sequence& seq, const std::vector<std::unique_ptr<Sequence>>& active) {
+std::vector<Token> Engine::drafts_for(Sequence& seq, const std::vector<std::unique_ptr<Sequence>>& active, int budget) {
   // A grammar's mask holds for one position: its requests are not drafted for.
   if (!options_.drafter || seq.matcher) return {};
   if (seq.draft_pause > 0) {
@@ -729,7 +743,7 @@ std::vector<Token> Engine::drafts_for(Sequence& seq, const std::vector<std::uniq
     return {};
   }
   // Every token chosen can be used: at most max_tokens in all, one more than the drafts.
-  int most = std::min({options_.draft_max, seq.draft_limit, seq.request.max_tokens - seq.generated - 1});
+  int most = std::min({budget, seq.draft_limit, seq.request.max_tokens - seq.generated - 1});
   if (most <= 0) return {};
   std::vector<Token> drafts;
   try {

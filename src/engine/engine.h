@@ -56,6 +56,9 @@ struct EngineOptions {
   // a grammar are not drafted for.
   std::shared_ptr<const Drafter> drafter;
   int draft_max = 8;
+  // A batch of more decoding sequences takes no drafts: it is bound by compute already, where
+  // a draft's row costs about what it may save.
+  int drafting_sequences = 2;
 };
 
 class Engine final : public Generator {
@@ -144,9 +147,10 @@ class Engine final : public Generator {
   void run_loop();
   // Packs ready sequences into one batch for the pipeline; false when none is ready.
   bool launch_batch(const std::vector<std::unique_ptr<Sequence>>& active);
-  // The drafts for a decoding sequence's next step: as many as the drafter has, the request
-  // may still use and the smallest pool has room for beside the running sequences.
-  std::vector<Token> drafts_for(Sequence& seq, const std::vector<std::unique_ptr<Sequence>>& active);
+  // The drafts for a decoding sequence's next step: as many as the drafter has, the batch's
+  // `budget` allows, the sequence's drafts have earned, the request may still use and the
+  // smallest pool has room for beside the running sequences.
+  std::vector<Token> drafts_for(Sequence& seq, const std::vector<std::unique_ptr<Sequence>>& active, int budget);
   void complete(const InFlight& batch, const Pipeline::Result& result);
   void finish(Sequence& seq, FinishReason reason, const std::string& error = {});
   // The stages let the sequence's state go, after the batches already sent to them; should it

@@ -192,7 +192,7 @@ TEST_P(Speculative, GivesTheTokensOfOneAtATimeAloneAndBesideOthersOverOneToThree
         {
           Engine engine(stages.list(), m.vocab, ends_at_2,
                         {.context_size = 128, .max_parallel = parallel, .max_queued = kRequests,
-                         .drafter = drafter, .draft_max = 5});
+                         .drafter = drafter, .draft_max = 5, .drafting_sequences = 16});
           std::vector<std::future<Outcome>> futures;
           for (const auto& r : requests) futures.push_back(submit_for_outcome(engine, r));
           std::vector<Outcome> got;
@@ -237,7 +237,8 @@ TEST(SpeculativeDraftModel, GivesTheTokensOfOneAtATime) {
       Engine::SpeculationCounts counts;
       {
         Engine engine(stages.list(), m->vocab, ends_at_2,
-                      {.context_size = 128, .max_parallel = 3, .max_queued = 8, .drafter = draft_model, .draft_max = 4});
+                      {.context_size = 128, .max_parallel = 3, .max_queued = 8, .drafter = draft_model,
+                       .draft_max = 4, .drafting_sequences = 16});
         std::vector<std::future<Outcome>> futures;
         for (const auto& r : requests) futures.push_back(submit_for_outcome(engine, r));
         std::vector<Outcome> got;
@@ -270,7 +271,7 @@ TEST(SpeculativeEnds, MaxTokensEndOfGenerationAndAStopInsideAnAcceptedRun) {
     for (const int max_tokens : {1, 2, 11, 19}) {
       Stages stages(m, cuts);
       Engine engine(stages.list(), m.vocab, [](Token) { return false; },
-                    {.context_size = 128, .drafter = oracle, .draft_max = 8});
+                    {.context_size = 128, .drafter = oracle, .draft_max = 8, .drafting_sequences = 16});
       GenerationRequest r = long_one;
       r.max_tokens = max_tokens;
       const Outcome got = submit_for_outcome(engine, r).get();
@@ -293,7 +294,8 @@ TEST(SpeculativeEnds, MaxTokensEndOfGenerationAndAStopInsideAnAcceptedRun) {
     ASSERT_EQ(plain[0].tokens.size(), end_at + 1);
     {
       Stages stages(m, cuts);
-      Engine engine(stages.list(), m.vocab, ends, {.context_size = 128, .drafter = oracle, .draft_max = 8});
+      Engine engine(stages.list(), m.vocab, ends,
+                    {.context_size = 128, .drafter = oracle, .draft_max = 8, .drafting_sequences = 16});
       const Outcome got = submit_for_outcome(engine, long_one).get();
       EXPECT_EQ(got.reason, FinishReason::Stop) << what;
       EXPECT_EQ(got.tokens, plain[0].tokens) << what;
@@ -304,7 +306,7 @@ TEST(SpeculativeEnds, MaxTokensEndOfGenerationAndAStopInsideAnAcceptedRun) {
       Stages stages(m, cuts);
       {
         Engine engine(stages.list(), m.vocab, [](Token) { return false; },
-                      {.context_size = 128, .drafter = oracle, .draft_max = 8});
+                      {.context_size = 128, .drafter = oracle, .draft_max = 8, .drafting_sequences = 16});
         const Outcome got = submit_for_outcome(engine, long_one, /*stop_after=*/7).get();
         EXPECT_EQ(got.reason, FinishReason::Cancelled) << what;
         EXPECT_EQ(got.tokens, std::vector<Token>(whole[0].tokens.begin(), whole[0].tokens.begin() + 7)) << what;
@@ -362,7 +364,7 @@ TEST(SpeculativeSwitch, ALostStageAHandOverAndAPassOnGiveTheSameTokens) {
   const std::vector<Outcome> want = one_at_a_time(m, requests);
   const auto oracle = std::make_shared<OracleDrafter>(continuations(requests, want), m.vocab, true);
   const EngineOptions options{.context_size = 128, .max_parallel = kRequests, .max_queued = kRequests,
-                              .replay_wait = std::chrono::seconds(30), .drafter = oracle, .draft_max = 4};
+                              .replay_wait = std::chrono::seconds(30), .drafter = oracle, .draft_max = 4, .drafting_sequences = 16};
   const auto collect = [&](std::vector<std::future<Outcome>>& futures, const std::string& what) {
     std::vector<Outcome> got;
     for (auto& f : futures) got.push_back(f.get());
@@ -489,7 +491,8 @@ TEST(SpeculativeSwitch, PreemptedSequencesGiveTheSameTokens) {
     Stages stages(m, cuts, /*blocks=*/20);
     {
       Engine engine(stages.list(), m.vocab, ends_at_2,
-                    {.context_size = 128, .max_parallel = 10, .max_queued = 10, .drafter = lookup, .draft_max = 8});
+                    {.context_size = 128, .max_parallel = 10, .max_queued = 10, .drafter = lookup, .draft_max = 8,
+                     .drafting_sequences = 16});
       std::vector<std::future<Outcome>> futures;
       for (const auto& r : requests) futures.push_back(submit_for_outcome(engine, r));
       std::vector<Outcome> got;
