@@ -42,6 +42,8 @@ bool GenerationSession::on_token(const engine::GeneratedToken& token) {
   if (updates_.cancelled() || updates_.ended() || text_.stopped()) return false;
   ++completion_tokens_;
   cached_tokens_ = token.cached_tokens;
+  drafts_accepted_ = token.drafts_accepted;
+  drafts_rejected_ = token.drafts_rejected;
   if (!first_token_at_) first_token_at_ = std::chrono::steady_clock::now();
   const bool reasoning_before = parser_ && parser_->in_reasoning();
   TextDelta delta = read(text_.push(token), false);
@@ -112,6 +114,16 @@ int GenerationSession::tool_calls() const {
 int GenerationSession::cached_tokens() const {
   std::lock_guard lock(mutex_);
   return cached_tokens_;
+}
+
+int GenerationSession::drafts_accepted() const {
+  std::lock_guard lock(mutex_);
+  return drafts_accepted_;
+}
+
+int GenerationSession::drafts_rejected() const {
+  std::lock_guard lock(mutex_);
+  return drafts_rejected_;
 }
 
 std::optional<std::chrono::steady_clock::time_point> GenerationSession::first_token_at() const {

@@ -56,6 +56,9 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
   int reasoning_tokens() const;
   int tool_calls() const;
   int cached_tokens() const;
+  // Speculative decoding's drafts for it so far: confirmed, and not.
+  int drafts_accepted() const;
+  int drafts_rejected() const;
   // When the engine gave the first token; unset before.
   std::optional<std::chrono::steady_clock::time_point> first_token_at() const;
 
@@ -75,6 +78,8 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
   int reasoning_tokens_ = 0;
   int tool_calls_ = 0;
   int cached_tokens_ = 0;
+  int drafts_accepted_ = 0;
+  int drafts_rejected_ = 0;
   std::optional<std::chrono::steady_clock::time_point> first_token_at_;
 };
 

@@ -66,7 +66,10 @@ json usage_field(const Usage& usage) {
           {"completion_tokens", usage.completion_tokens},
           {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
           {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}},
-          {"completion_tokens_details", {{"reasoning_tokens", usage.reasoning_tokens}}}};
+          {"completion_tokens_details",
+           {{"reasoning_tokens", usage.reasoning_tokens},
+            {"accepted_prediction_tokens", usage.accepted_prediction_tokens},
+            {"rejected_prediction_tokens", usage.rejected_prediction_tokens}}}};
 }
 
 json finish_field(std::string_view finish_reason) {

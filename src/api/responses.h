@@ -22,6 +22,9 @@ struct Usage {
   int reasoning_tokens = 0;  // of the completion, spent in the model's reasoning
   int cached_tokens = 0;  // of the prompt, whose keys and values came from the prefix cache
   std::optional<std::chrono::steady_clock::time_point> first_token_at;
+  // Speculative decoding's draft tokens that the model confirmed, and those it did not.
+  int accepted_prediction_tokens = 0;
+  int rejected_prediction_tokens = 0;
 };
 
 // How a generation ended, as an answer reports it.

@@ -686,6 +686,8 @@ class Server::Impl final : public http::Service {
     usage.completion_tokens = session->completion_tokens();
     usage.reasoning_tokens = session->reasoning_tokens();
     usage.cached_tokens = session->cached_tokens();
+    usage.accepted_prediction_tokens = session->drafts_accepted();
+    usage.rejected_prediction_tokens = session->drafts_rejected();
     usage.first_token_at = session->first_token_at();
     http::Response response;
     response.content_type = writer.content_type(false);
@@ -749,6 +751,8 @@ class Server::Impl final : public http::Service {
           usage.completion_tokens = session->completion_tokens();
           usage.reasoning_tokens = session->reasoning_tokens();
           usage.cached_tokens = session->cached_tokens();
+          usage.accepted_prediction_tokens = session->drafts_accepted();
+          usage.rejected_prediction_tokens = session->drafts_rejected();
           usage.first_token_at = session->first_token_at();
           events += writer->stream_end(finish_of(*update.outcome, *session), usage);
         }

@@ -9,9 +9,11 @@
 
 #include "cli/commands.h"
 #include "cli/model_source.h"
+#include "cli/speculation.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "tensor/dtype.h"
+#include "tokenizer/tokenizer.h"
 
 namespace strata::cli {
 namespace {
@@ -28,6 +30,8 @@ struct BenchOptions {
   int ttft_prompt = 0;       // prompt length for a time-to-first-token measurement
   int ttft_cached = 0;       // leading tokens of that prompt found in the prefix cache
   std::string kv_type = "f16";
+  std::string speculative_prompt;  // measure one stream with and without speculative decoding on it
+  SpeculationOptions speculation;
 };
 
 double median(std::vector<double> values) {
@@ -63,9 +67,13 @@ struct EngineRun {
 
 // `count` concurrent requests of `prompt_tokens` each; with `cached` > 0 one request first
 // puts that many of their leading tokens in the prefix cache, and is not measured.
+// `speculation`: its drafter and draft_max (none: plain decoding).
 EngineRun run_engine(const std::shared_ptr<model::Model>& model, int count, int prompt_tokens,
-                     int generated_tokens, int threads, model::KvType kv_type, int cached = 0) {
+                     int generated_tokens, int threads, model::KvType kv_type, int cached = 0,
+                     const engine::EngineOptions& speculation = {}) {
   engine::EngineOptions options;
+  options.drafter = speculation.drafter;
+  options.draft_max = speculation.draft_max;
   options.max_parallel = count;
   options.threads = threads;
   options.kv_type = kv_type;
@@ -109,10 +117,107 @@ EngineRun run_engine(const std::shared_ptr<model::Model>& model, int count, int 
   return {count * generated_tokens / seconds, std::chrono::duration<double>(first_token[0] - start).count()};
 }
 
+// One greedy stream of `prompt` through the engine: its decode speed (tokens after the first
+// over the time after the first) and what its drafts came to.
+struct StreamRun {
+  double decode_tokens_per_second = 0;
+  int generated = 0;
+  int accepted = 0;
+  int drafted = 0;
+};
+
+StreamRun run_stream(const std::shared_ptr<model::Model>& model, const std::vector<engine::Token>& prompt,
+                     int generated_tokens, int threads, model::KvType kv_type, engine::EngineOptions speculation) {
+  engine::EngineOptions options = std::move(speculation);
+  options.max_parallel = 1;
+  options.threads = threads;
+  options.kv_type = kv_type;
+  options.context_size = static_cast<int>(prompt.size()) + generated_tokens;
+  // As run_engine: the measured stream must not stop early.
+  engine::Engine engine(model, [](engine::Token) { return false; }, options);
+  engine::GenerationRequest request;
+  request.prompt = prompt;
+  request.max_tokens = generated_tokens;
+  request.sampling.temperature = 0;
+  std::latch done(1);
+  StreamRun run;
+  std::chrono::steady_clock::time_point first, last;
+  engine::RequestCallbacks callbacks;
+  callbacks.on_token = [&](const engine::GeneratedToken& t) {
+    last = std::chrono::steady_clock::now();
+    if (run.generated++ == 0) first = last;
+    run.accepted = t.drafts_accepted;
+    run.drafted = t.drafts_accepted + t.drafts_rejected;
+    return true;
+  };
+  callbacks.on_finish = [&](engine::FinishReason, const std::string&) { done.count_down(); };
+  engine.submit(std::move(request), std::move(callbacks));
+  done.wait();
+  const double seconds = std::chrono::duration<double>(last - first).count();
+  if (run.generated > 1 && seconds > 0) run.decode_tokens_per_second = (run.generated - 1) / seconds;
+  return run;
+}
+
+// Speculative decoding against plain decoding of one greedy stream, in turns (which goes first
+// alternates), so that a shared machine's drift falls on both alike.
+int bench_speculation(const BenchOptions& o, const std::string& path, const std::shared_ptr<const gguf::File>& file,
+                      const std::shared_ptr<model::Model>& model) {
+  const auto tokenizer = tokenizer::Tokenizer::from_gguf(*file);
+  const std::vector<engine::Token> prompt =
+      tokenizer->encode(o.speculative_prompt, tokenizer->add_bos_by_default(), /*parse_special=*/true);
+  if (static_cast<int>(prompt.size()) + o.generated_tokens > model->config().context_length) {
+    throw std::invalid_argument("the prompt's " + std::to_string(prompt.size()) + " tokens and -n " +
+                                std::to_string(o.generated_tokens) + " exceed the model's context of " +
+                                std::to_string(model->config().context_length));
+  }
+  engine::EngineOptions speculating;
+  SpeculationOptions wanted = o.speculation;
+  if (wanted.mode.empty() || wanted.mode == "off") wanted.mode = wanted.draft_model.empty() ? "ngram" : "draft";
+  apply_speculation(wanted, *file, o.threads, speculating);
+  const model::KvType kv_type = *model::parse_kv_type(o.kv_type);
+  std::vector<double> plain_rates, speculative_rates, ratios;
+  StreamRun last;
+  std::printf("model: %s\n", path.c_str());
+  std::printf("one greedy stream, %zu prompt tokens, %d generated, %d threads; %s\n", prompt.size(), o.generated_tokens,
+              o.threads, describe_speculation(speculating, wanted).c_str());
+  for (int rep = 0; rep < o.repetitions + 1; ++rep) {  // the first pair only warms up
+    StreamRun plain, speculative;
+    if (rep % 2 == 0) {
+      plain = run_stream(model, prompt, o.generated_tokens, o.threads, kv_type, {});
+      speculative = run_stream(model, prompt, o.generated_tokens, o.threads, kv_type, speculating);
+    } else {
+      speculative = run_stream(model, prompt, o.generated_tokens, o.threads, kv_type, speculating);
+      plain = run_stream(model, prompt, o.generated_tokens, o.threads, kv_type, {});
+    }
+    if (rep == 0) continue;
+    plain_rates.push_back(plain.decode_tokens_per_second);
+    speculative_rates.push_back(speculative.decode_tokens_per_second);
+    ratios.push_back(speculative.decode_tokens_per_second / plain.decode_tokens_per_second);
+    last = speculative;
+    std::printf("  run %d: plain %.1f tokens/s, speculative %.1f tokens/s (x%.2f)\n", rep,
+                plain.decode_tokens_per_second, speculative.decode_tokens_per_second, ratios.back());
+  }
+  const auto range = [](const std::vector<double>& v) {
+    return fixed(*std::min_element(v.begin(), v.end())) + "-" + fixed(*std::max_element(v.begin(), v.end()));
+  };
+  std::printf("decode, plain: %.1f tokens/s (median of %d; %s)\n", median(plain_rates), o.repetitions,
+              range(plain_rates).c_str());
+  std::printf("decode, speculative: %.1f tokens/s (median of %d; %s)\n", median(speculative_rates), o.repetitions,
+              range(speculative_rates).c_str());
+  std::printf("speed-up: x%.2f (median; x%.2f-x%.2f)\n", median(ratios), *std::min_element(ratios.begin(), ratios.end()),
+              *std::max_element(ratios.begin(), ratios.end()));
+  const int steps = last.generated - last.accepted;
+  std::printf("drafts: %d of %d accepted (%.0f%%); %.2f tokens a step\n", last.accepted, last.drafted,
+              last.drafted > 0 ? 100.0 * last.accepted / last.drafted : 0.0,
+              steps > 0 ? static_cast<double>(last.generated) / steps : 0.0);
+  return 0;
+}
+
 int bench(const BenchOptions& o) {
   const std::string path = model_path_or_demo(o.model);
   std::shared_ptr<const gguf::File> file = gguf::File::open(path);
   std::shared_ptr<model::Model> model = model::Model::load(file);
+  if (!o.speculative_prompt.empty()) return bench_speculation(o, path, file, model);
   const model::Config& c = model->config();
   if (o.depth + std::max(o.prompt_tokens, o.generated_tokens) > c.context_length) {
     throw std::invalid_argument("--depth plus -p or -n exceeds the model's context of " +
@@ -205,10 +310,16 @@ int bench(const BenchOptions& o) {
   std::printf("prefill pp%d%s: %.1f tokens/s\n", o.prompt_tokens, at_depth.c_str(), prefill);
   std::printf("decode  tg%d%s: %.1f tokens/s\n", o.generated_tokens, at_depth.c_str(), decode);
   if (!o.streams.empty() || o.ttft_prompt > 0) {
+    // Through the engine, with speculative decoding only when a flag asks for it.
+    engine::EngineOptions speculation;
+    if (!o.speculation.mode.empty() || !o.speculation.draft_model.empty()) {
+      apply_speculation(o.speculation, *file, o.threads, speculation);
+    }
     for (int count : o.streams) {
-      const EngineRun run = run_engine(model, count, 16, o.generated_tokens, o.threads, kv_type);
-      std::printf("engine, %d concurrent requests (16-token prompts, %d tokens each): %.1f tokens/s aggregate\n",
-                  count, o.generated_tokens, run.tokens_per_second);
+      const EngineRun run = run_engine(model, count, 16, o.generated_tokens, o.threads, kv_type, 0, speculation);
+      std::printf("engine, %d concurrent requests (16-token prompts, %d tokens each): %.1f tokens/s aggregate%s\n",
+                  count, o.generated_tokens, run.tokens_per_second,
+                  speculation.drafter ? (", " + describe_speculation(speculation, o.speculation)).c_str() : "");
     }
     if (o.ttft_prompt > 0) {
       const EngineRun run = run_engine(model, 1, o.ttft_prompt, 1, o.threads, kv_type);
@@ -263,6 +374,10 @@ void add_bench_command(CLI::App& app, Action& action) {
       ->needs(ttft);
   cmd->add_option("--kv-type", options->kv_type, "How keys and values are stored: f32 or f16")
       ->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
+  cmd->add_option("--speculative-prompt", options->speculative_prompt,
+                  "Instead: decode of one greedy stream of -n tokens after this prompt, with and without "
+                  "speculative decoding in turns, -r times, and the drafts' acceptance");
+  add_speculation_options(*cmd, options->speculation);
   cmd->callback([&action, options] { action = [options] { return bench(*options); }; });
 }
 

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "cli/speculation.h"
 #include "hub/hub.h"
 #include "model/synthetic.h"
 
@@ -44,9 +45,11 @@ std::string model_path_or_demo(const std::string& given, const std::string& cach
   return path.string();
 }
 
-LoadedModel load_for_generation(const std::string& given_path, const engine::EngineOptions& options) {
+LoadedModel load_for_generation(const std::string& given_path, engine::EngineOptions options,
+                                const SpeculationOptions* speculation) {
   LoadedModel loaded;
   loaded.file = gguf::File::open(model_path_or_demo(given_path));
+  if (speculation) apply_speculation(*speculation, *loaded.file, options.threads, options);
   std::shared_ptr<model::Model> model = model::Model::load(loaded.file);
   loaded.tokenizer = tokenizer::Tokenizer::from_gguf(*loaded.file);
   const tokenizer::Tokenizer* tokenizer = loaded.tokenizer.get();

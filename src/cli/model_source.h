@@ -29,6 +29,9 @@ struct LoadedModel {
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::unique_ptr<engine::Engine> engine;
 };
-LoadedModel load_for_generation(const std::string& given_path, const engine::EngineOptions& options);
+// With `speculation`, its drafter for this model (apply_speculation).
+struct SpeculationOptions;
+LoadedModel load_for_generation(const std::string& given_path, engine::EngineOptions options,
+                                const SpeculationOptions* speculation = nullptr);
 
 }  // namespace strata::cli

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_source.h"
+#include "cli/speculation.h"
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -19,6 +20,7 @@ struct RunOptions {
   int context = 0;
   int64_t seed = -1;
   sampling::SamplingParams sampling;
+  SpeculationOptions speculation;
 };
 
 int run(const RunOptions& o) {
@@ -26,7 +28,7 @@ int run(const RunOptions& o) {
   engine_options.context_size = o.context;
   engine_options.max_parallel = 1;
   engine_options.threads = o.threads;
-  const LoadedModel loaded = load_for_generation(o.model, engine_options);
+  const LoadedModel loaded = load_for_generation(o.model, engine_options, &o.speculation);
   const tokenizer::Tokenizer& tokenizer = *loaded.tokenizer;
   engine::Engine& engine = *loaded.engine;
   const std::vector<tokenizer::Token> prompt =
@@ -52,8 +54,12 @@ int run(const RunOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point first_token;
   engine::RequestCallbacks callbacks;
+  int accepted = 0;
+  int drafted = 0;
   callbacks.on_token = [&](const engine::GeneratedToken& t) {
     if (generated++ == 0) first_token = std::chrono::steady_clock::now();
+    accepted = t.drafts_accepted;
+    drafted = t.drafts_accepted + t.drafts_rejected;
     if (!t.end_of_generation) {
       std::fputs(decoder.push(t.token).c_str(), stdout);
       std::fflush(stdout);
@@ -76,6 +82,7 @@ int run(const RunOptions& o) {
   std::fprintf(stderr, "strata: prompt %zu tokens in %.2f s; generated %d tokens", prompt.size(),
                prefill_s, generated);
   if (generated > 1 && decode_s > 0) std::fprintf(stderr, " at %.1f tokens/s", (generated - 1) / decode_s);
+  if (drafted > 0) std::fprintf(stderr, "; %d of %d drafts accepted", accepted, drafted);
   std::fprintf(stderr, " (seed %llu)\n", static_cast<unsigned long long>(request.sampling.seed));
   return 0;
 }
@@ -100,6 +107,7 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--seed", options->seed, "Random seed (default: random, printed at the end)");
   cmd->add_option("-t,--threads", options->threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("-c,--ctx-size", options->context, "Context size (default: the model's)")->check(CLI::NonNegativeNumber);
+  add_speculation_options(*cmd, options->speculation);
   cmd->callback([&action, options] { action = [options] { return run(*options); }; });
 }
 

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/console.h"
 #include "cli/model_source.h"
+#include "cli/speculation.h"
 #include "cluster/discovery.h"
 #include "cluster/node.h"
 #include "cluster/node_identity.h"
@@ -56,6 +57,7 @@ struct ServeOptions {
   uint64_t test_tensor_chunk_bytes = rpc::kTensorChunkBytes;
   std::string log_format = "text";
   std::string log_level = "info";
+  SpeculationOptions speculation;
 };
 
 // "a:0-10,b:11-21" (inclusive layer numbers, as `strata cluster` shows them) -> stages in
@@ -201,6 +203,7 @@ int serve(const ServeOptions& o) {
   const std::unique_ptr<tokenizer::Tokenizer> tokenizer = tokenizer::Tokenizer::from_gguf(*file);
   const tokenizer::Tokenizer* tok = tokenizer.get();
   node.engine.vocabulary = constrain::Vocabulary::from_tokenizer(*tokenizer);  // for requests with a grammar
+  apply_speculation(o.speculation, *file, o.engine.threads, node.engine);
   cluster::ClusterNode cluster_node(file, [tok](engine::Token t) { return tok->is_end_of_generation(t); }, node);
 
   server.health = [&cluster_node] { return cluster_node.health(); };
@@ -216,7 +219,7 @@ int serve(const ServeOptions& o) {
   const engine::ModelLimits limits = cluster_node.limits();
   node.log("context " + std::to_string(limits.context_size) + " tokens, " + std::to_string(limits.max_parallel) +
            " parallel sequences, queue of " + std::to_string(limits.max_queued) + "; node port " +
-           std::to_string(cluster_node.node_port()));
+           std::to_string(cluster_node.node_port()) + "; " + describe_speculation(node.engine, o.speculation));
   api::serve_until_signal(cluster_node, *tokenizer, *file, server);
   cluster_node.shutdown();
   return 0;
@@ -278,6 +281,7 @@ void add_serve_command(CLI::App& app, Action& action) {
                   "This node's KV pool, e.g. 512MiB (default: --ctx-size x --parallel positions of its layers)");
   cmd->add_flag("--no-prefix-cache", o->no_prefix_cache,
                 "Compute every prompt in full, never reusing the cached keys and values of an earlier one");
+  add_speculation_options(*cmd, o->speculation);
   cmd->add_option("--placement", o->placement, "How layers are split: speed (least time per token) or memory")
       ->check(CLI::IsMember({"speed", "memory"}))->capture_default_str();
   cmd->add_option("--stages", o->stages, "A placement fixed by hand: NODE:FIRST-LAST,... (layers inclusive) in pipeline order");

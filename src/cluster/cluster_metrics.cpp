@@ -91,6 +91,14 @@ void write_metrics(const ClusterStatus& status, const engine::Engine::Load& load
                 {}, static_cast<double>(status.scheduler->recomputed));
     out.counter("strata_sequences_preempted_total", "Running sequences pre-empted for want of KV blocks (leader).", {},
                 static_cast<double>(status.scheduler->preempted));
+    const SchedulerCounts& drafts = *status.scheduler;
+    out.counter("strata_speculative_steps_total", "Decode steps that carried draft tokens (leader).", {},
+                static_cast<double>(drafts.speculative_steps));
+    out.counter("strata_draft_tokens_total", "Draft tokens the last stage checked (leader).", {},
+                static_cast<double>(drafts.drafted));
+    out.counter("strata_draft_tokens_accepted_total",
+                "Draft tokens the last stage confirmed: tokens that came without a step of their own (leader).", {},
+                static_cast<double>(drafts.accepted));
   }
   out.gauge("strata_requests_waiting", "Requests in the scheduler's queue (leader; 0 elsewhere).", {}, load.waiting);
   out.gauge("strata_requests_running", "Sequences the scheduler runs (leader; 0 elsewhere).", {}, load.running);

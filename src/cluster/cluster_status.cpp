@@ -104,6 +104,9 @@ std::string status_json(const ClusterStatus& status) {
     body["placement_switches"] = {{"sequences_handed_over", status.scheduler->handed_over},
                                   {"sequences_recomputed", status.scheduler->recomputed}};
     body["sequences_preempted"] = status.scheduler->preempted;
+    body["speculative_decoding"] = {{"steps", status.scheduler->speculative_steps},
+                                    {"drafted_tokens", status.scheduler->drafted},
+                                    {"accepted_tokens", status.scheduler->accepted}};
   }
   if (status.leaving) body["leaving"] = true;
   return body.dump();

@@ -32,6 +32,10 @@ struct SchedulerCounts {
   uint64_t handed_over = 0;  // moved with their state (a node left or joined)
   uint64_t recomputed = 0;   // computed again (a node was lost)
   uint64_t preempted = 0;    // for want of KV blocks, computed again later
+  // Speculative decoding: steps with drafts, draft tokens checked, and those confirmed.
+  uint64_t speculative_steps = 0;
+  uint64_t drafted = 0;
+  uint64_t accepted = 0;
 };
 
 struct ClusterStatus {

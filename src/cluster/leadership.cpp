@@ -29,7 +29,9 @@ std::optional<SchedulerCounts> Leadership::scheduler_counts() const {
   const std::shared_ptr<engine::Engine>& engine = scheduler_.engine();
   if (!engine) return std::nullopt;
   const engine::Engine::SwitchCounts counts = engine->switch_counts();
-  return SchedulerCounts{counts.handed_over, counts.recomputed, engine->preemptions()};
+  const engine::Engine::SpeculationCounts drafts = engine->speculation();
+  return SchedulerCounts{counts.handed_over, counts.recomputed, engine->preemptions(),
+                         drafts.steps,       drafts.drafted,    drafts.accepted};
 }
 
 void Leadership::adopt(const rpc::Placement& placement) {

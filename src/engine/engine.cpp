@@ -65,6 +65,8 @@ struct Engine::Sequence {
   // so that what follows is the same.
   void compute_again() {
     fed = 0;
+    held_to = 0;
+    drafts_past_fed = 0;
     launched = false;
     pooled.clear();
   }
@@ -106,6 +108,20 @@ struct Engine::Sequence {
   std::vector<Token> history;  // prompt, then generated tokens
   int capacity;
   int fed = 0;  // inputs whose keys and values the stages hold
+  // Positions the stages hold, or will once its batch in flight is through: `fed`, or more
+  // while they hold drafts.
+  int held_to = 0;
+  // Positions past `fed` that the stages hold: the drafts that the last step did not confirm,
+  // which its next batch drops (SequenceWork::rewind).
+  int drafts_past_fed = 0;
+  std::unique_ptr<Drafter::State> drafting;  // the drafter's, once it has drafted for it
+  // How many drafts its next step may take, as its drafts have fared (4 to begin with; see
+  // complete), and steps to go without drafts after a step that confirmed none.
+  int draft_limit = 4;
+  int draft_pause = 0;
+  int draft_misses = 0;
+  int drafts_accepted = 0;
+  int drafts_rejected = 0;
   int generated = 0;
   std::optional<int> cached_tokens;  // of the prompt, taken from the stages' caches at its first start
   bool resumed = request.resumed_after > 0 || request.held.has_value();  // until its first start
@@ -171,6 +187,10 @@ Engine::SwitchCounts Engine::switch_counts() const { return {handed_over_.load()
 
 uint64_t Engine::preemptions() const { return preemptions_.load(); }
 
+Engine::SpeculationCounts Engine::speculation() const {
+  return {speculative_steps_.load(), drafted_.load(), accepted_.load()};
+}
+
 Engine::Load Engine::load() {
   std::lock_guard lock(mutex_);
   return {static_cast<int>(queue_.size()), running_};
@@ -202,9 +222,16 @@ bool Engine::move_state(const std::vector<std::shared_ptr<Stage>>& from, Sequenc
     for (size_t i = next++; i < moves.size() && !failed; i = next++) {
       try {
         LayerKv kv = moves[i].from->read_kv(from_id, moves[i].layer);
-        if (kv.positions != positions) {
+        if (kv.positions < positions) {
           failed = true;
           return;
+        }
+        if (kv.positions > positions) {  // drafts not confirmed: rows of positions, in order
+          kv.keys.bytes.resize(kv.keys.bytes.size() / static_cast<size_t>(kv.positions) * static_cast<size_t>(positions));
+          kv.values.bytes.resize(kv.values.bytes.size() / static_cast<size_t>(kv.positions) *
+                                 static_cast<size_t>(positions));
+          if (!kv.tokens.empty()) kv.tokens.resize(static_cast<size_t>(positions));
+          kv.positions = positions;
         }
         kv.id = seq.id;
         kv.capacity = seq.capacity;
@@ -242,7 +269,7 @@ bool Engine::take_over_held(Sequence& seq) {
     }
   }
   if (moved) {
-    seq.fed = held.positions;
+    seq.fed = seq.held_to = held.positions;
     return true;
   }
   const SequenceId id[] = {seq.id};
@@ -265,6 +292,8 @@ void Engine::switch_pipeline(std::vector<std::unique_ptr<Sequence>>& active, Nex
     if (seq->fed == 0) continue;
     if (handing_over) {
       if (move_state(pipeline_->stages(), seq->id, seq->fed, next.stages, *seq)) {
+        seq->held_to = seq->fed;  // without the drafts the old stages held past it
+        seq->drafts_past_fed = 0;
         ++handed_over_;
         continue;
       }
@@ -355,7 +384,7 @@ void Engine::start_sequence(Sequence& seq) {
       if (std::all_of(holds.begin(), holds.end(), [&](int h) { return h == held; })) break;
     }
   }
-  seq.fed = held;
+  seq.fed = seq.held_to = held;
   if (!seq.cached_tokens) seq.cached_tokens = held;
 }
 
@@ -461,8 +490,12 @@ void Engine::release_state(Sequence& seq) {
 
 model::KvBlockCounts Engine::blocks_needed(const Sequence& seq) const {
   // Its stages hold these once it has fed all it has (a batch in flight included): the
-  // positions its next step reaches, or, while it prefills, the whole prompt's.
-  const int positions = static_cast<int>(seq.history.size());
+  // positions its next step reaches, or, while it prefills, the whole prompt's; or more while
+  // they hold drafts past them.
+  return blocks_for_positions(std::max(static_cast<int>(seq.history.size()), seq.held_to));
+}
+
+model::KvBlockCounts Engine::blocks_for_positions(int positions) const {
   return {blocks_for(positions),
           options_.sliding_window > 0 ? model::window_blocks_needed(options_.sliding_window, positions, options_.prefill_chunk) : 0};
 }
@@ -661,6 +694,19 @@ bool Engine::launch_batch(const std::vector<std::unique_ptr<Sequence>>& active) 
   StageBatch batch;
   InFlight flight;
   int prefill_budget = options_.prefill_chunk;
+  // Drafts go to a batch of at most options_.drafting_sequences decoding sequences, within
+  // draft_max + 1 decoding rows: a step of a few rows costs little more than one, but one of
+  // many sequences is bound by compute already (on a CPU 4 rows cost 1.4 of one, 8 cost 2.5),
+  // where a draft costs about what it may save.
+  const size_t decoding = std::min<size_t>(share, static_cast<size_t>(std::count_if(
+                                                      active.begin(), active.end(), [](const auto& s) {
+                                                        return !s->in_flight && !s->finished && s->launched &&
+                                                               s->pending() == 1;
+                                                      })));
+  int draft_budget =
+      decoding > static_cast<size_t>(options_.drafting_sequences)
+          ? 0
+          : std::max(0, options_.draft_max + 1 - static_cast<int>(decoding));
   for (const auto& seq : active) {
     if (seq->in_flight || seq->finished || flight.owners.size() >= share) continue;
     if (!seq->launched) {
@@ -676,6 +722,11 @@ bool Engine::launch_batch(const std::vector<std::unique_ptr<Sequence>>& active) 
     const auto from = seq->history.begin() + seq->fed;
     batch.tokens.insert(batch.tokens.end(), from, from + count);
     SequenceWork work{seq->id, seq->fed, count, seq->capacity};
+    if (seq->drafts_past_fed > 0) {
+      work.rewind = true;  // the stages drop the drafts the last step did not confirm
+      seq->drafts_past_fed = 0;
+    }
+    std::vector<Token> drafts;
     if (seq->embeds()) {
       work.output = SequenceWork::Output::Embeddings;
     } else if (count < seq->pending()) {
@@ -686,10 +737,20 @@ bool Engine::launch_batch(const std::vector<std::unique_ptr<Sequence>>& active) 
       const std::span<const uint8_t> allowed =
           seq->matcher ? std::span<const uint8_t>(seq->matcher->allowed_tokens()) : std::span<const uint8_t>();
       work.sampling = seq->sampler.step(seq->history, allowed, seq->request.logprobs ? seq->request.top_logprobs : -1);
+      if (count == 1 && draft_budget > 0) drafts = drafts_for(*seq, active, draft_budget);
+      if (!drafts.empty()) {
+        draft_budget -= static_cast<int>(drafts.size());
+        batch.tokens.insert(batch.tokens.end(), drafts.begin(), drafts.end());
+        count += static_cast<int>(drafts.size());
+        work.token_count = count;
+        work.sampling->drafts = static_cast<int>(drafts.size());
+      }
     }
     batch.sequences.push_back(std::move(work));
     flight.owners.push_back(seq.get());
     flight.counts.push_back(count);
+    flight.drafts.push_back(std::move(drafts));
+    seq->held_to = seq->fed + count;
     seq->in_flight = true;
   }
   if (flight.owners.empty()) return false;
@@ -697,6 +758,39 @@ bool Engine::launch_batch(const std::vector<std::unique_ptr<Sequence>>& active) 
   in_flight_.emplace(ticket, std::move(flight));
   pipeline_->submit(ticket, std::move(batch));
   return true;
+}
+
+std::vector<Token> Engine::drafts_for(Sequence& seq, const std::vector<std::unique_ptr<Sequence>>& active, int budget) {
+  // A grammar's mask holds for one position: its requests are not drafted for.
+  if (!options_.drafter || seq.matcher) return {};
+  if (seq.draft_pause > 0) {
+    --seq.draft_pause;
+    return {};
+  }
+  // Every token chosen can be used: at most max_tokens in all, one more than the drafts.
+  int most = std::min({budget, seq.draft_limit, seq.request.max_tokens - seq.generated - 1});
+  if (most <= 0) return {};
+  std::vector<Token> drafts;
+  try {
+    if (!seq.drafting) seq.drafting = options_.drafter->start();
+    drafts = options_.drafter->draft(seq.drafting.get(), seq.history, most);
+  } catch (const std::exception&) {
+    // A drafter that fails (a draft model's pool without room) costs the sequence its drafts
+    // this step, never its request: its state goes, to start afresh.
+    seq.drafting.reset();
+    return {};
+  }
+  if (drafts.size() > static_cast<size_t>(most)) drafts.resize(static_cast<size_t>(most));
+  const auto outside = std::find_if(drafts.begin(), drafts.end(), [&](Token t) { return t < 0 || t >= vocab_size_; });
+  drafts.erase(outside, drafts.end());  // none, from a sound drafter
+  // Only into room the pools have beside the running sequences: drafts never pre-empt.
+  const model::KvBlockCounts now = blocks_needed(seq);
+  while (!drafts.empty()) {
+    const model::KvBlockCounts with = blocks_for_positions(static_cast<int>(seq.history.size() + drafts.size()));
+    if (room_for(active, {with.full - now.full, with.window - now.window})) break;
+    drafts.pop_back();
+  }
+  return drafts;
 }
 
 void Engine::complete(const InFlight& batch, const Pipeline::Result& result) {
@@ -708,7 +802,8 @@ void Engine::complete(const InFlight& batch, const Pipeline::Result& result) {
   }
   const size_t dim = static_cast<size_t>(options_.embedding_dim);
   // Where each embedding's rows start; the owners whose step sampled (it fed their last
-  // pending input) get a token each, in batch order.
+  // pending input, and its drafts) get a token each, and one more for each draft confirmed,
+  // in batch order.
   std::vector<size_t> row_start(owners.size());
   size_t expected_rows = 0;
   std::vector<size_t> sampled;
@@ -716,15 +811,25 @@ void Engine::complete(const InFlight& batch, const Pipeline::Result& result) {
     row_start[i] = expected_rows;
     if (owners[i]->embeds()) {
       expected_rows += static_cast<size_t>(batch.counts[i]) * dim;
-    } else if (batch.counts[i] == owners[i]->pending()) {
+    } else if (batch.counts[i] - static_cast<int>(batch.drafts[i].size()) == owners[i]->pending()) {
       sampled.push_back(i);
     }
   }
   const StageOutput& output = result.output;
-  const bool tokens_fit = std::all_of(output.sampled.begin(), output.sampled.end(), [&](const Sampled& s) {
-    return !s.error.empty() || (s.choice.token >= 0 && s.choice.token < vocab_size_);
-  });
-  if (output.rows.size() != expected_rows || output.sampled.size() != sampled.size() || !tokens_fit) {
+  const auto token_fits = [&](const sampling::Choice& c) { return c.token >= 0 && c.token < vocab_size_; };
+  // Each choice but the last confirmed the draft after it: it equals that draft.
+  const auto step_fits = [&](const Sampled& s, const std::vector<Token>& drafts) {
+    if (!s.error.empty()) return true;
+    if (!token_fits(s.choice) || s.continued.size() > drafts.size()) return false;
+    for (size_t c = 0; c < s.continued.size(); ++c) {
+      const sampling::Choice& before = c == 0 ? s.choice : s.continued[c - 1];
+      if (before.token != drafts[c] || !token_fits(s.continued[c])) return false;
+    }
+    return true;
+  };
+  bool steps_fit = output.sampled.size() == sampled.size();
+  for (size_t k = 0; steps_fit && k < sampled.size(); ++k) steps_fit = step_fits(output.sampled[k], batch.drafts[sampled[k]]);
+  if (output.rows.size() != expected_rows || !steps_fit) {
     for (Sequence* seq : owners) finish(*seq, FinishReason::Error, "the pipeline returned a malformed step");
     return;
   }
@@ -744,28 +849,25 @@ void Engine::complete(const InFlight& batch, const Pipeline::Result& result) {
       }
       continue;
     }
-    seq.fed += batch.counts[i];
+    seq.fed += batch.counts[i] - static_cast<int>(batch.drafts[i].size());
   }
-  for (size_t k = 0; k < sampled.size(); ++k) {
-    Sequence& seq = *owners[sampled[k]];
-    const Sampled& step = output.sampled[k];
-    if (!step.error.empty()) {
-      finish(seq, FinishReason::Error, step.error);
-      continue;
-    }
-    if (seq.matcher && !seq.matcher->accept_token(step.choice.token)) {
+  // One chosen token, as decoding one at a time takes it; false when the request ends there.
+  const auto take = [&](Sequence& seq, const sampling::Choice& choice) {
+    if (seq.matcher && !seq.matcher->accept_token(choice.token)) {
       finish(seq, FinishReason::Error, "the pipeline chose a token that the request's grammar does not allow");
-      continue;
+      return false;
     }
     seq.sampler.skip(1);
     GeneratedToken out;
-    out.token = step.choice.token;
+    out.token = choice.token;
     if (seq.request.logprobs) {
-      out.logprob = step.choice.logprob;
-      for (const auto& [id, logprob] : step.choice.top) out.top.push_back({id, logprob});
+      out.logprob = choice.logprob;
+      for (const auto& [id, logprob] : choice.top) out.top.push_back({id, logprob});
     }
     out.end_of_generation = is_end_of_generation_(out.token);
     out.cached_tokens = seq.cached_tokens.value_or(0);
+    out.drafts_accepted = seq.drafts_accepted;
+    out.drafts_rejected = seq.drafts_rejected;
     seq.history.push_back(out.token);
     ++seq.generated;
     bool keep_going = true;
@@ -774,7 +876,7 @@ void Engine::complete(const InFlight& batch, const Pipeline::Result& result) {
     } catch (const std::exception& e) {
       // A failing consumer ends its own request, never the loop that serves the others.
       finish(seq, FinishReason::Error, std::string("token callback failed: ") + e.what());
-      continue;
+      return false;
     }
     if (out.end_of_generation) {
       finish(seq, FinishReason::Stop);
@@ -784,6 +886,48 @@ void Engine::complete(const InFlight& batch, const Pipeline::Result& result) {
       finish(seq, FinishReason::Stop);
     } else if (seq.generated >= seq.request.max_tokens) {
       finish(seq, FinishReason::Length);
+    }
+    return !seq.finished;
+  };
+  for (size_t k = 0; k < sampled.size(); ++k) {
+    Sequence& seq = *owners[sampled[k]];
+    const Sampled& step = output.sampled[k];
+    if (!step.error.empty()) {
+      finish(seq, FinishReason::Error, step.error);
+      continue;
+    }
+    // The stages hold the last token and every draft: those confirmed are the sequence's
+    // inputs now, the rest go with its next batch.
+    const std::vector<Token>& drafts = batch.drafts[sampled[k]];
+    const size_t accepted = step.continued.size();
+    seq.fed += static_cast<int>(accepted);
+    seq.drafts_past_fed = static_cast<int>(drafts.size() - accepted);
+    if (!drafts.empty()) {
+      ++speculative_steps_;
+      drafted_ += drafts.size();
+      accepted_ += accepted;
+      seq.drafts_accepted += static_cast<int>(accepted);
+      seq.drafts_rejected += static_cast<int>(drafts.size() - accepted);
+      // Each draft adds a row to the step, which costs (a step of 9 rows about 2.5 of one
+      // on a CPU): a sequence takes up to twice the drafts after a step that confirmed them all, one
+      // more than it confirmed after one that confirmed some, and after one that confirmed
+      // none goes 1, 2, 4, ... up to 16 steps without (text that does not repeat itself then
+      // costs a draft every 16 steps).
+      if (accepted == drafts.size()) {
+        seq.draft_limit = std::min(options_.draft_max, std::max(seq.draft_limit, 2 * static_cast<int>(drafts.size())));
+        seq.draft_misses = 0;
+      } else if (accepted > 0) {
+        seq.draft_limit = static_cast<int>(accepted) + 1;
+        seq.draft_misses = 0;
+      } else {
+        seq.draft_limit = 1;
+        seq.draft_pause = std::min(16, 1 << std::min(seq.draft_misses, 4));
+        ++seq.draft_misses;
+      }
+    }
+    // In order, as one step each would have given them; a request that ends on one (its end
+    // of generation, max_tokens, a stop string) takes none after it.
+    for (size_t c = 0; c <= accepted && take(seq, c == 0 ? step.choice : step.continued[c - 1]); ++c) {
     }
   }
 }

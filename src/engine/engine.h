@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "constrain/matcher.h"
+#include "engine/drafter.h"
 #include "engine/generator.h"
 #include "engine/pipeline.h"
 #include "model/model.h"
@@ -52,6 +53,15 @@ struct EngineOptions {
   // The width of the model's hidden rows, which embedding requests pool; 0 (a pipeline's
   // default): they are refused. The whole-model engine takes its model's.
   int embedding_dim = 0;
+  // Speculative decoding: a decoding sequence's step also feeds up to `draft_max` tokens that
+  // the drafter guesses, which the last stage checks (sampling::choose_along), so that a step
+  // may give several tokens, the same as one at a time. None: one token a step. Requests with
+  // a grammar are not drafted for.
+  std::shared_ptr<const Drafter> drafter;
+  int draft_max = 8;
+  // A batch of more decoding sequences takes no drafts: it is bound by compute already, where
+  // a draft's row costs about what it may save.
+  int drafting_sequences = 2;
 };
 
 class Engine final : public Generator {
@@ -95,6 +105,14 @@ class Engine final : public Generator {
   // Running sequences whose state the stages let go, back to the queue's front, because the KV
   // pools had no room for their next step; each is computed again when room returns.
   uint64_t preemptions() const;
+  // Speculative decoding so far: steps that carried drafts, drafts sent, and drafts the last
+  // stage confirmed (each one a token that came without a step of its own).
+  struct SpeculationCounts {
+    uint64_t steps = 0;
+    uint64_t drafted = 0;
+    uint64_t accepted = 0;
+  };
+  SpeculationCounts speculation() const;
   // Requests waiting in the queue, and sequences running (in the pipeline or between steps).
   struct Load {
     int waiting = 0;
@@ -104,10 +122,12 @@ class Engine final : public Generator {
 
  private:
   struct Sequence;
-  // A batch in the pipeline: its sequences and how many inputs each fed.
+  // A batch in the pipeline: its sequences, how many inputs each fed, and the drafts among
+  // them (its last inputs).
   struct InFlight {
     std::vector<Sequence*> owners;
     std::vector<int> counts;
+    std::vector<std::vector<Token>> drafts;
   };
   void start(std::vector<std::shared_ptr<Stage>> stages);
   // shutdown, abort and pass_on: ends the loop and waits for it.
@@ -130,6 +150,10 @@ class Engine final : public Generator {
   void run_loop();
   // Packs ready sequences into one batch for the pipeline; false when none is ready.
   bool launch_batch(const std::vector<std::unique_ptr<Sequence>>& active);
+  // The drafts for a decoding sequence's next step: as many as the drafter has, the batch's
+  // `budget` allows, the sequence's drafts have earned, the request may still use and the
+  // smallest pool has room for beside the running sequences.
+  std::vector<Token> drafts_for(Sequence& seq, const std::vector<std::unique_ptr<Sequence>>& active, int budget);
   void complete(const InFlight& batch, const Pipeline::Result& result);
   void finish(Sequence& seq, FinishReason reason, const std::string& error = {});
   // The stages let the sequence's state go, after the batches already sent to them; should it
@@ -142,6 +166,7 @@ class Engine final : public Generator {
   // Blocks that a sequence needs once it has fed all it has: of the full-attention layers'
   // pools, every position's; of the sliding-window layers', its window's and a step's.
   model::KvBlockCounts blocks_needed(const Sequence& seq) const;
+  model::KvBlockCounts blocks_for_positions(int positions) const;
   model::KvBlockCounts blocks_needed(const std::vector<std::unique_ptr<Sequence>>& active) const;
   // Blocks that a stage may still hold for sequences released while batches were in flight.
   model::KvBlockCounts blocks_releasing() const;
@@ -177,6 +202,9 @@ class Engine final : public Generator {
   std::atomic<uint64_t> handed_over_{0};
   std::atomic<uint64_t> recomputed_{0};
   std::atomic<uint64_t> preemptions_{0};
+  std::atomic<uint64_t> speculative_steps_{0};
+  std::atomic<uint64_t> drafted_{0};
+  std::atomic<uint64_t> accepted_{0};
   std::thread loop_;
 
   // Owned by the loop thread.

@@ -71,6 +71,10 @@ struct GeneratedToken {
   std::vector<TokenLogprob> top;  // top_logprobs entries, most likely first
   bool end_of_generation = false;  // the model's EOS/EOT: finish_reason "stop"; not to be shown
   int cached_tokens = 0;  // of the request's prompt, whose keys and values came from a cache
+  // Speculative decoding's drafts for this request so far (at its scheduler): those the model
+  // confirmed (tokens that came without a step of their own) and those it did not.
+  int drafts_accepted = 0;
+  int drafts_rejected = 0;
 };
 
 // Lost: the node that scheduled the request was lost, or no longer schedules, part-way; the

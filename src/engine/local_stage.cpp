@@ -77,7 +77,15 @@ StageOutput LocalStage::forward(const StageBatch& batch) {
   for (const SequenceWork& work : batch.sequences) {
     if (work.token_count <= 0) throw std::invalid_argument("a batch sequence has no inputs");
     rows += static_cast<size_t>(work.token_count);
+    const int drafts = work.sampling ? work.sampling->drafts : 0;
+    if (drafts < 0 || drafts >= work.token_count || (drafts > 0 && work.output != SequenceWork::Output::Logits)) {
+      throw std::invalid_argument("sequence " + std::to_string(work.id) + " has " + std::to_string(drafts) +
+                                  " drafts among " + std::to_string(work.token_count) + " inputs");
+    }
     auto found = sequences_.find(work.id);
+    if (work.rewind && (found == sequences_.end() || !found->second.started)) {
+      throw std::invalid_argument("sequence " + std::to_string(work.id) + " has had no batch here to rewind");
+    }
     if (found == sequences_.end()) {
       if (work.first_position != 0) {
         throw std::invalid_argument("sequence " + std::to_string(work.id) + " is unknown to this stage");
@@ -97,17 +105,22 @@ StageOutput LocalStage::forward(const StageBatch& batch) {
       }
       kv.truncate(work.first_position);
       found->second.started = true;
-    } else if (found->second.kv->size() != work.first_position) {
+    } else if (work.rewind ? found->second.kv->size() < work.first_position
+                           : found->second.kv->size() != work.first_position) {
       throw std::invalid_argument("sequence " + std::to_string(work.id) + " is at position " +
                                   std::to_string(found->second.kv->size()) + ", but the batch continues at " +
                                   std::to_string(work.first_position));
+    } else if (work.rewind) {
+      found->second.kv->rewind(work.first_position);  // the drafts the last step rejected go
     }
-    slices.push_back({found->second.kv.get(), work.token_count, slice_output(work.output)});
+    // A step with drafts needs the logits of every input, which the last range gives.
+    slices.push_back({found->second.kv.get(), work.token_count,
+                      drafts > 0 ? model::SliceOutput::AllLogits : slice_output(work.output)});
   }
   if (batch.tokens.size() != rows) throw std::invalid_argument("the batch's token ids do not match its sequences");
   const auto started = std::chrono::steady_clock::now();
   StageOutput out{model_->forward(slices, batch.tokens, batch.hidden, pool_), {}};
-  if (model_->range().has_head(model_->config())) out = sample(batch.sequences, std::move(out.rows));
+  if (model_->range().has_head(model_->config())) out = sample(batch.sequences, batch.tokens, std::move(out.rows));
   step_seconds_.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   step_inputs_.observe(static_cast<double>(rows));
   step_sequences_.observe(static_cast<double>(slices.size()));
@@ -120,39 +133,56 @@ StageOutput LocalStage::forward(const StageBatch& batch) {
   return out;
 }
 
-StageOutput LocalStage::sample(const std::vector<SequenceWork>& sequences, std::vector<float> rows) {
+StageOutput LocalStage::sample(const std::vector<SequenceWork>& sequences, std::span<const Token> tokens,
+                               std::vector<float> rows) {
   const bool samples = std::any_of(sequences.begin(), sequences.end(), [](const SequenceWork& w) {
     return w.output == SequenceWork::Output::Logits && w.sampling;
   });
   if (!samples) return {std::move(rows), {}};  // every row goes back as it is
   const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
   StageOutput out;
-  std::vector<std::pair<const sampling::SamplingStep*, std::span<const float>>> steps;
+  struct Step {
+    const sampling::SamplingStep* step;
+    std::span<const float> logits;  // a row per input with drafts, else the last input's
+    std::span<const Token> drafts;
+  };
+  std::vector<Step> steps;
   size_t at = 0;
+  size_t input = 0;  // the sequence's first input in `tokens`
   for (const SequenceWork& work : sequences) {
+    input += static_cast<size_t>(work.token_count);
     if (work.output == SequenceWork::Output::Embeddings) {
       const size_t values = static_cast<size_t>(work.token_count) * static_cast<size_t>(model_->config().embedding_dim);
       out.rows.insert(out.rows.end(), rows.begin() + static_cast<std::ptrdiff_t>(at),
                       rows.begin() + static_cast<std::ptrdiff_t>(at + values));
       at += values;
     } else if (work.output == SequenceWork::Output::Logits) {
+      const size_t drafts = work.sampling ? static_cast<size_t>(work.sampling->drafts) : 0;
+      const size_t values = (drafts + 1) * vocab;
       if (work.sampling) {
-        steps.emplace_back(&*work.sampling, std::span<const float>(rows).subspan(at, vocab));
+        steps.push_back({&*work.sampling, std::span<const float>(rows).subspan(at, values),
+                         tokens.subspan(input - drafts, drafts)});
       } else {
         out.rows.insert(out.rows.end(), rows.begin() + static_cast<std::ptrdiff_t>(at),
                         rows.begin() + static_cast<std::ptrdiff_t>(at + vocab));
       }
-      at += vocab;
+      at += values;
     }
   }
   // Each sequence chooses from its own row with its own step's generator: in parallel.
   out.sampled.resize(steps.size());
   pool_.parallel_for(static_cast<int64_t>(steps.size()), [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
-      const auto& [step, logits] = steps[static_cast<size_t>(k)];
+      const Step& step = steps[static_cast<size_t>(k)];
       Sampled& sampled = out.sampled[static_cast<size_t>(k)];
       try {
-        sampled.choice = sampling::choose(*step, logits);
+        if (step.step->drafts == 0) {
+          sampled.choice = sampling::choose(*step.step, step.logits);
+        } else {
+          std::vector<sampling::Choice> choices = sampling::choose_along(*step.step, step.drafts, step.logits);
+          sampled.choice = std::move(choices.front());
+          sampled.continued.assign(std::make_move_iterator(choices.begin() + 1), std::make_move_iterator(choices.end()));
+        }
       } catch (const std::exception& e) {
         sampled.error = std::string("sampling failed: ") + e.what();
       }

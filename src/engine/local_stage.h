@@ -55,7 +55,9 @@ class LocalStage final : public Stage {
   void publish_stats();  // mutex_ held
   // The head's rows of `sequences` (as the model returned them) without those that sample here,
   // and their tokens.
-  StageOutput sample(const std::vector<SequenceWork>& sequences, std::vector<float> rows);
+  // `tokens`: the batch's inputs, whose drafts the steps with drafts check.
+  StageOutput sample(const std::vector<SequenceWork>& sequences, std::span<const Token> tokens,
+                     std::vector<float> rows);
 
   std::shared_ptr<model::Model> model_;
   tensor::ThreadPool& pool_;

@@ -33,8 +33,14 @@ struct SequenceWork {
   // embedding request's), or nothing (a chunk of a prompt before its last).
   enum class Output { Logits, Embeddings, Nothing };
   Output output = Output::Logits;
-  // With Logits: choose the next token there, so that the token comes back, not the row.
+  // With Logits: choose the next token there, so that the token comes back, not the row. A
+  // step with drafts (speculative decoding) has its last `sampling->drafts` inputs checked
+  // there (sampling::choose_along), from the logits of every input.
   std::optional<sampling::SamplingStep> sampling;
+  // The sequence's positions from first_position on, which this stage holds (drafts that the
+  // last step rejected), are dropped before the inputs are computed. Without it a batch must
+  // continue exactly where the sequence's state ends.
+  bool rewind = false;
 };
 
 // The inputs of one step of a group of sequences, concatenated in `sequences` order: every
@@ -54,6 +60,10 @@ struct StageBatch {
 struct Sampled {
   sampling::Choice choice;
   std::string error;
+  // With drafts: the choices after `choice`, each at the row of the draft that the choice
+  // before it confirmed (sampling::choose_along); `choice` and all of them but the last equal
+  // their drafts.
+  std::vector<sampling::Choice> continued;
 };
 
 // What a stage gives back for a batch: the hidden rows for the next stage or, from the stage

@@ -107,6 +107,54 @@ void KvState::truncate(int positions) {
   size_ = positions;
 }
 
+void KvState::rewind(int positions) {
+  if (positions < 0 || positions > size_) throw std::logic_error("a sequence rewinds only to a position it holds");
+  KvPool* window = memory_->window();
+  const int whole = positions / kKvBlock * kKvBlock;
+  const size_t partial = static_cast<size_t>(whole / kKvBlock);  // the block the next position falls in
+  const size_t kept_blocks = static_cast<size_t>(blocks_for(positions));
+  // Last block first, as truncate lets them go.
+  while (blocks_.size() > kept_blocks) {
+    memory_->full().unpin(blocks_.back());
+    blocks_.pop_back();
+  }
+  while (window != nullptr && window_blocks_.size() > kept_blocks) {
+    if (window_blocks_.back() >= 0) window->unpin(window_blocks_.back());
+    window_blocks_.pop_back();
+  }
+  const bool shared = positions > whole && partial < links_.size();  // full, and in (or from) the index
+  links_.resize(std::min(links_.size(), partial));
+  ids_.resize(std::min(ids_.size(), static_cast<size_t>(positions)));
+  size_ = positions;
+  if (!shared) return;
+  // Let go of it first: a block nobody else holds stays in the index, its bytes as they are,
+  // until the pool takes it for another, which may be this very allocation when the pool has
+  // no other block. A copy then takes nothing from the index, and needs no block more. -1: let
+  // go, with no copy.
+  const auto own_copy = [](KvPool& pool, int& block) {
+    const int original = block;
+    pool.unpin(original);
+    const std::optional<int> copy = pool.allocate();
+    block = copy.value_or(-1);
+    if (copy && *copy != original) std::memcpy(pool.data(*copy), pool.data(original), pool.layout().block_bytes);
+    return copy.has_value();
+  };
+  const bool copied = own_copy(memory_->full(), blocks_[partial]) &&
+                      (window == nullptr || window_blocks_[partial] < 0 || own_copy(*window, window_blocks_[partial]));
+  if (copied) return;
+  // Others hold it, and every other block: back to the whole blocks before it (a copy made,
+  // or an original not yet let go, is let go now).
+  if (blocks_[partial] >= 0) memory_->full().unpin(blocks_[partial]);
+  blocks_.pop_back();
+  if (window != nullptr && window_blocks_.size() > partial) {
+    if (window_blocks_[partial] >= 0) window->unpin(window_blocks_[partial]);
+    window_blocks_.pop_back();
+  }
+  ids_.resize(std::min(ids_.size(), static_cast<size_t>(whole)));
+  size_ = whole;
+  throw KvPoolFull("the KV pool has no room for a rewound sequence's block");
+}
+
 void KvState::record(std::span<const Token> ids) {
   ids_.insert(ids_.end(), ids.begin(), ids.end());
   publish_full_blocks();

@@ -51,6 +51,14 @@ class KvState {
   // Keeps the first `positions` positions, a whole number of blocks, and lets the rest go.
   // The sliding-window layers must still hold the window of the input at `positions`.
   void truncate(int positions);
+  // Keeps the first `positions` positions, any number (speculative decoding's rejected
+  // drafts go), and lets the rest go; the sliding-window layers hold what they held of them. A
+  // block that entered the prefix index or came from it (other sequences may hold it) is never
+  // written again: when the next position falls in such a block, the sequence goes on in a
+  // copy of its own, or, when the pool has no other block and nobody else holds it, in that
+  // block taken out of the index. Throws KvPoolFull, keeping whole blocks only, when others
+  // hold it and the pool has no block for a copy.
+  void rewind(int positions);
   // Records the ids of the inputs the last forward computed, and enters the blocks they
   // filled in the prefix index (never a partial block).
   void record(std::span<const Token> ids);

@@ -18,6 +18,7 @@ namespace strata::rpc {
 namespace {
 
 constexpr int kMaxSequencesPerBatch = 4096;
+constexpr int kMaxDrafts = 256;  // per sequence and step
 constexpr int64_t kMaxRowsPerBatch = 1 << 16;
 constexpr int kMaxCapacity = 1 << 20;
 constexpr int kMaxVocabulary = 1 << 24;
@@ -174,6 +175,18 @@ void check_sampling_step(const SamplingStep& step, const std::string& path) {
                                  " of " + std::to_string(step.allowed_count()) + " flags");
   }
   check_integer(path + "top_logprobs", step.top_logprobs(), -1, engine::kMaxTopLogprobs);
+  check_integer(path + "drafts", step.drafts(), 0, kMaxDrafts);
+  if (step.drafts() > 0 && step.allowed_count() > 0) {
+    refuse(path + "drafts", "come with a grammar's mask, which holds for one position only");
+  }
+}
+
+void check_token_choice(std::string_view field, int32_t token, const google::protobuf::RepeatedPtrField<TokenLogprob>& top) {
+  check_integer(std::string(field) + ".token", token, 0, kMaxVocabulary - 1);
+  check_entries(std::string(field) + ".top", top.size(), engine::kMaxTopLogprobs);
+  for (int k = 0; k < top.size(); ++k) {
+    check_integer(at(std::string(field) + ".top", k) + ".token", top[k].token(), 0, kMaxVocabulary - 1);
+  }
 }
 
 // `path` is where the node sits in its message ("sender.", "known[2].").
@@ -312,6 +325,10 @@ std::string malformed(const ForwardRequest& request) {
       if (work.has_sampling()) {
         if (work.output() != LOGITS) refuse(at_work + "sampling", "is given for a sequence that asks for no logits");
         check_sampling_step(work.sampling(), at_work + "sampling.");
+        check_integer(at_work + "sampling.drafts", work.sampling().drafts(), 0, work.token_count() - 1);
+      }
+      if (work.rewind() && work.first_position() == 0) {
+        refuse(at_work + "rewind", "is set for a sequence's first batch, which has nothing to rewind");
       }
       rows += work.token_count();
     }
@@ -336,13 +353,13 @@ std::string malformed(const ForwardReply& reply) {
     check_entries("sampled", reply.sampled_size(), kMaxSequencesPerBatch);
     for (int i = 0; i < reply.sampled_size(); ++i) {
       const SampledToken& sampled = reply.sampled(i);
-      const std::string at_sampled = at("sampled", i) + ".";
-      check_integer(at_sampled + "token", sampled.token(), 0, kMaxVocabulary - 1);
-      check_entries(at_sampled + "top", sampled.top_size(), engine::kMaxTopLogprobs);
-      for (int k = 0; k < sampled.top_size(); ++k) {
-        check_integer(at(at_sampled + "top", k) + ".token", sampled.top(k).token(), 0, kMaxVocabulary - 1);
+      const std::string at_sampled = at("sampled", i);
+      check_token_choice(at_sampled, sampled.token(), sampled.top());
+      check_text(at_sampled + ".error", sampled.error());
+      check_entries(at_sampled + ".continued", sampled.continued_size(), kMaxDrafts);
+      for (int c = 0; c < sampled.continued_size(); ++c) {
+        check_token_choice(at(at_sampled + ".continued", c), sampled.continued(c).token(), sampled.continued(c).top());
       }
-      check_text(at_sampled + "error", sampled.error());
     }
     if (reply.has_failure()) {
       check_name("failure.node_id", reply.failure().node_id(), Presence::Required);
@@ -487,6 +504,7 @@ void to_message(const engine::StageBatch& batch, ForwardRequest& out) {
     w.set_token_count(work.token_count);
     w.set_capacity(work.capacity);
     w.set_output(static_cast<SequenceOutput>(work.output));
+    w.set_rewind(work.rewind);
     if (!work.sampling) continue;
     const sampling::SamplingStep& step = *work.sampling;
     SamplingStep& m = *w.mutable_sampling();
@@ -500,6 +518,7 @@ void to_message(const engine::StageBatch& batch, ForwardRequest& out) {
     m.set_allowed(std::move(bits));
     m.set_allowed_count(static_cast<int32_t>(step.allowed.size()));
     m.set_top_logprobs(step.top_logprobs);
+    m.set_drafts(step.drafts);
   }
   out.mutable_tokens()->Add(batch.tokens.begin(), batch.tokens.end());
   out.set_hidden(batch.hidden.data(), batch.hidden.size() * sizeof(float));
@@ -511,6 +530,7 @@ engine::StageBatch from_message(const ForwardRequest& message) {
   for (const SequenceWork& w : message.sequences()) {
     engine::SequenceWork work{w.sequence_id(), w.first_position(), w.token_count(), w.capacity()};
     work.output = static_cast<engine::SequenceWork::Output>(w.output());
+    work.rewind = w.rewind();
     if (w.has_sampling()) {
       const SamplingStep& m = w.sampling();
       sampling::SamplingStep step;
@@ -522,6 +542,7 @@ engine::StageBatch from_message(const ForwardRequest& message) {
         step.allowed[t] = static_cast<uint8_t>((static_cast<unsigned char>(m.allowed()[t / 8]) >> (t % 8)) & 1);
       }
       step.top_logprobs = m.top_logprobs();
+      step.drafts = m.drafts();
       work.sampling = std::move(step);
     }
     batch.sequences.push_back(std::move(work));
@@ -544,6 +565,16 @@ void to_message(const engine::StageOutput& output, ForwardReply& out) {
       alternative.set_logprob(logprob);
     }
     m.set_error(sampled.error);
+    for (const sampling::Choice& choice : sampled.continued) {
+      TokenChoice& c = *m.add_continued();
+      c.set_token(choice.token);
+      c.set_logprob(choice.logprob);
+      for (const auto& [token, logprob] : choice.top) {
+        TokenLogprob& alternative = *c.add_top();
+        alternative.set_token(token);
+        alternative.set_logprob(logprob);
+      }
+    }
   }
 }
 
@@ -556,6 +587,12 @@ engine::StageOutput from_message(const ForwardReply& message) {
     sampled.choice.logprob = m.logprob();
     for (const TokenLogprob& alternative : m.top()) sampled.choice.top.emplace_back(alternative.token(), alternative.logprob());
     sampled.error = m.error();
+    for (const TokenChoice& c : m.continued()) {
+      sampling::Choice& choice = sampled.continued.emplace_back();
+      choice.token = c.token();
+      choice.logprob = c.logprob();
+      for (const TokenLogprob& alternative : c.top()) choice.top.emplace_back(alternative.token(), alternative.logprob());
+    }
   }
   return output;
 }
@@ -577,6 +614,8 @@ void to_message(const engine::TokenEvent& event, GenerateEvent& out) {
     out.set_logprob(token->logprob);
     out.set_end_of_generation(token->end_of_generation);
     out.set_cached_tokens(token->cached_tokens);
+    out.set_drafts_accepted(token->drafts_accepted);
+    out.set_drafts_rejected(token->drafts_rejected);
     for (const engine::TokenLogprob& alternative : token->top) {
       TokenLogprob* m = out.add_top();
       m->set_token(alternative.token);
@@ -605,6 +644,8 @@ std::optional<engine::TokenEvent> from_message(const GenerateEvent& message) {
       token.logprob = message.logprob();
       token.end_of_generation = message.end_of_generation();
       token.cached_tokens = message.cached_tokens();
+      token.drafts_accepted = message.drafts_accepted();
+      token.drafts_rejected = message.drafts_rejected();
       for (const TokenLogprob& alternative : message.top()) token.top.push_back({alternative.token(), alternative.logprob()});
       return token;
     }

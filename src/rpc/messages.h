@@ -24,6 +24,11 @@ namespace strata::rpc {
 // and sends no logits back, which a node of 5 would send, as it would the logits of every prompt
 // chunk (SequenceWork.output NOTHING); a stage passes its rows on to the next ones itself
 // (ForwardRequest.then, ForwardReply.failure), which a node of 5 would ignore.
+// 7: speculative decoding (SamplingStep.drafts, SequenceWork.rewind, SampledToken.continued),
+// which a node of 6 would ignore, choosing one token from the last draft's row; a
+// sliding-window layer's state moves as its window (LayerKv.first_position), which a node of
+// 6 would read from position 0; a stage's pool of sliding-window layers
+// (HoldPrefixReply.window_pool_blocks, KvCacheStats.window, NodeInfo.kv_bytes_per_window_layer).
 inline constexpr uint32_t kProtocolVersion = 7;
 
 // What a node can say it is doing (NodeInfo.state): placed nowhere yet, placed elsewhere,
@@ -41,7 +46,8 @@ inline constexpr std::array<std::string_view, 7> kNodeStates{"starting", "idle",
 std::string malformed(const HelloRequest& request);
 std::string malformed(const HelloReply& reply);
 // Also: counts that do not add up, impossible positions or capacities, too many rows, sampling
-// steps that are not whole (a generator of 4 words, flags of the bytes they need).
+// steps that are not whole (a generator of 4 words, flags of the bytes they need), drafts that
+// are not among the sequence's inputs or come with a grammar's mask, a rewind of a first batch.
 std::string malformed(const ForwardRequest& request);
 // A stage's reply: rows that are not whole floats, token ids that are not ids. How many rows and
 // tokens the batch needs is the pipeline's to check.

@@ -133,6 +133,35 @@ Choice choose(const SamplingStep& step, std::span<const float> logits) {
   return out;
 }
 
+std::vector<Choice> choose_along(const SamplingStep& step, std::span<const int32_t> drafts,
+                                 std::span<const float> logits) {
+  const size_t rows = drafts.size() + 1;
+  if (step.drafts != static_cast<int>(drafts.size()) || logits.empty() || logits.size() % rows != 0) {
+    throw std::invalid_argument("sampler: " + std::to_string(drafts.size()) + " drafts and " +
+                                std::to_string(logits.size()) + " logits do not match a step of " +
+                                std::to_string(step.drafts) + " drafts");
+  }
+  if (!drafts.empty() && !step.allowed.empty()) throw std::invalid_argument("sampler: a mask holds for one position, not drafts");
+  const size_t vocab = logits.size() / rows;
+  Sampler sampler(step.params, static_cast<int>(vocab), step.random);
+  std::vector<int32_t> history = step.recent;  // the penalties' window, as it grows
+  std::vector<Choice> out;
+  for (size_t row = 0; row < rows; ++row) {
+    const std::span<const float> row_logits = logits.subspan(row * vocab, vocab);
+    Choice& choice = out.emplace_back();
+    // One draw per sample unless greedy: the generator moves on as Sampler::skip(1) moves it.
+    choice.token = sampler.sample(row_logits, history, step.allowed);
+    if (step.top_logprobs >= 0) {
+      Logprobs lp = logprobs(row_logits, choice.token, step.top_logprobs);
+      choice.logprob = lp.chosen;
+      choice.top = std::move(lp.top);
+    }
+    if (row == drafts.size() || choice.token != drafts[row]) break;
+    history.push_back(choice.token);
+  }
+  return out;
+}
+
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history,
                         std::span<const uint8_t> allowed) {
   if (logits.size() != static_cast<size_t>(vocab_size_)) {

@@ -214,7 +214,10 @@ TEST_F(ApiServerTest, ChatCompletionShapeAndUsage) {
                               {"completion_tokens", 5},
                               {"total_tokens", prompt_tokens + 5},
                               {"prompt_tokens_details", {{"cached_tokens", 0}}},
-                              {"completion_tokens_details", {{"reasoning_tokens", 0}}}}));
+                              {"completion_tokens_details",
+                               {{"reasoning_tokens", 0},
+                                {"accepted_prediction_tokens", 0},
+                                {"rejected_prediction_tokens", 0}}}}));
 }
 
 TEST_F(ApiServerTest, CompletionShapeWithoutModelField) {

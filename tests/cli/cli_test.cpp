@@ -65,6 +65,40 @@ TEST(Cli, RunsTheDreamsModelGreedily) {
   EXPECT_EQ(strata("run -m " + kDreams + " -p 'Once upon a time' -n 64 --temp 0 -t 1").out, r.out);
 }
 
+// Speculative decoding guesses ahead and changes no byte of the text: prompt lookup, a draft
+// model (here the model itself), or none, greedy and seeded.
+TEST(Cli, RunPrintsTheSameTextWithAndWithoutSpeculativeDecoding) {
+  const std::string prompt = " -p 'Once upon a time, there was a cat. Once upon a time, there was a dog. Once upon a time'";
+  for (const std::string sampling : {" --temp 0", " --temp 0.8 --seed 3 --repeat-penalty 1.1"}) {
+    const Result off = strata("run -m " + kDreams + prompt + " -n 80 --speculative off" + sampling);
+    ASSERT_EQ(off.exit_code, 0) << off.err;
+    EXPECT_EQ(off.err.find("drafts accepted"), std::string::npos) << off.err;
+    const Result lookup = strata("run -m " + kDreams + prompt + " -n 80" + sampling);
+    EXPECT_EQ(lookup.out, off.out) << sampling;
+    EXPECT_NE(lookup.err.find("drafts accepted"), std::string::npos) << lookup.err;
+    const Result draft = strata("run -m " + kDreams + prompt + " -n 80 --draft-model " + kDreams + " --draft-max 4" + sampling);
+    EXPECT_EQ(draft.out, off.out) << sampling;
+    EXPECT_NE(draft.err.find("drafts accepted"), std::string::npos) << draft.err;
+  }
+}
+
+TEST(Cli, RefusesADraftModelOfAnotherVocabulary) {
+  const std::string path = temp_path("draft.gguf");
+  ASSERT_EQ(strata("gguf synth --shape qwen2-tiny --type Q8_0 -o " + path).exit_code, 0);
+  expect_one_line_error(strata("run -m " + kDreams + " -p hi -n 4 --draft-model " + path), "another vocabulary");
+  expect_one_line_error(strata("run -m " + kDreams + " -p hi -n 4 --speculative draft"), "--draft-model");
+  fs::remove(path);
+}
+
+TEST(Cli, BenchComparesSpeculativeDecodingWithPlainDecoding) {
+  const Result r = strata("bench -m " + kDreams + " -n 40 -r 2 -t 1 --speculative-prompt 'Once upon a time, Once upon a time'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* line : {"  run 1: plain ", "  run 2: plain ", "decode, plain: ", "decode, speculative: ",
+                           "speed-up: x", "drafts: "}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << " in\n" << r.out;
+  }
+}
+
 TEST(Cli, MissingFile) { expect_one_line_error(strata("run -m /nonexistent.gguf -p hi"), "cannot open"); }
 
 TEST(Cli, TruncatedFile) {

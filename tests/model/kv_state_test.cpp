@@ -187,6 +187,32 @@ TEST_P(SlidingWindowKv, AWindowLayersStateMovesAsItsWindow) {
   EXPECT_TRUE(same_bits(feed(*model_, moved, next, 1, pool_), feed(*model_, source, next, 1, pool_)));
 }
 
+// Speculative decoding's rejected drafts go back out of both pools: into a block that entered
+// the index, beside a sequence that holds it, the window layers too write only a copy, and both
+// sequences go on as if the rewound one had never gone further.
+TEST_P(SlidingWindowKv, ARewindIntoAnIndexedBlockCopiesItsWindowBlockToo) {
+  const auto ids = tokens(48, vocab(), 5);
+  const auto other = tokens(9, vocab(), 6);
+  auto kv_memory = memory(128, 8);
+  KvState kv(kv_memory, 128);
+  feed(*model_, kv, ids, kKvBlock, pool_);
+  KvState holder(kv_memory, 128);
+  ASSERT_EQ(holder.hold_prefix(ids), 48) << "the window of position 48 is held";
+  kv.rewind(40);  // into block 2, which entered the index with its window block beside it
+  EXPECT_EQ(kv.size(), 40);
+  std::vector<Token> rewound(ids.begin(), ids.begin() + 40);
+  rewound.insert(rewound.end(), other.begin(), other.end());
+  const std::vector<float> fresh = all_logits(*model_, rewound, pool_);
+  EXPECT_TRUE(same_bits(feed(*model_, kv, other, 3, pool_),
+                        std::vector<float>(fresh.begin() + 40 * static_cast<std::ptrdiff_t>(vocab()), fresh.end())));
+  std::vector<Token> held(ids);
+  held.insert(held.end(), other.begin(), other.end());
+  const std::vector<float> holder_fresh = all_logits(*model_, held, pool_);
+  EXPECT_TRUE(same_bits(feed(*model_, holder, other, 9, pool_),
+                        std::vector<float>(holder_fresh.begin() + 48 * static_cast<std::ptrdiff_t>(vocab()), holder_fresh.end())))
+      << "the indexed blocks were written into";
+}
+
 // A sequence cut back (the engine's stages agreeing on a shorter prefix) keeps whole blocks,
 // and only where its window layers still hold the window of the input that follows.
 TEST_P(SlidingWindowKv, ACutBackNeedsTheWindowItLeavesTheSequenceAt) {

@@ -438,6 +438,21 @@ TEST_F(NodeServiceTest, RefusesMalformedBatchesAndKeepsServing) {
   r = with_step([](SamplingStep&) {});
   r.mutable_sequences(0)->set_output(EMBEDDINGS);
   cases.emplace_back("a sampling step for an embedding", r);
+  EXPECT_EQ(malformed(with_step([](SamplingStep& s) { s.set_drafts(1); })), "") << "a draft after the last token";
+  cases.emplace_back("drafts that take every input", with_step([](SamplingStep& s) { s.set_drafts(2); }));
+  cases.emplace_back("negative drafts", with_step([](SamplingStep& s) { s.set_drafts(-1); }));
+  cases.emplace_back("drafts with a grammar's mask", with_step([](SamplingStep& s) {
+    s.set_drafts(1);
+    s.set_allowed_count(8);
+    s.set_allowed(std::string(1, '\xff'));
+  }));
+  r = start_sequence(1);
+  r.mutable_sequences(0)->set_rewind(true);
+  cases.emplace_back("a rewind of a first batch", r);
+  r = start_sequence(1);
+  r.mutable_sequences(0)->set_first_position(3);
+  r.mutable_sequences(0)->set_rewind(true);
+  cases.emplace_back("a rewind of a sequence the stage does not hold", r);
   r = start_sequence(1);
   r.mutable_sequences(0)->set_output(static_cast<SequenceOutput>(7));
   cases.emplace_back("an output that does not exist", r);
@@ -506,6 +521,107 @@ TEST(StageMessages, ABatchAndItsOutputComeBackTheSame) {
   reply.mutable_sampled(0)->set_token(7);
   reply.set_rows("abc");
   EXPECT_NE(malformed(reply), "");
+}
+
+// Speculative decoding's fields: a step's drafts, a rewind, and the choices after confirmed
+// drafts come back the same; choices that are not tokens are refused.
+TEST(StageMessages, DraftsRewindsAndContinuedChoicesComeBackTheSame) {
+  engine::StageBatch batch;
+  sampling::SamplingStep step;
+  step.random = {1, 2, 3, 4};
+  step.drafts = 3;
+  batch.sequences.push_back({4, 17, 4, 64, engine::SequenceWork::Output::Logits, step, /*rewind=*/true});
+  batch.sequences.push_back({5, 16, 1, 32, engine::SequenceWork::Output::Logits, std::nullopt});
+  batch.tokens = {1, 2, 3, 4, 5};
+  ForwardRequest request;
+  request.set_sender_id("client");
+  to_message(batch, request);
+  ASSERT_EQ(malformed(request), "");
+  const engine::StageBatch back = from_message(request);
+  ASSERT_EQ(back.sequences.size(), 2u);
+  EXPECT_TRUE(back.sequences[0].rewind);
+  EXPECT_FALSE(back.sequences[1].rewind);
+  EXPECT_EQ(back.sequences[0].sampling->drafts, 3);
+
+  engine::StageOutput output;
+  engine::Sampled& sampled = output.sampled.emplace_back();
+  sampled.choice = {2, -0.5f, {{2, -0.5f}}};
+  sampled.continued = {{3, -0.25f, {{3, -0.25f}, {9, -2.0f}}}, {11, -1.5f, {}}};
+  ForwardReply reply;
+  to_message(output, reply);
+  ASSERT_EQ(malformed(reply), "");
+  const engine::StageOutput output_back = from_message(reply);
+  ASSERT_EQ(output_back.sampled.size(), 1u);
+  ASSERT_EQ(output_back.sampled[0].continued.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(output_back.sampled[0].continued[i].token, sampled.continued[i].token);
+    EXPECT_EQ(output_back.sampled[0].continued[i].logprob, sampled.continued[i].logprob);
+    EXPECT_EQ(output_back.sampled[0].continued[i].top, sampled.continued[i].top);
+  }
+  reply.mutable_sampled(0)->mutable_continued(1)->set_token(-2);
+  EXPECT_NE(malformed(reply).find("sampled[0].continued[1].token"), std::string::npos) << malformed(reply);
+  reply.mutable_sampled(0)->mutable_continued(1)->set_token(11);
+  reply.mutable_sampled(0)->mutable_continued(0)->mutable_top(1)->set_token(-1);
+  EXPECT_NE(malformed(reply).find("continued[0].top[1].token"), std::string::npos) << malformed(reply);
+  reply.mutable_sampled(0)->mutable_continued(0)->mutable_top(1)->set_token(9);
+  for (int i = 0; i < 300; ++i) reply.mutable_sampled(0)->add_continued()->set_token(1);
+  EXPECT_NE(malformed(reply).find("continued"), std::string::npos) << "more choices than a step has drafts";
+}
+
+// The stage that holds the head, on another node, checks a step's drafts from the logits of
+// every input and sends back the choices one at a time would make; the next batch drops the
+// drafts it did not confirm.
+TEST_F(NodeServiceTest, TheStageThatHoldsTheHeadChecksDraftsAndTheNextBatchRewinds) {
+  const auto key = std::make_shared<ClusterKey>("secret");
+  RemoteStage remote("server", make_channel(address(), *key), Caller{"client", kEpoch, key});
+  tensor::ThreadPool pool(1);
+  engine::LocalStage local(model::Model::load(std::shared_ptr<const gguf::File>(gguf::File::open(kDreams))), pool,
+                           engine::KvOptions{model::KvType::F32, 64});
+  const std::vector<engine::Token> prompt{1, 300, 42, 7, 300, 42};
+  // One at a time, greedy, from the local stage's logits: the tokens that follow the prompt.
+  sampling::SamplingParams greedy;
+  greedy.temperature = 0;
+  engine::StageBatch plain;
+  plain.sequences.push_back({1, 0, 6, 32});
+  plain.tokens = prompt;
+  std::vector<engine::Token> next;
+  for (int i = 0; i < 4; ++i) {
+    const std::vector<float> logits = local.forward(plain).rows;
+    next.push_back(static_cast<engine::Token>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    plain.sequences[0] = {1, 6 + i, 1, 32};
+    plain.tokens = {next.back()};
+  }
+  // The remote stage: the prompt, then its last token with drafts of which the second is wrong.
+  engine::StageBatch batch;
+  batch.sequences.push_back({2, 0, 6, 32});
+  batch.sequences[0].sampling = sampling::Sampler(greedy, 512).step(prompt, {}, 1);
+  batch.tokens = prompt;
+  engine::StageOutput out = remote.forward(batch);
+  ASSERT_EQ(out.sampled.size(), 1u);
+  ASSERT_EQ(out.sampled[0].choice.token, next[0]);
+  std::vector<engine::Token> history = prompt;
+  history.push_back(next[0]);
+  batch.sequences[0] = {2, 6, 4, 32};
+  batch.sequences[0].sampling = sampling::Sampler(greedy, 512).step(history, {}, 1);
+  batch.sequences[0].sampling->drafts = 3;
+  batch.tokens = {next[0], next[1], (next[2] + 1) % 512, 5};
+  out = remote.forward(batch);
+  ASSERT_EQ(out.sampled.size(), 1u);
+  ASSERT_EQ(out.sampled[0].error, "");
+  EXPECT_EQ(out.sampled[0].choice.token, next[1]);
+  ASSERT_EQ(out.sampled[0].continued.size(), 1u) << "the first draft confirmed, the second not";
+  EXPECT_EQ(out.sampled[0].continued[0].token, next[2]);
+  EXPECT_TRUE(out.rows.empty());
+  // The stage holds 10 positions, of which 8 stand: the next batch goes back to them.
+  batch.sequences[0] = {2, 8, 1, 32};
+  batch.sequences[0].sampling = sampling::Sampler(greedy, 512).step(history, {}, 1);
+  batch.tokens = {next[2]};
+  EXPECT_THROW(remote.forward(batch), std::exception) << "a batch that does not say it goes back";
+  RemoteStage again("server", make_channel(address(), *key), Caller{"client", kEpoch, key});
+  batch.sequences[0].rewind = true;
+  out = again.forward(batch);
+  ASSERT_EQ(out.sampled.size(), 1u);
+  EXPECT_EQ(out.sampled[0].choice.token, next[3]);
 }
 
 // The stage that holds the head chooses the tokens, with the steps it is sent, and sends back

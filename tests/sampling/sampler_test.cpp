@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "sampling/sampler.h"
@@ -337,6 +338,69 @@ TEST(SamplingStep, ChoosesWhatTheRequestsSamplerWouldHaveSampled) {
   SamplingParams plain = filters_off();
   EXPECT_TRUE(Sampler(plain, 300).step(std::vector<int32_t>{1, 2, 3}, {}, -1).recent.empty()) << "no penalties, no history";
   EXPECT_TRUE(choose(Sampler(plain, 300).step({}, {}, -1), logits).top.empty());
+}
+
+// Speculative decoding's check of drafts chooses at each row what one-at-a-time decoding would
+// have chosen there: the same generator draws and the same penalties' window, however many
+// drafts hold.
+TEST(ChooseAlong, GivesTheTokensOfOneAtATimeUpToTheFirstDraftThatDiffers) {
+  constexpr int kVocab = 40;
+  constexpr size_t kRows = 9;
+  Random random(11);
+  std::vector<float> rows(kRows * kVocab);
+  for (float& logit : rows) logit = static_cast<float>(random.next_unit() * 6.0 - 3.0);
+  const auto row = [&](size_t r) { return std::span<const float>(rows).subspan(r * kVocab, kVocab); };
+  for (const float temperature : {0.0f, 0.9f}) {
+    SamplingParams params = filters_off(temperature);
+    params.seed = 5;
+    params.repetition_penalty = 1.3f;
+    params.presence_penalty = 0.4f;
+    params.frequency_penalty = 0.2f;
+    params.penalty_last_n = 5;  // a window shorter than the history, which the drafts move
+    const std::vector<int32_t> start{3, 7, 7, 12, 3, 7};
+    // One at a time: the tokens, and what each choice reports.
+    Sampler one(params, kVocab);
+    std::vector<int32_t> history = start;
+    std::vector<Choice> want;
+    for (size_t r = 0; r < kRows; ++r) {
+      Choice c = choose(one.step(history, {}, 3), row(r));
+      one.skip(1);
+      history.push_back(c.token);
+      want.push_back(std::move(c));
+    }
+    const auto check = [&](std::vector<int32_t> drafts, size_t expected_choices, const std::string& what) {
+      SamplingStep step = Sampler(params, kVocab).step(start, {}, 3);
+      step.drafts = static_cast<int>(drafts.size());
+      const std::vector<Choice> got =
+          choose_along(step, drafts, std::span<const float>(rows).first((drafts.size() + 1) * kVocab));
+      ASSERT_EQ(got.size(), expected_choices) << what << ", temperature " << temperature;
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i].token, want[i].token) << what << ", choice " << i << ", temperature " << temperature;
+        EXPECT_EQ(got[i].logprob, want[i].logprob) << what << ", choice " << i;
+        EXPECT_EQ(got[i].top, want[i].top) << what << ", choice " << i;
+      }
+    };
+    std::vector<int32_t> right;
+    for (size_t i = 0; i + 1 < kRows; ++i) right.push_back(want[i].token);
+    check(right, kRows, "every draft right: one more token after them");
+    std::vector<int32_t> third_wrong = right;
+    third_wrong[2] = (third_wrong[2] + 1) % kVocab;
+    check(third_wrong, 3, "the third draft wrong: the right token in its place, and none after");
+    std::vector<int32_t> first_wrong = right;
+    first_wrong[0] = (first_wrong[0] + 1) % kVocab;
+    check(first_wrong, 1, "the first draft wrong");
+    check({}, 1, "no drafts");
+  }
+  SamplingStep step = Sampler(filters_off(), kVocab).step(std::vector<int32_t>{1}, {}, -1);
+  const std::vector<int32_t> drafts{4, 5};
+  EXPECT_THROW(choose_along(step, drafts, std::span<const float>(rows).first(3 * kVocab)), std::invalid_argument)
+      << "a step that says no drafts";
+  step.drafts = 2;
+  EXPECT_THROW(choose_along(step, drafts, std::span<const float>(rows).first(2 * kVocab)), std::invalid_argument)
+      << "a row short";
+  step.allowed.assign(kVocab, 1);
+  EXPECT_THROW(choose_along(step, drafts, std::span<const float>(rows).first(3 * kVocab)), std::invalid_argument)
+      << "a grammar's mask holds for one position";
 }
 
 TEST(Logprobs, MatchAHandComputedLogSoftmax) {
