@@ -49,7 +49,7 @@ class ControlDriverTest : public ::testing::Test {
                                           },
                                       .remote_stage = nullptr,
                                       .log = log()}),
-        stages_({file_, 1, [](model::LayerRange) { return engine::KvOptions{model::KvType::F32, 16}; }, nullptr,
+        stages_({file_, 1, [](model::LayerRange) { return engine::KvOptions{model::KvType::F32, {16}}; }, nullptr,
                  [this] {
                    std::lock_guard lock(mutex_);
                    ++ready_;

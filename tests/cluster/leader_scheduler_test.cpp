@@ -33,7 +33,7 @@ class LeaderSchedulerTest : public ::testing::Test {
   }
 
   std::vector<std::shared_ptr<engine::Stage>> pipeline() {
-    return {std::make_shared<engine::LocalStage>(model_, pool_, engine::KvOptions{model::KvType::F32, 64})};
+    return {std::make_shared<engine::LocalStage>(model_, pool_, engine::KvOptions{model::KvType::F32, {64}})};
   }
 
   std::shared_ptr<model::Model> model_;

@@ -54,7 +54,7 @@ class LeadershipTest : public ::testing::Test {
   LeadershipTest()
       : file_(gguf::File::open(kDreams)),
         membership_(initial_control_state(view_of(node("a", "127.0.0.1:7001")), {}, t0), {}),
-        stages_({file_, 1, [](model::LayerRange) { return engine::KvOptions{model::KvType::F32, 16}; }, nullptr,
+        stages_({file_, 1, [](model::LayerRange) { return engine::KvOptions{model::KvType::F32, {16}}; }, nullptr,
                  [this] {
                    std::lock_guard lock(mutex_);
                    ++ready_;

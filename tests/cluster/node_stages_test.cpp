@@ -15,7 +15,7 @@ const std::string kDreams = STRATA_SHARED_DIR "/models/aidreams260K.gguf";
 class NodeStagesTest : public ::testing::Test {
  protected:
   NodeStagesTest() : model_(model::Model::load(std::shared_ptr<const gguf::File>(gguf::File::open(kDreams)))) {}
-  void start(uint64_t epoch) { stages_.start(model_, 1, engine::KvOptions{model::KvType::F32, 16}, epoch); }
+  void start(uint64_t epoch) { stages_.start(model_, 1, engine::KvOptions{model::KvType::F32, {16}}, epoch); }
 
   std::shared_ptr<model::Model> model_;
   NodeStages stages_;

@@ -23,7 +23,7 @@ class StageHostTest : public ::testing::Test {
   StageHostOptions options() {
     return {std::shared_ptr<const gguf::File>(gguf::File::open(kDreams)),
             1,
-            [](model::LayerRange) { return engine::KvOptions{model::KvType::F32, 16}; },
+            [](model::LayerRange) { return engine::KvOptions{model::KvType::F32, {16}}; },
             [this](model::LayerRange range) {
               std::lock_guard lock(mutex_);
               fetched_.push_back(range.first);

@@ -100,7 +100,7 @@ struct Stages {
     for (size_t i = 0; i + 1 < cuts.size(); ++i) {
       pools.push_back(std::make_unique<tensor::ThreadPool>(1));
       local.push_back(std::make_shared<LocalStage>(model::Model::load(file, model::LayerRange{cuts[i], cuts[i + 1]}),
-                                                   *pools.back(), KvOptions{model::KvType::F16, blocks}));
+                                                   *pools.back(), KvOptions{model::KvType::F16, {blocks}}));
     }
     first = std::make_shared<PeakStage>(local.front());
     std::vector<std::shared_ptr<Stage>> list{first};
@@ -224,9 +224,9 @@ TEST(EngineAdmission, ANewSequenceWaitsForTheBlocksOfOneReleasedBeforeTheBatches
   // The second stage's pool of 7 is the smallest: A (2 blocks of prompt, 3 with its token), B
   // (3) and C's cached prefix (3) overfill it, while B and C need 3 + 4.
   const auto first_local = std::make_shared<LocalStage>(model::Model::load(file, model::LayerRange{0, 2}), pool0,
-                                                        KvOptions{model::KvType::F16, 64});
+                                                        KvOptions{model::KvType::F16, {64}});
   const auto second_local = std::make_shared<LocalStage>(model::Model::load(file, model::LayerRange{2, 4}), pool1,
-                                                         KvOptions{model::KvType::F16, 7});
+                                                         KvOptions{model::KvType::F16, {7}});
   // The warm-up's batch passes both; A's first waits on the first stage until all are
   // submitted; B's, after A's, on the second.
   const auto first = std::make_shared<GatedStage>(first_local, 2);

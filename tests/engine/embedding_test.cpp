@@ -165,7 +165,7 @@ TEST_P(EmbeddingEngineTest, PoolsTheModelsRowsWhateverRunsBesideIt) {
   for (auto [first, last] : {std::pair{0, 2}, std::pair{2, 3}, std::pair{3, 4}}) {
     pools.push_back(std::make_unique<tensor::ThreadPool>(1));
     stages.push_back(std::make_shared<LocalStage>(model::Model::load(dreams(), model::LayerRange{first, last}),
-                                                  *pools.back(), KvOptions{model::KvType::F32, 64}));
+                                                  *pools.back(), KvOptions{model::KvType::F32, {64}}));
   }
   Engine pipeline(stages, 512, [](Token t) { return t == 2; },
                   {.context_size = 128, .max_parallel = 4, .prefill_chunk = 5, .embedding_dim = 64});
@@ -203,7 +203,7 @@ TEST(EmbeddingEngine, RefusesWhatMakesNoEmbedding) {
   // A pipeline not told the rows' width makes none.
   tensor::ThreadPool pool(1);
   std::vector<std::shared_ptr<Stage>> stages{std::make_shared<LocalStage>(
-      model::Model::load(dreams()), pool, KvOptions{model::KvType::F32, 16})};
+      model::Model::load(dreams()), pool, KvOptions{model::KvType::F32, {16}})};
   Engine pipeline(stages, 512, [](Token t) { return t == 2; }, {.context_size = 128});
   EXPECT_THROW(pipeline.submit(embedding(text(5, 1), Pooling::Mean), none), std::invalid_argument);
 }

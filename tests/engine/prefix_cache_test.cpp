@@ -27,7 +27,7 @@ struct Cluster {
       pools.push_back(std::make_unique<tensor::ThreadPool>(1));
       const int blocks = i < pool_blocks.size() ? pool_blocks[i] : 256;
       local.push_back(std::make_shared<LocalStage>(model::Model::load(file, model::LayerRange{cuts[i], cuts[i + 1]}),
-                                                   *pools.back(), KvOptions{model::KvType::F32, blocks}));
+                                                   *pools.back(), KvOptions{model::KvType::F32, {blocks}}));
     }
     engine = std::make_unique<Engine>(std::vector<std::shared_ptr<Stage>>(local.begin(), local.end()), 512,
                                       [](Token t) { return t == 2; },
@@ -182,7 +182,7 @@ TEST(PrefixCache, StateHandedOverEntersTheNewStagesIndexOnceEveryLayerIsWritten)
   auto file = std::shared_ptr<const gguf::File>(gguf::File::open(kDreams));
   tensor::ThreadPool pool(1);
   const auto whole_stage = [&] {
-    return std::make_shared<LocalStage>(model::Model::load(file), pool, KvOptions{model::KvType::F16, 64});
+    return std::make_shared<LocalStage>(model::Model::load(file), pool, KvOptions{model::KvType::F16, {64}});
   };
   const std::vector<Token> prompt = tokens(40, 5);
   const auto batch = [&](SequenceId id, int first, int count) {
@@ -252,7 +252,7 @@ TEST(PrefixCache, StagesAreAskedAgainUntilTheyHoldTheSamePrefix) {
     pools.push_back(std::make_unique<tensor::ThreadPool>(1));
     stages.push_back(std::make_shared<SomeHoldsStage>(
         std::make_shared<LocalStage>(model::Model::load(file, model::LayerRange{2 * i, 2 * i + 2}), *pools.back(),
-                                     KvOptions{model::KvType::F32, 64}),
+                                     KvOptions{model::KvType::F32, {64}}),
         holdable[static_cast<size_t>(i)]));
   }
   Engine engine(std::vector<std::shared_ptr<Stage>>(stages.begin(), stages.end()), 512, [](Token t) { return t == 2; },
@@ -295,7 +295,7 @@ TEST(PrefixCache, SlidingWindowStagesReuseAPrefixOnlyWhereEveryLayerHoldsItsWind
       // prompt evicts the windows it had cached; the first keeps its own, and is asked again.
       blocks.window = i == 1 ? 6 : 64;
       stages.push_back(std::make_shared<LocalStage>(model::Model::load(file, range), *pools.back(),
-                                                    KvOptions{model::KvType::F16, blocks}));
+                                                    KvOptions{model::KvType::F16, {blocks}}));
     }
     Engine engine(std::vector<std::shared_ptr<Stage>>(stages.begin(), stages.end()), config.vocab_size,
                   [](Token) { return false; },

@@ -70,7 +70,7 @@ struct Stages {
     for (size_t i = 0; i + 1 < cuts.size(); ++i) {
       pools.push_back(std::make_unique<tensor::ThreadPool>(1));
       local.push_back(std::make_shared<LocalStage>(model::Model::load(file, model::LayerRange{cuts[i], cuts[i + 1]}),
-                                                   *pools.back(), KvOptions{model::KvType::F16, blocks}));
+                                                   *pools.back(), KvOptions{model::KvType::F16, {blocks}}));
     }
   }
   std::vector<std::shared_ptr<Stage>> list() const { return {local.begin(), local.end()}; }

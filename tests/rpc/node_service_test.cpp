@@ -43,7 +43,7 @@ class OneStageNode final : public NodeHandler {
   OneStageNode() : pool_(1) {
     auto file = std::shared_ptr<const gguf::File>(gguf::File::open(kDreams));
     stage_ = std::make_shared<engine::LocalStage>(model::Model::load(file), pool_,
-                                                  engine::KvOptions{model::KvType::F32, 64});
+                                                  engine::KvOptions{model::KvType::F32, {64}});
   }
   std::string hello(const HelloRequest& request, const std::string&, HelloReply& reply) override {
     reply.mutable_node()->set_node_id("server");
@@ -576,7 +576,7 @@ TEST_F(NodeServiceTest, TheStageThatHoldsTheHeadChecksDraftsAndTheNextBatchRewin
   RemoteStage remote("server", make_channel(address(), *key), Caller{"client", kEpoch, key});
   tensor::ThreadPool pool(1);
   engine::LocalStage local(model::Model::load(std::shared_ptr<const gguf::File>(gguf::File::open(kDreams))), pool,
-                           engine::KvOptions{model::KvType::F32, 64});
+                           engine::KvOptions{model::KvType::F32, {64}});
   const std::vector<engine::Token> prompt{1, 300, 42, 7, 300, 42};
   // One at a time, greedy, from the local stage's logits: the tokens that follow the prompt.
   sampling::SamplingParams greedy;
@@ -631,7 +631,7 @@ TEST_F(NodeServiceTest, TheStageThatHoldsTheHeadSendsTokensNotLogits) {
   RemoteStage remote("server", make_channel(address(), *key), Caller{"client", kEpoch, key});
   tensor::ThreadPool pool(1);
   engine::LocalStage local(model::Model::load(std::shared_ptr<const gguf::File>(gguf::File::open(kDreams))), pool,
-                           engine::KvOptions{model::KvType::F32, 64});
+                           engine::KvOptions{model::KvType::F32, {64}});
   sampling::SamplingParams seeded;
   seeded.seed = 3;
   seeded.repetition_penalty = 1.2f;
