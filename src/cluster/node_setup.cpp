@@ -52,12 +52,12 @@ NodeOptions usable_options(NodeOptions options, const model::Config& config) {
 
 engine::KvOptions kv_options(const engine::EngineOptions& e, const model::Config& config, model::LayerRange range) {
   return {e.kv_type,
-          engine::kv_pool_blocks(config, range, e.kv_type, e.kv_memory, e.context_size, e.max_parallel, e.prefill_chunk)};
+          engine::kv_pool_blocks(config, range, e.kv_type, e.kv_memory, e.context_size, e.max_parallel, e.step_inputs())};
 }
 
 int window_kv_blocks(const engine::EngineOptions& e, const model::Config& config) {
   if (config.sliding_window <= 0) return 0;
-  return std::max(1, e.max_parallel) * model::window_blocks_needed(config.sliding_window, e.context_size, e.prefill_chunk);
+  return std::max(1, e.max_parallel) * model::window_blocks_needed(config.sliding_window, e.context_size, e.step_inputs());
 }
 
 PlacementRules placement_rules(const NodeOptions& options, const gguf::File& file, const model::Config& config) {

@@ -141,7 +141,7 @@ Engine::Engine(std::shared_ptr<model::Model> model, std::function<bool(Token)> i
   const model::Config& config = model->config();
   const KvOptions kv{options_.kv_type,
                      kv_pool_blocks(config, {0, config.layer_count}, options_.kv_type, options_.kv_memory,
-                                    options_.context_size, options_.max_parallel, options_.prefill_chunk)};
+                                    options_.context_size, options_.max_parallel, options_.step_inputs())};
   start({std::make_shared<LocalStage>(std::move(model), *own_pool_, kv)});
 }
 
@@ -497,7 +497,7 @@ model::KvBlockCounts Engine::blocks_needed(const Sequence& seq) const {
 
 model::KvBlockCounts Engine::blocks_for_positions(int positions) const {
   return {blocks_for(positions),
-          options_.sliding_window > 0 ? model::window_blocks_needed(options_.sliding_window, positions, options_.prefill_chunk) : 0};
+          options_.sliding_window > 0 ? model::window_blocks_needed(options_.sliding_window, positions, options_.step_inputs()) : 0};
 }
 
 model::KvBlockCounts Engine::blocks_needed(const std::vector<std::unique_ptr<Sequence>>& active) const {

@@ -5,6 +5,7 @@
 // are in flight at once, so every stage has work.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -62,6 +63,9 @@ struct EngineOptions {
   // A batch of more decoding sequences takes no drafts: it is bound by compute already, where
   // a draft's row costs about what it may save.
   int drafting_sequences = 2;
+
+  // The most inputs one step feeds a sequence: a prompt chunk, or a token and its drafts.
+  int step_inputs() const { return std::max(prefill_chunk, drafter ? draft_max + 1 : 1); }
 };
 
 class Engine final : public Generator {
