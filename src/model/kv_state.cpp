@@ -113,6 +113,14 @@ void KvState::rewind(int positions) {
   const int whole = positions / kKvBlock * kKvBlock;
   const size_t partial = static_cast<size_t>(whole / kKvBlock);  // the block the next position falls in
   const size_t kept_blocks = static_cast<size_t>(blocks_for(positions));
+  if (window != nullptr) {
+    const size_t first_read = static_cast<size_t>(window_start(memory_->window_size(), positions) / kKvBlock);
+    for (size_t b = first_read; b < kept_blocks; ++b) {
+      if (window_blocks_[b] < 0) {
+        throw std::logic_error("the sliding-window layers no longer hold the window of position " + std::to_string(positions));
+      }
+    }
+  }
   // Last block first, as truncate lets them go.
   while (blocks_.size() > kept_blocks) {
     memory_->full().unpin(blocks_.back());

@@ -57,7 +57,9 @@ class KvState {
   // written again: when the next position falls in such a block, the sequence goes on in a
   // copy of its own, or, when the pool has no other block and nobody else holds it, in that
   // block taken out of the index. Throws KvPoolFull, keeping whole blocks only, when others
-  // hold it and the pool has no block for a copy.
+  // hold it and the pool has no block for a copy; std::logic_error, changing nothing, when the
+  // sliding-window layers let go of the window of the input at `positions` (a step's drafts
+  // never reach that far back).
   void rewind(int positions);
   // Records the ids of the inputs the last forward computed, and enters the blocks they
   // filled in the prefix index (never a partial block).

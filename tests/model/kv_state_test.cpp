@@ -221,6 +221,8 @@ TEST_P(SlidingWindowKv, ACutBackNeedsTheWindowItLeavesTheSequenceAt) {
   KvState kv(kv_memory, 64);
   feed(*model_, kv, ids, kKvBlock, pool_);
   EXPECT_THROW(kv.truncate(16), std::logic_error) << "the window of the input at 16 is gone";
+  EXPECT_THROW(kv.rewind(20), std::logic_error) << "nor can it go back there";
+  EXPECT_EQ(kv.size(), 64);
   EXPECT_NO_THROW(kv.truncate(48));
   EXPECT_NO_THROW(kv.truncate(0));
   EXPECT_EQ(kv_memory->window()->stats().pinned_blocks, 0);
