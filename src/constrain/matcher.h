@@ -77,6 +77,13 @@ class Matcher {
   // Complete, and nothing can follow: generation is over.
   bool finished() const;
 
+  // Where the matcher stands, to come back to after trying tokens ahead (a step's drafts).
+  struct Position {
+    int state;
+  };
+  Position position() const { return {state_}; }
+  void go_back(Position position) { state_ = position.state; }
+
   // Thrown when a grammar is so ambiguous that one position has too many parses to follow.
   static constexpr size_t kMaxParses = 4096;
   // Thrown, too, when reaching the next character goes through more rules than this, which

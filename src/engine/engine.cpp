@@ -21,6 +21,24 @@ int default_threads(int threads) {
   return threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+// A grammar's masks for a step's drafts, after the first row's in `allowed`: the drafts kept up
+// to the first the grammar refuses, each followed by the mask of the row after it, as the
+// grammar stands there. The matcher is left where it stood. A draft whose mask cannot be
+// computed ends the drafts; the request meets that error at its next step, not here.
+void mask_drafts(constrain::Matcher& matcher, std::vector<Token>& drafts, std::vector<uint8_t>& allowed) {
+  const constrain::Matcher::Position start = matcher.position();
+  size_t kept = 0;
+  try {
+    for (; kept < drafts.size() && matcher.accept_token(drafts[kept]); ++kept) {
+      const std::vector<uint8_t>& next = matcher.allowed_tokens();
+      allowed.insert(allowed.end(), next.begin(), next.end());
+    }
+  } catch (const std::exception&) {
+  }
+  drafts.resize(kept);
+  matcher.go_back(start);
+}
+
 // The request's grammar, past the tokens it had generated before it resumed here.
 std::unique_ptr<constrain::Matcher> start_matcher(const GenerationRequest& request,
                                                   const std::shared_ptr<const constrain::Vocabulary>& vocabulary,
@@ -738,6 +756,7 @@ bool Engine::launch_batch(const std::vector<std::unique_ptr<Sequence>>& active) 
           seq->matcher ? std::span<const uint8_t>(seq->matcher->allowed_tokens()) : std::span<const uint8_t>();
       work.sampling = seq->sampler.step(seq->history, allowed, seq->request.logprobs ? seq->request.top_logprobs : -1);
       if (count == 1 && draft_budget > 0) drafts = drafts_for(*seq, active, draft_budget);
+      if (!drafts.empty() && seq->matcher) mask_drafts(*seq->matcher, drafts, work.sampling->allowed);
       if (!drafts.empty()) {
         draft_budget -= static_cast<int>(drafts.size());
         batch.tokens.insert(batch.tokens.end(), drafts.begin(), drafts.end());
@@ -761,8 +780,7 @@ bool Engine::launch_batch(const std::vector<std::unique_ptr<Sequence>>& active) 
 }
 
 std::vector<Token> Engine::drafts_for(Sequence& seq, const std::vector<std::unique_ptr<Sequence>>& active, int budget) {
-  // A grammar's mask holds for one position: its requests are not drafted for.
-  if (!options_.drafter || seq.matcher) return {};
+  if (!options_.drafter) return {};
   if (seq.draft_pause > 0) {
     --seq.draft_pause;
     return {};

@@ -56,8 +56,8 @@ struct EngineOptions {
   int embedding_dim = 0;
   // Speculative decoding: a decoding sequence's step also feeds up to `draft_max` tokens that
   // the drafter guesses, which the last stage checks (sampling::choose_along), so that a step
-  // may give several tokens, the same as one at a time. None: one token a step. Requests with
-  // a grammar are not drafted for.
+  // may give several tokens, the same as one at a time. None: one token a step. A request with
+  // a grammar sends the grammar's mask for each draft's row, and drafts only what it allows.
   std::shared_ptr<const Drafter> drafter;
   int draft_max = 8;
   // A batch of more decoding sequences takes no drafts: it is bound by compute already, where

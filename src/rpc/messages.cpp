@@ -168,17 +168,20 @@ void check_sampling_step(const SamplingStep& step, const std::string& path) {
                                 std::to_string(std::tuple_size_v<sampling::Random::State>));
   }
   check_tokens(path + "recent", step.recent(), kMaxCapacity);
-  check_integer(path + "allowed_count", step.allowed_count(), 0, kMaxVocabulary);
+  check_integer(path + "drafts", step.drafts(), 0, kMaxDrafts);
+  // A grammar's mask per row: the first, and each draft's.
+  const int rows = step.drafts() + 1;
+  check_integer(path + "allowed_count", step.allowed_count(), 0, int64_t{kMaxVocabulary} * rows);
+  if (step.allowed_count() % rows != 0) {
+    refuse(path + "allowed_count", "is " + std::to_string(step.allowed_count()) + " flags, not a mask for each of " +
+                                       std::to_string(rows) + " rows");
+  }
   const size_t bytes = (static_cast<size_t>(step.allowed_count()) + 7) / 8;
   if (step.allowed().size() != bytes) {
     refuse(path + "allowed", "has " + std::to_string(step.allowed().size()) + " bytes, not the " + std::to_string(bytes) +
                                  " of " + std::to_string(step.allowed_count()) + " flags");
   }
   check_integer(path + "top_logprobs", step.top_logprobs(), -1, engine::kMaxTopLogprobs);
-  check_integer(path + "drafts", step.drafts(), 0, kMaxDrafts);
-  if (step.drafts() > 0 && step.allowed_count() > 0) {
-    refuse(path + "drafts", "come with a grammar's mask, which holds for one position only");
-  }
 }
 
 void check_token_choice(std::string_view field, int32_t token, const google::protobuf::RepeatedPtrField<TokenLogprob>& top) {

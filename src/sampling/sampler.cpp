@@ -141,7 +141,10 @@ std::vector<Choice> choose_along(const SamplingStep& step, std::span<const int32
                                 std::to_string(logits.size()) + " logits do not match a step of " +
                                 std::to_string(step.drafts) + " drafts");
   }
-  if (!drafts.empty() && !step.allowed.empty()) throw std::invalid_argument("sampler: a mask holds for one position, not drafts");
+  if (!step.allowed.empty() && step.allowed.size() != logits.size()) {
+    throw std::invalid_argument("sampler: " + std::to_string(step.allowed.size()) + " allowed flags are not a mask for each of " +
+                                std::to_string(rows) + " rows of " + std::to_string(logits.size() / rows) + " logits");
+  }
   const size_t vocab = logits.size() / rows;
   Sampler sampler(step.params, static_cast<int>(vocab), step.random);
   std::vector<int32_t> history = step.recent;  // the penalties' window, as it grows
@@ -150,7 +153,9 @@ std::vector<Choice> choose_along(const SamplingStep& step, std::span<const int32
     const std::span<const float> row_logits = logits.subspan(row * vocab, vocab);
     Choice& choice = out.emplace_back();
     // One draw per sample unless greedy: the generator moves on as Sampler::skip(1) moves it.
-    choice.token = sampler.sample(row_logits, history, step.allowed);
+    const std::span<const uint8_t> row_allowed =
+        step.allowed.empty() ? std::span<const uint8_t>() : std::span<const uint8_t>(step.allowed).subspan(row * vocab, vocab);
+    choice.token = sampler.sample(row_logits, history, row_allowed);
     if (step.top_logprobs >= 0) {
       Logprobs lp = logprobs(row_logits, choice.token, step.top_logprobs);
       choice.logprob = lp.chosen;

@@ -45,7 +45,10 @@ struct SamplingStep {
   SamplingParams params;
   Random::State random{};
   std::vector<int32_t> recent;  // the tail of the history that the penalties look at; empty when they are off
-  std::vector<uint8_t> allowed;  // vocabulary flags (see Sampler::sample), or empty
+  // Vocabulary flags (see Sampler::sample), or empty: a grammar's mask for the step's first row
+  // and, with drafts, one more for each draft's row, as the grammar stands after the drafts
+  // before it.
+  std::vector<uint8_t> allowed;
   int top_logprobs = -1;  // < 0: no logprobs; else the chosen token's and the k most likely
   // Speculative decoding: the step's last `drafts` inputs are guesses of the tokens that follow
   // (its first input is the sequence's last token), to be checked with choose_along.
@@ -65,12 +68,12 @@ Choice choose(const SamplingStep& step, std::span<const float> logits);
 // last token's and then each draft's. Chooses at row 0 as choose() would; while a choice equals
 // the draft after it, chooses again at that draft's row with the generator moved on and the
 // choice added to the penalties' history, exactly as the request's Sampler would stand after
-// that token (Sampler::skip(1)). Stops at the first choice that differs from its draft (kept)
-// or after the last row. Returns 1 to drafts + 1 choices, all but the last equal to their
-// drafts: the tokens that decoding one at a time would have chosen, bit for bit, since each row's
-// logits are those that one-at-a-time decoding computes at that position. Throws like choose(),
-// and std::invalid_argument when the rows or drafts do not match step.drafts, or when the step
-// has drafts and a mask (a grammar's mask holds for one position only).
+// that token (Sampler::skip(1)), and the row's own mask. Stops at the first choice that differs
+// from its draft (kept) or after the last row. Returns 1 to drafts + 1 choices, all but the last
+// equal to their drafts: the tokens that decoding one at a time would have chosen, bit for bit,
+// since each row's logits and mask are those that one-at-a-time decoding has at that position.
+// Throws like choose(), and std::invalid_argument when the rows or drafts do not match
+// step.drafts, or a mask is not one per row.
 std::vector<Choice> choose_along(const SamplingStep& step, std::span<const int32_t> drafts,
                                  std::span<const float> logits);
 

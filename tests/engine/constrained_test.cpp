@@ -5,6 +5,7 @@
 #include <regex>
 
 #include "constrain/matcher.h"
+#include "engine/drafter.h"
 #include "engine/engine.h"
 #include "outcome.h"
 #include "tokenizer/tokenizer.h"
@@ -19,8 +20,8 @@ class ConstrainedTest : public ::testing::Test {
     tokenizer_ = tokenizer::Tokenizer::from_gguf(*file_);
   }
 
-  void start(bool with_vocabulary) {
-    EngineOptions options{.max_parallel = 3};
+  void start(bool with_vocabulary, std::shared_ptr<const Drafter> drafter = nullptr) {
+    EngineOptions options{.max_parallel = 3, .drafter = std::move(drafter), .draft_max = 6};
     if (with_vocabulary) options.vocabulary = constrain::Vocabulary::from_tokenizer(*tokenizer_);
     const tokenizer::Tokenizer* tok = tokenizer_.get();
     engine_ = std::make_unique<Engine>(model::Model::load(file_), [tok](Token t) { return tok->is_end_of_generation(t); },
@@ -95,6 +96,64 @@ TEST_F(ConstrainedTest, UnconstrainedRequestsBesideConstrainedOnesAreUnchanged) 
   auto beside = submit_for_outcome(*engine_, request("", 0.9f, 3, 30));
   EXPECT_EQ(beside.get(), alone);
   EXPECT_EQ(constrained.get().reason, FinishReason::Stop);
+}
+
+// Drafts of a known continuation, spoiled by where they start: its third draft one the grammar
+// refuses there, or its second one the grammar allows there but that is not the continuation's
+// (the first such token, found with a matcher of its own).
+class SpoilingDrafter final : public Drafter {
+ public:
+  SpoilingDrafter(std::vector<Token> prompt, std::vector<Token> continuation, std::string grammar,
+                  std::shared_ptr<const constrain::Vocabulary> vocabulary, Token refused)
+      : prompt_(std::move(prompt)), continuation_(std::move(continuation)), grammar_(std::move(grammar)),
+        vocabulary_(std::move(vocabulary)), refused_(refused) {}
+  std::vector<Token> draft(State*, std::span<const Token> history, int max) const override {
+    if (history.size() < prompt_.size()) return {};
+    const size_t at = history.size() - prompt_.size();
+    std::vector<Token> out;
+    for (size_t i = at; i < continuation_.size() && out.size() < static_cast<size_t>(max); ++i) out.push_back(continuation_[i]);
+    if (out.size() > 2 && at % 5 == 1) out[2] = refused_;
+    if (out.size() > 1 && at % 5 >= 3) {
+      constrain::Matcher matcher(constrain::parse_gbnf(grammar_), vocabulary_);
+      for (size_t i = 0; i <= at; ++i) EXPECT_TRUE(matcher.accept_token(continuation_[i]));
+      const std::vector<uint8_t>& allowed = matcher.allowed_tokens();
+      for (Token t = 0; t < static_cast<Token>(allowed.size()); ++t) {
+        if (allowed[static_cast<size_t>(t)] != 0 && t != out[1]) {
+          out[1] = t;
+          break;
+        }
+      }
+    }
+    return out;
+  }
+
+ private:
+  std::vector<Token> prompt_, continuation_;
+  std::string grammar_;
+  std::shared_ptr<const constrain::Vocabulary> vocabulary_;
+  Token refused_;
+};
+
+// Drafts for a request with a grammar go with a mask for every row, each as the grammar stands
+// after the drafts before it, and stop at the first the grammar refuses: the text is the text of
+// one token at a time, greedy and seeded.
+TEST_F(ConstrainedTest, DraftsFollowTheGrammarAndGiveTheSameText) {
+  const Token refused = tokenizer_->encode("Z", false, false).back();  // nowhere in a record
+  const auto vocabulary = constrain::Vocabulary::from_tokenizer(*tokenizer_);
+  for (auto [temperature, seed] : {std::pair{0.0f, 1}, {0.8f, 5}}) {
+    start(true);
+    const GenerationRequest r = request(kRecord, temperature, static_cast<uint64_t>(seed));
+    const Outcome want = run(r);
+    ASSERT_EQ(want.reason, FinishReason::Stop) << want.error;
+    ASSERT_GT(want.tokens.size(), 6u);
+    start(true, std::make_shared<SpoilingDrafter>(r.prompt, want.tokens, kRecord, vocabulary, refused));
+    const Outcome got = run(r);
+    EXPECT_EQ(got.tokens, want.tokens) << "temperature " << temperature;
+    EXPECT_EQ(got.reason, want.reason) << got.error;
+    const Engine::SpeculationCounts counts = engine_->speculation();
+    EXPECT_GT(counts.accepted, 0u) << "temperature " << temperature;
+    EXPECT_GT(counts.drafted, counts.accepted) << "some drafts are wrong";
+  }
 }
 
 TEST_F(ConstrainedTest, BadGrammarsAndMissingVocabularyAreRefused) {

@@ -441,11 +441,18 @@ TEST_F(NodeServiceTest, RefusesMalformedBatchesAndKeepsServing) {
   EXPECT_EQ(malformed(with_step([](SamplingStep& s) { s.set_drafts(1); })), "") << "a draft after the last token";
   cases.emplace_back("drafts that take every input", with_step([](SamplingStep& s) { s.set_drafts(2); }));
   cases.emplace_back("negative drafts", with_step([](SamplingStep& s) { s.set_drafts(-1); }));
-  cases.emplace_back("drafts with a grammar's mask", with_step([](SamplingStep& s) {
+  cases.emplace_back("a grammar's mask that is not one per row", with_step([](SamplingStep& s) {
     s.set_drafts(1);
-    s.set_allowed_count(8);
-    s.set_allowed(std::string(1, '\xff'));
+    s.set_allowed_count(9);
+    s.set_allowed(std::string(2, '\xff'));
   }));
+  EXPECT_EQ(malformed(with_step([](SamplingStep& s) {
+              s.set_drafts(1);
+              s.set_allowed_count(16);
+              s.set_allowed(std::string(2, '\xff'));
+            })),
+            "")
+      << "a mask for each of two rows";
   r = start_sequence(1);
   r.mutable_sequences(0)->set_rewind(true);
   cases.emplace_back("a rewind of a first batch", r);

@@ -400,7 +400,46 @@ TEST(ChooseAlong, GivesTheTokensOfOneAtATimeUpToTheFirstDraftThatDiffers) {
       << "a row short";
   step.allowed.assign(kVocab, 1);
   EXPECT_THROW(choose_along(step, drafts, std::span<const float>(rows).first(3 * kVocab)), std::invalid_argument)
-      << "a grammar's mask holds for one position";
+      << "one row's mask for a step of three rows";
+}
+
+// With a grammar, each row chooses under its own mask, as one-at-a-time decoding would at that
+// position; a row's mask that refuses the draft's token makes the choice there differ from it.
+TEST(ChooseAlong, ChoosesUnderEachRowsOwnMask) {
+  constexpr int kVocab = 30;
+  constexpr size_t kRows = 5;
+  Random random(4);
+  std::vector<float> rows(kRows * kVocab);
+  for (float& logit : rows) logit = static_cast<float>(random.next_unit() * 6.0 - 3.0);
+  std::vector<uint8_t> masks(kRows * kVocab);
+  for (size_t i = 0; i < masks.size(); ++i) masks[i] = static_cast<uint8_t>((i * 7 + i / kVocab) % 3 != 0);
+  const auto row = [&](auto& all, size_t r) { return std::span(all).subspan(r * kVocab, kVocab); };
+  for (const float temperature : {0.0f, 0.9f}) {
+    SamplingParams params = filters_off(temperature);
+    params.seed = 9;
+    Sampler one(params, kVocab);
+    std::vector<int32_t> history{1, 2};
+    std::vector<int32_t> want;
+    for (size_t r = 0; r < kRows; ++r) {
+      const std::span<const uint8_t> mask = row(masks, r);
+      want.push_back(choose(one.step(history, mask, -1), row(rows, r)).token);
+      one.skip(1);
+      history.push_back(want.back());
+    }
+    SamplingStep step = Sampler(params, kVocab).step(std::vector<int32_t>{1, 2}, {}, -1);
+    step.allowed = masks;
+    step.drafts = static_cast<int>(kRows - 1);
+    const std::vector<int32_t> drafts(want.begin(), want.end() - 1);
+    std::vector<int32_t> got;
+    for (const Choice& c : choose_along(step, drafts, rows)) got.push_back(c.token);
+    EXPECT_EQ(got, want) << "temperature " << temperature;
+    // The first row's mask alone for every row would choose otherwise somewhere.
+    step.allowed.clear();
+    for (size_t r = 0; r < kRows; ++r) step.allowed.insert(step.allowed.end(), masks.begin(), masks.begin() + kVocab);
+    std::vector<int32_t> first_mask_only;
+    for (const Choice& c : choose_along(step, drafts, rows)) first_mask_only.push_back(c.token);
+    EXPECT_NE(first_mask_only, want) << "temperature " << temperature;
+  }
 }
 
 TEST(Logprobs, MatchAHandComputedLogSoftmax) {
