@@ -40,6 +40,18 @@ ModelFootprint footprint_of(const gguf::File& file) {
   const model::KvLayout one_layer(config, 1, model::KvType::F32);
   footprint.kv_bytes_per_layer_per_token =
       (one_layer.key_row_elements() + one_layer.value_row_elements()) * one_layer.element_bytes;
+  // A group splits every projection by output rows and gathers each one's rows (tensor_groups.h).
+  for (int l = 0; l < config.layer_count; ++l) {
+    const uint64_t ffn_width = config.layer_has_experts(l)
+                                   ? static_cast<uint64_t>(config.experts_per_token) * static_cast<uint64_t>(config.expert_ffn_dim) +
+                                         static_cast<uint64_t>(config.shared_expert_ffn_dim)
+                                   : static_cast<uint64_t>(config.ffn_dim);
+    const uint64_t heads_output = static_cast<uint64_t>(config.head_count) *
+                                  static_cast<uint64_t>(config.has_latent_attention() ? config.mla.value_dim : config.head_dim);
+    const uint64_t row_elements = heads_output + 2 * static_cast<uint64_t>(config.embedding_dim) + ffn_width;
+    footprint.layer_gathered_bytes.push_back(row_elements * sizeof(float));
+  }
+  footprint.head_gathered_bytes = static_cast<uint64_t>(config.vocab_size) * sizeof(float);
   if (config.sliding_window > 0) {
     for (int l = 0; l < config.layer_count; ++l) footprint.sliding_layers.push_back(config.is_sliding(l));
   }

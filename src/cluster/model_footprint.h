@@ -29,6 +29,12 @@ struct ModelFootprint {
   // runs (expert_used_count of expert_count), far less than it holds. Empty: every byte (a
   // dense model).
   std::vector<uint64_t> layer_read_bytes;
+  // Per layer, the bytes of the rows a tensor-parallel group gathers for one token (float rows:
+  // the heads' outputs, the attention's projection, the FFN's activations of the experts a
+  // token runs, the FFN's projection); and at the head, one logits row. Empty: not known, and
+  // groups are not considered.
+  std::vector<uint64_t> layer_gathered_bytes;
+  uint64_t head_gathered_bytes = 0;
 };
 
 // What part of the model a tensor is, by its name: the one rule that placement, fetching and

@@ -35,14 +35,23 @@ struct NodeCapacity {
   // KV of its windows (its own --parallel); 0: the footprint's window_kv_tokens.
   uint64_t kv_bytes_per_layer = 0;
   uint64_t kv_bytes_per_window_layer = 0;
+  // A tensor-parallel group placed as one node (tensor_groups.h): what its exchanges of rows add
+  // to a token, per exchange (kExchangesPerLayer per layer, one at the head) and per byte the
+  // footprint says it gathers. 0 for a node alone.
+  double seconds_per_exchange = 0.0;
+  double seconds_per_gathered_byte = 0.0;
 };
+
+// A group gathers the rows of each projection that needs the whole of its input: the heads'
+// outputs, the attention's projection, the FFN's activations and its projection.
+inline constexpr int kExchangesPerLayer = 4;
 
 enum class Strategy {
   // Every node that can hold a layer takes part, with layers in proportion to its usable memory
   // (largest remainder), moved as little as the memory rule needs.
   Memory,
   // The least predicted time per token for one stream: Σ stage bytes read per token / node
-  // speed + hop × (stages − 1). Nodes not needed stay out. Ties go to the faster slowest
+  // speed (+ a group's exchanges) + hop × (stages − 1). Nodes not needed stay out. Ties go to the faster slowest
   // stage, then to the first pipeline found, the search going in node-id order.
   Speed,
 };

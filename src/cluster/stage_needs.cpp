@@ -39,6 +39,12 @@ StageNeeds::StageNeeds(const ModelFootprint& model, uint64_t kv_tokens)
     }
     read_prefix_ = prefix_sums(model.layer_read_bytes);
   }
+  if (model.layer_gathered_bytes.empty()) {
+    gathered_prefix_.assign(static_cast<size_t>(model.layer_count) + 1, 0);
+  } else {
+    check_count(model.layer_gathered_bytes, "sizes gathered per token");
+    gathered_prefix_ = prefix_sums(model.layer_gathered_bytes);
+  }
   if (!model.sliding_layers.empty() && model.sliding_layers.size() != static_cast<size_t>(model.layer_count)) {
     throw std::invalid_argument("the footprint says whether " + std::to_string(model.sliding_layers.size()) +
                                 " layers slide, of " + std::to_string(model.layer_count));

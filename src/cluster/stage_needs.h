@@ -39,6 +39,12 @@ class StageNeeds {
   // the head on the last stage. The embedding is not read whole: a token reads one row of it.
   uint64_t read_bytes(int first, int last) const { return with_head(read_prefix_, first, last); }
 
+  // Bytes of rows a tensor-parallel group running the stage gathers for every token.
+  uint64_t gathered_bytes(int first, int last) const {
+    const uint64_t layers = gathered_prefix_[static_cast<size_t>(last)] - gathered_prefix_[static_cast<size_t>(first)];
+    return last == count() ? saturating_add(layers, model_.head_gathered_bytes) : layers;
+  }
+
   // Every weight the model's stages hold together.
   uint64_t weight_bytes() const { return saturating_add(held_bytes(0, count()), model_.embedding_bytes); }
 
@@ -97,6 +103,7 @@ class StageNeeds {
   std::vector<uint64_t> window_prefix_;         // window_prefix_[i]: sliding-window layers of [0, i)
   std::vector<uint64_t> held_prefix_;  // held_prefix_[i]: bytes of layers [0, i)
   std::vector<uint64_t> read_prefix_;  // read_prefix_[i]: bytes of layers [0, i) a token reads
+  std::vector<uint64_t> gathered_prefix_;  // gathered_prefix_[i]: bytes a group gathers in layers [0, i)
 };
 
 }  // namespace strata::cluster
