@@ -1,0 +1,56 @@
+// GET /cluster's answer: the cluster as one node sees it, a plain value that the node takes
+// under its lock (cluster/node.h) and the API renders as JSON after (api/cluster_status_json.h,
+// docs/API.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cluster_types/node_info.h"
+#include "cluster_types/placement.h"
+
+namespace strata::cluster_types {
+
+// How this node hears from a peer.
+struct PeerLink {
+  bool alive = false;
+  std::optional<double> last_seen_seconds;  // nullopt: never reached directly
+  double rtt_ms = 0.0;
+  std::string problem;  // why it cannot take part (another model or protocol); empty when it can
+};
+
+struct NodeStatus {
+  NodeInfo info;  // what it says of itself
+  bool self = false;
+  std::optional<PeerLink> link;  // a peer's
+};
+
+// A leader's counts of sequences at its placement switches and pre-emptions.
+struct SchedulerCounts {
+  uint64_t handed_over = 0;  // moved with their state (a node left or joined)
+  uint64_t recomputed = 0;   // computed again (a node was lost)
+  uint64_t preempted = 0;    // for want of KV blocks, computed again later
+  // Speculative decoding: steps with drafts, draft tokens checked, and those confirmed.
+  uint64_t speculative_steps = 0;
+  uint64_t drafted = 0;
+  uint64_t accepted = 0;
+};
+
+struct ClusterStatus {
+  std::string node_id;
+  std::string model_name;
+  std::string model_hash;
+  int layers = 0;
+  uint32_t protocol_version = 0;  // this node's (rpc::kProtocolVersion)
+  std::string leader;
+  bool serving = false;
+  std::vector<NodeStatus> nodes;  // this node first
+  Placement placement;
+  std::optional<std::string> waiting_for;    // while there is no placement, or it failed
+  std::optional<SchedulerCounts> scheduler;  // while this node schedules
+  bool leaving = false;
+};
+
+}  // namespace strata::cluster_types
