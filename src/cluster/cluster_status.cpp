@@ -1,7 +1,6 @@
 #include "cluster/cluster_status.h"
 
 #include "model/kv_pool.h"
-#include "rpc/messages.h"
 #include "units/byte_size.h"
 
 namespace strata::cluster {
@@ -9,51 +8,53 @@ namespace {
 
 using json = nlohmann::json;
 
-json weights_json(const rpc::Weights& w) {
+json weights_json(const cluster_types::Weights& w) {
   json j = transfer_json(w);
-  j["whole_file"] = w.whole_file();
-  if (!w.whole_file()) {
-    j["layer_bytes"] = std::vector<uint64_t>(w.layer_bytes().begin(), w.layer_bytes().end());
-    j["embedding"] = w.embedding();
-    j["head"] = w.head();
-    j["shared"] = w.shared();
+  j["whole_file"] = w.whole_file;
+  if (!w.whole_file) {
+    j["layer_bytes"] = w.layer_bytes;
+    j["embedding"] = w.embedding;
+    j["head"] = w.head;
+    j["shared"] = w.shared;
   }
   return j;
 }
 
-json kv_cache_json(const rpc::KvCacheStats& kv) {
-  json j{{"type", kv.type()},
+json kv_pool_json(const cluster_types::KvPoolStats& kv) {
+  json j{{"type", kv.type},
           {"block_positions", model::kKvBlock},
-          {"block_bytes", kv.block_bytes()},
-          {"pool_blocks", kv.pool_blocks()},
-          {"pool_bytes", kv.block_bytes() * static_cast<uint64_t>(kv.pool_blocks())},
-          {"used_blocks", kv.used_blocks()},
-          {"used_bytes", kv.block_bytes() * static_cast<uint64_t>(kv.used_blocks())},
-          {"pinned_blocks", kv.pinned_blocks()},
-          {"hits", kv.hits()},
-          {"misses", kv.misses()},
-          {"evictions", kv.evictions()}};
-  if (kv.has_window()) j["window"] = kv_cache_json(kv.window());  // the sliding-window layers' pool
+          {"block_bytes", kv.block_bytes},
+          {"pool_blocks", kv.pool_blocks},
+          {"pool_bytes", kv.block_bytes * static_cast<uint64_t>(kv.pool_blocks)},
+          {"used_blocks", kv.used_blocks},
+          {"used_bytes", kv.block_bytes * static_cast<uint64_t>(kv.used_blocks)},
+          {"pinned_blocks", kv.pinned_blocks},
+          {"hits", kv.hits},
+          {"misses", kv.misses},
+          {"evictions", kv.evictions}};
   return j;
 }
 
 json node_json(const NodeStatus& node) {
-  const rpc::NodeInfo& info = node.info;
-  json n{{"id", info.node_id()},
+  const cluster_types::NodeInfo& info = node.info;
+  json n{{"id", info.node_id},
          {"self", node.self},
-         {"node_address", info.node_address()},
-         {"api_address", info.api_address()},
-         {"memory_bytes", info.memory_bytes()},
-         {"memory", units::describe_bytes(info.memory_bytes())},
-         {"weight_bytes_per_second", info.weight_bytes_per_second()},
-         {"state", info.state()},
-         {"ready_epoch", info.ready_epoch()},
-         {"held_sequences", info.held_sequences()},
-         {"load_progress", info.load_progress()},
-         {"stage_inputs", info.stage_inputs()},
-         {"described_unix_ms", info.described_unix_ms()},
-         {"weights", weights_json(info.weights())}};
-  if (info.has_kv_cache()) n["kv_cache"] = kv_cache_json(info.kv_cache());
+         {"node_address", info.node_address},
+         {"api_address", info.api_address},
+         {"memory_bytes", info.memory_bytes},
+         {"memory", units::describe_bytes(info.memory_bytes)},
+         {"weight_bytes_per_second", info.weight_bytes_per_second},
+         {"state", info.state},
+         {"ready_epoch", info.ready_epoch},
+         {"held_sequences", info.held_sequences},
+         {"load_progress", info.load_progress},
+         {"stage_inputs", info.stage_inputs},
+         {"described_unix_ms", info.described_unix_ms},
+         {"weights", weights_json(info.weights.value_or(cluster_types::Weights{}))}};
+  if (info.kv_cache) {
+    n["kv_cache"] = kv_pool_json(*info.kv_cache);
+    if (info.kv_cache->window) n["kv_cache"]["window"] = kv_pool_json(*info.kv_cache->window);  // the sliding-window layers' pool
+  }
   if (node.link) {
     n["alive"] = node.link->alive;
     n["last_seen_seconds"] = node.link->last_seen_seconds.value_or(-1.0);
@@ -63,30 +64,30 @@ json node_json(const NodeStatus& node) {
   return n;
 }
 
-json placement_json(const rpc::Placement& placement) {
+json placement_json(const cluster_types::Placement& placement) {
   json stages = json::array();
-  for (const rpc::Stage& s : placement.stages()) {
-    stages.push_back({{"node", s.node_id()}, {"node_address", s.node_address()},
-                      {"first_layer", s.first_layer()}, {"last_layer", s.last_layer()}});
+  for (const cluster_types::Stage& s : placement.stages) {
+    stages.push_back({{"node", s.node_id}, {"node_address", s.node_address},
+                      {"first_layer", s.first_layer}, {"last_layer", s.last_layer}});
   }
-  return {{"epoch", placement.epoch()},
-          {"leader", placement.leader_id()},
-          {"strategy", placement.strategy()},
+  return {{"epoch", placement.epoch},
+          {"leader", placement.leader_id},
+          {"strategy", placement.strategy},
           {"stages", stages},
-          {"reason", placement.reason()},
-          {"error", placement.error()}};
+          {"reason", placement.reason},
+          {"error", placement.error}};
 }
 
 }  // namespace
 
-json transfer_json(const rpc::Weights& w) {
-  return {{"fetching", w.fetching()},
-          {"received_bytes", w.received_bytes()},
-          {"fetch_received_bytes", w.fetch_received_bytes()},
-          {"wanted_bytes", w.wanted_bytes()},
-          {"held_at_start_bytes", w.held_at_start_bytes()},
-          {"bytes_per_second", w.bytes_per_second()},
-          {"eta_seconds", w.eta_seconds()}};
+json transfer_json(const cluster_types::Weights& w) {
+  return {{"fetching", w.fetching},
+          {"received_bytes", w.received_bytes},
+          {"fetch_received_bytes", w.fetch_received_bytes},
+          {"wanted_bytes", w.wanted_bytes},
+          {"held_at_start_bytes", w.held_at_start_bytes},
+          {"bytes_per_second", w.bytes_per_second},
+          {"eta_seconds", w.eta_seconds}};
 }
 
 std::string status_json(const ClusterStatus& status) {
@@ -94,7 +95,7 @@ std::string status_json(const ClusterStatus& status) {
   for (const NodeStatus& node : status.nodes) nodes.push_back(node_json(node));
   json body{{"node_id", status.node_id},
             {"model", {{"name", status.model_name}, {"hash", status.model_hash}, {"layers", status.layers}}},
-            {"protocol_version", rpc::kProtocolVersion},
+            {"protocol_version", status.protocol_version},
             {"leader", status.leader},
             {"serving", status.serving},
             {"nodes", nodes},

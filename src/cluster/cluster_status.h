@@ -1,60 +1,22 @@
-// GET /cluster's answer: the cluster as one node sees it, a plain value that the node takes
-// under its lock, rendered as JSON after (docs/API.md). It is rendered here, not in src/api,
-// because src/api does not depend on the cluster (the cluster serves it a string).
+// GET /cluster's answer rendered as JSON (docs/API.md) from the plain status value
+// (cluster_types/cluster_status.h) that the node takes under its lock.
 #pragma once
 
-#include <cstdint>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
-#include <vector>
 
-#include "node.pb.h"
+#include "cluster_types/cluster_status.h"
 
 namespace strata::cluster {
 
-// How this node hears from a peer.
-struct PeerLink {
-  bool alive = false;
-  std::optional<double> last_seen_seconds;  // nullopt: never reached directly
-  double rtt_ms = 0.0;
-  std::string problem;  // why it cannot take part (another model or protocol); empty when it can
-};
-
-struct NodeStatus {
-  rpc::NodeInfo info;  // what it says of itself
-  bool self = false;
-  std::optional<PeerLink> link;  // a peer's
-};
-
-// A leader's counts of sequences at its placement switches and pre-emptions.
-struct SchedulerCounts {
-  uint64_t handed_over = 0;  // moved with their state (a node left or joined)
-  uint64_t recomputed = 0;   // computed again (a node was lost)
-  uint64_t preempted = 0;    // for want of KV blocks, computed again later
-  // Speculative decoding: steps with drafts, draft tokens checked, and those confirmed.
-  uint64_t speculative_steps = 0;
-  uint64_t drafted = 0;
-  uint64_t accepted = 0;
-};
-
-struct ClusterStatus {
-  std::string node_id;
-  std::string model_name;
-  std::string model_hash;
-  int layers = 0;
-  std::string leader;
-  bool serving = false;
-  std::vector<NodeStatus> nodes;  // this node first
-  rpc::Placement placement;
-  std::optional<std::string> waiting_for;   // while there is no placement, or it failed
-  std::optional<SchedulerCounts> scheduler;  // while this node schedules
-  bool leaving = false;
-};
+using cluster_types::ClusterStatus;
+using cluster_types::NodeStatus;
+using cluster_types::PeerLink;
+using cluster_types::SchedulerCounts;
 
 std::string status_json(const ClusterStatus& status);
 
 // What a node says of its weights' fetch, as /cluster and /health show it.
-nlohmann::json transfer_json(const rpc::Weights& weights);
+nlohmann::json transfer_json(const cluster_types::Weights& weights);
 
 }  // namespace strata::cluster

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "node.pb.h"
+#include "cluster_types/node_info.h"
 
 namespace strata::cluster {
 
@@ -25,7 +25,7 @@ struct NodeProgress {
   bool stopping = false;
   bool loading = false;                 // this node loads its layers
   double load_progress = 0.0;           // of that load, 0 to 1
-  std::optional<rpc::Weights> fetched;  // a node without the model file: what it holds of it
+  std::optional<cluster_types::Weights> fetched;  // a node without the model file: what it holds of it
 };
 
 // What requests wait for: the refusal, the placement's error, a placement, the nodes that load

@@ -35,7 +35,7 @@ struct NodeWeightsOptions {
 // A live peer of this model, at `address`, that says it holds `weights`.
 struct WeightsHolder {
   std::string address;
-  rpc::Weights weights;
+  cluster_types::Weights weights;
 };
 
 class NodeWeights {
@@ -48,7 +48,7 @@ class NodeWeights {
   std::optional<rpc::TensorBytes> tensor(const rpc::FetchTensorRequest& request, std::string& why) const;
 
   // What this node holds of the weights, and its fetch's progress.
-  rpc::Weights held() const;
+  cluster_types::Weights held() const;
 
   // Before a partial model loads `range`: fetches the tensors it lacks from `holders()`,
   // asked for each tensor. Stops when `moved()` says a new placement moved this node's layers
@@ -61,7 +61,7 @@ class NodeWeights {
 
  private:
   // Whether a peer that says `w` about itself holds tensor `index` whole and verified.
-  bool holds(const rpc::Weights& w, size_t index) const;
+  bool holds(const cluster_types::Weights& w, size_t index) const;
   std::vector<std::shared_ptr<TensorSource>> sources_for(size_t index, const std::vector<WeightsHolder>& holders);
   void log(const std::string& line) const;
 

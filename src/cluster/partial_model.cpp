@@ -237,12 +237,12 @@ bool PartialModel::complete() const {
   return std::all_of(held_.begin(), held_.end(), [](bool h) { return h; });
 }
 
-rpc::Weights PartialModel::held() const {
+cluster_types::Weights PartialModel::held() const {
   std::lock_guard lock(mutex_);
   if (held_weights_) return *held_weights_;
   const model::Config config = model::Config::from_gguf(*file_);
   const int layer_count = config.layer_count;
-  rpc::Weights weights;
+  cluster_types::Weights weights;
   std::vector<uint64_t> layers(static_cast<size_t>(layer_count), 0);
   bool embedding = false, output = false, output_norm = false, shared = true;
   const bool tied_head = file_->find_tensor("output.weight") == nullptr;
@@ -269,11 +269,11 @@ rpc::Weights PartialModel::held() const {
         break;
     }
   }
-  weights.set_whole_file(std::all_of(held_.begin(), held_.end(), [](bool h) { return h; }));
-  for (uint64_t bytes : layers) weights.add_layer_bytes(bytes);
-  weights.set_embedding(embedding);
-  weights.set_head(output_norm && (tied_head ? embedding : output));
-  weights.set_shared(shared);
+  weights.whole_file = std::all_of(held_.begin(), held_.end(), [](bool h) { return h; });
+  weights.layer_bytes = std::move(layers);
+  weights.embedding = embedding;
+  weights.head = output_norm && (tied_head ? embedding : output);
+  weights.shared = shared;
   held_weights_ = weights;
   return weights;
 }

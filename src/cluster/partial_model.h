@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "cluster_types/node_info.h"
 #include "node.pb.h"
 
 namespace strata::cluster {
@@ -62,7 +63,7 @@ class PartialModel {
   bool complete() const;
   // Per layer, the bytes of its tensors held; whether the embedding, the head and the tensors
   // every stage reads (rope_freqs) are held.
-  rpc::Weights held() const;
+  cluster_types::Weights held() const;
 
   // Receives one tensor's bytes in order, from where its last checkpoint got to (the bytes
   // before are read back from the file into the hash). Every checkpoint_bytes it syncs the file
@@ -112,7 +113,7 @@ class PartialModel {
   std::vector<bool> held_;
   std::vector<uint64_t> progress_;  // per tensor not held, the bytes its last record claims
   // held()'s answer until a tensor is committed: every Hello a node sends or answers asks.
-  mutable std::optional<rpc::Weights> held_weights_;
+  mutable std::optional<cluster_types::Weights> held_weights_;
 };
 
 }  // namespace strata::cluster

@@ -1,5 +1,5 @@
-// GET /cluster's answer: the cluster as one node sees it, a plain value that the node takes
-// under its lock (cluster/node.h) and the API renders as JSON after (api/cluster_status_json.h,
+// GET /cluster's and GET /health's answers on a cluster node: plain values that the node takes
+// under its lock (cluster/node.h) and the API renders as JSON after (api/cluster_json.h,
 // docs/API.md).
 #pragma once
 
@@ -51,6 +51,14 @@ struct ClusterStatus {
   std::optional<std::string> waiting_for;    // while there is no placement, or it failed
   std::optional<SchedulerCounts> scheduler;  // while this node schedules
   bool leaving = false;
+};
+
+// GET /health: whether requests can run through this node now, and if not, what it waits for.
+struct NodeHealth {
+  std::string status;                   // "ok" (requests run), "leaving", "refused", "loading" or "waiting"
+  std::string waiting_for;              // empty with "ok" and "leaving"
+  std::optional<double> load_progress;  // its layers' load, 0 to 1, while "loading"
+  std::optional<Weights> transfer;      // a node without the model file: its weights' fetch, while it waits
 };
 
 }  // namespace strata::cluster_types

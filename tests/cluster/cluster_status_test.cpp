@@ -6,20 +6,18 @@
 
 #include <nlohmann/json.hpp>
 
-#include "rpc/messages.h"
-
 namespace strata::cluster {
 namespace {
 
 using json = nlohmann::json;
 
-rpc::NodeInfo info_of(const std::string& id) {
-  rpc::NodeInfo info;
-  info.set_node_id(id);
-  info.set_node_address("127.0.0.1:7001");
-  info.set_memory_bytes(uint64_t{3} << 30);
-  info.set_state("serving");
-  info.mutable_weights()->set_whole_file(true);
+cluster_types::NodeInfo info_of(const std::string& id) {
+  cluster_types::NodeInfo info;
+  info.node_id = id;
+  info.node_address = "127.0.0.1:7001";
+  info.memory_bytes = uint64_t{3} << 30;
+  info.state = "serving";
+  info.weights = cluster_types::Weights{.whole_file = true};
   return info;
 }
 
@@ -29,15 +27,13 @@ ClusterStatus two_nodes() {
   status.model_name = "dreams";
   status.model_hash = "abc";
   status.layers = 5;
+  status.protocol_version = 9;
   status.leader = "a";
   status.serving = true;
   status.nodes.push_back({info_of("a"), true, std::nullopt});
   status.nodes.push_back({info_of("b"), false, PeerLink{true, std::nullopt, 1.5, ""}});
-  rpc::Stage* stage = status.placement.add_stages();
-  stage->set_node_id("a");
-  stage->set_first_layer(0);
-  stage->set_last_layer(5);
-  status.placement.set_epoch(3);
+  status.placement.stages.push_back({.node_id = "a", .first_layer = 0, .last_layer = 5});
+  status.placement.epoch = 3;
   return status;
 }
 
@@ -45,7 +41,7 @@ TEST(ClusterStatus, TellsOfThisNodeItsPeersAndThePlacement) {
   const json body = json::parse(status_json(two_nodes()));
   EXPECT_EQ(body["node_id"], "a");
   EXPECT_EQ(body["model"], (json{{"name", "dreams"}, {"hash", "abc"}, {"layers", 5}}));
-  EXPECT_EQ(body["protocol_version"], rpc::kProtocolVersion);
+  EXPECT_EQ(body["protocol_version"], 9);
   ASSERT_EQ(body["nodes"].size(), 2u);
   const json& self = body["nodes"][0];
   EXPECT_TRUE(self["self"]);
@@ -69,13 +65,12 @@ TEST(ClusterStatus, APeersProblemAndPartialWeightsAreShown) {
   ClusterStatus status = two_nodes();
   status.nodes[1].link->problem = "runs another model";
   status.nodes[1].link->last_seen_seconds = 0.25;
-  rpc::Weights& w = *status.nodes[1].info.mutable_weights();
-  w.set_whole_file(false);
-  w.add_layer_bytes(100);
-  w.add_layer_bytes(0);
-  w.set_embedding(true);
-  w.set_fetching(true);
-  w.set_wanted_bytes(400);
+  cluster_types::Weights& w = *status.nodes[1].info.weights;
+  w.whole_file = false;
+  w.layer_bytes = {100, 0};
+  w.embedding = true;
+  w.fetching = true;
+  w.wanted_bytes = 400;
   const json peer = json::parse(status_json(status))["nodes"][1];
   EXPECT_EQ(peer["problem"], "runs another model");
   EXPECT_EQ(peer["last_seen_seconds"], 0.25);
@@ -88,11 +83,11 @@ TEST(ClusterStatus, APeersProblemAndPartialWeightsAreShown) {
 
 TEST(ClusterStatus, AKvPoolIsSaidInBlocksAndBytes) {
   ClusterStatus status = two_nodes();
-  rpc::KvCacheStats& kv = *status.nodes[0].info.mutable_kv_cache();
-  kv.set_type("f16");
-  kv.set_block_bytes(1024);
-  kv.set_pool_blocks(10);
-  kv.set_used_blocks(4);
+  cluster_types::KvCacheStats& kv = status.nodes[0].info.kv_cache.emplace();
+  kv.type = "f16";
+  kv.block_bytes = 1024;
+  kv.pool_blocks = 10;
+  kv.used_blocks = 4;
   const json body = json::parse(status_json(status));
   const json& cache = body["nodes"][0]["kv_cache"];
   EXPECT_EQ(cache["pool_bytes"], 10240);
@@ -104,14 +99,14 @@ TEST(ClusterStatus, AKvPoolIsSaidInBlocksAndBytes) {
 
 TEST(ClusterStatus, ASlidingWindowLayersPoolIsSaidBesideTheOther) {
   ClusterStatus status = two_nodes();
-  rpc::KvCacheStats& kv = *status.nodes[0].info.mutable_kv_cache();
-  kv.set_block_bytes(1024);
-  kv.set_pool_blocks(10);
-  rpc::KvCacheStats& window = *kv.mutable_window();
-  window.set_type("f16");
-  window.set_block_bytes(512);
-  window.set_pool_blocks(6);
-  window.set_used_blocks(2);
+  cluster_types::KvCacheStats& kv = status.nodes[0].info.kv_cache.emplace();
+  kv.block_bytes = 1024;
+  kv.pool_blocks = 10;
+  cluster_types::KvPoolStats& window = kv.window.emplace();
+  window.type = "f16";
+  window.block_bytes = 512;
+  window.pool_blocks = 6;
+  window.used_blocks = 2;
   const json cache = json::parse(status_json(status))["nodes"][0]["kv_cache"];
   EXPECT_EQ(cache["pool_bytes"], 10240);
   EXPECT_EQ(cache["window"]["pool_bytes"], 3072);

@@ -44,9 +44,9 @@ TEST(NodeProgress, HealthSaysWhatItWaitsForUntilRequestsRun) {
             (json{{"status", "loading"}, {"waiting_for", "nodes loading their layers of placement 7: b"}, {"progress", 0.25}}));
 
   p.loading = false;
-  p.fetched = rpc::Weights();
-  p.fetched->set_fetching(true);
-  p.fetched->set_wanted_bytes(100);
+  p.fetched = cluster_types::Weights();
+  p.fetched->fetching = true;
+  p.fetched->wanted_bytes = 100;
   const json waiting = json::parse(health(p).second);
   EXPECT_EQ(waiting["status"], "waiting");
   EXPECT_EQ(waiting["transfer"]["fetching"], true);

@@ -41,8 +41,8 @@ TEST_F(NodeWeightsTest, AWholeFileServesItsManifestAndEveryTensor) {
   ASSERT_TRUE(bytes) << why;
   EXPECT_EQ(bytes->bytes.size(), last.size_bytes);
   EXPECT_EQ(bytes->bytes.data(), file_->tensor_data(last));
-  EXPECT_TRUE(weights_.held().whole_file());
-  EXPECT_FALSE(weights_.held().fetching());
+  EXPECT_TRUE(weights_.held().whole_file);
+  EXPECT_FALSE(weights_.held().fetching);
 }
 
 TEST_F(NodeWeightsTest, AnotherModelOrATensorOutOfTheTableIsRefusedSayingWhy) {

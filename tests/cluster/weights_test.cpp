@@ -451,7 +451,7 @@ TEST_F(WeightsTest, ASecondFetchTakesOnlyWhatTheFirstLacked) {
   fetch_tensors(*model, all, from_good, FetchOptions{}, stats);
   EXPECT_EQ(stats.snapshot().received_bytes, all_bytes - half_bytes);
   EXPECT_TRUE(model->complete());
-  EXPECT_TRUE(model->held().whole_file());
+  EXPECT_TRUE(model->held().whole_file);
 }
 
 TEST_F(WeightsTest, HeldWeightsCountWholeLayersAndTheHead) {
@@ -460,14 +460,14 @@ TEST_F(WeightsTest, HeldWeightsCountWholeLayersAndTheHead) {
   TransferStats stats;
   fetch_tensors(*model, tensors_for(*original_, {3, 4}), [&](size_t) { return std::vector<std::shared_ptr<TensorSource>>{good}; },
                 FetchOptions{}, stats);
-  const rpc::Weights held = model->held();
+  const cluster_types::Weights held = model->held();
   const ModelFootprint footprint = footprint_of(*original_);
-  EXPECT_FALSE(held.whole_file());
-  ASSERT_EQ(held.layer_bytes_size(), 4);
-  EXPECT_EQ(held.layer_bytes(0), 0u);
-  EXPECT_EQ(held.layer_bytes(3), footprint.layer_weight_bytes[3]);
-  EXPECT_TRUE(held.head());
-  EXPECT_FALSE(held.embedding());
+  EXPECT_FALSE(held.whole_file);
+  ASSERT_EQ(held.layer_bytes.size(), 4u);
+  EXPECT_EQ(held.layer_bytes[0], 0u);
+  EXPECT_EQ(held.layer_bytes[3], footprint.layer_weight_bytes[3]);
+  EXPECT_TRUE(held.head);
+  EXPECT_FALSE(held.embedding);
 }
 
 // A Llama 3-style model: the shared model with rope_freqs, a tensor of no layer that every
@@ -489,16 +489,16 @@ TEST_F(WeightsTest, TensorsEveryStageReadsAreFetchedForEveryRangeAndReportedHeld
     EXPECT_NE(std::find(needed.begin(), needed.end(), rope_freqs), needed.end()) << range.first << "-" << range.last;
   }
   const std::shared_ptr<PartialModel> model = open();
-  EXPECT_FALSE(model->held().shared());
+  EXPECT_FALSE(model->held().shared);
   auto good = std::make_shared<FakeSource>(*original_, FakeSource::Kind::Good, "good");
   TransferStats stats;
   fetch_tensors(*model, tensors_for(*original_, {1, 3}),
                 [&](size_t) { return std::vector<std::shared_ptr<TensorSource>>{good}; }, FetchOptions{}, stats);
-  const rpc::Weights held = model->held();
-  EXPECT_FALSE(held.whole_file());
-  EXPECT_TRUE(held.shared()) << "a middle stage holds rope_freqs and can pass it on";
-  EXPECT_FALSE(held.embedding());
-  EXPECT_FALSE(held.head());
+  const cluster_types::Weights held = model->held();
+  EXPECT_FALSE(held.whole_file);
+  EXPECT_TRUE(held.shared) << "a middle stage holds rope_freqs and can pass it on";
+  EXPECT_FALSE(held.embedding);
+  EXPECT_FALSE(held.head);
 }
 
 }  // namespace
