@@ -61,8 +61,8 @@ void write_weights(const cluster_types::Weights& w, metrics::Exposition& out) {
 
 }  // namespace
 
-void write_metrics(const ClusterStatus& status, const engine::Engine::Load& load, metrics::Exposition& out) {
-  for (const NodeStatus& node : status.nodes) {
+void write_metrics(const cluster_types::ClusterStatus& status, const engine::Engine::Load& load, metrics::Exposition& out) {
+  for (const cluster_types::NodeStatus& node : status.nodes) {
     write_node(node.info, !node.link || node.link->alive, out);
     if (node.link && node.link->last_seen_seconds) {
       out.gauge("strata_link_heartbeat_rtt_seconds", "Round-trip time of the last gossip call to the peer.",
@@ -91,7 +91,7 @@ void write_metrics(const ClusterStatus& status, const engine::Engine::Load& load
                 {}, static_cast<double>(status.scheduler->recomputed));
     out.counter("strata_sequences_preempted_total", "Running sequences pre-empted for want of KV blocks (leader).", {},
                 static_cast<double>(status.scheduler->preempted));
-    const SchedulerCounts& drafts = *status.scheduler;
+    const cluster_types::SchedulerCounts& drafts = *status.scheduler;
     out.counter("strata_speculative_steps_total", "Decode steps that carried draft tokens (leader).", {},
                 static_cast<double>(drafts.speculative_steps));
     out.counter("strata_draft_tokens_total", "Draft tokens the last stage checked (leader).", {},

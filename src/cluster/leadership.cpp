@@ -25,12 +25,12 @@ void Leadership::log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
-std::optional<SchedulerCounts> Leadership::scheduler_counts() const {
+std::optional<cluster_types::SchedulerCounts> Leadership::scheduler_counts() const {
   const std::shared_ptr<engine::Engine>& engine = scheduler_.engine();
   if (!engine) return std::nullopt;
   const engine::Engine::SwitchCounts counts = engine->switch_counts();
   const engine::Engine::SpeculationCounts drafts = engine->speculation();
-  return SchedulerCounts{counts.handed_over, counts.recomputed, engine->preemptions(),
+  return cluster_types::SchedulerCounts{counts.handed_over, counts.recomputed, engine->preemptions(),
                          drafts.steps,       drafts.drafted,    drafts.accepted};
 }
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "cluster/cluster_status.h"
+#include "cluster_types/cluster_status.h"
 #include "cluster/control_rules.h"
 #include "cluster/leader_scheduler.h"
 #include "cluster/membership.h"
@@ -47,7 +47,7 @@ class Leadership {
   bool scheduling() const { return scheduler_.serves(placement_.epoch); }
   // While a scheduler runs here: its sequences handed over and computed again at placement
   // switches, and pre-empted.
-  std::optional<SchedulerCounts> scheduler_counts() const;
+  std::optional<cluster_types::SchedulerCounts> scheduler_counts() const;
 
   // Takes `placement` up (the leader's, or this node's own); the last few are kept.
   void adopt(const cluster_types::Placement& placement);

@@ -123,12 +123,12 @@ std::vector<cluster_types::NodeInfo> Membership::all_infos() const {
   return infos;
 }
 
-std::vector<NodeStatus> Membership::peer_statuses(ControlTime now) const {
-  std::vector<NodeStatus> statuses;
+std::vector<cluster_types::NodeStatus> Membership::peer_statuses(ControlTime now) const {
+  std::vector<cluster_types::NodeStatus> statuses;
   for (const auto& [id, peer] : control_.peers) {
     const std::optional<double> last_seen =
         peer.seen ? std::optional(std::chrono::duration<double>(now - peer.last_seen).count()) : std::nullopt;
-    statuses.push_back({infos_.at(id), false, PeerLink{alive(peer, now), last_seen, peer.rtt_ms, peer.problem}});
+    statuses.push_back({infos_.at(id), false, cluster_types::PeerLink{alive(peer, now), last_seen, peer.rtt_ms, peer.problem}});
   }
   return statuses;
 }

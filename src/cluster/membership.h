@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "cluster/cluster_status.h"
+#include "cluster_types/cluster_status.h"
 #include "cluster/control_rules.h"
 #include "cluster/node_weights.h"
 #include "cluster_types/hello.h"
@@ -55,7 +55,7 @@ class Membership {
   std::vector<cluster_types::NodeInfo> alive_infos(ControlTime now) const;
   std::vector<cluster_types::NodeInfo> all_infos() const;
   // Every peer as /cluster shows it: what it says of itself, and how this node hears from it.
-  std::vector<NodeStatus> peer_statuses(ControlTime now) const;
+  std::vector<cluster_types::NodeStatus> peer_statuses(ControlTime now) const;
   // The live peers of this model, with the weights each says it holds, in id order.
   std::vector<WeightsHolder> weights_holders(ControlTime now) const;
   // The live nodes that a placement leaves out for their model or protocol, as lines of the

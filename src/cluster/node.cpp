@@ -5,7 +5,6 @@
 #include <optional>
 
 #include "cluster/cluster_metrics.h"
-#include "cluster/cluster_status.h"
 #include "cluster/control_driver.h"
 #include "cluster/control_rules.h"
 #include "cluster/gossip.h"
@@ -166,7 +165,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     return weights_.tensor(request, why);
   }
 
-  std::pair<int, std::string> health() const {
+  cluster_types::NodeHealth health() const {
     std::lock_guard lock(mutex_);
     return cluster::health(progress());
   }
@@ -176,19 +175,21 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     return cluster::readiness(progress());
   }
 
-  ClusterStatus status() const {
+  cluster_types::ClusterStatus status() const {
     std::lock_guard lock(mutex_);
-    ClusterStatus status{.node_id = options_.node_id,
-                         .model_name = self_.model_name,
-                         .model_hash = self_.model_hash,
-                         .layers = config_.layer_count,
-                         .protocol_version = rpc::kProtocolVersion,
-                         .leader = leader_id(),
-                         .serving = serving(),
-                         .placement = placement(),
-                         .leaving = control().leaving};
+    cluster_types::ClusterStatus status{.node_id = options_.node_id,
+                                        .model_name = self_.model_name,
+                                        .model_hash = self_.model_hash,
+                                        .layers = config_.layer_count,
+                                        .protocol_version = rpc::kProtocolVersion,
+                                        .leader = leader_id(),
+                                        .serving = serving(),
+                                        .placement = placement(),
+                                        .leaving = control().leaving};
     status.nodes.push_back({self_info(), true, std::nullopt});
-    for (NodeStatus& peer : membership_.peer_statuses(Clock::now())) status.nodes.push_back(std::move(peer));
+    for (cluster_types::NodeStatus& peer : membership_.peer_statuses(Clock::now())) {
+      status.nodes.push_back(std::move(peer));
+    }
     if (!placement().error.empty() || placement().stages.empty())
       status.waiting_for = cluster::waiting_for(progress());
     status.scheduler = leadership_.scheduler_counts();
@@ -196,7 +197,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   void write_metrics(metrics::Exposition& out) const {
-    const ClusterStatus now = status();
+    const cluster_types::ClusterStatus now = status();
     std::shared_ptr<engine::Engine> scheduler;
     {
       std::lock_guard lock(mutex_);
@@ -489,8 +490,8 @@ bool ClusterNode::submit(engine::GenerationRequest request, engine::RequestCallb
   return impl_->submit(std::move(request), std::move(callbacks));
 }
 void ClusterNode::shutdown() { impl_->shutdown(); }
-std::pair<int, std::string> ClusterNode::health() const { return impl_->health(); }
-std::string ClusterNode::status_json() const { return cluster::status_json(impl_->status()); }
+cluster_types::NodeHealth ClusterNode::health() const { return impl_->health(); }
+cluster_types::ClusterStatus ClusterNode::status() const { return impl_->status(); }
 void ClusterNode::write_metrics(metrics::Exposition& out) const { impl_->write_metrics(out); }
 std::string ClusterNode::waiting_for() const { return impl_->readiness(); }
 void ClusterNode::leave() { impl_->leave(); }

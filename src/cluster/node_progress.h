@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "cluster_types/node_info.h"
+#include "cluster_types/cluster_status.h"
 
 namespace strata::cluster {
 
@@ -32,9 +32,9 @@ struct NodeProgress {
 // their layers, or the leader to start its scheduler.
 std::string waiting_for(const NodeProgress& progress);
 
-// GET /health: 200 {"status":"ok"} once requests can run, else 503 saying what it waits for
-// (leaving, refused, loading with its progress, waiting), with a fetch's progress.
-std::pair<int, std::string> health(const NodeProgress& progress);
+// GET /health: "ok" once requests can run, else what it waits for (leaving, refused, loading
+// with its progress, waiting), with a fetch's progress.
+cluster_types::NodeHealth health(const NodeProgress& progress);
 
 // engine::Generator::waiting_for: empty when a request runs now or would be refused at once
 // (the node stops, the model does not fit), else what it waits for, with this node's load.

@@ -59,6 +59,7 @@ struct NodeHealth {
   std::string waiting_for;              // empty with "ok" and "leaving"
   std::optional<double> load_progress;  // its layers' load, 0 to 1, while "loading"
   std::optional<Weights> transfer;      // a node without the model file: its weights' fetch, while it waits
+  bool operator==(const NodeHealth&) const = default;
 };
 
 }  // namespace strata::cluster_types

@@ -7,6 +7,10 @@
 namespace strata::cluster {
 namespace {
 
+using cluster_types::ClusterStatus;
+using cluster_types::PeerLink;
+using cluster_types::SchedulerCounts;
+
 cluster_types::NodeInfo info_of(const std::string& id) {
   cluster_types::NodeInfo info;
   info.node_id = id;

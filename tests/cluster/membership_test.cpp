@@ -148,7 +148,7 @@ TEST_F(MembershipTest, ItTellsLivePeersAndTheirWeights) {
   EXPECT_TRUE(holders[0].weights.whole_file);
   EXPECT_NE(membership_.left_out_text(t0 + 1s).find("c at 127.0.0.1:7003 is left out"), std::string::npos);
 
-  const std::vector<NodeStatus> statuses = membership_.peer_statuses(t0 + 1s);
+  const std::vector<cluster_types::NodeStatus> statuses = membership_.peer_statuses(t0 + 1s);
   ASSERT_EQ(statuses.size(), 2u);
   EXPECT_EQ(statuses[0].info.node_id, "b");
   ASSERT_TRUE(statuses[0].link && statuses[0].link->last_seen_seconds);

@@ -1,12 +1,25 @@
-#include "cluster/cluster_status.h"
+#include "api/cluster_json.h"
+
+#include <nlohmann/json.hpp>
 
 #include "model/kv_pool.h"
 #include "units/byte_size.h"
 
-namespace strata::cluster {
+namespace strata::api {
 namespace {
 
 using json = nlohmann::json;
+
+// What a node says of its weights' fetch, as /cluster and /health show it.
+json transfer_json(const cluster_types::Weights& w) {
+  return {{"fetching", w.fetching},
+          {"received_bytes", w.received_bytes},
+          {"fetch_received_bytes", w.fetch_received_bytes},
+          {"wanted_bytes", w.wanted_bytes},
+          {"held_at_start_bytes", w.held_at_start_bytes},
+          {"bytes_per_second", w.bytes_per_second},
+          {"eta_seconds", w.eta_seconds}};
+}
 
 json weights_json(const cluster_types::Weights& w) {
   json j = transfer_json(w);
@@ -21,7 +34,7 @@ json weights_json(const cluster_types::Weights& w) {
 }
 
 json kv_pool_json(const cluster_types::KvPoolStats& kv) {
-  json j{{"type", kv.type},
+  return {{"type", kv.type},
           {"block_positions", model::kKvBlock},
           {"block_bytes", kv.block_bytes},
           {"pool_blocks", kv.pool_blocks},
@@ -32,10 +45,9 @@ json kv_pool_json(const cluster_types::KvPoolStats& kv) {
           {"hits", kv.hits},
           {"misses", kv.misses},
           {"evictions", kv.evictions}};
-  return j;
 }
 
-json node_json(const NodeStatus& node) {
+json node_json(const cluster_types::NodeStatus& node) {
   const cluster_types::NodeInfo& info = node.info;
   json n{{"id", info.node_id},
          {"self", node.self},
@@ -52,8 +64,8 @@ json node_json(const NodeStatus& node) {
          {"described_unix_ms", info.described_unix_ms},
          {"weights", weights_json(info.weights.value_or(cluster_types::Weights{}))}};
   if (info.kv_cache) {
-    n["kv_cache"] = kv_pool_json(*info.kv_cache);
-    if (info.kv_cache->window) n["kv_cache"]["window"] = kv_pool_json(*info.kv_cache->window);  // the sliding-window layers' pool
+    json& kv = n["kv_cache"] = kv_pool_json(*info.kv_cache);
+    if (info.kv_cache->window) kv["window"] = kv_pool_json(*info.kv_cache->window);  // the sliding-window layers' pool
   }
   if (node.link) {
     n["alive"] = node.link->alive;
@@ -67,8 +79,10 @@ json node_json(const NodeStatus& node) {
 json placement_json(const cluster_types::Placement& placement) {
   json stages = json::array();
   for (const cluster_types::Stage& s : placement.stages) {
-    stages.push_back({{"node", s.node_id}, {"node_address", s.node_address},
-                      {"first_layer", s.first_layer}, {"last_layer", s.last_layer}});
+    stages.push_back({{"node", s.node_id},
+                      {"node_address", s.node_address},
+                      {"first_layer", s.first_layer},
+                      {"last_layer", s.last_layer}});
   }
   return {{"epoch", placement.epoch},
           {"leader", placement.leader_id},
@@ -80,19 +94,9 @@ json placement_json(const cluster_types::Placement& placement) {
 
 }  // namespace
 
-json transfer_json(const cluster_types::Weights& w) {
-  return {{"fetching", w.fetching},
-          {"received_bytes", w.received_bytes},
-          {"fetch_received_bytes", w.fetch_received_bytes},
-          {"wanted_bytes", w.wanted_bytes},
-          {"held_at_start_bytes", w.held_at_start_bytes},
-          {"bytes_per_second", w.bytes_per_second},
-          {"eta_seconds", w.eta_seconds}};
-}
-
-std::string status_json(const ClusterStatus& status) {
+std::string cluster_status_json(const cluster_types::ClusterStatus& status) {
   json nodes = json::array();
-  for (const NodeStatus& node : status.nodes) nodes.push_back(node_json(node));
+  for (const cluster_types::NodeStatus& node : status.nodes) nodes.push_back(node_json(node));
   json body{{"node_id", status.node_id},
             {"model", {{"name", status.model_name}, {"hash", status.model_hash}, {"layers", status.layers}}},
             {"protocol_version", status.protocol_version},
@@ -113,4 +117,12 @@ std::string status_json(const ClusterStatus& status) {
   return body.dump();
 }
 
-}  // namespace strata::cluster
+std::pair<int, std::string> health_json(const cluster_types::NodeHealth& health) {
+  json body{{"status", health.status}};
+  if (!health.waiting_for.empty()) body["waiting_for"] = health.waiting_for;
+  if (health.load_progress) body["progress"] = *health.load_progress;
+  if (health.transfer) body["transfer"] = transfer_json(*health.transfer);
+  return {health.status == "ok" ? 200 : 503, body.dump()};
+}
+
+}  // namespace strata::api
