@@ -158,7 +158,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   // NodeHandler: weights for nodes that have no file.
   std::optional<rpc::ModelManifestReply> manifest(const std::string& model_hash, std::string& why) override {
-    return weights_.manifest(model_hash, why);
+    const std::optional<cluster_types::ModelManifest> manifest = weights_.manifest(model_hash, why);
+    return manifest ? std::optional(rpc::to_message(*manifest)) : std::nullopt;
   }
 
   std::optional<rpc::TensorBytes> tensor(const rpc::FetchTensorRequest& request, std::string& why) override {
@@ -187,9 +188,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
                                         .placement = placement(),
                                         .leaving = control().leaving};
     status.nodes.push_back({self_info(), true, std::nullopt});
-    for (cluster_types::NodeStatus& peer : membership_.peer_statuses(Clock::now())) {
-      status.nodes.push_back(std::move(peer));
-    }
+    for (auto& peer : membership_.peer_statuses(Clock::now())) status.nodes.push_back(std::move(peer));
     if (!placement().error.empty() || placement().stages.empty())
       status.waiting_for = cluster::waiting_for(progress());
     status.scheduler = leadership_.scheduler_counts();

@@ -78,7 +78,7 @@ cluster_types::NodeInfo describe_node(const NodeOptions& options, const gguf::Fi
   self.protocol_version = rpc::kProtocolVersion;
   self.instance = rpc::fresh_nonce();
   self.started_unix_ms = rpc::unix_time_ms();
-  self.model_name = options.partial ? options.partial->manifest().model_name()
+  self.model_name = options.partial ? options.partial->manifest().model_name
                                       : std::filesystem::path(file.path()).stem().string();
   self.memory_bytes = options.memory_limit > 0 ? options.memory_limit : detect_usable_memory();
   self.kv_memory_bytes = options.engine.kv_memory;

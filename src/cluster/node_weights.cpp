@@ -22,7 +22,7 @@ void NodeWeights::log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
-std::optional<rpc::ModelManifestReply> NodeWeights::manifest(const std::string& model_hash, std::string& why) {
+std::optional<cluster_types::ModelManifest> NodeWeights::manifest(const std::string& model_hash, std::string& why) {
   if (!model_hash.empty() && model_hash != options_.model_hash) {
     why = "node " + options_.node_id + " runs another model (" + options_.model_hash.substr(0, 12) + ")";
     return std::nullopt;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cluster/weights.h"
+#include "cluster_types/model_manifest.h"
 #include "gguf/gguf.h"
 #include "model/config.h"
 #include "rpc/auth.h"
@@ -44,7 +45,7 @@ class NodeWeights {
 
   // rpc::NodeHandler's: the manifest of this node's model when it is `model_hash` (or that is
   // empty), and a tensor this node holds whole and verified; otherwise nullopt with `why`.
-  std::optional<rpc::ModelManifestReply> manifest(const std::string& model_hash, std::string& why);
+  std::optional<cluster_types::ModelManifest> manifest(const std::string& model_hash, std::string& why);
   std::optional<rpc::TensorBytes> tensor(const rpc::FetchTensorRequest& request, std::string& why) const;
 
   // What this node holds of the weights, and its fetch's progress.
@@ -75,7 +76,7 @@ class NodeWeights {
   std::mutex sources_mutex_;
   std::map<std::string, std::shared_ptr<TensorSource>> sources_;  // by address
   std::mutex manifest_mutex_;  // its own: hashing a large file must not hold up anything else
-  std::optional<rpc::ModelManifestReply> manifest_;
+  std::optional<cluster_types::ModelManifest> manifest_;
 };
 
 }  // namespace strata::cluster

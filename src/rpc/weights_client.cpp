@@ -5,6 +5,7 @@
 
 #include "rpc/auth.h"
 #include "rpc/channel.h"
+#include "rpc/cluster_messages.h"
 #include "rpc/messages.h"
 #include "node.grpc.pb.h"
 
@@ -34,7 +35,7 @@ std::string fetch_tensor(const PeerChannel& channel, const FetchTensorRequest& r
   return status.ok() ? std::string() : status.error_message();
 }
 
-ModelManifestReply fetch_manifest(const std::function<std::vector<std::string>()>& addresses,
+cluster_types::ModelManifest fetch_manifest(const std::function<std::vector<std::string>()>& addresses,
                                   const std::string& self_id, const ClusterKey& key,
                                   const std::function<void(const std::string&)>& log) {
   // Hashing a large model's tensors takes its holder a while the first time.
@@ -60,7 +61,7 @@ ModelManifestReply fetch_manifest(const std::function<std::vector<std::string>()
         }
         log("node at " + address + " runs " + reply.model_name() + " (" + reply.model_hash().substr(0, 12) +
             "): fetching the weights of this node's layers from the cluster");
-        return reply;
+        return from_message(reply);
       }
       problems += "; " + address + ": " + status.error_message();
     }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cluster_types/model_manifest.h"
 #include "rpc/peer_channel.h"
 #include "node.pb.h"
 
@@ -23,7 +24,7 @@ std::string fetch_tensor(const PeerChannel& channel, const FetchTensorRequest& r
 
 // Asks the nodes `addresses()` names, in turn, for the manifest of the model they run, every
 // second until one answers; `log` hears whom it waits for now and then.
-ModelManifestReply fetch_manifest(const std::function<std::vector<std::string>()>& addresses,
+cluster_types::ModelManifest fetch_manifest(const std::function<std::vector<std::string>()>& addresses,
                                   const std::string& self_id, const ClusterKey& key,
                                   const std::function<void(const std::string&)>& log);
 

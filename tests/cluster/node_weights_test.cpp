@@ -32,9 +32,9 @@ class NodeWeightsTest : public ::testing::Test {
 
 TEST_F(NodeWeightsTest, AWholeFileServesItsManifestAndEveryTensor) {
   std::string why;
-  const std::optional<rpc::ModelManifestReply> manifest = weights_.manifest(hash_, why);
+  const std::optional<cluster_types::ModelManifest> manifest = weights_.manifest(hash_, why);
   ASSERT_TRUE(manifest) << why;
-  EXPECT_EQ(manifest->model_hash(), hash_);
+  EXPECT_EQ(manifest->model_hash, hash_);
   EXPECT_TRUE(weights_.manifest("", why)) << "any model will do";
   const gguf::TensorInfo& last = file_->tensors().back();
   const std::optional<rpc::TensorBytes> bytes = weights_.tensor(request(file_->tensors().size() - 1, hash_), why);
