@@ -163,7 +163,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   std::optional<rpc::TensorBytes> tensor(const rpc::FetchTensorRequest& request, std::string& why) override {
-    return weights_.tensor(request, why);
+    return weights_.tensor(rpc::from_message(request), why);
   }
 
   cluster_types::NodeHealth health() const {

@@ -37,17 +37,18 @@ std::optional<cluster_types::ModelManifest> NodeWeights::manifest(const std::str
   return manifest_;
 }
 
-std::optional<rpc::TensorBytes> NodeWeights::tensor(const rpc::FetchTensorRequest& request, std::string& why) const {
-  if (request.model_hash() != options_.model_hash) {
+std::optional<rpc::TensorBytes> NodeWeights::tensor(const cluster_types::TensorRequest& request,
+                                                    std::string& why) const {
+  if (request.model_hash != options_.model_hash) {
     why = "node " + options_.node_id + " runs another model (" + options_.model_hash.substr(0, 12) + ")";
     return std::nullopt;
   }
-  if (request.tensor() >= file_->tensors().size()) {
-    why = "the model has no tensor " + std::to_string(request.tensor());
+  if (request.tensor >= file_->tensors().size()) {
+    why = "the model has no tensor " + std::to_string(request.tensor);
     return std::nullopt;
   }
-  const gguf::TensorInfo& t = file_->tensors()[request.tensor()];
-  if (options_.partial && !options_.partial->holds(request.tensor())) {
+  const gguf::TensorInfo& t = file_->tensors()[request.tensor];
+  if (options_.partial && !options_.partial->holds(request.tensor)) {
     why = "node " + options_.node_id + " does not hold tensor " + t.name;
     return std::nullopt;
   }

@@ -46,7 +46,7 @@ class NodeWeights {
   // rpc::NodeHandler's: the manifest of this node's model when it is `model_hash` (or that is
   // empty), and a tensor this node holds whole and verified; otherwise nullopt with `why`.
   std::optional<cluster_types::ModelManifest> manifest(const std::string& model_hash, std::string& why);
-  std::optional<rpc::TensorBytes> tensor(const rpc::FetchTensorRequest& request, std::string& why) const;
+  std::optional<rpc::TensorBytes> tensor(const cluster_types::TensorRequest& request, std::string& why) const;
 
   // What this node holds of the weights, and its fetch's progress.
   cluster_types::Weights held() const;

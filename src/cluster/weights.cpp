@@ -184,11 +184,7 @@ class PeerSource final : public TensorSource {
 
   std::string fetch(uint32_t tensor, uint64_t offset,
                     const std::function<bool(uint64_t, std::span<const uint8_t>)>& chunk) override {
-    rpc::FetchTensorRequest request;
-    request.set_model_hash(model_hash_);
-    request.set_tensor(tensor);
-    request.set_offset(offset);
-    return rpc::fetch_tensor(channel_, request, self_id_, *key_, chunk);
+    return rpc::fetch_tensor(channel_, {model_hash_, tensor, offset}, self_id_, *key_, chunk);
   }
 
  private:

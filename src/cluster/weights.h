@@ -19,7 +19,6 @@
 #include "model/config.h"
 #include "rpc/auth.h"
 #include "rpc/peer_channel.h"
-#include "node.pb.h"
 
 namespace strata::cluster {
 

@@ -173,6 +173,18 @@ cluster_types::ModelManifest from_message(const ModelManifestReply& manifest) {
           {manifest.tensor_sha256().begin(), manifest.tensor_sha256().end()}};
 }
 
+FetchTensorRequest to_message(const cluster_types::TensorRequest& request) {
+  FetchTensorRequest out;
+  out.set_model_hash(request.model_hash);
+  out.set_tensor(request.tensor);
+  out.set_offset(request.offset);
+  return out;
+}
+
+cluster_types::TensorRequest from_message(const FetchTensorRequest& request) {
+  return {request.model_hash(), request.tensor(), request.offset()};
+}
+
 HelloRequest to_hello_request(const cluster_types::Hello& hello) {
   HelloRequest out;
   *out.mutable_sender() = to_message(hello.sender);

@@ -21,6 +21,9 @@ cluster_types::Placement from_message(const Placement& placement);
 ModelManifestReply to_message(const cluster_types::ModelManifest& manifest);
 cluster_types::ModelManifest from_message(const ModelManifestReply& manifest);
 
+FetchTensorRequest to_message(const cluster_types::TensorRequest& request);
+cluster_types::TensorRequest from_message(const FetchTensorRequest& request);
+
 // A Hello's two messages have the same parts: the request's sender is the reply's node.
 HelloRequest to_hello_request(const cluster_types::Hello& hello);
 HelloReply to_hello_reply(const cluster_types::Hello& hello);

@@ -11,15 +11,15 @@
 
 namespace strata::rpc {
 
-std::string fetch_tensor(const PeerChannel& channel, const FetchTensorRequest& request, const std::string& self_id,
-                         const ClusterKey& key,
+std::string fetch_tensor(const PeerChannel& channel, const cluster_types::TensorRequest& request,
+                         const std::string& self_id, const ClusterKey& key,
                          const std::function<bool(uint64_t offset, std::span<const uint8_t>)>& chunk) {
   const auto stub = Node::NewStub(channel.transport());
   // No deadline: a tensor may take minutes on a slow link; the channel's keepalive ends the
   // call within seconds when the peer stops answering.
   grpc::ClientContext context;
   key.sign(context, self_id, "FetchTensor");
-  const std::unique_ptr<grpc::ClientReader<TensorChunk>> reader = stub->FetchTensor(&context, request);
+  const std::unique_ptr<grpc::ClientReader<TensorChunk>> reader = stub->FetchTensor(&context, to_message(request));
   TensorChunk message;
   while (reader->Read(&message)) {
     const std::string& data = message.data();

@@ -18,11 +18,8 @@ class NodeWeightsTest : public ::testing::Test {
         hash_(model_hash(*file_)),
         weights_(file_, std::make_shared<rpc::ClusterKey>("secret"), {.node_id = "a", .model_hash = hash_}) {}
 
-  rpc::FetchTensorRequest request(uint32_t tensor, const std::string& model_hash) const {
-    rpc::FetchTensorRequest r;
-    r.set_model_hash(model_hash);
-    r.set_tensor(tensor);
-    return r;
+  static cluster_types::TensorRequest request(uint32_t tensor, const std::string& model_hash) {
+    return {model_hash, tensor};
   }
 
   std::shared_ptr<const gguf::File> file_;

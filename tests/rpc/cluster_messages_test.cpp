@@ -114,6 +114,13 @@ TEST(ClusterMessages, ModelManifestRoundTripsEveryField) {
   EXPECT_EQ(from_message(message), manifest);
 }
 
+TEST(ClusterMessages, TensorRequestRoundTripsEveryField) {
+  const cluster_types::TensorRequest request{"ab12", 7, 1ULL << 33};
+  const FetchTensorRequest message = to_message(request);
+  expect_every_field_set(message, "");
+  EXPECT_EQ(from_message(message), request);
+}
+
 TEST(ClusterMessages, HelloRoundTripsBothWays) {
   const cluster_types::Hello hello{every_field_set("a"), {every_field_set("b"), every_field_set("c")},
                                    every_field_set_placement()};
