@@ -23,6 +23,7 @@
 #include "api/api_error.h"
 #include "api/chat_template.h"
 #include "api/client_watch.h"
+#include "api/cluster_json.h"
 #include "api/embeddings.h"
 #include "api/generation_session.h"
 #include "api/http_server.h"
@@ -271,14 +272,14 @@ class Server::Impl final : public http::Service {
   void add_routes() {
     route("GET", "/health", [this](const http::Request&, const std::smatch&) {
       if (!options_.health) return json_response(R"({"status":"ok"})");
-      auto [status, body] = options_.health();
+      auto [status, body] = health_json(options_.health());
       http::Response response = json_response(std::move(body));
       response.status = status;
       return response;
     });
     if (options_.cluster_status) {
       route("GET", "/cluster", [this](const http::Request&, const std::smatch&) {
-        return json_response(options_.cluster_status());
+        return json_response(cluster_status_json(options_.cluster_status()));
       });
     }
     if (options_.drain) {

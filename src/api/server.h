@@ -12,6 +12,7 @@
 
 #include "api/http_limits.h"
 #include "api/model_facts.h"
+#include "cluster_types/cluster_status.h"
 #include "model/pooling.h"
 
 namespace strata::engine {
@@ -53,10 +54,11 @@ struct ServerOptions {
   // The template for requests that offer tools (a GGUF's tokenizer.chat_template.tool_use);
   // empty: the chat template renders them too. serve_until_signal sets it from the GGUF.
   std::string tool_use_chat_template;
-  // What GET /health answers (status code, JSON body); unset: 200 {"status":"ok"}.
-  std::function<std::pair<int, std::string>()> health;
-  // GET /cluster's JSON body, behind the API key like every endpoint but /health; unset: 404.
-  std::function<std::string()> cluster_status;
+  // What GET /health answers on a cluster node (api/cluster_json.h); unset: 200 {"status":"ok"}.
+  std::function<cluster_types::NodeHealth()> health;
+  // GET /cluster's answer (api/cluster_json.h), behind the API key like every endpoint but
+  // /health; unset: 404.
+  std::function<cluster_types::ClusterStatus()> cluster_status;
   // How long a streamed request that comes before the model can run (a cluster forming,
   // weights loading) waits, with an SSE comment line a second saying for what, before it ends
   // with an error event (code 503). Other requests wait inside the generator's submit.

@@ -207,7 +207,7 @@ int serve(const ServeOptions& o) {
   cluster::ClusterNode cluster_node(file, [tok](engine::Token t) { return tok->is_end_of_generation(t); }, node);
 
   server.health = [&cluster_node] { return cluster_node.health(); };
-  server.cluster_status = [&cluster_node] { return cluster_node.status_json(); };
+  server.cluster_status = [&cluster_node] { return cluster_node.status(); };
   const metrics::Registry::Registration cluster_metrics = metrics::process_registry().add_collector(
       [&cluster_node](metrics::Exposition& out) { cluster_node.write_metrics(out); });
   server.on_stopping = [&cluster_node] { cluster_node.leave(); };

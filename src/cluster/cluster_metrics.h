@@ -2,7 +2,7 @@
 // the placement, this node's KV pool and weights, and a leader's scheduler.
 #pragma once
 
-#include "cluster/cluster_status.h"
+#include "cluster_types/cluster_status.h"
 #include "engine/engine.h"
 #include "metrics/metrics.h"
 
@@ -10,6 +10,7 @@ namespace strata::cluster {
 
 // `load`: the scheduler's, taken apart from `status` (the engine's lock is never taken under the
 // node's); empty where this node schedules nothing.
-void write_metrics(const ClusterStatus& status, const engine::Engine::Load& load, metrics::Exposition& out);
+void write_metrics(const cluster_types::ClusterStatus& status, const engine::Engine::Load& load,
+                   metrics::Exposition& out);
 
 }  // namespace strata::cluster

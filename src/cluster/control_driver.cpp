@@ -13,7 +13,7 @@ Overloaded(Ts...) -> Overloaded<Ts...>;
 
 }  // namespace
 
-ControlDriver::ControlDriver(std::string node_id, ControlParts parts, std::function<rpc::NodeInfo()> self_info,
+ControlDriver::ControlDriver(std::string node_id, ControlParts parts, std::function<cluster_types::NodeInfo()> self_info,
                              std::function<void(const std::string&)> log)
     : node_id_(std::move(node_id)), parts_(parts), self_info_(std::move(self_info)), log_(std::move(log)) {}
 
@@ -22,7 +22,7 @@ void ControlDriver::log(const std::string& line) const {
 }
 
 ControlDriver::Decision ControlDriver::carry_out(const std::vector<ControlAction>& actions,
-                                                 const rpc::Placement* heard) {
+                                                 const cluster_types::Placement* heard) {
   Decision decision;
   for (const ControlAction& action : actions) {
     std::visit(Overloaded{
@@ -33,13 +33,13 @@ ControlDriver::Decision ControlDriver::carry_out(const std::vector<ControlAction
                    [&](const control::KeepInfo&) {},  // the membership keeps it
                    [&](const control::AdoptPlacement&) {
                      parts_.leadership.adopt(*heard);
-                     log("placement " + std::to_string(heard->epoch()) + " from " + heard->leader_id() + ": " +
+                     log("placement " + std::to_string(heard->epoch) + " from " + heard->leader_id + ": " +
                          stages_text(*heard));
                    },
                    [&](const control::StandAside& a) {
                      // A node refused holds nothing and schedules nothing.
                      parts_.leadership.stand_aside(a.why);
-                     parts_.stages.hold(std::nullopt, parts_.leadership.placement().epoch());
+                     parts_.stages.hold(std::nullopt, parts_.leadership.placement().epoch);
                      decision.stood_aside = true;
                    },
                    [&](const control::ProposePlacement& a) { place(a, ControlClock::now()); },
@@ -54,9 +54,9 @@ ControlDriver::Decision ControlDriver::decide(const ControlEvent& event, Control
 }
 
 void ControlDriver::round(ControlTime now) {
-  const rpc::Placement& placement = parts_.leadership.placement();
-  const uint64_t epoch = placement.epoch();
-  if (decide(control::Round{}, now).stood_aside || placement.epoch() != epoch) return;
+  const cluster_types::Placement& placement = parts_.leadership.placement();
+  const uint64_t epoch = placement.epoch;
+  if (decide(control::Round{}, now).stood_aside || placement.epoch != epoch) return;
   parts_.stages.hold(layers_of(placement, node_id_), epoch);
   const ControlState& control = parts_.membership.control();
   parts_.leadership.follow(control, parts_.stages, now);
@@ -65,16 +65,16 @@ void ControlDriver::round(ControlTime now) {
 }
 
 void ControlDriver::place(const control::ProposePlacement& proposal, ControlTime now) {
-  std::vector<rpc::NodeInfo> members;
+  std::vector<cluster_types::NodeInfo> members;
   for (const std::string& id : proposal.members) {
     members.push_back(id == node_id_ ? self_info_() : parts_.membership.info(id));
   }
   const ControlEvent outcome = parts_.leadership.place(proposal, members);
   decide(outcome, now);
   if (!std::holds_alternative<control::PlacementMade>(outcome)) return;
-  const rpc::Placement& placement = parts_.leadership.placement();
-  log("placement " + std::to_string(placement.epoch()) + " over " + std::to_string(members.size()) +
-      " node(s): " + stages_text(placement) + (placement.reason().empty() ? "" : "\n  " + placement.reason()) +
+  const cluster_types::Placement& placement = parts_.leadership.placement();
+  log("placement " + std::to_string(placement.epoch) + " over " + std::to_string(members.size()) +
+      " node(s): " + stages_text(placement) + (placement.reason.empty() ? "" : "\n  " + placement.reason) +
       parts_.membership.left_out_text(now));
 }
 

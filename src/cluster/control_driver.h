@@ -28,7 +28,7 @@ struct ControlParts {
 class ControlDriver {
  public:
   // `self_info`: what the node says of itself now, as the placements it makes count it.
-  ControlDriver(std::string node_id, ControlParts parts, std::function<rpc::NodeInfo()> self_info,
+  ControlDriver(std::string node_id, ControlParts parts, std::function<cluster_types::NodeInfo()> self_info,
                 std::function<void(const std::string&)> log);
 
   // What the rules decided on an event that its caller acts on.
@@ -37,7 +37,7 @@ class ControlDriver {
     bool stood_aside = false;
   };
   // Carries out `actions` in order; `heard` is the placement of the Hello they were decided on.
-  Decision carry_out(const std::vector<ControlAction>& actions, const rpc::Placement* heard = nullptr);
+  Decision carry_out(const std::vector<ControlAction>& actions, const cluster_types::Placement* heard = nullptr);
   // The rules decide on `event`, and their actions are carried out.
   Decision decide(const ControlEvent& event, ControlTime now);
 
@@ -54,7 +54,7 @@ class ControlDriver {
 
   std::string node_id_;
   ControlParts parts_;
-  std::function<rpc::NodeInfo()> self_info_;
+  std::function<cluster_types::NodeInfo()> self_info_;
   std::function<void(const std::string&)> log_;
 };
 

@@ -73,7 +73,7 @@ void Gossip::run() {
 }
 
 void Gossip::greet_until_told(const std::string& address, HelloMessage said, const std::shared_ptr<int>& unanswered) {
-  bool greeted = host_.greet(address, said.request);
+  bool greeted = host_.greet(address, said.hello);
   {
     std::lock_guard lock(mutex_);
     --*unanswered;
@@ -95,7 +95,7 @@ void Gossip::greet_until_told(const std::string& address, HelloMessage said, con
       }
     }
     said = host_.message();
-    greeted = host_.greet(address, said.request);
+    greeted = host_.greet(address, said.hello);
   }
   std::lock_guard lock(mutex_);
   in_flight_.erase(address);  // a failed Hello is tried again by the next round

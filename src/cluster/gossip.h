@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "node.pb.h"
+#include "cluster_types/hello.h"
 
 namespace strata::cluster {
 
@@ -43,7 +43,7 @@ struct HelloNews {
 
 // A Hello as the node would send it now, and the news in it.
 struct HelloMessage {
-  rpc::HelloRequest request;
+  cluster_types::Hello hello;
   HelloNews news;
 };
 
@@ -55,7 +55,7 @@ struct GossipHost {
   std::function<HelloMessage()> message;  // a Hello as it would say it now
   // Says Hello to `address` and takes the answer in; false when that failed on something
   // unexpected (the next round tries again).
-  std::function<bool(const std::string& address, const rpc::HelloRequest& request)> greet;
+  std::function<bool(const std::string& address, const cluster_types::Hello& hello)> greet;
   // After a round's Hellos have answered, or kHelloWait: act on what was heard.
   std::function<void()> act;
 };

@@ -12,9 +12,9 @@ constexpr size_t kRecentPlacements = 4;
 
 }  // namespace
 
-std::optional<model::LayerRange> layers_of(const rpc::Placement& placement, const std::string& node_id) {
-  for (const rpc::Stage& s : placement.stages()) {
-    if (s.node_id() == node_id) return model::LayerRange{s.first_layer(), s.last_layer()};
+std::optional<model::LayerRange> layers_of(const cluster_types::Placement& placement, const std::string& node_id) {
+  for (const cluster_types::Stage& s : placement.stages) {
+    if (s.node_id == node_id) return model::LayerRange{s.first_layer, s.last_layer};
   }
   return std::nullopt;
 }
@@ -25,25 +25,25 @@ void Leadership::log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
-std::optional<SchedulerCounts> Leadership::scheduler_counts() const {
+std::optional<cluster_types::SchedulerCounts> Leadership::scheduler_counts() const {
   const std::shared_ptr<engine::Engine>& engine = scheduler_.engine();
   if (!engine) return std::nullopt;
   const engine::Engine::SwitchCounts counts = engine->switch_counts();
   const engine::Engine::SpeculationCounts drafts = engine->speculation();
-  return SchedulerCounts{counts.handed_over, counts.recomputed, engine->preemptions(),
+  return cluster_types::SchedulerCounts{counts.handed_over, counts.recomputed, engine->preemptions(),
                          drafts.steps,       drafts.drafted,    drafts.accepted};
 }
 
-void Leadership::adopt(const rpc::Placement& placement) {
-  if (placement.epoch() != placement_.epoch()) {
+void Leadership::adopt(const cluster_types::Placement& placement) {
+  if (placement.epoch != placement_.epoch) {
     metrics::process_registry().counter("strata_placement_switches_total", "Placements this node has taken up.").add();
   }
   placement_ = placement;
-  recent_[placement.epoch()] = placement;
+  recent_[placement.epoch] = placement;
   while (recent_.size() > kRecentPlacements) recent_.erase(recent_.begin());
 }
 
-ControlEvent Leadership::place(const control::ProposePlacement& proposal, const std::vector<rpc::NodeInfo>& members) {
+ControlEvent Leadership::place(const control::ProposePlacement& proposal, const std::vector<cluster_types::NodeInfo>& members) {
   const Proposal next = propose_placement(proposal.epoch, members, placement_, proposal.may_repair, options_.rules);
   if (!next.waits.empty()) {
     // A hand-made placement may name nodes that have not joined yet: wait for them. These
@@ -58,7 +58,7 @@ ControlEvent Leadership::place(const control::ProposePlacement& proposal, const 
 
 void Leadership::stand_aside(const std::string& why) {
   if (scheduler_.engine()) scheduler_.retire(engine::FinishReason::Error, why, std::nullopt);
-  if (placement_.stages_size() > 0 || !placement_.error().empty()) placement_ = rpc::Placement();
+  if (!placement_.stages.empty() || !placement_.error.empty()) placement_ = cluster_types::Placement();
 }
 
 void Leadership::follow(const ControlState& control, const StageHost& stages, ControlTime now) {
@@ -66,45 +66,45 @@ void Leadership::follow(const ControlState& control, const StageHost& stages, Co
   // Every node of the pipeline this node schedules still runs.
   const auto scheduled_nodes_alive = [&] { return all_alive(control, scheduler_.nodes(), now); };
   const std::string lost = std::string(rpc::kSchedulerLost) + "this node no longer leads the cluster";
-  if (scheduler_.engine() && placement_.leader_id() != self) {
+  if (scheduler_.engine() && placement_.leader_id != self) {
     const bool alive = scheduled_nodes_alive();
     // Until then its requests go on here, and new ones wait for the new leader.
-    if (alive && placement_.error().empty() && serving_leader(control, now) == nullptr) return;
+    if (alive && placement_.error.empty() && serving_leader(control, now) == nullptr) return;
     log(alive ? "another node leads now: the requests scheduled here move to it with their state"
               : "another node leads now: the requests scheduled here move to it");
     // A request passed on, or ended as Lost, goes on at the next leader.
     scheduler_.retire(engine::FinishReason::Lost, lost, alive ? std::optional(scheduler_.epoch()) : std::nullopt);
   }
-  if (scheduler_.engine() && !placement_.error().empty()) {
+  if (scheduler_.engine() && !placement_.error.empty()) {
     // The nodes left cannot hold the model: its requests end now, saying what is missing.
-    log("the requests scheduled here end: " + placement_.error());
-    scheduler_.retire(engine::FinishReason::Error, placement_.error(), std::nullopt);
+    log("the requests scheduled here end: " + placement_.error);
+    scheduler_.retire(engine::FinishReason::Error, placement_.error, std::nullopt);
   }
-  if (placement_.leader_id() != self || placement_.stages_size() == 0) return;
+  if (placement_.leader_id != self || placement_.stages.empty()) return;
   if (scheduling()) return;
   // Every stage holds its layers first; only then are the links to them made.
-  for (const rpc::Stage& s : placement_.stages()) {
-    const bool ready = s.node_id() == self ? stages.ready_for(placement_.epoch())
-                                           : peer_ready(control, s.node_id(), placement_.epoch(), now);
+  for (const cluster_types::Stage& s : placement_.stages) {
+    const bool ready = s.node_id == self ? stages.ready_for(placement_.epoch)
+                                           : peer_ready(control, s.node_id, placement_.epoch, now);
     if (!ready) return;
   }
   std::vector<std::shared_ptr<engine::Stage>> pipeline;
   std::vector<std::string> nodes;
-  for (const rpc::Stage& s : placement_.stages()) {
-    pipeline.push_back(s.node_id() == self ? stages.current()
-                                           : options_.remote_stage(s, placement_.epoch(), /*leading=*/true));
-    nodes.push_back(s.node_id());
+  for (const cluster_types::Stage& s : placement_.stages) {
+    pipeline.push_back(s.node_id == self ? stages.current()
+                                           : options_.remote_stage(s, placement_.epoch, /*leading=*/true));
+    nodes.push_back(s.node_id);
   }
   // When every node of the old pipeline still runs (one leaves or joins), the sequences'
   // state moves to the new stages; after a loss they are computed again.
-  scheduler_.serve(std::move(pipeline), scheduled_nodes_alive(), placement_.epoch(), std::move(nodes));
-  log("serving placement " + std::to_string(scheduler_.epoch()) + " (" + std::to_string(placement_.stages_size()) +
+  scheduler_.serve(std::move(pipeline), scheduled_nodes_alive(), placement_.epoch, std::move(nodes));
+  log("serving placement " + std::to_string(scheduler_.epoch()) + " (" + std::to_string(placement_.stages.size()) +
       " stage(s))");
 }
 
-std::shared_ptr<engine::Stage> Leadership::reached_stage(rpc::Stage stage, uint64_t epoch, bool leading,
+std::shared_ptr<engine::Stage> Leadership::reached_stage(cluster_types::Stage stage, uint64_t epoch, bool leading,
                                                          const Membership& membership) {
-  if (const rpc::NodeInfo* peer = membership.find(stage.node_id())) stage.set_node_address(peer->node_address());
+  if (const cluster_types::NodeInfo* peer = membership.find(stage.node_id)) stage.node_address = peer->node_address;
   return options_.remote_stage(stage, epoch, leading);
 }
 
@@ -113,8 +113,8 @@ std::vector<std::shared_ptr<engine::Stage>> Leadership::stages_of(uint64_t epoch
   const auto found = recent_.find(epoch);
   if (found == recent_.end()) return {};
   std::vector<std::shared_ptr<engine::Stage>> pipeline;
-  for (const rpc::Stage& s : found->second.stages()) {
-    if (s.node_id() != options_.rules.leader_id) {
+  for (const cluster_types::Stage& s : found->second.stages) {
+    if (s.node_id != options_.rules.leader_id) {
       pipeline.push_back(reached_stage(s, epoch, /*leading=*/true, membership));
     } else if (std::shared_ptr<engine::Stage> local = stages.stage_of(epoch)) {
       pipeline.push_back(std::move(local));
@@ -129,8 +129,8 @@ std::shared_ptr<engine::Stage> Leadership::chain_stage(uint64_t epoch, const std
                                                        const Membership& membership) {
   const auto found = recent_.find(epoch);
   if (found == recent_.end() || node_id == options_.rules.leader_id) return nullptr;
-  for (const rpc::Stage& s : found->second.stages()) {
-    if (s.node_id() == node_id) return reached_stage(s, epoch, /*leading=*/false, membership);
+  for (const cluster_types::Stage& s : found->second.stages) {
+    if (s.node_id == node_id) return reached_stage(s, epoch, /*leading=*/false, membership);
   }
   return nullptr;
 }

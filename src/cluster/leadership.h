@@ -14,25 +14,25 @@
 #include <string>
 #include <vector>
 
-#include "cluster/cluster_status.h"
+#include "cluster_types/cluster_status.h"
 #include "cluster/control_rules.h"
 #include "cluster/leader_scheduler.h"
 #include "cluster/membership.h"
 #include "cluster/placement_proposal.h"
 #include "cluster/stage_host.h"
-#include "node.pb.h"
+#include "cluster_types/placement.h"
 
 namespace strata::cluster {
 
 // The layers `placement` gives node `node_id`, or nullopt.
-std::optional<model::LayerRange> layers_of(const rpc::Placement& placement, const std::string& node_id);
+std::optional<model::LayerRange> layers_of(const cluster_types::Placement& placement, const std::string& node_id);
 
 struct LeadershipOptions {
   PlacementRules rules;  // rules.leader_id: this node's id
   LeaderScheduler::MakeEngine make_engine;
   // Another node's stage `stage` of placement `epoch`; `leading`: the leader's, which repairs the
   // placement when the stage is lost.
-  std::function<std::shared_ptr<engine::Stage>(const rpc::Stage& stage, uint64_t epoch, bool leading)> remote_stage;
+  std::function<std::shared_ptr<engine::Stage>(const cluster_types::Stage& stage, uint64_t epoch, bool leading)> remote_stage;
   std::function<void(const std::string&)> log;
 };
 
@@ -40,21 +40,21 @@ class Leadership {
  public:
   explicit Leadership(LeadershipOptions options);
 
-  const rpc::Placement& placement() const { return placement_; }
+  const cluster_types::Placement& placement() const { return placement_; }
   LeaderScheduler& scheduler() { return scheduler_; }
   const LeaderScheduler& scheduler() const { return scheduler_; }
   // This node schedules the requests of the current placement.
-  bool scheduling() const { return scheduler_.serves(placement_.epoch()); }
+  bool scheduling() const { return scheduler_.serves(placement_.epoch); }
   // While a scheduler runs here: its sequences handed over and computed again at placement
   // switches, and pre-empted.
-  std::optional<SchedulerCounts> scheduler_counts() const;
+  std::optional<cluster_types::SchedulerCounts> scheduler_counts() const;
 
   // Takes `placement` up (the leader's, or this node's own); the last few are kept.
-  void adopt(const rpc::Placement& placement);
+  void adopt(const cluster_types::Placement& placement);
   // Leader: places the model as `proposal` asks, over `members` (what each says of itself), and
   // takes the placement up; returns what the rules are to hear of it: PlacementMade, or
   // PlacementWaits while a placement fixed by hand names nodes that have not joined.
-  ControlEvent place(const control::ProposePlacement& proposal, const std::vector<rpc::NodeInfo>& members);
+  ControlEvent place(const control::ProposePlacement& proposal, const std::vector<cluster_types::NodeInfo>& members);
   // This node takes no part: its placement, made before it was refused, is let go with its
   // scheduler's requests, which end with `why`.
   void stand_aside(const std::string& why);
@@ -79,13 +79,13 @@ class Leadership {
  private:
   // Another node's stage of a recent placement (the current one too), at the address this node
   // knows it by now: a leader names itself in its placements by the port it listens on only.
-  std::shared_ptr<engine::Stage> reached_stage(rpc::Stage stage, uint64_t epoch, bool leading,
+  std::shared_ptr<engine::Stage> reached_stage(cluster_types::Stage stage, uint64_t epoch, bool leading,
                                                const Membership& membership);
   void log(const std::string& line) const;
 
   LeadershipOptions options_;
-  rpc::Placement placement_;
-  std::map<uint64_t, rpc::Placement> recent_;  // by epoch, the current one included
+  cluster_types::Placement placement_;
+  std::map<uint64_t, cluster_types::Placement> recent_;  // by epoch, the current one included
   std::set<std::string> waits_logged_;         // why a fixed placement waits, said once each
   LeaderScheduler scheduler_;
 };

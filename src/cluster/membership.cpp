@@ -17,15 +17,15 @@ std::string host_of_peer(const std::string& peer) {
 
 }  // namespace
 
-PlacementView view_of(const rpc::Placement& p) {
-  PlacementView view{p.epoch(), p.leader_id(), {}, !p.error().empty()};
-  for (const rpc::Stage& s : p.stages()) view.stages.push_back({s.node_id(), s.node_address()});
+PlacementView view_of(const cluster_types::Placement& p) {
+  PlacementView view{p.epoch, p.leader_id, {}, !p.error.empty()};
+  for (const cluster_types::Stage& s : p.stages) view.stages.push_back({s.node_id, s.node_address});
   return view;
 }
 
-NodeView view_of(const rpc::NodeInfo& info) {
-  return {info.node_id(), info.node_address(), info.instance(),         info.started_unix_ms(), info.ready_epoch(),
-          info.state(),   info.leaving(),      info.protocol_version(), info.model_hash(),      info.model_name()};
+NodeView view_of(const cluster_types::NodeInfo& info) {
+  return {info.node_id, info.node_address, info.instance,         info.started_unix_ms, info.ready_epoch,
+          info.state,   info.leaving,      info.protocol_version, info.model_hash,      info.model_name};
 }
 
 Membership::Membership(ControlState initial, std::function<void(const std::string&)> log)
@@ -40,14 +40,15 @@ std::vector<ControlAction> Membership::decide(const ControlEvent& event, Control
   return decide(event, now, nullptr);
 }
 
-std::vector<ControlAction> Membership::decide(const ControlEvent& event, ControlTime now, const Heard* heard) {
+std::vector<ControlAction> Membership::decide(const ControlEvent& event, ControlTime now,
+                                             const cluster_types::Hello* heard) {
   ControlStep next = step(std::move(control_), event, now);
   control_ = std::move(next.state);
   std::vector<ControlAction> left;
   for (ControlAction& action : next.actions) {
     if (const auto* a = std::get_if<control::KeepInfo>(&action)) {
-      const rpc::NodeInfo& info = a->source < 0 ? heard->sender : heard->known[a->source];
-      infos_[info.node_id()] = info;
+      const cluster_types::NodeInfo& info = a->source < 0 ? heard->sender : heard->known[a->source];
+      infos_[info.node_id] = info;
     } else {
       left.push_back(std::move(action));
     }
@@ -55,21 +56,19 @@ std::vector<ControlAction> Membership::decide(const ControlEvent& event, Control
   return left;
 }
 
-std::vector<ControlAction> Membership::hear(const rpc::NodeInfo& sender,
-                                            const google::protobuf::RepeatedPtrField<rpc::NodeInfo>& known,
-                                            const rpc::Placement& placement, const std::string& address, double rtt_ms,
-                                            ControlTime now) {
-  control::HelloHeard hello{view_of(sender), {}, view_of(placement), address, rtt_ms, rpc::unix_time_ms()};
-  for (const rpc::NodeInfo& info : known) hello.known.push_back(view_of(info));
-  const Heard heard{sender, known};
-  return decide(hello, now, &heard);
+std::vector<ControlAction> Membership::hear(const cluster_types::Hello& hello, const std::string& address,
+                                            double rtt_ms, ControlTime now) {
+  control::HelloHeard heard{view_of(hello.sender), {}, view_of(hello.placement), address, rtt_ms, rpc::unix_time_ms()};
+  for (const cluster_types::NodeInfo& info : hello.known) heard.known.push_back(view_of(info));
+  return decide(heard, now, &hello);
 }
 
-std::vector<ControlAction> Membership::hello_received(const rpc::HelloRequest& request, const std::string& peer,
+std::vector<ControlAction> Membership::hello_received(const cluster_types::Hello& hello, const std::string& peer,
                                                       ControlTime now) {
-  rpc::NodeInfo sender = request.sender();
-  if (sender.node_address().starts_with(":")) sender.set_node_address(host_of_peer(peer) + sender.node_address());
-  return hear(sender, request.known(), request.placement(), {}, 0.0, now);
+  cluster_types::Hello heard = hello;
+  std::string& address = heard.sender.node_address;
+  if (address.starts_with(":")) address = host_of_peer(peer) + address;
+  return hear(heard, {}, 0.0, now);
 }
 
 std::vector<ControlAction> Membership::hello_answered(const std::string& address, const rpc::HelloOutcome& outcome,
@@ -93,40 +92,43 @@ std::vector<ControlAction> Membership::hello_answered(const std::string& address
     case rpc::HelloFailure::Refused:
       return {
           control::LogOnce{address + outcome.message, "node at " + address + " refused this node: " + outcome.message}};
+    case rpc::HelloFailure::Malformed:
+      return {control::LogOnce{address + outcome.message,
+                               "refused the Hello reply of the node at " + address + ": " + outcome.message}};
     case rpc::HelloFailure::Other:
       return {};
   }
-  const rpc::HelloReply& reply = outcome.reply;
-  if (const std::string why = rpc::malformed(reply); !why.empty()) {
-    return {control::LogOnce{address + why, "refused the Hello reply of the node at " + address + ": " + why}};
-  }
-  rpc::NodeInfo info = reply.node();
-  if (info.node_address().starts_with(":"))
-    info.set_node_address(address.substr(0, address.rfind(':')) + info.node_address());
-  return hear(info, reply.known(), reply.placement(), address, outcome.rtt_ms, now);
+  cluster_types::Hello reply = outcome.reply;
+  std::string& node_address = reply.sender.node_address;
+  if (node_address.starts_with(":")) node_address = address.substr(0, address.rfind(':')) + node_address;
+  return hear(reply, address, outcome.rtt_ms, now);
 }
 
-const rpc::NodeInfo* Membership::find(const std::string& id) const {
+const cluster_types::NodeInfo* Membership::find(const std::string& id) const {
   const auto found = infos_.find(id);
   return found == infos_.end() ? nullptr : &found->second;
 }
 
-void Membership::tell_alive(google::protobuf::RepeatedPtrField<rpc::NodeInfo>& out, ControlTime now) const {
+std::vector<cluster_types::NodeInfo> Membership::alive_infos(ControlTime now) const {
+  std::vector<cluster_types::NodeInfo> infos;
   for (const auto& [id, peer] : control_.peers) {
-    if (alive(peer, now)) *out.Add() = infos_.at(id);
+    if (alive(peer, now)) infos.push_back(infos_.at(id));
   }
+  return infos;
 }
 
-void Membership::tell_all(google::protobuf::RepeatedPtrField<rpc::NodeInfo>& out) const {
-  for (const auto& [id, info] : infos_) *out.Add() = info;
+std::vector<cluster_types::NodeInfo> Membership::all_infos() const {
+  std::vector<cluster_types::NodeInfo> infos;
+  for (const auto& [id, info] : infos_) infos.push_back(info);
+  return infos;
 }
 
-std::vector<NodeStatus> Membership::peer_statuses(ControlTime now) const {
-  std::vector<NodeStatus> statuses;
+std::vector<cluster_types::NodeStatus> Membership::peer_statuses(ControlTime now) const {
+  std::vector<cluster_types::NodeStatus> statuses;
   for (const auto& [id, peer] : control_.peers) {
     const std::optional<double> last_seen =
         peer.seen ? std::optional(std::chrono::duration<double>(now - peer.last_seen).count()) : std::nullopt;
-    statuses.push_back({infos_.at(id), false, PeerLink{alive(peer, now), last_seen, peer.rtt_ms, peer.problem}});
+    statuses.push_back({infos_.at(id), false, cluster_types::PeerLink{alive(peer, now), last_seen, peer.rtt_ms, peer.problem}});
   }
   return statuses;
 }
@@ -135,8 +137,8 @@ std::vector<WeightsHolder> Membership::weights_holders(ControlTime now) const {
   std::vector<WeightsHolder> holders;
   for (const auto& [id, peer] : control_.peers) {
     if (!alive(peer, now) || !compatible(peer)) continue;
-    const rpc::NodeInfo& info = infos_.at(id);
-    holders.push_back({info.node_address(), info.weights()});
+    const cluster_types::NodeInfo& info = infos_.at(id);
+    holders.push_back({info.node_address, info.weights.value_or(cluster_types::Weights{})});
   }
   return holders;
 }

@@ -5,7 +5,6 @@
 #include <optional>
 
 #include "cluster/cluster_metrics.h"
-#include "cluster/cluster_status.h"
 #include "cluster/control_driver.h"
 #include "cluster/control_rules.h"
 #include "cluster/gossip.h"
@@ -17,6 +16,7 @@
 #include "cluster/node_weights.h"
 #include "cluster/request_router.h"
 #include "cluster/stage_host.h"
+#include "rpc/cluster_messages.h"
 #include "rpc/hello_client.h"
 #include "rpc/node_service.h"
 #include "rpc/peer_channel.h"
@@ -65,8 +65,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     const std::string advertised_host = options_.host == "0.0.0.0" ? "" : options_.host;
     {
       std::lock_guard lock(mutex_);
-      self_.set_node_address(advertised_host + ":" + std::to_string(server_->port()));
-      membership_.listening_at(self_.node_address(), Clock::now());
+      self_.node_address = advertised_host + ":" + std::to_string(server_->port());
+      membership_.listening_at(self_.node_address, Clock::now());
     }
     discovery_ = start_discovery(options_, self_, server_->port(), key_, discovered_);
     gossip_.start();
@@ -112,14 +112,16 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     {
       std::lock_guard lock(mutex_);
       // A new placement to load, or a peer now ready for it: acted on at once, not a gossip round later.
+      const cluster_types::Hello hello = rpc::from_message(request);
       const ControlDriver::Decision decision =
-          driver_.carry_out(membership_.hello_received(request, peer, Clock::now()), &request.placement());
+          driver_.carry_out(membership_.hello_received(hello, peer, Clock::now()), &hello.placement);
       if (!decision.refuse_caller.empty()) return decision.refuse_caller;
-      *reply.mutable_node() = self_info();
       // A node refused tells nothing but who it is.
-      if (!refusal().empty()) return {};
-      membership_.tell_all(*reply.mutable_known());
-      *reply.mutable_placement() = placement();
+      if (!refusal().empty()) {
+        *reply.mutable_node() = rpc::to_message(self_info());
+        return {};
+      }
+      reply = rpc::to_hello_reply({self_info(), membership_.all_infos(), placement()});
     }
     changed_.notify_all();
     return {};
@@ -133,7 +135,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     std::shared_ptr<engine::Stage> stage = stage_host_.stage_of(epoch);
     if (!stage) {
       why = "node " + options_.node_id + " runs no stage of placement " + std::to_string(epoch) +
-            " (its placement is " + std::to_string(placement().epoch()) + ")";
+            " (its placement is " + std::to_string(placement().epoch) + ")";
     }
     return stage;
   }
@@ -156,14 +158,15 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   // NodeHandler: weights for nodes that have no file.
   std::optional<rpc::ModelManifestReply> manifest(const std::string& model_hash, std::string& why) override {
-    return weights_.manifest(model_hash, why);
+    const std::optional<cluster_types::ModelManifest> manifest = weights_.manifest(model_hash, why);
+    return manifest ? std::optional(rpc::to_message(*manifest)) : std::nullopt;
   }
 
   std::optional<rpc::TensorBytes> tensor(const rpc::FetchTensorRequest& request, std::string& why) override {
-    return weights_.tensor(request, why);
+    return weights_.tensor(rpc::from_message(request), why);
   }
 
-  std::pair<int, std::string> health() const {
+  cluster_types::NodeHealth health() const {
     std::lock_guard lock(mutex_);
     return cluster::health(progress());
   }
@@ -173,26 +176,27 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     return cluster::readiness(progress());
   }
 
-  ClusterStatus status() const {
+  cluster_types::ClusterStatus status() const {
     std::lock_guard lock(mutex_);
-    ClusterStatus status{.node_id = options_.node_id,
-                         .model_name = self_.model_name(),
-                         .model_hash = self_.model_hash(),
-                         .layers = config_.layer_count,
-                         .leader = leader_id(),
-                         .serving = serving(),
-                         .placement = placement(),
-                         .leaving = control().leaving};
+    cluster_types::ClusterStatus status{.node_id = options_.node_id,
+                                        .model_name = self_.model_name,
+                                        .model_hash = self_.model_hash,
+                                        .layers = config_.layer_count,
+                                        .protocol_version = rpc::kProtocolVersion,
+                                        .leader = leader_id(),
+                                        .serving = serving(),
+                                        .placement = placement(),
+                                        .leaving = control().leaving};
     status.nodes.push_back({self_info(), true, std::nullopt});
-    for (NodeStatus& peer : membership_.peer_statuses(Clock::now())) status.nodes.push_back(std::move(peer));
-    if (!placement().error().empty() || placement().stages_size() == 0)
+    for (auto& peer : membership_.peer_statuses(Clock::now())) status.nodes.push_back(std::move(peer));
+    if (!placement().error.empty() || placement().stages.empty())
       status.waiting_for = cluster::waiting_for(progress());
     status.scheduler = leadership_.scheduler_counts();
     return status;
   }
 
   void write_metrics(metrics::Exposition& out) const {
-    const ClusterStatus now = status();
+    const cluster_types::ClusterStatus now = status();
     std::shared_ptr<engine::Engine> scheduler;
     {
       std::lock_guard lock(mutex_);
@@ -223,7 +227,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   std::string why_needed() const {
     std::lock_guard lock(mutex_);
-    std::vector<rpc::NodeInfo> others;
+    std::vector<cluster_types::NodeInfo> others;
     for (const std::string& id : members()) {
       if (id != options_.node_id) others.push_back(membership_.info(id));
     }
@@ -249,7 +253,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
             .news = locked([this] { return hello_news(); }),
             .message = locked([this] { return hello_message(); }),
             .greet = [this](const std::string& address,
-                            const rpc::HelloRequest& request) { return greet(address, request); },
+                            const cluster_types::Hello& hello) { return greet(address, hello); },
             .act = [this] { act_on_round(); }};
   }
 
@@ -284,7 +288,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
                                           std::lock_guard lock(mutex_);
                                           return leadership_.stages_of(epoch, stage_host_, membership_);
                                         }),
-            .remote_stage = [this](const rpc::Stage& s, uint64_t epoch,
+            .remote_stage = [this](const cluster_types::Stage& s, uint64_t epoch,
                                    bool leading) { return remote_stage(s, epoch, leading); },
             .log = options_.log};
   }
@@ -314,7 +318,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     while (true) {
       if (stopping_) throw engine::Unavailable("the node is shutting down");
       if (const std::string why = refusal(); !why.empty()) throw engine::Unavailable(why, 30);
-      if (!placement().error().empty()) throw engine::Unavailable(placement().error(), 30);
+      if (!placement().error.empty()) throw engine::Unavailable(placement().error, 30);
       if (scheduling()) return {leadership_.scheduler().engine(), {}};
       if (const PeerState* leader = serving_leader()) return {nullptr, channels_.to(leader->info.address)};
       if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
@@ -333,7 +337,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   // What follows is called with mutex_ held.
 
   const ControlState& control() const { return membership_.control(); }
-  const rpc::Placement& placement() const { return leadership_.placement(); }
+  const cluster_types::Placement& placement() const { return leadership_.placement(); }
   std::string refusal() const { return cluster::refusal(control(), Clock::now()); }
   std::vector<std::string> members() const { return cluster::members(control(), Clock::now()); }
   std::string leader_id() const { return cluster::leader_id(control(), Clock::now()); }
@@ -343,36 +347,36 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     return id == options_.node_id ? stage_host_.ready_for(epoch) : peer_ready(control(), id, epoch, Clock::now());
   }
 
-  rpc::NodeInfo self_info() const {
-    rpc::NodeInfo info = self_;
-    info.set_leaving(control().leaving);
+  cluster_types::NodeInfo self_info() const {
+    cluster_types::NodeInfo info = self_;
+    info.leaving = control().leaving;
     stage_host_.describe(info, options_.engine.kv_type);
-    info.set_described_unix_ms(rpc::unix_time_ms());
-    *info.mutable_weights() = weights_.held();
-    info.set_state(!refusal().empty()              ? "refused"
-                   : scheduling()                  ? "serving"
-                   : info.weights().fetching()     ? "fetching"
-                   : stage_host_.loading()         ? "loading"
-                   : stage_host_.has_current()     ? "ready"
-                   : placement().stages_size() > 0 ? "idle"
-                                                   : "starting");
+    info.described_unix_ms = rpc::unix_time_ms();
+    info.weights = weights_.held();
+    info.state = !refusal().empty()          ? "refused"
+                 : scheduling()              ? "serving"
+                 : info.weights->fetching    ? "fetching"
+                 : stage_host_.loading()     ? "loading"
+                 : stage_host_.has_current() ? "ready"
+                 : !placement().stages.empty() ? "idle"
+                                               : "starting";
     return info;
   }
 
   NodeProgress progress() const {
     NodeProgress progress{.refusal = refusal(),
-                          .placement_error = placement().error(),
-                          .placed = placement().stages_size() > 0,
+                          .placement_error = placement().error,
+                          .placed = !placement().stages.empty(),
                           .members = members().size(),
-                          .epoch = placement().epoch(),
-                          .leader = placement().leader_id(),
+                          .epoch = placement().epoch,
+                          .leader = placement().leader_id,
                           .serving = serving(),
                           .leaving = control().leaving,
                           .stopping = stopping_,
                           .loading = stage_host_.loading(),
                           .load_progress = stage_host_.load_progress()};
-    for (const rpc::Stage& s : placement().stages()) {
-      if (!stage_ready(s.node_id(), placement().epoch())) progress.unready.push_back(s.node_id());
+    for (const cluster_types::Stage& s : placement().stages) {
+      if (!stage_ready(s.node_id, placement().epoch)) progress.unready.push_back(s.node_id);
     }
     if (options_.partial) progress.fetched = weights_.held();
     return progress;
@@ -388,33 +392,29 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   // A placement without this node serves, and this node holds no sequence's state.
   bool handed_over() const {
-    return placement().stages_size() > 0 && serving_leader() != nullptr && !layers_of(placement(), options_.node_id) &&
+    return !placement().stages.empty() && serving_leader() != nullptr && !layers_of(placement(), options_.node_id) &&
            !stage_host_.holds_sequences();
   }
 
   // Gossip's: what in a Hello its receiver acts on at once, and the Hello itself (this node,
   // the nodes it sees alive, its placement).
   HelloNews hello_news() const {
-    return {placement().epoch(), placement().leader_id(), stage_host_.ready_epoch(), scheduling(), control().leaving};
+    return {placement().epoch, placement().leader_id, stage_host_.ready_epoch(), scheduling(), control().leaving};
   }
   HelloMessage hello_message() const {
-    HelloMessage message{{}, hello_news()};
-    *message.request.mutable_sender() = self_info();
-    membership_.tell_alive(*message.request.mutable_known(), Clock::now());
-    *message.request.mutable_placement() = placement();
-    return message;
+    return {{self_info(), membership_.alive_infos(Clock::now()), placement()}, hello_news()};
   }
 
   // Gossip's, without mutex_: says Hello to `address` and takes the answer in; fails only on
   // something unexpected (signing, logging), which is logged.
-  bool greet(const std::string& address, const rpc::HelloRequest& request) {
+  bool greet(const std::string& address, const cluster_types::Hello& hello) {
     try {
       const rpc::HelloOutcome outcome =
-          rpc::say_hello(channels_.to(address), request, options_.node_id, *key_, kHelloDeadline);
+          rpc::say_hello(channels_.to(address), hello, options_.node_id, *key_, kHelloDeadline);
       {
         std::lock_guard lock(mutex_);
         // The answer may come after its round has acted: news in it starts the next one now.
-        driver_.carry_out(membership_.hello_answered(address, outcome, Clock::now()), &outcome.reply.placement());
+        driver_.carry_out(membership_.hello_answered(address, outcome, Clock::now()), &outcome.reply.placement);
       }
       changed_.notify_all();
       return true;
@@ -437,12 +437,12 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
 
   // Another node's stage of placement `epoch`; `leading`: the leader's, which repairs the
   // placement when the stage is lost.
-  std::shared_ptr<engine::Stage> remote_stage(const rpc::Stage& s, uint64_t epoch, bool leading) {
+  std::shared_ptr<engine::Stage> remote_stage(const cluster_types::Stage& s, uint64_t epoch, bool leading) {
     rpc::Caller caller{options_.node_id, epoch, key_, options_.test_link_delay, {}};
     if (leading)
       caller.on_lost = [this](const std::string& peer_id, bool unreachable) { stage_lost(peer_id, unreachable); };
-    return rpc::remote_stage(s.node_id(), channels_.to(s.node_address()), std::move(caller),
-                             engine::StageLayers{s.first_layer(), s.last_layer()});
+    return rpc::remote_stage(s.node_id, channels_.to(s.node_address), std::move(caller),
+                             engine::StageLayers{s.first_layer, s.last_layer});
   }
 
   // Without mutex_: a remote stage's, when a call to it failed.
@@ -466,7 +466,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   bool stopping_ = false;
-  rpc::NodeInfo self_;
+  cluster_types::NodeInfo self_;
   Membership membership_;
   DiscoveredNodes discovered_;
   Leadership leadership_;
@@ -489,8 +489,8 @@ bool ClusterNode::submit(engine::GenerationRequest request, engine::RequestCallb
   return impl_->submit(std::move(request), std::move(callbacks));
 }
 void ClusterNode::shutdown() { impl_->shutdown(); }
-std::pair<int, std::string> ClusterNode::health() const { return impl_->health(); }
-std::string ClusterNode::status_json() const { return cluster::status_json(impl_->status()); }
+cluster_types::NodeHealth ClusterNode::health() const { return impl_->health(); }
+cluster_types::ClusterStatus ClusterNode::status() const { return impl_->status(); }
 void ClusterNode::write_metrics(metrics::Exposition& out) const { impl_->write_metrics(out); }
 std::string ClusterNode::waiting_for() const { return impl_->readiness(); }
 void ClusterNode::leave() { impl_->leave(); }

@@ -16,6 +16,7 @@
 #include "cluster/discovery.h"
 #include "cluster/placement.h"
 #include "cluster/weights.h"
+#include "cluster_types/cluster_status.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "metrics/metrics.h"
@@ -81,10 +82,10 @@ class ClusterNode final : public engine::Generator {
   // hold the model without it (its requests would end).
   std::string why_needed() const;
 
-  // GET /health: 200 {"status":"ok"} once requests can run, else 503 saying what it waits for.
-  std::pair<int, std::string> health() const;
-  // GET /cluster: nodes, placement, links and model hash as JSON.
-  std::string status_json() const;
+  // GET /health: whether requests can run now, else what this node waits for.
+  cluster_types::NodeHealth health() const;
+  // GET /cluster: nodes, placement, links and model hash.
+  cluster_types::ClusterStatus status() const;
   // GET /metrics: the cluster as this node sees it (members, placement, KV pool, scheduler).
   void write_metrics(metrics::Exposition& out) const;
 

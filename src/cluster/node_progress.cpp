@@ -1,9 +1,5 @@
 #include "cluster/node_progress.h"
 
-#include <nlohmann/json.hpp>
-
-#include "cluster/cluster_status.h"
-
 namespace strata::cluster {
 
 std::string waiting_for(const NodeProgress& progress) {
@@ -21,15 +17,12 @@ std::string waiting_for(const NodeProgress& progress) {
   return "the leader " + progress.leader + " to start its scheduler";
 }
 
-std::pair<int, std::string> health(const NodeProgress& progress) {
-  using json = nlohmann::json;
-  if (progress.leaving) return {503, R"({"status":"leaving"})"};
-  if (!progress.refusal.empty()) return {503, json{{"status", "refused"}, {"waiting_for", progress.refusal}}.dump()};
-  if (progress.serving) return {200, R"({"status":"ok"})"};
-  json body{{"status", progress.loading ? "loading" : "waiting"}, {"waiting_for", waiting_for(progress)}};
-  if (progress.loading) body["progress"] = progress.load_progress;
-  if (progress.fetched) body["transfer"] = transfer_json(*progress.fetched);
-  return {503, body.dump()};
+cluster_types::NodeHealth health(const NodeProgress& progress) {
+  if (progress.leaving) return {"leaving"};
+  if (!progress.refusal.empty()) return {"refused", progress.refusal};
+  if (progress.serving) return {"ok"};
+  if (progress.loading) return {"loading", waiting_for(progress), progress.load_progress, progress.fetched};
+  return {"waiting", waiting_for(progress), std::nullopt, progress.fetched};
 }
 
 std::string readiness(const NodeProgress& progress) {

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "node.pb.h"
+#include "cluster_types/cluster_status.h"
 
 namespace strata::cluster {
 
@@ -25,16 +25,16 @@ struct NodeProgress {
   bool stopping = false;
   bool loading = false;                 // this node loads its layers
   double load_progress = 0.0;           // of that load, 0 to 1
-  std::optional<rpc::Weights> fetched;  // a node without the model file: what it holds of it
+  std::optional<cluster_types::Weights> fetched;  // a node without the model file: what it holds of it
 };
 
 // What requests wait for: the refusal, the placement's error, a placement, the nodes that load
 // their layers, or the leader to start its scheduler.
 std::string waiting_for(const NodeProgress& progress);
 
-// GET /health: 200 {"status":"ok"} once requests can run, else 503 saying what it waits for
-// (leaving, refused, loading with its progress, waiting), with a fetch's progress.
-std::pair<int, std::string> health(const NodeProgress& progress);
+// GET /health: "ok" once requests can run, else what it waits for (leaving, refused, loading
+// with its progress, waiting), with a fetch's progress.
+cluster_types::NodeHealth health(const NodeProgress& progress);
 
 // engine::Generator::waiting_for: empty when a request runs now or would be refused at once
 // (the node stops, the model does not fit), else what it waits for, with this node's load.

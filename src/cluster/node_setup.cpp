@@ -70,27 +70,27 @@ PlacementRules placement_rules(const NodeOptions& options, const gguf::File& fil
   return {options.node_id, options.strategy, options.fixed_stages, kv_reserve_tokens, std::move(footprint)};
 }
 
-rpc::NodeInfo describe_node(const NodeOptions& options, const gguf::File& file, const model::Config& config) {
-  rpc::NodeInfo self;
-  self.set_node_id(options.node_id);
-  self.set_api_address(options.api_address);
-  self.set_model_hash(model_hash(file));
-  self.set_protocol_version(rpc::kProtocolVersion);
-  self.set_instance(rpc::fresh_nonce());
-  self.set_started_unix_ms(rpc::unix_time_ms());
-  self.set_model_name(options.partial ? options.partial->manifest().model_name()
-                                      : std::filesystem::path(file.path()).stem().string());
-  self.set_memory_bytes(options.memory_limit > 0 ? options.memory_limit : detect_usable_memory());
-  self.set_kv_memory_bytes(options.engine.kv_memory);
+cluster_types::NodeInfo describe_node(const NodeOptions& options, const gguf::File& file, const model::Config& config) {
+  cluster_types::NodeInfo self;
+  self.node_id = options.node_id;
+  self.api_address = options.api_address;
+  self.model_hash = model_hash(file);
+  self.protocol_version = rpc::kProtocolVersion;
+  self.instance = rpc::fresh_nonce();
+  self.started_unix_ms = rpc::unix_time_ms();
+  self.model_name = options.partial ? options.partial->manifest().model_name
+                                      : std::filesystem::path(file.path()).stem().string();
+  self.memory_bytes = options.memory_limit > 0 ? options.memory_limit : detect_usable_memory();
+  self.kv_memory_bytes = options.engine.kv_memory;
   if (options.engine.kv_memory == 0) {
     // Its pool holds the same blocks whatever its range, each of these bytes per layer.
     const uint64_t layer_block_bytes = model::KvLayout(config, 1, options.engine.kv_type).block_bytes;
-    self.set_kv_bytes_per_layer(static_cast<uint64_t>(kv_options(options.engine, config, {0, 1}).blocks.full) *
-                                layer_block_bytes);
-    self.set_kv_bytes_per_window_layer(static_cast<uint64_t>(window_kv_blocks(options.engine, config)) * layer_block_bytes);
+    self.kv_bytes_per_layer = static_cast<uint64_t>(kv_options(options.engine, config, {0, 1}).blocks.full) *
+                              layer_block_bytes;
+    self.kv_bytes_per_window_layer = static_cast<uint64_t>(window_kv_blocks(options.engine, config)) * layer_block_bytes;
   }
-  self.set_weight_bytes_per_second(measure_weight_speed(options.engine.threads));
-  self.set_state("starting");
+  self.weight_bytes_per_second = measure_weight_speed(options.engine.threads);
+  self.state = "starting";
   return self;
 }
 
@@ -110,7 +110,7 @@ LeaderScheduler::MakeEngine engine_maker(
 }
 
 std::unique_ptr<rpc::NodeServer> listen_for_nodes(rpc::NodeHandler& handler, const NodeOptions& options,
-                                                  std::shared_ptr<rpc::ClusterKey> key, const rpc::NodeInfo& self) {
+                                                  std::shared_ptr<rpc::ClusterKey> key, const cluster_types::NodeInfo& self) {
   const auto listen = [&](int port) {
     return std::make_unique<rpc::NodeServer>(handler, options.node_id, key, options.host, port, options.log,
                                              options.test_tensor_chunk_bytes);
@@ -127,15 +127,15 @@ std::unique_ptr<rpc::NodeServer> listen_for_nodes(rpc::NodeHandler& handler, con
     }
   }
   log(options, "node " + options.node_id + " listens for nodes on " + options.host + ":" +
-                   std::to_string(server->port()) + " (" + units::describe_bytes(self.memory_bytes()) + " usable, " +
-                   units::describe_bytes(static_cast<uint64_t>(self.weight_bytes_per_second())) + "/s of weights)" +
+                   std::to_string(server->port()) + " (" + units::describe_bytes(self.memory_bytes) + " usable, " +
+                   units::describe_bytes(static_cast<uint64_t>(self.weight_bytes_per_second)) + "/s of weights)" +
                    (!options.cluster_key.empty()
                         ? ""
                         : "; no --cluster-key: it forms a cluster only with this user's nodes on this machine"));
   return server;
 }
 
-std::unique_ptr<Discovery> start_discovery(const NodeOptions& options, const rpc::NodeInfo& self, int node_port,
+std::unique_ptr<Discovery> start_discovery(const NodeOptions& options, const cluster_types::NodeInfo& self, int node_port,
                                            std::shared_ptr<rpc::ClusterKey> key, DiscoveredNodes& found) {
   if (!options.discovery) return nullptr;
   if (options.cluster_key.empty()) {
@@ -152,7 +152,7 @@ std::unique_ptr<Discovery> start_discovery(const NodeOptions& options, const rpc
   Announcement announcement;
   announcement.node_id = options.node_id;
   announcement.node_port = node_port;
-  announcement.model_hash = self.model_hash();
+  announcement.model_hash = self.model_hash;
   announcement.protocol_version = rpc::kProtocolVersion;
   return std::make_unique<Discovery>(
       DiscoveryOptions{.self = announcement,

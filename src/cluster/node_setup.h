@@ -36,7 +36,7 @@ PlacementRules placement_rules(const NodeOptions& options, const gguf::File& fil
 
 // What the node says of itself that stays while it runs (its address comes once it listens):
 // its memory is measured, and its speed at reading weights.
-rpc::NodeInfo describe_node(const NodeOptions& options, const gguf::File& file, const model::Config& config);
+cluster_types::NodeInfo describe_node(const NodeOptions& options, const gguf::File& file, const model::Config& config);
 
 // The engine of a leader's scheduler (LeaderScheduler): the node's engine options, the startup
 // wait as long as requests wait for a new pipeline, sequence ids from a random offset per
@@ -50,12 +50,12 @@ LeaderScheduler::MakeEngine engine_maker(
 // that one is taken and it is only a default (options.any_port_if_taken); the log says where, and
 // what the node (`self`) offers.
 std::unique_ptr<rpc::NodeServer> listen_for_nodes(rpc::NodeHandler& handler, const NodeOptions& options,
-                                                  std::shared_ptr<rpc::ClusterKey> key, const rpc::NodeInfo& self);
+                                                  std::shared_ptr<rpc::ClusterKey> key, const cluster_types::NodeInfo& self);
 
 // Discovery of the nodes with the same key on the LAN, announcing this node (`self`'s id and
 // model) at `node_port`, the nodes it finds added to `found`; null when it is off (asked to be,
 // or out of reach of other machines: the log says why).
-std::unique_ptr<Discovery> start_discovery(const NodeOptions& options, const rpc::NodeInfo& self, int node_port,
+std::unique_ptr<Discovery> start_discovery(const NodeOptions& options, const cluster_types::NodeInfo& self, int node_port,
                                            std::shared_ptr<rpc::ClusterKey> key, DiscoveredNodes& found);
 
 }  // namespace strata::cluster

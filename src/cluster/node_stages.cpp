@@ -48,22 +48,16 @@ void NodeStages::drop_previous(bool leader_serves, uint64_t placement_epoch, std
   }
 }
 
-void NodeStages::describe(rpc::NodeInfo& info, model::KvType kv_type) const {
-  info.set_held_sequences(current_ ? current_->stage->sequence_count() : 0);
+void NodeStages::describe(cluster_types::NodeInfo& info, model::KvType kv_type) const {
+  info.held_sequences = current_ ? current_->stage->sequence_count() : 0;
   if (!current_) return;
-  const auto describe_pool = [&](const model::KvPoolStats& kv, rpc::KvCacheStats& out) {
-    out.set_type(model::kv_type_name(kv_type));
-    out.set_block_bytes(kv.block_bytes);
-    out.set_pool_blocks(kv.blocks);
-    out.set_used_blocks(kv.used_blocks);
-    out.set_pinned_blocks(kv.pinned_blocks);
-    out.set_hits(kv.hits);
-    out.set_misses(kv.misses);
-    out.set_evictions(kv.evictions);
+  const auto describe_pool = [&](const model::KvPoolStats& kv) {
+    return cluster_types::KvPoolStats{model::kv_type_name(kv_type), kv.block_bytes, kv.blocks, kv.used_blocks,
+                                      kv.pinned_blocks,              kv.hits,        kv.misses, kv.evictions};
   };
-  describe_pool(current_->stage->kv_stats(), *info.mutable_kv_cache());
-  if (const auto window = current_->stage->window_kv_stats()) describe_pool(*window, *info.mutable_kv_cache()->mutable_window());
-  info.set_stage_inputs(current_->stage->computed_inputs());
+  info.kv_cache.emplace(cluster_types::KvCacheStats{describe_pool(current_->stage->kv_stats())});
+  if (const auto window = current_->stage->window_kv_stats()) info.kv_cache->window = describe_pool(*window);
+  info.stage_inputs = current_->stage->computed_inputs();
 }
 
 }  // namespace strata::cluster

@@ -10,7 +10,7 @@
 
 #include "engine/local_stage.h"
 #include "model/model.h"
-#include "node.pb.h"
+#include "cluster_types/node_info.h"
 
 namespace strata::cluster {
 
@@ -44,7 +44,7 @@ class NodeStages {
 
   // What the current stage tells peers: the sequences it holds, its KV pool (of `kv_type`) and
   // the inputs it computed.
-  void describe(rpc::NodeInfo& info, model::KvType kv_type) const;
+  void describe(cluster_types::NodeInfo& info, model::KvType kv_type) const;
 
  private:
   struct Runtime {

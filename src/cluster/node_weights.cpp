@@ -22,7 +22,7 @@ void NodeWeights::log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
-std::optional<rpc::ModelManifestReply> NodeWeights::manifest(const std::string& model_hash, std::string& why) {
+std::optional<cluster_types::ModelManifest> NodeWeights::manifest(const std::string& model_hash, std::string& why) {
   if (!model_hash.empty() && model_hash != options_.model_hash) {
     why = "node " + options_.node_id + " runs another model (" + options_.model_hash.substr(0, 12) + ")";
     return std::nullopt;
@@ -37,52 +37,53 @@ std::optional<rpc::ModelManifestReply> NodeWeights::manifest(const std::string& 
   return manifest_;
 }
 
-std::optional<rpc::TensorBytes> NodeWeights::tensor(const rpc::FetchTensorRequest& request, std::string& why) const {
-  if (request.model_hash() != options_.model_hash) {
+std::optional<rpc::TensorBytes> NodeWeights::tensor(const cluster_types::TensorRequest& request,
+                                                    std::string& why) const {
+  if (request.model_hash != options_.model_hash) {
     why = "node " + options_.node_id + " runs another model (" + options_.model_hash.substr(0, 12) + ")";
     return std::nullopt;
   }
-  if (request.tensor() >= file_->tensors().size()) {
-    why = "the model has no tensor " + std::to_string(request.tensor());
+  if (request.tensor >= file_->tensors().size()) {
+    why = "the model has no tensor " + std::to_string(request.tensor);
     return std::nullopt;
   }
-  const gguf::TensorInfo& t = file_->tensors()[request.tensor()];
-  if (options_.partial && !options_.partial->holds(request.tensor())) {
+  const gguf::TensorInfo& t = file_->tensors()[request.tensor];
+  if (options_.partial && !options_.partial->holds(request.tensor)) {
     why = "node " + options_.node_id + " does not hold tensor " + t.name;
     return std::nullopt;
   }
   return rpc::TensorBytes{file_, {file_->tensor_data(t), t.size_bytes}};
 }
 
-rpc::Weights NodeWeights::held() const {
-  rpc::Weights weights;
+cluster_types::Weights NodeWeights::held() const {
+  cluster_types::Weights weights;
   if (options_.partial) {
     weights = options_.partial->held();
   } else {
-    weights.set_whole_file(true);
+    weights.whole_file = true;
   }
   const TransferStats::Snapshot s = transfer_.snapshot();
-  weights.set_fetching(s.fetching);
-  weights.set_received_bytes(s.received_bytes);
-  weights.set_fetch_received_bytes(s.fetch_received_bytes);
-  weights.set_wanted_bytes(s.wanted_bytes);
-  weights.set_held_at_start_bytes(s.held_at_start_bytes);
-  weights.set_bytes_per_second(s.bytes_per_second);
-  weights.set_eta_seconds(s.eta_seconds);
+  weights.fetching = s.fetching;
+  weights.received_bytes = s.received_bytes;
+  weights.fetch_received_bytes = s.fetch_received_bytes;
+  weights.wanted_bytes = s.wanted_bytes;
+  weights.held_at_start_bytes = s.held_at_start_bytes;
+  weights.bytes_per_second = s.bytes_per_second;
+  weights.eta_seconds = s.eta_seconds;
   return weights;
 }
 
-bool NodeWeights::holds(const rpc::Weights& w, size_t index) const {
-  if (w.whole_file()) return true;
+bool NodeWeights::holds(const cluster_types::Weights& w, size_t index) const {
+  if (w.whole_file) return true;
   const TensorRole role = role_of_tensor(file_->tensors()[index].name, config_.layer_count, config_.skipped_layer_count);
   switch (role.kind) {
     case TensorRole::Layer:
-      return role.layer < w.layer_bytes_size() &&
-             w.layer_bytes(role.layer) == layer_weight_bytes_[static_cast<size_t>(role.layer)];
-    case TensorRole::Embedding: return w.embedding();
+      return static_cast<size_t>(role.layer) < w.layer_bytes.size() &&
+             w.layer_bytes[static_cast<size_t>(role.layer)] == layer_weight_bytes_[static_cast<size_t>(role.layer)];
+    case TensorRole::Embedding: return w.embedding;
     case TensorRole::OutputMatrix:
-    case TensorRole::OutputNorm: return w.head();
-    case TensorRole::Shared: return w.shared();
+    case TensorRole::OutputNorm: return w.head;
+    case TensorRole::Shared: return w.shared;
     case TensorRole::Unused: return false;  // no node fetches it
   }
   return false;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cluster/weights.h"
+#include "cluster_types/model_manifest.h"
 #include "gguf/gguf.h"
 #include "model/config.h"
 #include "rpc/auth.h"
@@ -35,7 +36,7 @@ struct NodeWeightsOptions {
 // A live peer of this model, at `address`, that says it holds `weights`.
 struct WeightsHolder {
   std::string address;
-  rpc::Weights weights;
+  cluster_types::Weights weights;
 };
 
 class NodeWeights {
@@ -44,11 +45,11 @@ class NodeWeights {
 
   // rpc::NodeHandler's: the manifest of this node's model when it is `model_hash` (or that is
   // empty), and a tensor this node holds whole and verified; otherwise nullopt with `why`.
-  std::optional<rpc::ModelManifestReply> manifest(const std::string& model_hash, std::string& why);
-  std::optional<rpc::TensorBytes> tensor(const rpc::FetchTensorRequest& request, std::string& why) const;
+  std::optional<cluster_types::ModelManifest> manifest(const std::string& model_hash, std::string& why);
+  std::optional<rpc::TensorBytes> tensor(const cluster_types::TensorRequest& request, std::string& why) const;
 
   // What this node holds of the weights, and its fetch's progress.
-  rpc::Weights held() const;
+  cluster_types::Weights held() const;
 
   // Before a partial model loads `range`: fetches the tensors it lacks from `holders()`,
   // asked for each tensor. Stops when `moved()` says a new placement moved this node's layers
@@ -61,7 +62,7 @@ class NodeWeights {
 
  private:
   // Whether a peer that says `w` about itself holds tensor `index` whole and verified.
-  bool holds(const rpc::Weights& w, size_t index) const;
+  bool holds(const cluster_types::Weights& w, size_t index) const;
   std::vector<std::shared_ptr<TensorSource>> sources_for(size_t index, const std::vector<WeightsHolder>& holders);
   void log(const std::string& line) const;
 
@@ -75,7 +76,7 @@ class NodeWeights {
   std::mutex sources_mutex_;
   std::map<std::string, std::shared_ptr<TensorSource>> sources_;  // by address
   std::mutex manifest_mutex_;  // its own: hashing a large file must not hold up anything else
-  std::optional<rpc::ModelManifestReply> manifest_;
+  std::optional<cluster_types::ModelManifest> manifest_;
 };
 
 }  // namespace strata::cluster

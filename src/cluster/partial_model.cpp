@@ -17,6 +17,7 @@
 #include "cluster/model_footprint.h"
 #include "model/config.h"
 #include "rpc/auth.h"
+#include "rpc/cluster_messages.h"
 #include "rpc/messages.h"
 
 namespace strata::cluster {
@@ -29,8 +30,8 @@ constexpr const char* kProgressFile = "progress";
 
 // The file is named after the model, as the API names a model by its file, but only with
 // characters that cannot leave the directory: the name comes from a peer.
-std::string model_file_name(const rpc::ModelManifestReply& manifest) {
-  std::string name = manifest.model_name().substr(0, 128);
+std::string model_file_name(const cluster_types::ModelManifest& manifest) {
+  std::string name = manifest.model_name.substr(0, 128);
   const bool safe = !name.empty() && name[0] != '.' && std::all_of(name.begin(), name.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
   });
@@ -117,16 +118,16 @@ void for_each_record(std::string_view text, size_t count, const Record& record) 
 // The model's directory written anew: a file of the manifest's size holding its header, and
 // no tensor verified. Written beside and renamed, so that a crash leaves either no file or
 // a whole one.
-void create_model_file(const fs::path& dir, const rpc::ModelManifestReply& manifest) {
+void create_model_file(const fs::path& dir, const cluster_types::ModelManifest& manifest) {
   const fs::path path = dir / model_file_name(manifest);
   const fs::path partial = path.string() + ".partial";
   const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail_io("create", partial.string());
-  const auto& header = manifest.header();
+  const auto& header = manifest.header;
   try {
     write_all(fd, reinterpret_cast<const uint8_t*>(header.data()), header.size(), 0, partial.string());
     // The tensor data is a hole until tensors come: the file takes the disk space of what it holds.
-    if (::ftruncate(fd, static_cast<off_t>(manifest.file_size())) != 0) fail_io("size", partial.string());
+    if (::ftruncate(fd, static_cast<off_t>(manifest.file_size)) != 0) fail_io("size", partial.string());
     if (::fsync(fd) != 0) fail_io("sync", partial.string());
   } catch (...) {
     ::close(fd);
@@ -138,21 +139,21 @@ void create_model_file(const fs::path& dir, const rpc::ModelManifestReply& manif
   fs::rename(partial, path);
 }
 
-bool holds_header(const fs::path& path, const rpc::ModelManifestReply& manifest) {
+bool holds_header(const fs::path& path, const cluster_types::ModelManifest& manifest) {
   std::error_code error;
-  if (fs::file_size(path, error) != manifest.file_size() || error) return false;
+  if (fs::file_size(path, error) != manifest.file_size || error) return false;
   std::ifstream in(path, std::ios::binary);
-  std::string header(manifest.header().size(), '\0');
+  std::string header(manifest.header.size(), '\0');
   in.read(header.data(), static_cast<std::streamsize>(header.size()));
-  return in && header == manifest.header();
+  return in && header == manifest.header;
 }
 
 }  // namespace
 
-std::vector<bool> parse_verified(std::string_view text, const rpc::ModelManifestReply& manifest) {
-  std::vector<bool> held(static_cast<size_t>(manifest.tensor_sha256_size()), false);
+std::vector<bool> parse_verified(std::string_view text, const cluster_types::ModelManifest& manifest) {
+  std::vector<bool> held(manifest.tensor_sha256.size(), false);
   for_each_record(text, held.size(), [&](size_t index, std::string_view hash) {
-    if (hash == hex(manifest.tensor_sha256(static_cast<int>(index)))) held[index] = true;
+    if (hash == hex(manifest.tensor_sha256[index])) held[index] = true;
   });
   return held;
 }
@@ -170,14 +171,16 @@ std::vector<uint64_t> parse_progress(std::string_view text, std::span<const uint
   return progress;
 }
 
-std::shared_ptr<PartialModel> PartialModel::open(const std::string& cache_dir, rpc::ModelManifestReply manifest,
+std::shared_ptr<PartialModel> PartialModel::open(const std::string& cache_dir, cluster_types::ModelManifest manifest,
                                                  uint64_t checkpoint_bytes) {
-  if (const std::string why = rpc::malformed(manifest); !why.empty()) throw std::runtime_error(why);
-  const auto& header = manifest.header();
-  if (rpc::sha256_hex({reinterpret_cast<const uint8_t*>(header.data()), header.size()}) != manifest.model_hash()) {
-    throw std::runtime_error("the manifest's header does not have the model's hash " + manifest.model_hash());
+  // The protocol's rules for a manifest (32-byte hashes, a header within the file) hold for one
+  // from anywhere: the writers rely on them.
+  if (const std::string why = rpc::malformed(rpc::to_message(manifest)); !why.empty()) throw std::runtime_error(why);
+  const auto& header = manifest.header;
+  if (rpc::sha256_hex({reinterpret_cast<const uint8_t*>(header.data()), header.size()}) != manifest.model_hash) {
+    throw std::runtime_error("the manifest's header does not have the model's hash " + manifest.model_hash);
   }
-  const fs::path dir = fs::path(cache_dir) / "models" / manifest.model_hash();
+  const fs::path dir = fs::path(cache_dir) / "models" / manifest.model_hash;
   fs::create_directories(dir);
   const fs::path path = dir / model_file_name(manifest);
   if (!holds_header(path, manifest)) create_model_file(dir, manifest);
@@ -188,10 +191,10 @@ std::shared_ptr<PartialModel> PartialModel::open(const std::string& cache_dir, r
   model->file_ = gguf::File::open(path.string());
   const gguf::File& file = *model->file_;
   if (file.header_bytes().size() != header.size() ||
-      file.tensors().size() != static_cast<size_t>(manifest.tensor_sha256_size())) {
+      file.tensors().size() != manifest.tensor_sha256.size()) {
     throw std::runtime_error("the manifest's header and tensor hashes do not describe one file (" +
                              std::to_string(file.tensors().size()) + " tensors, " +
-                             std::to_string(manifest.tensor_sha256_size()) + " hashes)");
+                             std::to_string(manifest.tensor_sha256.size()) + " hashes)");
   }
   std::vector<uint64_t> tensor_bytes;
   for (const gguf::TensorInfo& t : file.tensors()) tensor_bytes.push_back(t.size_bytes);
@@ -202,7 +205,7 @@ std::shared_ptr<PartialModel> PartialModel::open(const std::string& cache_dir, r
   std::string verified, progress;
   for (size_t i = 0; i < model->held_.size(); ++i) {
     if (model->held_[i]) {
-      verified += std::to_string(i) + ' ' + hex(model->manifest_.tensor_sha256(static_cast<int>(i))) + '\n';
+      verified += std::to_string(i) + ' ' + hex(model->manifest_.tensor_sha256[i]) + '\n';
       model->progress_[i] = 0;
     } else if (model->progress_[i] > 0) {
       progress += std::to_string(i) + ' ' + std::to_string(model->progress_[i]) + '\n';
@@ -237,12 +240,12 @@ bool PartialModel::complete() const {
   return std::all_of(held_.begin(), held_.end(), [](bool h) { return h; });
 }
 
-rpc::Weights PartialModel::held() const {
+cluster_types::Weights PartialModel::held() const {
   std::lock_guard lock(mutex_);
   if (held_weights_) return *held_weights_;
   const model::Config config = model::Config::from_gguf(*file_);
   const int layer_count = config.layer_count;
-  rpc::Weights weights;
+  cluster_types::Weights weights;
   std::vector<uint64_t> layers(static_cast<size_t>(layer_count), 0);
   bool embedding = false, output = false, output_norm = false, shared = true;
   const bool tied_head = file_->find_tensor("output.weight") == nullptr;
@@ -269,11 +272,11 @@ rpc::Weights PartialModel::held() const {
         break;
     }
   }
-  weights.set_whole_file(std::all_of(held_.begin(), held_.end(), [](bool h) { return h; }));
-  for (uint64_t bytes : layers) weights.add_layer_bytes(bytes);
-  weights.set_embedding(embedding);
-  weights.set_head(output_norm && (tied_head ? embedding : output));
-  weights.set_shared(shared);
+  weights.whole_file = std::all_of(held_.begin(), held_.end(), [](bool h) { return h; });
+  weights.layer_bytes = std::move(layers);
+  weights.embedding = embedding;
+  weights.head = output_norm && (tied_head ? embedding : output);
+  weights.shared = shared;
   held_weights_ = weights;
   return weights;
 }
@@ -337,7 +340,7 @@ void PartialModel::Writer::commit() {
   Sha256 digest{};
   unsigned int length = 0;
   EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(hash_.get()), digest.data(), &length);
-  const std::string& expected = model_.manifest_.tensor_sha256(static_cast<int>(tensor_));
+  const std::string& expected = model_.manifest_.tensor_sha256[tensor_];
   if (std::memcmp(digest.data(), expected.data(), digest.size()) != 0) {
     // The bad bytes may be ones on disk before this writer began: it starts over at byte 0.
     written_ = 0;

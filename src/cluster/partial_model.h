@@ -14,8 +14,9 @@
 #include <string_view>
 #include <vector>
 
+#include "cluster_types/model_manifest.h"
+#include "cluster_types/node_info.h"
 #include "gguf/gguf.h"
-#include "node.pb.h"
 
 namespace strata::cluster {
 
@@ -25,7 +26,7 @@ using Sha256 = std::array<uint8_t, 32>;
 // when it is whole (ends in a newline: a line cut short by a crash does not), names a tensor
 // of the table, and repeats the manifest's hash for it; others are ignored, and the tensors
 // they name fetched again.
-std::vector<bool> parse_verified(std::string_view text, const rpc::ModelManifestReply& manifest);
+std::vector<bool> parse_verified(std::string_view text, const cluster_types::ModelManifest& manifest);
 
 // Parses the record of how far unfinished tensors got (one "INDEX BYTES" line per checkpoint):
 // per tensor of the table, whose sizes are `tensor_bytes`, the bytes its last line that counts
@@ -45,7 +46,7 @@ class PartialModel {
   // manifest the first time. Writers record how far their tensor got every `checkpoint_bytes`.
   // Throws std::runtime_error for a manifest that does not describe a GGUF file of its hash, or
   // files that cannot be written.
-  static std::shared_ptr<PartialModel> open(const std::string& cache_dir, rpc::ModelManifestReply manifest,
+  static std::shared_ptr<PartialModel> open(const std::string& cache_dir, cluster_types::ModelManifest manifest,
                                             uint64_t checkpoint_bytes = kProgressCheckpointBytes);
   ~PartialModel();
   PartialModel(const PartialModel&) = delete;
@@ -54,7 +55,7 @@ class PartialModel {
   // Mapped read-only: tensors held read their bytes (the mapping shows what is written), the
   // others zeros.
   const std::shared_ptr<const gguf::File>& file() const { return file_; }
-  const rpc::ModelManifestReply& manifest() const { return manifest_; }
+  const cluster_types::ModelManifest& manifest() const { return manifest_; }
   bool holds(size_t tensor) const;
   // The bytes of a tensor held: all of a verified one; of another, those on disk by its last
   // checkpoint, from which its writer resumes.
@@ -62,7 +63,7 @@ class PartialModel {
   bool complete() const;
   // Per layer, the bytes of its tensors held; whether the embedding, the head and the tensors
   // every stage reads (rope_freqs) are held.
-  rpc::Weights held() const;
+  cluster_types::Weights held() const;
 
   // Receives one tensor's bytes in order, from where its last checkpoint got to (the bytes
   // before are read back from the file into the hash). Every checkpoint_bytes it syncs the file
@@ -102,7 +103,7 @@ class PartialModel {
   void record_progress(size_t tensor, uint64_t bytes);
   std::string dir_;
   std::string path_;  // of the model file
-  rpc::ModelManifestReply manifest_;
+  cluster_types::ModelManifest manifest_;
   std::shared_ptr<const gguf::File> file_;
   int fd_ = -1;           // model.gguf, for writing
   int verified_fd_ = -1;  // the list of verified tensors, appended to
@@ -112,7 +113,7 @@ class PartialModel {
   std::vector<bool> held_;
   std::vector<uint64_t> progress_;  // per tensor not held, the bytes its last record claims
   // held()'s answer until a tensor is committed: every Hello a node sends or answers asks.
-  mutable std::optional<rpc::Weights> held_weights_;
+  mutable std::optional<cluster_types::Weights> held_weights_;
 };
 
 }  // namespace strata::cluster

@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "cluster/placement.h"
-#include "node.pb.h"
+#include "cluster_types/node_info.h"
+#include "cluster_types/placement.h"
 
 namespace strata::cluster {
 
@@ -21,26 +22,26 @@ struct PlacementRules {
 };
 
 // A member's memory, speed and the weights it holds, as it says.
-NodeCapacity capacity_of(const rpc::NodeInfo& info);
+NodeCapacity capacity_of(const cluster_types::NodeInfo& info);
 
 PlacementRequest placement_request(const PlacementRules& rules);
 
 struct Proposal {
-  rpc::Placement placement;  // may say why the model does not fit instead (its error)
+  cluster_types::Placement placement;  // may say why the model does not fit instead (its error)
   // Set, without a placement, while a hand-made placement names nodes that have not joined.
   std::string waits;
 };
 
 // The placement of `epoch` over `members` (what each says of itself): `current` repaired, when
 // `may_repair` and it can be (only nodes left), else placed anew.
-Proposal propose_placement(uint64_t epoch, const std::vector<rpc::NodeInfo>& members, const rpc::Placement& current,
+Proposal propose_placement(uint64_t epoch, const std::vector<cluster_types::NodeInfo>& members, const cluster_types::Placement& current,
                            bool may_repair, const PlacementRules& rules);
 
 // Why a node should not leave now, given the `others` that would hold the model without it (what
 // each says of itself), or empty: none runs, or they cannot hold the model.
-std::string why_needed(const std::vector<rpc::NodeInfo>& others, const PlacementRules& rules);
+std::string why_needed(const std::vector<cluster_types::NodeInfo>& others, const PlacementRules& rules);
 
 // "a [0, 3), b [3, 5)", or the placement's error.
-std::string stages_text(const rpc::Placement& placement);
+std::string stages_text(const cluster_types::Placement& placement);
 
 }  // namespace strata::cluster

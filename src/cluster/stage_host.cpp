@@ -124,11 +124,11 @@ bool StageHost::loading() const {
 
 double StageHost::load_progress() const { return load_progress_; }
 
-void StageHost::describe(rpc::NodeInfo& info, model::KvType kv_type) const {
+void StageHost::describe(cluster_types::NodeInfo& info, model::KvType kv_type) const {
   std::lock_guard lock(mutex_);
-  info.set_ready_epoch(stages_.ready_epoch());
+  info.ready_epoch = stages_.ready_epoch();
   stages_.describe(info, kv_type);
-  info.set_load_progress(loading_ ? load_progress_.load() : (stages_.has_current() ? 1.0 : 0.0));
+  info.load_progress = loading_ ? load_progress_.load() : (stages_.has_current() ? 1.0 : 0.0);
 }
 
 }  // namespace strata::cluster

@@ -68,7 +68,7 @@ class StageHost {
   void wait_for_load();
   // What a Hello says of the stages: the placement whose layers it holds, how far their load
   // got, the sequences and KV pool of the current stage (of `kv_type`).
-  void describe(rpc::NodeInfo& info, model::KvType kv_type) const;
+  void describe(cluster_types::NodeInfo& info, model::KvType kv_type) const;
   // How far the load under way got (0 to 1).
   double load_progress() const;
 

@@ -31,13 +31,11 @@ std::vector<Sha256> hash_tensors(const gguf::File& file, int threads) {
   return hashes;
 }
 
-rpc::ModelManifestReply make_manifest(const gguf::File& file, const std::string& model_hash, int threads) {
-  rpc::ModelManifestReply manifest;
-  manifest.set_model_hash(model_hash);
-  manifest.set_model_name(fs::path(file.path()).stem().string());
-  manifest.set_header(file.header_bytes().data(), file.header_bytes().size());
-  manifest.set_file_size(file.file_size());
-  for (const Sha256& hash : hash_tensors(file, threads)) manifest.add_tensor_sha256(hash.data(), hash.size());
+cluster_types::ModelManifest make_manifest(const gguf::File& file, const std::string& model_hash, int threads) {
+  cluster_types::ModelManifest manifest{model_hash, fs::path(file.path()).stem().string(),
+                                        std::string(file.header_bytes().begin(), file.header_bytes().end()),
+                                        file.file_size()};
+  for (const Sha256& hash : hash_tensors(file, threads)) manifest.tensor_sha256.emplace_back(hash.begin(), hash.end());
   return manifest;
 }
 
@@ -186,11 +184,7 @@ class PeerSource final : public TensorSource {
 
   std::string fetch(uint32_t tensor, uint64_t offset,
                     const std::function<bool(uint64_t, std::span<const uint8_t>)>& chunk) override {
-    rpc::FetchTensorRequest request;
-    request.set_model_hash(model_hash_);
-    request.set_tensor(tensor);
-    request.set_offset(offset);
-    return rpc::fetch_tensor(channel_, request, self_id_, *key_, chunk);
+    return rpc::fetch_tensor(channel_, {model_hash_, tensor, offset}, self_id_, *key_, chunk);
   }
 
  private:

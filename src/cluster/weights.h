@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "cluster/partial_model.h"
+#include "cluster_types/model_manifest.h"
 #include "gguf/gguf.h"
 #include "model/config.h"
 #include "rpc/auth.h"
 #include "rpc/peer_channel.h"
-#include "node.pb.h"
 
 namespace strata::cluster {
 
@@ -27,7 +27,7 @@ namespace strata::cluster {
 std::vector<Sha256> hash_tensors(const gguf::File& file, int threads);
 
 // The manifest of a whole model file, hashing its tensors.
-rpc::ModelManifestReply make_manifest(const gguf::File& file, const std::string& model_hash, int threads);
+cluster_types::ModelManifest make_manifest(const gguf::File& file, const std::string& model_hash, int threads);
 
 // The tensors `Model::load` reads for `range`, as indices into the file's table: the range's
 // layers, the embedding on the first range, the output norm and matrix (the embedding when

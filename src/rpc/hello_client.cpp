@@ -2,6 +2,8 @@
 
 #include "rpc/auth.h"
 #include "rpc/channel.h"
+#include "rpc/cluster_messages.h"
+#include "rpc/messages.h"
 #include "node.grpc.pb.h"
 
 namespace strata::rpc {
@@ -21,18 +23,26 @@ HelloFailure failure_of(const grpc::Status& status) {
 
 }  // namespace
 
-HelloOutcome say_hello(const PeerChannel& channel, const HelloRequest& request, const std::string& self_id,
+HelloOutcome say_hello(const PeerChannel& channel, const cluster_types::Hello& hello, const std::string& self_id,
                        const ClusterKey& key, std::chrono::milliseconds deadline) {
   auto stub = Node::NewStub(channel.transport());
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + deadline);
   key.sign(context, self_id, "Hello");
   HelloOutcome outcome;
+  HelloReply reply;
   const auto sent = std::chrono::steady_clock::now();
-  const grpc::Status status = stub->Hello(&context, request, &outcome.reply);
+  const grpc::Status status = stub->Hello(&context, to_hello_request(hello), &reply);
   outcome.rtt_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - sent).count();
   outcome.failure = failure_of(status);
   outcome.message = status.error_message();
+  if (outcome.failure != HelloFailure::None) return outcome;
+  if (std::string why = malformed(reply); !why.empty()) {
+    outcome.failure = HelloFailure::Malformed;
+    outcome.message = std::move(why);
+    return outcome;
+  }
+  outcome.reply = from_message(reply);
   return outcome;
 }
 

@@ -5,20 +5,21 @@
 
 #include "rpc/auth.h"
 #include "rpc/channel.h"
+#include "rpc/cluster_messages.h"
 #include "rpc/messages.h"
 #include "node.grpc.pb.h"
 
 namespace strata::rpc {
 
-std::string fetch_tensor(const PeerChannel& channel, const FetchTensorRequest& request, const std::string& self_id,
-                         const ClusterKey& key,
+std::string fetch_tensor(const PeerChannel& channel, const cluster_types::TensorRequest& request,
+                         const std::string& self_id, const ClusterKey& key,
                          const std::function<bool(uint64_t offset, std::span<const uint8_t>)>& chunk) {
   const auto stub = Node::NewStub(channel.transport());
   // No deadline: a tensor may take minutes on a slow link; the channel's keepalive ends the
   // call within seconds when the peer stops answering.
   grpc::ClientContext context;
   key.sign(context, self_id, "FetchTensor");
-  const std::unique_ptr<grpc::ClientReader<TensorChunk>> reader = stub->FetchTensor(&context, request);
+  const std::unique_ptr<grpc::ClientReader<TensorChunk>> reader = stub->FetchTensor(&context, to_message(request));
   TensorChunk message;
   while (reader->Read(&message)) {
     const std::string& data = message.data();
@@ -34,7 +35,7 @@ std::string fetch_tensor(const PeerChannel& channel, const FetchTensorRequest& r
   return status.ok() ? std::string() : status.error_message();
 }
 
-ModelManifestReply fetch_manifest(const std::function<std::vector<std::string>()>& addresses,
+cluster_types::ModelManifest fetch_manifest(const std::function<std::vector<std::string>()>& addresses,
                                   const std::string& self_id, const ClusterKey& key,
                                   const std::function<void(const std::string&)>& log) {
   // Hashing a large model's tensors takes its holder a while the first time.
@@ -60,7 +61,7 @@ ModelManifestReply fetch_manifest(const std::function<std::vector<std::string>()
         }
         log("node at " + address + " runs " + reply.model_name() + " (" + reply.model_hash().substr(0, 12) +
             "): fetching the weights of this node's layers from the cluster");
-        return reply;
+        return from_message(reply);
       }
       problems += "; " + address + ": " + status.error_message();
     }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cluster_types/model_manifest.h"
 #include "rpc/peer_channel.h"
 #include "node.pb.h"
 
@@ -17,13 +18,13 @@ namespace strata::rpc {
 // tensor, bytes) in order until the end, or until `chunk` returns false, from the node behind
 // `channel`, called as node `self_id` under `key`. Returns why it failed ("stopped" when
 // `chunk` stopped it), or empty.
-std::string fetch_tensor(const PeerChannel& channel, const FetchTensorRequest& request, const std::string& self_id,
-                         const ClusterKey& key,
+std::string fetch_tensor(const PeerChannel& channel, const cluster_types::TensorRequest& request,
+                         const std::string& self_id, const ClusterKey& key,
                          const std::function<bool(uint64_t offset, std::span<const uint8_t>)>& chunk);
 
 // Asks the nodes `addresses()` names, in turn, for the manifest of the model they run, every
 // second until one answers; `log` hears whom it waits for now and then.
-ModelManifestReply fetch_manifest(const std::function<std::vector<std::string>()>& addresses,
+cluster_types::ModelManifest fetch_manifest(const std::function<std::vector<std::string>()>& addresses,
                                   const std::string& self_id, const ClusterKey& key,
                                   const std::function<void(const std::string&)>& log);
 

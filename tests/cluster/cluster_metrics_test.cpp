@@ -7,10 +7,14 @@
 namespace strata::cluster {
 namespace {
 
-rpc::NodeInfo info_of(const std::string& id) {
-  rpc::NodeInfo info;
-  info.set_node_id(id);
-  info.set_state("ready");
+using cluster_types::ClusterStatus;
+using cluster_types::PeerLink;
+using cluster_types::SchedulerCounts;
+
+cluster_types::NodeInfo info_of(const std::string& id) {
+  cluster_types::NodeInfo info;
+  info.node_id = id;
+  info.state = "ready";
   return info;
 }
 
@@ -25,11 +29,8 @@ TEST(ClusterMetrics, SaysWhichNodesAreUpTheirLinksAndTheLeadersLoad) {
   status.nodes.push_back({info_of("a"), true, std::nullopt});
   status.nodes.push_back({info_of("b"), false, PeerLink{false, 2.0, 1.5, ""}});
   status.nodes.push_back({info_of("c"), false, PeerLink{true, std::nullopt, 0.0, ""}});
-  rpc::Stage* stage = status.placement.add_stages();
-  stage->set_node_id("a");
-  stage->set_first_layer(0);
-  stage->set_last_layer(5);
-  status.placement.set_epoch(4);
+  status.placement.stages.push_back({.node_id = "a", .first_layer = 0, .last_layer = 5});
+  status.placement.epoch = 4;
   status.scheduler = SchedulerCounts{1, 2, 3};
   metrics::Exposition out;
   write_metrics(status, {7, 2}, out);
@@ -56,14 +57,11 @@ TEST(ClusterMetrics, SaysBothKvPoolsOfAStageWithSlidingWindowLayers) {
   ClusterStatus status;
   status.node_id = "a";
   status.leader = "a";
-  rpc::NodeInfo a = info_of("a");
-  rpc::KvCacheStats& kv = *a.mutable_kv_cache();
-  kv.set_pool_blocks(40);
-  kv.set_used_blocks(10);
-  kv.mutable_window()->set_pool_blocks(6);
-  kv.mutable_window()->set_used_blocks(4);
-  kv.mutable_window()->set_pinned_blocks(3);
-  kv.mutable_window()->set_block_bytes(512);
+  cluster_types::NodeInfo a = info_of("a");
+  cluster_types::KvCacheStats& kv = a.kv_cache.emplace();
+  kv.pool_blocks = 40;
+  kv.used_blocks = 10;
+  kv.window = cluster_types::KvPoolStats{.block_bytes = 512, .pool_blocks = 6, .used_blocks = 4, .pinned_blocks = 3};
   status.nodes.push_back({a, true, std::nullopt});
   metrics::Exposition out;
   write_metrics(status, {0, 0}, out);

@@ -19,18 +19,18 @@ using namespace std::chrono_literals;
 const std::string kDreams = STRATA_SHARED_DIR "/models/aidreams260K.gguf";
 const ControlTime t0 = ControlTime{} + 1h;
 
-rpc::NodeInfo node(const std::string& id, const std::string& address) {
-  rpc::NodeInfo info;
-  info.set_node_id(id);
-  info.set_node_address(address);
-  info.set_api_address("127.0.0.1:8080");
-  info.set_instance(id + "-instance");
-  info.set_started_unix_ms(1000);
-  info.set_protocol_version(rpc::kProtocolVersion);
-  info.set_model_hash(std::string(64, 'a'));
-  info.set_state("idle");
-  info.set_memory_bytes(uint64_t{1} << 30);
-  info.set_weight_bytes_per_second(1e9);
+cluster_types::NodeInfo node(const std::string& id, const std::string& address) {
+  cluster_types::NodeInfo info;
+  info.node_id = id;
+  info.node_address = address;
+  info.api_address = "127.0.0.1:8080";
+  info.instance = id + "-instance";
+  info.started_unix_ms = 1000;
+  info.protocol_version = rpc::kProtocolVersion;
+  info.model_hash = std::string(64, 'a');
+  info.state = "idle";
+  info.memory_bytes = uint64_t{1} << 30;
+  info.weight_bytes_per_second = 1e9;
   return info;
 }
 
@@ -96,9 +96,9 @@ class ControlDriverTest : public ::testing::Test {
 
 TEST_F(ControlDriverTest, ANodeAlonePlacesTheModelLoadsItsLayersAndSchedulesThem) {
   driver_.round(t0);
-  EXPECT_EQ(leadership_.placement().epoch(), 0u) << "the members settle first";
+  EXPECT_EQ(leadership_.placement().epoch, 0u) << "the members settle first";
   driver_.round(t0 + kSettle + 1s);
-  ASSERT_EQ(leadership_.placement().epoch(), 1u);
+  ASSERT_EQ(leadership_.placement().epoch, 1u);
   EXPECT_TRUE(said("placement 1 over 1 node(s): b [0, 4)"));
   EXPECT_FALSE(stages_.loading()) << "a new placement goes out before its layers load";
   driver_.round(t0 + kSettle + 2s);
@@ -111,23 +111,18 @@ TEST_F(ControlDriverTest, ANodeAlonePlacesTheModelLoadsItsLayersAndSchedulesThem
 }
 
 TEST_F(ControlDriverTest, APlacementAHelloBringsIsTakenUpAndItsLayersHeld) {
-  rpc::HelloRequest hello;
-  *hello.mutable_sender() = node("a", "127.0.0.1:7001");
-  hello.mutable_sender()->set_state("serving");
-  rpc::Placement& p = *hello.mutable_placement();
-  p.set_epoch(6);
-  p.set_leader_id("a");
+  cluster_types::Hello hello{node("a", "127.0.0.1:7001")};
+  hello.sender.state = "serving";
+  cluster_types::Placement& p = hello.placement;
+  p.epoch = 6;
+  p.leader_id = "a";
   for (const auto& [id, first, last] : {std::tuple{"a", 0, 2}, std::tuple{"b", 2, 4}}) {
-    rpc::Stage* s = p.add_stages();
-    s->set_node_id(id);
-    s->set_node_address(std::string("127.0.0.1:700") + (id[0] == 'a' ? "1" : "2"));
-    s->set_first_layer(first);
-    s->set_last_layer(last);
+    p.stages.push_back({id, std::string("127.0.0.1:700") + (id[0] == 'a' ? "1" : "2"), first, last});
   }
   const ControlDriver::Decision decision =
-      driver_.carry_out(membership_.hello_received(hello, "ipv4:127.0.0.1:50000", t0), &hello.placement());
+      driver_.carry_out(membership_.hello_received(hello, "ipv4:127.0.0.1:50000", t0), &hello.placement);
   EXPECT_TRUE(decision.refuse_caller.empty());
-  EXPECT_EQ(leadership_.placement().epoch(), 6u);
+  EXPECT_EQ(leadership_.placement().epoch, 6u);
   EXPECT_TRUE(said("placement 6 from a: a [0, 2), b [2, 4)"));
   driver_.round(t0 + 100ms);
   ASSERT_TRUE(readied(1));
@@ -140,14 +135,14 @@ TEST_F(ControlDriverTest, APlacementAHelloBringsIsTakenUpAndItsLayersHeld) {
 TEST_F(ControlDriverTest, ANodeRefusedItsIdStandsAside) {
   driver_.round(t0);
   driver_.round(t0 + kSettle + 1s);
-  ASSERT_EQ(leadership_.placement().epoch(), 1u);
+  ASSERT_EQ(leadership_.placement().epoch, 1u);
   rpc::HelloOutcome taken;
   taken.failure = rpc::HelloFailure::IdTaken;
   taken.message = "node id 'b' is taken by the process at 127.0.0.1:7009";
   driver_.carry_out(membership_.hello_answered("127.0.0.1:7009", taken, t0 + kSettle + 1s));
   EXPECT_TRUE(said("this node takes no part in the cluster: node id 'b' is taken"));
   driver_.round(t0 + kSettle + 2s);
-  EXPECT_EQ(leadership_.placement().stages_size(), 0) << "its placement is let go";
+  EXPECT_TRUE(leadership_.placement().stages.empty()) << "its placement is let go";
   EXPECT_FALSE(stages_.loading());
   EXPECT_FALSE(stages_.has_any());
 }

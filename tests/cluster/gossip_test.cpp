@@ -35,9 +35,9 @@ class FakeNode {
               return message();
             },
             .greet =
-                [this](const std::string& address, const rpc::HelloRequest& request) {
+                [this](const std::string& address, const cluster_types::Hello& hello) {
                   std::unique_lock lock(mutex_);
-                  greeted_.push_back({address, request.placement().epoch()});
+                  greeted_.push_back({address, hello.placement.epoch});
                   changed_.notify_all();
                   changed_.wait(lock, [&] { return !blocked_.contains(address); });
                   return true;
@@ -78,7 +78,7 @@ class FakeNode {
  private:
   HelloMessage message() const {
     HelloMessage m{{}, news_};
-    m.request.mutable_placement()->set_epoch(news_.epoch);
+    m.hello.placement.epoch = news_.epoch;
     return m;
   }
 

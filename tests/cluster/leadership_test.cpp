@@ -20,32 +20,24 @@ using namespace std::chrono_literals;
 const std::string kDreams = STRATA_SHARED_DIR "/models/aidreams260K.gguf";
 const ControlTime t0 = ControlTime{} + 1h;
 
-rpc::NodeInfo node(const std::string& id, const std::string& address) {
-  rpc::NodeInfo info;
-  info.set_node_id(id);
-  info.set_node_address(address);
-  info.set_api_address("127.0.0.1:8080");
-  info.set_instance(id + "-instance");
-  info.set_protocol_version(rpc::kProtocolVersion);
-  info.set_model_hash(std::string(64, 'a'));
-  info.set_state("idle");
-  info.set_memory_bytes(uint64_t{1} << 30);
-  info.set_weight_bytes_per_second(1e9);
+cluster_types::NodeInfo node(const std::string& id, const std::string& address) {
+  cluster_types::NodeInfo info;
+  info.node_id = id;
+  info.node_address = address;
+  info.api_address = "127.0.0.1:8080";
+  info.instance = id + "-instance";
+  info.protocol_version = rpc::kProtocolVersion;
+  info.model_hash = std::string(64, 'a');
+  info.state = "idle";
+  info.memory_bytes = uint64_t{1} << 30;
+  info.weight_bytes_per_second = 1e9;
   return info;
 }
 
-rpc::Placement placement(uint64_t epoch, const std::string& leader,
-                         const std::vector<std::tuple<std::string, int, int>>& stages) {
-  rpc::Placement p;
-  p.set_epoch(epoch);
-  p.set_leader_id(leader);
-  for (const auto& [id, first, last] : stages) {
-    rpc::Stage* s = p.add_stages();
-    s->set_node_id(id);
-    s->set_node_address("leader's name for " + id + ":1");
-    s->set_first_layer(first);
-    s->set_last_layer(last);
-  }
+cluster_types::Placement placement(uint64_t epoch, const std::string& leader,
+                                   const std::vector<std::tuple<std::string, int, int>>& stages) {
+  cluster_types::Placement p{.epoch = epoch, .leader_id = leader};
+  for (const auto& [id, first, last] : stages) p.stages.push_back({id, "leader's name for " + id + ":1", first, last});
   return p;
 }
 
@@ -71,8 +63,8 @@ class LeadershipTest : public ::testing::Test {
                                                           options);
                 },
             .remote_stage =
-                [this](const rpc::Stage& s, uint64_t epoch, bool leading) {
-                  reached_.push_back(s.node_id() + "@" + s.node_address() + "/" + std::to_string(epoch) +
+                [this](const cluster_types::Stage& s, uint64_t epoch, bool leading) {
+                  reached_.push_back(s.node_id + "@" + s.node_address + "/" + std::to_string(epoch) +
                                      (leading ? " leading" : ""));
                   return stages_.current();  // any stage stands for another node's here
                 },
@@ -107,10 +99,10 @@ class LeadershipTest : public ::testing::Test {
 TEST_F(LeadershipTest, TheLastFewPlacementsAreKeptAndTheirStagesFound) {
   ready(0, 2, 1);
   rpc::HelloOutcome b;
-  *b.reply.mutable_node() = node("b", "10.0.0.2:7002");
+  b.reply.sender = node("b", "10.0.0.2:7002");
   membership_.hello_answered("10.0.0.2:7002", b, t0);
   for (uint64_t epoch = 1; epoch <= 4; ++epoch) leadership_.adopt(placement(epoch, "a", {{"a", 0, 2}, {"b", 2, 4}}));
-  EXPECT_EQ(leadership_.placement().epoch(), 4u);
+  EXPECT_EQ(leadership_.placement().epoch, 4u);
 
   const std::vector<std::shared_ptr<engine::Stage>> first = leadership_.stages_of(1, stages_, membership_);
   ASSERT_EQ(first.size(), 2u);
@@ -136,7 +128,7 @@ TEST_F(LeadershipTest, APlacementIsMadeOrWaitsForTheNodesItNames) {
   const ControlEvent made = leadership_.place(proposal, {node("a", "127.0.0.1:7001")});
   ASSERT_TRUE(std::holds_alternative<control::PlacementMade>(made));
   EXPECT_EQ(std::get<control::PlacementMade>(made).placement.epoch, 3u);
-  EXPECT_EQ(leadership_.placement().epoch(), 3u);
+  EXPECT_EQ(leadership_.placement().epoch, 3u);
   EXPECT_EQ(stages_text(leadership_.placement()), "a [0, 4)");
 
   Leadership fixed(LeadershipOptions{.rules = {"a", Strategy::Speed, {{"a", 0, 2}, {"b", 2, 4}}, 64, footprint_of(*file_)},
@@ -147,7 +139,7 @@ TEST_F(LeadershipTest, APlacementIsMadeOrWaitsForTheNodesItNames) {
     const ControlEvent waits = fixed.place(proposal, {node("a", "127.0.0.1:7001")});
     ASSERT_TRUE(std::holds_alternative<control::PlacementWaits>(waits));
   }
-  EXPECT_EQ(fixed.placement().epoch(), 0u);
+  EXPECT_EQ(fixed.placement().epoch, 0u);
   EXPECT_EQ(std::count_if(lines_.begin(), lines_.end(),
                           [](const std::string& line) { return line.starts_with("the fixed placement waits: "); }),
             1);
@@ -168,7 +160,7 @@ TEST_F(LeadershipTest, TheSchedulerServesOnceEveryStageIsReadyAndAStandAsideEnds
   EXPECT_EQ(leadership_.scheduler_counts()->handed_over, 0u);
 
   leadership_.stand_aside("this node takes no part");
-  EXPECT_EQ(leadership_.placement().stages_size(), 0);
+  EXPECT_TRUE(leadership_.placement().stages.empty());
   EXPECT_FALSE(leadership_.scheduling());
   EXPECT_EQ(leadership_.scheduler().engine(), nullptr);
 }

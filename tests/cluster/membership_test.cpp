@@ -18,32 +18,26 @@ const std::string kModel(64, 'a');
 const std::string kOtherModel(64, 'b');
 const ControlTime t0 = ControlTime{} + 1h;
 
-rpc::NodeInfo node(const std::string& id, const std::string& address, const std::string& model = kModel) {
-  rpc::NodeInfo info;
-  info.set_node_id(id);
-  info.set_node_address(address);
-  info.set_api_address("127.0.0.1:8080");
-  info.set_instance(id + "-instance");
-  info.set_started_unix_ms(1000);
-  info.set_protocol_version(rpc::kProtocolVersion);
-  info.set_model_hash(model);
-  info.set_model_name("dreams");
-  info.set_state("idle");
+cluster_types::NodeInfo node(const std::string& id, const std::string& address, const std::string& model = kModel) {
+  cluster_types::NodeInfo info;
+  info.node_id = id;
+  info.node_address = address;
+  info.api_address = "127.0.0.1:8080";
+  info.instance = id + "-instance";
+  info.started_unix_ms = 1000;
+  info.protocol_version = rpc::kProtocolVersion;
+  info.model_hash = model;
+  info.model_name = "dreams";
+  info.state = "idle";
   return info;
 }
 
-rpc::Placement placement(uint64_t epoch, const std::string& leader, const std::vector<rpc::NodeInfo>& nodes) {
-  rpc::Placement p;
-  p.set_epoch(epoch);
-  p.set_leader_id(leader);
-  p.set_strategy("speed");
+cluster_types::Placement placement(uint64_t epoch, const std::string& leader,
+                                   const std::vector<cluster_types::NodeInfo>& nodes) {
+  cluster_types::Placement p{.epoch = epoch, .leader_id = leader, .strategy = "speed"};
   int first = 0;
-  for (const rpc::NodeInfo& n : nodes) {
-    rpc::Stage* s = p.add_stages();
-    s->set_node_id(n.node_id());
-    s->set_node_address(n.node_address());
-    s->set_first_layer(first);
-    s->set_last_layer(first + 2);
+  for (const cluster_types::NodeInfo& n : nodes) {
+    p.stages.push_back({n.node_id, n.node_address, first, first + 2});
     first += 2;
   }
   return p;
@@ -70,10 +64,9 @@ class MembershipTest : public ::testing::Test {
   }
 
   // The reply of the node at `address`.
-  rpc::HelloOutcome reply(const rpc::NodeInfo& from, const rpc::Placement& p = {}) {
+  rpc::HelloOutcome reply(const cluster_types::NodeInfo& from, const cluster_types::Placement& p = {}) {
     rpc::HelloOutcome outcome;
-    *outcome.reply.mutable_node() = from;
-    *outcome.reply.mutable_placement() = p;
+    outcome.reply = {from, {}, p};
     outcome.rtt_ms = 2.5;
     return outcome;
   }
@@ -83,24 +76,23 @@ class MembershipTest : public ::testing::Test {
 };
 
 TEST_F(MembershipTest, AHelloKeepsItsSenderWholeAtTheHostItsCallCameFrom) {
-  rpc::HelloRequest hello;
-  *hello.mutable_sender() = node("b", ":7002");  // b listens on every interface
-  hello.mutable_sender()->set_memory_bytes(12345);
+  cluster_types::Hello hello{node("b", ":7002")};  // b listens on every interface
+  hello.sender.memory_bytes = 12345;
   const std::vector<ControlAction> actions = membership_.hello_received(hello, "ipv4:10.0.0.2:40000", t0);
   EXPECT_FALSE(has<control::KeepInfo>(actions)) << "the membership keeps what it is told itself";
   ASSERT_NE(membership_.find("b"), nullptr);
-  EXPECT_EQ(membership_.info("b").node_address(), "10.0.0.2:7002");
-  EXPECT_EQ(membership_.info("b").memory_bytes(), 12345u) << "every field, not only the rules' view";
+  EXPECT_EQ(membership_.info("b").node_address, "10.0.0.2:7002");
+  EXPECT_EQ(membership_.info("b").memory_bytes, 12345u) << "every field, not only the rules' view";
   EXPECT_EQ(membership_.control().peers.at("b").info.address, "10.0.0.2:7002");
   EXPECT_EQ(membership_.find("c"), nullptr);
 }
 
 TEST_F(MembershipTest, AReplyIsTakenInAndItsNewerPlacementAdopted) {
-  const rpc::NodeInfo b = node("b", ":7002");
+  const cluster_types::NodeInfo b = node("b", ":7002");
   const std::vector<ControlAction> actions =
       membership_.hello_answered("127.0.0.1:7002", reply(b, placement(4, "b", {b, node("a", "127.0.0.1:7001")})), t0);
   EXPECT_TRUE(has<control::AdoptPlacement>(actions));
-  EXPECT_EQ(membership_.info("b").node_address(), "127.0.0.1:7002") << "the host it was reached at";
+  EXPECT_EQ(membership_.info("b").node_address, "127.0.0.1:7002") << "the host it was reached at";
   EXPECT_TRUE(membership_.control().peers.at("b").seen);
   EXPECT_DOUBLE_EQ(membership_.control().peers.at("b").rtt_ms, 2.5);
 }
@@ -130,9 +122,10 @@ TEST_F(MembershipTest, EachWayAHelloFailsIsDecidedOnOrSaidOnce) {
   other.failure = rpc::HelloFailure::Other;
   EXPECT_TRUE(membership_.hello_answered("127.0.0.1:7008", other, t0).empty());
 
-  rpc::NodeInfo bad = node("c", "127.0.0.1:7003");
-  bad.set_model_hash("not a hash");
-  const std::vector<ControlAction> malformed = membership_.hello_answered("127.0.0.1:7003", reply(bad), t0);
+  rpc::HelloOutcome malformed_reply;  // say_hello checks a reply before anything of it is taken in
+  malformed_reply.failure = rpc::HelloFailure::Malformed;
+  malformed_reply.message = "node.model_hash: is not a SHA-256 in hex";
+  const std::vector<ControlAction> malformed = membership_.hello_answered("127.0.0.1:7003", malformed_reply, t0);
   EXPECT_NE(logged_once(malformed).find("refused the Hello reply of the node at 127.0.0.1:7003"), std::string::npos);
   EXPECT_EQ(membership_.find("c"), nullptr) << "nothing of a malformed reply is taken in";
 
@@ -142,35 +135,28 @@ TEST_F(MembershipTest, EachWayAHelloFailsIsDecidedOnOrSaidOnce) {
 }
 
 TEST_F(MembershipTest, ItTellsLivePeersAndTheirWeights) {
-  rpc::NodeInfo b = node("b", "127.0.0.1:7002");
-  b.mutable_weights()->set_whole_file(true);
+  cluster_types::NodeInfo b = node("b", "127.0.0.1:7002");
+  b.weights = cluster_types::Weights{.whole_file = true};
   membership_.hello_answered("127.0.0.1:7002", reply(b), t0);
   membership_.hello_answered("127.0.0.1:7003", reply(node("c", "127.0.0.1:7003", kOtherModel)), t0);
 
-  google::protobuf::RepeatedPtrField<rpc::NodeInfo> alive_now, all;
-  membership_.tell_alive(alive_now, t0 + 1s);
-  membership_.tell_all(all);
-  EXPECT_EQ(alive_now.size(), 2);
-  EXPECT_EQ(all.size(), 2);
+  EXPECT_EQ(membership_.alive_infos(t0 + 1s).size(), 2u);
+  EXPECT_EQ(membership_.all_infos().size(), 2u);
   const std::vector<WeightsHolder> holders = membership_.weights_holders(t0 + 1s);
   ASSERT_EQ(holders.size(), 1u) << "only peers of this model hold its weights";
   EXPECT_EQ(holders[0].address, "127.0.0.1:7002");
-  EXPECT_TRUE(holders[0].weights.whole_file());
+  EXPECT_TRUE(holders[0].weights.whole_file);
   EXPECT_NE(membership_.left_out_text(t0 + 1s).find("c at 127.0.0.1:7003 is left out"), std::string::npos);
 
-  const std::vector<NodeStatus> statuses = membership_.peer_statuses(t0 + 1s);
+  const std::vector<cluster_types::NodeStatus> statuses = membership_.peer_statuses(t0 + 1s);
   ASSERT_EQ(statuses.size(), 2u);
-  EXPECT_EQ(statuses[0].info.node_id(), "b");
+  EXPECT_EQ(statuses[0].info.node_id, "b");
   ASSERT_TRUE(statuses[0].link && statuses[0].link->last_seen_seconds);
   EXPECT_DOUBLE_EQ(*statuses[0].link->last_seen_seconds, 1.0);
   EXPECT_FALSE(statuses[1].link->problem.empty());
 
-  alive_now.Clear();
-  membership_.tell_alive(alive_now, t0 + kPeerTimeout + 1s);
-  EXPECT_TRUE(alive_now.empty()) << "peers not heard from are not told on";
-  all.Clear();
-  membership_.tell_all(all);
-  EXPECT_EQ(all.size(), 2) << "a reply tells every node known";
+  EXPECT_TRUE(membership_.alive_infos(t0 + kPeerTimeout + 1s).empty()) << "peers not heard from are not told on";
+  EXPECT_EQ(membership_.all_infos().size(), 2u) << "a reply tells every node known";
 }
 
 }  // namespace

@@ -53,16 +53,16 @@ TEST_F(NodeSetupTest, TheOptionsAreResolvedAndAKeylessNodeKeptToThisMachine) {
 
 TEST_F(NodeSetupTest, ItSaysWhatItIsAndReservesKvAsItStoresIt) {
   const NodeOptions options = usable_options(options_, config_);
-  const rpc::NodeInfo self = describe_node(options, *file_, config_);
-  EXPECT_EQ(self.node_id(), "a");
-  EXPECT_EQ(self.model_hash(), model_hash(*file_));
-  EXPECT_EQ(self.model_name(), "aidreams260K");
-  EXPECT_EQ(self.memory_bytes(), uint64_t{1} << 30);
-  EXPECT_EQ(self.protocol_version(), rpc::kProtocolVersion);
-  EXPECT_EQ(self.state(), "starting");
-  EXPECT_GT(self.weight_bytes_per_second(), 0.0);
-  EXPECT_GT(self.kv_bytes_per_layer(), 0u) << "without --kv-memory its pool is sized per layer";
-  EXPECT_NE(describe_node(options, *file_, config_).instance(), self.instance()) << "one instance per process";
+  const cluster_types::NodeInfo self = describe_node(options, *file_, config_);
+  EXPECT_EQ(self.node_id, "a");
+  EXPECT_EQ(self.model_hash, model_hash(*file_));
+  EXPECT_EQ(self.model_name, "aidreams260K");
+  EXPECT_EQ(self.memory_bytes, uint64_t{1} << 30);
+  EXPECT_EQ(self.protocol_version, rpc::kProtocolVersion);
+  EXPECT_EQ(self.state, "starting");
+  EXPECT_GT(self.weight_bytes_per_second, 0.0);
+  EXPECT_GT(self.kv_bytes_per_layer, 0u) << "without --kv-memory its pool is sized per layer";
+  EXPECT_NE(describe_node(options, *file_, config_).instance, self.instance) << "one instance per process";
 
   const PlacementRules rules = placement_rules(options, *file_, config_);
   EXPECT_EQ(rules.leader_id, "a");
@@ -89,11 +89,11 @@ TEST(NodeSetup, ASlidingWindowLayersKvIsItsWindows) {
   options.engine.context_size = 512;
   options.engine.prefill_chunk = 32;
   options.memory_limit = uint64_t{1} << 30;
-  const rpc::NodeInfo self = describe_node(options, *file, config);
+  const cluster_types::NodeInfo self = describe_node(options, *file, config);
   const uint64_t per_position = model::KvLayout(config, 1, options.engine.kv_type).block_bytes / model::kKvBlock;
   // A window of 12 and steps of 32: (12 - 1 + 32 - 1) / 16 + 2 = 4 blocks of 16 a sequence.
-  EXPECT_EQ(self.kv_bytes_per_layer(), 2u * 512 * per_position);
-  EXPECT_EQ(self.kv_bytes_per_window_layer(), 2u * 4 * 16 * per_position);
+  EXPECT_EQ(self.kv_bytes_per_layer, 2u * 512 * per_position);
+  EXPECT_EQ(self.kv_bytes_per_window_layer, 2u * 4 * 16 * per_position);
   const PlacementRules rules = placement_rules(options, *file, config);
   EXPECT_EQ(rules.footprint.window_kv_tokens, 2u * 4 * 16);
   ASSERT_EQ(rules.footprint.sliding_layers.size(), static_cast<size_t>(config.layer_count));

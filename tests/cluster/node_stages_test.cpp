@@ -61,16 +61,16 @@ TEST_F(NodeStagesTest, ARetiredStageIsNoLongerCurrentButStillServes) {
 }
 
 TEST_F(NodeStagesTest, TheCurrentStageDescribesItsKvPool) {
-  rpc::NodeInfo info;
+  cluster_types::NodeInfo info;
   stages_.describe(info, model::KvType::F32);
-  EXPECT_FALSE(info.has_kv_cache());
+  EXPECT_FALSE(info.kv_cache.has_value());
   start(1);
   stages_.describe(info, model::KvType::F32);
-  ASSERT_TRUE(info.has_kv_cache());
-  EXPECT_EQ(info.kv_cache().pool_blocks(), 16u);
-  EXPECT_EQ(info.kv_cache().used_blocks(), 0u);
-  EXPECT_EQ(info.kv_cache().type(), model::kv_type_name(model::KvType::F32));
-  EXPECT_EQ(info.held_sequences(), 0u);
+  ASSERT_TRUE(info.kv_cache.has_value());
+  EXPECT_EQ(info.kv_cache->pool_blocks, 16u);
+  EXPECT_EQ(info.kv_cache->used_blocks, 0u);
+  EXPECT_EQ(info.kv_cache->type, model::kv_type_name(model::KvType::F32));
+  EXPECT_EQ(info.held_sequences, 0u);
 }
 
 }  // namespace

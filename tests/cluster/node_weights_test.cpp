@@ -18,11 +18,8 @@ class NodeWeightsTest : public ::testing::Test {
         hash_(model_hash(*file_)),
         weights_(file_, std::make_shared<rpc::ClusterKey>("secret"), {.node_id = "a", .model_hash = hash_}) {}
 
-  rpc::FetchTensorRequest request(uint32_t tensor, const std::string& model_hash) const {
-    rpc::FetchTensorRequest r;
-    r.set_model_hash(model_hash);
-    r.set_tensor(tensor);
-    return r;
+  static cluster_types::TensorRequest request(uint32_t tensor, const std::string& model_hash) {
+    return {model_hash, tensor};
   }
 
   std::shared_ptr<const gguf::File> file_;
@@ -32,17 +29,17 @@ class NodeWeightsTest : public ::testing::Test {
 
 TEST_F(NodeWeightsTest, AWholeFileServesItsManifestAndEveryTensor) {
   std::string why;
-  const std::optional<rpc::ModelManifestReply> manifest = weights_.manifest(hash_, why);
+  const std::optional<cluster_types::ModelManifest> manifest = weights_.manifest(hash_, why);
   ASSERT_TRUE(manifest) << why;
-  EXPECT_EQ(manifest->model_hash(), hash_);
+  EXPECT_EQ(manifest->model_hash, hash_);
   EXPECT_TRUE(weights_.manifest("", why)) << "any model will do";
   const gguf::TensorInfo& last = file_->tensors().back();
   const std::optional<rpc::TensorBytes> bytes = weights_.tensor(request(file_->tensors().size() - 1, hash_), why);
   ASSERT_TRUE(bytes) << why;
   EXPECT_EQ(bytes->bytes.size(), last.size_bytes);
   EXPECT_EQ(bytes->bytes.data(), file_->tensor_data(last));
-  EXPECT_TRUE(weights_.held().whole_file());
-  EXPECT_FALSE(weights_.held().fetching());
+  EXPECT_TRUE(weights_.held().whole_file);
+  EXPECT_FALSE(weights_.held().fetching);
 }
 
 TEST_F(NodeWeightsTest, AnotherModelOrATensorOutOfTheTableIsRefusedSayingWhy) {

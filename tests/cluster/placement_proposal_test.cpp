@@ -20,38 +20,35 @@ PlacementRules rules() {
   return r;
 }
 
-rpc::NodeInfo member(const std::string& id, uint64_t memory_bytes) {
-  rpc::NodeInfo info;
-  info.set_node_id(id);
-  info.set_node_address("10.0.0." + std::to_string(id[0] - 'a' + 1) + ":7000");
-  info.set_memory_bytes(memory_bytes);
-  info.set_weight_bytes_per_second(1e9);
+cluster_types::NodeInfo member(const std::string& id, uint64_t memory_bytes) {
+  cluster_types::NodeInfo info;
+  info.node_id = id;
+  info.node_address = "10.0.0." + std::to_string(id[0] - 'a' + 1) + ":7000";
+  info.memory_bytes = memory_bytes;
+  info.weight_bytes_per_second = 1e9;
   return info;
 }
 
 TEST(PlacementProposal, EveryLayerGoesToAMemberNamedByItsAddress) {
   const Proposal p = propose_placement(7, {member("a", 1024 * kMiB), member("b", 1024 * kMiB)}, {}, false, rules());
   ASSERT_TRUE(p.waits.empty());
-  const rpc::Placement& placement = p.placement;
-  EXPECT_TRUE(placement.error().empty()) << placement.error();
-  EXPECT_EQ(placement.epoch(), 7u);
-  EXPECT_EQ(placement.leader_id(), "a");
-  EXPECT_EQ(placement.strategy(), "speed");
-  ASSERT_GT(placement.stages_size(), 0);
-  EXPECT_EQ(placement.stages(0).first_layer(), 0);
-  EXPECT_EQ(placement.stages(placement.stages_size() - 1).last_layer(), 4);
-  for (const rpc::Stage& s : placement.stages()) {
-    EXPECT_EQ(s.node_address(), s.node_id() == "a" ? "10.0.0.1:7000" : "10.0.0.2:7000");
+  const cluster_types::Placement& placement = p.placement;
+  EXPECT_TRUE(placement.error.empty()) << placement.error;
+  EXPECT_EQ(placement.epoch, 7u);
+  EXPECT_EQ(placement.leader_id, "a");
+  EXPECT_EQ(placement.strategy, "speed");
+  ASSERT_FALSE(placement.stages.empty());
+  EXPECT_EQ(placement.stages.front().first_layer, 0);
+  EXPECT_EQ(placement.stages.back().last_layer, 4);
+  for (const cluster_types::Stage& s : placement.stages) {
+    EXPECT_EQ(s.node_address, s.node_id == "a" ? "10.0.0.1:7000" : "10.0.0.2:7000");
   }
 }
 
 TEST(PlacementProposal, AfterALossTheNodesLeftKeepTheirLayers) {
-  rpc::Placement current;
+  cluster_types::Placement current;
   for (const auto& [id, first, last] : {std::tuple{"a", 0, 2}, std::tuple{"b", 2, 3}, std::tuple{"c", 3, 4}}) {
-    rpc::Stage* s = current.add_stages();
-    s->set_node_id(id);
-    s->set_first_layer(first);
-    s->set_last_layer(last);
+    current.stages.push_back({.node_id = id, .first_layer = first, .last_layer = last});
   }
   const Proposal p = propose_placement(8, {member("a", 1024 * kMiB), member("c", 1024 * kMiB)}, current, true, rules());
   EXPECT_EQ(stages_text(p.placement), "a [0, 3), c [3, 4)");
@@ -62,19 +59,19 @@ TEST(PlacementProposal, AHandMadePlacementWaitsForItsNodes) {
   r.fixed_stages = {{"a", 0, 2}, {"b", 2, 4}};
   const Proposal waiting = propose_placement(3, {member("a", 1024 * kMiB)}, {}, false, r);
   EXPECT_FALSE(waiting.waits.empty());
-  EXPECT_EQ(waiting.placement.stages_size(), 0);
+  EXPECT_TRUE(waiting.placement.stages.empty());
   const Proposal placed = propose_placement(3, {member("a", 1024 * kMiB), member("b", 1024 * kMiB)}, {}, false, r);
   EXPECT_TRUE(placed.waits.empty()) << placed.waits;
-  EXPECT_EQ(placed.placement.strategy(), "fixed");
+  EXPECT_EQ(placed.placement.strategy, "fixed");
   EXPECT_EQ(stages_text(placed.placement), "a [0, 2), b [2, 4)");
 }
 
 TEST(PlacementProposal, AModelThatFitsNoOneIsAPlacementThatSaysWhy) {
   const Proposal p = propose_placement(2, {member("a", 5 * kMiB)}, {}, false, rules());
   EXPECT_TRUE(p.waits.empty());
-  EXPECT_EQ(p.placement.stages_size(), 0);
-  EXPECT_TRUE(p.placement.error().starts_with("the model does not fit this cluster: ")) << p.placement.error();
-  EXPECT_EQ(stages_text(p.placement), p.placement.error());
+  EXPECT_TRUE(p.placement.stages.empty());
+  EXPECT_TRUE(p.placement.error.starts_with("the model does not fit this cluster: ")) << p.placement.error;
+  EXPECT_EQ(stages_text(p.placement), p.placement.error);
 }
 
 TEST(PlacementProposal, ANodeIsNeededWhileTheOthersCannotHoldTheModelWithoutIt) {
@@ -85,12 +82,9 @@ TEST(PlacementProposal, ANodeIsNeededWhileTheOthersCannotHoldTheModelWithoutIt) 
 }
 
 TEST(PlacementProposal, ANodeThatSaysWhichWeightsItHoldsHoldsOnlyThose) {
-  rpc::NodeInfo info = member("a", 1024 * kMiB);
+  cluster_types::NodeInfo info = member("a", 1024 * kMiB);
   EXPECT_TRUE(capacity_of(info).held.everything) << "a node that says nothing of its weights has its own file";
-  rpc::Weights& w = *info.mutable_weights();
-  w.add_layer_bytes(10 * kMiB);
-  w.add_layer_bytes(0);
-  w.set_head(true);
+  info.weights = cluster_types::Weights{.layer_bytes = {10 * kMiB, 0}, .head = true};
   const NodeCapacity partial = capacity_of(info);
   EXPECT_FALSE(partial.held.everything);
   EXPECT_EQ(partial.held.layer_bytes, (std::vector<uint64_t>{10 * kMiB, 0}));

@@ -78,11 +78,11 @@ TEST_F(StageHostTest, ARangeLoadsThenServesItsPlacementAndTheNextBesideThePrevio
   EXPECT_EQ(said("loading layers [0, 2) for placement 1"), 1);
   EXPECT_EQ(said("loaded layers [0, 2)"), 1);
 
-  rpc::NodeInfo info;
+  cluster_types::NodeInfo info;
   host.describe(info, model::KvType::F32);
-  EXPECT_EQ(info.ready_epoch(), 2u);
-  EXPECT_DOUBLE_EQ(info.load_progress(), 1.0);
-  EXPECT_EQ(info.kv_cache().pool_blocks(), 16u);
+  EXPECT_EQ(info.ready_epoch, 2u);
+  EXPECT_DOUBLE_EQ(info.load_progress, 1.0);
+  EXPECT_EQ(info.kv_cache->pool_blocks, 16u);
   EXPECT_EQ(fetched_, std::vector<int>{0}) << "the fetch runs before every load, and only then";
 }
 

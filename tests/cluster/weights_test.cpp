@@ -51,8 +51,8 @@ class WeightsTest : public ::testing::Test {
     return all;
   }
 
-  fs::path verified_list() const { return dir_ / "models" / manifest_.model_hash() / "verified"; }
-  fs::path progress_record() const { return dir_ / "models" / manifest_.model_hash() / "progress"; }
+  fs::path verified_list() const { return dir_ / "models" / manifest_.model_hash / "verified"; }
+  fs::path progress_record() const { return dir_ / "models" / manifest_.model_hash / "progress"; }
 
   // The first `count` bytes of `tensor`, in chunks of 1000, as a fetch cut short writes them.
   void write_part(PartialModel& model, size_t tensor, uint64_t count) const {
@@ -63,7 +63,7 @@ class WeightsTest : public ::testing::Test {
   }
 
   std::unique_ptr<gguf::File> original_;
-  rpc::ModelManifestReply manifest_;
+  cluster_types::ModelManifest manifest_;
   fs::path dir_;
 };
 
@@ -148,7 +148,7 @@ TEST_F(WeightsTest, APartialFileHasTheWholeHeaderAndHolesAndKeepsWhatWasVerified
     const std::shared_ptr<PartialModel> model = open();
     EXPECT_EQ(model->file()->header_bytes().size(), original_->header_bytes().size());
     EXPECT_EQ(model->file()->file_size(), original_->file_size());
-    EXPECT_EQ(model_hash(*model->file()), manifest_.model_hash());
+    EXPECT_EQ(model_hash(*model->file()), manifest_.model_hash);
     EXPECT_FALSE(model->holds(tensor));
     PartialModel::Writer writer = model->writer(tensor);
     const std::span<const uint8_t> bytes = original_bytes(tensor);
@@ -187,7 +187,7 @@ TEST_F(WeightsTest, OnlyWholeLinesWithTheManifestsHashCount) {
   const auto hash_hex = [&](int i) {
     static constexpr char kDigits[] = "0123456789abcdef";
     std::string out;
-    for (unsigned char c : manifest_.tensor_sha256(i)) out += std::string{kDigits[c >> 4], kDigits[c & 15]};
+    for (unsigned char c : manifest_.tensor_sha256[static_cast<size_t>(i)]) out += std::string{kDigits[c >> 4], kDigits[c & 15]};
     return out;
   };
   text += "0 " + hash_hex(0) + "\n";             // counts
@@ -370,11 +370,11 @@ TEST_F(WeightsTest, BadBytesOnDiskBeforeTheCheckpointAreFetchedAgainFromTheStart
 }
 
 TEST_F(WeightsTest, AManifestWhoseHeaderIsNotTheModelsIsRefused) {
-  rpc::ModelManifestReply forged = manifest_;
-  forged.mutable_header()->at(40) ^= 1;
+  cluster_types::ModelManifest forged = manifest_;
+  forged.header.at(40) ^= 1;
   EXPECT_THROW(PartialModel::open(dir_.string(), forged), std::runtime_error);
-  rpc::ModelManifestReply short_hashes = manifest_;
-  short_hashes.mutable_tensor_sha256()->RemoveLast();
+  cluster_types::ModelManifest short_hashes = manifest_;
+  short_hashes.tensor_sha256.pop_back();
   EXPECT_THROW(PartialModel::open(dir_.string(), short_hashes), std::runtime_error);
 }
 
@@ -451,7 +451,7 @@ TEST_F(WeightsTest, ASecondFetchTakesOnlyWhatTheFirstLacked) {
   fetch_tensors(*model, all, from_good, FetchOptions{}, stats);
   EXPECT_EQ(stats.snapshot().received_bytes, all_bytes - half_bytes);
   EXPECT_TRUE(model->complete());
-  EXPECT_TRUE(model->held().whole_file());
+  EXPECT_TRUE(model->held().whole_file);
 }
 
 TEST_F(WeightsTest, HeldWeightsCountWholeLayersAndTheHead) {
@@ -460,14 +460,14 @@ TEST_F(WeightsTest, HeldWeightsCountWholeLayersAndTheHead) {
   TransferStats stats;
   fetch_tensors(*model, tensors_for(*original_, {3, 4}), [&](size_t) { return std::vector<std::shared_ptr<TensorSource>>{good}; },
                 FetchOptions{}, stats);
-  const rpc::Weights held = model->held();
+  const cluster_types::Weights held = model->held();
   const ModelFootprint footprint = footprint_of(*original_);
-  EXPECT_FALSE(held.whole_file());
-  ASSERT_EQ(held.layer_bytes_size(), 4);
-  EXPECT_EQ(held.layer_bytes(0), 0u);
-  EXPECT_EQ(held.layer_bytes(3), footprint.layer_weight_bytes[3]);
-  EXPECT_TRUE(held.head());
-  EXPECT_FALSE(held.embedding());
+  EXPECT_FALSE(held.whole_file);
+  ASSERT_EQ(held.layer_bytes.size(), 4u);
+  EXPECT_EQ(held.layer_bytes[0], 0u);
+  EXPECT_EQ(held.layer_bytes[3], footprint.layer_weight_bytes[3]);
+  EXPECT_TRUE(held.head);
+  EXPECT_FALSE(held.embedding);
 }
 
 // A Llama 3-style model: the shared model with rope_freqs, a tensor of no layer that every
@@ -489,16 +489,16 @@ TEST_F(WeightsTest, TensorsEveryStageReadsAreFetchedForEveryRangeAndReportedHeld
     EXPECT_NE(std::find(needed.begin(), needed.end(), rope_freqs), needed.end()) << range.first << "-" << range.last;
   }
   const std::shared_ptr<PartialModel> model = open();
-  EXPECT_FALSE(model->held().shared());
+  EXPECT_FALSE(model->held().shared);
   auto good = std::make_shared<FakeSource>(*original_, FakeSource::Kind::Good, "good");
   TransferStats stats;
   fetch_tensors(*model, tensors_for(*original_, {1, 3}),
                 [&](size_t) { return std::vector<std::shared_ptr<TensorSource>>{good}; }, FetchOptions{}, stats);
-  const rpc::Weights held = model->held();
-  EXPECT_FALSE(held.whole_file());
-  EXPECT_TRUE(held.shared()) << "a middle stage holds rope_freqs and can pass it on";
-  EXPECT_FALSE(held.embedding());
-  EXPECT_FALSE(held.head());
+  const cluster_types::Weights held = model->held();
+  EXPECT_FALSE(held.whole_file);
+  EXPECT_TRUE(held.shared) << "a middle stage holds rope_freqs and can pass it on";
+  EXPECT_FALSE(held.embedding);
+  EXPECT_FALSE(held.head);
 }
 
 }  // namespace

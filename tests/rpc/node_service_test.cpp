@@ -26,6 +26,7 @@
 #include "engine/local_stage.h"
 #include "metrics/metrics.h"
 #include "rpc/channel.h"
+#include "rpc/hello_client.h"
 #include "rpc/messages.h"
 #include "rpc/node_service.h"
 #include "rpc/peer_channel.h"
@@ -46,7 +47,8 @@ class OneStageNode final : public NodeHandler {
                                                   engine::KvOptions{model::KvType::F32, {64}});
   }
   std::string hello(const HelloRequest& request, const std::string&, HelloReply& reply) override {
-    reply.mutable_node()->set_node_id("server");
+    // A sender named "spoil" is answered without a node id, against the protocol's rules.
+    reply.mutable_node()->set_node_id(request.sender().node_id() == "spoil" ? "" : "server");
     reply.mutable_node()->set_state(request.sender().node_id());
     return {};
   }
@@ -386,6 +388,30 @@ TEST_F(NodeServiceTest, RefusesAnotherProtocolVersion) {
   key_.sign(context, "old", "Hello");
   HelloReply reply;
   EXPECT_EQ(stub_->Hello(&context, hello, &reply).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+// The calling side answers in the cluster's terms: the peer's Hello converted, or a reply that
+// breaks the protocol's rules refused, naming the field, before anything of it is taken in.
+TEST_F(NodeServiceTest, SayHelloConvertsTheReplyOrRefusesAMalformedOne) {
+  cluster_types::Hello hello;
+  hello.sender = {.node_id = "client",
+                  .node_address = "127.0.0.1:9001",
+                  .api_address = "127.0.0.1:9000",
+                  .model_hash = kModelHash,
+                  .protocol_version = kProtocolVersion,
+                  .weight_bytes_per_second = 1e9,
+                  .state = "starting"};
+  const PeerChannel channel = PeerChannel::to(address(), key_);
+  const HelloOutcome answered = say_hello(channel, hello, "client", key_, std::chrono::seconds(10));
+  ASSERT_EQ(answered.failure, HelloFailure::None) << answered.message;
+  EXPECT_EQ(answered.reply.sender.node_id, "server");
+  EXPECT_EQ(answered.reply.sender.state, "client") << "the fake node says whom it answered";
+
+  hello.sender.node_id = "spoil";
+  const HelloOutcome spoiled = say_hello(channel, hello, "spoil", key_, std::chrono::seconds(10));
+  EXPECT_EQ(spoiled.failure, HelloFailure::Malformed);
+  EXPECT_NE(spoiled.message.find("node_id"), std::string::npos) << spoiled.message;
+  EXPECT_TRUE(spoiled.reply.sender.node_id.empty());
 }
 
 TEST_F(NodeServiceTest, RefusesMalformedBatchesAndKeepsServing) {

@@ -1,17 +1,17 @@
-// GET /cluster's answer: the cluster as one node sees it, a plain value that the node takes
-// under its lock, rendered as JSON after (docs/API.md). It is rendered here, not in src/api,
-// because src/api does not depend on the cluster (the cluster serves it a string).
+// GET /cluster's and GET /health's answers on a cluster node: plain values that the node takes
+// under its lock (cluster/node.h) and the API renders as JSON after (api/cluster_json.h,
+// docs/API.md).
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "node.pb.h"
+#include "cluster_types/node_info.h"
+#include "cluster_types/placement.h"
 
-namespace strata::cluster {
+namespace strata::cluster_types {
 
 // How this node hears from a peer.
 struct PeerLink {
@@ -22,7 +22,7 @@ struct PeerLink {
 };
 
 struct NodeStatus {
-  rpc::NodeInfo info;  // what it says of itself
+  NodeInfo info;  // what it says of itself
   bool self = false;
   std::optional<PeerLink> link;  // a peer's
 };
@@ -43,18 +43,23 @@ struct ClusterStatus {
   std::string model_name;
   std::string model_hash;
   int layers = 0;
+  uint32_t protocol_version = 0;  // this node's (rpc::kProtocolVersion)
   std::string leader;
   bool serving = false;
   std::vector<NodeStatus> nodes;  // this node first
-  rpc::Placement placement;
-  std::optional<std::string> waiting_for;   // while there is no placement, or it failed
+  Placement placement;
+  std::optional<std::string> waiting_for;    // while there is no placement, or it failed
   std::optional<SchedulerCounts> scheduler;  // while this node schedules
   bool leaving = false;
 };
 
-std::string status_json(const ClusterStatus& status);
+// GET /health: whether requests can run through this node now, and if not, what it waits for.
+struct NodeHealth {
+  std::string status;                   // "ok" (requests run), "leaving", "refused", "loading" or "waiting"
+  std::string waiting_for;              // empty with "ok" and "leaving"
+  std::optional<double> load_progress;  // its layers' load, 0 to 1, while "loading"
+  std::optional<Weights> transfer;      // a node without the model file: its weights' fetch, while it waits
+  bool operator==(const NodeHealth&) const = default;
+};
 
-// What a node says of its weights' fetch, as /cluster and /health show it.
-nlohmann::json transfer_json(const rpc::Weights& weights);
-
-}  // namespace strata::cluster
+}  // namespace strata::cluster_types

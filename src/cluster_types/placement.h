@@ -1,0 +1,31 @@
+// A placement as the leader announces it to every node (in its Hellos) and as /cluster shows
+// it: the protocol's Placement and Stage (rpc/node.proto) as plain values, converted at the
+// boundary (rpc/cluster_messages.h). How the layers are split is computed in cluster/placement.h;
+// this is what is said of the result.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata::cluster_types {
+
+struct Stage {
+  std::string node_id;
+  std::string node_address;  // as the leader reaches it
+  int32_t first_layer = 0;
+  int32_t last_layer = 0;  // exclusive
+  bool operator==(const Stage&) const = default;
+};
+
+struct Placement {
+  uint64_t epoch = 0;
+  std::string leader_id;      // the node that decided it and schedules requests
+  std::vector<Stage> stages;  // in pipeline order
+  std::string reason;
+  std::string strategy;  // "speed", "memory", "fixed"; empty before the first placement
+  std::string error;     // set when the model does not fit: no stages then
+  bool operator==(const Placement&) const = default;
+};
+
+}  // namespace strata::cluster_types
