@@ -56,14 +56,17 @@ class TensorBinder {
 
   // The `count` matrices of a 3-D tensor of experts (GGUF dims {cols, rows, count}), each
   // `rows` outputs by `cols` inputs, in their kernels' layout.
-  std::vector<tensor::PreparedMatrix> experts(const std::string& name, int64_t cols, int64_t rows, int count) const {
+  // Of each, rows `share`.
+  std::vector<tensor::PreparedMatrix> experts(const std::string& name, int64_t cols, int64_t rows, int count,
+                                              RowRange share) const {
     const gguf::TensorInfo& t =
         computable(name, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), static_cast<uint64_t>(count)});
     const auto type = static_cast<tensor::DType>(t.type);
     const uint64_t expert_bytes = *tensor::row_bytes(type, static_cast<uint64_t>(cols)) * static_cast<uint64_t>(rows);
     std::vector<tensor::PreparedMatrix> matrices;
     for (int e = 0; e < count; ++e) {
-      matrices.push_back(prepare({type, rows, cols, file_.tensor_data(t) + expert_bytes * static_cast<uint64_t>(e)}));
+      const tensor::Matrix expert{type, rows, cols, file_.tensor_data(t) + expert_bytes * static_cast<uint64_t>(e)};
+      matrices.push_back(prepare(rows_of(expert, 0, share)));
     }
     return matrices;
   }
@@ -152,8 +155,8 @@ void bind_latent_attention(const TensorBinder& bind, const std::string& p, const
   l.kv_a = bind.prepared(p + "attn_kv_a_mqa.weight", c.embedding_dim, mla.kv_rank + c.rope_dim);
   l.kv_a_norm = bind.vector(p + "attn_kv_a_norm.weight", mla.kv_rank);
   if (bind.find(p + "attn_k_b.weight") != nullptr) {
-    l.k_b = bind.experts(p + "attn_k_b.weight", mla.nope_dim, mla.kv_rank, heads);
-    l.v_b = bind.experts(p + "attn_v_b.weight", mla.kv_rank, mla.value_dim, heads);
+    l.k_b = bind.experts(p + "attn_k_b.weight", mla.nope_dim, mla.kv_rank, heads, {0, mla.kv_rank});
+    l.v_b = bind.experts(p + "attn_v_b.weight", mla.kv_rank, mla.value_dim, heads, {0, mla.value_dim});
     return;
   }
   const size_t per_head = static_cast<size_t>(mla.nope_dim + mla.value_dim);
@@ -255,17 +258,16 @@ void check_shares(const Config& c, std::span<const TensorShare> shares) {
     throw std::runtime_error("tensor parallelism cannot split " + c.arch_name +
                              "'s latent attention, whose heads all read one latent KV head");
   }
-  if (c.has_experts()) {
-    throw std::runtime_error("tensor parallelism does not split " + c.arch_name + "'s Mixture-of-Experts layers");
-  }
+  // A dimension of no rows (the experts' in a dense model) has an empty part in every share.
   const auto check = [&](RowRange TensorShare::*dimension, int rows, const char* what) {
     int next = 0;
+    bool in_order = true;
     for (const TensorShare& share : shares) {
       const RowRange part = share.*dimension;
-      if (part.first != next || part.last <= part.first) break;
+      in_order = in_order && part.first == next && (part.last > part.first || rows == 0);
       next = part.last;
     }
-    if (next != rows) {
+    if (!in_order || next != rows) {
       throw std::runtime_error(std::string("the group's shares do not cover the ") + what + " in member order");
     }
   };
@@ -273,6 +275,8 @@ void check_shares(const Config& c, std::span<const TensorShare> shares) {
   check(&TensorShare::ffn_rows, c.ffn_dim, "FFN rows");
   check(&TensorShare::model_rows, c.embedding_dim, "embedding rows");
   check(&TensorShare::vocab_rows, c.vocab_size, "vocabulary rows");
+  check(&TensorShare::expert_rows, c.has_experts() ? c.expert_ffn_dim : 0, "expert rows");
+  check(&TensorShare::shared_expert_rows, c.has_experts() ? c.shared_expert_ffn_dim : 0, "shared expert rows");
 }
 
 }  // namespace
@@ -309,7 +313,8 @@ std::unique_ptr<Model> Model::bind_weights(std::shared_ptr<const gguf::File> fil
   }
   m->range_ = range;
   if (exchange != nullptr) check_shares(c, shares);
-  const TensorShare whole{{0, c.kv_head_count}, {0, c.ffn_dim}, {0, c.embedding_dim}, {0, c.vocab_size}};
+  const TensorShare whole{{0, c.kv_head_count}, {0, c.ffn_dim},         {0, c.embedding_dim},
+                          {0, c.vocab_size},    {0, c.expert_ffn_dim}, {0, c.shared_expert_ffn_dim}};
   if (shares.empty()) shares = {&whole, 1};
   const TensorShare& share = shares[static_cast<size_t>(exchange != nullptr ? exchange->member() : 0)];
   // A query head reads KV head (its index / group): a share's KV heads come with their groups.
@@ -321,11 +326,15 @@ std::unique_ptr<Model> Model::bind_weights(std::shared_ptr<const gguf::File> fil
   m->share_config_.head_count = share.kv_heads.size() * group;
   m->share_config_.kv_head_count = share.kv_heads.size();
   m->share_config_.ffn_dim = share.ffn_rows.size();
+  m->share_config_.expert_ffn_dim = share.expert_rows.size();
+  m->share_config_.shared_expert_ffn_dim = share.shared_expert_rows.size();
   for (const TensorShare& member : shares) {
     m->widths_.heads.push_back(member.kv_heads.size() * group * c.head_dim);
     m->widths_.model.push_back(member.model_rows.size());
     m->widths_.ffn.push_back(member.ffn_rows.size());
     m->widths_.vocab.push_back(member.vocab_rows.size());
+    m->widths_.experts.push_back(member.expert_rows.size());
+    m->widths_.shared_expert.push_back(member.shared_expert_rows.size());
   }
   // Layers are shared only between whole models: a member's are its share's alone.
   if (reuse != nullptr && (reuse->file_ != file || reuse->exchange_ != nullptr || exchange != nullptr)) reuse = nullptr;
@@ -412,19 +421,29 @@ std::unique_ptr<Model> Model::bind_weights(std::shared_ptr<const gguf::File> fil
     if (c.layer_has_experts(global)) {
       l.router = bind.prepared(p + "ffn_gate_inp.weight", c.embedding_dim, c.expert_count);
       if (c.expert_selection_bias) l.selection_bias = bind.vector(p + "exp_probs_b.bias", c.expert_count);
-      l.expert_gate = bind.experts(p + "ffn_gate_exps.weight", c.embedding_dim, c.expert_ffn_dim, c.expert_count);
-      l.expert_up = bind.experts(p + "ffn_up_exps.weight", c.embedding_dim, c.expert_ffn_dim, c.expert_count);
-      l.expert_down = bind.experts(p + "ffn_down_exps.weight", c.expert_ffn_dim, c.embedding_dim, c.expert_count);
+      l.expert_gate = bind.experts(p + "ffn_gate_exps.weight", c.embedding_dim, c.expert_ffn_dim, c.expert_count,
+                                   share.expert_rows);
+      l.expert_up = bind.experts(p + "ffn_up_exps.weight", c.embedding_dim, c.expert_ffn_dim, c.expert_count,
+                                 share.expert_rows);
+      l.expert_down = bind.experts(p + "ffn_down_exps.weight", c.expert_ffn_dim, c.embedding_dim, c.expert_count,
+                                   share.model_rows);
       if (c.has_expert_biases) {
+        // Each expert's gate and up biases from this member's first row; down's join the
+        // gathered rows.
         l.router_bias = bind.vector(p + "ffn_gate_inp.bias", c.expert_count);
-        l.expert_gate_bias = bind.vectors(p + "ffn_gate_exps.bias", c.expert_ffn_dim, c.expert_count);
-        l.expert_up_bias = bind.vectors(p + "ffn_up_exps.bias", c.expert_ffn_dim, c.expert_count);
+        l.expert_gate_bias =
+            bind.vectors(p + "ffn_gate_exps.bias", c.expert_ffn_dim, c.expert_count) + share.expert_rows.first;
+        l.expert_up_bias =
+            bind.vectors(p + "ffn_up_exps.bias", c.expert_ffn_dim, c.expert_count) + share.expert_rows.first;
         l.expert_down_bias = bind.vectors(p + "ffn_down_exps.bias", c.embedding_dim, c.expert_count);
       }
       if (c.shared_expert_ffn_dim > 0) {
-        l.shared_gate = bind.prepared(p + "ffn_gate_shexp.weight", c.embedding_dim, c.shared_expert_ffn_dim);
-        l.shared_up = bind.prepared(p + "ffn_up_shexp.weight", c.embedding_dim, c.shared_expert_ffn_dim);
-        l.shared_down = bind.prepared(p + "ffn_down_shexp.weight", c.shared_expert_ffn_dim, c.embedding_dim);
+        l.shared_gate = bind.prepared(p + "ffn_gate_shexp.weight", c.embedding_dim, c.shared_expert_ffn_dim,
+                                      share.shared_expert_rows);
+        l.shared_up = bind.prepared(p + "ffn_up_shexp.weight", c.embedding_dim, c.shared_expert_ffn_dim,
+                                    share.shared_expert_rows);
+        l.shared_down = bind.prepared(p + "ffn_down_shexp.weight", c.shared_expert_ffn_dim, c.embedding_dim,
+                                      share.model_rows);
       }
     } else if (c.fused_gate_up) {
       const tensor::Matrix gate_up = bind.matrix(p + "ffn_up.weight", c.embedding_dim, 2 * c.ffn_dim);
@@ -793,17 +812,17 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   // The slots' rows gathered in that order, so that expert e's are rows expert_starts_[e] ..
   // of expert_in_; all experts' gate and up products (and the shared expert's, over every row)
   // then run in one parallel loop, and all their down products in another (two thread waits a
-  // layer, not two an expert).
-  const size_t ffn = static_cast<size_t>(c.expert_ffn_dim);
-  const size_t shared_ffn = static_cast<size_t>(c.shared_expert_ffn_dim);
+  // layer, not two an expert). `ffn` and `shared_ffn` are this member's rows of an expert's
+  // and the shared expert's activations, `part_dim` its rows of their outputs.
+  const size_t ffn = static_cast<size_t>(share_config_.expert_ffn_dim);
+  const size_t shared_ffn = static_cast<size_t>(share_config_.shared_expert_ffn_dim);
+  const size_t part_dim = static_cast<size_t>(layer.expert_down.front().source().rows);
   gate_.resize(n * shared_ffn);
   up_.resize(n * shared_ffn);
-  shared_out_.resize(n * dim);
   const size_t slot_count = n * k;
   expert_in_.resize(slot_count * dim);
   expert_gate_.resize(slot_count * ffn);
   expert_up_.resize(slot_count * ffn);
-  expert_out_.resize(slot_count * dim);
   for (size_t i = 0; i < slot_count; ++i) {
     const float* row = normed_.data() + expert_slots_[i] / k * dim;
     std::copy(row, row + dim, expert_in_.data() + i * dim);
@@ -828,21 +847,30 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   tensor::matmul(expert_jobs_, pool);
   if (layer.expert_gate_bias != nullptr) {
     each_expert([&](size_t e, size_t first, int64_t count) {
-      add_bias(expert_gate_.data() + first * ffn, layer.expert_gate_bias + e * ffn, static_cast<int>(count),
-               c.expert_ffn_dim);
-      add_bias(expert_up_.data() + first * ffn, layer.expert_up_bias + e * ffn, static_cast<int>(count),
-               c.expert_ffn_dim);
+      const size_t bias_offset = e * static_cast<size_t>(c.expert_ffn_dim);
+      add_bias(expert_gate_.data() + first * ffn, layer.expert_gate_bias + bias_offset, static_cast<int>(count),
+               static_cast<int>(ffn));
+      add_bias(expert_up_.data() + first * ffn, layer.expert_up_bias + bias_offset, static_cast<int>(count),
+               static_cast<int>(ffn));
     });
   }
   activate(expert_gate_.data(), expert_up_.data(), static_cast<int64_t>(slot_count * ffn));
   activate(gate_.data(), up_.data(), static_cast<int64_t>(n * shared_ffn));
+  // Every member's rows of the activations, the down products' input.
+  const size_t full_ffn = static_cast<size_t>(c.expert_ffn_dim);
+  gather(expert_gate_, widths_.experts, slot_count, expert_activations_);
+  if (shared_ffn > 0) gather(gate_, widths_.shared_expert, n, activations_);
+  expert_out_part_.resize(slot_count * part_dim);
+  shared_out_part_.resize(n * part_dim);
   expert_jobs_.clear();
   each_expert([&](size_t e, size_t first, int64_t count) {
-    expert_jobs_.push_back({{layer.expert_down[e], expert_out_.data() + first * dim}, expert_gate_.data() + first * ffn,
-                            count});
+    expert_jobs_.push_back({{layer.expert_down[e], expert_out_part_.data() + first * part_dim},
+                            expert_activations_.data() + first * full_ffn, count});
   });
-  if (shared_ffn > 0) expert_jobs_.push_back({{layer.shared_down, shared_out_.data()}, gate_.data(), rows});
+  if (shared_ffn > 0) expert_jobs_.push_back({{layer.shared_down, shared_out_part_.data()}, activations_.data(), rows});
   tensor::matmul(expert_jobs_, pool);
+  gather(expert_out_part_, widths_.model, slot_count, expert_out_);
+  if (shared_ffn > 0) gather(shared_out_part_, widths_.model, n, shared_out_);
   if (layer.expert_down_bias != nullptr) {
     each_expert([&](size_t e, size_t first, int64_t count) {
       add_bias(expert_out_.data() + first * dim, layer.expert_down_bias + e * dim, static_cast<int>(count),

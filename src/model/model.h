@@ -57,8 +57,8 @@ class Model {
   // the same `shares` and calls forward with the same batch at the same time, on a thread of
   // its own; the members gather each other's rows through `exchange` (which must outlive the
   // model), and each returns what one Model of the range would, bit for bit. Its KV memory
-  // holds its KV heads only. Throws std::runtime_error for what `load` refuses and for what it
-  // cannot split: Mixture-of-Experts layers.
+  // holds its KV heads only. Throws std::runtime_error for what `load` refuses, for shares that
+  // do not cover the model in member order, and for latent attention, which it cannot split.
   static std::unique_ptr<Model> load_share(std::shared_ptr<const gguf::File> file, LayerRange range,
                                            std::span<const TensorShare> shares, Exchange& exchange);
 
@@ -176,10 +176,10 @@ class Model {
   // KV memory and its attention cover (config_ itself in a whole model).
   Config share_config_;
   // Per member of the group, its part of the rows of each gather: of the heads' outputs (o's
-  // input), of o's and down's outputs, of the FFN's activations (down's input) and of the
-  // logits. A whole model is a group of one.
+  // input), of o's and down's outputs, of the FFN's activations (down's input), of the logits,
+  // and of an expert's and the shared expert's activations. A whole model is a group of one.
   struct GatherWidths {
-    std::vector<int> heads, model, ffn, vocab;
+    std::vector<int> heads, model, ffn, vocab, experts, shared_expert;
   };
   GatherWidths widths_;
   Exchange* exchange_ = nullptr;  // nullptr: a whole model
@@ -210,6 +210,10 @@ class Model {
   std::vector<int> expert_order_;                  // choose_experts' scratch
   std::vector<tensor::MatmulJob> expert_jobs_;
   std::vector<float> shared_out_;  // the shared expert's output rows
+  // This member's part of the experts' (and the shared expert's) activations and outputs are
+  // expert_gate_ and gate_, then these, gathered into expert_activations_ and activations_,
+  // then expert_out_ and shared_out_.
+  std::vector<float> expert_activations_, expert_out_part_, shared_out_part_;
   std::vector<size_t> expert_starts_, expert_fill_, expert_slots_;  // the slots of each expert, in order
   std::vector<int> positions_;   // per batch row: its position in its sequence
   std::vector<KvState*> row_kv_;  // per batch row: its sequence's cache

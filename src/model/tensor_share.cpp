@@ -78,8 +78,18 @@ std::vector<TensorShare> plan_tensor_shares(const Config& config, std::span<cons
   const auto ffn_rows = split_rows(config.ffn_dim, kShareRowUnit, weights, "units of FFN rows");
   const auto model_rows = split_rows(config.embedding_dim, kShareRowUnit, weights, "units of embedding rows");
   const auto vocab_rows = split_rows(config.vocab_size, kShareRowUnit, weights, "units of vocabulary rows");
+  const std::vector<RowRange> none(weights.size());
+  const auto expert_rows =
+      config.has_experts() ? split_rows(config.expert_ffn_dim, kShareRowUnit, weights, "units of expert rows") : none;
+  const auto shared_expert_rows =
+      config.shared_expert_ffn_dim > 0
+          ? split_rows(config.shared_expert_ffn_dim, kShareRowUnit, weights, "units of shared expert rows")
+          : none;
   std::vector<TensorShare> shares;
-  for (size_t m = 0; m < weights.size(); ++m) shares.push_back({kv_heads[m], ffn_rows[m], model_rows[m], vocab_rows[m]});
+  for (size_t m = 0; m < weights.size(); ++m) {
+    shares.push_back(
+        {kv_heads[m], ffn_rows[m], model_rows[m], vocab_rows[m], expert_rows[m], shared_expert_rows[m]});
+  }
   return shares;
 }
 

@@ -23,12 +23,16 @@ struct RowRange {
 // One member's share of every layer and of the output head. A member's attention covers its
 // KV heads and the query heads that read them; it computes its rows of each projection's output:
 // of q, k and v its heads', of o and of the FFN's down its model_rows (embedding dimensions),
-// of the FFN's gate and up its ffn_rows, of the head its vocab_rows.
+// of the FFN's gate and up its ffn_rows, of the head its vocab_rows. With experts, of each
+// expert's gate and up its expert_rows and of the shared expert's its shared_expert_rows
+// (empty ranges in a model without them); the routing is every member's.
 struct TensorShare {
   RowRange kv_heads;
   RowRange ffn_rows;
   RowRange model_rows;
   RowRange vocab_rows;
+  RowRange expert_rows;
+  RowRange shared_expert_rows;
   bool operator==(const TensorShare&) const = default;
 };
 

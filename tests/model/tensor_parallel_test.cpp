@@ -39,6 +39,13 @@ constexpr SyntheticShape kGemma3{.name = "gemma3-kv3", .description = "tests: a 
                                  .rope_freq_base = 1000000.0f, .tied_output = true, .head_dim = 32,
                                  .qk_norm = true, .sliding_window = 12, .rope_linear_factor = 8.0f};
 
+// Mixtral's kind of Mixture of Experts with 3 KV heads: 3 of 6 experts of 96 rows (6 units).
+constexpr SyntheticShape kMixtral{.name = "mixtral-kv3", .description = "tests: 3 of 6 experts, GQA 6/3",
+                                  .arch = "llama", .vocab_size = 512, .context_length = 128, .embedding_dim = 96,
+                                  .layer_count = 2, .head_count = 6, .kv_head_count = 3, .ffn_dim = 192,
+                                  .rope_freq_base = 10000.0f, .tied_output = false, .expert_count = 6,
+                                  .experts_per_token = 3, .expert_ffn_dim = 96};
+
 // The models' files: the shared one, or a synthetic one written once per test binary.
 class TestModels : public ::testing::Environment {
  public:
@@ -49,6 +56,7 @@ class TestModels : public ::testing::Environment {
       const SyntheticShape& shape = name == kLlama.name    ? kLlama
                                     : name == kQwen3.name  ? kQwen3
                                     : name == kGemma3.name ? kGemma3
+                                    : name == kMixtral.name ? kMixtral
                                                            : *find_synthetic_shape(name);
       write_synthetic_model(shape, parse_weight_types(type), path.string(), 11);
     }
@@ -202,6 +210,17 @@ INSTANTIATE_TEST_SUITE_P(
                       GroupCase{"qwen2-tiny", "Q8_0", {1, 1}, 1}, GroupCase{"phi3-tiny", "Q4_0", {2, 1}, 2}),
     case_name);
 
+// Each expert's rows shared out as a dense FFN's, the routing every member's.
+INSTANTIATE_TEST_SUITE_P(
+    Experts, GroupEqualsOneModel,
+    ::testing::Values(GroupCase{"mixtral-kv3", "Q4_0", {1, 1, 1}, 1}, GroupCase{"mixtral-kv3", "Q4_0", {1, 3}, 2},
+                      GroupCase{"qwen3moe-tiny", "Q8_0", {1, 1}, 2},
+                      // attention sinks, expert biases, windows in the even layers
+                      GroupCase{"gpt-oss-tiny", "F32", {3, 1}, 1},
+                      // a dense first layer, then experts and a shared one
+                      GroupCase{"glm4moe-tiny", "Q8_0", {1, 2}, 2}),
+    case_name);
+
 // A range that is not the whole model: hidden rows in, hidden rows out, or both.
 INSTANTIATE_TEST_SUITE_P(
     Ranges, GroupEqualsOneModel,
@@ -210,16 +229,17 @@ INSTANTIATE_TEST_SUITE_P(
                       GroupCase{"gemma3-kv3", "F16", {1, 1, 1}, 1, {2, 5}}),
     case_name);
 
-TEST(GroupLoad, RefusesMixtureOfExpertsNamingIt) {
-  const std::shared_ptr<const gguf::File> file = gguf::File::open(TestModels::path("qwen3moe-tiny", "F32"));
+TEST(GroupLoad, RefusesLatentAttentionNamingIt) {
+  const std::shared_ptr<const gguf::File> file = gguf::File::open(TestModels::path("deepseek2-tiny", "F32"));
   const Config config = Config::from_gguf(*file);
   LocalGroup group(2);
-  const std::vector<TensorShare> shares = plan_tensor_shares(config, std::vector<double>{1, 1});
+  const std::vector<TensorShare> shares(2);  // plan_tensor_shares refuses latent attention too
   try {
     Model::load_share(file, {0, config.layer_count}, shares, group.member(0));
     FAIL() << "loaded";
   } catch (const std::runtime_error& e) {
-    EXPECT_STREQ(e.what(), "tensor parallelism does not split qwen3moe's Mixture-of-Experts layers");
+    EXPECT_STREQ(e.what(),
+                 "tensor parallelism cannot split deepseek2's latent attention, whose heads all read one latent KV head");
   }
 }
 
