@@ -3,8 +3,9 @@
 // each, alternately, `reps` times, each run a prompt of 8 tokens and then `tokens` greedy
 // decode steps on a fresh sequence. Random weights of a real shape serve (`strata gguf synth`,
 // a few of TinyLlama's layers with --layers). Prints each run's decode tokens/s, the medians
-// and their ratio, and checks that the group chose the Model's tokens.
-//   tensor_parallel_bench MODEL.gguf [tokens] [reps] [members]
+// and their ratio, and checks that the group chose the Model's tokens. With `sockets` the
+// members gather over Unix socket pairs (parallel::SocketExchange) rather than in memory.
+//   tensor_parallel_bench MODEL.gguf [tokens] [reps] [members] [sockets]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "model/exchange.h"
 #include "model/model.h"
 #include "model/tensor_share.h"
+#include "parallel/socket_exchange.h"
 
 namespace {
 
@@ -57,12 +59,13 @@ Decode decode(model::Model& m, int steps) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL.gguf [tokens] [reps] [members]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL.gguf [tokens] [reps] [members] [sockets]\n", argv[0]);
     return 2;
   }
   const int steps = argc > 2 ? std::atoi(argv[2]) : 32;
   const int reps = argc > 3 ? std::atoi(argv[3]) : 5;
   const int members = argc > 4 ? std::atoi(argv[4]) : 2;
+  const bool sockets = argc > 5 && std::string(argv[5]) == "sockets";
   const std::shared_ptr<const gguf::File> file = gguf::File::open(argv[1]);
   const model::Config config = model::Config::from_gguf(*file);
   const model::LayerRange range{0, config.layer_count};
@@ -70,11 +73,18 @@ int main(int argc, char** argv) {
   const std::vector<model::TensorShare> shares =
       model::plan_tensor_shares(config, std::vector<double>(static_cast<size_t>(members), 1.0));
   model::LocalGroup group(members);
+  std::vector<std::unique_ptr<parallel::SocketExchange>> links;
+  for (const std::vector<int>& peers : parallel::socket_pair_mesh(sockets ? members : 0)) {
+    links.push_back(std::make_unique<parallel::SocketExchange>(static_cast<int>(links.size()), peers));
+  }
   std::vector<std::unique_ptr<model::Model>> parts;
-  for (int m = 0; m < members; ++m) parts.push_back(model::Model::load_share(file, range, shares, group.member(m)));
+  for (int m = 0; m < members; ++m) {
+    model::Exchange& exchange = sockets ? *links[static_cast<size_t>(m)] : group.member(m);
+    parts.push_back(model::Model::load_share(file, range, shares, exchange));
+  }
 
-  std::printf("%d layers, %d decode steps per run, %d members of 1 thread against 1 Model of 1 thread\n",
-              config.layer_count, steps, members);
+  std::printf("%d layers, %d decode steps per run, %d members of 1 thread (%s) against 1 Model of 1 thread\n",
+              config.layer_count, steps, members, sockets ? "Unix sockets" : "in memory");
   std::vector<double> alone, together;
   bool same_tokens = true;
   for (int rep = 0; rep < reps; ++rep) {

@@ -1,7 +1,9 @@
 // A tensor-parallel group (model/tensor_share.h) against one Model of the same range: every
-// output of every step, bit for bit, for each member, whatever the group's size, its shares and
-// its members' thread counts.
+// output of every step, bit for bit, for each member, whatever the group's size, its shares,
+// its members' thread counts and how they gather rows (threads of one process, sockets between
+// threads or between processes).
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -16,6 +18,7 @@
 #include "model/model.h"
 #include "model/synthetic.h"
 #include "model/tensor_share.h"
+#include "parallel/socket_exchange.h"
 
 namespace strata::model {
 namespace {
@@ -151,12 +154,17 @@ std::vector<std::vector<std::vector<float>>> run_script(const std::vector<Model*
   return outputs;
 }
 
+// How the members gather each other's rows: LocalGroup, or parallel::SocketExchange over Unix
+// socket pairs.
+enum class Link { InProcess, Sockets };
+
 struct GroupCase {
   const char* model;
   const char* type;
   std::vector<double> weights;  // one per member
   int threads;                  // each member's
   LayerRange range{};           // {0, 0}: all layers
+  Link link = Link::InProcess;
 };
 
 std::string case_name(const ::testing::TestParamInfo<GroupCase>& info) {
@@ -165,6 +173,7 @@ std::string case_name(const ::testing::TestParamInfo<GroupCase>& info) {
   for (const double w : c.weights) name += "_" + std::to_string(static_cast<int>(w));
   name += "_threads_" + std::to_string(c.threads);
   if (c.range.last > 0) name += "_layers_" + std::to_string(c.range.first) + "_" + std::to_string(c.range.last);
+  if (c.link == Link::Sockets) name += "_sockets";
   for (char& ch : name) {
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   }
@@ -184,11 +193,18 @@ TEST_P(GroupEqualsOneModel, EveryMembersOutputsHaveTheModelsBits) {
   const auto expected = run_script({whole.get()}, 1);
 
   const std::vector<TensorShare> shares = plan_tensor_shares(config, gc.weights);
-  LocalGroup group(static_cast<int>(shares.size()));
+  const int size = static_cast<int>(shares.size());
+  LocalGroup group(size);
+  std::vector<std::unique_ptr<parallel::SocketExchange>> sockets;
+  const auto mesh = parallel::socket_pair_mesh(gc.link == Link::Sockets ? size : 0);
+  for (const std::vector<int>& peers : mesh) {
+    sockets.push_back(std::make_unique<parallel::SocketExchange>(static_cast<int>(sockets.size()), peers));
+  }
   std::vector<std::unique_ptr<Model>> owned;
   std::vector<Model*> members;
-  for (int m = 0; m < static_cast<int>(shares.size()); ++m) {
-    owned.push_back(Model::load_share(file, range, shares, group.member(m)));
+  for (int m = 0; m < size; ++m) {
+    Exchange& exchange = gc.link == Link::Sockets ? *sockets[static_cast<size_t>(m)] : group.member(m);
+    owned.push_back(Model::load_share(file, range, shares, exchange));
     members.push_back(owned.back().get());
   }
   const auto actual = run_script(members, gc.threads);
@@ -221,6 +237,15 @@ INSTANTIATE_TEST_SUITE_P(
                       GroupCase{"glm4moe-tiny", "Q8_0", {1, 2}, 2}),
     case_name);
 
+// The same over sockets: a frame per member and gather.
+INSTANTIATE_TEST_SUITE_P(
+    Sockets, GroupEqualsOneModel,
+    ::testing::Values(GroupCase{"dreams", "F32", {1, 2, 1}, 1, {}, Link::Sockets},
+                      GroupCase{"gemma3-kv3", "F16", {1, 1}, 2, {}, Link::Sockets},
+                      GroupCase{"mixtral-kv3", "Q4_0", {1, 1, 1}, 1, {}, Link::Sockets},
+                      GroupCase{"dreams", "F32", {1, 1}, 2, {1, 3}, Link::Sockets}),
+    case_name);
+
 // A range that is not the whole model: hidden rows in, hidden rows out, or both.
 INSTANTIATE_TEST_SUITE_P(
     Ranges, GroupEqualsOneModel,
@@ -228,6 +253,47 @@ INSTANTIATE_TEST_SUITE_P(
                       GroupCase{"dreams", "F32", {2, 1}, 1, {2, 4}},
                       GroupCase{"gemma3-kv3", "F16", {1, 1, 1}, 1, {2, 5}}),
     case_name);
+
+// Members in processes of their own, as a group across machines would be: the test's process
+// runs member 0 and forks the others, each of which compares its outputs with one Model's and
+// exits with the result.
+TEST(GroupOverSockets, MembersInProcessesOfTheirOwnHaveTheModelsBits) {
+  const std::shared_ptr<const gguf::File> file = gguf::File::open(TestModels::path("qwen3-kv3", "Q8_0"));
+  const Config config = Config::from_gguf(*file);
+  const LayerRange range{0, config.layer_count};
+  const std::vector<TensorShare> shares = plan_tensor_shares(config, std::vector<double>{1, 1, 2});
+  const auto mesh = parallel::socket_pair_mesh(3);
+  // Member m's share and outputs against the whole model's: whether every step's are the same bits.
+  const auto member_agrees = [&](int m) {
+    parallel::SocketExchange exchange(m, mesh[static_cast<size_t>(m)]);
+    const auto member = Model::load_share(file, range, shares, exchange);
+    const auto actual = run_script({member.get()}, 1);
+    const auto whole = Model::load(file, range);
+    const auto expected = run_script({whole.get()}, 1);
+    bool same = true;
+    for (size_t step = 0; step < expected.size(); ++step) same = same && same_bits(actual[step][0], expected[step][0]);
+    return same;
+  };
+  std::vector<pid_t> children;
+  for (int m = 1; m < 3; ++m) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) ::_exit(member_agrees(m) ? 0 : 1);  // past gtest's own exit, which would clean up
+    children.push_back(pid);
+  }
+  // The children's ends are theirs alone: a child's exit then ends its connections here too.
+  for (int m = 1; m < 3; ++m) {
+    for (const int fd : mesh[static_cast<size_t>(m)]) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+  EXPECT_TRUE(member_agrees(0));
+  for (const pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "member process " << pid;
+  }
+}
 
 TEST(GroupLoad, RefusesLatentAttentionNamingIt) {
   const std::shared_ptr<const gguf::File> file = gguf::File::open(TestModels::path("deepseek2-tiny", "F32"));
