@@ -971,11 +971,12 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
     const Layer& layer = *layers_[static_cast<size_t>(l)];
     rms_norm_rows(x_.data(), layer.attn_norm, rows, dim, c.rms_epsilon, normed_.data());
     const Rope& table = ropes_[layer_rope_[static_cast<size_t>(l)]];
+    // Sized each layer: the last one's gather may have swapped it for a buffer of another size.
+    attn_out_.resize(n * own.q_dim());
     if (c.has_latent_attention()) {
       latent_queries_and_keys(layer, table, rows, pool);
       // No values are stored: they are the keys' leading kv_rank, the latent.
       for (size_t row = 0; row < n; ++row) row_kv_[row]->store(l, positions_[row], k_.data() + row * c.kv_dim(), nullptr);
-      attn_out_.resize(n * c.q_dim());
       attention(l, layer, pool);
       latent_values(layer, rows, pool);
       project_gathered(layer.o, head_values_.data(), rows, pool);
@@ -993,7 +994,6 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
       for (size_t row = 0; row < n; ++row) {
         row_kv_[row]->store(l, positions_[row], k_.data() + row * own.kv_dim(), v_.data() + row * own.kv_dim());
       }
-      attn_out_.resize(n * own.q_dim());
       attention(l, layer, pool);
       gather(attn_out_, widths_.heads, n, heads_out_);
       project_gathered(layer.o, heads_out_.data(), rows, pool);

@@ -1,5 +1,7 @@
 #include "parallel/socket_exchange.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -29,6 +31,12 @@ SocketExchange::SocketExchange(int member, std::vector<int> peers)
   if (member < 0 || static_cast<size_t>(member) >= peers_.size()) {
     throw std::invalid_argument("member " + std::to_string(member) + " of a group of " +
                                 std::to_string(peers_.size()));
+  }
+  // A gather's frame is small and the peer waits for it: TCP must send it at once rather than
+  // hold it for more (Nagle's algorithm). Unix sockets have no such option, and refuse it.
+  for (const int fd : peers_) {
+    const int on = 1;
+    if (fd >= 0) ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
   }
 }
 

@@ -1,7 +1,11 @@
 // The socket exchange's all_gather on its own: members on threads, connected by Unix socket
-// pairs, with parts far larger than a socket's buffer and of widths that differ. (Groups of
+// pairs or TCP over the loopback interface, with parts far larger than a socket's buffer and
+// of widths that differ. (Groups of
 // models over it: tests/model/tensor_parallel_test.cpp.)
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <memory>
@@ -18,10 +22,11 @@ namespace {
 // Member m's value for row r, column c of its part.
 float value(int m, size_t r, size_t c) { return static_cast<float>(m * 1000000 + r * 1000 + c) + 0.5f; }
 
-TEST(SocketExchange, GathersEveryMembersRowsInMemberOrder) {
+// Four members of widths 700, 1, 0 and 333 gather over `mesh`'s sockets: every member has
+// every row whole, in member order.
+void expect_gathers_in_member_order(const std::vector<std::vector<int>>& mesh) {
   const std::vector<int> widths{700, 1, 0, 333};
   const int members = static_cast<int>(widths.size());
-  auto mesh = socket_pair_mesh(members);
   std::vector<std::unique_ptr<SocketExchange>> exchanges;
   for (int m = 0; m < members; ++m) exchanges.push_back(std::make_unique<SocketExchange>(m, mesh[m]));
   size_t row_width = 0;
@@ -55,6 +60,34 @@ TEST(SocketExchange, GathersEveryMembersRowsInMemberOrder) {
     for (int m = 0; m < members; ++m) EXPECT_EQ(gathered[m][call], expected) << "call " << call << ", member " << m;
   }
 }
+
+// `members` members' sockets connected pairwise over TCP on the loopback interface.
+std::vector<std::vector<int>> tcp_loopback_mesh(int members) {
+  std::vector<std::vector<int>> peers(static_cast<size_t>(members), std::vector<int>(static_cast<size_t>(members), -1));
+  for (size_t a = 0; a < peers.size(); ++a) {
+    for (size_t b = a + 1; b < peers.size(); ++b) {
+      const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in address{};
+      address.sin_family = AF_INET;
+      address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      socklen_t length = sizeof address;
+      EXPECT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+      EXPECT_EQ(::listen(listener, 1), 0);
+      EXPECT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+      peers[b][a] = ::socket(AF_INET, SOCK_STREAM, 0);
+      EXPECT_EQ(::connect(peers[b][a], reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+      peers[a][b] = ::accept(listener, nullptr, nullptr);
+      ::close(listener);
+    }
+  }
+  return peers;
+}
+
+TEST(SocketExchange, GathersEveryMembersRowsInMemberOrderOverUnixSockets) {
+  expect_gathers_in_member_order(socket_pair_mesh(4));
+}
+
+TEST(SocketExchange, GathersEveryMembersRowsInMemberOrderOverTcp) { expect_gathers_in_member_order(tcp_loopback_mesh(4)); }
 
 TEST(SocketExchange, NamesAMemberThatClosedItsConnection) {
   auto mesh = socket_pair_mesh(2);
