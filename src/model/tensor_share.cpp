@@ -1,9 +1,11 @@
 #include "model/tensor_share.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace strata::model {
 namespace {
