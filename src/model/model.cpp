@@ -49,42 +49,49 @@ class TensorBinder {
     return {static_cast<tensor::DType>(t.type), rows, cols, file_.tensor_data(t)};
   }
 
-  // A weight matrix in its kernels' layout. When that is a copy, the file's pages of it
-  // are let go, so that the weights are not held twice.
+  // A weight matrix in its kernels' layout.
   tensor::PreparedMatrix prepared(const std::string& name, int64_t cols, int64_t rows) const {
     return prepare(matrix(name, cols, rows));
   }
 
   // The `count` matrices of a 3-D tensor of experts (GGUF dims {cols, rows, count}), each
   // `rows` outputs by `cols` inputs, in their kernels' layout.
-  std::vector<tensor::PreparedMatrix> experts(const std::string& name, int64_t cols, int64_t rows, int count) const {
+  // Of each, rows `share`.
+  std::vector<tensor::PreparedMatrix> experts(const std::string& name, int64_t cols, int64_t rows, int count,
+                                              RowRange share) const {
     const gguf::TensorInfo& t =
         computable(name, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), static_cast<uint64_t>(count)});
     const auto type = static_cast<tensor::DType>(t.type);
     const uint64_t expert_bytes = *tensor::row_bytes(type, static_cast<uint64_t>(cols)) * static_cast<uint64_t>(rows);
     std::vector<tensor::PreparedMatrix> matrices;
     for (int e = 0; e < count; ++e) {
-      matrices.push_back(prepare({type, rows, cols, file_.tensor_data(t) + expert_bytes * static_cast<uint64_t>(e)}));
+      const tensor::Matrix expert{type, rows, cols, file_.tensor_data(t) + expert_bytes * static_cast<uint64_t>(e)};
+      matrices.push_back(prepare(rows_of(expert, 0, share)));
     }
     return matrices;
   }
 
-  // Consecutive row ranges of one matrix of `cols` inputs (GGUF dims {cols, the ranges' sum}),
-  // each in its kernels' layout: a fused attn_qkv or gate-and-up is used by the kernels of its
-  // parts, as the rows of a GGUF matrix lie one after another.
-  std::vector<tensor::PreparedMatrix> split_rows(const std::string& name, int64_t cols,
-                                                 std::initializer_list<int64_t> parts) const {
-    int64_t total = 0;
-    for (const int64_t rows : parts) total += rows;
-    const tensor::Matrix whole = matrix(name, cols, total);
-    const uint64_t row_bytes = *tensor::row_bytes(whole.type, static_cast<uint64_t>(cols));
-    std::vector<tensor::PreparedMatrix> matrices;
-    uint64_t first = 0;
-    for (const int64_t rows : parts) {
-      matrices.push_back(prepare({whole.type, rows, cols, static_cast<const uint8_t*>(whole.data) + row_bytes * first}));
-      first += static_cast<uint64_t>(rows);
+  // Rows `share` of a weight matrix of `rows` outputs by `cols` inputs, in their kernels' layout.
+  tensor::PreparedMatrix prepared(const std::string& name, int64_t cols, int64_t rows, RowRange share) const {
+    return prepare(rows_of(matrix(name, cols, rows), 0, share));
+  }
+
+  // Rows first + share of `whole`, a matrix of its own: a fused attn_qkv or gate-and-up is used
+  // by the kernels of its parts, as the rows of a GGUF matrix lie one after another.
+  static tensor::Matrix rows_of(const tensor::Matrix& whole, int64_t first, RowRange share) {
+    const uint64_t row_bytes = *tensor::row_bytes(whole.type, static_cast<uint64_t>(whole.cols));
+    return {whole.type, share.size(), whole.cols,
+            static_cast<const uint8_t*>(whole.data) + row_bytes * static_cast<uint64_t>(first + share.first)};
+  }
+
+  // `source` in its kernels' layout. When that is a copy, the file's pages of it are let go, so
+  // that the weights are not held twice.
+  tensor::PreparedMatrix prepare(const tensor::Matrix& source) const {
+    tensor::PreparedMatrix prepared(source);
+    if (prepared.interleaved() != nullptr) {
+      file_.release_pages(static_cast<const uint8_t*>(source.data), matrix_bytes(source));
     }
-    return matrices;
+    return prepared;
   }
 
   // A small F32 vector (norm weights, biases, rope factors).
@@ -115,14 +122,6 @@ class TensorBinder {
                                ", which Strata cannot compute (supported: " + computable_type_names() + ")");
     }
     return require(name, dims);
-  }
-
-  tensor::PreparedMatrix prepare(const tensor::Matrix& source) const {
-    tensor::PreparedMatrix prepared(source);
-    if (prepared.interleaved() != nullptr) {
-      file_.release_pages(static_cast<const uint8_t*>(source.data), matrix_bytes(source));
-    }
-    return prepared;
   }
 
   const gguf::TensorInfo& require(const std::string& name, const std::vector<uint64_t>& dims) const {
@@ -156,8 +155,8 @@ void bind_latent_attention(const TensorBinder& bind, const std::string& p, const
   l.kv_a = bind.prepared(p + "attn_kv_a_mqa.weight", c.embedding_dim, mla.kv_rank + c.rope_dim);
   l.kv_a_norm = bind.vector(p + "attn_kv_a_norm.weight", mla.kv_rank);
   if (bind.find(p + "attn_k_b.weight") != nullptr) {
-    l.k_b = bind.experts(p + "attn_k_b.weight", mla.nope_dim, mla.kv_rank, heads);
-    l.v_b = bind.experts(p + "attn_v_b.weight", mla.kv_rank, mla.value_dim, heads);
+    l.k_b = bind.experts(p + "attn_k_b.weight", mla.nope_dim, mla.kv_rank, heads, {0, mla.kv_rank});
+    l.v_b = bind.experts(p + "attn_v_b.weight", mla.kv_rank, mla.value_dim, heads, {0, mla.value_dim});
     return;
   }
   const size_t per_head = static_cast<size_t>(mla.nope_dim + mla.value_dim);
@@ -252,6 +251,34 @@ void add_in_place(std::vector<float>& x, const std::vector<float>& delta, size_t
   for (size_t i = 0; i < count; ++i) x[i] += delta[i];
 }
 
+// Refuses shares that do not cover each dimension, in member order, with a part for every
+// member, and models whose layers a share cannot hold.
+void check_shares(const Config& c, std::span<const TensorShare> shares) {
+  if (c.has_latent_attention()) {
+    throw std::runtime_error("tensor parallelism cannot split " + c.arch_name +
+                             "'s latent attention, whose heads all read one latent KV head");
+  }
+  // A dimension of no rows (the experts' in a dense model) has an empty part in every share.
+  const auto check = [&](RowRange TensorShare::*dimension, int rows, const char* what) {
+    int next = 0;
+    bool in_order = true;
+    for (const TensorShare& share : shares) {
+      const RowRange part = share.*dimension;
+      in_order = in_order && part.first == next && (part.last > part.first || rows == 0);
+      next = part.last;
+    }
+    if (!in_order || next != rows) {
+      throw std::runtime_error(std::string("the group's shares do not cover the ") + what + " in member order");
+    }
+  };
+  check(&TensorShare::kv_heads, c.kv_head_count, "KV heads");
+  check(&TensorShare::ffn_rows, c.ffn_dim, "FFN rows");
+  check(&TensorShare::model_rows, c.embedding_dim, "embedding rows");
+  check(&TensorShare::vocab_rows, c.vocab_size, "vocabulary rows");
+  check(&TensorShare::expert_rows, c.has_experts() ? c.expert_ffn_dim : 0, "expert rows");
+  check(&TensorShare::shared_expert_rows, c.has_experts() ? c.shared_expert_ffn_dim : 0, "shared expert rows");
+}
+
 }  // namespace
 
 std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file) {
@@ -261,6 +288,21 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file) {
 
 std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, LayerRange range,
                                    const std::function<void(double)>& progress, const Model* reuse) {
+  return bind_weights(std::move(file), range, progress, reuse, {}, nullptr);
+}
+
+std::unique_ptr<Model> Model::load_share(std::shared_ptr<const gguf::File> file, LayerRange range,
+                                         std::span<const TensorShare> shares, Exchange& exchange) {
+  if (shares.size() != static_cast<size_t>(exchange.size())) {
+    throw std::runtime_error(std::to_string(shares.size()) + " shares for a group of " +
+                             std::to_string(exchange.size()) + " members");
+  }
+  return bind_weights(std::move(file), range, {}, nullptr, shares, &exchange);
+}
+
+std::unique_ptr<Model> Model::bind_weights(std::shared_ptr<const gguf::File> file, LayerRange range,
+                                           const std::function<void(double)>& progress, const Model* reuse,
+                                           std::span<const TensorShare> shares, Exchange* exchange) {
   std::unique_ptr<Model> m(new Model());
   m->config_ = Config::from_gguf(*file);
   const Config& c = m->config_;
@@ -270,7 +312,32 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
                              std::to_string(c.layer_count) + " layers");
   }
   m->range_ = range;
-  if (reuse != nullptr && reuse->file_ != file) reuse = nullptr;
+  if (exchange != nullptr) check_shares(c, shares);
+  const TensorShare whole{{0, c.kv_head_count}, {0, c.ffn_dim},         {0, c.embedding_dim},
+                          {0, c.vocab_size},    {0, c.expert_ffn_dim}, {0, c.shared_expert_ffn_dim}};
+  if (shares.empty()) shares = {&whole, 1};
+  const TensorShare& share = shares[static_cast<size_t>(exchange != nullptr ? exchange->member() : 0)];
+  // A query head reads KV head (its index / group): a share's KV heads come with their groups.
+  const int group = c.head_count / c.kv_head_count;
+  const RowRange q_rows{share.kv_heads.first * group * c.head_dim, share.kv_heads.last * group * c.head_dim};
+  const RowRange kv_rows{share.kv_heads.first * c.head_dim, share.kv_heads.last * c.head_dim};
+  m->exchange_ = exchange;
+  m->share_config_ = c;
+  m->share_config_.head_count = share.kv_heads.size() * group;
+  m->share_config_.kv_head_count = share.kv_heads.size();
+  m->share_config_.ffn_dim = share.ffn_rows.size();
+  m->share_config_.expert_ffn_dim = share.expert_rows.size();
+  m->share_config_.shared_expert_ffn_dim = share.shared_expert_rows.size();
+  for (const TensorShare& member : shares) {
+    m->widths_.heads.push_back(member.kv_heads.size() * group * c.head_dim);
+    m->widths_.model.push_back(member.model_rows.size());
+    m->widths_.ffn.push_back(member.ffn_rows.size());
+    m->widths_.vocab.push_back(member.vocab_rows.size());
+    m->widths_.experts.push_back(member.expert_rows.size());
+    m->widths_.shared_expert.push_back(member.shared_expert_rows.size());
+  }
+  // Layers are shared only between whole models: a member's are its share's alone.
+  if (reuse != nullptr && (reuse->file_ != file || reuse->exchange_ != nullptr || exchange != nullptr)) reuse = nullptr;
   TensorBinder bind(*file);
 
   const gguf::TensorInfo* embd = bind.find("token_embd.weight");
@@ -297,7 +364,7 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
       }
       m->output_ = std::make_shared<const tensor::PreparedMatrix>(
           bind.prepared(bind.find("output.weight") ? "output.weight" : "token_embd.weight", c.embedding_dim,
-                        c.vocab_size));
+                        c.vocab_size, share.vocab_rows));
       return;
     }
     const int global = range.first + static_cast<int>(item);
@@ -315,32 +382,36 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
     if (c.has_latent_attention()) {
       bind_latent_attention(bind, p, c, l);
     } else if (fused_qkv) {
-      auto qkv = bind.split_rows(p + "attn_qkv.weight", c.embedding_dim, {c.q_dim(), c.kv_dim(), c.kv_dim()});
-      l.q = std::move(qkv[0]);
-      l.k = std::move(qkv[1]);
-      l.v = std::move(qkv[2]);
+      const tensor::Matrix qkv = bind.matrix(p + "attn_qkv.weight", c.embedding_dim, c.q_dim() + 2 * c.kv_dim());
+      l.q = bind.prepare(TensorBinder::rows_of(qkv, 0, q_rows));
+      l.k = bind.prepare(TensorBinder::rows_of(qkv, c.q_dim(), kv_rows));
+      l.v = bind.prepare(TensorBinder::rows_of(qkv, c.q_dim() + c.kv_dim(), kv_rows));
     } else {
-      l.q = bind.prepared(p + "attn_q.weight", c.embedding_dim, c.q_dim());
-      l.k = bind.prepared(p + "attn_k.weight", c.embedding_dim, c.kv_dim());
-      l.v = bind.prepared(p + "attn_v.weight", c.embedding_dim, c.kv_dim());
+      l.q = bind.prepared(p + "attn_q.weight", c.embedding_dim, c.q_dim(), q_rows);
+      l.k = bind.prepared(p + "attn_k.weight", c.embedding_dim, c.kv_dim(), kv_rows);
+      l.v = bind.prepared(p + "attn_v.weight", c.embedding_dim, c.kv_dim(), kv_rows);
     }
     // The heads' values: with latent attention each head's after attn_v_b.
     const int head_values = c.has_latent_attention() ? c.head_count * c.mla.value_dim : c.q_dim();
-    l.o = bind.prepared(p + "attn_output.weight", head_values, c.embedding_dim);
+    l.o = bind.prepared(p + "attn_output.weight", head_values, c.embedding_dim, share.model_rows);
+    // o's bias joins its output after the members' rows are gathered.
     if (c.has_output_bias) l.o_bias = bind.vector(p + "attn_output.bias", c.embedding_dim);
-    if (c.has_attention_sinks) l.sinks = bind.vector(p + "attn_sinks.weight", c.head_count);
+    if (c.has_attention_sinks) {
+      l.sinks = bind.vector(p + "attn_sinks.weight", c.head_count) + share.kv_heads.first * group;
+    }
     if (c.has_post_norms) {
       l.post_attention_norm = bind.vector(p + "post_attention_norm.weight", c.embedding_dim);
       l.post_ffn_norm = bind.vector(p + "post_ffw_norm.weight", c.embedding_dim);
     }
     if (c.has_qkv_bias && fused_qkv) {
-      l.q_bias = bind.vector(p + "attn_qkv.bias", c.q_dim() + 2 * c.kv_dim());
-      l.k_bias = l.q_bias + c.q_dim();
-      l.v_bias = l.k_bias + c.kv_dim();
+      const float* qkv_bias = bind.vector(p + "attn_qkv.bias", c.q_dim() + 2 * c.kv_dim());
+      l.q_bias = qkv_bias + q_rows.first;
+      l.k_bias = qkv_bias + c.q_dim() + kv_rows.first;
+      l.v_bias = qkv_bias + c.q_dim() + c.kv_dim() + kv_rows.first;
     } else if (c.has_qkv_bias) {
-      l.q_bias = bind.vector(p + "attn_q.bias", c.q_dim());
-      l.k_bias = bind.vector(p + "attn_k.bias", c.kv_dim());
-      l.v_bias = bind.vector(p + "attn_v.bias", c.kv_dim());
+      l.q_bias = bind.vector(p + "attn_q.bias", c.q_dim()) + q_rows.first;
+      l.k_bias = bind.vector(p + "attn_k.bias", c.kv_dim()) + kv_rows.first;
+      l.v_bias = bind.vector(p + "attn_v.bias", c.kv_dim()) + kv_rows.first;
     }
     if (c.has_qk_norm) {
       l.q_norm = bind.vector(p + "attn_q_norm.weight", c.head_dim);
@@ -350,29 +421,39 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
     if (c.layer_has_experts(global)) {
       l.router = bind.prepared(p + "ffn_gate_inp.weight", c.embedding_dim, c.expert_count);
       if (c.expert_selection_bias) l.selection_bias = bind.vector(p + "exp_probs_b.bias", c.expert_count);
-      l.expert_gate = bind.experts(p + "ffn_gate_exps.weight", c.embedding_dim, c.expert_ffn_dim, c.expert_count);
-      l.expert_up = bind.experts(p + "ffn_up_exps.weight", c.embedding_dim, c.expert_ffn_dim, c.expert_count);
-      l.expert_down = bind.experts(p + "ffn_down_exps.weight", c.expert_ffn_dim, c.embedding_dim, c.expert_count);
+      l.expert_gate = bind.experts(p + "ffn_gate_exps.weight", c.embedding_dim, c.expert_ffn_dim, c.expert_count,
+                                   share.expert_rows);
+      l.expert_up = bind.experts(p + "ffn_up_exps.weight", c.embedding_dim, c.expert_ffn_dim, c.expert_count,
+                                 share.expert_rows);
+      l.expert_down = bind.experts(p + "ffn_down_exps.weight", c.expert_ffn_dim, c.embedding_dim, c.expert_count,
+                                   share.model_rows);
       if (c.has_expert_biases) {
+        // Each expert's gate and up biases from this member's first row; down's join the
+        // gathered rows.
         l.router_bias = bind.vector(p + "ffn_gate_inp.bias", c.expert_count);
-        l.expert_gate_bias = bind.vectors(p + "ffn_gate_exps.bias", c.expert_ffn_dim, c.expert_count);
-        l.expert_up_bias = bind.vectors(p + "ffn_up_exps.bias", c.expert_ffn_dim, c.expert_count);
+        l.expert_gate_bias =
+            bind.vectors(p + "ffn_gate_exps.bias", c.expert_ffn_dim, c.expert_count) + share.expert_rows.first;
+        l.expert_up_bias =
+            bind.vectors(p + "ffn_up_exps.bias", c.expert_ffn_dim, c.expert_count) + share.expert_rows.first;
         l.expert_down_bias = bind.vectors(p + "ffn_down_exps.bias", c.embedding_dim, c.expert_count);
       }
       if (c.shared_expert_ffn_dim > 0) {
-        l.shared_gate = bind.prepared(p + "ffn_gate_shexp.weight", c.embedding_dim, c.shared_expert_ffn_dim);
-        l.shared_up = bind.prepared(p + "ffn_up_shexp.weight", c.embedding_dim, c.shared_expert_ffn_dim);
-        l.shared_down = bind.prepared(p + "ffn_down_shexp.weight", c.shared_expert_ffn_dim, c.embedding_dim);
+        l.shared_gate = bind.prepared(p + "ffn_gate_shexp.weight", c.embedding_dim, c.shared_expert_ffn_dim,
+                                      share.shared_expert_rows);
+        l.shared_up = bind.prepared(p + "ffn_up_shexp.weight", c.embedding_dim, c.shared_expert_ffn_dim,
+                                    share.shared_expert_rows);
+        l.shared_down = bind.prepared(p + "ffn_down_shexp.weight", c.shared_expert_ffn_dim, c.embedding_dim,
+                                      share.model_rows);
       }
     } else if (c.fused_gate_up) {
-      auto gate_up = bind.split_rows(p + "ffn_up.weight", c.embedding_dim, {c.ffn_dim, c.ffn_dim});
-      l.gate = std::move(gate_up[0]);
-      l.up = std::move(gate_up[1]);
-      l.down = bind.prepared(p + "ffn_down.weight", c.ffn_dim, c.embedding_dim);
+      const tensor::Matrix gate_up = bind.matrix(p + "ffn_up.weight", c.embedding_dim, 2 * c.ffn_dim);
+      l.gate = bind.prepare(TensorBinder::rows_of(gate_up, 0, share.ffn_rows));
+      l.up = bind.prepare(TensorBinder::rows_of(gate_up, c.ffn_dim, share.ffn_rows));
+      l.down = bind.prepared(p + "ffn_down.weight", c.ffn_dim, c.embedding_dim, share.model_rows);
     } else {
-      l.gate = bind.prepared(p + "ffn_gate.weight", c.embedding_dim, c.ffn_dim);
-      l.up = bind.prepared(p + "ffn_up.weight", c.embedding_dim, c.ffn_dim);
-      l.down = bind.prepared(p + "ffn_down.weight", c.ffn_dim, c.embedding_dim);
+      l.gate = bind.prepared(p + "ffn_gate.weight", c.embedding_dim, c.ffn_dim, share.ffn_rows);
+      l.up = bind.prepared(p + "ffn_up.weight", c.embedding_dim, c.ffn_dim, share.ffn_rows);
+      l.down = bind.prepared(p + "ffn_down.weight", c.ffn_dim, c.embedding_dim, share.model_rows);
     }
   };
   const int64_t items = range.size() + 1;
@@ -402,7 +483,7 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Layer
 }
 
 std::shared_ptr<KvMemory> Model::new_kv_memory(KvBlockCounts blocks, KvType type) const {
-  return std::make_shared<KvMemory>(config_, range_, blocks, type);
+  return std::make_shared<KvMemory>(share_config_, range_, blocks, type);
 }
 
 std::unique_ptr<KvState> Model::new_sequence(int capacity, KvType type) const {
@@ -484,7 +565,7 @@ void Model::rope(const Rope& table, float* rows, int row_count, int heads, int h
 }
 
 void Model::attention(int layer_index, const Layer& layer, tensor::ThreadPool& pool) {
-  const Config& c = config_;
+  const Config& c = share_config_;
   const bool sliding = c.is_sliding(range_.first + layer_index);
   const int heads = c.head_count;
   const int kv_heads = c.kv_head_count;
@@ -731,17 +812,17 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   // The slots' rows gathered in that order, so that expert e's are rows expert_starts_[e] ..
   // of expert_in_; all experts' gate and up products (and the shared expert's, over every row)
   // then run in one parallel loop, and all their down products in another (two thread waits a
-  // layer, not two an expert).
-  const size_t ffn = static_cast<size_t>(c.expert_ffn_dim);
-  const size_t shared_ffn = static_cast<size_t>(c.shared_expert_ffn_dim);
+  // layer, not two an expert). `ffn` and `shared_ffn` are this member's rows of an expert's
+  // and the shared expert's activations, `part_dim` its rows of their outputs.
+  const size_t ffn = static_cast<size_t>(share_config_.expert_ffn_dim);
+  const size_t shared_ffn = static_cast<size_t>(share_config_.shared_expert_ffn_dim);
+  const size_t part_dim = static_cast<size_t>(layer.expert_down.front().source().rows);
   gate_.resize(n * shared_ffn);
   up_.resize(n * shared_ffn);
-  shared_out_.resize(n * dim);
   const size_t slot_count = n * k;
   expert_in_.resize(slot_count * dim);
   expert_gate_.resize(slot_count * ffn);
   expert_up_.resize(slot_count * ffn);
-  expert_out_.resize(slot_count * dim);
   for (size_t i = 0; i < slot_count; ++i) {
     const float* row = normed_.data() + expert_slots_[i] / k * dim;
     std::copy(row, row + dim, expert_in_.data() + i * dim);
@@ -766,21 +847,30 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   tensor::matmul(expert_jobs_, pool);
   if (layer.expert_gate_bias != nullptr) {
     each_expert([&](size_t e, size_t first, int64_t count) {
-      add_bias(expert_gate_.data() + first * ffn, layer.expert_gate_bias + e * ffn, static_cast<int>(count),
-               c.expert_ffn_dim);
-      add_bias(expert_up_.data() + first * ffn, layer.expert_up_bias + e * ffn, static_cast<int>(count),
-               c.expert_ffn_dim);
+      const size_t bias_offset = e * static_cast<size_t>(c.expert_ffn_dim);
+      add_bias(expert_gate_.data() + first * ffn, layer.expert_gate_bias + bias_offset, static_cast<int>(count),
+               static_cast<int>(ffn));
+      add_bias(expert_up_.data() + first * ffn, layer.expert_up_bias + bias_offset, static_cast<int>(count),
+               static_cast<int>(ffn));
     });
   }
   activate(expert_gate_.data(), expert_up_.data(), static_cast<int64_t>(slot_count * ffn));
   activate(gate_.data(), up_.data(), static_cast<int64_t>(n * shared_ffn));
+  // Every member's rows of the activations, the down products' input.
+  const size_t full_ffn = static_cast<size_t>(c.expert_ffn_dim);
+  gather(expert_gate_, widths_.experts, slot_count, expert_activations_);
+  if (shared_ffn > 0) gather(gate_, widths_.shared_expert, n, activations_);
+  expert_out_part_.resize(slot_count * part_dim);
+  shared_out_part_.resize(n * part_dim);
   expert_jobs_.clear();
   each_expert([&](size_t e, size_t first, int64_t count) {
-    expert_jobs_.push_back({{layer.expert_down[e], expert_out_.data() + first * dim}, expert_gate_.data() + first * ffn,
-                            count});
+    expert_jobs_.push_back({{layer.expert_down[e], expert_out_part_.data() + first * part_dim},
+                            expert_activations_.data() + first * full_ffn, count});
   });
-  if (shared_ffn > 0) expert_jobs_.push_back({{layer.shared_down, shared_out_.data()}, gate_.data(), rows});
+  if (shared_ffn > 0) expert_jobs_.push_back({{layer.shared_down, shared_out_part_.data()}, activations_.data(), rows});
   tensor::matmul(expert_jobs_, pool);
+  gather(expert_out_part_, widths_.model, slot_count, expert_out_);
+  if (shared_ffn > 0) gather(shared_out_part_, widths_.model, n, shared_out_);
   if (layer.expert_down_bias != nullptr) {
     each_expert([&](size_t e, size_t first, int64_t count) {
       add_bias(expert_out_.data() + first * dim, layer.expert_down_bias + e * dim, static_cast<int>(count),
@@ -805,11 +895,30 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
 }
 
 void Model::dense_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) {
-  gate_.resize(static_cast<size_t>(rows) * static_cast<size_t>(config_.ffn_dim));
+  gate_.resize(static_cast<size_t>(rows) * static_cast<size_t>(share_config_.ffn_dim));
   up_.resize(gate_.size());
   tensor::matmul({{layer.gate, gate_.data()}, {layer.up, up_.data()}}, normed_.data(), rows, pool);
   activate(gate_.data(), up_.data(), static_cast<int64_t>(gate_.size()));
-  tensor::matmul(layer.down, gate_.data(), rows, proj_.data(), pool);
+  gather(gate_, widths_.ffn, static_cast<size_t>(rows), activations_);
+  project_gathered(layer.down, activations_.data(), rows, pool);
+}
+
+void Model::gather(std::vector<float>& mine, std::span<const int> widths, size_t rows, std::vector<float>& full) {
+  if (exchange_ == nullptr) {
+    std::swap(mine, full);
+    return;
+  }
+  size_t row_width = 0;
+  for (const int w : widths) row_width += static_cast<size_t>(w);
+  full.resize(rows * row_width);
+  exchange_->all_gather(mine, widths, rows, full);
+}
+
+void Model::project_gathered(const tensor::PreparedMatrix& w, const float* in, int rows, tensor::ThreadPool& pool) {
+  const size_t n = static_cast<size_t>(rows);
+  proj_part_.resize(n * static_cast<size_t>(w.source().rows));
+  tensor::matmul(w, in, rows, proj_part_.data(), pool);
+  gather(proj_part_, widths_.model, n, proj_);
 }
 
 std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::span<const Token> tokens,
@@ -843,11 +952,13 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
     std::copy(hidden.begin(), hidden.end(), x_.begin());
   }
 
+  // The attention's sizes are this model's share's; the residual stream's, and o's and down's
+  // outputs once gathered, are the model's.
+  const Config& own = share_config_;
   normed_.resize(n * dim);
-  q_.resize(n * c.q_dim());
-  k_.resize(n * c.kv_dim());
-  v_.resize(n * c.kv_dim());
-  attn_out_.resize(n * c.q_dim());
+  q_.resize(n * own.q_dim());
+  k_.resize(n * own.kv_dim());
+  v_.resize(n * own.kv_dim());
   proj_.resize(n * dim);
   for (const SequenceSlice& s : slices) {
     if (!s.kv->reserve_step(s.token_count)) {
@@ -860,29 +971,32 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
     const Layer& layer = *layers_[static_cast<size_t>(l)];
     rms_norm_rows(x_.data(), layer.attn_norm, rows, dim, c.rms_epsilon, normed_.data());
     const Rope& table = ropes_[layer_rope_[static_cast<size_t>(l)]];
+    // Sized each layer: the last one's gather may have swapped it for a buffer of another size.
+    attn_out_.resize(n * own.q_dim());
     if (c.has_latent_attention()) {
       latent_queries_and_keys(layer, table, rows, pool);
       // No values are stored: they are the keys' leading kv_rank, the latent.
       for (size_t row = 0; row < n; ++row) row_kv_[row]->store(l, positions_[row], k_.data() + row * c.kv_dim(), nullptr);
       attention(l, layer, pool);
       latent_values(layer, rows, pool);
-      tensor::matmul(layer.o, head_values_.data(), rows, proj_.data(), pool);
+      project_gathered(layer.o, head_values_.data(), rows, pool);
     } else {
       tensor::matmul({{layer.q, q_.data()}, {layer.k, k_.data()}, {layer.v, v_.data()}}, normed_.data(), rows, pool);
-      add_bias(q_.data(), layer.q_bias, rows, c.q_dim());
-      add_bias(k_.data(), layer.k_bias, rows, c.kv_dim());
-      add_bias(v_.data(), layer.v_bias, rows, c.kv_dim());
+      add_bias(q_.data(), layer.q_bias, rows, own.q_dim());
+      add_bias(k_.data(), layer.k_bias, rows, own.kv_dim());
+      add_bias(v_.data(), layer.v_bias, rows, own.kv_dim());
       if (c.has_qk_norm) {
-        rms_norm_rows(q_.data(), layer.q_norm, rows * c.head_count, c.head_dim, c.rms_epsilon, q_.data());
-        rms_norm_rows(k_.data(), layer.k_norm, rows * c.kv_head_count, c.head_dim, c.rms_epsilon, k_.data());
+        rms_norm_rows(q_.data(), layer.q_norm, rows * own.head_count, c.head_dim, c.rms_epsilon, q_.data());
+        rms_norm_rows(k_.data(), layer.k_norm, rows * own.kv_head_count, c.head_dim, c.rms_epsilon, k_.data());
       }
-      rope(table, q_.data(), rows, c.head_count, c.head_dim);
-      rope(table, k_.data(), rows, c.kv_head_count, c.head_dim);
+      rope(table, q_.data(), rows, own.head_count, c.head_dim);
+      rope(table, k_.data(), rows, own.kv_head_count, c.head_dim);
       for (size_t row = 0; row < n; ++row) {
-        row_kv_[row]->store(l, positions_[row], k_.data() + row * c.kv_dim(), v_.data() + row * c.kv_dim());
+        row_kv_[row]->store(l, positions_[row], k_.data() + row * own.kv_dim(), v_.data() + row * own.kv_dim());
       }
       attention(l, layer, pool);
-      tensor::matmul(layer.o, attn_out_.data(), rows, proj_.data(), pool);
+      gather(attn_out_, widths_.heads, n, heads_out_);
+      project_gathered(layer.o, heads_out_.data(), rows, pool);
     }
     add_bias(proj_.data(), layer.o_bias, rows, dim);
     if (layer.post_attention_norm != nullptr) {
@@ -924,8 +1038,12 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
     first_row = to;
   }
   const int64_t selected_rows = static_cast<int64_t>(selected.size() / dim);
-  std::vector<float> logits(static_cast<size_t>(selected_rows) * c.vocab_size);
-  if (selected_rows > 0) tensor::matmul(*output_, selected.data(), selected_rows, logits.data(), pool);
+  std::vector<float> logits;
+  if (selected_rows > 0) {
+    std::vector<float> part(static_cast<size_t>(selected_rows * output_->source().rows));
+    tensor::matmul(*output_, selected.data(), selected_rows, part.data(), pool);
+    gather(part, widths_.vocab, static_cast<size_t>(selected_rows), logits);
+  }
   if (c.logit_softcap > 0.0f) {
     for (float& logit : logits) logit = c.logit_softcap * std::tanh(logit / c.logit_softcap);
   }

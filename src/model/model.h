@@ -17,8 +17,10 @@
 
 #include "gguf/gguf.h"
 #include "model/config.h"
+#include "model/exchange.h"
 #include "model/kv_pool.h"
 #include "model/kv_state.h"
+#include "model/tensor_share.h"
 #include "tensor/matmul.h"
 #include "tensor/thread_pool.h"
 
@@ -50,6 +52,15 @@ class Model {
                                      const std::function<void(double)>& progress = {},
                                      const Model* reuse = nullptr);
   static std::unique_ptr<Model> load(std::shared_ptr<const gguf::File> file);  // all layers
+  // A member of a tensor-parallel group (tensor_share.h): member exchange.member()'s share,
+  // shares[member], of every layer of `range` and of its head. Each member loads its own with
+  // the same `shares` and calls forward with the same batch at the same time, on a thread of
+  // its own; the members gather each other's rows through `exchange` (which must outlive the
+  // model), and each returns what one Model of the range would, bit for bit. Its KV memory
+  // holds its KV heads only. Throws std::runtime_error for what `load` refuses, for shares that
+  // do not cover the model in member order, and for latent attention, which it cannot split.
+  static std::unique_ptr<Model> load_share(std::shared_ptr<const gguf::File> file, LayerRange range,
+                                           std::span<const TensorShare> shares, Exchange& exchange);
 
   const Config& config() const { return config_; }
   LayerRange range() const { return range_; }
@@ -117,6 +128,16 @@ class Model {
   static Rope rope_table(const Config& c, float base, const float* freq_factors, bool scaled);
 
   Model() = default;
+  // load's and load_share's: binds `share` of the layers (a whole model's: all of them).
+  static std::unique_ptr<Model> bind_weights(std::shared_ptr<const gguf::File> file, LayerRange range,
+                                             const std::function<void(double)>& progress, const Model* reuse,
+                                             std::span<const TensorShare> shares, Exchange* exchange);
+  // `full` = every member's `mine` side by side in each of `rows` rows, `widths` the members'
+  // parts of a row. A whole model has every part already: the vectors swap. `mine` is thus left
+  // with no particular size.
+  void gather(std::vector<float>& mine, std::span<const int> widths, size_t rows, std::vector<float>& full);
+  // proj_ = w (all of its rows, from every member's share of them) times `rows` rows of `in`.
+  void project_gathered(const tensor::PreparedMatrix& w, const float* in, int rows, tensor::ThreadPool& pool);
   void embed(std::span<const Token> tokens, float* out) const;
   // Each batch row attends over its own sequence's cache: rows 0..its position, or in a
   // sliding layer the last sliding_window of them.
@@ -151,6 +172,17 @@ class Model {
 
   std::shared_ptr<const gguf::File> file_;
   Config config_;
+  // config_ with this model's share of the heads and of the FFN's rows: what its weights, its
+  // KV memory and its attention cover (config_ itself in a whole model).
+  Config share_config_;
+  // Per member of the group, its part of the rows of each gather: of the heads' outputs (o's
+  // input), of o's and down's outputs, of the FFN's activations (down's input), of the logits,
+  // and of an expert's and the shared expert's activations. A whole model is a group of one.
+  struct GatherWidths {
+    std::vector<int> heads, model, ffn, vocab, experts, shared_expert;
+  };
+  GatherWidths widths_;
+  Exchange* exchange_ = nullptr;  // nullptr: a whole model
   LayerRange range_;
   tensor::Matrix embedding_{};
   const float* output_norm_ = nullptr;
@@ -163,6 +195,10 @@ class Model {
 
   // Scratch rows for the current batch, reused between calls.
   std::vector<float> x_, normed_, q_, k_, v_, attn_out_, gate_, up_, proj_;
+  // Gathered whole from the members' parts (attn_out_, gate_): every head's output (o's input)
+  // and the FFN's activations (down's input). This member's part of o's or down's output, which
+  // proj_ is gathered from.
+  std::vector<float> heads_out_, activations_, proj_part_;
   // Latent attention: q_a's rows, q_b's (or q's), one head's rows gathered and computed, and
   // every head's value.
   std::vector<float> q_compressed_, head_queries_, head_in_, head_out_, head_values_;
@@ -174,6 +210,10 @@ class Model {
   std::vector<int> expert_order_;                  // choose_experts' scratch
   std::vector<tensor::MatmulJob> expert_jobs_;
   std::vector<float> shared_out_;  // the shared expert's output rows
+  // This member's part of the experts' (and the shared expert's) activations and outputs are
+  // expert_gate_ and gate_, then these, gathered into expert_activations_ and activations_,
+  // then expert_out_ and shared_out_.
+  std::vector<float> expert_activations_, expert_out_part_, shared_out_part_;
   std::vector<size_t> expert_starts_, expert_fill_, expert_slots_;  // the slots of each expert, in order
   std::vector<int> positions_;   // per batch row: its position in its sequence
   std::vector<KvState*> row_kv_;  // per batch row: its sequence's cache

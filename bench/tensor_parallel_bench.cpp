@@ -1,0 +1,108 @@
+// One stream's decode speed of a tensor-parallel group in one process (model/tensor_share.h)
+// against one Model: a Model on one thread, then a group of `members` members with one thread
+// each, alternately, `reps` times, each run a prompt of 8 tokens and then `tokens` greedy
+// decode steps on a fresh sequence. Random weights of a real shape serve (`strata gguf synth`,
+// a few of TinyLlama's layers with --layers). Prints each run's decode tokens/s, the medians
+// and their ratio, and checks that the group chose the Model's tokens. With `sockets` the
+// members gather over Unix socket pairs (parallel::SocketExchange) rather than in memory.
+//   tensor_parallel_bench MODEL.gguf [tokens] [reps] [members] [sockets]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "model/exchange.h"
+#include "model/model.h"
+#include "model/tensor_share.h"
+#include "parallel/socket_exchange.h"
+
+namespace {
+
+using namespace strata;
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Decode {
+  std::vector<model::Token> tokens;  // the greedy choices
+  double tokens_per_second = 0.0;
+};
+
+// One member's run (or the Model's): the prompt, then `steps` greedy decode steps, timed.
+Decode decode(model::Model& m, int steps) {
+  tensor::ThreadPool pool(1);
+  auto kv = m.new_sequence(8 + steps);
+  std::vector<model::Token> input{1, 15, 300, 4000, 52, 9, 777, 2048};
+  Decode run;
+  Clock::time_point start;
+  for (int step = 0; step <= steps; ++step) {
+    if (step == 1) start = Clock::now();  // after the prompt
+    model::SequenceSlice slice{kv.get(), static_cast<int>(input.size()), model::SliceOutput::LastLogits};
+    const std::vector<float> logits = m.forward({&slice, 1}, input, {}, pool);
+    const auto best = static_cast<model::Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    run.tokens.push_back(best);
+    input = {best};
+  }
+  run.tokens_per_second = steps / std::chrono::duration<double>(Clock::now() - start).count();
+  return run;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s MODEL.gguf [tokens] [reps] [members] [sockets]\n", argv[0]);
+    return 2;
+  }
+  const int steps = argc > 2 ? std::atoi(argv[2]) : 32;
+  const int reps = argc > 3 ? std::atoi(argv[3]) : 5;
+  const int members = argc > 4 ? std::atoi(argv[4]) : 2;
+  const bool sockets = argc > 5 && std::string(argv[5]) == "sockets";
+  const std::shared_ptr<const gguf::File> file = gguf::File::open(argv[1]);
+  const model::Config config = model::Config::from_gguf(*file);
+  const model::LayerRange range{0, config.layer_count};
+  const auto whole = model::Model::load(file, range);
+  const std::vector<model::TensorShare> shares =
+      model::plan_tensor_shares(config, std::vector<double>(static_cast<size_t>(members), 1.0));
+  model::LocalGroup group(members);
+  std::vector<std::unique_ptr<parallel::SocketExchange>> links;
+  for (const std::vector<int>& peers : parallel::socket_pair_mesh(sockets ? members : 0)) {
+    links.push_back(std::make_unique<parallel::SocketExchange>(static_cast<int>(links.size()), peers));
+  }
+  std::vector<std::unique_ptr<model::Model>> parts;
+  for (int m = 0; m < members; ++m) {
+    model::Exchange& exchange = sockets ? *links[static_cast<size_t>(m)] : group.member(m);
+    parts.push_back(model::Model::load_share(file, range, shares, exchange));
+  }
+
+  std::printf("%d layers, %d decode steps per run, %d members of 1 thread (%s) against 1 Model of 1 thread\n",
+              config.layer_count, steps, members, sockets ? "Unix sockets" : "in memory");
+  std::vector<double> alone, together;
+  bool same_tokens = true;
+  for (int rep = 0; rep < reps; ++rep) {
+    const Decode one = decode(*whole, steps);
+    std::vector<Decode> runs(static_cast<size_t>(members));
+    std::vector<std::thread> threads;
+    for (int m = 0; m < members; ++m) threads.emplace_back([&, m] { runs[m] = decode(*parts[m], steps); });
+    for (std::thread& t : threads) t.join();
+    for (const Decode& run : runs) same_tokens = same_tokens && run.tokens == one.tokens;
+    alone.push_back(one.tokens_per_second);
+    together.push_back(runs[0].tokens_per_second);
+    std::printf("rep %d: model %.2f tokens/s, group %.2f tokens/s\n", rep, alone.back(), together.back());
+  }
+  std::printf("median: model %.2f tokens/s, group %.2f tokens/s, ratio %.2f\n", median(alone), median(together),
+              median(together) / median(alone));
+  if (!same_tokens) {
+    std::printf("the group chose other tokens than the model\n");
+    return 1;
+  }
+  return 0;
+}

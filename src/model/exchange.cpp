@@ -1,0 +1,68 @@
+#include "model/exchange.h"
+
+#include <algorithm>
+#include <barrier>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace strata::model {
+
+struct LocalGroup::State {
+  explicit State(int members) : arrived(members) {}
+  std::barrier<> arrived;
+  std::vector<std::unique_ptr<Member>> members;
+};
+
+// A member copies its part into its own buffer of the call's parity, and waits at the barrier
+// for the others' before reading theirs. Two parities, so that a member a call ahead writes
+// the other buffer: it cannot get two calls ahead, the barrier of its next call holding it
+// until every member has read this call's parts.
+class LocalGroup::Member final : public Exchange {
+ public:
+  Member(State& group, int index) : group_(group), index_(index) {}
+  int member() const override { return index_; }
+  int size() const override { return static_cast<int>(group_.members.size()); }
+
+  void all_gather(std::span<const float> mine, std::span<const int> widths, size_t rows,
+                  std::span<float> full) override {
+    const size_t members = group_.members.size();
+    if (widths.size() != members) throw std::invalid_argument("all_gather needs one width per member");
+    size_t row_width = 0;
+    for (const int w : widths) row_width += static_cast<size_t>(w);
+    if (mine.size() != rows * static_cast<size_t>(widths[static_cast<size_t>(index_)]) ||
+        full.size() != rows * row_width) {
+      throw std::invalid_argument("all_gather's rows do not match the widths");
+    }
+    posted_[parity_].assign(mine.begin(), mine.end());
+    group_.arrived.arrive_and_wait();
+    size_t column = 0;
+    for (size_t m = 0; m < members; ++m) {
+      const size_t width = static_cast<size_t>(widths[m]);
+      const float* part = group_.members[m]->posted_[parity_].data();
+      for (size_t r = 0; r < rows; ++r) {
+        std::copy(part + r * width, part + (r + 1) * width, full.data() + r * row_width + column);
+      }
+      column += width;
+    }
+    parity_ ^= 1;
+  }
+
+ private:
+  State& group_;
+  const int index_;
+  std::vector<float> posted_[2];
+  int parity_ = 0;
+};
+
+LocalGroup::LocalGroup(int members) {
+  if (members < 1) throw std::invalid_argument("a group needs at least one member, not " + std::to_string(members));
+  state_ = std::make_unique<State>(members);
+  for (int m = 0; m < members; ++m) state_->members.push_back(std::make_unique<Member>(*state_, m));
+}
+
+LocalGroup::~LocalGroup() = default;
+
+Exchange& LocalGroup::member(int index) { return *state_->members.at(static_cast<size_t>(index)); }
+
+}  // namespace strata::model

@@ -1,0 +1,41 @@
+// How the members of a tensor-parallel group (tensor_share.h) put together the rows each
+// computed a share of.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+
+namespace strata::model {
+
+class Exchange {
+ public:
+  virtual ~Exchange() = default;
+  virtual int member() const = 0;  // this member's index, 0..size() - 1
+  virtual int size() const = 0;
+  // Every member calls this with the same `widths` (each member's part of a row) and `rows`, in
+  // the same sequence of calls. `mine` is this member's parts of the rows, rows x
+  // widths[member()]; `full` receives the rows whole, rows x (sum of widths), each row the
+  // members' parts in member order.
+  virtual void all_gather(std::span<const float> mine, std::span<const int> widths, size_t rows,
+                          std::span<float> full) = 0;
+};
+
+// The members of a group as threads of one process (tests, benchmarks): member(i) is the
+// Exchange of the thread that runs member i. A member blocks in all_gather until every member
+// has called it, so each must run on a thread of its own.
+class LocalGroup {
+ public:
+  explicit LocalGroup(int members);
+  ~LocalGroup();
+  LocalGroup(const LocalGroup&) = delete;
+  LocalGroup& operator=(const LocalGroup&) = delete;
+  Exchange& member(int index);
+
+ private:
+  class Member;
+  struct State;  // the members and the barrier they meet at
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace strata::model

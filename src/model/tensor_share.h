@@ -1,0 +1,51 @@
+// Tensor parallelism: a group of members each hold a share of every layer of a range and
+// compute their share of each step at the same time, gathering the rows the others computed.
+// Every projection is split by its output rows and reads its whole input, so each member runs,
+// per output row, the arithmetic one Model runs: the group's results are bit-identical to one
+// Model's, whatever the group size and shares.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "model/config.h"
+
+namespace strata::model {
+
+// Rows [first, last) of a dimension.
+struct RowRange {
+  int first = 0;
+  int last = 0;
+  int size() const { return last - first; }
+  bool operator==(const RowRange&) const = default;
+};
+
+// One member's share of every layer and of the output head. A member's attention covers its
+// KV heads and the query heads that read them; it computes its rows of each projection's output:
+// of q, k and v its heads', of o and of the FFN's down its model_rows (embedding dimensions),
+// of the FFN's gate and up its ffn_rows, of the head its vocab_rows. With experts, of each
+// expert's gate and up its expert_rows and of the shared expert's its shared_expert_rows
+// (empty ranges in a model without them); the routing is every member's.
+struct TensorShare {
+  RowRange kv_heads;
+  RowRange ffn_rows;
+  RowRange model_rows;
+  RowRange vocab_rows;
+  RowRange expert_rows;
+  RowRange shared_expert_rows;
+  bool operator==(const TensorShare&) const = default;
+};
+
+// Row dimensions are shared out in units of this many rows (a dimension's last unit may be
+// shorter): the kernels compute rows in interleaved groups of 16, which a share that ends
+// inside a group would pad with rows of zeros (computed and thrown away).
+constexpr int kShareRowUnit = 16;
+
+// The members' shares, in member order, each dimension shared out in proportion to `weights`
+// (e.g. the members' measured speeds) by largest remainders, every member getting at least one
+// unit of each. Throws std::invalid_argument naming the reason for a weight that is not positive
+// and finite, more members than the model has KV heads (or units of a dimension), and latent
+// attention, whose heads share one latent KV head.
+std::vector<TensorShare> plan_tensor_shares(const Config& config, std::span<const double> weights);
+
+}  // namespace strata::model

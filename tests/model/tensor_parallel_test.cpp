@@ -1,0 +1,329 @@
+// A tensor-parallel group (model/tensor_share.h) against one Model of the same range: every
+// output of every step, bit for bit, for each member, whatever the group's size, its shares,
+// its members' thread counts and how they gather rows (threads of one process, sockets between
+// threads or between processes).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dreams.h"
+#include "model/exchange.h"
+#include "model/model.h"
+#include "model/synthetic.h"
+#include "model/tensor_share.h"
+#include "parallel/socket_exchange.h"
+
+namespace strata::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Shapes of three KV heads, so that groups of three have one each; each member's rows of
+// o, down and the head then end inside the kernels' groups of 16 rows where the dimension does.
+constexpr SyntheticShape kLlama{.name = "llama-kv3", .description = "tests: GQA 6/3, vocabulary of 1000",
+                                .arch = "llama", .vocab_size = 1000, .context_length = 128, .embedding_dim = 96,
+                                .layer_count = 3, .head_count = 6, .kv_head_count = 3, .ffn_dim = 224,
+                                .rope_freq_base = 10000.0f, .tied_output = false};
+constexpr SyntheticShape kQwen3{.name = "qwen3-kv3", .description = "tests: QK-norm, heads of 32 beside 128",
+                                .arch = "qwen3", .vocab_size = 512, .context_length = 128, .embedding_dim = 128,
+                                .layer_count = 2, .head_count = 6, .kv_head_count = 3, .ffn_dim = 256,
+                                .rope_freq_base = 1000000.0f, .tied_output = true, .head_dim = 32};
+// Gemma 3's sliding windows (12 positions in 5 of its 6 layers), post norms, scaled embeddings.
+constexpr SyntheticShape kGemma3{.name = "gemma3-kv3", .description = "tests: a window of 12, GQA 6/3",
+                                 .arch = "gemma3", .vocab_size = 512, .context_length = 128, .embedding_dim = 96,
+                                 .layer_count = 6, .head_count = 6, .kv_head_count = 3, .ffn_dim = 200,
+                                 .rope_freq_base = 1000000.0f, .tied_output = true, .head_dim = 32,
+                                 .qk_norm = true, .sliding_window = 12, .rope_linear_factor = 8.0f};
+
+// Mixtral's kind of Mixture of Experts with 3 KV heads: 3 of 6 experts of 96 rows (6 units).
+constexpr SyntheticShape kMixtral{.name = "mixtral-kv3", .description = "tests: 3 of 6 experts, GQA 6/3",
+                                  .arch = "llama", .vocab_size = 512, .context_length = 128, .embedding_dim = 96,
+                                  .layer_count = 2, .head_count = 6, .kv_head_count = 3, .ffn_dim = 192,
+                                  .rope_freq_base = 10000.0f, .tied_output = false, .expert_count = 6,
+                                  .experts_per_token = 3, .expert_ffn_dim = 96};
+
+// The models' files: the shared one, or a synthetic one written once per test binary.
+class TestModels : public ::testing::Environment {
+ public:
+  static std::string path(const std::string& name, const std::string& type) {
+    if (name == "dreams") return testing::kDreams;
+    const fs::path path = directory() / (name + "_" + type + ".gguf");
+    if (!fs::exists(path)) {
+      const SyntheticShape& shape = name == kLlama.name    ? kLlama
+                                    : name == kQwen3.name  ? kQwen3
+                                    : name == kGemma3.name ? kGemma3
+                                    : name == kMixtral.name ? kMixtral
+                                                           : *find_synthetic_shape(name);
+      write_synthetic_model(shape, parse_weight_types(type), path.string(), 11);
+    }
+    return path.string();
+  }
+  void TearDown() override { fs::remove_all(directory()); }
+
+ private:
+  static fs::path directory() {
+    const fs::path dir = fs::temp_directory_path() / ("strata_tensor_parallel_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    return dir;
+  }
+};
+const auto* const kModels = ::testing::AddGlobalTestEnvironment(new TestModels);
+
+// Whether two float rows hold the same bits (EXPECT_EQ would take -0 for +0).
+::testing::AssertionResult same_bits(const std::vector<float>& actual, const std::vector<float>& expected) {
+  if (actual.size() != expected.size()) {
+    return ::testing::AssertionFailure() << actual.size() << " floats, not " << expected.size();
+  }
+  for (size_t i = 0; i < actual.size(); ++i) {
+    if (std::memcmp(&actual[i], &expected[i], sizeof(float)) != 0) {
+      return ::testing::AssertionFailure() << "float " << i << " of " << actual.size() << " is " << actual[i]
+                                           << ", not " << expected[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// One forward call of the script: per sequence, how many inputs it brings (0: none) and which
+// rows it wants back.
+struct Step {
+  std::vector<int> inputs;
+  std::vector<SliceOutput> outputs;
+};
+
+// Three sequences: prompts in chunks beside each other (one chunk's logits unread), then steps
+// of one token each that go past gemma3-kv3's window of 12 positions.
+std::vector<Step> script() {
+  using enum SliceOutput;
+  std::vector<Step> steps{{{5, 3, 0}, {AllLogits, LastLogits, Nothing}},
+                          {{4, 0, 9}, {Nothing, Nothing, AllLogits}},
+                          {{0, 7, 0}, {Nothing, LastLogits, Nothing}}};
+  for (int i = 0; i < 6; ++i) steps.push_back({{1, 1, 1}, {LastLogits, LastLogits, LastLogits}});
+  return steps;
+}
+
+// The models computing the range together: one Model alone, or the members of a group (each on
+// a thread of its own, with a pool of `threads`). Returns, per step of the script, each member's output.
+std::vector<std::vector<std::vector<float>>> run_script(const std::vector<Model*>& members, int threads) {
+  const Config& c = members.front()->config();
+  const LayerRange range = members.front()->range();
+  constexpr int kSequences = 3;
+  constexpr int kCapacity = 32;
+  std::vector<std::vector<std::unique_ptr<KvState>>> kv(members.size());
+  for (size_t m = 0; m < members.size(); ++m) {
+    for (int q = 0; q < kSequences; ++q) kv[m].push_back(members[m]->new_sequence(kCapacity));
+  }
+  std::vector<std::unique_ptr<tensor::ThreadPool>> pools;
+  for (size_t m = 0; m < members.size(); ++m) pools.push_back(std::make_unique<tensor::ThreadPool>(threads));
+  std::vector<int> positions(kSequences, 0);
+  std::vector<std::vector<std::vector<float>>> outputs;
+  for (const Step& step : script()) {
+    // The inputs, the same for every member: tokens for a range that embeds them, else hidden rows.
+    std::vector<Token> tokens;
+    std::vector<float> hidden;
+    for (int q = 0; q < kSequences; ++q) {
+      for (int p = positions[q]; p < positions[q] + step.inputs[q]; ++p) {
+        if (range.has_embedding()) {
+          tokens.push_back(static_cast<Token>((q * 131 + p * 17 + 3) % (c.vocab_size - 3) + 3));
+        } else {
+          for (int d = 0; d < c.embedding_dim; ++d) hidden.push_back(std::sin(q * 7.1f + p * 1.3f + d * 0.37f) * 2.0f);
+        }
+      }
+    }
+    std::vector<std::vector<float>> step_outputs(members.size());
+    std::vector<std::thread> threads_of_members;
+    for (size_t m = 0; m < members.size(); ++m) {
+      threads_of_members.emplace_back([&, m] {
+        std::vector<SequenceSlice> slices;
+        for (int q = 0; q < kSequences; ++q) {
+          if (step.inputs[q] > 0) slices.push_back({kv[m][q].get(), step.inputs[q], step.outputs[q]});
+        }
+        step_outputs[m] = members[m]->forward(slices, tokens, hidden, *pools[m]);
+      });
+    }
+    for (std::thread& t : threads_of_members) t.join();
+    outputs.push_back(std::move(step_outputs));
+    for (int q = 0; q < kSequences; ++q) positions[q] += step.inputs[q];
+  }
+  return outputs;
+}
+
+// How the members gather each other's rows: LocalGroup, or parallel::SocketExchange over Unix
+// socket pairs.
+enum class Link { InProcess, Sockets };
+
+struct GroupCase {
+  const char* model;
+  const char* type;
+  std::vector<double> weights;  // one per member
+  int threads;                  // each member's
+  LayerRange range{};           // {0, 0}: all layers
+  Link link = Link::InProcess;
+};
+
+std::string case_name(const ::testing::TestParamInfo<GroupCase>& info) {
+  const GroupCase& c = info.param;
+  std::string name = std::string(c.model) + "_" + c.type + "_shares";
+  for (const double w : c.weights) name += "_" + std::to_string(static_cast<int>(w));
+  name += "_threads_" + std::to_string(c.threads);
+  if (c.range.last > 0) name += "_layers_" + std::to_string(c.range.first) + "_" + std::to_string(c.range.last);
+  if (c.link == Link::Sockets) name += "_sockets";
+  for (char& ch : name) {
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return name;
+}
+
+void PrintTo(const GroupCase& c, std::ostream* os) { *os << case_name({c, 0}); }
+
+class GroupEqualsOneModel : public ::testing::TestWithParam<GroupCase> {};
+
+TEST_P(GroupEqualsOneModel, EveryMembersOutputsHaveTheModelsBits) {
+  const GroupCase& gc = GetParam();
+  const std::shared_ptr<const gguf::File> file = gguf::File::open(TestModels::path(gc.model, gc.type));
+  const Config config = Config::from_gguf(*file);
+  const LayerRange range = gc.range.last > 0 ? gc.range : LayerRange{0, config.layer_count};
+  const auto whole = Model::load(file, range);
+  const auto expected = run_script({whole.get()}, 1);
+
+  const std::vector<TensorShare> shares = plan_tensor_shares(config, gc.weights);
+  const int size = static_cast<int>(shares.size());
+  LocalGroup group(size);
+  std::vector<std::unique_ptr<parallel::SocketExchange>> sockets;
+  const auto mesh = parallel::socket_pair_mesh(gc.link == Link::Sockets ? size : 0);
+  for (const std::vector<int>& peers : mesh) {
+    sockets.push_back(std::make_unique<parallel::SocketExchange>(static_cast<int>(sockets.size()), peers));
+  }
+  std::vector<std::unique_ptr<Model>> owned;
+  std::vector<Model*> members;
+  for (int m = 0; m < size; ++m) {
+    Exchange& exchange = gc.link == Link::Sockets ? *sockets[static_cast<size_t>(m)] : group.member(m);
+    owned.push_back(Model::load_share(file, range, shares, exchange));
+    members.push_back(owned.back().get());
+  }
+  const auto actual = run_script(members, gc.threads);
+  for (size_t step = 0; step < expected.size(); ++step) {
+    for (size_t m = 0; m < members.size(); ++m) {
+      EXPECT_TRUE(same_bits(actual[step][m], expected[step][0])) << "step " << step << ", member " << m;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Dense, GroupEqualsOneModel,
+    ::testing::Values(GroupCase{"dreams", "F32", {1, 1}, 1}, GroupCase{"dreams", "F32", {3, 1}, 2},
+                      GroupCase{"dreams", "F32", {1, 1, 1}, 2}, GroupCase{"dreams", "F32", {1, 3, 1}, 1},
+                      GroupCase{"llama-kv3", "Q4_0", {1, 1, 1}, 1}, GroupCase{"llama-kv3", "Q4_0", {1, 2}, 2},
+                      GroupCase{"qwen3-kv3", "Q8_0", {1, 1}, 2}, GroupCase{"qwen3-kv3", "Q8_0", {2, 1, 1}, 1},
+                      GroupCase{"gemma3-kv3", "F16", {1, 1, 1}, 2}, GroupCase{"gemma3-kv3", "F16", {1, 4}, 1},
+                      // q, k and v biases, fused QKV and gate-up.
+                      GroupCase{"qwen2-tiny", "Q8_0", {1, 1}, 1}, GroupCase{"phi3-tiny", "Q4_0", {2, 1}, 2}),
+    case_name);
+
+// Each expert's rows shared out as a dense FFN's, the routing every member's.
+INSTANTIATE_TEST_SUITE_P(
+    Experts, GroupEqualsOneModel,
+    ::testing::Values(GroupCase{"mixtral-kv3", "Q4_0", {1, 1, 1}, 1}, GroupCase{"mixtral-kv3", "Q4_0", {1, 3}, 2},
+                      GroupCase{"qwen3moe-tiny", "Q8_0", {1, 1}, 2},
+                      // attention sinks, expert biases, windows in the even layers
+                      GroupCase{"gpt-oss-tiny", "F32", {3, 1}, 1},
+                      // a dense first layer, then experts and a shared one
+                      GroupCase{"glm4moe-tiny", "Q8_0", {1, 2}, 2}),
+    case_name);
+
+// The same over sockets: a frame per member and gather.
+INSTANTIATE_TEST_SUITE_P(
+    Sockets, GroupEqualsOneModel,
+    ::testing::Values(GroupCase{"dreams", "F32", {1, 2, 1}, 1, {}, Link::Sockets},
+                      GroupCase{"gemma3-kv3", "F16", {1, 1}, 2, {}, Link::Sockets},
+                      GroupCase{"mixtral-kv3", "Q4_0", {1, 1, 1}, 1, {}, Link::Sockets},
+                      GroupCase{"dreams", "F32", {1, 1}, 2, {1, 3}, Link::Sockets}),
+    case_name);
+
+// A range that is not the whole model: hidden rows in, hidden rows out, or both.
+INSTANTIATE_TEST_SUITE_P(
+    Ranges, GroupEqualsOneModel,
+    ::testing::Values(GroupCase{"dreams", "F32", {1, 1}, 1, {0, 2}}, GroupCase{"dreams", "F32", {1, 2, 1}, 2, {1, 3}},
+                      GroupCase{"dreams", "F32", {2, 1}, 1, {2, 4}},
+                      GroupCase{"gemma3-kv3", "F16", {1, 1, 1}, 1, {2, 5}}),
+    case_name);
+
+// Members in processes of their own, as a group across machines would be: the test's process
+// runs member 0 and forks the others, each of which compares its outputs with one Model's and
+// exits with the result.
+TEST(GroupOverSockets, MembersInProcessesOfTheirOwnHaveTheModelsBits) {
+  const std::shared_ptr<const gguf::File> file = gguf::File::open(TestModels::path("qwen3-kv3", "Q8_0"));
+  const Config config = Config::from_gguf(*file);
+  const LayerRange range{0, config.layer_count};
+  const std::vector<TensorShare> shares = plan_tensor_shares(config, std::vector<double>{1, 1, 2});
+  const auto mesh = parallel::socket_pair_mesh(3);
+  // Member m's share and outputs against the whole model's: whether every step's are the same bits.
+  const auto member_agrees = [&](int m) {
+    parallel::SocketExchange exchange(m, mesh[static_cast<size_t>(m)]);
+    const auto member = Model::load_share(file, range, shares, exchange);
+    const auto actual = run_script({member.get()}, 1);
+    const auto whole = Model::load(file, range);
+    const auto expected = run_script({whole.get()}, 1);
+    bool same = true;
+    for (size_t step = 0; step < expected.size(); ++step) same = same && same_bits(actual[step][0], expected[step][0]);
+    return same;
+  };
+  std::vector<pid_t> children;
+  for (int m = 1; m < 3; ++m) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) ::_exit(member_agrees(m) ? 0 : 1);  // past gtest's own exit, which would clean up
+    children.push_back(pid);
+  }
+  // The children's ends are theirs alone: a child's exit then ends its connections here too.
+  for (int m = 1; m < 3; ++m) {
+    for (const int fd : mesh[static_cast<size_t>(m)]) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+  EXPECT_TRUE(member_agrees(0));
+  for (const pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "member process " << pid;
+  }
+}
+
+TEST(GroupLoad, RefusesLatentAttentionNamingIt) {
+  const std::shared_ptr<const gguf::File> file = gguf::File::open(TestModels::path("deepseek2-tiny", "F32"));
+  const Config config = Config::from_gguf(*file);
+  LocalGroup group(2);
+  const std::vector<TensorShare> shares(2);  // plan_tensor_shares refuses latent attention too
+  try {
+    Model::load_share(file, {0, config.layer_count}, shares, group.member(0));
+    FAIL() << "loaded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(),
+                 "tensor parallelism cannot split deepseek2's latent attention, whose heads all read one latent KV head");
+  }
+}
+
+TEST(GroupLoad, RefusesSharesThatDoNotCoverTheModel) {
+  const std::shared_ptr<const gguf::File> file = gguf::File::open(testing::kDreams);
+  const Config config = Config::from_gguf(*file);
+  LocalGroup group(2);
+  std::vector<TensorShare> shares = plan_tensor_shares(config, std::vector<double>{1, 1});
+  shares[1].ffn_rows.last -= 1;
+  try {
+    Model::load_share(file, {0, config.layer_count}, shares, group.member(0));
+    FAIL() << "loaded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "the group's shares do not cover the FFN rows in member order");
+  }
+  EXPECT_THROW(Model::load_share(file, {0, config.layer_count}, std::span(shares).first(1), group.member(0)),
+               std::runtime_error);
+}
+
+}  // namespace
+}  // namespace strata::model
