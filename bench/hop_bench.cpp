@@ -19,7 +19,7 @@ class EchoStage final : public engine::Stage {
   engine::StageOutput forward(const engine::StageBatch& batch) override { return {batch.hidden, {}}; }
   void release(std::span<const engine::SequenceId>) override {}
   int hold_prefix(engine::SequenceId, int, std::span<const engine::Token>) override { return 0; }
-  int kv_blocks() override { return 0; }
+  model::KvBlockCounts kv_blocks() override { return {}; }
 };
 
 class EchoNode final : public NodeHandler {
