@@ -18,6 +18,7 @@
 #include "reference/reference.h"
 #include "tensor/fp16.h"
 #include "tensor/matmul.h"
+#include "same_bits.h"
 
 namespace strata::model {
 namespace {
@@ -89,19 +90,7 @@ std::string case_name(std::string shape, const std::string& type) {
   return type.empty() ? shape : shape + "_" + type;
 }
 
-// Whether two float rows hold the same bits (EXPECT_EQ would take -0 for +0).
-::testing::AssertionResult same_bits(std::span<const float> actual, std::span<const float> expected) {
-  if (actual.size() != expected.size()) {
-    return ::testing::AssertionFailure() << actual.size() << " floats, not " << expected.size();
-  }
-  for (size_t i = 0; i < actual.size(); ++i) {
-    if (std::memcmp(&actual[i], &expected[i], sizeof(float)) != 0) {
-      return ::testing::AssertionFailure() << "float " << i << " of " << actual.size() << " is " << actual[i]
-                                           << ", not " << expected[i];
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
+using testing::same_bits;
 
 class TempModels : public ::testing::Environment {
  public:

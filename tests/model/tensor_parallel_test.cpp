@@ -19,6 +19,7 @@
 #include "model/synthetic.h"
 #include "model/tensor_share.h"
 #include "parallel/socket_exchange.h"
+#include "same_bits.h"
 
 namespace strata::model {
 namespace {
@@ -76,19 +77,7 @@ class TestModels : public ::testing::Environment {
 };
 const auto* const kModels = ::testing::AddGlobalTestEnvironment(new TestModels);
 
-// Whether two float rows hold the same bits (EXPECT_EQ would take -0 for +0).
-::testing::AssertionResult same_bits(const std::vector<float>& actual, const std::vector<float>& expected) {
-  if (actual.size() != expected.size()) {
-    return ::testing::AssertionFailure() << actual.size() << " floats, not " << expected.size();
-  }
-  for (size_t i = 0; i < actual.size(); ++i) {
-    if (std::memcmp(&actual[i], &expected[i], sizeof(float)) != 0) {
-      return ::testing::AssertionFailure() << "float " << i << " of " << actual.size() << " is " << actual[i]
-                                           << ", not " << expected[i];
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
+using testing::same_bits;
 
 // One forward call of the script: per sequence, how many inputs it brings (0: none) and which
 // rows it wants back.
