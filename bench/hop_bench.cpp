@@ -24,17 +24,17 @@ class EchoStage final : public engine::Stage {
 
 class EchoNode final : public NodeHandler {
  public:
-  std::string hello(const HelloRequest&, const std::string&, HelloReply&) override { return {}; }
+  std::string hello(const cluster_types::Hello&, const std::string&, cluster_types::Hello&) override { return {}; }
   std::shared_ptr<engine::Stage> stage(uint64_t, std::string&) override { return stage_; }
   std::shared_ptr<engine::Generator> scheduler(std::string& why) override {
     why = "no scheduler";
     return nullptr;
   }
-  std::optional<ModelManifestReply> manifest(const std::string&, std::string& why) override {
+  std::optional<cluster_types::ModelManifest> manifest(const std::string&, std::string& why) override {
     why = "no model";
     return std::nullopt;
   }
-  std::optional<TensorBytes> tensor(const FetchTensorRequest&, std::string& why) override {
+  std::optional<TensorBytes> tensor(const cluster_types::TensorRequest&, std::string& why) override {
     why = "no model";
     return std::nullopt;
   }

@@ -16,7 +16,6 @@
 #include "cluster/node_weights.h"
 #include "cluster/request_router.h"
 #include "cluster/stage_host.h"
-#include "rpc/cluster_messages.h"
 #include "rpc/hello_client.h"
 #include "rpc/node_service.h"
 #include "rpc/peer_channel.h"
@@ -108,20 +107,19 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   // NodeHandler
-  std::string hello(const rpc::HelloRequest& request, const std::string& peer, rpc::HelloReply& reply) override {
+  std::string hello(const cluster_types::Hello& request, const std::string& peer, cluster_types::Hello& reply) override {
     {
       std::lock_guard lock(mutex_);
       // A new placement to load, or a peer now ready for it: acted on at once, not a gossip round later.
-      const cluster_types::Hello hello = rpc::from_message(request);
       const ControlDriver::Decision decision =
-          driver_.carry_out(membership_.hello_received(hello, peer, Clock::now()), &hello.placement);
+          driver_.carry_out(membership_.hello_received(request, peer, Clock::now()), &request.placement);
       if (!decision.refuse_caller.empty()) return decision.refuse_caller;
       // A node refused tells nothing but who it is.
       if (!refusal().empty()) {
-        *reply.mutable_node() = rpc::to_message(self_info());
+        reply = {.sender = self_info()};
         return {};
       }
-      reply = rpc::to_hello_reply({self_info(), membership_.all_infos(), placement()});
+      reply = {self_info(), membership_.all_infos(), placement()};
     }
     changed_.notify_all();
     return {};
@@ -157,13 +155,12 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   }
 
   // NodeHandler: weights for nodes that have no file.
-  std::optional<rpc::ModelManifestReply> manifest(const std::string& model_hash, std::string& why) override {
-    const std::optional<cluster_types::ModelManifest> manifest = weights_.manifest(model_hash, why);
-    return manifest ? std::optional(rpc::to_message(*manifest)) : std::nullopt;
+  std::optional<cluster_types::ModelManifest> manifest(const std::string& model_hash, std::string& why) override {
+    return weights_.manifest(model_hash, why);
   }
 
-  std::optional<rpc::TensorBytes> tensor(const rpc::FetchTensorRequest& request, std::string& why) override {
-    return weights_.tensor(rpc::from_message(request), why);
+  std::optional<rpc::TensorBytes> tensor(const cluster_types::TensorRequest& request, std::string& why) override {
+    return weights_.tensor(request, why);
   }
 
   cluster_types::NodeHealth health() const {

@@ -15,6 +15,7 @@
 
 #include "metrics/metrics.h"
 #include "rpc/channel.h"
+#include "rpc/cluster_messages.h"
 
 namespace strata::rpc {
 
@@ -174,9 +175,11 @@ class NodeServer::Service final : public Node::Service {
                   std::to_string(kProtocolVersion)};
     }
     if (auto refused = refusal_of(*request)) return *refused;
-    if (std::string refused = handler_.hello(*request, context->peer(), *reply); !refused.empty()) {
+    cluster_types::Hello answer;
+    if (std::string refused = handler_.hello(from_message(*request), context->peer(), answer); !refused.empty()) {
       return {grpc::StatusCode::ALREADY_EXISTS, refused};
     }
+    *reply = to_hello_reply(answer);
     return grpc::Status::OK;
   }
 
@@ -332,9 +335,9 @@ class NodeServer::Service final : public Node::Service {
     if (auto refused = check(*context, "ModelManifest")) return *refused;
     if (auto refused = refusal_of(*request)) return *refused;
     std::string why;
-    std::optional<ModelManifestReply> manifest = handler_.manifest(request->model_hash(), why);
+    const std::optional<cluster_types::ModelManifest> manifest = handler_.manifest(request->model_hash(), why);
     if (!manifest) return {grpc::StatusCode::NOT_FOUND, why};
-    *reply = std::move(*manifest);
+    *reply = to_message(*manifest);
     return grpc::Status::OK;
   }
 
@@ -343,7 +346,7 @@ class NodeServer::Service final : public Node::Service {
     if (auto refused = check(*context, "FetchTensor")) return *refused;
     if (auto refused = refusal_of(*request)) return *refused;
     std::string why;
-    const std::optional<TensorBytes> tensor = handler_.tensor(*request, why);
+    const std::optional<TensorBytes> tensor = handler_.tensor(from_message(*request), why);
     if (!tensor) return {grpc::StatusCode::NOT_FOUND, why};
     if (request->offset() > tensor->bytes.size()) {
       return {grpc::StatusCode::INVALID_ARGUMENT,

@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "cluster_types/hello.h"
+#include "cluster_types/model_manifest.h"
 #include "engine/generator.h"
 #include "engine/stage.h"
 #include "rpc/auth.h"
@@ -29,13 +31,15 @@ struct TensorBytes {
   std::span<const uint8_t> bytes;
 };
 
-// What the service asks of the node behind it.
+// What the service asks of the node behind it, in the cluster's plain values: the service
+// checks and converts the messages (rpc/cluster_messages.h), so that the node holds no protobuf.
 class NodeHandler {
  public:
   virtual ~NodeHandler() = default;
   // `peer` is the caller's transport address ("ipv4:10.0.0.2:43122"). Fills `reply`, or returns
   // why the caller is refused (its node id is another node's); empty when answered.
-  virtual std::string hello(const HelloRequest& request, const std::string& peer, HelloReply& reply) = 0;
+  virtual std::string hello(const cluster_types::Hello& request, const std::string& peer,
+                            cluster_types::Hello& reply) = 0;
   // The stage this node runs in placement `epoch`, or null with the reason in `why`.
   virtual std::shared_ptr<engine::Stage> stage(uint64_t epoch, std::string& why) = 0;
   // The stage of node `node_id` in placement `epoch`, as this node reaches it to pass a batch's
@@ -48,9 +52,10 @@ class NodeHandler {
   virtual std::shared_ptr<engine::Generator> scheduler(std::string& why) = 0;
   // The description of the model this node runs, when it is `model_hash` (or that is empty);
   // otherwise nullopt with `why`.
-  virtual std::optional<ModelManifestReply> manifest(const std::string& model_hash, std::string& why) = 0;
-  // A tensor this node holds whole and verified, or nullopt with `why`.
-  virtual std::optional<TensorBytes> tensor(const FetchTensorRequest& request, std::string& why) = 0;
+  virtual std::optional<cluster_types::ModelManifest> manifest(const std::string& model_hash, std::string& why) = 0;
+  // A tensor this node holds whole and verified, or nullopt with `why`. The service sends its
+  // bytes from `request.offset` on.
+  virtual std::optional<TensorBytes> tensor(const cluster_types::TensorRequest& request, std::string& why) = 0;
 };
 
 // The port asked for is another process's.

@@ -83,7 +83,7 @@ class RangeNode final : public NodeHandler {
   void stop() { server_.stop(); }
   void hold(bool held) { stage_->hold(held); }
 
-  std::string hello(const HelloRequest&, const std::string&, HelloReply&) override { return {}; }
+  std::string hello(const cluster_types::Hello&, const std::string&, cluster_types::Hello&) override { return {}; }
   std::shared_ptr<engine::Stage> stage(uint64_t epoch, std::string& why) override {
     if (epoch == kEpoch) return stage_;
     why = "another epoch";
@@ -102,11 +102,11 @@ class RangeNode final : public NodeHandler {
     why = "not the leader";
     return nullptr;
   }
-  std::optional<ModelManifestReply> manifest(const std::string&, std::string& why) override {
+  std::optional<cluster_types::ModelManifest> manifest(const std::string&, std::string& why) override {
     why = "no manifest";
     return std::nullopt;
   }
-  std::optional<TensorBytes> tensor(const FetchTensorRequest&, std::string& why) override {
+  std::optional<TensorBytes> tensor(const cluster_types::TensorRequest&, std::string& why) override {
     why = "no tensors";
     return std::nullopt;
   }

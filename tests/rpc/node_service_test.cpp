@@ -46,10 +46,10 @@ class OneStageNode final : public NodeHandler {
     stage_ = std::make_shared<engine::LocalStage>(model::Model::load(file), pool_,
                                                   engine::KvOptions{model::KvType::F32, {64}});
   }
-  std::string hello(const HelloRequest& request, const std::string&, HelloReply& reply) override {
+  std::string hello(const cluster_types::Hello& request, const std::string&, cluster_types::Hello& reply) override {
     // A sender named "spoil" is answered without a node id, against the protocol's rules.
-    reply.mutable_node()->set_node_id(request.sender().node_id() == "spoil" ? "" : "server");
-    reply.mutable_node()->set_state(request.sender().node_id());
+    reply.sender.node_id = request.sender.node_id == "spoil" ? "" : "server";
+    reply.sender.state = request.sender.node_id;
     return {};
   }
   std::shared_ptr<engine::Stage> stage(uint64_t epoch, std::string& why) override {
@@ -65,13 +65,13 @@ class OneStageNode final : public NodeHandler {
     return nullptr;
   }
   void lead(std::shared_ptr<engine::Generator> scheduler) { scheduler_ = std::move(scheduler); }
-  std::optional<ModelManifestReply> manifest(const std::string&, std::string& why) override {
+  std::optional<cluster_types::ModelManifest> manifest(const std::string&, std::string& why) override {
     why = "no model here";
     return std::nullopt;
   }
   // Tensor 0: two and a half chunks of counting bytes; no other.
-  std::optional<TensorBytes> tensor(const FetchTensorRequest& request, std::string& why) override {
-    if (request.tensor() != 0) {
+  std::optional<TensorBytes> tensor(const cluster_types::TensorRequest& request, std::string& why) override {
+    if (request.tensor != 0) {
       why = "no such tensor";
       return std::nullopt;
     }
