@@ -79,10 +79,18 @@ json node_json(const cluster_types::NodeStatus& node) {
 json placement_json(const cluster_types::Placement& placement) {
   json stages = json::array();
   for (const cluster_types::Stage& s : placement.stages) {
-    stages.push_back({{"node", s.node_id},
-                      {"node_address", s.node_address},
-                      {"first_layer", s.first_layer},
-                      {"last_layer", s.last_layer}});
+    json stage = {{"node", s.node_id},
+                  {"node_address", s.node_address},
+                  {"first_layer", s.first_layer},
+                  {"last_layer", s.last_layer}};
+    // A tensor-parallel group: every member computes its share of each of the stage's layers.
+    for (const cluster_types::StageMember& m : s.group) {
+      stage["group"].push_back({{"node", m.node_id},
+                                {"node_address", m.node_address},
+                                {"exchange_address", m.exchange_address},
+                                {"share", m.weight}});
+    }
+    stages.push_back(std::move(stage));
   }
   return {{"epoch", placement.epoch},
           {"leader", placement.leader_id},

@@ -7,10 +7,19 @@ namespace {
 
 using json = nlohmann::json;
 
+// "0-10", or for a member of a tensor-parallel group its share too: "0-10 60%".
 std::string layers_of(const json& placement, const std::string& node) {
   for (const json& stage : placement["stages"]) {
-    if (stage["node"] == node) {
-      return std::to_string(stage["first_layer"].get<int>()) + "-" + std::to_string(stage["last_layer"].get<int>() - 1);
+    const std::string layers =
+        std::to_string(stage["first_layer"].get<int>()) + "-" + std::to_string(stage["last_layer"].get<int>() - 1);
+    if (!stage.contains("group")) {
+      if (stage["node"] == node) return layers;
+      continue;
+    }
+    for (const json& member : stage["group"]) {
+      if (member["node"] == node) {
+        return layers + " " + std::to_string(static_cast<int>(member["share"].get<double>() * 100 + 0.5)) + "%";
+      }
     }
   }
   return "-";
@@ -35,7 +44,7 @@ std::string cluster_table(const json& c) {
          c["model"]["layers"].get<int>(), c["leader"].get<std::string>().c_str(),
          static_cast<unsigned long long>(placement["epoch"].get<uint64_t>()),
          placement["strategy"].get<std::string>().c_str(), c["serving"].get<bool>() ? ", serving" : ", NOT serving");
-  append(out, "%-18s %-8s %-22s %-22s %10s %11s %7s %8s %5s\n", "NODE", "STATE", "NODE ADDRESS", "API", "MEMORY",
+  append(out, "%-18s %-8s %-22s %-22s %10s %11s %11s %8s %5s\n", "NODE", "STATE", "NODE ADDRESS", "API", "MEMORY",
          "SPEED", "LAYERS", "RTT", "SEQS");
   for (const json& n : c["nodes"]) {
     const std::string id = n["id"].get<std::string>() + (n["self"].get<bool>() ? " *" : "");
@@ -44,7 +53,7 @@ std::string cluster_table(const json& c) {
     if (n.contains("alive") && !n["alive"].get<bool>()) state = "lost";
     char speed[32];
     std::snprintf(speed, sizeof speed, "%.1f GB/s", n["weight_bytes_per_second"].get<double>() / 1e9);
-    append(out, "%-18s %-8s %-22s %-22s %10s %11s %7s %8s %5llu\n", id.c_str(), state.c_str(),
+    append(out, "%-18s %-8s %-22s %-22s %10s %11s %11s %8s %5llu\n", id.c_str(), state.c_str(),
            n["node_address"].get<std::string>().c_str(), n["api_address"].get<std::string>().c_str(),
            n["memory"].get<std::string>().c_str(), speed, layers_of(placement, n["id"]).c_str(), rtt.c_str(),
            static_cast<unsigned long long>(n["held_sequences"].get<uint64_t>()));

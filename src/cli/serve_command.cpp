@@ -60,8 +60,42 @@ struct ServeOptions {
   SpeculationOptions speculation;
 };
 
-// "a:0-10,b:11-21" (inclusive layer numbers, as `strata cluster` shows them) -> stages in
-// pipeline order.
+// "b+c" -> a tensor-parallel group of b and c sharing by their measured speeds (weights 0);
+// "b*3+c" -> b with 3 parts of every layer to c's 1. One node: no group.
+std::vector<cluster::GroupMember> parse_group(const std::string& nodes, const std::string& item) {
+  std::vector<cluster::GroupMember> group;
+  bool weighted = false;
+  size_t begin = 0;
+  while (begin <= nodes.size()) {
+    const size_t end = std::min(nodes.find('+', begin), nodes.size());
+    const std::string member = nodes.substr(begin, end - begin);
+    const size_t star = member.find('*');
+    double weight = 0.0;
+    if (star != std::string::npos) {
+      weighted = true;
+      size_t used = 0;
+      try {
+        weight = std::stod(member.substr(star + 1), &used);
+      } catch (const std::logic_error&) {
+      }
+      if (used == 0 || used != member.size() - star - 1 || !(weight > 0.0 && weight < 1e6)) {
+        throw std::invalid_argument("--stages item '" + item + "' gives node '" + member.substr(0, star) +
+                                    "' a weight that is not a positive number");
+      }
+    }
+    if (member.substr(0, star).empty()) throw std::invalid_argument("--stages item '" + item + "' names an empty node");
+    group.push_back({member.substr(0, star), weight});
+    begin = end + 1;
+  }
+  if (weighted) {
+    for (cluster::GroupMember& m : group) m.share = m.share == 0.0 ? 1.0 : m.share;
+  }
+  if (group.size() == 1) group.clear();
+  return group;
+}
+
+// "a:0-10,b+c:11-21" (inclusive layer numbers, as `strata cluster` shows them) -> stages in
+// pipeline order; "b+c" is a tensor-parallel group (parse_group).
 std::vector<cluster::Stage> parse_stages(const std::string& text) {
   std::vector<cluster::Stage> stages;
   size_t begin = 0;
@@ -73,9 +107,11 @@ std::vector<cluster::Stage> parse_stages(const std::string& text) {
     if (colon == std::string::npos || dash == std::string::npos || colon == 0) {
       throw std::invalid_argument("--stages item '" + item + "' is not NODE:FIRST-LAST (e.g. a:0-10)");
     }
+    std::vector<cluster::GroupMember> group = parse_group(item.substr(0, colon), item);
+    const std::string node = group.empty() ? item.substr(0, colon) : group.front().node_id;
     try {
-      stages.push_back({item.substr(0, colon), std::stoi(item.substr(colon + 1, dash - colon - 1)),
-                        std::stoi(item.substr(dash + 1)) + 1});
+      stages.push_back({node, std::stoi(item.substr(colon + 1, dash - colon - 1)), std::stoi(item.substr(dash + 1)) + 1,
+                        std::move(group)});
     } catch (const std::logic_error&) {
       throw std::invalid_argument("--stages item '" + item + "' has a layer that is not a number");
     }
@@ -284,7 +320,7 @@ void add_serve_command(CLI::App& app, Action& action) {
   add_speculation_options(*cmd, o->speculation);
   cmd->add_option("--placement", o->placement, "How layers are split: speed (least time per token) or memory")
       ->check(CLI::IsMember({"speed", "memory"}))->capture_default_str();
-  cmd->add_option("--stages", o->stages, "A placement fixed by hand: NODE:FIRST-LAST,... (layers inclusive) in pipeline order");
+  cmd->add_option("--stages", o->stages, "A placement fixed by hand: NODE:FIRST-LAST,... (layers inclusive) in pipeline order; NODE may be a tensor-parallel group, b+c (shares by speed) or b*3+c (by weight)");
   cmd->add_option("--startup-wait", o->startup_wait_seconds,
                   "Seconds a request waits for the cluster to form before a 503")
       ->check(CLI::NonNegativeNumber)->capture_default_str();

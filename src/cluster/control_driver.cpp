@@ -57,7 +57,7 @@ void ControlDriver::round(ControlTime now) {
   const cluster_types::Placement& placement = parts_.leadership.placement();
   const uint64_t epoch = placement.epoch;
   if (decide(control::Round{}, now).stood_aside || placement.epoch != epoch) return;
-  parts_.stages.hold(layers_of(placement, node_id_), epoch);
+  parts_.stages.hold(seat_of(placement, node_id_, parts_.membership), epoch);
   const ControlState& control = parts_.membership.control();
   parts_.leadership.follow(control, parts_.stages, now);
   const bool leader_serves = parts_.leadership.scheduling() || serving_leader(control, now) != nullptr;

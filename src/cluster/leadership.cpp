@@ -1,5 +1,8 @@
 #include "cluster/leadership.h"
 
+#include <algorithm>
+
+#include "engine/group_stage.h"
 #include "metrics/metrics.h"
 #include "rpc/remote_generator.h"
 
@@ -12,11 +15,54 @@ constexpr size_t kRecentPlacements = 4;
 
 }  // namespace
 
-std::optional<model::LayerRange> layers_of(const cluster_types::Placement& placement, const std::string& node_id) {
+std::vector<std::string> nodes_of(const cluster_types::Stage& stage) {
+  if (stage.group.empty()) return {stage.node_id};
+  std::vector<std::string> nodes;
+  for (const cluster_types::StageMember& m : stage.group) nodes.push_back(m.node_id);
+  return nodes;
+}
+
+std::optional<StageSeat> seat_of(const cluster_types::Placement& placement, const std::string& node_id,
+                                 const Membership& membership) {
   for (const cluster_types::Stage& s : placement.stages) {
-    if (s.node_id == node_id) return model::LayerRange{s.first_layer, s.last_layer};
+    const std::vector<std::string> nodes = nodes_of(s);
+    const auto found = std::find(nodes.begin(), nodes.end(), node_id);
+    if (found == nodes.end()) continue;
+    StageSeat seat{{s.first_layer, s.last_layer}};
+    if (!s.group.empty()) {
+      seat.member = static_cast<int>(found - nodes.begin());
+      seat.group = "placement " + std::to_string(placement.epoch) + ", layers " + std::to_string(s.first_layer) + "-" +
+                   std::to_string(s.last_layer - 1);
+      for (const cluster_types::StageMember& m : s.group) {
+        seat.weights.push_back(m.weight);
+        const cluster_types::NodeInfo* known = membership.find(m.node_id);
+        seat.exchange_addresses.push_back(known != nullptr && !known->exchange_address.empty() ? known->exchange_address
+                                                                                               : m.exchange_address);
+      }
+    }
+    return seat;
   }
   return std::nullopt;
+}
+
+std::optional<model::LayerRange> layers_of(const cluster_types::Placement& placement, const std::string& node_id) {
+  for (const cluster_types::Stage& s : placement.stages) {
+    const std::vector<std::string> nodes = nodes_of(s);
+    if (std::find(nodes.begin(), nodes.end(), node_id) != nodes.end()) return model::LayerRange{s.first_layer, s.last_layer};
+  }
+  return std::nullopt;
+}
+
+std::shared_ptr<engine::Stage> Leadership::pipeline_stage(
+    const cluster_types::Stage& stage, const std::function<std::shared_ptr<engine::Stage>(const cluster_types::Stage&)>& one) {
+  if (stage.group.empty()) return one(stage);
+  std::vector<std::shared_ptr<engine::Stage>> members;
+  for (const cluster_types::StageMember& m : stage.group) {
+    std::shared_ptr<engine::Stage> member = one({m.node_id, m.node_address, stage.first_layer, stage.last_layer, {}});
+    if (!member) return nullptr;
+    members.push_back(std::move(member));
+  }
+  return std::make_shared<engine::GroupStage>(std::move(members));
 }
 
 Leadership::Leadership(LeadershipOptions options) : options_(std::move(options)), scheduler_(options_.make_engine) {}
@@ -84,16 +130,18 @@ void Leadership::follow(const ControlState& control, const StageHost& stages, Co
   if (scheduling()) return;
   // Every stage holds its layers first; only then are the links to them made.
   for (const cluster_types::Stage& s : placement_.stages) {
-    const bool ready = s.node_id == self ? stages.ready_for(placement_.epoch)
-                                           : peer_ready(control, s.node_id, placement_.epoch, now);
-    if (!ready) return;
+    for (const std::string& node : nodes_of(s)) {
+      const bool ready = node == self ? stages.ready_for(placement_.epoch) : peer_ready(control, node, placement_.epoch, now);
+      if (!ready) return;
+    }
   }
   std::vector<std::shared_ptr<engine::Stage>> pipeline;
   std::vector<std::string> nodes;
   for (const cluster_types::Stage& s : placement_.stages) {
-    pipeline.push_back(s.node_id == self ? stages.current()
-                                           : options_.remote_stage(s, placement_.epoch, /*leading=*/true));
-    nodes.push_back(s.node_id);
+    pipeline.push_back(pipeline_stage(s, [&](const cluster_types::Stage& part) {
+      return part.node_id == self ? stages.current() : options_.remote_stage(part, placement_.epoch, /*leading=*/true);
+    }));
+    for (std::string& node : nodes_of(s)) nodes.push_back(std::move(node));
   }
   // When every node of the old pipeline still runs (one leaves or joins), the sequences'
   // state moves to the new stages; after a loss they are computed again.
@@ -114,13 +162,12 @@ std::vector<std::shared_ptr<engine::Stage>> Leadership::stages_of(uint64_t epoch
   if (found == recent_.end()) return {};
   std::vector<std::shared_ptr<engine::Stage>> pipeline;
   for (const cluster_types::Stage& s : found->second.stages) {
-    if (s.node_id != options_.rules.leader_id) {
-      pipeline.push_back(reached_stage(s, epoch, /*leading=*/true, membership));
-    } else if (std::shared_ptr<engine::Stage> local = stages.stage_of(epoch)) {
-      pipeline.push_back(std::move(local));
-    } else {
-      return {};
-    }
+    std::shared_ptr<engine::Stage> stage = pipeline_stage(s, [&](const cluster_types::Stage& part) {
+      return part.node_id != options_.rules.leader_id ? reached_stage(part, epoch, /*leading=*/true, membership)
+                                                      : stages.stage_of(epoch);
+    });
+    if (!stage) return {};
+    pipeline.push_back(std::move(stage));
   }
   return pipeline;
 }
@@ -129,8 +176,9 @@ std::shared_ptr<engine::Stage> Leadership::chain_stage(uint64_t epoch, const std
                                                        const Membership& membership) {
   const auto found = recent_.find(epoch);
   if (found == recent_.end() || node_id == options_.rules.leader_id) return nullptr;
+  // A group's members are given every batch by the node that schedules it, never passed one on.
   for (const cluster_types::Stage& s : found->second.stages) {
-    if (s.node_id == node_id) return reached_stage(s, epoch, /*leading=*/false, membership);
+    if (s.node_id == node_id && s.group.empty()) return reached_stage(s, epoch, /*leading=*/false, membership);
   }
   return nullptr;
 }

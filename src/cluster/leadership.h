@@ -24,8 +24,14 @@
 
 namespace strata::cluster {
 
-// The layers `placement` gives node `node_id`, or nullopt.
+// The layers `placement` gives node `node_id` (alone or in a group), or nullopt.
 std::optional<model::LayerRange> layers_of(const cluster_types::Placement& placement, const std::string& node_id);
+// Node `node_id`'s part of `placement`'s stage: its layers, and its place in their group, whose
+// members' links are at the addresses `membership` knows, else the placement's.
+std::optional<StageSeat> seat_of(const cluster_types::Placement& placement, const std::string& node_id,
+                                 const Membership& membership);
+// The nodes that compute `stage`: its node, or its group's members.
+std::vector<std::string> nodes_of(const cluster_types::Stage& stage);
 
 struct LeadershipOptions {
   PlacementRules rules;  // rules.leader_id: this node's id
@@ -81,6 +87,10 @@ class Leadership {
   // knows it by now: a leader names itself in its placements by the port it listens on only.
   std::shared_ptr<engine::Stage> reached_stage(cluster_types::Stage stage, uint64_t epoch, bool leading,
                                                const Membership& membership);
+  // `stage` as a pipeline runs it: `one` gives a node's own part (this node's or another's),
+  // and a group's parts make one engine::GroupStage. Null when a part is missing.
+  static std::shared_ptr<engine::Stage> pipeline_stage(
+      const cluster_types::Stage& stage, const std::function<std::shared_ptr<engine::Stage>(const cluster_types::Stage&)>& one);
   void log(const std::string& line) const;
 
   LeadershipOptions options_;

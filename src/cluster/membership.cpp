@@ -66,8 +66,10 @@ std::vector<ControlAction> Membership::hear(const cluster_types::Hello& hello, c
 std::vector<ControlAction> Membership::hello_received(const cluster_types::Hello& hello, const std::string& peer,
                                                       ControlTime now) {
   cluster_types::Hello heard = hello;
-  std::string& address = heard.sender.node_address;
-  if (address.starts_with(":")) address = host_of_peer(peer) + address;
+  // A node that listens on every interface names its ports only: it is at the host it calls from.
+  for (std::string* address : {&heard.sender.node_address, &heard.sender.exchange_address}) {
+    if (address->starts_with(":")) *address = host_of_peer(peer) + *address;
+  }
   return hear(heard, {}, 0.0, now);
 }
 
@@ -99,8 +101,9 @@ std::vector<ControlAction> Membership::hello_answered(const std::string& address
       return {};
   }
   cluster_types::Hello reply = outcome.reply;
-  std::string& node_address = reply.sender.node_address;
-  if (node_address.starts_with(":")) node_address = address.substr(0, address.rfind(':')) + node_address;
+  for (std::string* named : {&reply.sender.node_address, &reply.sender.exchange_address}) {
+    if (named->starts_with(":")) *named = address.substr(0, address.rfind(':')) + *named;
+  }
   return hear(reply, address, outcome.rtt_ms, now);
 }
 

@@ -70,10 +70,20 @@ struct PlacementRequest {
   double keep_tolerance = kDefaultKeepTolerance;
 };
 
-struct Stage {
+// A member of a tensor-parallel group (cluster/tensor_groups.h).
+struct GroupMember {
   std::string node_id;
+  double share = 0.0;  // of every layer's heads and rows: the group's shares add up to 1
+  bool operator==(const GroupMember&) const = default;
+};
+
+struct Stage {
+  std::string node_id;  // a group's first member
   int first_layer = 0;
   int last_layer = 0;  // exclusive
+  // A tensor-parallel group that computes the stage together, in member order, node_id first;
+  // empty: node_id alone.
+  std::vector<GroupMember> group = {};
   bool operator==(const Stage&) const = default;
 };
 
@@ -108,13 +118,15 @@ Placement place_layers(std::span<const NodeCapacity> nodes, const ModelFootprint
                        const PlacementRequest& request);
 
 // For a placement fixed by hand: throws std::invalid_argument naming the first problem (gap,
-// overlap, layers not covered, unknown or repeated node, memory rule broken).
+// overlap, layers not covered, unknown or repeated node, memory rule broken: by a group's
+// members for their shares).
 void check_placement(const Placement& placement, std::span<const NodeCapacity> nodes,
                      const ModelFootprint& model, uint64_t kv_tokens);
 
 // After nodes only left (lost or drained), so that the requests that wait meanwhile wait for
 // the fewest layers to be prepared: the nodes of `current` that are still `members` keep their
-// layers, and each gone stage's layers go to the stage before it (after it, for the first).
+// layers, and each gone stage's layers go to the stage before it (after it, for the first); a
+// group goes on with the members it has left.
 // nullopt when no stage's node is left or the result breaks the memory rule over `nodes`; a
 // placement from scratch is then needed.
 std::optional<Placement> repair_placement(const Placement& current, std::span<const std::string> members,

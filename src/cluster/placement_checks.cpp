@@ -28,13 +28,26 @@ void check_placement(const Placement& placement, std::span<const NodeCapacity> n
     if (stage.last_layer > needs.count()) {
       throw std::invalid_argument(name + " goes past the model's " + std::to_string(needs.count()) + " layers");
     }
-    const auto node = std::find_if(nodes.begin(), nodes.end(), [&](const auto& n) { return n.id == stage.node_id; });
-    if (node == nodes.end()) throw std::invalid_argument(name + ": no such node");
-    if (!seen.insert(stage.node_id).second) throw std::invalid_argument(name + ": the node already has a stage");
-    const uint64_t need = needs.memory_bytes(*node, stage.first_layer, stage.last_layer);
-    if (need > node->memory_bytes) {
-      throw std::invalid_argument(name + " needs " + units::describe_bytes(need) + " but the node has " +
-                                  units::describe_bytes(node->memory_bytes) + " usable");
+    if (!stage.group.empty() && stage.group.front().node_id != stage.node_id) {
+      throw std::invalid_argument(name + ": its group's first member is not its node");
+    }
+    // A group's member holds its share of the stage's weights and KV.
+    const std::vector<GroupMember> members = stage.group.empty() ? std::vector<GroupMember>{{stage.node_id, 1.0}} : stage.group;
+    for (const GroupMember& member : members) {
+      const auto node = std::find_if(nodes.begin(), nodes.end(), [&](const auto& n) { return n.id == member.node_id; });
+      if (node == nodes.end()) throw std::invalid_argument(name + ": no such node '" + member.node_id + "'");
+      if (!seen.insert(member.node_id).second) {
+        throw std::invalid_argument(name + ": node '" + member.node_id + "' already has a stage");
+      }
+      if (!(member.share > 0.0 && member.share <= 1.0)) {
+        throw std::invalid_argument(name + ": node '" + member.node_id + "' has a share that is not in (0, 1]");
+      }
+      const auto need = static_cast<uint64_t>(
+          static_cast<double>(needs.memory_bytes(*node, stage.first_layer, stage.last_layer)) * member.share);
+      if (need > node->memory_bytes) {
+        throw std::invalid_argument(name + " needs " + units::describe_bytes(need) + " on node '" + member.node_id +
+                                    "' but it has " + units::describe_bytes(node->memory_bytes) + " usable");
+      }
     }
     expected_first = stage.last_layer;
   }
@@ -49,8 +62,16 @@ std::optional<Placement> repair_placement(const Placement& current, std::span<co
                                           uint64_t kv_tokens) {
   Placement repaired;
   std::optional<int> orphaned_from;  // first layer of gone stages at the front
-  for (const Stage& s : current.stages) {
-    if (std::find(members.begin(), members.end(), s.node_id) == members.end()) {
+  const auto left = [&](const std::string& id) { return std::find(members.begin(), members.end(), id) != members.end(); };
+  for (Stage s : current.stages) {
+    // A group goes on with the members it has left, their shares in the same proportions.
+    std::erase_if(s.group, [&](const GroupMember& m) { return !left(m.node_id); });
+    double shares = 0.0;
+    for (const GroupMember& m : s.group) shares += m.share;
+    for (GroupMember& m : s.group) m.share /= shares;
+    if (!s.group.empty()) s.node_id = s.group.front().node_id;
+    if (s.group.size() == 1) s.group.clear();
+    if (!left(s.node_id)) {
       if (!repaired.stages.empty()) {
         repaired.stages.back().last_layer = s.last_layer;
       } else if (!orphaned_from) {
@@ -58,7 +79,7 @@ std::optional<Placement> repair_placement(const Placement& current, std::span<co
       }
       continue;
     }
-    repaired.stages.push_back({s.node_id, orphaned_from.value_or(s.first_layer), s.last_layer});
+    repaired.stages.push_back({s.node_id, orphaned_from.value_or(s.first_layer), s.last_layer, s.group});
     orphaned_from.reset();
   }
   if (repaired.stages.empty()) return std::nullopt;

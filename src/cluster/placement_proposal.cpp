@@ -1,15 +1,35 @@
 #include "cluster/placement_proposal.h"
 
+#include <algorithm>
 #include <exception>
 
 namespace strata::cluster {
 namespace {
 
+// Weights in proportion to one another as shares adding up to 1; a group fixed by hand
+// without weights (all 0) shares by the members' measured speeds.
+std::vector<GroupMember> shares_of(std::vector<GroupMember> group, const std::vector<cluster_types::NodeInfo>& members) {
+  const bool by_speed = std::all_of(group.begin(), group.end(), [](const GroupMember& m) { return m.share == 0.0; });
+  double total = 0.0;
+  for (GroupMember& m : group) {
+    if (by_speed) {
+      const auto info = std::find_if(members.begin(), members.end(), [&](const auto& i) { return i.node_id == m.node_id; });
+      m.share = info == members.end() ? 0.0 : info->weight_bytes_per_second;
+    }
+    total += m.share;
+  }
+  for (GroupMember& m : group) m.share = total > 0.0 ? m.share / total : 0.0;
+  return group;
+}
+
 Placement placement_of(const cluster_types::Placement& p) {
   Placement placement;
   placement.epoch = p.epoch;
   placement.reason = p.reason;
-  for (const cluster_types::Stage& s : p.stages) placement.stages.push_back({s.node_id, s.first_layer, s.last_layer});
+  for (const cluster_types::Stage& s : p.stages) {
+    Stage& stage = placement.stages.emplace_back(Stage{s.node_id, s.first_layer, s.last_layer});
+    for (const cluster_types::StageMember& m : s.group) stage.group.push_back({m.node_id, m.weight});
+  }
   return placement;
 }
 
@@ -54,13 +74,20 @@ Proposal propose_placement(uint64_t epoch, const std::vector<cluster_types::Node
       p = repaired ? *repaired : place_layers(nodes, rules.footprint, placement_request(rules));
     } else {
       p.stages = rules.fixed_stages;
+      for (Stage& s : p.stages) s.group = shares_of(std::move(s.group), members);
       p.reason = "fixed by hand (--stages)";
       check_placement(p, nodes, rules.footprint, rules.kv_reserve_tokens);
     }
+    const auto info_of = [&](const std::string& id) {
+      const auto info = std::find_if(members.begin(), members.end(), [&](const auto& i) { return i.node_id == id; });
+      return info != members.end() ? *info : cluster_types::NodeInfo{};
+    };
     for (const Stage& s : p.stages) {
-      cluster_types::Stage& out = next.stages.emplace_back(cluster_types::Stage{s.node_id, {}, s.first_layer, s.last_layer});
-      for (const cluster_types::NodeInfo& info : members) {
-        if (info.node_id == s.node_id) out.node_address = info.node_address;
+      cluster_types::Stage& out = next.stages.emplace_back(
+          cluster_types::Stage{s.node_id, info_of(s.node_id).node_address, s.first_layer, s.last_layer, {}});
+      for (const GroupMember& m : s.group) {
+        const cluster_types::NodeInfo member = info_of(m.node_id);
+        out.group.push_back({m.node_id, member.node_address, member.exchange_address, m.share});
       }
     }
     next.reason = p.reason;
@@ -90,7 +117,14 @@ std::string stages_text(const cluster_types::Placement& p) {
   if (!p.error.empty()) return p.error;
   std::string text;
   for (const cluster_types::Stage& s : p.stages) {
-    text += (text.empty() ? "" : ", ") + s.node_id + " [" + std::to_string(s.first_layer) + ", " +
+    std::string nodes = s.node_id;
+    if (!s.group.empty()) {
+      nodes.clear();
+      for (const cluster_types::StageMember& m : s.group) {
+        nodes += (nodes.empty() ? "" : "+") + m.node_id + " " + std::to_string(static_cast<int>(m.weight * 100 + 0.5)) + "%";
+      }
+    }
+    text += (text.empty() ? "" : ", ") + nodes + " [" + std::to_string(s.first_layer) + ", " +
             std::to_string(s.last_layer) + ")";
   }
   return text;

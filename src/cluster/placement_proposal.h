@@ -41,7 +41,7 @@ Proposal propose_placement(uint64_t epoch, const std::vector<cluster_types::Node
 // each says of itself), or empty: none runs, or they cannot hold the model.
 std::string why_needed(const std::vector<cluster_types::NodeInfo>& others, const PlacementRules& rules);
 
-// "a [0, 3), b [3, 5)", or the placement's error.
+// "a [0, 3), b 60%+c 40% [3, 5)" (a group of b and c), or the placement's error.
 std::string stages_text(const cluster_types::Placement& placement);
 
 }  // namespace strata::cluster

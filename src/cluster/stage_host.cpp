@@ -1,5 +1,7 @@
 #include "cluster/stage_host.h"
 
+#include "model/tensor_share.h"
+
 namespace strata::cluster {
 
 StageHost::StageHost(StageHostOptions options) : options_(std::move(options)) {}
@@ -15,19 +17,20 @@ void StageHost::log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
-void StageHost::hold(std::optional<model::LayerRange> range, uint64_t epoch) {
+void StageHost::hold(std::optional<StageSeat> seat, uint64_t epoch) {
   bool ready = false;
   {
     std::lock_guard lock(mutex_);
-    if (!range) {
+    if (!seat) {
       if (stages_.has_current() || model_) log("this node holds no layers in placement " + std::to_string(epoch));
       stages_.retire();
       model_.reset();
       return;
     }
-    if (model_ && model_->range().first == range->first && model_->range().last == range->last) {
+    const model::LayerRange range = seat->range;
+    if (model_ && seat_.same_layers(*seat)) {
       if (stages_.ready_for(epoch)) return;
-      stages_.start(model_, options_.threads, options_.kv(*range), epoch);
+      stages_.start(model_, options_.threads, options_.kv(range), epoch);
       ready = true;
     } else {
       if (loading_) return;
@@ -37,33 +40,48 @@ void StageHost::hold(std::optional<model::LayerRange> range, uint64_t epoch) {
       // The layers it keeps are shared with the new range's model, the others go with this one.
       std::shared_ptr<model::Model> previous = std::move(model_);
       if (loader_.joinable()) loader_.join();  // it has ended: loading_ was false
-      log("loading layers [" + std::to_string(range->first) + ", " + std::to_string(range->last) + ") for placement " +
-          std::to_string(epoch));
-      loader_ = std::thread([this, range = *range, previous = std::move(previous)]() mutable {
+      log("loading layers [" + std::to_string(range.first) + ", " + std::to_string(range.last) + ")" +
+          (seat->weights.empty() ? "" : " as member " + std::to_string(seat->member) + " of group '" + seat->group + "'") +
+          " for placement " + std::to_string(epoch));
+      loader_ = std::thread([this, seat = *seat, previous = std::move(previous)]() mutable {
         std::shared_ptr<model::Model> model;
         std::string error;
         try {
-          if (options_.fetch) options_.fetch(range);
-          model = model::Model::load(
-              options_.file, range, [this](double share) { load_progress_ = share; }, previous.get());
+          if (options_.fetch) options_.fetch(seat.range);
+          model = load(seat, previous.get());
           previous.reset();
         } catch (const std::exception& e) {
           error = e.what();
         }
-        loaded(range, std::move(model), error);
+        loaded(seat, std::move(model), error);
       });
     }
   }
   if (ready && options_.on_ready) options_.on_ready();  // tell the leader it is ready
 }
 
-void StageHost::loaded(model::LayerRange range, std::shared_ptr<model::Model> model, const std::string& error) {
+std::shared_ptr<model::Model> StageHost::load(const StageSeat& seat, const model::Model* previous) {
+  const auto progress = [this](double share) { load_progress_ = share; };
+  if (seat.weights.empty()) return model::Model::load(options_.file, seat.range, progress, previous);
+  if (!options_.join) throw std::runtime_error("this node cannot join a tensor-parallel group");
+  std::shared_ptr<model::Exchange> exchange = options_.join(seat);
+  const std::vector<model::TensorShare> shares =
+      model::plan_tensor_shares(model::Config::from_gguf(*options_.file), seat.weights);
+  std::unique_ptr<model::Model> share = model::Model::load_share(options_.file, seat.range, shares, *exchange);
+  load_progress_ = 1.0;
+  // The model gathers through the exchange until its last stage lets it go.
+  return std::shared_ptr<model::Model>(share.release(), [exchange](model::Model* m) { delete m; });
+}
+
+void StageHost::loaded(const StageSeat& seat, std::shared_ptr<model::Model> model, const std::string& error) {
   const bool ready = model != nullptr;
+  const model::LayerRange range = seat.range;
   {
     std::lock_guard lock(mutex_);
     loading_ = false;
     if (ready) {
       model_ = std::move(model);
+      seat_ = seat;
       log("loaded layers [" + std::to_string(range.first) + ", " + std::to_string(range.last) + ")");
     } else if (error != last_load_error_) {
       // The next gossip round tries again: the same failure is said once.

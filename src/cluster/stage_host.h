@@ -4,6 +4,9 @@
 // before it, which goes on serving until the leader has switched and hands over its sequences'
 // state then. A range that stays is started at once for the new placement, sharing the layers.
 //
+// A node in a tensor-parallel group loads its share of the layers (model::Model::load_share) once
+// it has joined the group's links, a group of each placement its own.
+//
 // Its own lock guards its state; it never holds it while calling back, so the node may call it
 // under its own lock, and its callbacks may take that.
 #pragma once
@@ -20,6 +23,7 @@
 
 #include "cluster/node_stages.h"
 #include "gguf/gguf.h"
+#include "model/exchange.h"
 
 namespace strata::cluster {
 
@@ -27,6 +31,22 @@ namespace strata::cluster {
 // (finishing the batches in flight, then moving keys and values): a node keeps its previous
 // stage this long, and a node that leaves waits this long for it.
 inline constexpr auto kHandOverLimit = std::chrono::seconds(60);
+
+// The part of a placement's stage that a node computes: its layers and, in a tensor-parallel
+// group, its place there.
+struct StageSeat {
+  model::LayerRange range;
+  // A group's: its name (each placement's its own), the members' weights and the addresses of
+  // their links in member order, and this node's index; no weights: the node alone.
+  std::string group;
+  std::vector<double> weights;
+  std::vector<std::string> exchange_addresses;
+  int member = 0;
+  // The same layers, or the same share in the same group (wherever its links are reached).
+  bool same_layers(const StageSeat& other) const {
+    return range == other.range && group == other.group && weights == other.weights && member == other.member;
+  }
+};
 
 struct StageHostOptions {
   std::shared_ptr<const gguf::File> file;
@@ -39,6 +59,9 @@ struct StageHostOptions {
   // A stage became ready for its placement: its layers loaded, or kept for a new placement.
   std::function<void()> on_ready;
   std::function<void(const std::string&)> log;
+  // Joins a group's links as `seat` says: the exchange its members gather through. Throws when
+  // the members cannot all be reached.
+  std::function<std::unique_ptr<model::Exchange>(const StageSeat& seat)> join;
 };
 
 class StageHost {
@@ -46,11 +69,11 @@ class StageHost {
   explicit StageHost(StageHostOptions options);
   ~StageHost();  // waits for a load under way
 
-  // Holds the layers `range` of placement `epoch` (nullopt: the placement gives this node
-  // none, and it lets its stage and layers go). Loads them unless held: the layers kept from
-  // the range held before are shared, not prepared again. A load that failed is tried again at
-  // the next call.
-  void hold(std::optional<model::LayerRange> range, uint64_t epoch);
+  // Holds the layers `seat` gives this node in placement `epoch` (nullopt: the placement gives
+  // this node none, and it lets its stage and layers go). Loads them unless held: the layers
+  // kept from the range held before are shared, not prepared again (a group's share is always
+  // loaded anew). A load that failed is tried again at the next call.
+  void hold(std::optional<StageSeat> seat, uint64_t epoch);
 
   // NodeStages' answers, under this host's lock.
   std::shared_ptr<engine::Stage> stage_of(uint64_t epoch) const;
@@ -74,12 +97,15 @@ class StageHost {
 
  private:
   // The load of `range` ended with `model`, or failed with `error`.
-  void loaded(model::LayerRange range, std::shared_ptr<model::Model> model, const std::string& error);
+  void loaded(const StageSeat& seat, std::shared_ptr<model::Model> model, const std::string& error);
+  // `seat`'s layers: a group member's share, over the exchange it joins, else the range.
+  std::shared_ptr<model::Model> load(const StageSeat& seat, const model::Model* previous);
   void log(const std::string& line) const;
 
   StageHostOptions options_;
   mutable std::mutex mutex_;
-  std::shared_ptr<model::Model> model_;  // the layers held, of the current or the last range
+  std::shared_ptr<model::Model> model_;  // the layers held, of the current or the last seat
+  StageSeat seat_;                       // model_'s
   NodeStages stages_;
   bool loading_ = false;
   std::atomic<double> load_progress_{0.0};  // of the layers being loaded

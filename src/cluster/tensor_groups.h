@@ -34,12 +34,6 @@ class LinkCosts {
   std::map<std::pair<std::string, std::string>, LinkCost> measured_;  // the pair in id order
 };
 
-struct GroupMember {
-  std::string node_id;
-  double share = 0.0;  // of every layer's heads and rows: the group's shares add up to 1
-  bool operator==(const GroupMember&) const = default;
-};
-
 // One pipeline stage: a node alone (one member, share 1) or a group.
 struct GroupStage {
   std::vector<GroupMember> members;  // in id order

@@ -50,6 +50,7 @@ struct Weights {
 struct NodeInfo {
   std::string node_id;
   std::string node_address;  // host:port of its node service
+  std::string exchange_address;  // host:port of its tensor-parallel group links
   std::string api_address;   // host:port of its HTTP API
   std::string model_hash;    // of the GGUF's metadata and tensor table
   std::string model_name;

@@ -10,11 +10,23 @@
 
 namespace strata::cluster_types {
 
-struct Stage {
+// A member of a tensor-parallel group that computes a stage together (model/tensor_share.h).
+struct StageMember {
   std::string node_id;
+  std::string node_address;      // as the leader reaches it
+  std::string exchange_address;  // where the other members reach its group links
+  double weight = 1.0;           // its share of every layer's rows, relative to the others'
+  bool operator==(const StageMember&) const = default;
+};
+
+struct Stage {
+  std::string node_id;       // a group's first member
   std::string node_address;  // as the leader reaches it
   int32_t first_layer = 0;
   int32_t last_layer = 0;  // exclusive
+  // A tensor-parallel group's members in member order, node_id first; empty: node_id computes
+  // the stage alone.
+  std::vector<StageMember> group;
   bool operator==(const Stage&) const = default;
 };
 

@@ -166,6 +166,7 @@ struct LayerRange {
   bool has_embedding() const { return first == 0; }
   bool has_head(const Config& c) const { return last == c.layer_count; }
   int size() const { return last - first; }
+  bool operator==(const LayerRange&) const = default;
 };
 
 }  // namespace strata::model

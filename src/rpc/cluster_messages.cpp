@@ -56,6 +56,13 @@ void write_stage(const cluster_types::Stage& stage, Stage& out) {
   out.set_node_address(stage.node_address);
   out.set_first_layer(stage.first_layer);
   out.set_last_layer(stage.last_layer);
+  for (const cluster_types::StageMember& m : stage.group) {
+    StageMember& member = *out.add_group();
+    member.set_node_id(m.node_id);
+    member.set_node_address(m.node_address);
+    member.set_exchange_address(m.exchange_address);
+    member.set_weight(m.weight);
+  }
 }
 
 // Both Hello messages: `Message` is HelloRequest (whose node is its sender) or HelloReply.
@@ -78,6 +85,7 @@ NodeInfo to_message(const cluster_types::NodeInfo& info) {
   NodeInfo out;
   out.set_node_id(info.node_id);
   out.set_node_address(info.node_address);
+  out.set_exchange_address(info.exchange_address);
   out.set_api_address(info.api_address);
   out.set_model_hash(info.model_hash);
   out.set_model_name(info.model_name);
@@ -108,6 +116,7 @@ cluster_types::NodeInfo from_message(const NodeInfo& info) {
   cluster_types::NodeInfo out;
   out.node_id = info.node_id();
   out.node_address = info.node_address();
+  out.exchange_address = info.exchange_address();
   out.api_address = info.api_address();
   out.model_hash = info.model_hash();
   out.model_name = info.model_name();
@@ -150,7 +159,11 @@ cluster_types::Placement from_message(const Placement& placement) {
   out.epoch = placement.epoch();
   out.leader_id = placement.leader_id();
   for (const Stage& s : placement.stages()) {
-    out.stages.push_back({s.node_id(), s.node_address(), s.first_layer(), s.last_layer()});
+    cluster_types::Stage& stage = out.stages.emplace_back(
+        cluster_types::Stage{s.node_id(), s.node_address(), s.first_layer(), s.last_layer(), {}});
+    for (const StageMember& m : s.group()) {
+      stage.group.push_back({m.node_id(), m.node_address(), m.exchange_address(), m.weight()});
+    }
   }
   out.reason = placement.reason();
   out.strategy = placement.strategy();

@@ -29,7 +29,9 @@ namespace strata::rpc {
 // sliding-window layer's state moves as its window (LayerKv.first_position), which a node of
 // 6 would read from position 0; a stage's pool of sliding-window layers
 // (HoldPrefixReply.window_pool_blocks, KvCacheStats.window, NodeInfo.kv_bytes_per_window_layer).
-inline constexpr uint32_t kProtocolVersion = 7;
+// 8: tensor-parallel groups (Stage.group, NodeInfo.exchange_address), which a node of 7 would
+// run as the group's first member alone.
+inline constexpr uint32_t kProtocolVersion = 8;
 
 // What a node can say it is doing (NodeInfo.state): placed nowhere yet, placed elsewhere,
 // fetching or loading its layers, holding them, leading the placement it serves, or taking no

@@ -65,6 +65,15 @@ TEST(ClusterStatusJson, TellsOfThisNodeItsPeersAndThePlacement) {
   }
 }
 
+TEST(ClusterStatusJson, AGroupsMembersAndSharesAreShown) {
+  ClusterStatus status = two_nodes();
+  status.placement.stages[0].group = {{"a", "10.0.0.1:1", "10.0.0.1:2", 0.75}, {"b", "10.0.0.2:1", "10.0.0.2:2", 0.25}};
+  const json body = json::parse(cluster_status_json(status));
+  EXPECT_EQ(body["placement"]["stages"][0]["group"],
+            (json{{{"node", "a"}, {"node_address", "10.0.0.1:1"}, {"exchange_address", "10.0.0.1:2"}, {"share", 0.75}},
+                  {{"node", "b"}, {"node_address", "10.0.0.2:1"}, {"exchange_address", "10.0.0.2:2"}, {"share", 0.25}}}));
+}
+
 TEST(ClusterStatusJson, APeersProblemAndPartialWeightsAreShown) {
   ClusterStatus status = two_nodes();
   status.nodes[1].link->problem = "runs another model";

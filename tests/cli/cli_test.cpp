@@ -171,6 +171,9 @@ TEST(Cli, ServeRefusesClusterFlagsThatCannotWork) {
   expect_one_line_error(strata(serve + "--memory-limit 12XB"), "12XB");
   expect_one_line_error(strata(serve + "--stages a:1"), "NODE:FIRST-LAST");
   expect_one_line_error(strata(serve + "--stages a:x-3"), "not a number");
+  expect_one_line_error(strata(serve + "--stages a*x+b:0-3"), "gives node 'a' a weight that is not a positive number");
+  expect_one_line_error(strata(serve + "--stages a*0+b:0-3"), "gives node 'a' a weight that is not a positive number");
+  expect_one_line_error(strata(serve + "--stages a++b:0-3"), "names an empty node");
   // 192.0.2.0/24 is reserved for documentation: nothing is sent there, the flag is refused.
   expect_one_line_error(strata(serve + "--peers 192.0.2.1:8081"), "needs --cluster-key");
 }

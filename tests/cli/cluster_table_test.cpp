@@ -45,6 +45,17 @@ TEST(ClusterTable, SaysEachStageOfThePlacementOnce) {
   EXPECT_EQ(occurrences(table, "2-3"), 1) << table;
 }
 
+// Each member of a tensor-parallel group shows the group's layers and its own share of them.
+TEST(ClusterTable, ShowsEachGroupMembersShare) {
+  const json group = json::array({json{{"node", "a"}, {"share", 0.75}}, json{{"node", "b"}, {"share", 0.25}}});
+  const json stage = {{"node", "a"}, {"first_layer", 0}, {"last_layer", 4}, {"group", group}};
+  json placement = {{"epoch", 3}, {"leader", "a"}, {"strategy", "fixed"}, {"reason", ""}, {"error", ""},
+                    {"stages", json::array({stage})}};
+  const std::string table = cluster_table(status(placement));
+  EXPECT_EQ(occurrences(table, "0-3 75%"), 1) << table;
+  EXPECT_EQ(occurrences(table, "0-3 25%"), 1) << table;
+}
+
 // A placement that does not fit names every node's shortfall: said once, not again as what the
 // cluster waits for.
 TEST(ClusterTable, SaysWhyTheModelDoesNotFitOnce) {

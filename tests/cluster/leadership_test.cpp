@@ -77,11 +77,11 @@ class LeadershipTest : public ::testing::Test {
 
   // Holds [first, last) for placement `epoch`, ready to serve.
   void ready(int first, int last, uint64_t epoch) {
-    stages_.hold(model::LayerRange{first, last}, epoch);
+    stages_.hold(StageSeat{{first, last}}, epoch);
     std::unique_lock lock(mutex_);
     ASSERT_TRUE(changed_.wait_for(lock, 30s, [&] { return ready_ > 0; }));
     lock.unlock();
-    stages_.hold(model::LayerRange{first, last}, epoch);
+    stages_.hold(StageSeat{{first, last}}, epoch);
     ASSERT_TRUE(stages_.ready_for(epoch));
   }
 

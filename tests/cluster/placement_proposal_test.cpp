@@ -66,6 +66,29 @@ TEST(PlacementProposal, AHandMadePlacementWaitsForItsNodes) {
   EXPECT_EQ(stages_text(placed.placement), "a [0, 2), b [2, 4)");
 }
 
+// A group fixed by hand shares by its members' measured speeds, or by the weights given, and names
+// every member's node and link addresses.
+TEST(PlacementProposal, AHandMadeGroupSharesBySpeedOrWeightAndNamesItsMembers) {
+  PlacementRules r = rules();
+  r.fixed_stages = {{"a", 0, 4, {{"a", 0.0}, {"b", 0.0}}}};
+  cluster_types::NodeInfo a = member("a", 1024 * kMiB);
+  cluster_types::NodeInfo b = member("b", 1024 * kMiB);
+  a.exchange_address = "10.0.0.1:7001";
+  b.exchange_address = "10.0.0.2:7001";
+  b.weight_bytes_per_second = 3e9;
+  const Proposal by_speed = propose_placement(3, {a, b}, {}, false, r);
+  ASSERT_TRUE(by_speed.waits.empty()) << by_speed.waits;
+  ASSERT_EQ(by_speed.placement.stages.size(), 1u);
+  EXPECT_EQ(by_speed.placement.stages[0].group,
+            (std::vector<cluster_types::StageMember>{{"a", "10.0.0.1:7000", "10.0.0.1:7001", 0.25},
+                                                     {"b", "10.0.0.2:7000", "10.0.0.2:7001", 0.75}}));
+  EXPECT_EQ(stages_text(by_speed.placement), "a 25%+b 75% [0, 4)");
+  r.fixed_stages = {{"a", 0, 4, {{"a", 3.0}, {"b", 1.0}}}};
+  EXPECT_EQ(stages_text(propose_placement(4, {a, b}, {}, false, r).placement), "a 75%+b 25% [0, 4)");
+  r.fixed_stages = {{"a", 0, 4, {{"a", 1.0}, {"c", 1.0}}}};
+  EXPECT_FALSE(propose_placement(5, {a, b}, {}, false, r).waits.empty()) << "c has not joined";
+}
+
 TEST(PlacementProposal, AModelThatFitsNoOneIsAPlacementThatSaysWhy) {
   const Proposal p = propose_placement(2, {member("a", 5 * kMiB)}, {}, false, rules());
   EXPECT_TRUE(p.waits.empty());

@@ -625,6 +625,45 @@ TEST(CheckPlacement, AcceptsValidAndRejectsEachKindOfInvalid) {
   expect_rejected(placement({{"a", 0, 3}, {"b", 3, 4}}), "needs 325 B");  // 3 × 105 + 10 > 300
 }
 
+// A group's member needs its share of the stage's weights and KV; every member is a node of the
+// cluster, in no other stage.
+TEST(CheckPlacement, AGroupsMembersEachHoldTheirShare) {
+  const ModelFootprint m = uniform_model(4, 100, 10, 20, 1);
+  const std::vector<NodeCapacity> nodes = {{"a", 300, 1e9}, {"b", 300, 1e9}, {"c", 300, 1e9}};
+  const uint64_t kv = 5;  // all 4 layers: 4 × 105 + 10 + 20 = 450 bytes
+  auto placement = [](std::vector<Stage> stages) { return Placement{0, std::move(stages), "", 0.0}; };
+  EXPECT_NO_THROW(check_placement(placement({{"a", 0, 4, {{"a", 0.5}, {"b", 0.5}}}}), nodes, m, kv));
+  EXPECT_NO_THROW(check_placement(placement({{"a", 0, 2}, {"b", 2, 4, {{"b", 0.6}, {"c", 0.4}}}}), nodes, m, kv));
+  auto expect_rejected = [&](const Placement& p, const std::string& says) {
+    try {
+      check_placement(p, nodes, m, kv);
+      ADD_FAILURE() << "accepted; expected: " << says;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  expect_rejected(placement({{"a", 0, 4, {{"a", 0.75}, {"b", 0.25}}}}), "needs 337 B on node 'a'");  // 450 × 0.75
+  expect_rejected(placement({{"a", 0, 4, {{"a", 0.5}, {"zz", 0.5}}}}), "no such node 'zz'");
+  expect_rejected(placement({{"a", 0, 2}, {"b", 2, 4, {{"b", 0.5}, {"a", 0.5}}}}), "node 'a' already has a stage");
+  expect_rejected(placement({{"a", 0, 4, {{"b", 0.5}, {"a", 0.5}}}}), "first member is not its node");
+  expect_rejected(placement({{"a", 0, 4, {{"a", 0.5}, {"b", 0.0}}}}), "share that is not in (0, 1]");
+}
+
+// A group that loses members goes on with those left, sharing in the same proportions; one left
+// computes the stage alone.
+TEST(RepairPlacement, AGroupGoesOnWithTheMembersLeft) {
+  const ModelFootprint m = uniform_model(4, 100, 10, 10, 0);
+  const std::vector<NodeCapacity> nodes = {{"a", 2000, 1e9}, {"c", 2000, 1e9}, {"d", 2000, 1e9}};
+  const Placement current{3, {{"a", 0, 2, {{"a", 0.5}, {"b", 0.25}, {"c", 0.25}}}, {"d", 2, 4}}};
+  const std::vector<std::string> without_b = {"a", "c", "d"};
+  const std::optional<Placement> p = repair_placement(current, without_b, nodes, m, 0);
+  ASSERT_TRUE(p);
+  const double third = 0.25 / 0.75;
+  EXPECT_EQ(p->stages, (std::vector<Stage>{{"a", 0, 2, {{"a", 0.5 / 0.75}, {"c", third}}}, {"d", 2, 4}}));
+  const std::vector<std::string> only_c_and_d = {"c", "d"};
+  EXPECT_EQ(repair_placement(current, only_c_and_d, nodes, m, 0)->stages, (std::vector<Stage>{{"c", 0, 2}, {"d", 2, 4}}));
+}
+
 TEST(TensorRole, EachNameHasOneRole) {
   EXPECT_EQ(role_of_tensor("blk.3.attn_q.weight", 4).kind, TensorRole::Layer);
   EXPECT_EQ(role_of_tensor("blk.3.attn_q.weight", 4).layer, 3);

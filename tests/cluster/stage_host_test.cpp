@@ -60,17 +60,17 @@ class StageHostTest : public ::testing::Test {
 
 TEST_F(StageHostTest, ARangeLoadsThenServesItsPlacementAndTheNextBesideThePrevious) {
   StageHost host(options());
-  host.hold(model::LayerRange{0, 2}, 1);
+  host.hold(StageSeat{{0, 2}}, 1);
   ASSERT_TRUE(readied(1)) << "the load ends with on_ready";
   EXPECT_FALSE(host.ready_for(1)) << "a loaded range serves from the next round";
-  host.hold(model::LayerRange{0, 2}, 1);
+  host.hold(StageSeat{{0, 2}}, 1);
   EXPECT_TRUE(readied(2));
   EXPECT_TRUE(host.ready_for(1));
   const std::shared_ptr<engine::Stage> first = host.stage_of(1);
   ASSERT_NE(first, nullptr);
   EXPECT_EQ(host.current(), first);
 
-  host.hold(model::LayerRange{0, 2}, 2);  // the same layers: no load
+  host.hold(StageSeat{{0, 2}}, 2);  // the same layers: no load
   EXPECT_TRUE(host.ready_for(2)) << "a range held serves the next placement at once";
   EXPECT_EQ(host.stage_of(1), first) << "the previous placement's stage goes on serving it";
   EXPECT_NE(host.stage_of(2), first);
@@ -88,15 +88,15 @@ TEST_F(StageHostTest, ARangeLoadsThenServesItsPlacementAndTheNextBesideThePrevio
 
 TEST_F(StageHostTest, AnotherRangeLoadsAnewAndNoRangeLetsEverythingGo) {
   StageHost host(options());
-  host.hold(model::LayerRange{0, 2}, 1);
+  host.hold(StageSeat{{0, 2}}, 1);
   ASSERT_TRUE(readied(1));
-  host.hold(model::LayerRange{0, 2}, 1);
+  host.hold(StageSeat{{0, 2}}, 1);
   ASSERT_TRUE(host.ready_for(1));
-  host.hold(model::LayerRange{2, 4}, 2);
+  host.hold(StageSeat{{2, 4}}, 2);
   EXPECT_FALSE(host.has_current()) << "the stage of the old range retires while the new one loads";
   EXPECT_TRUE(host.has_any());
   ASSERT_TRUE(readied(3));
-  host.hold(model::LayerRange{2, 4}, 2);
+  host.hold(StageSeat{{2, 4}}, 2);
   EXPECT_TRUE(host.ready_for(2));
   host.hold(std::nullopt, 3);
   EXPECT_FALSE(host.has_current());
@@ -109,7 +109,7 @@ TEST_F(StageHostTest, AFailedLoadIsSaidOnceAndTriedAgain) {
   fail_fetch_ = true;
   StageHost host(options());
   for (int attempt = 0; attempt < 3; ++attempt) {
-    host.hold(model::LayerRange{0, 4}, 1);
+    host.hold(StageSeat{{0, 4}}, 1);
     host.wait_for_load();
   }
   EXPECT_EQ(fetched_.size(), 3u);

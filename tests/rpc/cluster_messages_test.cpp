@@ -22,6 +22,7 @@ cluster_types::NodeInfo every_field_set(const std::string& id) {
   cluster_types::NodeInfo info;
   info.node_id = id;
   info.node_address = "10.0.0.2:50051";
+  info.exchange_address = "10.0.0.2:50052";
   info.api_address = "10.0.0.2:8080";
   info.model_hash = "ab12";
   info.model_name = "llama";
@@ -46,11 +47,15 @@ cluster_types::NodeInfo every_field_set(const std::string& id) {
   return info;
 }
 
-// Its first stage starts at layer 1, not 0, so that no field is its default.
+// Its first stage starts at layer 1, not 0, so that no field is its default; both are
+// tensor-parallel groups, so that every stage's group is written.
 cluster_types::Placement every_field_set_placement() {
   return {7,
           "a",
-          {{"a", "10.0.0.1:50051", 1, 3}, {"b", "10.0.0.2:50051", 3, 5}},
+          {{"a", "10.0.0.1:50051", 1, 3,
+            {{"a", "10.0.0.1:50051", "10.0.0.1:50052", 1.0}, {"d", "10.0.0.4:50051", "10.0.0.4:50052", 3.0}}},
+           {"b", "10.0.0.2:50051", 3, 5,
+            {{"b", "10.0.0.2:50051", "10.0.0.2:50052", 2.5}, {"c", "10.0.0.3:50051", "10.0.0.3:50052", 1.5}}}},
           "a: 3 layers, b: 2 layers",
           "memory",
           "no error, but set"};

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Tensor-parallel groups served by real `strata serve` processes on 127.0.0.1: a stage computed
+by a group of nodes, each a share of every layer (`--stages a+b:0-3`, shares by the members'
+speeds, or `a*3+b:0-3`, by weight), answers every greedy and seeded request (text and logprobs)
+at every node as one node does, alone and concurrently: a group of 2 holding the whole model, an
+uneven group of 2 beside a single stage, and an uneven group of 3; on the shared model and on a
+Mixture-of-Experts one (`strata gguf synth --shape qwen3moe-tiny`). /cluster shows each group's
+members and shares.
+
+usage: group_processes_test.py STRATA MODEL.gguf
+"""
+import concurrent.futures
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster_processes_test as base  # noqa: E402  (its Node and checks; its main does not run)
+
+check = base.check
+
+
+def start(stages, ids, model):
+    """Nodes `ids` with the placement `stages` fixed by hand, the others naming the first."""
+    first = base.Node(ids[0], "--stages", stages, model=model)
+    nodes = [first] + [base.Node(i, "--peers", first.address, "--stages", stages, model=model) for i in ids[1:]]
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        status = first.get("/cluster")[1]
+        placement = status.get("placement", {})
+        ready = {n["id"]: n["ready_epoch"] for n in status.get("nodes", [])}
+        members = [m["node"] for s in placement.get("stages", []) for m in s.get("group", [{"node": s["node"]}])]
+        if status.get("serving") and sorted(members) == sorted(ids) and all(
+                ready.get(m) == placement["epoch"] for m in members):
+            break
+        time.sleep(0.2)
+    check(all(n.wait_healthy() for n in nodes), f"{stages}: every node is healthy")
+    return nodes
+
+
+def requests():
+    out = [dict(r, max_tokens=16) for r in base.REQUESTS]
+    out.append({"prompt": "The robot", "max_tokens": 40, "temperature": 0, "logprobs": 3})
+    return out
+
+
+def run_layout(stages, ids, model, reference):
+    nodes = start(stages, ids, model)
+    try:
+        placement = nodes[0].get("/cluster")[1]["placement"]
+        groups = [s["group"] for s in placement["stages"] if "group" in s]
+        check(groups and all(abs(sum(m["share"] for m in g) - 1) < 1e-9 for g in groups),
+              f"{stages}: /cluster shows the groups and their shares ({placement['stages']})")
+        for n in nodes:
+            for i, r in enumerate(requests()[:3]):
+                got = base.answer(n.complete(r))
+                check(got == reference[i], f"{stages}: request {i} at {n.id} equals one node's ({got[0]!r})")
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            futures = [pool.submit(nodes[i % len(nodes)].complete, r) for i, r in enumerate(requests())]
+            for i, f in enumerate(futures):
+                check(base.answer(f.result()) == reference[i], f"{stages}: concurrent request {i} equals one node's")
+        base.check_no_state(nodes, stages)
+    finally:
+        if base.FAILURES:
+            for n in nodes:
+                print(f"--- {n.id}\n{n.text()[-3000:]}")
+        base.stop_all(nodes)
+
+
+def check_model(model, layouts):
+    solo = base.start_cluster(["solo"]) if model == base.MODEL else [base.Node("solo", model=model)]
+    solo[0].wait_healthy()
+    reference = [base.answer(solo[0].complete(r)) for r in requests()]
+    base.stop_all(solo)
+    check(all(r[0] != "error" for r in reference), f"the single node answers: {reference}")
+    for stages, ids in layouts:
+        run_layout(stages, ids, model, reference)
+
+
+def main():
+    check_model(base.MODEL, [("g0+g1:0-3", ["g0", "g1"]),
+                             ("g0*3+g1:0-1,g2:2-3", ["g0", "g1", "g2"]),
+                             ("g0+g1*2+g2:0-3", ["g0", "g1", "g2"])])
+    work = tempfile.mkdtemp(prefix="strata-group-")
+    moe = os.path.join(work, "qwen3moe-tiny-q8_0.gguf")
+    try:
+        subprocess.run([base.STRATA, "gguf", "synth", "--shape", "qwen3moe-tiny", "--type", "Q8_0", "-o", moe],
+                       check=True, capture_output=True)
+        check_model(moe, [("m0*1+m1*3:0-1,m2:2-3", ["m0", "m1", "m2"])])
+    finally:
+        if os.path.exists(moe):
+            os.unlink(moe)
+        os.rmdir(work)
+    print(f"{len(base.FAILURES)} failed" if base.FAILURES else "group processes: all checks passed")
+    return 1 if base.FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
