@@ -408,6 +408,10 @@ void GroupLinks::State::claim(const std::string& group, int member, std::vector<
 
 GroupLinks::GroupLinks(const std::string& host, int port, LinkCredentials credentials, GroupLinkLimits limits)
     : state_(std::make_unique<State>(credentials, limits)) {
+  const std::chrono::milliseconds zero(0);
+  if (limits.introduction <= zero || limits.unclaimed <= zero || limits.silence <= zero) {
+    throw std::invalid_argument("group links' limits must be positive");
+  }
   state_->listen(host, port);
   state_->service = std::thread([state = state_.get()] { state->serve(); });
 }

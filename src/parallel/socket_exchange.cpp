@@ -103,6 +103,10 @@ SocketExchange::SocketExchange(int member, std::vector<std::unique_ptr<PeerStrea
       abort_signal_(new_abort_signal()),
       received_(peers_.size()) {
   const auto members = static_cast<int>(peers_.size());
+  if (silence_limit <= std::chrono::milliseconds(0)) {
+    ::close(abort_signal_);
+    throw std::invalid_argument("a silence limit of " + std::to_string(silence_limit.count()) + " ms");
+  }
   if (member < 0 || member >= members) {
     ::close(abort_signal_);
     throw std::invalid_argument("member " + std::to_string(member) + " of a group of " + std::to_string(members));

@@ -133,6 +133,8 @@ TlsContext::TlsContext(const std::string& authority_pem, const std::string& cert
     SSL_CTX_set_session_cache_mode(context_, SSL_SESS_CACHE_OFF);
     // Partial writes: a send moves what the socket takes, as SocketExchange expects of a stream.
     SSL_CTX_set_mode(context_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    // Reads as much as the socket holds rather than a record's header, then its body.
+    SSL_CTX_set_read_ahead(context_, 1);
     // The gather's frames carry their lengths, so a peer's end without a closing alert is only
     // "closed its connection", not a TLS failure.
     SSL_CTX_set_options(context_, SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_NO_RENEGOTIATION);

@@ -3,7 +3,9 @@
 // make them from the cluster secret.
 #include "parallel/group_links.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -256,6 +258,40 @@ TEST(GroupLinks, SaysWhichCredentialsItCannotRead) {
   } catch (const std::runtime_error& e) {
     EXPECT_EQ(std::string(e.what()).rfind("group links: reading the node's private key (PEM): ", 0), 0u) << e.what();
   }
+}
+
+// A connection no join claims is dropped once its wait is over: the dialer, answered by the
+// connection's end, tries again until its own time is up.
+TEST(GroupLinks, DropsAConnectionNoJoinClaims) {
+  std::vector<std::unique_ptr<GroupLinks>> nodes;
+  nodes.push_back(node(kSecret, {.unclaimed = milliseconds(200)}));
+  nodes.push_back(node());
+  try {
+    nodes[1]->join("unclaimed", 1, addresses_of(nodes), milliseconds(1000));
+    FAIL() << "joined";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("closed its connection"), std::string::npos) << e.what();
+  }
+}
+
+// Strangers who connect and stay, one saying something that is not TLS, one saying nothing: the
+// members' joins go on.
+TEST(GroupLinks, StrangersDoNotHoldUpTheGroup) {
+  std::vector<std::unique_ptr<GroupLinks>> nodes;
+  for (int m = 0; m < 2; ++m) nodes.push_back(node());
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<uint16_t>(nodes[0]->port()));
+  int strangers[2];
+  for (int& stranger : strangers) {
+    stranger = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_EQ(::connect(stranger, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  }
+  ASSERT_EQ(::send(strangers[0], "GET / HTTP/1.0\r\n", 16, MSG_NOSIGNAL), 16);
+  const auto exchanges = join_all(nodes, "with strangers about");
+  expect_gathers_in_member_order(exchanges, {2, 3}, {4});
+  for (const int stranger : strangers) ::close(stranger);
 }
 
 }  // namespace
