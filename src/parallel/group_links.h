@@ -50,7 +50,8 @@ class GroupLinks {
   // naming a member not connected within `timeout`. A dialer's connection counts once the other
   // member's join took it, so joins meet: a node joining several groups at once joins each on a
   // thread of its own. A member whose join failed closes the connections it had, so the others'
-  // first gather fails naming it.
+  // first gather fails naming it. std::invalid_argument for a member outside the group, an
+  // address that is not host:port, or a name of no bytes or more than 4096.
   std::unique_ptr<SocketExchange> join(const std::string& group, int member, const std::vector<std::string>& addresses,
                                        std::chrono::milliseconds timeout);
 

@@ -67,6 +67,23 @@ std::vector<std::unique_ptr<PeerStream>> socket_streams(const std::vector<int>& 
   return streams;
 }
 
+std::vector<std::unique_ptr<PeerStream>> checked_streams(int member, std::vector<std::unique_ptr<PeerStream>> peers,
+                                                         std::chrono::milliseconds silence_limit) {
+  const auto members = static_cast<int>(peers.size());
+  if (member < 0 || member >= members) {
+    throw std::invalid_argument("member " + std::to_string(member) + " of a group of " + std::to_string(members));
+  }
+  for (int m = 0; m < members; ++m) {
+    if ((peers[static_cast<size_t>(m)] == nullptr) != (m == member)) {
+      throw std::invalid_argument("member " + std::to_string(member) + " needs a stream to every other member");
+    }
+  }
+  if (silence_limit <= std::chrono::milliseconds(0)) {
+    throw std::invalid_argument("a silence limit of " + std::to_string(silence_limit.count()) + " ms");
+  }
+  return peers;
+}
+
 int new_abort_signal() {
   const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (fd < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
@@ -98,26 +115,10 @@ struct Direction {
 SocketExchange::SocketExchange(int member, std::vector<std::unique_ptr<PeerStream>> peers,
                                std::chrono::milliseconds silence_limit)
     : member_(member),
-      peers_(std::move(peers)),
+      peers_(checked_streams(member, std::move(peers), silence_limit)),
       silence_limit_(silence_limit),
       abort_signal_(new_abort_signal()),
-      received_(peers_.size()) {
-  const auto members = static_cast<int>(peers_.size());
-  if (silence_limit <= std::chrono::milliseconds(0)) {
-    ::close(abort_signal_);
-    throw std::invalid_argument("a silence limit of " + std::to_string(silence_limit.count()) + " ms");
-  }
-  if (member < 0 || member >= members) {
-    ::close(abort_signal_);
-    throw std::invalid_argument("member " + std::to_string(member) + " of a group of " + std::to_string(members));
-  }
-  for (int m = 0; m < members; ++m) {
-    if ((peers_[static_cast<size_t>(m)] == nullptr) != (m == member)) {
-      ::close(abort_signal_);
-      throw std::invalid_argument("member " + std::to_string(member) + " needs a stream to every other member");
-    }
-  }
-}
+      received_(peers_.size()) {}
 
 SocketExchange::SocketExchange(int member, const std::vector<int>& peers, std::chrono::milliseconds silence_limit)
     : SocketExchange(member, socket_streams(peers), silence_limit) {}
@@ -145,7 +146,8 @@ void SocketExchange::all_gather(std::span<const float> mine, std::span<const int
   const FrameHeader header{calls_, rows, static_cast<uint64_t>(widths[static_cast<size_t>(member_)])};
   sent_.resize(sizeof header + mine.size_bytes());
   std::memcpy(sent_.data(), &header, sizeof header);
-  std::memcpy(sent_.data() + sizeof header, mine.data(), mine.size_bytes());
+  // copy_n rather than memcpy: a part of no rows may have no storage (a null pointer).
+  std::copy_n(reinterpret_cast<const std::byte*>(mine.data()), mine.size_bytes(), sent_.data() + sizeof header);
   for (size_t m = 0; m < members; ++m) {
     received_[m].resize(m == static_cast<size_t>(member_)
                             ? 0
@@ -167,7 +169,8 @@ void SocketExchange::all_gather(std::span<const float> mine, std::span<const int
       part = received_[m].data() + sizeof theirs;
     }
     for (size_t r = 0; r < rows; ++r) {
-      std::memcpy(full.data() + r * row_width + column, part + r * width * sizeof(float), width * sizeof(float));
+      std::copy_n(part + r * width * sizeof(float), width * sizeof(float),
+                  reinterpret_cast<std::byte*>(full.data() + r * row_width + column));
     }
     column += width;
   }
