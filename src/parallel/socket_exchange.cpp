@@ -212,6 +212,9 @@ void SocketExchange::transfer() {
       any_ready = any_ready || (sends && sending[m].ready) || (receives && receiving[m].ready);
     }
     if (!pending) return;
+    // A direction that moved bytes goes on before anything is polled: a stream's part of a
+    // call is finite, and a poll per TLS record would cost more than the record.
+    if (any_ready) continue;
     polled.assign(1, {abort_signal_, POLLIN, 0});
     polled_member.assign(1, me);
     std::chrono::milliseconds timeout = silence_limit_;
@@ -231,7 +234,7 @@ void SocketExchange::transfer() {
       timeout = std::min(timeout, silence_limit_ - silent);
     }
     // A millisecond over, so that the silence is past the limit when poll returns.
-    const int wait_ms = any_ready ? 0 : static_cast<int>(std::min<int64_t>(timeout.count(), 1 << 30) + 1);
+    const int wait_ms = static_cast<int>(std::min<int64_t>(timeout.count(), 1 << 30) + 1);
     if (::poll(polled.data(), polled.size(), wait_ms) < 0) {
       if (errno == EINTR) continue;
       throw std::runtime_error(std::string("poll: ") + std::strerror(errno));

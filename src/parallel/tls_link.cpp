@@ -133,8 +133,10 @@ TlsContext::TlsContext(const std::string& authority_pem, const std::string& cert
     SSL_CTX_set_session_cache_mode(context_, SSL_SESS_CACHE_OFF);
     // Partial writes: a send moves what the socket takes, as SocketExchange expects of a stream.
     SSL_CTX_set_mode(context_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-    // Reads as much as the socket holds rather than a record's header, then its body.
+    // Reads as much as the socket holds, up to many records, rather than a record's header,
+    // then its body: a syscall per record would cost more than its decryption.
     SSL_CTX_set_read_ahead(context_, 1);
+    SSL_CTX_set_default_read_buffer_len(context_, 256 << 10);
     // The gather's frames carry their lengths, so a peer's end without a closing alert is only
     // "closed its connection", not a TLS failure.
     SSL_CTX_set_options(context_, SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_NO_RENEGOTIATION);
