@@ -3,9 +3,11 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -13,6 +15,8 @@
 
 namespace strata::parallel {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 struct FrameHeader {
   uint64_t call;
@@ -24,26 +28,108 @@ std::runtime_error member_error(size_t peer, const std::string& what) {
   return std::runtime_error("tensor-parallel member " + std::to_string(peer) + ": " + what);
 }
 
-}  // namespace
-
-SocketExchange::SocketExchange(int member, std::vector<int> peers)
-    : member_(member), peers_(std::move(peers)), received_(peers_.size()) {
-  if (member < 0 || static_cast<size_t>(member) >= peers_.size()) {
-    throw std::invalid_argument("member " + std::to_string(member) + " of a group of " +
-                                std::to_string(peers_.size()));
-  }
-  // A gather's frame is small and the peer waits for it: TCP must send it at once rather than
-  // hold it for more (Nagle's algorithm). Unix sockets have no such option, and refuse it.
-  for (const int fd : peers_) {
+class SocketStream final : public PeerStream {
+ public:
+  explicit SocketStream(int fd) : fd_(fd) {
+    // A gather's frame is small and the peer waits for it: TCP must send it at once rather
+    // than hold it for more (Nagle's algorithm). Unix sockets have no such option, and refuse it.
     const int on = 1;
-    if (fd >= 0) ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
   }
+  ~SocketStream() override { ::close(fd_); }
+  SocketStream(const SocketStream&) = delete;
+  SocketStream& operator=(const SocketStream&) = delete;
+
+  int socket() const override { return fd_; }
+
+  Moved send(std::span<const std::byte> bytes) override {
+    const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n >= 0) return {static_cast<size_t>(n), Waits::Nothing};
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return {0, Waits::Writable};
+    throw std::runtime_error(std::string("send: ") + std::strerror(errno));
+  }
+
+  Moved receive(std::span<std::byte> bytes) override {
+    const ssize_t n = ::recv(fd_, bytes.data(), bytes.size(), MSG_DONTWAIT);
+    if (n > 0) return {static_cast<size_t>(n), Waits::Nothing};
+    if (n == 0) throw std::runtime_error("closed its connection");
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return {0, Waits::Readable};
+    throw std::runtime_error(std::string("recv: ") + std::strerror(errno));
+  }
+
+ private:
+  const int fd_;
+};
+
+std::vector<std::unique_ptr<PeerStream>> socket_streams(const std::vector<int>& peers) {
+  std::vector<std::unique_ptr<PeerStream>> streams;
+  for (const int fd : peers) streams.push_back(fd >= 0 ? std::make_unique<SocketStream>(fd) : nullptr);
+  return streams;
 }
 
-SocketExchange::~SocketExchange() {
-  for (const int fd : peers_) {
-    if (fd >= 0) ::close(fd);
+std::vector<std::unique_ptr<PeerStream>> checked_streams(int member, std::vector<std::unique_ptr<PeerStream>> peers,
+                                                         std::chrono::milliseconds silence_limit) {
+  const auto members = static_cast<int>(peers.size());
+  if (member < 0 || member >= members) {
+    throw std::invalid_argument("member " + std::to_string(member) + " of a group of " + std::to_string(members));
   }
+  for (int m = 0; m < members; ++m) {
+    if ((peers[static_cast<size_t>(m)] == nullptr) != (m == member)) {
+      throw std::invalid_argument("member " + std::to_string(member) + " needs a stream to every other member");
+    }
+  }
+  if (silence_limit <= std::chrono::milliseconds(0)) {
+    throw std::invalid_argument("a silence limit of " + std::to_string(silence_limit.count()) + " ms");
+  }
+  return peers;
+}
+
+int new_abort_signal() {
+  const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (fd < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
+  return fd;
+}
+
+// One direction of one peer's transfer in the current call.
+struct Direction {
+  size_t done = 0;
+  bool ready = true;  // worth trying without polling: it has not yet said it must wait
+  PeerStream::Waits waits = PeerStream::Waits::Nothing;
+
+  short poll_events() const {
+    if (ready) return 0;
+    return waits == PeerStream::Waits::Readable ? POLLIN : waits == PeerStream::Waits::Writable ? POLLOUT : 0;
+  }
+  void update(PeerStream::Moved moved) {
+    done += moved.bytes;
+    ready = moved.bytes > 0;
+    waits = moved.waits;
+  }
+  void wake(short revents) {
+    if ((revents & (poll_events() | POLLERR | POLLHUP | POLLNVAL)) != 0) ready = true;
+  }
+};
+
+}  // namespace
+
+SocketExchange::SocketExchange(int member, std::vector<std::unique_ptr<PeerStream>> peers,
+                               std::chrono::milliseconds silence_limit)
+    : member_(member),
+      peers_(checked_streams(member, std::move(peers), silence_limit)),
+      silence_limit_(silence_limit),
+      abort_signal_(new_abort_signal()),
+      received_(peers_.size()) {}
+
+SocketExchange::SocketExchange(int member, const std::vector<int>& peers, std::chrono::milliseconds silence_limit)
+    : SocketExchange(member, socket_streams(peers), silence_limit) {}
+
+SocketExchange::~SocketExchange() { ::close(abort_signal_); }
+
+void SocketExchange::abort() {
+  aborted_ = true;
+  const uint64_t one = 1;
+  // Can fail only when the counter would overflow: it is readable already.
+  [[maybe_unused]] const ssize_t written = ::write(abort_signal_, &one, sizeof one);
 }
 
 void SocketExchange::all_gather(std::span<const float> mine, std::span<const int> widths, size_t rows,
@@ -56,58 +142,18 @@ void SocketExchange::all_gather(std::span<const float> mine, std::span<const int
       full.size() != rows * row_width) {
     throw std::invalid_argument("all_gather's rows do not match the widths");
   }
+  if (aborted_) throw std::runtime_error("tensor-parallel member " + std::to_string(member_) + ": aborted");
   const FrameHeader header{calls_, rows, static_cast<uint64_t>(widths[static_cast<size_t>(member_)])};
   sent_.resize(sizeof header + mine.size_bytes());
   std::memcpy(sent_.data(), &header, sizeof header);
-  std::memcpy(sent_.data() + sizeof header, mine.data(), mine.size_bytes());
-  std::vector<size_t> sent_bytes(members, 0), received_bytes(members, 0);
+  // copy_n rather than memcpy: a part of no rows may have no storage (a null pointer).
+  std::copy_n(reinterpret_cast<const std::byte*>(mine.data()), mine.size_bytes(), sent_.data() + sizeof header);
   for (size_t m = 0; m < members; ++m) {
     received_[m].resize(m == static_cast<size_t>(member_)
                             ? 0
                             : sizeof(FrameHeader) + rows * static_cast<size_t>(widths[m]) * sizeof(float));
   }
-  // Sends and receives as the sockets allow, until every frame is out and every peer's is in:
-  // a peer a call ahead has its next frame wait in the socket, read by the next call.
-  std::vector<pollfd> polled;
-  std::vector<size_t> polled_member;
-  for (;;) {
-    polled.clear();
-    polled_member.clear();
-    for (size_t m = 0; m < members; ++m) {
-      if (m == static_cast<size_t>(member_)) continue;
-      const short events = static_cast<short>((sent_bytes[m] < sent_.size() ? POLLOUT : 0) |
-                                              (received_bytes[m] < received_[m].size() ? POLLIN : 0));
-      if (events == 0) continue;
-      polled.push_back({peers_[m], events, 0});
-      polled_member.push_back(m);
-    }
-    if (polled.empty()) break;
-    if (::poll(polled.data(), polled.size(), -1) < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
-    }
-    for (size_t i = 0; i < polled.size(); ++i) {
-      const size_t m = polled_member[i];
-      const short ready = polled[i].revents;
-      if ((ready & (POLLOUT | POLLERR)) != 0 && sent_bytes[m] < sent_.size()) {
-        const ssize_t n = ::send(peers_[m], sent_.data() + sent_bytes[m], sent_.size() - sent_bytes[m],
-                                 MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-          throw member_error(m, std::string("send: ") + std::strerror(errno));
-        }
-        if (n > 0) sent_bytes[m] += static_cast<size_t>(n);
-      }
-      if ((ready & (POLLIN | POLLHUP | POLLERR)) != 0 && received_bytes[m] < received_[m].size()) {
-        const ssize_t n = ::recv(peers_[m], received_[m].data() + received_bytes[m],
-                                 received_[m].size() - received_bytes[m], MSG_DONTWAIT);
-        if (n == 0) throw member_error(m, "closed its connection");
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-          throw member_error(m, std::string("recv: ") + std::strerror(errno));
-        }
-        if (n > 0) received_bytes[m] += static_cast<size_t>(n);
-      }
-    }
-  }
+  transfer();
   size_t column = 0;
   for (size_t m = 0; m < members; ++m) {
     const size_t width = static_cast<size_t>(widths[m]);
@@ -123,11 +169,84 @@ void SocketExchange::all_gather(std::span<const float> mine, std::span<const int
       part = received_[m].data() + sizeof theirs;
     }
     for (size_t r = 0; r < rows; ++r) {
-      std::memcpy(full.data() + r * row_width + column, part + r * width * sizeof(float), width * sizeof(float));
+      std::copy_n(part + r * width * sizeof(float), width * sizeof(float),
+                  reinterpret_cast<std::byte*>(full.data() + r * row_width + column));
     }
     column += width;
   }
   ++calls_;
+}
+
+// Sends and receives as the streams allow, trying a direction again without polling for as
+// long as it moves bytes (TLS holds decrypted bytes the socket no longer shows), until every
+// frame is out and every peer's is in: a peer a call ahead has its next frame wait in the
+// stream, read by the next call.
+void SocketExchange::transfer() {
+  const size_t members = peers_.size();
+  const auto me = static_cast<size_t>(member_);
+  std::vector<Direction> sending(members), receiving(members);
+  std::vector<Clock::time_point> last_moved(members, Clock::now());
+  std::vector<pollfd> polled;
+  std::vector<size_t> polled_member;
+  for (;;) {
+    bool pending = false;
+    bool any_ready = false;
+    for (size_t m = 0; m < members; ++m) {
+      if (m == me) continue;
+      PeerStream& peer = *peers_[m];
+      try {
+        if (sending[m].ready && sending[m].done < sent_.size()) {
+          sending[m].update(peer.send(std::span(sent_).subspan(sending[m].done)));
+          if (sending[m].ready) last_moved[m] = Clock::now();
+        }
+        if (receiving[m].ready && receiving[m].done < received_[m].size()) {
+          receiving[m].update(peer.receive(std::span(received_[m]).subspan(receiving[m].done)));
+          if (receiving[m].ready) last_moved[m] = Clock::now();
+        }
+      } catch (const std::runtime_error& e) {
+        throw member_error(m, e.what());
+      }
+      const bool sends = sending[m].done < sent_.size();
+      const bool receives = receiving[m].done < received_[m].size();
+      pending = pending || sends || receives;
+      any_ready = any_ready || (sends && sending[m].ready) || (receives && receiving[m].ready);
+    }
+    if (!pending) return;
+    // A direction that moved bytes goes on before anything is polled: a stream's part of a
+    // call is finite, and a poll per TLS record would cost more than the record.
+    if (any_ready) continue;
+    polled.assign(1, {abort_signal_, POLLIN, 0});
+    polled_member.assign(1, me);
+    std::chrono::milliseconds timeout = silence_limit_;
+    const Clock::time_point now = Clock::now();
+    for (size_t m = 0; m < members; ++m) {
+      if (m == me) continue;
+      const short events = static_cast<short>((sending[m].done < sent_.size() ? sending[m].poll_events() : 0) |
+                                              (receiving[m].done < received_[m].size() ? receiving[m].poll_events() : 0));
+      if (events == 0) continue;
+      polled.push_back({peers_[m]->socket(), events, 0});
+      polled_member.push_back(m);
+      const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_moved[m]);
+      if (silent >= silence_limit_) {
+        throw member_error(m, "moved no bytes for " + std::to_string(silent.count()) + " ms (the limit is " +
+                                  std::to_string(silence_limit_.count()) + " ms)");
+      }
+      timeout = std::min(timeout, silence_limit_ - silent);
+    }
+    // A millisecond over, so that the silence is past the limit when poll returns.
+    const int wait_ms = static_cast<int>(std::min<int64_t>(timeout.count(), 1 << 30) + 1);
+    if (::poll(polled.data(), polled.size(), wait_ms) < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
+    }
+    if (polled[0].revents != 0) {
+      throw std::runtime_error("tensor-parallel member " + std::to_string(member_) + ": aborted");
+    }
+    for (size_t i = 1; i < polled.size(); ++i) {
+      sending[polled_member[i]].wake(polled[i].revents);
+      receiving[polled_member[i]].wake(polled[i].revents);
+    }
+  }
 }
 
 std::vector<std::vector<int>> socket_pair_mesh(int members) {

@@ -2,24 +2,37 @@
 // or machines: each member connected to every other one.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/exchange.h"
+#include "parallel/peer_stream.h"
 
 namespace strata::parallel {
 
-// Member `member` of a group whose members are connected pairwise by stream sockets (TCP or
-// Unix): peers[j] is its socket to member j, -1 at its own index; it owns and closes them.
+// How long all_gather waits on a peer that moves no bytes before giving up on it: long enough
+// for a member that is still computing its part on a slow machine.
+inline constexpr std::chrono::milliseconds kDefaultSilenceLimit{60'000};
+
+// Member `member` of a group whose members are connected pairwise: peers[j] is its stream to
+// member j, null at its own index.
 // all_gather sends this member's part to every other member as one frame (the call's number,
 // the rows and the width, then the floats in the host's byte order: a group's machines share an
-// architecture) and reads theirs, polling all sockets at once so that large parts cannot block
-// each other's sends. Throws std::runtime_error naming the member for a lost connection or a
-// frame that is not the call's.
+// architecture) and reads theirs, polling all streams at once so that large parts cannot block
+// each other's sends. Throws std::runtime_error naming the member for a lost connection, a
+// frame that is not the call's, or a peer silent for longer than `silence_limit`; and, once
+// abort() was called, at once on every call.
 class SocketExchange final : public model::Exchange {
  public:
-  SocketExchange(int member, std::vector<int> peers);
+  SocketExchange(int member, std::vector<std::unique_ptr<PeerStream>> peers,
+                 std::chrono::milliseconds silence_limit = kDefaultSilenceLimit);
+  // Plain stream sockets (TCP or Unix), -1 at its own index; it owns and closes them.
+  SocketExchange(int member, const std::vector<int>& peers,
+                 std::chrono::milliseconds silence_limit = kDefaultSilenceLimit);
   ~SocketExchange() override;
   SocketExchange(const SocketExchange&) = delete;
   SocketExchange& operator=(const SocketExchange&) = delete;
@@ -28,10 +41,19 @@ class SocketExchange final : public model::Exchange {
   int size() const override { return static_cast<int>(peers_.size()); }
   void all_gather(std::span<const float> mine, std::span<const int> widths, size_t rows,
                   std::span<float> full) override;
+  // From any thread: breaks the group, for a member whose step failed elsewhere. A gather
+  // waiting now throws promptly, and so does every later one.
+  void abort();
 
  private:
+  // Moves bytes on every stream until this call's frames are all out and in.
+  void transfer();
+
   const int member_;
-  std::vector<int> peers_;
+  std::vector<std::unique_ptr<PeerStream>> peers_;
+  const std::chrono::milliseconds silence_limit_;
+  const int abort_signal_;  // an eventfd, readable once abort() was called
+  std::atomic<bool> aborted_ = false;
   uint64_t calls_ = 0;  // all_gather calls so far: the number the next frame carries
   std::vector<std::byte> sent_;
   std::vector<std::vector<std::byte>> received_;  // per member, its frame of the current call

@@ -30,6 +30,8 @@ class LinkSecurity {
 
   const std::string& authority_pem() const { return authority_pem_; }
   const std::string& certificate_pem() const { return certificate_pem_; }
+  // This process's own key, for links that are not gRPC's (parallel/group_links.h).
+  const std::string& private_key_pem() const { return private_key_pem_; }
   // SHA-256 of the authority's certificate (DER), as hex: equal on nodes of the same secret.
   const std::string& authority_fingerprint() const { return authority_fingerprint_; }
 

@@ -11,54 +11,22 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <chrono>
 #include <thread>
 #include <vector>
 
 #include "parallel/socket_exchange.h"
+#include "gathers.h"
 
 namespace strata::parallel {
 namespace {
 
-// Member m's value for row r, column c of its part.
-float value(int m, size_t r, size_t c) { return static_cast<float>(m * 1000000 + r * 1000 + c) + 0.5f; }
-
-// Four members of widths 700, 1, 0 and 333 gather over `mesh`'s sockets: every member has
-// every row whole, in member order.
+// Four members of widths 700, 1, 0 and 333 gather over `mesh`'s sockets: 3 calls of 500 rows:
+// 1.4 MB from member 0, beyond what a socket holds while nobody reads; one of no rows.
 void expect_gathers_in_member_order(const std::vector<std::vector<int>>& mesh) {
-  const std::vector<int> widths{700, 1, 0, 333};
-  const int members = static_cast<int>(widths.size());
   std::vector<std::unique_ptr<SocketExchange>> exchanges;
-  for (int m = 0; m < members; ++m) exchanges.push_back(std::make_unique<SocketExchange>(m, mesh[m]));
-  size_t row_width = 0;
-  for (const int w : widths) row_width += static_cast<size_t>(w);
-  // 3 calls of 500 rows: 1.4 MB from member 0, beyond what a socket holds while nobody reads;
-  // one of no rows.
-  const std::vector<size_t> calls{500, 0, 3};
-  std::vector<std::vector<std::vector<float>>> gathered(static_cast<size_t>(members));
-  std::vector<std::thread> threads;
-  for (int m = 0; m < members; ++m) {
-    threads.emplace_back([&, m] {
-      for (const size_t rows : calls) {
-        std::vector<float> mine;
-        for (size_t r = 0; r < rows; ++r) {
-          for (size_t c = 0; c < static_cast<size_t>(widths[m]); ++c) mine.push_back(value(m, r, c));
-        }
-        std::vector<float> full(rows * row_width);
-        exchanges[m]->all_gather(mine, widths, rows, full);
-        gathered[m].push_back(std::move(full));
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (size_t call = 0; call < calls.size(); ++call) {
-    std::vector<float> expected;
-    for (size_t r = 0; r < calls[call]; ++r) {
-      for (int m = 0; m < members; ++m) {
-        for (size_t c = 0; c < static_cast<size_t>(widths[m]); ++c) expected.push_back(value(m, r, c));
-      }
-    }
-    for (int m = 0; m < members; ++m) EXPECT_EQ(gathered[m][call], expected) << "call " << call << ", member " << m;
-  }
+  for (int m = 0; m < 4; ++m) exchanges.push_back(std::make_unique<SocketExchange>(m, mesh[m]));
+  expect_gathers_in_member_order(exchanges, {700, 1, 0, 333}, {500, 0, 3});
 }
 
 // `members` members' sockets connected pairwise over TCP on the loopback interface.
@@ -133,6 +101,47 @@ TEST(SocketExchange, RefusesAFrameOfAnotherShape) {
   other.join();
   // Closed with member 1's second row unread: a reset rather than an end, on Linux.
   EXPECT_EQ(second_error.rfind("tensor-parallel member 0: ", 0), 0u) << second_error;
+}
+
+// A member stays silent: the other's gather gives up on it once the limit has passed.
+TEST(SocketExchange, NamesAMemberSilentForLongerThanTheLimit) {
+  auto mesh = socket_pair_mesh(2);
+  SocketExchange exchange(0, mesh[0], std::chrono::milliseconds(200));
+  SocketExchange silent(1, mesh[1]);
+  std::vector<float> full(2);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    exchange.all_gather(std::vector<float>{1.0f}, std::vector<int>{1, 1}, 1, full);
+    FAIL() << "gathered";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("tensor-parallel member 1: moved no bytes for ", 0), 0u) << e.what();
+  }
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(waited, std::chrono::milliseconds(200));
+  EXPECT_LT(waited, std::chrono::seconds(5));
+}
+
+// abort() from another thread ends a gather that waits for a peer, and every later one at once.
+TEST(SocketExchange, AbortEndsAWaitingGather) {
+  auto mesh = socket_pair_mesh(3);
+  SocketExchange exchange(1, mesh[1]);
+  SocketExchange first(0, mesh[0]), last(2, mesh[2]);
+  std::thread aborting([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    exchange.abort();
+  });
+  const std::vector<int> widths{1, 1, 1};
+  std::vector<float> full(3);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(exchange.all_gather(std::vector<float>{1.0f}, widths, 1, full), std::runtime_error);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  aborting.join();
+  try {
+    exchange.all_gather(std::vector<float>{1.0f}, widths, 1, full);
+    FAIL() << "gathered";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "tensor-parallel member 1: aborted");
+  }
 }
 
 }  // namespace
