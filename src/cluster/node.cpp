@@ -16,6 +16,7 @@
 #include "cluster/node_weights.h"
 #include "cluster/request_router.h"
 #include "cluster/stage_host.h"
+#include "parallel/group_links.h"
 #include "rpc/hello_client.h"
 #include "rpc/node_service.h"
 #include "rpc/peer_channel.h"
@@ -27,6 +28,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr auto kHelloDeadline = std::chrono::milliseconds(1000);
+// How long the members of a group wait for each other's links as they load their shares: each
+// hears of the placement within a gossip round or two.
+constexpr auto kGroupJoinLimit = std::chrono::seconds(20);
+
+// The group links trust whom the node links trust: certificates of the cluster's authority.
+parallel::LinkCredentials group_link_credentials(const rpc::LinkSecurity& security) {
+  return {security.authority_pem(), security.certificate_pem(), security.private_key_pem()};
+}
 
 }  // namespace
 
@@ -47,6 +56,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         options_(usable_options(std::move(options), config_)),
         key_(std::make_shared<rpc::ClusterKey>(options_.secret())),
         channels_(key_),
+        links_(options_.host, 0, group_link_credentials(key_->links())),
         weights_(file_, key_,
                  {options_.node_id, model_hash(*file_), options_.engine.threads, options_.partial,
                   options_.fetch_streams, options_.test_fetch_delay, options_.on_transfer, options_.log}),
@@ -65,6 +75,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     {
       std::lock_guard lock(mutex_);
       self_.node_address = advertised_host + ":" + std::to_string(server_->port());
+      self_.exchange_address = advertised_host + ":" + std::to_string(links_.port());
       membership_.listening_at(self_.node_address, Clock::now());
     }
     discovery_ = start_discovery(options_, self_, server_->port(), key_, discovered_);
@@ -264,6 +275,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
                             changed_.notify_all();
                           },
                           options_.log};
+    host.join = [this](const StageSeat& seat) -> std::unique_ptr<model::Exchange> {
+      return links_.join(seat.group, seat.member, seat.exchange_addresses, kGroupJoinLimit);
+    };
     if (options_.partial) {
       host.fetch = [this](model::LayerRange range) {
         weights_.fetch_layers(
@@ -457,6 +471,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   NodeOptions options_;
   std::shared_ptr<rpc::ClusterKey> key_;
   rpc::PeerChannels channels_;
+  parallel::GroupLinks links_;  // to the other members of the tensor-parallel groups this node is in
   NodeWeights weights_;
   PlacementRules placement_rules_;
 

@@ -62,6 +62,12 @@ def run_layout(stages, ids, model, reference):
             for i, f in enumerate(futures):
                 check(base.answer(f.result()) == reference[i], f"{stages}: concurrent request {i} equals one node's")
         base.check_no_state(nodes, stages)
+        # Every member computed its share of the requests' inputs.
+        for n in nodes:
+            own = next(m for m in n.get("/cluster")[1]["nodes"] if m["self"])
+            check(own["stage_inputs"] > 0, f"{stages}: {n.id} computed inputs ({own['stage_inputs']})")
+            if n.id in [m["node"] for g in groups for m in g]:
+                check("as member" in n.text(), f"{stages}: {n.id} loaded its share as a group member")
     finally:
         if base.FAILURES:
             for n in nodes:
