@@ -67,16 +67,24 @@ Proposal propose_placement(uint64_t epoch, const std::vector<cluster_types::Node
   next.strategy = strategy_name(rules);
   try {
     Placement p;
+    const std::optional<Placement> repaired =
+        may_repair ? repair_placement(placement_of(current), ids, nodes, rules.footprint, rules.kv_reserve_tokens)
+                   : std::nullopt;
     if (rules.fixed_stages.empty()) {
-      const std::optional<Placement> repaired =
-          may_repair ? repair_placement(placement_of(current), ids, nodes, rules.footprint, rules.kv_reserve_tokens)
-                     : std::nullopt;
       p = repaired ? *repaired : place_layers(nodes, rules.footprint, placement_request(rules));
     } else {
       p.stages = rules.fixed_stages;
       for (Stage& s : p.stages) s.group = shares_of(std::move(s.group), members);
       p.reason = "fixed by hand (--stages)";
-      check_placement(p, nodes, rules.footprint, rules.kv_reserve_tokens);
+      try {
+        check_placement(p, nodes, rules.footprint, rules.kv_reserve_tokens);
+      } catch (const std::invalid_argument&) {
+        // A node of the fixed placement was lost: the nodes left serve on, repaired, until it is
+        // back. Before the fixed placement has served, it waits for its nodes.
+        if (!repaired) throw;
+        p = *repaired;
+        p.reason += "; the placement fixed by hand (--stages) returns when its nodes do";
+      }
     }
     const auto info_of = [&](const std::string& id) {
       const auto info = std::find_if(members.begin(), members.end(), [&](const auto& i) { return i.node_id == id; });

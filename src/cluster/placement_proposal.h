@@ -33,7 +33,8 @@ struct Proposal {
 };
 
 // The placement of `epoch` over `members` (what each says of itself): `current` repaired, when
-// `may_repair` and it can be (only nodes left), else placed anew.
+// `may_repair` and it can be (only nodes left), else placed anew; a placement fixed by hand, or
+// when it names nodes that are not members, `current` repaired after a loss, else it waits.
 Proposal propose_placement(uint64_t epoch, const std::vector<cluster_types::NodeInfo>& members, const cluster_types::Placement& current,
                            bool may_repair, const PlacementRules& rules);
 

@@ -5,7 +5,7 @@ speeds, or `a*3+b:0-3`, by weight), answers every greedy and seeded request (tex
 at every node as one node does, alone and concurrently: a group of 2 holding the whole model, an
 uneven group of 2 beside a single stage, and an uneven group of 3; on the shared model and on a
 Mixture-of-Experts one (`strata gguf synth --shape qwen3moe-tiny`). /cluster shows each group's
-members and shares.
+members and shares; a member killed mid-stream leaves the whole text one node's.
 
 usage: group_processes_test.py STRATA MODEL.gguf
 """
@@ -22,10 +22,10 @@ import cluster_processes_test as base  # noqa: E402  (its Node and checks; its m
 check = base.check
 
 
-def start(stages, ids, model):
+def start(stages, ids, model, *extra):
     """Nodes `ids` with the placement `stages` fixed by hand, the others naming the first."""
-    first = base.Node(ids[0], "--stages", stages, model=model)
-    nodes = [first] + [base.Node(i, "--peers", first.address, "--stages", stages, model=model) for i in ids[1:]]
+    first = base.Node(ids[0], "--stages", stages, *extra, model=model)
+    nodes = [first] + [base.Node(i, "--peers", first.address, "--stages", stages, *extra, model=model) for i in ids[1:]]
     deadline = time.time() + 60
     while time.time() < deadline:
         status = first.get("/cluster")[1]
@@ -79,16 +79,39 @@ def check_model(model, layouts):
     solo = base.start_cluster(["solo"]) if model == base.MODEL else [base.Node("solo", model=model)]
     solo[0].wait_healthy()
     reference = [base.answer(solo[0].complete(r)) for r in requests()]
+    long_reference = solo[0].complete(base.LONG_SEEDED)[1]["choices"][0]["text"]
     base.stop_all(solo)
     check(all(r[0] != "error" for r in reference), f"the single node answers: {reference}")
     for stages, ids in layouts:
         run_layout(stages, ids, model, reference)
+    return long_reference
+
+
+def member_killed_mid_stream(stages, ids, victim, model, reference):
+    """A stream through a group whose member `victim` is killed a second in: the members left
+    compute the group's layers (the placement repaired) and the whole text is the fault-free one."""
+    # 20 ms a stage call, as a LAN's: the stream is still going when the member is killed.
+    nodes = start(stages, ids, model, "--test-link-delay-ms", "20")
+    try:
+        killed = next(n for n in nodes if n.id == victim)
+        text, error, out = base.stream_through_a_kill(nodes[0], killed, base.LONG_SEEDED)
+        check(not error and text == reference,
+              f"{stages}, {victim} killed mid-stream: the whole text equals one node's ({text!r}) ...{out[-300:]}")
+        stages_after = nodes[0].get("/cluster")[1]["placement"]["stages"]
+        check(all(victim not in [m["node"] for m in s.get("group", [{"node": s["node"]}])] for s in stages_after),
+              f"{stages}: the placement after the loss leaves {victim} out ({stages_after})")
+    finally:
+        if base.FAILURES:
+            for n in nodes:
+                print(f"--- {n.id}\n{n.text()[-3000:]}")
+        base.stop_all(nodes)
 
 
 def main():
-    check_model(base.MODEL, [("g0+g1:0-3", ["g0", "g1"]),
-                             ("g0*3+g1:0-1,g2:2-3", ["g0", "g1", "g2"]),
-                             ("g0+g1*2+g2:0-3", ["g0", "g1", "g2"])])
+    long_reference = check_model(base.MODEL, [("g0+g1:0-3", ["g0", "g1"]),
+                                              ("g0*3+g1:0-1,g2:2-3", ["g0", "g1", "g2"]),
+                                              ("g0+g1*2+g2:0-3", ["g0", "g1", "g2"])])
+    member_killed_mid_stream("k0+k1+k2:0-3", ["k0", "k1", "k2"], "k1", base.MODEL, long_reference)
     work = tempfile.mkdtemp(prefix="strata-group-")
     moe = os.path.join(work, "qwen3moe-tiny-q8_0.gguf")
     try:

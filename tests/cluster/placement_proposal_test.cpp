@@ -89,6 +89,24 @@ TEST(PlacementProposal, AHandMadeGroupSharesBySpeedOrWeightAndNamesItsMembers) {
   EXPECT_FALSE(propose_placement(5, {a, b}, {}, false, r).waits.empty()) << "c has not joined";
 }
 
+// A member of a group fixed by hand lost: the members left serve on, repaired; the fixed
+// placement returns with the node.
+TEST(PlacementProposal, AHandMadePlacementThatLostANodeServesRepairedUntilItIsBack) {
+  PlacementRules r = rules();
+  r.fixed_stages = {{"a", 0, 2, {{"a", 0.0}, {"b", 0.0}}}, {"c", 2, 4}};
+  const cluster_types::NodeInfo a = member("a", 1024 * kMiB);
+  const cluster_types::NodeInfo b = member("b", 1024 * kMiB);
+  const cluster_types::NodeInfo c = member("c", 1024 * kMiB);
+  const cluster_types::Placement fixed = propose_placement(3, {a, b, c}, {}, false, r).placement;
+  EXPECT_EQ(stages_text(fixed), "a 50%+b 50% [0, 2), c [2, 4)");
+  const Proposal after_loss = propose_placement(4, {a, c}, fixed, true, r);
+  ASSERT_TRUE(after_loss.waits.empty()) << after_loss.waits;
+  EXPECT_EQ(stages_text(after_loss.placement), "a [0, 2), c [2, 4)");
+  EXPECT_NE(after_loss.placement.reason.find("returns when its nodes do"), std::string::npos) << after_loss.placement.reason;
+  EXPECT_EQ(stages_text(propose_placement(5, {a, b, c}, after_loss.placement, false, r).placement),
+            "a 50%+b 50% [0, 2), c [2, 4)");
+}
+
 TEST(PlacementProposal, AModelThatFitsNoOneIsAPlacementThatSaysWhy) {
   const Proposal p = propose_placement(2, {member("a", 5 * kMiB)}, {}, false, rules());
   EXPECT_TRUE(p.waits.empty());
