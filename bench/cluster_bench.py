@@ -10,7 +10,9 @@ For each layout (nodes x threads per node) it starts the nodes on 127.0.0.1 with
 - the aggregate decode tokens/s of N concurrent streams (every stream's tokens after its first,
   over the time from the first stream's first token to the last stream's last token).
 Medians of --repeat runs. The threads of all nodes of a layout add up to the machine's cores
-in the default layouts, so that the layouts compare at equal compute.
+in the default layouts, so that the layouts compare at equal compute. A layout ending in "g"
+(2x1g) makes its nodes one tensor-parallel group of every layer (--stages b0+b1:0-LAST),
+sharing by their measured speeds.
 """
 import argparse
 import concurrent.futures
@@ -83,25 +85,34 @@ def measure(port, streams, max_tokens):
     return decoded / span
 
 
+def layer_count(strata, model):
+    inspected = subprocess.run([strata, "gguf", "inspect", model], capture_output=True, text=True, check=True).stdout
+    return int(re.search(r"\.block_count\s+\S+\s+(\d+)", inspected).group(1))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--strata", default="build/strata")
     parser.add_argument("-m", "--model", required=True)
     parser.add_argument("-n", "--tokens", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--layouts", default="1x2,1x1,2x1,4x1", help="NODESxTHREADS,...")
+    parser.add_argument("--layouts", default="1x2,1x1,2x1,4x1", help="NODESxTHREADS[g],... (g: one group)")
     parser.add_argument("--streams", default="1,2,4,8", help="concurrent streams, measured on 2x1")
     args = parser.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
 
     for layout in args.layouts.split(","):
-        count, threads = (int(x) for x in layout.split("x"))
+        count, threads = (int(x) for x in layout.rstrip("g").split("x"))
+        extra = ()
+        if layout.endswith("g"):
+            last = layer_count(args.strata, args.model) - 1
+            extra = ("--stages", "+".join(f"b{i}" for i in range(count)) + f":0-{last}")
         nodes = []
         try:
-            first = start(args.strata, args.model, "b0", threads, None, 512, 8)
+            first = start(args.strata, args.model, "b0", threads, None, 512, 8, extra)
             nodes.append(first)
             for i in range(1, count):
-                nodes.append(start(args.strata, args.model, f"b{i}", threads, f"127.0.0.1:{first[2]}", 512, 8))
+                nodes.append(start(args.strata, args.model, f"b{i}", threads, f"127.0.0.1:{first[2]}", 512, 8, extra))
             wait_healthy(first[1])
             measure(first[1], 1, 8)  # warm-up
             counts = streams if layout == "2x1" else [1]
