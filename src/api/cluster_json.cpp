@@ -52,6 +52,7 @@ json node_json(const cluster_types::NodeStatus& node) {
   json n{{"id", info.node_id},
          {"self", node.self},
          {"node_address", info.node_address},
+         {"exchange_address", info.exchange_address},
          {"api_address", info.api_address},
          {"memory_bytes", info.memory_bytes},
          {"memory", units::describe_bytes(info.memory_bytes)},

@@ -23,12 +23,11 @@ void GroupStage::on_every_member(const std::function<void(size_t member)>& call)
       failures[m] = std::current_exception();
     }
   };
-  {
-    std::vector<std::jthread> others;
-    others.reserve(members_.size() - 1);
-    for (size_t m = 1; m < members_.size(); ++m) others.emplace_back(run, m);
-    run(0);
-  }
+  std::vector<std::thread> others;
+  others.reserve(members_.size() - 1);
+  for (size_t m = 1; m < members_.size(); ++m) others.emplace_back(run, m);
+  run(0);
+  for (std::thread& other : others) other.join();
   for (const std::exception_ptr& failure : failures) {
     if (failure == nullptr) continue;
     try {

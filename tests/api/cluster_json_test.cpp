@@ -19,6 +19,7 @@ cluster_types::NodeInfo info_of(const std::string& id) {
   cluster_types::NodeInfo info;
   info.node_id = id;
   info.node_address = "127.0.0.1:7001";
+  info.exchange_address = "127.0.0.1:7002";
   info.memory_bytes = uint64_t{3} << 30;
   info.state = "serving";
   info.weights = cluster_types::Weights{.whole_file = true};
@@ -50,6 +51,7 @@ TEST(ClusterStatusJson, TellsOfThisNodeItsPeersAndThePlacement) {
   const json& self = body["nodes"][0];
   EXPECT_TRUE(self["self"]);
   EXPECT_EQ(self["memory"], "3.0 GiB");
+  EXPECT_EQ(self["exchange_address"], "127.0.0.1:7002");
   EXPECT_FALSE(self.contains("alive")) << "a node's link to itself is no link";
   EXPECT_TRUE(self["weights"]["whole_file"]);
   EXPECT_FALSE(self["weights"].contains("layer_bytes"));

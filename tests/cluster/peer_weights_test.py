@@ -51,6 +51,20 @@ def tensor_sizes(path):
     return sizes
 
 
+def wait_placed(node, timeout=60):
+    """Until `node` holds its layers of the fixed placement: after its loss the nodes left served
+    repaired, and a node that comes back gets its layers again in a placement of its own."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        status = node.get("/cluster")[1]
+        placement = status.get("placement", {})
+        own = next((n for n in status.get("nodes", []) if n["self"]), {})
+        if any(s["node"] == node.id for s in placement.get("stages", [])) and own.get("ready_epoch") == placement["epoch"]:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def weights_of(node):
     return next(n["weights"] for n in node.get("/cluster")[1]["nodes"] if n["self"])
 
@@ -105,8 +119,8 @@ def main():
         held_when_killed = sum(table[i] for i in verified) + sum(resumable.values())
 
         c = Node("c", "--stages", STAGES, "--peers", a.address, "--cache-dir", cache, model=None)
-        healthy = all(n.wait_healthy() for n in (a, b, c))
-        if not check(healthy, "the node without a file joined and the cluster serves"):
+        healthy = all(n.wait_healthy() for n in (a, b, c)) and wait_placed(c)
+        if not check(healthy, "the node without a file joined, holds its layers, and the cluster serves"):
             print(c.text())
         weights = weights_of(c)
         print(f"after the restart: {weights}", flush=True)
@@ -132,7 +146,7 @@ def main():
         c.stop()
         shutil.rmtree(cache)
         c = Node("c", "--stages", STAGES, "--peers", a.address, "--cache-dir", cache, model=None)
-        check(c.wait_healthy(), "the node without a file serves from an empty cache")
+        check(c.wait_healthy() and wait_placed(c), "the node without a file serves from an empty cache")
         received = weights_of(c)["received_bytes"]
         check(abs(received - share) <= 0.05 * share,
               f"it received {received} bytes: its layers' {share}, not the file's {whole}")
