@@ -207,9 +207,9 @@ PeerStream::Moved TlsStream::send(std::span<const std::byte> bytes) {
 
 PeerStream::Moved TlsStream::receive(std::span<std::byte> bytes) {
   ERR_clear_error();
-  size_t read = 0;
-  const int result = SSL_read_ex(ssl_, bytes.data(), bytes.size(), &read);
-  return result == 1 ? Moved{read, Waits::Nothing} : Moved{0, waits_after(result, "receive")};
+  size_t received = 0;
+  const int result = SSL_read_ex(ssl_, bytes.data(), bytes.size(), &received);
+  return result == 1 ? Moved{received, Waits::Nothing} : Moved{0, waits_after(result, "receive")};
 }
 
 PeerStream::Waits TlsStream::waits_after(int result, const char* doing) {

@@ -107,6 +107,25 @@ TEST(GroupLinks, KeepsTwoGroupsOnTheSameNodesApart) {
   expect_gathers_in_member_order(second, {5, 1}, {7});
 }
 
+// Member 1 dials before member 0's node listens (on a port known beforehand): it tries again
+// until member 0 is there.
+TEST(GroupLinks, DialsAgainUntilTheMemberListens) {
+  const int port = node()->port();  // free again once that node is gone
+  auto late = node();
+  const std::vector<std::string> addresses{"127.0.0.1:" + std::to_string(port),
+                                           "127.0.0.1:" + std::to_string(late->port())};
+  std::unique_ptr<SocketExchange> dialer;
+  std::thread dialling([&] { dialer = joined(*late, "late listener", 1, addresses); });
+  std::this_thread::sleep_for(milliseconds(300));
+  GroupLinks first("127.0.0.1", port, credentials_of(rpc::LinkSecurity(kSecret)));
+  std::vector<std::unique_ptr<SocketExchange>> exchanges;
+  exchanges.push_back(joined(first, "late listener", 0, addresses));
+  dialling.join();
+  exchanges.push_back(std::move(dialer));
+  ASSERT_TRUE(exchanges[0] != nullptr && exchanges[1] != nullptr);
+  expect_gathers_in_member_order(exchanges, {6, 2}, {3});
+}
+
 // Member 0 in a child process, member 1 here; the child's verdict is its exit status.
 TEST(GroupLinks, JoinsMembersInOtherProcesses) {
   int port_pipe[2];
