@@ -265,7 +265,8 @@ void GroupLinks::State::serve() {
   std::vector<uint64_t> watched;  // the unclaimed connections polled, in order after the introducing ones
   for (;;) {
     Clock::time_point next = Clock::now() + std::chrono::hours(1);
-    polled.assign({{stop.get(), POLLIN, 0}, {listener.get(), static_cast<short>(introducing.size() < kMostIntroducing ? POLLIN : 0), 0}});
+    const auto accepting = static_cast<short>(introducing.size() < kMostIntroducing ? POLLIN : 0);
+    polled.assign({{stop.get(), POLLIN, 0}, {listener.get(), accepting, 0}});
     for (const Introducing& c : introducing) {
       polled.push_back({c.stream->socket(), poll_events(c.waits), 0});
       next = std::min(next, c.deadline);
