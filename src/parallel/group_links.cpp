@@ -186,8 +186,6 @@ struct Introducing {
   }
 };
 
-short poll_events(PeerStream::Waits waits) { return waits == PeerStream::Waits::Writable ? POLLOUT : POLLIN; }
-
 }  // namespace
 
 struct GroupLinks::State {

@@ -96,10 +96,7 @@ struct Direction {
   bool ready = true;  // worth trying without polling: it has not yet said it must wait
   PeerStream::Waits waits = PeerStream::Waits::Nothing;
 
-  short poll_events() const {
-    if (ready) return 0;
-    return waits == PeerStream::Waits::Readable ? POLLIN : waits == PeerStream::Waits::Writable ? POLLOUT : 0;
-  }
+  short poll_events() const { return ready ? 0 : parallel::poll_events(waits); }
   void update(PeerStream::Moved moved) {
     done += moved.bytes;
     ready = moved.bytes > 0;

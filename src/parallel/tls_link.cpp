@@ -95,8 +95,6 @@ const BIO_METHOD* socket_method() {
   return method;
 }
 
-short poll_events(PeerStream::Waits waits) { return waits == PeerStream::Waits::Writable ? POLLOUT : POLLIN; }
-
 void wait_for(int socket, PeerStream::Waits waits, Clock::time_point deadline, const char* doing) {
   for (;;) {
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
