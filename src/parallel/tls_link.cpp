@@ -130,7 +130,8 @@ TlsContext::TlsContext(const std::string& authority_pem, const std::string& cert
     // A link lives as long as its group and is never resumed: no tickets after the handshake.
     require(SSL_CTX_set_num_tickets(context_, 0) == 1, "no session tickets");
     SSL_CTX_set_session_cache_mode(context_, SSL_SESS_CACHE_OFF);
-    SSL_CTX_set_mode(context_, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    // The peer holds the authority already: only this node's certificate goes over.
+    SSL_CTX_set_mode(context_, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_NO_AUTO_CHAIN);
     // Reads as much as the socket holds, up to many records, rather than a record's header,
     // then its body: a syscall per record would cost more than its decryption.
     SSL_CTX_set_read_ahead(context_, 1);
