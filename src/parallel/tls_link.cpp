@@ -5,6 +5,7 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -117,6 +118,9 @@ TlsContext::TlsContext(const std::string& authority_pem, const std::string& cert
     const Certificate own = certificate_of(certificate_pem, "node's certificate");
     const Key key(PEM_read_bio_PrivateKey(memory_of(private_key_pem).get(), nullptr, nullptr, nullptr));
     require(key != nullptr, "reading the node's private key (PEM)");
+    // OpenSSL caches a certificate's extensions when it first checks one, writing them into the
+    // certificate: done here, before handshakes on several threads share them.
+    for (X509* certificate : {authority.get(), own.get()}) X509_check_purpose(certificate, -1, 0);
     require(SSL_CTX_use_certificate(context_, own.get()) == 1 && SSL_CTX_use_PrivateKey(context_, key.get()) == 1 &&
                 SSL_CTX_check_private_key(context_) == 1,
             "the node's certificate and key");
