@@ -140,10 +140,21 @@ int connect_before(const std::string& address, Clock::time_point deadline) {
   throw std::runtime_error(failure);
 }
 
+std::string address_of(const sockaddr_storage& address) {
+  char host[NI_MAXHOST];
+  char port[NI_MAXSERV];
+  if (::getnameinfo(reinterpret_cast<const sockaddr*>(&address), sizeof address, host, sizeof host, port, sizeof port,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return "an unknown address";
+  }
+  return std::string(host) + ":" + port;
+}
+
 // An arriving connection until it has said which group and member it is for.
 struct Introducing {
   std::unique_ptr<TlsStream> stream;
   Clock::time_point deadline;
+  std::string from;  // the peer's address, for the reason it was refused
   bool handshaken = false;
   std::vector<std::byte> said = std::vector<std::byte>(sizeof(Introduction));
   size_t got = 0;
@@ -186,8 +197,6 @@ struct Introducing {
   }
 };
 
-short poll_events(PeerStream::Waits waits) { return waits == PeerStream::Waits::Writable ? POLLOUT : POLLIN; }
-
 }  // namespace
 
 struct GroupLinks::State {
@@ -224,6 +233,10 @@ struct GroupLinks::State {
   std::condition_variable arrived;  // a connection joined `unclaimed`
   std::list<Unclaimed> unclaimed;   // guarded by mutex
   uint64_t next_id = 0;             // guarded by mutex
+  struct Refusal {
+    Clock::time_point when;
+    std::string why;
+  } last_refusal;  // guarded by mutex
   std::thread service;
 };
 
@@ -265,7 +278,8 @@ void GroupLinks::State::serve() {
   std::vector<uint64_t> watched;  // the unclaimed connections polled, in order after the introducing ones
   for (;;) {
     Clock::time_point next = Clock::now() + std::chrono::hours(1);
-    polled.assign({{stop.get(), POLLIN, 0}, {listener.get(), static_cast<short>(introducing.size() < kMostIntroducing ? POLLIN : 0), 0}});
+    const auto accepting = static_cast<short>(introducing.size() < kMostIntroducing ? POLLIN : 0);
+    polled.assign({{stop.get(), POLLIN, 0}, {listener.get(), accepting, 0}});
     for (const Introducing& c : introducing) {
       polled.push_back({c.stream->socket(), poll_events(c.waits), 0});
       next = std::min(next, c.deadline);
@@ -287,11 +301,16 @@ void GroupLinks::State::serve() {
     for (Introducing& c : introducing) c.poked = (introducing_polled++)->revents != 0;
     drop_unclaimed(watched, std::span(polled).subspan(2 + introducing.size()));
     const Clock::time_point now = Clock::now();
+    sockaddr_storage peer{};
+    socklen_t peer_length = sizeof peer;
     for (int fd; (polled[1].revents & POLLIN) != 0 && introducing.size() < kMostIntroducing &&
-                 (fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0;) {
+                 (fd = ::accept4(listener.get(), reinterpret_cast<sockaddr*>(&peer), &peer_length,
+                                 SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0;
+         peer_length = sizeof peer) {
       send_at_once(fd);
       try {
-        introducing.push_back({std::make_unique<TlsStream>(tls, fd, TlsRole::Listener), now + limits.introduction});
+        introducing.push_back(
+            {std::make_unique<TlsStream>(tls, fd, TlsRole::Listener), now + limits.introduction, address_of(peer)});
       } catch (const std::runtime_error&) {
         // OpenSSL could not make the connection: the dialer sees it closed and tries again.
       }
@@ -301,9 +320,12 @@ void GroupLinks::State::serve() {
       bool failed = false;
       try {
         done = c->poked && c->advance();
-      } catch (const std::runtime_error&) {
-        // A handshake refused (no certificate of the authority) or a stranger's bytes.
+      } catch (const std::runtime_error& e) {
+        // A handshake refused (no certificate of the authority) or a stranger's bytes: a join
+        // waiting in vain says so.
         failed = true;
+        const std::lock_guard lock(mutex);
+        last_refusal = {Clock::now(), c->from + ": " + e.what()};
       }
       if (done) hold(*c);
       c = done || failed || now >= c->deadline ? introducing.erase(c) : std::next(c);
@@ -372,19 +394,24 @@ void GroupLinks::State::claim(const std::string& group, int member, std::vector<
   const auto claimable = [&](const Unclaimed& u) {
     return u.group == group && u.to == me && u.from > me && u.from < members && peers[u.from] == nullptr;
   };
+  const Clock::time_point start = Clock::now();
   for (;;) {
-    std::string missing;
+    std::vector<uint32_t> missing;
     for (uint32_t m = me + 1; m < members; ++m) {
-      if (peers[m] == nullptr) missing += (missing.empty() ? "" : ", ") + std::to_string(m);
+      if (peers[m] == nullptr) missing.push_back(m);
     }
     if (missing.empty()) return;
     std::vector<Unclaimed> taken;
     {
       std::unique_lock lock(mutex);
       if (!arrived.wait_until(lock, deadline, [&] { return std::ranges::any_of(unclaimed, claimable); })) {
-        throw std::runtime_error("tensor-parallel group '" + group + "': member " + missing +
-                                 " did not connect to member " + std::to_string(member) + " within " +
-                                 std::to_string(timeout.count()) + " ms");
+        std::string who = missing.size() == 1 ? "member " : "members ";
+        for (size_t i = 0; i < missing.size(); ++i) who += (i == 0 ? "" : ", ") + std::to_string(missing[i]);
+        const std::string refused =
+            last_refusal.when >= start ? " (the last connection refused: " + last_refusal.why + ")" : "";
+        throw std::runtime_error("tensor-parallel group '" + group + "': " + who + " did not connect to member " +
+                                 std::to_string(member) + " within " + std::to_string(timeout.count()) + " ms" +
+                                 refused);
       }
       for (auto u = unclaimed.begin(); u != unclaimed.end();) {
         if (claimable(*u)) {

@@ -2,6 +2,8 @@
 // drives it: plain sockets, or TLS over them (parallel/group_links.h).
 #pragma once
 
+#include <poll.h>
+
 #include <cstddef>
 #include <span>
 
@@ -25,5 +27,18 @@ class PeerStream {
   virtual Moved send(std::span<const std::byte> bytes) = 0;
   virtual Moved receive(std::span<std::byte> bytes) = 0;
 };
+
+// What to poll a stream's socket for while it `waits`.
+inline short poll_events(PeerStream::Waits waits) {
+  switch (waits) {
+    case PeerStream::Waits::Readable:
+      return POLLIN;
+    case PeerStream::Waits::Writable:
+      return POLLOUT;
+    case PeerStream::Waits::Nothing:
+      break;
+  }
+  return 0;
+}
 
 }  // namespace strata::parallel

@@ -96,10 +96,7 @@ struct Direction {
   bool ready = true;  // worth trying without polling: it has not yet said it must wait
   PeerStream::Waits waits = PeerStream::Waits::Nothing;
 
-  short poll_events() const {
-    if (ready) return 0;
-    return waits == PeerStream::Waits::Readable ? POLLIN : waits == PeerStream::Waits::Writable ? POLLOUT : 0;
-  }
+  short poll_events() const { return ready ? 0 : parallel::poll_events(waits); }
   void update(PeerStream::Moved moved) {
     done += moved.bytes;
     ready = moved.bytes > 0;
@@ -130,6 +127,16 @@ void SocketExchange::abort() {
   const uint64_t one = 1;
   // Can fail only when the counter would overflow: it is readable already.
   [[maybe_unused]] const ssize_t written = ::write(abort_signal_, &one, sizeof one);
+  // The other members, waiting in their gathers for this one, see its connections end at once
+  // rather than after their silence limit. The sockets stay open until the streams close them,
+  // so a gather on another thread never meets a descriptor reused.
+  for (const auto& peer : peers_) {
+    if (peer != nullptr) ::shutdown(peer->socket(), SHUT_RDWR);
+  }
+}
+
+std::runtime_error SocketExchange::aborted_error() const {
+  return std::runtime_error("tensor-parallel member " + std::to_string(member_) + ": aborted");
 }
 
 void SocketExchange::all_gather(std::span<const float> mine, std::span<const int> widths, size_t rows,
@@ -142,7 +149,7 @@ void SocketExchange::all_gather(std::span<const float> mine, std::span<const int
       full.size() != rows * row_width) {
     throw std::invalid_argument("all_gather's rows do not match the widths");
   }
-  if (aborted_) throw std::runtime_error("tensor-parallel member " + std::to_string(member_) + ": aborted");
+  if (aborted_) throw aborted_error();
   const FrameHeader header{calls_, rows, static_cast<uint64_t>(widths[static_cast<size_t>(member_)])};
   sent_.resize(sizeof header + mine.size_bytes());
   std::memcpy(sent_.data(), &header, sizeof header);
@@ -204,6 +211,8 @@ void SocketExchange::transfer() {
           if (receiving[m].ready) last_moved[m] = Clock::now();
         }
       } catch (const std::runtime_error& e) {
+        // A connection abort() shut down fails as lost, but the cause is here.
+        if (aborted_) throw aborted_error();
         throw member_error(m, e.what());
       }
       const bool sends = sending[m].done < sent_.size();
@@ -223,7 +232,14 @@ void SocketExchange::transfer() {
       if (m == me) continue;
       const short events = static_cast<short>((sending[m].done < sent_.size() ? sending[m].poll_events() : 0) |
                                               (receiving[m].done < received_[m].size() ? receiving[m].poll_events() : 0));
-      if (events == 0) continue;
+      if (events == 0) {
+        // Done with this call (none is ready, or there would be no poll): watched only for its
+        // end, so that a member gone (or aborted) while others keep this one waiting breaks the
+        // gather now. Its next frame, arriving early, is no event.
+        polled.push_back({peers_[m]->socket(), POLLRDHUP, 0});
+        polled_member.push_back(m);
+        continue;
+      }
       polled.push_back({peers_[m]->socket(), events, 0});
       polled_member.push_back(m);
       const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_moved[m]);
@@ -240,11 +256,15 @@ void SocketExchange::transfer() {
       throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
     }
     if (polled[0].revents != 0) {
-      throw std::runtime_error("tensor-parallel member " + std::to_string(member_) + ": aborted");
+      throw aborted_error();
     }
     for (size_t i = 1; i < polled.size(); ++i) {
-      sending[polled_member[i]].wake(polled[i].revents);
-      receiving[polled_member[i]].wake(polled[i].revents);
+      const size_t m = polled_member[i];
+      if (polled[i].events == POLLRDHUP && (polled[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+        throw member_error(m, "closed its connection");
+      }
+      sending[m].wake(polled[i].revents);
+      receiving[m].wake(polled[i].revents);
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "model/exchange.h"
@@ -42,10 +43,12 @@ class SocketExchange final : public model::Exchange {
   void all_gather(std::span<const float> mine, std::span<const int> widths, size_t rows,
                   std::span<float> full) override;
   // From any thread: breaks the group, for a member whose step failed elsewhere. A gather
-  // waiting now throws promptly, and so does every later one.
+  // waiting now throws promptly, and so does every later one; its connections are shut down,
+  // so the other members' gathers end too, naming this member.
   void abort();
 
  private:
+  std::runtime_error aborted_error() const;
   // Moves bytes on every stream until this call's frames are all out and in.
   void transfer();
 

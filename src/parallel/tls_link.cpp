@@ -5,6 +5,7 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 namespace strata::parallel {
 namespace {
@@ -94,8 +96,6 @@ const BIO_METHOD* socket_method() {
   return method;
 }
 
-short poll_events(PeerStream::Waits waits) { return waits == PeerStream::Waits::Writable ? POLLOUT : POLLIN; }
-
 void wait_for(int socket, PeerStream::Waits waits, Clock::time_point deadline, const char* doing) {
   for (;;) {
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
@@ -118,6 +118,9 @@ TlsContext::TlsContext(const std::string& authority_pem, const std::string& cert
     const Certificate own = certificate_of(certificate_pem, "node's certificate");
     const Key key(PEM_read_bio_PrivateKey(memory_of(private_key_pem).get(), nullptr, nullptr, nullptr));
     require(key != nullptr, "reading the node's private key (PEM)");
+    // OpenSSL caches a certificate's extensions when it first checks one, writing them into the
+    // certificate: done here, before handshakes on several threads share them.
+    for (X509* certificate : {authority.get(), own.get()}) X509_check_purpose(certificate, -1, 0);
     require(SSL_CTX_use_certificate(context_, own.get()) == 1 && SSL_CTX_use_PrivateKey(context_, key.get()) == 1 &&
                 SSL_CTX_check_private_key(context_) == 1,
             "the node's certificate and key");
@@ -131,8 +134,8 @@ TlsContext::TlsContext(const std::string& authority_pem, const std::string& cert
     // A link lives as long as its group and is never resumed: no tickets after the handshake.
     require(SSL_CTX_set_num_tickets(context_, 0) == 1, "no session tickets");
     SSL_CTX_set_session_cache_mode(context_, SSL_SESS_CACHE_OFF);
-    // Partial writes: a send moves what the socket takes, as SocketExchange expects of a stream.
-    SSL_CTX_set_mode(context_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    // The peer holds the authority already: only this node's certificate goes over.
+    SSL_CTX_set_mode(context_, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_NO_AUTO_CHAIN);
     // Reads as much as the socket holds, up to many records, rather than a record's header,
     // then its body: a syscall per record would cost more than its decryption.
     SSL_CTX_set_read_ahead(context_, 1);
@@ -149,15 +152,21 @@ TlsContext::TlsContext(const std::string& authority_pem, const std::string& cert
 TlsContext::~TlsContext() { SSL_CTX_free(context_); }
 
 TlsStream::TlsStream(const TlsContext& context, int socket, TlsRole role) : socket_(socket), ssl_(SSL_new(context.get())) {
-  BIO* bio = ssl_ != nullptr ? BIO_new(socket_method()) : nullptr;
-  if (bio == nullptr) {
+  BIO* raw = ssl_ != nullptr ? BIO_new(socket_method()) : nullptr;
+  BIO* buffered = raw != nullptr ? BIO_new(BIO_f_buffer()) : nullptr;
+  if (buffered == nullptr || BIO_set_write_buffer_size(buffered, kWriteBuffer) != 1 || BIO_up_ref(raw) != 1) {
+    BIO_free(buffered);
+    BIO_free(raw);
     SSL_free(ssl_);
     ::close(socket_);
     require(false, "a TLS connection");
   }
-  BIO_set_data(bio, reinterpret_cast<void*>(static_cast<intptr_t>(socket_)));
-  BIO_set_init(bio, 1);
-  SSL_set_bio(ssl_, bio, bio);
+  BIO_set_data(raw, reinterpret_cast<void*>(static_cast<intptr_t>(socket_)));
+  BIO_set_init(raw, 1);
+  // Reads straight from the socket; writes gather records in a buffer, sent in one syscall
+  // each time it fills or is flushed (the SSL holds one reference of `raw` for each).
+  written_ = BIO_push(buffered, raw);
+  SSL_set_bio(ssl_, raw, written_);
   if (role == TlsRole::Dialer) {
     SSL_set_connect_state(ssl_);
   } else {
@@ -167,7 +176,10 @@ TlsStream::TlsStream(const TlsContext& context, int socket, TlsRole role) : sock
 
 TlsStream::~TlsStream() {
   // Tells the peer this end closed on purpose; no waiting for its answer.
-  if (!broken_ && SSL_is_init_finished(ssl_)) SSL_shutdown(ssl_);
+  if (!broken_ && SSL_is_init_finished(ssl_)) {
+    SSL_shutdown(ssl_);
+    BIO_flush(written_);
+  }
   SSL_free(ssl_);
   ::close(socket_);
 }
@@ -179,17 +191,28 @@ PeerStream::Waits TlsStream::handshake() {
 }
 
 PeerStream::Moved TlsStream::send(std::span<const std::byte> bytes) {
+  if (encrypted_ == 0) {
+    // The same bytes again after a wait, as OpenSSL requires: nothing of them was reported.
+    ERR_clear_error();
+    const size_t chunk = std::min(bytes.size(), kWriteBuffer);
+    const int result = SSL_write_ex(ssl_, bytes.data(), chunk, &encrypted_);
+    if (result != 1) return {0, waits_after(result, "send")};
+  }
+  // Bytes count as moved once their records are out of the buffer, on the socket.
   ERR_clear_error();
-  size_t written = 0;
-  const int result = SSL_write_ex(ssl_, bytes.data(), bytes.size(), &written);
-  return result == 1 ? Moved{written, Waits::Nothing} : Moved{0, waits_after(result, "send")};
+  if (BIO_flush(written_) != 1) {
+    if (BIO_should_retry(written_)) return {0, Waits::Writable};
+    broken_ = true;
+    throw std::runtime_error(std::string("send: ") + std::strerror(errno));
+  }
+  return {std::exchange(encrypted_, 0), Waits::Nothing};
 }
 
 PeerStream::Moved TlsStream::receive(std::span<std::byte> bytes) {
   ERR_clear_error();
-  size_t read = 0;
-  const int result = SSL_read_ex(ssl_, bytes.data(), bytes.size(), &read);
-  return result == 1 ? Moved{read, Waits::Nothing} : Moved{0, waits_after(result, "receive")};
+  size_t received = 0;
+  const int result = SSL_read_ex(ssl_, bytes.data(), bytes.size(), &received);
+  return result == 1 ? Moved{received, Waits::Nothing} : Moved{0, waits_after(result, "receive")};
 }
 
 PeerStream::Waits TlsStream::waits_after(int result, const char* doing) {

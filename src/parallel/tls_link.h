@@ -56,8 +56,14 @@ class TlsStream final : public PeerStream {
   // What the call that returned `result` waits for; throws for a lost connection.
   Waits waits_after(int result, const char* doing);
 
+  // How much one send encrypts before it sends: records collect up to this much, so that a
+  // large part costs a syscall per buffer rather than per record (16 KiB).
+  static constexpr size_t kWriteBuffer = 256 << 10;
+
   const int socket_;
   SSL* ssl_;
+  BIO* written_ = nullptr;  // the buffer the SSL writes its records to, on the socket
+  size_t encrypted_ = 0;    // bytes of the last send in `written_`, not yet reported moved
   bool broken_ = false;  // a fatal error: OpenSSL must not send a closing alert
 };
 

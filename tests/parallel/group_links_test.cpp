@@ -107,6 +107,25 @@ TEST(GroupLinks, KeepsTwoGroupsOnTheSameNodesApart) {
   expect_gathers_in_member_order(second, {5, 1}, {7});
 }
 
+// Member 1 dials before member 0's node listens (on a port known beforehand): it tries again
+// until member 0 is there.
+TEST(GroupLinks, DialsAgainUntilTheMemberListens) {
+  const int port = node()->port();  // free again once that node is gone
+  auto late = node();
+  const std::vector<std::string> addresses{"127.0.0.1:" + std::to_string(port),
+                                           "127.0.0.1:" + std::to_string(late->port())};
+  std::unique_ptr<SocketExchange> dialer;
+  std::thread dialling([&] { dialer = joined(*late, "late listener", 1, addresses); });
+  std::this_thread::sleep_for(milliseconds(300));
+  GroupLinks first("127.0.0.1", port, credentials_of(rpc::LinkSecurity(kSecret)));
+  std::vector<std::unique_ptr<SocketExchange>> exchanges;
+  exchanges.push_back(joined(first, "late listener", 0, addresses));
+  dialling.join();
+  exchanges.push_back(std::move(dialer));
+  ASSERT_TRUE(exchanges[0] != nullptr && exchanges[1] != nullptr);
+  expect_gathers_in_member_order(exchanges, {6, 2}, {3});
+}
+
 // Member 0 in a child process, member 1 here; the child's verdict is its exit status.
 TEST(GroupLinks, JoinsMembersInOtherProcesses) {
   int port_pipe[2];
@@ -175,7 +194,11 @@ TEST(GroupLinks, RefusesANodeOfAnotherSecret) {
       dialer_error = e.what();
     }
     listening.join();
-    EXPECT_EQ(listener_error, "tensor-parallel group 'refused': member 1 did not connect to member 0 within 1500 ms");
+    EXPECT_EQ(listener_error.rfind("tensor-parallel group 'refused': member 1 did not connect to member 0 within "
+                                   "1500 ms (the last connection refused: 127.0.0.1:",
+                                   0),
+              0u)
+        << listener_error;
     EXPECT_EQ(dialer_error.rfind("tensor-parallel group 'refused': member 0 at " + addresses[0] +
                                      " could not be reached within 1500 ms: ",
                                  0),
@@ -222,19 +245,38 @@ TEST(GroupLinks, NamesASilentMember) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
-TEST(GroupLinks, AbortEndsAWaitingGather) {
+// Members 0 and 1 gather while member 2 stays silent; abort() on member 0 ends its gather and,
+// its connections shut down, member 1's, which names member 0.
+TEST(GroupLinks, AbortEndsTheWaitingGathers) {
   std::vector<std::unique_ptr<GroupLinks>> nodes;
-  for (int m = 0; m < 2; ++m) nodes.push_back(node());
+  for (int m = 0; m < 3; ++m) nodes.push_back(node());
   const auto exchanges = join_all(nodes, "aborted");
+  const std::vector<int> widths{1, 1, 1};
+  std::string other_error;
+  std::thread other([&] {
+    std::vector<float> full(3);
+    try {
+      exchanges[1]->all_gather(std::vector<float>{1.0f}, widths, 1, full);
+    } catch (const std::runtime_error& e) {
+      other_error = e.what();
+    }
+  });
   std::thread aborting([&] {
     std::this_thread::sleep_for(milliseconds(100));
     exchanges[0]->abort();
   });
-  std::vector<float> full(2);
+  std::vector<float> full(3);
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_THROW(exchanges[0]->all_gather(std::vector<float>{1.0f}, std::vector<int>{1, 1}, 1, full), std::runtime_error);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  try {
+    exchanges[0]->all_gather(std::vector<float>{1.0f}, widths, 1, full);
+    ADD_FAILURE() << "gathered";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "tensor-parallel member 0: aborted");
+  }
   aborting.join();
+  other.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(other_error, "tensor-parallel member 0: closed its connection");
 }
 
 TEST(GroupLinks, SaysWhyItCannotListen) {

@@ -121,27 +121,39 @@ TEST(SocketExchange, NamesAMemberSilentForLongerThanTheLimit) {
   EXPECT_LT(waited, std::chrono::seconds(5));
 }
 
-// abort() from another thread ends a gather that waits for a peer, and every later one at once.
-TEST(SocketExchange, AbortEndsAWaitingGather) {
+// Members 0 and 1 gather while member 2 stays silent; abort() on member 1 from another thread
+// ends its gather, and every later one at once, and member 0's, which names member 1.
+TEST(SocketExchange, AbortEndsTheWaitingGathers) {
   auto mesh = socket_pair_mesh(3);
-  SocketExchange exchange(1, mesh[1]);
-  SocketExchange first(0, mesh[0]), last(2, mesh[2]);
+  std::vector<std::unique_ptr<SocketExchange>> exchanges;
+  for (int m = 0; m < 3; ++m) exchanges.push_back(std::make_unique<SocketExchange>(m, mesh[m]));
+  const std::vector<int> widths{1, 1, 1};
+  std::string other_error;
+  std::thread other([&] {
+    std::vector<float> full(3);
+    try {
+      exchanges[0]->all_gather(std::vector<float>{1.0f}, widths, 1, full);
+    } catch (const std::runtime_error& e) {
+      other_error = e.what();
+    }
+  });
   std::thread aborting([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    exchange.abort();
+    exchanges[1]->abort();
   });
-  const std::vector<int> widths{1, 1, 1};
   std::vector<float> full(3);
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_THROW(exchange.all_gather(std::vector<float>{1.0f}, widths, 1, full), std::runtime_error);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
-  aborting.join();
   try {
-    exchange.all_gather(std::vector<float>{1.0f}, widths, 1, full);
-    FAIL() << "gathered";
+    exchanges[1]->all_gather(std::vector<float>{1.0f}, widths, 1, full);
+    ADD_FAILURE() << "gathered";
   } catch (const std::runtime_error& e) {
     EXPECT_STREQ(e.what(), "tensor-parallel member 1: aborted");
   }
+  aborting.join();
+  other.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(other_error.rfind("tensor-parallel member 1: ", 0), 0u) << other_error;
+  EXPECT_THROW(exchanges[1]->all_gather(std::vector<float>{1.0f}, widths, 1, full), std::runtime_error);
 }
 
 }  // namespace
