@@ -19,6 +19,9 @@ void GroupStage::on_every_member(const std::function<void(size_t member)>& call)
   const auto run = [&](size_t m) {
     try {
       call(m);
+    } catch (const StageLost&) {
+      failures[m] = std::current_exception();
+      leave_group();
     } catch (...) {
       failures[m] = std::current_exception();
     }
@@ -59,6 +62,10 @@ void GroupStage::release(std::span<const SequenceId> ids) {
 
 void GroupStage::cancel() {
   for (const auto& member : members_) member->cancel();
+}
+
+void GroupStage::leave_group() {
+  for (const auto& member : members_) member->leave_group();
 }
 
 int GroupStage::hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) {

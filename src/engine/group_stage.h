@@ -26,6 +26,7 @@ class GroupStage final : public Stage {
   StageOutput forward(const StageBatch& batch) override;
   void release(std::span<const SequenceId> ids) override;
   void cancel() override;
+  void leave_group() override;
   // The longest prefix every member holds: members asked again with the shortest one's
   // tokens until they agree.
   int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) override;
@@ -34,7 +35,8 @@ class GroupStage final : public Stage {
 
  private:
   // Runs `call` for every member at once (the first on this thread) and waits for all; then
-  // rethrows a member's StageLost, else the first member's failure.
+  // rethrows a member's StageLost, else the first member's failure. A member lost makes the
+  // others leave the group at once, rather than wait for its rows.
   void on_every_member(const std::function<void(size_t member)>& call);
 
   std::vector<std::shared_ptr<Stage>> members_;

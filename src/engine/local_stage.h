@@ -29,6 +29,7 @@ class LocalStage final : public Stage {
   // At the stage that holds the head, a sequence with a sampling step gets its token there.
   StageOutput forward(const StageBatch& batch) override;
   void release(std::span<const SequenceId> ids) override;
+  void leave_group() override { model_->leave_group(); }
   StageLayers layers() const override { return {model_->range().first, model_->range().last}; }
   LayerKv read_kv(SequenceId id, int layer) override;
   void write_kv(const LayerKv& kv) override;

@@ -121,6 +121,10 @@ class Stage {
   // with StageLost rather than wait for a node that may be gone, and later calls may fail at
   // once. The stage is not used for new work afterwards.
   virtual void cancel() {}
+  // A member of a tensor-parallel group (group_stage.h) whose step cannot finish, another
+  // member being lost: a forward of it waiting for the others ends with an error now, and the
+  // stage is not used again. The default: nothing of it waits for others.
+  virtual void leave_group() {}
 
   // Chains. A stage on another node that passes a batch's output on itself to the stages after
   // it (StageBatch::then) names its node here, by which the stage before it names it; a

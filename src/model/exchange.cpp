@@ -1,16 +1,44 @@
 #include "model/exchange.h"
 
 #include <algorithm>
-#include <barrier>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace strata::model {
 
+// The members meet at a rendezvous that an abort breaks: a generation counts the calls all
+// members have reached, and an aborted group lets every waiting, and every later, call go with
+// an error.
 struct LocalGroup::State {
-  explicit State(int members) : arrived(members) {}
-  std::barrier<> arrived;
+  explicit State(int members) : size(members) {}
+  void arrive_and_wait() {
+    std::unique_lock lock(mutex);
+    if (aborted) throw std::runtime_error("the tensor-parallel group was aborted");
+    const uint64_t generation = generations;
+    if (++arrived == size) {
+      arrived = 0;
+      ++generations;
+      met.notify_all();
+      return;
+    }
+    met.wait(lock, [&] { return generations != generation || aborted; });
+    if (generations == generation) throw std::runtime_error("the tensor-parallel group was aborted");
+  }
+  void abort() {
+    std::lock_guard lock(mutex);
+    aborted = true;
+    met.notify_all();
+  }
+  const int size;
+  std::mutex mutex;
+  std::condition_variable met;
+  int arrived = 0;
+  uint64_t generations = 0;
+  bool aborted = false;
   std::vector<std::unique_ptr<Member>> members;
 };
 
@@ -35,7 +63,7 @@ class LocalGroup::Member final : public Exchange {
       throw std::invalid_argument("all_gather's rows do not match the widths");
     }
     posted_[parity_].assign(mine.begin(), mine.end());
-    group_.arrived.arrive_and_wait();
+    group_.arrive_and_wait();
     size_t column = 0;
     for (size_t m = 0; m < members; ++m) {
       const size_t width = static_cast<size_t>(widths[m]);
@@ -47,6 +75,7 @@ class LocalGroup::Member final : public Exchange {
     }
     parity_ ^= 1;
   }
+  void abort() override { group_.abort(); }
 
  private:
   State& group_;

@@ -19,11 +19,16 @@ class Exchange {
   // members' parts in member order.
   virtual void all_gather(std::span<const float> mine, std::span<const int> widths, size_t rows,
                           std::span<float> full) = 0;
+  // From any thread: a gather of this member that waits, and every later one, throws at once,
+  // and so do the others' (they cannot finish without it). For a member whose group cannot
+  // finish its step because another member is lost.
+  virtual void abort() = 0;
 };
 
 // The members of a group as threads of one process (tests, benchmarks): member(i) is the
 // Exchange of the thread that runs member i. A member blocks in all_gather until every member
-// has called it, so each must run on a thread of its own.
+// has called it, so each must run on a thread of its own; a member's abort() ends every
+// member's waiting, and every later, gather with an error.
 class LocalGroup {
  public:
   explicit LocalGroup(int members);

@@ -63,6 +63,11 @@ class Model {
                                            std::span<const TensorShare> shares, Exchange& exchange);
 
   const Config& config() const { return config_; }
+  // A member of a group whose step cannot finish (another member is lost): its gathers fail
+  // from now on (Exchange::abort), a forward waiting in one included. A whole model: nothing.
+  void leave_group() const {
+    if (exchange_ != nullptr) exchange_->abort();
+  }
   LayerRange range() const { return range_; }
   const gguf::File& file() const { return *file_; }
   // KV memory of `blocks` blocks for this range's layers.

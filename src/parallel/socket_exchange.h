@@ -45,7 +45,7 @@ class SocketExchange final : public model::Exchange {
   // From any thread: breaks the group, for a member whose step failed elsewhere. A gather
   // waiting now throws promptly, and so does every later one; its connections are shut down,
   // so the other members' gathers end too, naming this member.
-  void abort();
+  void abort() override;
 
  private:
   std::runtime_error aborted_error() const;

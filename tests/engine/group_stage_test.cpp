@@ -287,6 +287,25 @@ TEST(GroupStage, IsLostWhenAnyMemberIsLost) {
   EXPECT_THROW(whole.forward({}), std::runtime_error);
 }
 
+// A member lost before it gathers anything: the member computing its share stops waiting for
+// its rows (without leave_group it would wait for ever), and the group is lost.
+TEST(GroupStage, AMembersLossEndsTheOthersWaiting) {
+  auto file = std::shared_ptr<const gguf::File>(gguf::File::open(kDreams));
+  const model::Config config = model::Config::from_gguf(*file);
+  const std::vector<double> weights{1, 1};
+  const std::vector<model::TensorShare> shares = model::plan_tensor_shares(config, weights);
+  model::LocalGroup exchange(2);
+  tensor::ThreadPool pool(1);
+  auto computing = std::make_shared<LocalStage>(
+      model::Model::load_share(file, {0, config.layer_count}, shares, exchange.member(0)), pool,
+      KvOptions{model::KvType::F16, {kBlocks}});
+  GroupStage group({computing, std::make_shared<ScriptedMember>(std::vector<int>{0}, /*lost=*/true)});
+  StageBatch batch;
+  batch.sequences.push_back({.id = 1, .token_count = 3, .capacity = 16});
+  batch.tokens = {1, 300, 301};
+  EXPECT_THROW(group.forward(batch), StageLost);
+}
+
 TEST(GroupStage, RefusesNoMembers) { EXPECT_THROW(GroupStage({}), std::invalid_argument); }
 
 }  // namespace
