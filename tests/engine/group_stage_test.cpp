@@ -38,24 +38,37 @@ const TestModel& dreams() {
   return model;
 }
 
-// A random-weight qwen3moe-tiny (Q8_0), written once per test binary and removed at its exit.
-struct WrittenMoe {
-  WrittenMoe()
-      : model{(fs::temp_directory_path() / ("strata_group_stage_test_" + std::to_string(::getpid()) + ".gguf")).string(),
+// A random-weight synthetic model, written once per test binary and removed at its exit.
+struct WrittenModel {
+  WrittenModel(const model::SyntheticShape& shape, const std::string& weight_types)
+      : model{(fs::temp_directory_path() /
+               ("strata_group_stage_test_" + std::string(shape.name) + "_" + std::to_string(::getpid()) + ".gguf"))
+                  .string(),
               0, 0} {
-    const model::SyntheticShape& shape = *model::find_synthetic_shape("qwen3moe-tiny");
-    model::write_synthetic_model(shape, model::parse_weight_types("Q8_0"), model.path, 11);
+    model::write_synthetic_model(shape, model::parse_weight_types(weight_types), model.path, 11);
     const auto file = gguf::File::open(model.path);
     const model::Config config = model::Config::from_gguf(*file);
     model.vocab = config.vocab_size;
     model.layers = config.layer_count;
   }
-  ~WrittenMoe() { fs::remove(model.path); }
+  ~WrittenModel() { fs::remove(model.path); }
   TestModel model;
 };
 
 const TestModel& moe() {
-  static const WrittenMoe written;
+  static const WrittenModel written(*model::find_synthetic_shape("qwen3moe-tiny"), "Q8_0");
+  return written.model;
+}
+
+// Gemma 3's sliding windows of 12 positions in 5 of its 6 layers, with KV heads for 3 members:
+// a sequence's state there starts past position 0 once its window has moved on a block.
+const TestModel& windowed() {
+  static constexpr model::SyntheticShape kShape{
+      .name = "gemma3-kv3", .description = "tests: a window of 12, GQA 6/3", .arch = "gemma3", .vocab_size = 512,
+      .context_length = 128, .embedding_dim = 96, .layer_count = 6, .head_count = 6, .kv_head_count = 3, .ffn_dim = 200,
+      .rope_freq_base = 1000000.0f, .tied_output = true, .head_dim = 32, .qk_norm = true, .sliding_window = 12,
+      .rope_linear_factor = 8.0f};
+  static const WrittenModel written(kShape, "F32");
   return written.model;
 }
 
@@ -89,7 +102,7 @@ struct Layout {
   }
   std::shared_ptr<Stage> member(std::unique_ptr<model::Model> model) {
     pools.push_back(std::make_unique<tensor::ThreadPool>(1));
-    local.push_back(std::make_shared<LocalStage>(std::move(model), *pools.back(), KvOptions{model::KvType::F16, {kBlocks}}));
+    local.push_back(std::make_shared<LocalStage>(std::move(model), *pools.back(), KvOptions{model::KvType::F16, {kBlocks, kBlocks}}));
     return local.back();
   }
   size_t held() const {
@@ -295,7 +308,10 @@ void expect_same_kv(const LayerKv& got, const LayerKv& want, const std::string& 
   EXPECT_TRUE(got.values.bytes == want.values.bytes) << what << ": values differ";
 }
 
-TEST_P(Groups, HoldTheKeysAndValuesOfOneStageOfTheWholeModel) {
+// The state tests run on a model with sliding windows too.
+class GroupState : public Groups {};
+
+TEST_P(GroupState, HoldTheKeysAndValuesOfOneStageOfTheWholeModel) {
   const TestModel& m = model();
   const int half = m.layers / 2;
   Layout whole(m, {{0, m.layers, {}}});
@@ -303,6 +319,7 @@ TEST_P(Groups, HoldTheKeysAndValuesOfOneStageOfTheWholeModel) {
   forward(whole.stages, started);
   const StageBatch decoded = next_inputs(started, std::vector<Token>{5, 6});
   forward(whole.stages, decoded);
+  bool windows_moved = false;
   for (const std::vector<double>& weights : groupings(m)) {
     for (const std::vector<Layout::Range>& ranges : {std::vector<Layout::Range>{{0, m.layers, weights}},
                                                      std::vector<Layout::Range>{{0, half, {}}, {half, m.layers, weights}}}) {
@@ -314,11 +331,16 @@ TEST_P(Groups, HoldTheKeysAndValuesOfOneStageOfTheWholeModel) {
       ASSERT_EQ(group.layers().last, m.layers);
       for (SequenceId id : {1, 2}) {
         for (int layer = ranges.back().first; layer < m.layers; ++layer) {
-          expect_same_kv(group.read_kv(id, layer), whole.stages[0]->read_kv(id, layer),
+          const LayerKv kv = group.read_kv(id, layer);
+          expect_same_kv(kv, whole.stages[0]->read_kv(id, layer),
                          describe(ranges) + "sequence " + std::to_string(id) + ", layer " + std::to_string(layer));
+          windows_moved = windows_moved || kv.first_position > 0;
         }
       }
     }
+  }
+  if (GetParam() == &windowed) {
+    EXPECT_TRUE(windows_moved) << "no window had moved on: the test checks nothing of them";
   }
 }
 
@@ -344,7 +366,7 @@ std::pair<StageBatch, std::vector<float>> decode_alike(const std::vector<std::sh
   return {std::move(batch), std::move(logits)};
 }
 
-TEST_P(Groups, TakeOverOneStagesStateAndHandItBackAsIfNothingHadMoved) {
+TEST_P(GroupState, TakeOverOneStagesStateAndHandItBackAsIfNothingHadMoved) {
   const TestModel& m = model();
   const std::vector<SequenceId> ids{1, 2};
   for (const std::vector<double>& weights : groupings(m)) {
@@ -408,7 +430,7 @@ class Gate final : public Stage {
   bool open_ = false;
 };
 
-TEST_P(Groups, MoveTheirStateAtPipelineSwitchesFromOneStageAndOnToAPipeline) {
+TEST_P(GroupState, MoveTheirStateAtPipelineSwitchesFromOneStageAndOnToAPipeline) {
   const TestModel& m = model();
   const std::vector<GenerationRequest> rs = requests(m, 8);
   const std::vector<Outcome> want = alone(m, rs);
@@ -439,8 +461,12 @@ TEST_P(Groups, MoveTheirStateAtPipelineSwitchesFromOneStageAndOnToAPipeline) {
   EXPECT_EQ(one.held() + group.held() + pipeline.held(), 0u) << "the old stages let go of what moved";
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Groups, ::testing::Values(&dreams, &moe),
-                         [](const auto& info) { return info.param == &dreams ? std::string("dreams") : std::string("qwen3moe"); });
+std::string model_name(const ::testing::TestParamInfo<const TestModel& (*)()>& info) {
+  return info.param == &dreams ? "dreams" : info.param == &moe ? "qwen3moe" : "gemma3_windowed";
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Groups, ::testing::Values(&dreams, &moe), model_name);
+INSTANTIATE_TEST_SUITE_P(Models, GroupState, ::testing::Values(&dreams, &moe, &windowed), model_name);
 
 // A member that answers as told, recording what it was asked.
 class ScriptedMember final : public Stage {
