@@ -54,15 +54,20 @@ std::optional<model::LayerRange> layers_of(const cluster_types::Placement& place
 }
 
 std::shared_ptr<engine::Stage> Leadership::pipeline_stage(
-    const cluster_types::Stage& stage, const std::function<std::shared_ptr<engine::Stage>(const cluster_types::Stage&)>& one) {
+    const cluster_types::Stage& stage,
+    const std::function<std::shared_ptr<engine::Stage>(const cluster_types::Stage&)>& one) const {
   if (stage.group.empty()) return one(stage);
   std::vector<std::shared_ptr<engine::Stage>> members;
+  std::vector<double> weights;
   for (const cluster_types::StageMember& m : stage.group) {
     std::shared_ptr<engine::Stage> member = one({m.node_id, m.node_address, stage.first_layer, stage.last_layer, {}});
     if (!member) return nullptr;
     members.push_back(std::move(member));
+    weights.push_back(m.weight);
   }
-  return std::make_shared<engine::GroupStage>(std::move(members));
+  const std::vector<model::TensorShare> shares =
+      options_.tensor_shares ? options_.tensor_shares(weights) : std::vector<model::TensorShare>{};
+  return std::make_shared<engine::GroupStage>(std::move(members), shares);
 }
 
 Leadership::Leadership(LeadershipOptions options) : options_(std::move(options)), scheduler_(options_.make_engine) {}

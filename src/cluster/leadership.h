@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "cluster/placement_proposal.h"
 #include "cluster/stage_host.h"
 #include "cluster_types/placement.h"
+#include "model/tensor_share.h"
 
 namespace strata::cluster {
 
@@ -40,6 +42,10 @@ struct LeadershipOptions {
   // placement when the stage is lost.
   std::function<std::shared_ptr<engine::Stage>(const cluster_types::Stage& stage, uint64_t epoch, bool leading)> remote_stage;
   std::function<void(const std::string&)> log;
+  // The shares of a tensor-parallel group of members of these weights, as its members plan
+  // them (model::plan_tensor_shares), by which a group takes sequences' state over at a switch.
+  // Unset: a group's sequences are computed again there.
+  std::function<std::vector<model::TensorShare>(std::span<const double> weights)> tensor_shares;
 };
 
 class Leadership {
@@ -89,8 +95,9 @@ class Leadership {
                                                const Membership& membership);
   // `stage` as a pipeline runs it: `one` gives a node's own part (this node's or another's),
   // and a group's parts make one engine::GroupStage. Null when a part is missing.
-  static std::shared_ptr<engine::Stage> pipeline_stage(
-      const cluster_types::Stage& stage, const std::function<std::shared_ptr<engine::Stage>(const cluster_types::Stage&)>& one);
+  std::shared_ptr<engine::Stage> pipeline_stage(
+      const cluster_types::Stage& stage,
+      const std::function<std::shared_ptr<engine::Stage>(const cluster_types::Stage&)>& one) const;
   void log(const std::string& line) const;
 
   LeadershipOptions options_;

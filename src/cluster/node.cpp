@@ -301,7 +301,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
                                         }),
             .remote_stage = [this](const cluster_types::Stage& s, uint64_t epoch,
                                    bool leading) { return remote_stage(s, epoch, leading); },
-            .log = options_.log};
+            .log = options_.log,
+            .tensor_shares = [this](std::span<const double> weights) { return model::plan_tensor_shares(config_, weights); }};
   }
 
   RouterOptions router_options() {

@@ -5,21 +5,33 @@
 // returns what one stage of the whole range would, bit for bit; the group returns the first
 // member's. Members given the same calls keep the same sequences in pools of the same block
 // counts, so they refuse or accept alike.
+//
+// A sequence's state moves to and from the group as one stage's: each member holds its own KV
+// heads, a contiguous run in member order, so a row of the whole model's keys (or values) is
+// the members' parts of it side by side.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "engine/stage.h"
+#include "model/tensor_share.h"
 
 namespace strata::engine {
 
 class GroupStage final : public Stage {
  public:
-  // `members` in member order (the shares' order). Throws std::invalid_argument for none.
-  explicit GroupStage(std::vector<std::shared_ptr<Stage>> members);
+  // `members` in member order. `shares`, the members' (tensor_share.h), tell how a handed-over
+  // row splits among them: a row is per KV head, so a member's part is its KV heads' part on
+  // every layer and in every KV type, which byte widths given here would have to say per layer
+  // and type; and every caller that loads the members holds the shares already. Without shares
+  // the group gives its state but takes none over. Throws std::invalid_argument for no
+  // members, a missing one, members that say different layers, and shares that are not one
+  // per member or whose KV heads are not contiguous from the first in member order.
+  explicit GroupStage(std::vector<std::shared_ptr<Stage>> members, std::span<const model::TensorShare> shares = {});
 
   // Throws StageLost when a member is lost (the group cannot compute without it), else the
   // first member's failure.
@@ -27,6 +39,14 @@ class GroupStage final : public Stage {
   void release(std::span<const SequenceId> ids) override;
   void cancel() override;
   void leave_group() override;
+  // The members' layers; empty when one of them does not say.
+  StageLayers layers() const override { return layers_; }
+  // Every member's part, each row's parts in member order. Throws std::runtime_error when the
+  // members disagree on the sequence (positions, capacity, first position, tokens, KV type).
+  LayerKv read_kv(SequenceId id, int layer) override;
+  // Each member gets its part of every row. Throws StageLost without shares, and
+  // std::invalid_argument for rows that do not split into the members' KV heads.
+  void write_kv(const LayerKv& kv) override;
   // The longest prefix every member holds: members asked again with the shortest one's
   // tokens until they agree.
   int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) override;
@@ -40,7 +60,9 @@ class GroupStage final : public Stage {
   void on_every_member(const std::function<void(size_t member)>& call);
 
   std::vector<std::shared_ptr<Stage>> members_;
-  std::mutex mutex_;  // one call at a time, so that every member sees the calls in one order
+  StageLayers layers_;
+  std::vector<int> kv_heads_;  // per member, from the shares; empty without them
+  std::mutex mutex_;           // one call at a time, so that every member sees the calls in one order
 };
 
 }  // namespace strata::engine

@@ -262,7 +262,10 @@ void KvState::write(int layer, int first, int positions, const KvRows& keys, con
     throw std::invalid_argument("the keys and values of " + std::to_string(positions) +
                                 " positions do not match this sequence's shape, capacity or positions");
   }
-  if (!(windowed ? reserve_window(first, positions) : reserve_full(positions))) {
+  // Full blocks for a sliding-window layer too, as a step reserves them: they hold the
+  // sequence's place in the prefix index (publish_full_blocks), even in a range of window
+  // layers only.
+  if (!(reserve_full(positions) && (!windowed || reserve_window(first, positions)))) {
     throw KvPoolFull("the KV pool has no room for a sequence handed over");
   }
   if (keys.type == layout.type) {

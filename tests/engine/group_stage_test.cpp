@@ -1,10 +1,14 @@
 // A tensor-parallel group as a pipeline stage: requests through groups (alone, beside single
 // stages, even and uneven shares, dense and Mixture-of-Experts) give the tokens and logprobs of
 // the whole model on one stage, concurrently, with a cached prefix and with drafts; the group
-// agrees on one prefix hold, reports a lost member as lost, and leaves no state behind.
+// agrees on one prefix hold, reports a lost member as lost, and leaves no state behind. Its
+// keys and values are one stage's, bit for bit, and move to and from other stages at a
+// pipeline switch, which then goes on as if nothing had changed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <future>
 #include <unistd.h>
@@ -34,24 +38,37 @@ const TestModel& dreams() {
   return model;
 }
 
-// A random-weight qwen3moe-tiny (Q8_0), written once per test binary and removed at its exit.
-struct WrittenMoe {
-  WrittenMoe()
-      : model{(fs::temp_directory_path() / ("strata_group_stage_test_" + std::to_string(::getpid()) + ".gguf")).string(),
+// A random-weight synthetic model, written once per test binary and removed at its exit.
+struct WrittenModel {
+  WrittenModel(const model::SyntheticShape& shape, const std::string& weight_types)
+      : model{(fs::temp_directory_path() /
+               ("strata_group_stage_test_" + std::string(shape.name) + "_" + std::to_string(::getpid()) + ".gguf"))
+                  .string(),
               0, 0} {
-    const model::SyntheticShape& shape = *model::find_synthetic_shape("qwen3moe-tiny");
-    model::write_synthetic_model(shape, model::parse_weight_types("Q8_0"), model.path, 11);
+    model::write_synthetic_model(shape, model::parse_weight_types(weight_types), model.path, 11);
     const auto file = gguf::File::open(model.path);
     const model::Config config = model::Config::from_gguf(*file);
     model.vocab = config.vocab_size;
     model.layers = config.layer_count;
   }
-  ~WrittenMoe() { fs::remove(model.path); }
+  ~WrittenModel() { fs::remove(model.path); }
   TestModel model;
 };
 
 const TestModel& moe() {
-  static const WrittenMoe written;
+  static const WrittenModel written(*model::find_synthetic_shape("qwen3moe-tiny"), "Q8_0");
+  return written.model;
+}
+
+// Gemma 3's sliding windows of 12 positions in 5 of its 6 layers, with KV heads for 3 members:
+// a sequence's state there starts past position 0 once its window has moved on a block.
+const TestModel& windowed() {
+  static constexpr model::SyntheticShape kShape{
+      .name = "gemma3-kv3", .description = "tests: a window of 12, GQA 6/3", .arch = "gemma3", .vocab_size = 512,
+      .context_length = 128, .embedding_dim = 96, .layer_count = 6, .head_count = 6, .kv_head_count = 3, .ffn_dim = 200,
+      .rope_freq_base = 1000000.0f, .tied_output = true, .head_dim = 32, .qk_norm = true, .sliding_window = 12,
+      .rope_linear_factor = 8.0f};
+  static const WrittenModel written(kShape, "F32");
   return written.model;
 }
 
@@ -80,12 +97,12 @@ struct Layout {
       for (size_t i = 0; i < shares.size(); ++i) {
         members.push_back(member(model::Model::load_share(file, range, shares, groups.back()->member(static_cast<int>(i)))));
       }
-      stages.push_back(std::make_shared<GroupStage>(std::move(members)));
+      stages.push_back(std::make_shared<GroupStage>(std::move(members), shares));
     }
   }
   std::shared_ptr<Stage> member(std::unique_ptr<model::Model> model) {
     pools.push_back(std::make_unique<tensor::ThreadPool>(1));
-    local.push_back(std::make_shared<LocalStage>(std::move(model), *pools.back(), KvOptions{model::KvType::F16, {kBlocks}}));
+    local.push_back(std::make_shared<LocalStage>(std::move(model), *pools.back(), KvOptions{model::KvType::F16, {kBlocks, kBlocks}}));
     return local.back();
   }
   size_t held() const {
@@ -229,8 +246,227 @@ TEST_P(Groups, CheckDraftsAsTheWholeModelDoes) {
   EXPECT_GT(drafted, 0) << "prompt lookup found no drafts: the test checks nothing about them";
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Groups, ::testing::Values(&dreams, &moe),
-                         [](const auto& info) { return info.param == &dreams ? std::string("dreams") : std::string("qwen3moe"); });
+// Groupings of 2 and 3 members, even and uneven, that the model has KV heads enough for.
+std::vector<std::vector<double>> groupings(const TestModel& m) {
+  const auto file = gguf::File::open(m.path);
+  std::vector<std::vector<double>> out{{1, 1}, {1, 3}};
+  if (model::Config::from_gguf(*file).kv_head_count >= 3) {
+    out.push_back({1, 1, 1});
+    out.push_back({3, 1, 2});
+  }
+  return out;
+}
+
+// Drives a pipeline by hand: each stage after the first gets the one before's rows.
+std::vector<float> forward(const std::vector<std::shared_ptr<Stage>>& stages, StageBatch batch) {
+  for (const auto& stage : stages) batch.hidden = stage->forward(batch).rows;
+  return std::move(batch.hidden);
+}
+
+// The inputs of two sequences, one over several blocks, one within its first, each with the
+// logits of its last input back.
+StageBatch prompts(const TestModel& m) {
+  StageBatch batch;
+  for (SequenceId id : {1, 2}) {
+    const std::vector<Token> prompt = request(m, static_cast<int>(id)).prompt;
+    const int count = id == 1 ? 3 * model::kKvBlock + 5 : 7;
+    for (int i = 0; i < count; ++i) batch.tokens.push_back(prompt[static_cast<size_t>(i) % prompt.size()]);
+    batch.sequences.push_back({.id = id, .token_count = count, .capacity = 128});
+  }
+  return batch;
+}
+
+// One more input for each sequence of `batch`, from where its state ends.
+StageBatch next_inputs(const StageBatch& batch, std::span<const Token> inputs) {
+  StageBatch next;
+  for (size_t i = 0; i < batch.sequences.size(); ++i) {
+    const SequenceWork& w = batch.sequences[i];
+    next.sequences.push_back({.id = w.id, .first_position = w.first_position + w.token_count, .token_count = 1,
+                              .capacity = w.capacity});
+    next.tokens.push_back(inputs[i]);
+  }
+  return next;
+}
+
+// Every layer of `to`'s range, of every sequence, moved from `from`.
+void hand_over(Stage& from, Stage& to, std::span<const SequenceId> ids) {
+  for (SequenceId id : ids) {
+    for (int layer = to.layers().first; layer < to.layers().last; ++layer) to.write_kv(from.read_kv(id, layer));
+  }
+}
+
+void expect_same_kv(const LayerKv& got, const LayerKv& want, const std::string& what) {
+  EXPECT_EQ(got.id, want.id) << what;
+  EXPECT_EQ(got.layer, want.layer) << what;
+  EXPECT_EQ(got.positions, want.positions) << what;
+  EXPECT_EQ(got.capacity, want.capacity) << what;
+  EXPECT_EQ(got.first_position, want.first_position) << what;
+  EXPECT_EQ(got.tokens, want.tokens) << what;
+  EXPECT_EQ(got.keys.type, want.keys.type) << what;
+  EXPECT_EQ(got.values.type, want.values.type) << what;
+  EXPECT_TRUE(got.keys.bytes == want.keys.bytes) << what << ": keys differ";
+  EXPECT_TRUE(got.values.bytes == want.values.bytes) << what << ": values differ";
+}
+
+// The state tests run on a model with sliding windows too.
+class GroupState : public Groups {};
+
+TEST_P(GroupState, HoldTheKeysAndValuesOfOneStageOfTheWholeModel) {
+  const TestModel& m = model();
+  const int half = m.layers / 2;
+  Layout whole(m, {{0, m.layers, {}}});
+  const StageBatch started = prompts(m);
+  forward(whole.stages, started);
+  const StageBatch decoded = next_inputs(started, std::vector<Token>{5, 6});
+  forward(whole.stages, decoded);
+  bool windows_moved = false;
+  for (const std::vector<double>& weights : groupings(m)) {
+    for (const std::vector<Layout::Range>& ranges : {std::vector<Layout::Range>{{0, m.layers, weights}},
+                                                     std::vector<Layout::Range>{{0, half, {}}, {half, m.layers, weights}}}) {
+      Layout split(m, ranges);
+      forward(split.stages, started);
+      forward(split.stages, decoded);
+      Stage& group = *split.stages.back();
+      ASSERT_EQ(group.layers().first, ranges.back().first);
+      ASSERT_EQ(group.layers().last, m.layers);
+      for (SequenceId id : {1, 2}) {
+        for (int layer = ranges.back().first; layer < m.layers; ++layer) {
+          const LayerKv kv = group.read_kv(id, layer);
+          expect_same_kv(kv, whole.stages[0]->read_kv(id, layer),
+                         describe(ranges) + "sequence " + std::to_string(id) + ", layer " + std::to_string(layer));
+          windows_moved = windows_moved || kv.first_position > 0;
+        }
+      }
+    }
+  }
+  if (GetParam() == &windowed) {
+    EXPECT_TRUE(windows_moved) << "no window had moved on: the test checks nothing of them";
+  }
+}
+
+Token most_likely(std::span<const float> logits) {
+  return static_cast<Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+// Greedy steps of both sequences of `batch` (whose logits were `logits`) on `stages` and on
+// `never_switched`, which must give the same logits; returns the last batch and its logits.
+std::pair<StageBatch, std::vector<float>> decode_alike(const std::vector<std::shared_ptr<Stage>>& stages,
+                                                       const std::vector<std::shared_ptr<Stage>>& never_switched,
+                                                       StageBatch batch, std::vector<float> logits, int vocab,
+                                                       const std::string& what) {
+  for (int step = 0; step < 4; ++step) {
+    std::vector<Token> chosen;
+    for (size_t i = 0; i < batch.sequences.size(); ++i) {
+      chosen.push_back(most_likely(std::span<const float>(logits).subspan(i * static_cast<size_t>(vocab), static_cast<size_t>(vocab))));
+    }
+    batch = next_inputs(batch, chosen);
+    logits = forward(stages, batch);
+    EXPECT_TRUE(logits == forward(never_switched, batch)) << what << ", step " << step;
+  }
+  return {std::move(batch), std::move(logits)};
+}
+
+TEST_P(GroupState, TakeOverOneStagesStateAndHandItBackAsIfNothingHadMoved) {
+  const TestModel& m = model();
+  const std::vector<SequenceId> ids{1, 2};
+  for (const std::vector<double>& weights : groupings(m)) {
+    const std::vector<Layout::Range> grouped{{0, m.layers, weights}};
+    Layout never_switched(m, {{0, m.layers, {}}}), before(m, {{0, m.layers, {}}}), group(m, grouped),
+        after(m, {{0, m.layers, {}}});
+    StageBatch batch = prompts(m);
+    std::vector<float> logits = forward(before.stages, batch);
+    ASSERT_TRUE(logits == forward(never_switched.stages, batch));
+    hand_over(*before.stages[0], *group.stages[0], ids);
+    std::tie(batch, logits) = decode_alike(group.stages, never_switched.stages, batch, logits, m.vocab,
+                                           "into " + describe(grouped));
+    hand_over(*group.stages[0], *after.stages[0], ids);
+    decode_alike(after.stages, never_switched.stages, batch, logits, m.vocab, "out of " + describe(grouped));
+  }
+}
+
+// A stage that holds its `hold_at`-th batch until opened, and counts the state read from it.
+class Gate final : public Stage {
+ public:
+  Gate(std::shared_ptr<Stage> inner, int hold_at) : inner_(std::move(inner)), hold_at_(hold_at) {}
+  StageOutput forward(const StageBatch& batch) override {
+    if (++calls_ == hold_at_) {
+      std::unique_lock lock(mutex_);
+      held_ = true;
+      changed_.notify_all();
+      changed_.wait(lock, [&] { return open_; });
+    }
+    return inner_->forward(batch);
+  }
+  void release(std::span<const SequenceId> ids) override { inner_->release(ids); }
+  StageLayers layers() const override { return inner_->layers(); }
+  LayerKv read_kv(SequenceId id, int layer) override {
+    ++reads_;
+    return inner_->read_kv(id, layer);
+  }
+  void write_kv(const LayerKv& kv) override { inner_->write_kv(kv); }
+  int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) override {
+    return inner_->hold_prefix(id, capacity, tokens);
+  }
+  model::KvBlockCounts kv_blocks() override { return inner_->kv_blocks(); }
+  void wait_until_held() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return held_; });
+  }
+  void open() {
+    std::lock_guard lock(mutex_);
+    open_ = true;
+    changed_.notify_all();
+  }
+  int reads() const { return reads_; }
+
+ private:
+  std::shared_ptr<Stage> inner_;
+  int hold_at_;
+  std::atomic<int> calls_{0};
+  std::atomic<int> reads_{0};
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool held_ = false;
+  bool open_ = false;
+};
+
+TEST_P(GroupState, MoveTheirStateAtPipelineSwitchesFromOneStageAndOnToAPipeline) {
+  const TestModel& m = model();
+  const std::vector<GenerationRequest> rs = requests(m, 8);
+  const std::vector<Outcome> want = alone(m, rs);
+  const int half = m.layers / 2;
+  Layout one(m, {{0, m.layers, {}}}), group(m, {{0, m.layers, {1, 2}}}), pipeline(m, {{0, half, {2, 1}}, {half, m.layers, {}}});
+  // Each switch comes while the pipeline before it holds its 6th batch, when every request has
+  // started and none has ended.
+  auto first = std::make_shared<Gate>(one.stages[0], 6);
+  auto second = std::make_shared<Gate>(group.stages[0], 6);
+  {
+    Engine engine({first}, m.vocab, ends_at_2, {.context_size = 128, .max_parallel = 8, .max_queued = 8});
+    std::vector<std::future<Outcome>> futures;
+    for (const GenerationRequest& r : rs) futures.push_back(submit_for_outcome(engine, r));
+    first->wait_until_held();
+    engine.replace_pipeline({second}, /*hand_over=*/true);
+    first->open();
+    second->wait_until_held();
+    engine.replace_pipeline(pipeline.stages, /*hand_over=*/true);
+    second->open();
+    std::vector<Outcome> got;
+    for (auto& f : futures) got.push_back(f.get());
+    expect_same(got, want, "switched from one stage to a group to a pipeline");
+    EXPECT_GT(first->reads(), 0) << "nothing moved from the stage to the group";
+    EXPECT_GT(second->reads(), 0) << "nothing moved from the group to the pipeline";
+    EXPECT_GT(engine.switch_counts().handed_over, 0u);
+    EXPECT_EQ(engine.switch_counts().recomputed, 0u);
+  }
+  EXPECT_EQ(one.held() + group.held() + pipeline.held(), 0u) << "the old stages let go of what moved";
+}
+
+std::string model_name(const ::testing::TestParamInfo<const TestModel& (*)()>& info) {
+  return info.param == &dreams ? "dreams" : info.param == &moe ? "qwen3moe" : "gemma3_windowed";
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Groups, ::testing::Values(&dreams, &moe), model_name);
+INSTANTIATE_TEST_SUITE_P(Models, GroupState, ::testing::Values(&dreams, &moe, &windowed), model_name);
 
 // A member that answers as told, recording what it was asked.
 class ScriptedMember final : public Stage {
@@ -307,6 +543,80 @@ TEST(GroupStage, AMembersLossEndsTheOthersWaiting) {
 }
 
 TEST(GroupStage, RefusesNoMembers) { EXPECT_THROW(GroupStage({}), std::invalid_argument); }
+
+// A member of layers [0, 2) that holds one sequence's state as given, and takes over any.
+class KvMember final : public Stage {
+ public:
+  explicit KvMember(LayerKv held, StageLayers layers = {0, 2}) : held(std::move(held)), layers_(layers) {}
+  StageOutput forward(const StageBatch&) override { return {}; }
+  void release(std::span<const SequenceId>) override {}
+  int hold_prefix(SequenceId, int, std::span<const Token>) override { return 0; }
+  model::KvBlockCounts kv_blocks() override { return {}; }
+  StageLayers layers() const override { return layers_; }
+  LayerKv read_kv(SequenceId, int) override { return held; }
+  void write_kv(const LayerKv& kv) override { held = kv; }
+  LayerKv held;
+
+ private:
+  StageLayers layers_;
+};
+
+// Two rows (positions 1 and 2 of 3) of one byte per element and KV head, 3 KV heads.
+LayerKv three_heads() {
+  return {7, 1, 3, 8, 1, {model::KvType::F32, {0, 1, 2, 3, 4, 5}}, {model::KvType::F32, {10, 11, 12, 13, 14, 15}}, {4, 5, 6}};
+}
+
+std::vector<model::TensorShare> kv_head_shares(std::initializer_list<int> heads) {
+  std::vector<model::TensorShare> shares;
+  int next = 0;
+  for (int h : heads) {
+    shares.push_back({.kv_heads = {next, next + h}});
+    next += h;
+  }
+  return shares;
+}
+
+TEST(GroupStage, SplitsEachRowByKvHeadsInMemberOrderAndJoinsItBack) {
+  auto first = std::make_shared<KvMember>(LayerKv{});
+  auto second = std::make_shared<KvMember>(LayerKv{});
+  GroupStage group({first, second}, kv_head_shares({1, 2}));
+  EXPECT_EQ(group.layers().first, 0);
+  EXPECT_EQ(group.layers().last, 2);
+  group.write_kv(three_heads());
+  EXPECT_EQ(first->held.keys.bytes, (std::vector<uint8_t>{0, 3}));
+  EXPECT_EQ(second->held.keys.bytes, (std::vector<uint8_t>{1, 2, 4, 5}));
+  EXPECT_EQ(second->held.values.bytes, (std::vector<uint8_t>{11, 12, 14, 15}));
+  EXPECT_EQ(second->held.tokens, three_heads().tokens);
+  expect_same_kv(group.read_kv(7, 1), three_heads(), "read back");
+}
+
+TEST(GroupStage, RefusesStateItCannotSplitOrJoin) {
+  LayerKv other = three_heads();
+  other.capacity = 9;
+  EXPECT_THROW(GroupStage({std::make_shared<KvMember>(three_heads()), std::make_shared<KvMember>(other)}).read_kv(7, 1),
+               std::runtime_error);
+  other = three_heads();
+  other.tokens[0] = 9;
+  EXPECT_THROW(GroupStage({std::make_shared<KvMember>(three_heads()), std::make_shared<KvMember>(other)}).read_kv(7, 1),
+               std::runtime_error);
+  GroupStage unsplit({std::make_shared<KvMember>(LayerKv{}), std::make_shared<KvMember>(LayerKv{})});
+  EXPECT_THROW(unsplit.write_kv(three_heads()), StageLost) << "a group without shares took state over";
+  GroupStage group({std::make_shared<KvMember>(LayerKv{}), std::make_shared<KvMember>(LayerKv{})}, kv_head_shares({2, 2}));
+  EXPECT_THROW(group.write_kv(three_heads()), std::invalid_argument) << "rows of 3 KV heads split among 4";
+  LayerKv ragged = three_heads();
+  ragged.keys.bytes.pop_back();
+  EXPECT_THROW(group.write_kv(ragged), std::invalid_argument);
+}
+
+TEST(GroupStage, RefusesMembersOfOtherLayersAndSharesThatDoNotFit) {
+  const auto member = [](StageLayers layers) { return std::make_shared<KvMember>(LayerKv{}, layers); };
+  EXPECT_THROW(GroupStage({member({0, 2}), member({0, 3})}), std::invalid_argument);
+  EXPECT_EQ(GroupStage({member({0, 2}), member({})}).layers().last, 0) << "a member that does not say";
+  EXPECT_THROW(GroupStage({member({0, 2}), member({0, 2})}, kv_head_shares({1})), std::invalid_argument);
+  std::vector<model::TensorShare> gap = kv_head_shares({1, 1});
+  gap[1].kv_heads = {2, 3};
+  EXPECT_THROW(GroupStage({member({0, 2}), member({0, 2})}, gap), std::invalid_argument);
+}
 
 }  // namespace
 }  // namespace strata::engine

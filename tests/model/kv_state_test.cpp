@@ -187,6 +187,28 @@ TEST_P(SlidingWindowKv, AWindowLayersStateMovesAsItsWindow) {
   EXPECT_TRUE(same_bits(feed(*model_, moved, next, 1, pool_), feed(*model_, source, next, 1, pool_)));
 }
 
+// A stage of window layers only takes a sequence's state over as one with full-attention layers
+// does: its full pool's blocks, of no layers, still hold the sequence's place in the prefix index.
+TEST_P(SlidingWindowKv, AStateMovesIntoAStageOfWindowLayersOnly) {
+  constexpr int kPositions = 64;
+  ASSERT_TRUE(model_->config().is_sliding(0));
+  const auto prompt = tokens(kPositions, vocab(), 4);
+  auto here = memory(80, window_blocks_needed(window_, 80, kKvBlock));
+  KvState source(here, 80);
+  feed(*model_, source, prompt, kKvBlock, pool_);
+  const auto window_layer = Model::load(sliding_model(GetParam()), LayerRange{0, 1});
+  auto there = window_layer->new_kv_memory({blocks_for(80), window_blocks_needed(window_, 80, kKvBlock)}, KvType::F32);
+  KvState moved(there, 80);
+  KvRows keys, values;
+  source.read(0, keys, values);
+  moved.write(0, source.first_held(0), kPositions, keys, values, prompt);
+  EXPECT_EQ(there->full().stats().pinned_blocks, blocks_for(kPositions));
+  KvRows moved_keys, moved_values;
+  moved.read(0, moved_keys, moved_values);
+  EXPECT_EQ(moved_keys.bytes, keys.bytes);
+  EXPECT_EQ(moved_values.bytes, values.bytes);
+}
+
 // Speculative decoding's rejected drafts go back out of both pools: into a block that entered
 // the index, beside a sequence that holds it, the window layers too write only a copy, and both
 // sequences go on as if the rewound one had never gone further.
