@@ -107,11 +107,26 @@ def member_killed_mid_stream(stages, ids, victim, model, reference):
         base.stop_all(nodes)
 
 
+def member_drained_mid_stream(stages, ids, leaving, model, reference):
+    """`strata drain` on group member `leaving` a second into a stream: the members left take the
+    group's keys and values over (handed over, not computed again) and the text is one node's."""
+    nodes = start(stages, ids, model, "--test-link-delay-ms", "20")
+    try:
+        base.drain_mid_stream(f"{stages}, {leaving} drained", nodes[0], next(n for n in nodes if n.id == leaving),
+                              nodes[0], reference)
+    finally:
+        if base.FAILURES:
+            for n in nodes:
+                print(f"--- {n.id}\n{n.text()[-3000:]}")
+        base.stop_all(nodes)
+
+
 def main():
     long_reference = check_model(base.MODEL, [("g0+g1:0-3", ["g0", "g1"]),
                                               ("g0*3+g1:0-1,g2:2-3", ["g0", "g1", "g2"]),
                                               ("g0+g1*2+g2:0-3", ["g0", "g1", "g2"])])
     member_killed_mid_stream("k0+k1+k2:0-3", ["k0", "k1", "k2"], "k1", base.MODEL, long_reference)
+    member_drained_mid_stream("d0+d1+d2:0-1,d3:2-3", ["d0", "d1", "d2", "d3"], "d2", base.MODEL, long_reference)
     work = tempfile.mkdtemp(prefix="strata-group-")
     moe = os.path.join(work, "qwen3moe-tiny-q8_0.gguf")
     try:
