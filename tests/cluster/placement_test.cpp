@@ -598,21 +598,26 @@ TEST(RepairPlacement, NothingWhenNoStageIsLeftOrTheSurvivorsCannotHoldTheLayers)
   EXPECT_EQ(repair_placement(current, only_a, large, m, 0)->stages, (std::vector<Stage>{{"a", 0, 4}}));
 }
 
+Placement placement(std::vector<Stage> stages) { return Placement{0, std::move(stages), "", 0.0}; }
+
+// check_placement refuses `p`, saying `says`.
+void expect_refused(const Placement& p, std::span<const NodeCapacity> nodes, const ModelFootprint& m, uint64_t kv,
+                    const std::string& says) {
+  try {
+    check_placement(p, nodes, m, kv);
+    ADD_FAILURE() << "accepted; expected: " << says;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+  }
+}
+
 TEST(CheckPlacement, AcceptsValidAndRejectsEachKindOfInvalid) {
   const ModelFootprint m = uniform_model(4, 100, 10, 20, 1);
   const std::vector<NodeCapacity> nodes = {{"a", 300, 1e9}, {"b", 300, 1e9}};
   const uint64_t kv = 5;  // stage [0, 2): 2 × 105 + 10; stage [2, 4): 2 × 105 + 20
-  auto placement = [](std::vector<Stage> stages) { return Placement{0, std::move(stages), "", 0.0}; };
   EXPECT_NO_THROW(check_placement(placement({{"a", 0, 2}, {"b", 2, 4}}), nodes, m, kv));
 
-  auto expect_rejected = [&](const Placement& p, const std::string& says) {
-    try {
-      check_placement(p, nodes, m, kv);
-      ADD_FAILURE() << "accepted; expected: " << says;
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
-    }
-  };
+  const auto expect_rejected = [&](const Placement& p, const std::string& says) { expect_refused(p, nodes, m, kv, says); };
   expect_rejected(placement({}), "no stages");
   expect_rejected(placement({{"a", 0, 1}, {"b", 2, 4}}), "left out");       // gap
   expect_rejected(placement({{"a", 0, 2}, {"b", 1, 4}}), "overlap");
@@ -631,17 +636,9 @@ TEST(CheckPlacement, AGroupsMembersEachHoldTheirShare) {
   const ModelFootprint m = uniform_model(4, 100, 10, 20, 1);
   const std::vector<NodeCapacity> nodes = {{"a", 300, 1e9}, {"b", 300, 1e9}, {"c", 300, 1e9}};
   const uint64_t kv = 5;  // all 4 layers: 4 × 105 + 10 + 20 = 450 bytes
-  auto placement = [](std::vector<Stage> stages) { return Placement{0, std::move(stages), "", 0.0}; };
   EXPECT_NO_THROW(check_placement(placement({{"a", 0, 4, {{"a", 0.5}, {"b", 0.5}}}}), nodes, m, kv));
   EXPECT_NO_THROW(check_placement(placement({{"a", 0, 2}, {"b", 2, 4, {{"b", 0.6}, {"c", 0.4}}}}), nodes, m, kv));
-  auto expect_rejected = [&](const Placement& p, const std::string& says) {
-    try {
-      check_placement(p, nodes, m, kv);
-      ADD_FAILURE() << "accepted; expected: " << says;
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
-    }
-  };
+  const auto expect_rejected = [&](const Placement& p, const std::string& says) { expect_refused(p, nodes, m, kv, says); };
   expect_rejected(placement({{"a", 0, 4, {{"a", 0.75}, {"b", 0.25}}}}), "needs 337 B on node 'a'");  // 450 × 0.75
   expect_rejected(placement({{"a", 0, 4, {{"a", 0.5}, {"zz", 0.5}}}}), "no such node 'zz'");
   expect_rejected(placement({{"a", 0, 2}, {"b", 2, 4, {{"b", 0.5}, {"a", 0.5}}}}), "node 'a' already has a stage");

@@ -17,6 +17,7 @@
 #include "engine/engine.h"
 #include "engine/group_stage.h"
 #include "engine/local_stage.h"
+#include "gated_stage.h"
 #include "model/exchange.h"
 #include "model/synthetic.h"
 #include "model/tensor_share.h"
@@ -160,22 +161,6 @@ std::vector<Outcome> alone(const TestModel& m, const std::vector<GenerationReque
     out.push_back(run(one.stages, m, {r}, {.max_parallel = 1}).front());
   }
   return out;
-}
-
-void expect_same(const std::vector<Outcome>& got, const std::vector<Outcome>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(got[i].reason, want[i].reason) << what << ", request " << i << ": " << got[i].error;
-    EXPECT_EQ(got[i].tokens, want[i].tokens) << what << ", request " << i;
-    EXPECT_EQ(got[i].logprobs(), want[i].logprobs()) << what << ", request " << i;
-    for (size_t t = 0; t < std::min(got[i].generated.size(), want[i].generated.size()); ++t) {
-      ASSERT_EQ(got[i].generated[t].top.size(), want[i].generated[t].top.size());
-      for (size_t k = 0; k < got[i].generated[t].top.size(); ++k) {
-        EXPECT_EQ(got[i].generated[t].top[k].token, want[i].generated[t].top[k].token) << what << ", request " << i;
-        EXPECT_EQ(got[i].generated[t].top[k].logprob, want[i].generated[t].top[k].logprob) << what << ", request " << i;
-      }
-    }
-  }
 }
 
 // Groups of three where the model has KV heads enough for three members.
@@ -384,52 +369,6 @@ TEST_P(GroupState, TakeOverOneStagesStateAndHandItBackAsIfNothingHadMoved) {
   }
 }
 
-// A stage that holds its `hold_at`-th batch until opened, and counts the state read from it.
-class Gate final : public Stage {
- public:
-  Gate(std::shared_ptr<Stage> inner, int hold_at) : inner_(std::move(inner)), hold_at_(hold_at) {}
-  StageOutput forward(const StageBatch& batch) override {
-    if (++calls_ == hold_at_) {
-      std::unique_lock lock(mutex_);
-      held_ = true;
-      changed_.notify_all();
-      changed_.wait(lock, [&] { return open_; });
-    }
-    return inner_->forward(batch);
-  }
-  void release(std::span<const SequenceId> ids) override { inner_->release(ids); }
-  StageLayers layers() const override { return inner_->layers(); }
-  LayerKv read_kv(SequenceId id, int layer) override {
-    ++reads_;
-    return inner_->read_kv(id, layer);
-  }
-  void write_kv(const LayerKv& kv) override { inner_->write_kv(kv); }
-  int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) override {
-    return inner_->hold_prefix(id, capacity, tokens);
-  }
-  model::KvBlockCounts kv_blocks() override { return inner_->kv_blocks(); }
-  void wait_until_held() {
-    std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return held_; });
-  }
-  void open() {
-    std::lock_guard lock(mutex_);
-    open_ = true;
-    changed_.notify_all();
-  }
-  int reads() const { return reads_; }
-
- private:
-  std::shared_ptr<Stage> inner_;
-  int hold_at_;
-  std::atomic<int> calls_{0};
-  std::atomic<int> reads_{0};
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  bool held_ = false;
-  bool open_ = false;
-};
-
 TEST_P(GroupState, MoveTheirStateAtPipelineSwitchesFromOneStageAndOnToAPipeline) {
   const TestModel& m = model();
   const std::vector<GenerationRequest> rs = requests(m, 8);
@@ -438,8 +377,8 @@ TEST_P(GroupState, MoveTheirStateAtPipelineSwitchesFromOneStageAndOnToAPipeline)
   Layout one(m, {{0, m.layers, {}}}), group(m, {{0, m.layers, {1, 2}}}), pipeline(m, {{0, half, {2, 1}}, {half, m.layers, {}}});
   // Each switch comes while the pipeline before it holds its 6th batch, when every request has
   // started and none has ended.
-  auto first = std::make_shared<Gate>(one.stages[0], 6);
-  auto second = std::make_shared<Gate>(group.stages[0], 6);
+  auto first = std::make_shared<GatedStage>(one.stages[0], 6);
+  auto second = std::make_shared<GatedStage>(group.stages[0], 6);
   {
     Engine engine({first}, m.vocab, ends_at_2, {.context_size = 128, .max_parallel = 8, .max_queued = 8});
     std::vector<std::future<Outcome>> futures;

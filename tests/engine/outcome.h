@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <future>
 #include <memory>
@@ -49,6 +50,23 @@ inline std::future<Outcome> submit_for_outcome(Generator& generator, GenerationR
   };
   EXPECT_TRUE(generator.submit(std::move(request), std::move(callbacks)));
   return promise->get_future();
+}
+
+// Each outcome's finish, tokens, logprobs and top logprobs equal the one it should be.
+inline void expect_same(const std::vector<Outcome>& got, const std::vector<Outcome>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].reason, want[i].reason) << what << ", request " << i << ": " << got[i].error;
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << what << ", request " << i;
+    EXPECT_EQ(got[i].logprobs(), want[i].logprobs()) << what << ", request " << i;
+    for (size_t t = 0; t < std::min(got[i].generated.size(), want[i].generated.size()); ++t) {
+      ASSERT_EQ(got[i].generated[t].top.size(), want[i].generated[t].top.size());
+      for (size_t k = 0; k < got[i].generated[t].top.size(); ++k) {
+        EXPECT_EQ(got[i].generated[t].top[k].token, want[i].generated[t].top[k].token) << what << ", request " << i;
+        EXPECT_EQ(got[i].generated[t].top[k].logprob, want[i].generated[t].top[k].logprob) << what << ", request " << i;
+      }
+    }
+  }
 }
 
 }  // namespace strata::engine

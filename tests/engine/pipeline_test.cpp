@@ -11,6 +11,7 @@
 
 #include "engine/engine.h"
 #include "engine/local_stage.h"
+#include "gated_stage.h"
 #include "outcome.h"
 
 namespace strata::engine {
@@ -331,48 +332,6 @@ TEST(Pipeline, ANewPipelineCancelsABatchWaitingOnASilentStageAndTheRequestsGoOn)
   EXPECT_EQ(after.held(), 0u);
 }
 
-// Counts the sequences a stage starts, to tell a hand-over from a recomputation; its
-// `hold_at`th forward waits until open() is called.
-class CountingStage final : public WrappedStage {
- public:
-  explicit CountingStage(std::shared_ptr<LocalStage> inner, int hold_at = 0)
-      : WrappedStage(std::move(inner)), hold_at_(hold_at) {}
-  StageOutput forward(const StageBatch& batch) override {
-    for (const SequenceWork& w : batch.sequences) {
-      if (w.first_position == 0) ++started_;
-    }
-    if (++calls_ == hold_at_) {
-      std::unique_lock lock(mutex_);
-      held_ = true;
-      changed_.notify_all();
-      changed_.wait(lock, [&] { return open_; });
-    }
-    return inner_->forward(batch);
-  }
-  void wait_until_held() {
-    std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return held_; });
-  }
-  void open() {
-    std::lock_guard lock(mutex_);
-    open_ = true;
-    changed_.notify_all();
-  }
-  StageLayers layers() const override { return inner_->layers(); }
-  LayerKv read_kv(SequenceId id, int layer) override { return inner_->read_kv(id, layer); }
-  void write_kv(const LayerKv& kv) override { inner_->write_kv(kv); }
-  int started() const { return started_; }
-
- private:
-  int hold_at_;
-  std::atomic<int> calls_{0};
-  std::atomic<int> started_{0};
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  bool held_ = false;
-  bool open_ = false;
-};
-
 // A client that leaves while its request waits for a new pipeline: the request ends then, not
 // at its first token after the pause, and is not computed again.
 TEST(Pipeline, ARequestCancelledWhileWaitingForANewPipelineEndsThenAndIsNotComputedAgain) {
@@ -381,7 +340,7 @@ TEST(Pipeline, ARequestCancelledWhileWaitingForANewPipelineEndsThenAndIsNotCompu
   auto vanishing = std::make_shared<VanishingStage>(before.local[1], 6);
   Stages after({0, 1, 4});
   {
-    auto gate = std::make_shared<CountingStage>(before.local[0], 1);
+    auto gate = std::make_shared<GatedStage>(before.local[0], 1);
     Engine engine({gate, vanishing}, 512, [](Token t) { return t == 2; },
                   {.context_size = 128, .max_parallel = 8, .max_queued = 8, .replay_wait = std::chrono::seconds(30)});
     std::atomic<bool> gone{false};
@@ -410,7 +369,7 @@ TEST(Pipeline, AHandOverMovesEverySequencesStateAndNothingIsComputedAgain) {
   Stages first({0, 2, 4});
   Stages second({0, 1, 3, 4});  // a node joined
   Stages third({0, 4});         // two left
-  std::vector<std::shared_ptr<CountingStage>> counted;
+  std::vector<std::shared_ptr<GatedStage>> counted;
   // Each pipeline's last stage holds its 6th batch: the next switch comes while it is in flight.
   // The first pipeline's first stage holds its first batch until every request is submitted, so
   // that all have started by then however the threads are scheduled.
@@ -418,7 +377,7 @@ TEST(Pipeline, AHandOverMovesEverySequencesStateAndNothingIsComputedAgain) {
     std::vector<std::shared_ptr<Stage>> list;
     for (const auto& s : stages.local) {
       const int hold_at = list.size() + 1 == stages.local.size() ? 6 : list.empty() ? first_hold_at : 0;
-      list.push_back(counted.emplace_back(std::make_shared<CountingStage>(s, hold_at)));
+      list.push_back(counted.emplace_back(std::make_shared<GatedStage>(s, hold_at)));
     }
     return list;
   };
@@ -430,7 +389,7 @@ TEST(Pipeline, AHandOverMovesEverySequencesStateAndNothingIsComputedAgain) {
     counted.front()->wait_until_held();
     counted.front()->open();
     for (const auto& next : {&second, &third}) {
-      const std::shared_ptr<CountingStage> last = counted.back();
+      const std::shared_ptr<GatedStage> last = counted.back();
       last->wait_until_held();
       engine.replace_pipeline(counting(*next), /*hand_over=*/true);
       last->open();
@@ -492,8 +451,8 @@ TEST(Pipeline, ARequestPassedOnGoesOnAtTheNextSchedulerWithItsState) {
     std::vector<Passed> passed(kRequests);
     {
       // The first batch waits until every request is submitted: all have started by the 6th.
-      auto gate = std::make_shared<CountingStage>(first.local[0], 1);
-      auto holding = std::make_shared<CountingStage>(first.local[1], 6);
+      auto gate = std::make_shared<GatedStage>(first.local[0], 1);
+      auto holding = std::make_shared<GatedStage>(first.local[1], 6);
       Engine engine({gate, holding}, 512, [](Token t) { return t == 2; },
                     {.context_size = 128, .max_parallel = 8, .max_queued = 8});
       for (int i = 0; i < kRequests; ++i) {
