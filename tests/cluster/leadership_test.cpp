@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "rpc/messages.h"
+#include "node_info_fixture.h"
 
 namespace strata::cluster {
 namespace {
@@ -19,20 +20,6 @@ using namespace std::chrono_literals;
 
 const std::string kDreams = STRATA_SHARED_DIR "/models/aidreams260K.gguf";
 const ControlTime t0 = ControlTime{} + 1h;
-
-cluster_types::NodeInfo node(const std::string& id, const std::string& address) {
-  cluster_types::NodeInfo info;
-  info.node_id = id;
-  info.node_address = address;
-  info.api_address = "127.0.0.1:8080";
-  info.instance = id + "-instance";
-  info.protocol_version = rpc::kProtocolVersion;
-  info.model_hash = std::string(64, 'a');
-  info.state = "idle";
-  info.memory_bytes = uint64_t{1} << 30;
-  info.weight_bytes_per_second = 1e9;
-  return info;
-}
 
 cluster_types::Placement placement(uint64_t epoch, const std::string& leader,
                                    const std::vector<std::tuple<std::string, int, int>>& stages) {

@@ -8,29 +8,16 @@
 #include <algorithm>
 
 #include "rpc/messages.h"
+#include "node_info_fixture.h"
 
 namespace strata::cluster {
 namespace {
 
 using namespace std::chrono_literals;
 
-const std::string kModel(64, 'a');
+const std::string& kModel = kFixtureModel;
 const std::string kOtherModel(64, 'b');
 const ControlTime t0 = ControlTime{} + 1h;
-
-cluster_types::NodeInfo node(const std::string& id, const std::string& address, const std::string& model = kModel) {
-  cluster_types::NodeInfo info;
-  info.node_id = id;
-  info.node_address = address;
-  info.api_address = "127.0.0.1:8080";
-  info.instance = id + "-instance";
-  info.started_unix_ms = 1000;
-  info.protocol_version = rpc::kProtocolVersion;
-  info.model_hash = model;
-  info.model_name = "dreams";
-  info.state = "idle";
-  return info;
-}
 
 cluster_types::Placement placement(uint64_t epoch, const std::string& leader,
                                    const std::vector<cluster_types::NodeInfo>& nodes) {

@@ -340,15 +340,21 @@ TEST(SamplingStep, ChoosesWhatTheRequestsSamplerWouldHaveSampled) {
   EXPECT_TRUE(choose(Sampler(plain, 300).step({}, {}, -1), logits).top.empty());
 }
 
+// `count` logits in [-3, 3), drawn from `seed`.
+std::vector<float> random_logits(size_t count, uint64_t seed) {
+  Random random(seed);
+  std::vector<float> logits(count);
+  for (float& logit : logits) logit = static_cast<float>(random.next_unit() * 6.0 - 3.0);
+  return logits;
+}
+
 // Speculative decoding's check of drafts chooses at each row what one-at-a-time decoding would
 // have chosen there: the same generator draws and the same penalties' window, however many
 // drafts hold.
 TEST(ChooseAlong, GivesTheTokensOfOneAtATimeUpToTheFirstDraftThatDiffers) {
   constexpr int kVocab = 40;
   constexpr size_t kRows = 9;
-  Random random(11);
-  std::vector<float> rows(kRows * kVocab);
-  for (float& logit : rows) logit = static_cast<float>(random.next_unit() * 6.0 - 3.0);
+  const std::vector<float> rows = random_logits(kRows * kVocab, 11);
   const auto row = [&](size_t r) { return std::span<const float>(rows).subspan(r * kVocab, kVocab); };
   for (const float temperature : {0.0f, 0.9f}) {
     SamplingParams params = filters_off(temperature);
@@ -408,9 +414,7 @@ TEST(ChooseAlong, GivesTheTokensOfOneAtATimeUpToTheFirstDraftThatDiffers) {
 TEST(ChooseAlong, ChoosesUnderEachRowsOwnMask) {
   constexpr int kVocab = 30;
   constexpr size_t kRows = 5;
-  Random random(4);
-  std::vector<float> rows(kRows * kVocab);
-  for (float& logit : rows) logit = static_cast<float>(random.next_unit() * 6.0 - 3.0);
+  const std::vector<float> rows = random_logits(kRows * kVocab, 4);
   std::vector<uint8_t> masks(kRows * kVocab);
   for (size_t i = 0; i < masks.size(); ++i) masks[i] = static_cast<uint8_t>((i * 7 + i / kVocab) % 3 != 0);
   const auto row = [&](auto& all, size_t r) { return std::span(all).subspan(r * kVocab, kVocab); };
