@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -104,11 +105,16 @@ GroupStage::GroupStage(std::vector<std::shared_ptr<Stage>> members, std::span<co
 
 void GroupStage::on_every_member(const std::function<void(size_t member)>& call) {
   std::vector<std::exception_ptr> failures(members_.size());
+  std::exception_ptr lost;
+  std::mutex lost_mutex;
   const auto run = [&](size_t m) {
     try {
       call(m);
     } catch (const StageLost&) {
-      failures[m] = std::current_exception();
+      {
+        std::lock_guard lock(lost_mutex);
+        if (!lost) lost = std::current_exception();
+      }
       leave_group();
     } catch (...) {
       failures[m] = std::current_exception();
@@ -119,15 +125,7 @@ void GroupStage::on_every_member(const std::function<void(size_t member)>& call)
   for (size_t m = 1; m < members_.size(); ++m) others.emplace_back(run, m);
   run(0);
   for (std::thread& other : others) other.join();
-  for (const std::exception_ptr& failure : failures) {
-    if (failure == nullptr) continue;
-    try {
-      std::rethrow_exception(failure);
-    } catch (const StageLost&) {
-      throw;
-    } catch (...) {
-    }
-  }
+  if (lost) std::rethrow_exception(lost);
   for (const std::exception_ptr& failure : failures) {
     if (failure != nullptr) std::rethrow_exception(failure);
   }
