@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdint>
@@ -32,6 +33,15 @@ struct Introduction {
   uint32_t to;    // the member it means to reach
 };
 constexpr uint32_t kIntroductionMagic = 0x31475453;  // "STG1"
+// A dialer that measures the link (GroupLinks::measure) says this instead, and no group.
+constexpr uint32_t kProbeMagic = 0x31505453;  // "STP1"
+// A probe's messages: a 4-byte length, that many bytes, answered by the length once they are
+// all in; length 0 ends it. The small ones time the round trip, the bulk one the bandwidth.
+constexpr uint32_t kPingBytes = 8;
+constexpr int kPings = 16;
+constexpr uint32_t kBulkBytes = 4 << 20;
+constexpr uint32_t kLongestProbeMessage = 16 << 20;
+constexpr size_t kMostProbing = 16;
 constexpr size_t kLongestGroupName = 4096;
 // The listener's answer once its join took the connection: the dialer's join may return.
 constexpr std::byte kClaimed{1};
@@ -187,6 +197,7 @@ struct Introducing {
       got += moved.bytes;
       if (got == sizeof(Introduction)) {
         const Introduction header = introduction();
+        if (header.magic == kProbeMagic && header.group_bytes == 0) return true;
         if (header.magic != kIntroductionMagic || header.group_bytes == 0 || header.group_bytes > kLongestGroupName) {
           throw std::runtime_error("not an introduction");
         }
@@ -194,6 +205,52 @@ struct Introducing {
       }
     }
     return true;
+  }
+};
+
+// A probe arrived (GroupLinks::measure): each message taken in whole, then its length sent back.
+struct Answering {
+  std::unique_ptr<TlsStream> stream;
+  Clock::time_point deadline;
+  PeerStream::Waits waits = PeerStream::Waits::Readable;
+  bool poked = true;
+  std::array<std::byte, sizeof(uint32_t)> length{};
+  size_t length_got = 0;
+  size_t body_left = 0;
+  size_t answered = sizeof(uint32_t);  // of `length`, sent back: all, while none is owed
+
+  // Moves it on as far as its socket allows; true once the prober said it is done. Throws for
+  // a lost connection or a message longer than a probe sends.
+  bool advance() {
+    static std::array<std::byte, 64 << 10> discarded;
+    for (;;) {
+      PeerStream::Moved moved;
+      if (answered < length.size()) {
+        moved = stream->send(std::span(length).subspan(answered));
+        answered += moved.bytes;
+      } else if (length_got < length.size()) {
+        moved = stream->receive(std::span(length).subspan(length_got));
+        length_got += moved.bytes;
+        if (length_got == length.size()) {
+          uint32_t bytes;
+          std::memcpy(&bytes, length.data(), sizeof bytes);
+          if (bytes == 0) return true;
+          if (bytes > kLongestProbeMessage) throw std::runtime_error("not a probe");
+          body_left = bytes;
+        }
+      } else if (body_left > 0) {
+        moved = stream->receive(std::span(discarded).first(std::min(body_left, discarded.size())));
+        body_left -= moved.bytes;
+      } else {
+        answered = 0;
+        length_got = 0;
+        continue;
+      }
+      if (moved.bytes == 0) {
+        waits = moved.waits;
+        return false;
+      }
+    }
   }
 };
 
@@ -218,6 +275,7 @@ struct GroupLinks::State {
   // unclaimed ones' expiry. Returns once `stop` is signalled.
   void serve();
   void hold(Introducing& arrived);
+  LinkMeasurement measure(const std::string& address, std::chrono::milliseconds timeout);
   void drop_unclaimed(const std::vector<uint64_t>& watched, std::span<const pollfd> polled);
   std::unique_ptr<PeerStream> dial(const std::string& group, int member, int to, const std::string& address,
                                    std::chrono::milliseconds timeout, Clock::time_point deadline);
@@ -274,6 +332,7 @@ void GroupLinks::State::listen(const std::string& host, int wanted_port) {
 
 void GroupLinks::State::serve() {
   std::list<Introducing> introducing;
+  std::list<Answering> answering;
   std::vector<pollfd> polled;
   std::vector<uint64_t> watched;  // the unclaimed connections polled, in order after the introducing ones
   for (;;) {
@@ -283,6 +342,10 @@ void GroupLinks::State::serve() {
     for (const Introducing& c : introducing) {
       polled.push_back({c.stream->socket(), poll_events(c.waits), 0});
       next = std::min(next, c.deadline);
+    }
+    for (const Answering& a : answering) {
+      polled.push_back({a.stream->socket(), poll_events(a.waits), 0});
+      next = std::min(next, a.deadline);
     }
     watched.clear();
     {
@@ -297,9 +360,10 @@ void GroupLinks::State::serve() {
     }
     if (::poll(polled.data(), polled.size(), milliseconds_until(next)) < 0) continue;  // EINTR
     if (polled[0].revents != 0) return;
-    auto introducing_polled = polled.begin() + 2;
-    for (Introducing& c : introducing) c.poked = (introducing_polled++)->revents != 0;
-    drop_unclaimed(watched, std::span(polled).subspan(2 + introducing.size()));
+    auto stream_polled = polled.begin() + 2;
+    for (Introducing& c : introducing) c.poked = (stream_polled++)->revents != 0;
+    for (Answering& a : answering) a.poked = (stream_polled++)->revents != 0;
+    drop_unclaimed(watched, std::span(polled).subspan(2 + introducing.size() + answering.size()));
     const Clock::time_point now = Clock::now();
     sockaddr_storage peer{};
     socklen_t peer_length = sizeof peer;
@@ -327,8 +391,22 @@ void GroupLinks::State::serve() {
         const std::lock_guard lock(mutex);
         last_refusal = {Clock::now(), c->from + ": " + e.what()};
       }
-      if (done) hold(*c);
+      if (done && c->introduction().magic == kProbeMagic) {
+        if (answering.size() >= kMostProbing) answering.pop_front();
+        answering.push_back({std::move(c->stream), now + limits.introduction});
+      } else if (done) {
+        hold(*c);
+      }
       c = done || failed || now >= c->deadline ? introducing.erase(c) : std::next(c);
+    }
+    for (auto a = answering.begin(); a != answering.end();) {
+      bool ended = now >= a->deadline;
+      try {
+        ended = ended || (a->poked && a->advance());
+      } catch (const std::runtime_error&) {
+        ended = true;  // the prober sees its connection end
+      }
+      a = ended ? answering.erase(a) : std::next(a);
     }
   }
 }
@@ -433,6 +511,36 @@ void GroupLinks::State::claim(const std::string& group, int member, std::vector<
   }
 }
 
+LinkMeasurement GroupLinks::State::measure(const std::string& address, std::chrono::milliseconds timeout) {
+  const Clock::time_point deadline = Clock::now() + timeout;
+  try {
+    TlsStream stream(tls, connect_before(address, deadline), TlsRole::Dialer);
+    finish_handshake(stream, deadline);
+    const Introduction header{kProbeMagic, 0, 0, 0};
+    send_all(stream, std::as_bytes(std::span(&header, 1)), deadline);
+    std::vector<std::byte> payload(kBulkBytes);
+    const auto round_trip = [&](uint32_t bytes) {
+      const Clock::time_point start = Clock::now();
+      send_all(stream, std::as_bytes(std::span(&bytes, 1)), deadline);
+      send_all(stream, std::span(payload).first(bytes), deadline);
+      uint32_t answer = 0;
+      receive_all(stream, std::as_writable_bytes(std::span(&answer, 1)), deadline);
+      if (answer != bytes) throw std::runtime_error("answered something else than a probe's length");
+      return std::chrono::duration<double>(Clock::now() - start).count();
+    };
+    std::vector<double> pings;
+    for (int i = 0; i < kPings; ++i) pings.push_back(round_trip(kPingBytes));
+    std::nth_element(pings.begin(), pings.begin() + kPings / 2, pings.end());
+    const double round = pings[kPings / 2];
+    const double bulk = round_trip(kBulkBytes);
+    const uint32_t done = 0;
+    send_all(stream, std::as_bytes(std::span(&done, 1)), deadline);
+    return {round / 2.0, kBulkBytes / std::max(bulk - round, 1e-9)};
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("measuring the link to " + address + ": " + e.what());
+  }
+}
+
 GroupLinks::GroupLinks(const std::string& host, int port, LinkCredentials credentials, GroupLinkLimits limits)
     : state_(std::make_unique<State>(credentials, limits)) {
   const std::chrono::milliseconds zero(0);
@@ -450,6 +558,11 @@ GroupLinks::~GroupLinks() {
 }
 
 int GroupLinks::port() const { return state_->port; }
+
+LinkMeasurement GroupLinks::measure(const std::string& address, std::chrono::milliseconds timeout) {
+  split_address(address);
+  return state_->measure(address, timeout);
+}
 
 std::unique_ptr<SocketExchange> GroupLinks::join(const std::string& group, int member,
                                                  const std::vector<std::string>& addresses,

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "gathers.h"
+#include "parallel/tls_link.h"
 #include "rpc/tls.h"
 
 namespace strata::parallel {
@@ -334,6 +335,84 @@ TEST(GroupLinks, StrangersDoNotHoldUpTheGroup) {
   const auto exchanges = join_all(nodes, "with strangers about");
   expect_gathers_in_member_order(exchanges, {2, 3}, {4});
   for (const int stranger : strangers) ::close(stranger);
+}
+
+// Each node measures its link to the other (the answers come from the other's service thread),
+// and the group they then join gathers as before.
+TEST(GroupLinks, MeasuresTheLinkToAnotherNode) {
+  std::vector<std::unique_ptr<GroupLinks>> nodes;
+  for (int m = 0; m < 2; ++m) nodes.push_back(node());
+  const std::vector<std::string> addresses = addresses_of(nodes);
+  for (int m = 0; m < 2; ++m) {
+    const LinkMeasurement link = nodes[m]->measure(addresses[1 - m], milliseconds(10'000));
+    // Loopback through TLS: tens of microseconds one way, hundreds of MB/s at the least.
+    EXPECT_GT(link.latency_seconds, 0.0);
+    EXPECT_LT(link.latency_seconds, 0.01);
+    EXPECT_GT(link.bytes_per_second, 50e6);
+  }
+  const auto exchanges = join_all(nodes, "measured");
+  expect_gathers_in_member_order(exchanges, {2, 3}, {4});
+}
+
+TEST(GroupLinks, SaysWhyItCannotMeasureALink) {
+  const auto links = node();
+  const auto stranger = node("another secret");
+  const std::string stranger_address = "127.0.0.1:" + std::to_string(stranger->port());
+  int free_port;
+  {
+    const auto gone = node();
+    free_port = gone->port();
+  }
+  const std::string nobody = "127.0.0.1:" + std::to_string(free_port);
+  const auto error_of = [&](const std::string& address) {
+    try {
+      links->measure(address, milliseconds(2000));
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("measured");
+  };
+  std::string error = error_of(stranger_address);
+  EXPECT_EQ(error.rfind("measuring the link to " + stranger_address + ": ", 0), 0u) << error;
+  EXPECT_NE(error.find("certificate verify failed"), std::string::npos) << error;
+  error = error_of(nobody);
+  EXPECT_EQ(error, "measuring the link to " + nobody + ": connect: Connection refused");
+  EXPECT_THROW(links->measure("no port", milliseconds(100)), std::invalid_argument);
+}
+
+// A prober that says more than a probe does is cut off, and one that stops answering is
+// dropped when its time is up; the node's groups go on.
+TEST(GroupLinks, DropsAProbeThatIsNotOne) {
+  std::vector<std::unique_ptr<GroupLinks>> nodes;
+  nodes.push_back(node(kSecret, {.introduction = milliseconds(300)}));
+  nodes.push_back(node());
+  rpc::LinkSecurity security(kSecret);
+  TlsContext context(security.authority_pem(), security.certificate_pem(), security.private_key_pem());
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<uint16_t>(nodes[0]->port()));
+  const auto probe = [&](uint32_t length) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+    pollfd connected{fd, POLLOUT, 0};
+    ::poll(&connected, 1, 2000);
+    auto stream = std::make_unique<TlsStream>(context, fd, TlsRole::Dialer);
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    finish_handshake(*stream, deadline);
+    const uint32_t said[5] = {0x31505453, 0, 0, 0, length};
+    send_all(*stream, std::as_bytes(std::span(said)), deadline);
+    return stream;
+  };
+  const auto too_long = probe(64 << 20);
+  const auto silent = probe(1000);  // and never the 1000 bytes
+  std::byte answer{};
+  const auto start = Clock::now();
+  EXPECT_THROW(receive_all(*too_long, std::span(&answer, 1), start + std::chrono::seconds(5)), std::runtime_error);
+  EXPECT_THROW(receive_all(*silent, std::span(&answer, 1), start + std::chrono::seconds(5)), std::runtime_error);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));
+  const auto exchanges = join_all(nodes, "after bad probes");
+  expect_gathers_in_member_order(exchanges, {2, 3}, {4});
 }
 
 }  // namespace
