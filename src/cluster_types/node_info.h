@@ -47,6 +47,15 @@ struct Weights {
   bool operator==(const Weights&) const = default;
 };
 
+// What a node measured of its link to a peer's tensor-parallel group links
+// (parallel::GroupLinks::measure): what the placement weighs a group's gathers by.
+struct LinkMeasure {
+  std::string peer_id;
+  double latency_seconds = 0.0;  // one way
+  double bytes_per_second = 0.0;
+  bool operator==(const LinkMeasure&) const = default;
+};
+
 struct NodeInfo {
   std::string node_id;
   std::string node_address;  // host:port of its node service
@@ -72,6 +81,7 @@ struct NodeInfo {
   // taken: the dashboard's tokens/s of every node.
   uint64_t stage_inputs = 0;
   int64_t described_unix_ms = 0;
+  std::vector<LinkMeasure> links;  // to its peers' group links, as far as it has measured them
   // nullopt from a node of an older version, which says nothing of them: it has its own file.
   std::optional<Weights> weights;
   bool operator==(const NodeInfo&) const = default;

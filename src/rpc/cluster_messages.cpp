@@ -108,6 +108,12 @@ NodeInfo to_message(const cluster_types::NodeInfo& info) {
   out.set_started_unix_ms(info.started_unix_ms);
   out.set_stage_inputs(info.stage_inputs);
   out.set_described_unix_ms(info.described_unix_ms);
+  for (const cluster_types::LinkMeasure& link : info.links) {
+    LinkMeasure& measured = *out.add_links();
+    measured.set_peer_id(link.peer_id);
+    measured.set_latency_seconds(link.latency_seconds);
+    measured.set_bytes_per_second(link.bytes_per_second);
+  }
   if (info.weights) write_weights(*info.weights, *out.mutable_weights());
   return out;
 }
@@ -139,6 +145,9 @@ cluster_types::NodeInfo from_message(const NodeInfo& info) {
   out.started_unix_ms = info.started_unix_ms();
   out.stage_inputs = info.stage_inputs();
   out.described_unix_ms = info.described_unix_ms();
+  for (const LinkMeasure& link : info.links()) {
+    out.links.push_back({link.peer_id(), link.latency_seconds(), link.bytes_per_second()});
+  }
   if (info.has_weights()) out.weights = read_weights(info.weights());
   return out;
 }

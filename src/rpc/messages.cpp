@@ -225,6 +225,15 @@ void check_node(const NodeInfo& node, const std::string& path) {
       check_pool(node.kv_cache().window(), "kv_cache.window.");
     }
   }
+  check_entries(field("links"), node.links_size(), kMaxNodes);
+  for (int i = 0; i < node.links_size(); ++i) {
+    const LinkMeasure& link = node.links(i);
+    const std::string at_link = at(field("links"), i);
+    check_name(at_link + ".peer_id", link.peer_id(), Presence::Required);
+    check_measure(at_link + ".latency_seconds", link.latency_seconds());
+    check_measure(at_link + ".bytes_per_second", link.bytes_per_second());
+    if (link.bytes_per_second() == 0) refuse(at_link + ".bytes_per_second", "is 0: no link measured moves nothing");
+  }
   const Weights& weights = node.weights();
   check_entries(field("weights.layer_bytes"), weights.layer_bytes_size(), kMaxLayers);
   check_measure(field("weights.bytes_per_second"), weights.bytes_per_second());

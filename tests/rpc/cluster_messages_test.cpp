@@ -43,6 +43,7 @@ cluster_types::NodeInfo every_field_set(const std::string& id) {
   info.started_unix_ms = 1700000000000;
   info.stage_inputs = 12345;
   info.described_unix_ms = 1700000001000;
+  info.links = {{"b", 2.5e-5, 8e8}, {"c", 1e-4, 1.2e8}};
   info.weights = cluster_types::Weights{true, {100, 200}, true, true, true, true, 11, 12, 13, 14, 1.5, 2.5};
   return info;
 }

@@ -1146,6 +1146,21 @@ TEST_F(NodeServiceTest, RefusesEveryKindOfCallWithAFieldOutOfRange) {
            kv.mutable_window()->set_used_blocks(5);
          });
        }},
+      {"sender.links[0].bytes_per_second", [&] {
+         return hello([](HelloRequest& r) {
+           LinkMeasure& link = *r.mutable_sender()->add_links();
+           link.set_peer_id("b");
+           link.set_latency_seconds(1e-4);
+         });
+       }},
+      {"sender.links[0].latency_seconds", [&] {
+         return hello([](HelloRequest& r) {
+           LinkMeasure& link = *r.mutable_sender()->add_links();
+           link.set_peer_id("b");
+           link.set_latency_seconds(-1);
+           link.set_bytes_per_second(1e8);
+         });
+       }},
       {"known[0].model_hash", [&] {
          return hello([](HelloRequest& r) {
            *r.add_known() = r.sender();
