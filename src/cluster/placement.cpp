@@ -25,7 +25,7 @@ std::vector<NodeCapacity> sorted_nodes(std::span<const NodeCapacity> nodes) {
       throw std::invalid_argument("node '" + node.id + "' reports a weight speed of " +
                                   std::to_string(node.weight_bytes_per_second) + " bytes/s; it must be positive");
     }
-    for (double cost : {node.seconds_per_exchange, node.seconds_per_gathered_byte}) {
+    for (double cost : {node.seconds_per_exchange, node.seconds_per_gathered_byte, node.seconds_per_step}) {
       if (!std::isfinite(cost) || cost < 0.0) {
         throw std::invalid_argument("node '" + node.id + "' reports an exchange cost of " + std::to_string(cost) +
                                     " s; it must be non-negative");
@@ -42,7 +42,8 @@ double stage_seconds(const NodeCapacity& node, const StageNeeds& needs, int firs
   const int exchanges = kExchangesPerLayer * (last - first) + (last == needs.count() ? 1 : 0);
   return static_cast<double>(needs.read_bytes(first, last)) / node.weight_bytes_per_second +
          node.seconds_per_exchange * exchanges +
-         node.seconds_per_gathered_byte * static_cast<double>(needs.gathered_bytes(first, last));
+         node.seconds_per_gathered_byte * static_cast<double>(needs.gathered_bytes(first, last)) +
+         node.seconds_per_step;
 }
 
 // Bytes of weights each node lacks, per layer and for the embedding and head, with prefix sums

@@ -40,6 +40,8 @@ struct NodeCapacity {
   // footprint says it gathers. 0 for a node alone.
   double seconds_per_exchange = 0.0;
   double seconds_per_gathered_byte = 0.0;
+  // And per token: the calls that start each step on its members, made at once.
+  double seconds_per_step = 0.0;
 };
 
 // A group gathers the rows of each projection that needs the whole of its input: the heads'

@@ -154,6 +154,7 @@ GroupPlacement place_groups(std::span<const NodeCapacity> input_nodes, const Mod
   }
 
   std::optional<GroupPlacement> best;
+  std::optional<double> alone_seconds;  // the first grouping's: every node alone
   std::optional<DoesNotFit> no_fit;
   for (const std::vector<std::vector<size_t>>& grouping : groupings) {
     std::vector<NodeCapacity> as_nodes;
@@ -162,6 +163,7 @@ GroupPlacement place_groups(std::span<const NodeCapacity> input_nodes, const Mod
       std::vector<NodeCapacity> members;
       for (size_t i : group) members.push_back(nodes[i]);
       as_nodes.push_back(group_capacity(members, links));
+      if (members.size() > 1) as_nodes.back().seconds_per_step = request.hop_seconds;
       members_of[as_nodes.back().id] = group_shares(members);
     }
     Placement placement;
@@ -171,6 +173,7 @@ GroupPlacement place_groups(std::span<const NodeCapacity> input_nodes, const Mod
       if (!no_fit) no_fit = e;  // the nodes alone: the clearest account of what is missing
       continue;
     }
+    if (grouping.size() == nodes.size()) alone_seconds = placement.predicted_seconds_per_token;
     // Strictly faster beyond rounding noise.
     if (best && placement.predicted_seconds_per_token >= best->predicted_seconds_per_token * (1.0 - 1e-9)) continue;
     GroupPlacement candidate{{}, placement.predicted_seconds_per_token, {}};
@@ -187,6 +190,18 @@ GroupPlacement place_groups(std::span<const NodeCapacity> input_nodes, const Mod
     best = std::move(candidate);
   }
   if (!best) throw *no_fit;
+  const bool grouped = std::any_of(best->stages.begin(), best->stages.end(),
+                                   [](const GroupStage& stage) { return stage.members.size() > 1; });
+  if (grouped) {
+    char why[128];
+    if (alone_seconds) {
+      std::snprintf(why, sizeof why, "\n  with groups %.1f ms per token predicted, the nodes alone %.1f",
+                    best->predicted_seconds_per_token * 1e3, *alone_seconds * 1e3);
+    } else {
+      std::snprintf(why, sizeof why, "\n  with groups: the nodes alone cannot hold the model");
+    }
+    best->reason += why;
+  }
   return *best;
 }
 
