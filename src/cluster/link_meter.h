@@ -1,0 +1,69 @@
+// This node's links to its peers' tensor-parallel group links, each measured once per peer
+// process on a thread of the meter's own: what the node says of them (NodeInfo.links), and what
+// the leader weighs a group's gathers by (cluster/tensor_groups.h).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster_types/node_info.h"
+
+namespace strata::cluster {
+
+class LinkMeter {
+ public:
+  struct Peer {
+    std::string id;
+    std::string instance;          // a restarted process is measured again
+    std::string exchange_address;  // host:port of its group links
+  };
+  // Measures the link to the group links at an address (the peer id left empty); throws
+  // std::exception saying why it could not.
+  using Measure = std::function<cluster_types::LinkMeasure(const std::string& address)>;
+
+  // `measured` is called after each new measurement, without the meter's lock; a failed one is
+  // logged once per peer process and tried again after `retry`.
+  LinkMeter(Measure measure, std::function<void()> measured, std::function<void(const std::string&)> log,
+            std::chrono::milliseconds retry = std::chrono::seconds(10));
+  ~LinkMeter();
+  LinkMeter(const LinkMeter&) = delete;
+  LinkMeter& operator=(const LinkMeter&) = delete;
+
+  // The peers there are now: those not measured at their process and address are measured,
+  // those no longer there forgotten. Peers without group links are left alone.
+  void track(const std::vector<Peer>& peers);
+  // The links measured, in peer id order.
+  std::vector<cluster_types::LinkMeasure> links() const;
+  // Ends the measuring thread, after the measurement it is taking.
+  void stop();
+
+ private:
+  struct Link {
+    Peer peer;
+    bool measured = false;
+    cluster_types::LinkMeasure measure;
+    std::chrono::steady_clock::time_point failed_at{};
+    bool failed = false;
+  };
+  void run();
+  // The next peer due, or nullptr; with the lock held.
+  Link* due(std::chrono::steady_clock::time_point now);
+
+  const Measure measure_;
+  const std::function<void()> measured_;
+  const std::function<void(const std::string&)> log_;
+  const std::chrono::milliseconds retry_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::map<std::string, Link> links_;  // by peer id
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace strata::cluster
