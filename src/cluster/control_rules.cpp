@@ -97,6 +97,8 @@ class Stepper {
     actions_.push_back(ActNow{});
   }
 
+  void operator()(const LinksMeasured& measured) { state_.self.measured_links = measured.peers; }
+
   void operator()(const Round&) {
     log_departed();
     if (const std::string why = refusal(state_, now_); !why.empty()) {
@@ -221,6 +223,25 @@ class Stepper {
     return epoch;
   }
 
+  const NodeView& view(const std::string& id) const {
+    return id == state_.self.id ? state_.self : state_.peers.at(id).info;
+  }
+
+  // Every two `members` with group links have measured the link between them, one or the other.
+  bool links_measured(const std::vector<std::string>& members) const {
+    const auto measured = [](const NodeView& from, const NodeView& to) {
+      return std::find(from.measured_links.begin(), from.measured_links.end(), to.id) != from.measured_links.end();
+    };
+    for (size_t i = 0; i < members.size(); ++i) {
+      for (size_t j = i + 1; j < members.size(); ++j) {
+        const NodeView& a = view(members[i]);
+        const NodeView& b = view(members[j]);
+        if (a.has_group_links && b.has_group_links && !measured(a, b) && !measured(b, a)) return false;
+      }
+    }
+    return true;
+  }
+
   // Leader only: a new placement when the members changed and have settled.
   void propose_when_due() {
     const std::vector<std::string> now = members(state_, now_);
@@ -237,6 +258,7 @@ class Stepper {
     std::sort(before.begin(), before.end());
     const bool only_left = std::includes(before.begin(), before.end(), now.begin(), now.end());
     if (now_ - state_.members_changed_at < kSettle && !only_left) return;
+    if (!only_left && !links_measured(now) && now_ - state_.members_changed_at < kLinkWait) return;
     const bool seeds_unanswered =
         std::any_of(state_.seeds.begin(), state_.seeds.end(), [](const auto& seed) { return !seed.second; });
     if (seeds_unanswered && now_ - state_.started < kSeedWait) return;

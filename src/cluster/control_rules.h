@@ -25,6 +25,9 @@ inline constexpr auto kPeerTimeout = std::chrono::milliseconds(3000);
 inline constexpr auto kSettle = std::chrono::milliseconds(1000);
 // How long a leader waits for peers named with --peers that have never answered.
 inline constexpr auto kSeedWait = std::chrono::milliseconds(5000);
+// How long, at most, a leader waits for nodes that joined to measure their links to the others
+// (a placement weighs tensor-parallel groups by them).
+inline constexpr auto kLinkWait = std::chrono::milliseconds(5000);
 
 // What a node says about itself, as far as the rules go.
 struct NodeView {
@@ -38,6 +41,10 @@ struct NodeView {
   uint32_t protocol_version = 0;
   std::string model_hash;
   std::string model_name;
+  // Its tensor-parallel group links: whether it has them, and the peers whose links it has
+  // measured (NodeInfo.links).
+  bool has_group_links = false;
+  std::vector<std::string> measured_links;
 };
 
 struct PeerState {
@@ -110,6 +117,10 @@ struct StageFailed {
   bool unreachable = false;
 };
 struct DrainAsked {};
+// This node has measured its links to these peers' group links.
+struct LinksMeasured {
+  std::vector<std::string> peers;
+};
 // The gossip round decides: peers gone, standing aside, a new placement.
 struct Round {};
 // The leader made `placement` (perhaps one saying that the model does not fit) over `members`.
@@ -152,7 +163,8 @@ struct ProposePlacement {
 }  // namespace control
 
 using ControlEvent = std::variant<control::HelloHeard, control::HelloRefused, control::IdTaken, control::StageFailed,
-                                  control::DrainAsked, control::Round, control::PlacementMade, control::PlacementWaits>;
+                                  control::DrainAsked, control::LinksMeasured, control::Round, control::PlacementMade,
+                                  control::PlacementWaits>;
 using ControlAction = std::variant<control::Log, control::LogOnce, control::ActNow, control::RefuseCaller,
                                    control::KeepInfo, control::AdoptPlacement, control::StandAside,
                                    control::ProposePlacement>;

@@ -24,15 +24,19 @@ PlacementView view_of(const cluster_types::Placement& p) {
 }
 
 NodeView view_of(const cluster_types::NodeInfo& info) {
-  return {info.node_id, info.node_address, info.instance,         info.started_unix_ms, info.ready_epoch,
-          info.state,   info.leaving,      info.protocol_version, info.model_hash,      info.model_name};
+  NodeView view{info.node_id, info.node_address, info.instance,         info.started_unix_ms, info.ready_epoch,
+                info.state,   info.leaving,      info.protocol_version, info.model_hash,      info.model_name,
+                !info.exchange_address.empty()};
+  for (const cluster_types::LinkMeasure& link : info.links) view.measured_links.push_back(link.peer_id);
+  return view;
 }
 
 Membership::Membership(ControlState initial, std::function<void(const std::string&)> log)
     : control_(std::move(initial)), log_(std::move(log)) {}
 
-void Membership::listening_at(const std::string& address, ControlTime now) {
+void Membership::listening_at(const std::string& address, bool group_links, ControlTime now) {
   control_.self.address = address;
+  control_.self.has_group_links = group_links;
   control_.started = now;
 }
 

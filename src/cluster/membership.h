@@ -29,8 +29,9 @@ class Membership {
   Membership(ControlState initial, std::function<void(const std::string&)> log);
 
   const ControlState& control() const { return control_; }
-  // The node service listens: this node's address, and the time its membership starts from.
-  void listening_at(const std::string& address, ControlTime now);
+  // The node service listens: this node's address, whether its group links listen too, and the
+  // time its membership starts from.
+  void listening_at(const std::string& address, bool group_links, ControlTime now);
 
   // The rules decide on `event`; returns the actions left to the node (all but KeepInfo), in
   // order. A HelloHeard comes through hello_received or hello_answered, which keep what its

@@ -76,7 +76,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       std::lock_guard lock(mutex_);
       self_.node_address = advertised_host + ":" + std::to_string(server_->port());
       self_.exchange_address = advertised_host + ":" + std::to_string(links_.port());
-      membership_.listening_at(self_.node_address, Clock::now());
+      membership_.listening_at(self_.node_address, true, Clock::now());
     }
     discovery_ = start_discovery(options_, self_, server_->port(), key_, discovered_);
     gossip_.start();

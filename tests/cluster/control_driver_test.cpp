@@ -44,7 +44,7 @@ class ControlDriverTest : public ::testing::Test {
                  log()}),
         gossip_(GossipHost{}),  // never started: its act_now() only marks the next round as due
         driver_("b", {membership_, leadership_, stages_, gossip_}, [] { return node("b", "127.0.0.1:7002"); }, log()) {
-    membership_.listening_at("127.0.0.1:7002", t0);
+    membership_.listening_at("127.0.0.1:7002", false, t0);
   }
 
   ~ControlDriverTest() override {

@@ -144,6 +144,37 @@ TEST(ControlRules, ANodeHeardJoinsAndIsPlacedOnceTheMembersSettle) {
   EXPECT_FALSE(n.did<control::ActNow>());
 }
 
+// Nodes with group links: the leader places them once each two have measured the link between
+// them (either one), or once kLinkWait has passed; a node without group links waits for none.
+TEST(ControlRules, ALeaderWaitsForTheLinksOfNodesThatJoinToBeMeasured) {
+  NodeView linked_a = a, linked_b = b, linked_c = c, plain_d = node("d", "h:4");
+  for (NodeView* v : {&linked_a, &linked_b, &linked_c}) v->has_group_links = true;
+  Node n(linked_a);
+  for (const NodeView& peer : {linked_b, linked_c, plain_d}) n.hears(peer, t0);
+  EXPECT_FALSE(n.round(t0));
+  EXPECT_FALSE(n.round(t0 + kSettle));  // settled, no link measured
+  n.on(control::LinksMeasured{{"b", "c"}}, t0 + kSettle);  // a's links; b-c still unmeasured
+  EXPECT_FALSE(n.round(t0 + kSettle));
+  linked_c.measured_links = {"b"};
+  n.hears(linked_b, t0 + kSettle + 100ms);
+  n.hears(linked_c, t0 + kSettle + 100ms);
+  n.hears(plain_d, t0 + kSettle + 100ms);
+  const auto proposal = n.round(t0 + kSettle + 100ms);
+  ASSERT_TRUE(proposal);
+  EXPECT_EQ(proposal->members, (Ids{"a", "b", "c", "d"}));
+
+  // Never measured: placed once the wait is over.
+  Node late(linked_a);
+  late.hears(linked_b, t0);
+  EXPECT_FALSE(late.round(t0));
+  EXPECT_FALSE(late.round(t0 + kSettle));
+  late.hears(linked_b, t0 + kLinkWait / 2);  // alive all along
+  late.hears(linked_b, t0 + kLinkWait - 100ms);
+  EXPECT_FALSE(late.round(t0 + kLinkWait - 100ms));
+  late.hears(linked_b, t0 + kLinkWait);
+  EXPECT_TRUE(late.round(t0 + kLinkWait));
+}
+
 TEST(ControlRules, ALeaderWaitsForItsSeedsToAnswerOrForTheSeedWait) {
   Node waits(a, {"h:2"});
   EXPECT_FALSE(waits.round(t0));

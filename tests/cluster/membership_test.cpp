@@ -47,7 +47,7 @@ class MembershipTest : public ::testing::Test {
   MembershipTest()
       : membership_(initial_control_state(view_of(node("a", "127.0.0.1:7001")), {}, t0),
                     [this](const std::string& line) { lines_.push_back(line); }) {
-    membership_.listening_at("127.0.0.1:7001", t0);
+    membership_.listening_at("127.0.0.1:7001", false, t0);
   }
 
   // The reply of the node at `address`.
