@@ -2,6 +2,8 @@
 
 #include <exception>
 
+#include "parallel/group_links.h"
+
 namespace strata::cluster {
 
 LinkMeter::LinkMeter(Measure measure, std::function<void()> measured, std::function<void(const std::string&)> log,
@@ -21,11 +23,12 @@ void LinkMeter::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void LinkMeter::track(const std::vector<Peer>& peers) {
+void LinkMeter::track(const std::vector<cluster_types::NodeInfo>& peers) {
   {
     std::lock_guard lock(mutex_);
     std::map<std::string, Link> kept;
-    for (const Peer& peer : peers) {
+    for (const cluster_types::NodeInfo& info : peers) {
+      const Peer peer{info.node_id, info.instance, info.exchange_address};
       if (peer.exchange_address.empty() || peer.exchange_address.front() == ':') continue;
       const auto known = links_.find(peer.id);
       const bool same = known != links_.end() && known->second.peer.instance == peer.instance &&
@@ -96,6 +99,13 @@ void LinkMeter::run() {
       }
     }
   }
+}
+
+LinkMeter::Measure measure_over(parallel::GroupLinks& links, std::chrono::milliseconds limit) {
+  return [&links, limit](const std::string& address) {
+    const parallel::LinkMeasurement link = links.measure(address, limit);
+    return cluster_types::LinkMeasure{{}, link.latency_seconds, link.bytes_per_second};
+  };
 }
 
 }  // namespace strata::cluster

@@ -14,15 +14,14 @@
 
 #include "cluster_types/node_info.h"
 
+namespace strata::parallel {
+class GroupLinks;
+}
+
 namespace strata::cluster {
 
 class LinkMeter {
  public:
-  struct Peer {
-    std::string id;
-    std::string instance;          // a restarted process is measured again
-    std::string exchange_address;  // host:port of its group links
-  };
   // Measures the link to the group links at an address (the peer id left empty); throws
   // std::exception saying why it could not.
   using Measure = std::function<cluster_types::LinkMeasure(const std::string& address)>;
@@ -35,15 +34,21 @@ class LinkMeter {
   LinkMeter(const LinkMeter&) = delete;
   LinkMeter& operator=(const LinkMeter&) = delete;
 
-  // The peers there are now: those not measured at their process and address are measured,
-  // those no longer there forgotten. Peers without group links are left alone.
-  void track(const std::vector<Peer>& peers);
+  // The peers there are now: those not measured at their process (instance) and group links'
+  // address (exchange_address) are measured, those no longer there forgotten. Peers without
+  // group links are left alone.
+  void track(const std::vector<cluster_types::NodeInfo>& peers);
   // The links measured, in peer id order.
   std::vector<cluster_types::LinkMeasure> links() const;
   // Ends the measuring thread, after the measurement it is taking.
   void stop();
 
  private:
+  struct Peer {
+    std::string id;
+    std::string instance;
+    std::string exchange_address;
+  };
   struct Link {
     Peer peer;
     bool measured = false;
@@ -65,5 +70,8 @@ class LinkMeter {
   bool stopping_ = false;
   std::thread thread_;
 };
+
+// A LinkMeter's measure over this node's group links, each taking at most `limit`.
+LinkMeter::Measure measure_over(parallel::GroupLinks& links, std::chrono::milliseconds limit);
 
 }  // namespace strata::cluster

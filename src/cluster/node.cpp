@@ -8,6 +8,7 @@
 #include "cluster/control_driver.h"
 #include "cluster/control_rules.h"
 #include "cluster/gossip.h"
+#include "cluster/link_meter.h"
 #include "cluster/hello_targets.h"
 #include "cluster/leadership.h"
 #include "cluster/membership.h"
@@ -31,6 +32,7 @@ constexpr auto kHelloDeadline = std::chrono::milliseconds(1000);
 // How long the members of a group wait for each other's links as they load their shares: each
 // hears of the placement within a gossip round or two.
 constexpr auto kGroupJoinLimit = std::chrono::seconds(20);
+constexpr auto kLinkMeasureLimit = std::chrono::seconds(5);
 
 // The group links trust whom the node links trust: certificates of the cluster's authority.
 parallel::LinkCredentials group_link_credentials(const rpc::LinkSecurity& security) {
@@ -57,6 +59,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         key_(std::make_shared<rpc::ClusterKey>(options_.secret())),
         channels_(key_),
         links_(options_.host, 0, group_link_credentials(key_->links())),
+        link_meter_(measure_over(links_, kLinkMeasureLimit), [this] { links_measured(); }, options_.log),
         weights_(file_, key_,
                  {options_.node_id, model_hash(*file_), options_.engine.threads, options_.partial,
                   options_.fetch_streams, options_.test_fetch_delay, options_.on_transfer, options_.log}),
@@ -93,6 +96,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       stopping_ = true;
     }
     weights_.stop();
+    link_meter_.stop();
     changed_.notify_all();
     discovery_.reset();  // no more announcements of this node, nor calls back into it
     gossip_.stop();
@@ -364,6 +368,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     info.leaving = control().leaving;
     stage_host_.describe(info, options_.engine.kv_type);
     info.described_unix_ms = rpc::unix_time_ms();
+    info.links = link_meter_.links();
     info.weights = weights_.held();
     info.state = !refusal().empty()          ? "refused"
                  : scheduling()              ? "serving"
@@ -443,6 +448,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       std::lock_guard lock(mutex_);
       if (stopping_) return;
       driver_.round(Clock::now());
+      link_meter_.track(membership_.alive_infos(Clock::now()));
     }
     changed_.notify_all();
   }
@@ -455,6 +461,19 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       caller.on_lost = [this](const std::string& peer_id, bool unreachable) { stage_lost(peer_id, unreachable); };
     return rpc::remote_stage(s.node_id, channels_.to(s.node_address), std::move(caller),
                              engine::StageLayers{s.first_layer, s.last_layer});
+  }
+
+  // Without mutex_: the link meter's, after each link it measured. The leader may be waiting
+  // for them to place nodes that joined.
+  void links_measured() {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return;
+      std::vector<std::string> peers;
+      for (const cluster_types::LinkMeasure& link : link_meter_.links()) peers.push_back(link.peer_id);
+      driver_.decide(control::LinksMeasured{std::move(peers)}, Clock::now());
+    }
+    gossip_.act_now();
   }
 
   // Without mutex_: a remote stage's, when a call to it failed.
@@ -473,6 +492,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
   std::shared_ptr<rpc::ClusterKey> key_;
   rpc::PeerChannels channels_;
   parallel::GroupLinks links_;  // to the other members of the tensor-parallel groups this node is in
+  LinkMeter link_meter_;        // of this node's links to its peers' group links
   NodeWeights weights_;
   PlacementRules placement_rules_;
 

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <exception>
+#include <map>
+
+#include "cluster/tensor_groups.h"
 
 namespace strata::cluster {
 namespace {
@@ -29,6 +32,44 @@ Placement placement_of(const cluster_types::Placement& p) {
   for (const cluster_types::Stage& s : p.stages) {
     Stage& stage = placement.stages.emplace_back(Stage{s.node_id, s.first_layer, s.last_layer});
     for (const cluster_types::StageMember& m : s.group) stage.group.push_back({m.node_id, m.weight});
+  }
+  return placement;
+}
+
+// A link no node has measured is taken as too slow for a group to gather over.
+constexpr LinkCost kUnmeasuredLink{1.0, 1e3};
+
+// The links between `members` as they measured them; of a link measured from both ends, the
+// slower measurement.
+LinkCosts links_between(const std::vector<cluster_types::NodeInfo>& members) {
+  std::map<std::pair<std::string, std::string>, LinkCost> slowest;
+  for (const cluster_types::NodeInfo& info : members) {
+    for (const cluster_types::LinkMeasure& link : info.links) {
+      if (!(link.bytes_per_second > 0.0) || !(link.latency_seconds >= 0.0)) continue;
+      const auto key = std::minmax(info.node_id, link.peer_id);
+      const auto [known, first] = slowest.try_emplace({key.first, key.second}, LinkCost{link.latency_seconds, link.bytes_per_second});
+      if (!first) {
+        known->second.latency_seconds = std::max(known->second.latency_seconds, link.latency_seconds);
+        known->second.bytes_per_second = std::min(known->second.bytes_per_second, link.bytes_per_second);
+      }
+    }
+  }
+  LinkCosts links(kUnmeasuredLink);
+  for (const auto& [pair, cost] : slowest) links.set(pair.first, pair.second, cost);
+  return links;
+}
+
+// A placement from scratch: with the speed strategy, tensor-parallel groups where the links
+// between their members make them faster (tensor_groups.h).
+Placement place_anew(const std::vector<NodeCapacity>& nodes, const std::vector<cluster_types::NodeInfo>& members,
+                     const PlacementRules& rules) {
+  const GroupPlacement grouped = place_groups(nodes, rules.footprint, links_between(members), placement_request(rules));
+  Placement placement;
+  placement.reason = grouped.reason;
+  placement.predicted_seconds_per_token = grouped.predicted_seconds_per_token;
+  for (const GroupStage& s : grouped.stages) {
+    Stage& stage = placement.stages.emplace_back(Stage{s.members.front().node_id, s.first_layer, s.last_layer});
+    if (s.members.size() > 1) stage.group = s.members;
   }
   return placement;
 }
@@ -71,7 +112,7 @@ Proposal propose_placement(uint64_t epoch, const std::vector<cluster_types::Node
         may_repair ? repair_placement(placement_of(current), ids, nodes, rules.footprint, rules.kv_reserve_tokens)
                    : std::nullopt;
     if (rules.fixed_stages.empty()) {
-      p = repaired ? *repaired : place_layers(nodes, rules.footprint, placement_request(rules));
+      p = repaired ? *repaired : place_anew(nodes, members, rules);
     } else {
       p.stages = rules.fixed_stages;
       for (Stage& s : p.stages) s.group = shares_of(std::move(s.group), members);

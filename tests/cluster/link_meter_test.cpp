@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -48,6 +49,18 @@ struct FakeLinks {
   }
 };
 
+std::vector<cluster_types::NodeInfo> peers(const std::vector<std::array<std::string, 3>>& id_instance_address) {
+  std::vector<cluster_types::NodeInfo> infos;
+  for (const auto& [id, instance, address] : id_instance_address) {
+    cluster_types::NodeInfo info;
+    info.node_id = id;
+    info.instance = instance;
+    info.exchange_address = address;
+    infos.push_back(info);
+  }
+  return infos;
+}
+
 // Waits until `done` holds (or 5 s pass, and the test fails on what it expects next).
 template <typename Done>
 void wait_for(Done done) {
@@ -58,7 +71,7 @@ void wait_for(Done done) {
 TEST(LinkMeter, MeasuresEachPeerProcessOnce) {
   FakeLinks fake;
   LinkMeter meter = fake.meter();
-  meter.track({{"b", "b1", "10.0.0.2:9000"}, {"c", "c1", "10.0.0.3:9000"}, {"d", "d1", ""}, {"e", "e1", ":9000"}});
+  meter.track(peers({{"b", "b1", "10.0.0.2:9000"}, {"c", "c1", "10.0.0.3:9000"}, {"d", "d1", ""}, {"e", "e1", ":9000"}}));
   wait_for([&] { return meter.links().size() == 2; });
   const std::vector<cluster_types::LinkMeasure> links = meter.links();
   ASSERT_EQ(links.size(), 2u);
@@ -67,7 +80,7 @@ TEST(LinkMeter, MeasuresEachPeerProcessOnce) {
   EXPECT_DOUBLE_EQ(links[0].latency_seconds, 1.3e-3);  // the fake's, by the address's length
   EXPECT_EQ(fake.told.load(), 2);
   // The same peers again: nothing new to measure.
-  meter.track({{"b", "b1", "10.0.0.2:9000"}, {"c", "c1", "10.0.0.3:9000"}});
+  meter.track(peers({{"b", "b1", "10.0.0.2:9000"}, {"c", "c1", "10.0.0.3:9000"}}));
   std::this_thread::sleep_for(milliseconds(50));
   EXPECT_EQ(fake.times("10.0.0.2:9000"), 1);
   EXPECT_EQ(fake.times("10.0.0.3:9000"), 1);
@@ -76,14 +89,14 @@ TEST(LinkMeter, MeasuresEachPeerProcessOnce) {
 TEST(LinkMeter, MeasuresARestartedOrMovedPeerAgainAndForgetsOneGone) {
   FakeLinks fake;
   LinkMeter meter = fake.meter();
-  meter.track({{"b", "b1", "10.0.0.2:9000"}, {"c", "c1", "10.0.0.3:9000"}});
+  meter.track(peers({{"b", "b1", "10.0.0.2:9000"}, {"c", "c1", "10.0.0.3:9000"}}));
   wait_for([&] { return meter.links().size() == 2; });
-  meter.track({{"b", "b2", "10.0.0.2:9000"}, {"c", "c1", "10.0.0.33:9000"}});
+  meter.track(peers({{"b", "b2", "10.0.0.2:9000"}, {"c", "c1", "10.0.0.33:9000"}}));
   // Until measured again, neither link is said.
   wait_for([&] { return fake.times("10.0.0.33:9000") == 1 && meter.links().size() == 2; });
   EXPECT_EQ(fake.times("10.0.0.2:9000"), 2);
   EXPECT_DOUBLE_EQ(meter.links()[1].latency_seconds, 1.4e-3);
-  meter.track({{"c", "c1", "10.0.0.33:9000"}});
+  meter.track(peers({{"c", "c1", "10.0.0.33:9000"}}));
   const std::vector<cluster_types::LinkMeasure> links = meter.links();
   ASSERT_EQ(links.size(), 1u);
   EXPECT_EQ(links[0].peer_id, "c");
@@ -93,7 +106,7 @@ TEST(LinkMeter, TriesAFailedLinkAgainAndSaysSoOnce) {
   FakeLinks fake;
   fake.failing["10.0.0.2:9000"] = true;
   LinkMeter meter = fake.meter(milliseconds(30));
-  meter.track({{"b", "b1", "10.0.0.2:9000"}});
+  meter.track(peers({{"b", "b1", "10.0.0.2:9000"}}));
   wait_for([&] { return fake.times("10.0.0.2:9000") >= 3; });
   EXPECT_GE(fake.times("10.0.0.2:9000"), 3);
   EXPECT_TRUE(meter.links().empty());
@@ -111,7 +124,7 @@ TEST(LinkMeter, StopsWhileAPeerKeepsFailing) {
   FakeLinks fake;
   fake.failing["10.0.0.2:9000"] = true;
   LinkMeter meter = fake.meter(milliseconds(60'000));
-  meter.track({{"b", "b1", "10.0.0.2:9000"}});
+  meter.track(peers({{"b", "b1", "10.0.0.2:9000"}}));
   wait_for([&] { return fake.times("10.0.0.2:9000") == 1; });
   const auto start = std::chrono::steady_clock::now();
   meter.stop();

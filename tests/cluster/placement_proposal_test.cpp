@@ -89,6 +89,41 @@ TEST(PlacementProposal, AHandMadeGroupSharesBySpeedOrWeightAndNamesItsMembers) {
   EXPECT_FALSE(propose_placement(5, {a, b}, {}, false, r).waits.empty()) << "c has not joined";
 }
 
+// The speed strategy groups two nodes when the link they measured makes a group faster (half
+// the reads each, 17 exchanges of a few KB): not over a link no one measured, nor over one whose
+// slower direction is too slow.
+TEST(PlacementProposal, TheSpeedStrategyGroupsNodesOverTheLinksTheyMeasured) {
+  PlacementRules r = rules();
+  r.footprint.layer_gathered_bytes.assign(4, 4 * 4096);
+  r.footprint.head_gathered_bytes = 4 * 32000;
+  cluster_types::NodeInfo a = member("a", 1024 * kMiB);
+  cluster_types::NodeInfo b = member("b", 1024 * kMiB);
+  a.exchange_address = "10.0.0.1:7001";
+  b.exchange_address = "10.0.0.2:7001";
+
+  // One node alone holds the model (which of the two equal nodes is place_layers' choice).
+  const auto one_node_alone = [](const Proposal& p) {
+    return p.placement.stages.size() == 1 && p.placement.stages[0].group.empty();
+  };
+  EXPECT_TRUE(one_node_alone(propose_placement(1, {a, b}, {}, false, r))) << "no link measured";
+
+  a.links = {{"b", 50e-6, 1.25e9}};
+  const Proposal grouped = propose_placement(2, {a, b}, {}, false, r);
+  ASSERT_EQ(grouped.placement.stages.size(), 1u) << grouped.placement.reason;
+  EXPECT_EQ(grouped.placement.stages[0].group,
+            (std::vector<cluster_types::StageMember>{{"a", "10.0.0.1:7000", "10.0.0.1:7001", 0.5},
+                                                     {"b", "10.0.0.2:7000", "10.0.0.2:7001", 0.5}}));
+  EXPECT_EQ(stages_text(grouped.placement), "a 50%+b 50% [0, 4)");
+  EXPECT_NE(grouped.placement.reason.find("the nodes alone"), std::string::npos) << grouped.placement.reason;
+
+  b.links = {{"a", 5e-3, 1.25e9}};  // b found 5 ms: 17 exchanges cost more than half the reads save
+  EXPECT_TRUE(one_node_alone(propose_placement(3, {a, b}, {}, false, r))) << "a slow link";
+
+  r.strategy = Strategy::Memory;
+  b.links = a.links;
+  EXPECT_EQ(stages_text(propose_placement(4, {a, b}, {}, false, r).placement), "a [0, 2), b [2, 4)");
+}
+
 // A member of a group fixed by hand lost: the members left serve on, repaired; the fixed
 // placement returns with the node.
 TEST(PlacementProposal, AHandMadePlacementThatLostANodeServesRepairedUntilItIsBack) {
