@@ -64,6 +64,12 @@ json node_json(const cluster_types::NodeStatus& node) {
          {"stage_inputs", info.stage_inputs},
          {"described_unix_ms", info.described_unix_ms},
          {"weights", weights_json(info.weights.value_or(cluster_types::Weights{}))}};
+  json& links = n["links"] = json::array();
+  for (const cluster_types::LinkMeasure& link : info.links) {
+    links.push_back({{"peer", link.peer_id},
+                     {"latency_seconds", link.latency_seconds},
+                     {"bytes_per_second", link.bytes_per_second}});
+  }
   if (info.kv_cache) {
     json& kv = n["kv_cache"] = kv_pool_json(*info.kv_cache);
     if (info.kv_cache->window) kv["window"] = kv_pool_json(*info.kv_cache->window);  // the sliding-window layers' pool

@@ -51,6 +51,7 @@ struct ServeOptions {
   std::string stages;
   double startup_wait_seconds = 60;
   int test_link_delay_ms = 0;
+  double test_weight_speed = 0.0;
   std::string cache_dir;
   int test_fetch_delay_ms = 0;
   uint64_t test_fetch_checkpoint_bytes = cluster::kProgressCheckpointBytes;
@@ -219,6 +220,7 @@ int serve(const ServeOptions& o) {
   node.engine.kv_memory = o.kv_memory.empty() ? 0 : units::parse_byte_size(o.kv_memory);
   node.engine.prefix_cache = !o.no_prefix_cache;
   node.test_link_delay = std::chrono::milliseconds(o.test_link_delay_ms);
+  node.test_weight_speed = o.test_weight_speed;
   node.test_tensor_chunk_bytes = o.test_tensor_chunk_bytes;
 
   // Without a file, a node that joins others takes their model and fetches its layers' weights.
@@ -334,6 +336,9 @@ void add_serve_command(CLI::App& app, Action& action) {
       ->check(CLI::PositiveNumber)->group("");
   cmd->add_option("--test-tensor-chunk-bytes", o->test_tensor_chunk_bytes,
                   "Tests only: send tensors to peers in chunks of this many bytes")
+      ->check(CLI::PositiveNumber)->group("");
+  cmd->add_option("--test-weight-speed", o->test_weight_speed,
+                  "Tests only: the weight speed (bytes/s) the node reports instead of the one it measures")
       ->check(CLI::PositiveNumber)->group("");
   cmd->add_option("--test-link-delay-ms", o->test_link_delay_ms, "Tests only: delay added to every stage call")
       ->check(CLI::NonNegativeNumber)->group("");

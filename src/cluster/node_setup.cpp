@@ -89,7 +89,8 @@ cluster_types::NodeInfo describe_node(const NodeOptions& options, const gguf::Fi
                               layer_block_bytes;
     self.kv_bytes_per_window_layer = static_cast<uint64_t>(window_kv_blocks(options.engine, config)) * layer_block_bytes;
   }
-  self.weight_bytes_per_second = measure_weight_speed(options.engine.threads);
+  self.weight_bytes_per_second =
+      options.test_weight_speed > 0.0 ? options.test_weight_speed : measure_weight_speed(options.engine.threads);
   self.state = "starting";
   return self;
 }

@@ -36,6 +36,7 @@ ClusterStatus two_nodes() {
   status.leader = "a";
   status.serving = true;
   status.nodes.push_back({info_of("a"), true, std::nullopt});
+  status.nodes.back().info.links = {{"b", 4e-5, 9e8}};
   status.nodes.push_back({info_of("b"), false, PeerLink{true, std::nullopt, 1.5, ""}});
   status.placement.stages.push_back({.node_id = "a", .first_layer = 0, .last_layer = 5});
   status.placement.epoch = 3;
@@ -52,6 +53,7 @@ TEST(ClusterStatusJson, TellsOfThisNodeItsPeersAndThePlacement) {
   EXPECT_TRUE(self["self"]);
   EXPECT_EQ(self["memory"], "3.0 GiB");
   EXPECT_EQ(self["exchange_address"], "127.0.0.1:7002");
+  EXPECT_EQ(self["links"], (json{{{"peer", "b"}, {"latency_seconds", 4e-5}, {"bytes_per_second", 9e8}}}));
   EXPECT_FALSE(self.contains("alive")) << "a node's link to itself is no link";
   EXPECT_TRUE(self["weights"]["whole_file"]);
   EXPECT_FALSE(self["weights"].contains("layer_bytes"));
