@@ -5,7 +5,9 @@ speeds, or `a*3+b:0-3`, by weight), answers every greedy and seeded request (tex
 at every node as one node does, alone and concurrently: a group of 2 holding the whole model, an
 uneven group of 2 beside a single stage, and an uneven group of 3; on the shared model and on a
 Mixture-of-Experts one (`strata gguf synth --shape qwen3moe-tiny`). /cluster shows each group's
-members and shares; a member killed mid-stream leaves the whole text one node's.
+members and shares; a member killed mid-stream leaves the whole text one node's. Without a
+placement by hand, nodes whose reads cost more than their links' gathers measure those links and
+the speed placement makes them a group.
 
 usage: group_processes_test.py STRATA MODEL.gguf
 """
@@ -75,7 +77,7 @@ def run_layout(stages, ids, model, reference):
         base.stop_all(nodes)
 
 
-def check_model(model, layouts):
+def check_model(model, layouts, speed_chooses=None):
     solo = base.start_cluster(["solo"]) if model == base.MODEL else [base.Node("solo", model=model)]
     solo[0].wait_healthy()
     reference = [base.answer(solo[0].complete(r)) for r in requests()]
@@ -84,7 +86,40 @@ def check_model(model, layouts):
     check(all(r[0] != "error" for r in reference), f"the single node answers: {reference}")
     for stages, ids in layouts:
         run_layout(stages, ids, model, reference)
+    if speed_chooses:
+        chosen_by_the_speed_placement(speed_chooses, model, reference)
     return long_reference
+
+
+def chosen_by_the_speed_placement(ids, model, reference):
+    """No placement by hand: nodes that each read weights at 10 MB/s (so that reading, not the
+    links, is what a token costs) measure their links, and the leader's speed placement makes them
+    one group, saying why; every answer is one node's."""
+    first = base.Node(ids[0], "--test-weight-speed", "1e7", model=model)
+    nodes = [first] + [base.Node(i, "--peers", first.address, "--test-weight-speed", "1e7", model=model)
+                       for i in ids[1:]]
+    try:
+        check(all(n.wait_healthy() for n in nodes), "speed placement: every node is healthy")
+        status = first.get("/cluster")[1]
+        placement = status["placement"]
+        groups = [s["group"] for s in placement["stages"] if "group" in s]
+        check(len(groups) == 1 and sorted(m["node"] for m in groups[0]) == sorted(ids),
+              f"speed placement: one group of {ids} ({placement['stages']})")
+        check("the nodes alone" in placement["reason"], f"speed placement: it says why ({placement['reason']!r})")
+        for n in status["nodes"]:
+            peers = sorted(link["peer"] for link in n["links"])
+            check(peers == sorted(i for i in ids if i != n["id"]) and all(
+                link["latency_seconds"] > 0 and link["bytes_per_second"] > 0 for link in n["links"]),
+                f"speed placement: {n['id']} measured its links ({n['links']})")
+        for n in nodes:
+            for i, r in enumerate(requests()[:3]):
+                got = base.answer(n.complete(r))
+                check(got == reference[i], f"speed placement: request {i} at {n.id} equals one node's ({got[0]!r})")
+    finally:
+        if base.FAILURES:
+            for n in nodes:
+                print(f"--- {n.id}\n{n.text()[-3000:]}")
+        base.stop_all(nodes)
 
 
 def member_killed_mid_stream(stages, ids, victim, model, reference):
@@ -124,7 +159,8 @@ def member_drained_mid_stream(stages, ids, leaving, model, reference):
 def main():
     long_reference = check_model(base.MODEL, [("g0+g1:0-3", ["g0", "g1"]),
                                               ("g0*3+g1:0-1,g2:2-3", ["g0", "g1", "g2"]),
-                                              ("g0+g1*2+g2:0-3", ["g0", "g1", "g2"])])
+                                              ("g0+g1*2+g2:0-3", ["g0", "g1", "g2"])],
+                                 speed_chooses=["s0", "s1", "s2"])
     member_killed_mid_stream("k0+k1+k2:0-3", ["k0", "k1", "k2"], "k1", base.MODEL, long_reference)
     member_drained_mid_stream("d0+d1+d2:0-1,d3:2-3", ["d0", "d1", "d2", "d3"], "d2", base.MODEL, long_reference)
     work = tempfile.mkdtemp(prefix="strata-group-")
