@@ -49,6 +49,12 @@ std::vector<cluster_types::LinkMeasure> LinkMeter::links() const {
   return measured;
 }
 
+std::vector<std::string> LinkMeter::measured_peers() const {
+  std::vector<std::string> peers;
+  for (const cluster_types::LinkMeasure& link : links()) peers.push_back(link.peer_id);
+  return peers;
+}
+
 LinkMeter::Link* LinkMeter::due(std::chrono::steady_clock::time_point now) {
   for (auto& [id, link] : links_) {
     if (!link.measured && (!link.failed || now - link.failed_at >= retry_)) return &link;

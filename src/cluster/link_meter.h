@@ -38,8 +38,9 @@ class LinkMeter {
   // address (exchange_address) are measured, those no longer there forgotten. Peers without
   // group links are left alone.
   void track(const std::vector<cluster_types::NodeInfo>& peers);
-  // The links measured, in peer id order.
+  // The links measured, in peer id order, and their peers.
   std::vector<cluster_types::LinkMeasure> links() const;
+  std::vector<std::string> measured_peers() const;
   // Ends the measuring thread, after the measurement it is taking.
   void stop();
 

@@ -59,7 +59,8 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         key_(std::make_shared<rpc::ClusterKey>(options_.secret())),
         channels_(key_),
         links_(options_.host, 0, group_link_credentials(key_->links())),
-        link_meter_(measure_over(links_, kLinkMeasureLimit), [this] { links_measured(); }, options_.log),
+        // A link measured may be what the leader waits for to place nodes that joined.
+        link_meter_(measure_over(links_, kLinkMeasureLimit), [this] { gossip_.act_now(); }, options_.log),
         weights_(file_, key_,
                  {options_.node_id, model_hash(*file_), options_.engine.threads, options_.partial,
                   options_.fetch_streams, options_.test_fetch_delay, options_.on_transfer, options_.log}),
@@ -447,8 +448,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     {
       std::lock_guard lock(mutex_);
       if (stopping_) return;
-      driver_.round(Clock::now());
       link_meter_.track(membership_.alive_infos(Clock::now()));
+      driver_.decide(control::LinksMeasured{link_meter_.measured_peers()}, Clock::now());
+      driver_.round(Clock::now());
     }
     changed_.notify_all();
   }
@@ -461,19 +463,6 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
       caller.on_lost = [this](const std::string& peer_id, bool unreachable) { stage_lost(peer_id, unreachable); };
     return rpc::remote_stage(s.node_id, channels_.to(s.node_address), std::move(caller),
                              engine::StageLayers{s.first_layer, s.last_layer});
-  }
-
-  // Without mutex_: the link meter's, after each link it measured. The leader may be waiting
-  // for them to place nodes that joined.
-  void links_measured() {
-    {
-      std::lock_guard lock(mutex_);
-      if (stopping_) return;
-      std::vector<std::string> peers;
-      for (const cluster_types::LinkMeasure& link : link_meter_.links()) peers.push_back(link.peer_id);
-      driver_.decide(control::LinksMeasured{std::move(peers)}, Clock::now());
-    }
-    gossip_.act_now();
   }
 
   // Without mutex_: a remote stage's, when a call to it failed.

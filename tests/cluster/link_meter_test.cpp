@@ -78,6 +78,7 @@ TEST(LinkMeter, MeasuresEachPeerProcessOnce) {
   EXPECT_EQ(links[0].peer_id, "b");
   EXPECT_EQ(links[1].peer_id, "c");
   EXPECT_DOUBLE_EQ(links[0].latency_seconds, 1.3e-3);  // the fake's, by the address's length
+  EXPECT_EQ(meter.measured_peers(), (std::vector<std::string>{"b", "c"}));
   EXPECT_EQ(fake.told.load(), 2);
   // The same peers again: nothing new to measure.
   meter.track(peers({{"b", "b1", "10.0.0.2:9000"}, {"c", "c1", "10.0.0.3:9000"}}));
