@@ -12,7 +12,9 @@ For each layout (nodes x threads per node) it starts the nodes on 127.0.0.1 with
 Medians of --repeat runs. The threads of all nodes of a layout add up to the machine's cores
 in the default layouts, so that the layouts compare at equal compute. A layout ending in "g"
 (2x1g) makes its nodes one tensor-parallel group of every layer (--stages b0+b1:0-LAST),
-sharing by their measured speeds.
+sharing by their measured speeds; one ending in "s" (2x1s) leaves the placement to the speed
+strategy (which forms groups over the links the nodes measure) and prints what it chose and
+the time per token it predicted.
 """
 import argparse
 import concurrent.futures
@@ -25,10 +27,10 @@ import time
 import urllib.request
 
 
-def start(strata, model, node_id, threads, peers, ctx, parallel, extra=()):
+def start(strata, model, node_id, threads, peers, ctx, parallel, extra=(), placement="memory"):
     log = tempfile.NamedTemporaryFile(prefix=f"bench-{node_id}-", suffix=".log", delete=False)
     args = [strata, "serve", "-m", model, "--port", "0", "--node-id", node_id, "-t", str(threads),
-            "--placement", "memory", "-c", str(ctx), "--parallel", str(parallel), *extra]
+            "--placement", placement, "-c", str(ctx), "--parallel", str(parallel), *extra]
     if peers:
         args += ["--peers", peers]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)
@@ -96,24 +98,31 @@ def main():
     parser.add_argument("-m", "--model", required=True)
     parser.add_argument("-n", "--tokens", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--layouts", default="1x2,1x1,2x1,4x1", help="NODESxTHREADS[g],... (g: one group)")
+    parser.add_argument("--layouts", default="1x2,1x1,2x1,4x1",
+                        help="NODESxTHREADS[g|s],... (g: one group; s: the speed placement's choice)")
     parser.add_argument("--streams", default="1,2,4,8", help="concurrent streams, measured on 2x1")
     args = parser.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
 
     for layout in args.layouts.split(","):
-        count, threads = (int(x) for x in layout.rstrip("g").split("x"))
+        count, threads = (int(x) for x in layout.rstrip("gs").split("x"))
         extra = ()
+        placement = "speed" if layout.endswith("s") else "memory"
         if layout.endswith("g"):
             last = layer_count(args.strata, args.model) - 1
             extra = ("--stages", "+".join(f"b{i}" for i in range(count)) + f":0-{last}")
         nodes = []
         try:
-            first = start(args.strata, args.model, "b0", threads, None, 512, 8, extra)
+            first = start(args.strata, args.model, "b0", threads, None, 512, 8, extra, placement)
             nodes.append(first)
             for i in range(1, count):
-                nodes.append(start(args.strata, args.model, f"b{i}", threads, f"127.0.0.1:{first[2]}", 512, 8, extra))
+                nodes.append(start(args.strata, args.model, f"b{i}", threads, f"127.0.0.1:{first[2]}", 512, 8, extra,
+                                   placement))
             wait_healthy(first[1])
+            if placement == "speed":
+                with urllib.request.urlopen(f"http://127.0.0.1:{first[1]}/cluster", timeout=10) as r:
+                    chosen = json.load(r)["placement"]
+                print(f"{layout}: {chosen['reason']}", flush=True)
             measure(first[1], 1, 8)  # warm-up
             counts = streams if layout == "2x1" else [1]
             for n in counts:
