@@ -32,7 +32,7 @@ struct GroupLinkLimits {
 // What the link to another node's GroupLinks costs, as measure() found it.
 struct LinkMeasurement {
   double latency_seconds = 0.0;   // one way: half the median round trip of a small message
-  double bytes_per_second = 0.0;  // of a bulk transfer, its round trip taken out
+  double bytes_per_second = 0.0;  // of the fastest of a few bulk transfers, a round trip taken out
 };
 
 // One per node process: listens for the other members of the groups this node joins, and
@@ -61,7 +61,7 @@ class GroupLinks {
   std::unique_ptr<SocketExchange> join(const std::string& group, int member, const std::vector<std::string>& addresses,
                                        std::chrono::milliseconds timeout);
 
-  // Times small round trips and then one bulk transfer to the GroupLinks at `address`, which
+  // Times small round trips and then a few bulk transfers to the GroupLinks at `address`, which
   // answers them itself, over a TLS connection of the kind groups use: what the placement
   // weighs a group's gathers by. Throws std::runtime_error saying why it could not (no answer,
   // refused, past `timeout`), std::invalid_argument for an address that is not host:port.
