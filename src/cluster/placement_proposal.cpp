@@ -1,6 +1,7 @@
 #include "cluster/placement_proposal.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <exception>
 #include <map>
 
@@ -119,6 +120,11 @@ Proposal propose_placement(uint64_t epoch, const std::vector<cluster_types::Node
       p.reason = "fixed by hand (--stages)";
       try {
         check_placement(p, nodes, rules.footprint, rules.kv_reserve_tokens);
+        // What the speed strategy's cost model says of it, on the nodes and links measured.
+        char predicted[64];
+        std::snprintf(predicted, sizeof predicted, "; predicted %.1f ms per token",
+                      predict_placement(p, nodes, rules.footprint, links_between(members), placement_request(rules)) * 1e3);
+        p.reason += predicted;
       } catch (const std::invalid_argument&) {
         // A node of the fixed placement was lost: the nodes left serve on, repaired, until it is
         // back. Before the fixed placement has served, it waits for its nodes.

@@ -91,17 +91,25 @@ std::vector<GroupMember> group_shares(std::span<const NodeCapacity> members) {
 
 NodeCapacity group_capacity(std::span<const NodeCapacity> members, const LinkCosts& links) {
   if (members.empty()) throw std::invalid_argument("a group needs at least one node");
+  return group_capacity(members, links, group_shares(members));
+}
+
+NodeCapacity group_capacity(std::span<const NodeCapacity> members, const LinkCosts& links,
+                            std::span<const GroupMember> shares) {
+  if (members.empty() || shares.size() != members.size()) {
+    throw std::invalid_argument("a group needs at least one node, and a share for each");
+  }
   if (members.size() == 1) return members.front();
-  const std::vector<GroupMember> shares = group_shares(members);
   NodeCapacity group;
   group.memory_bytes = std::numeric_limits<uint64_t>::max();
+  group.weight_bytes_per_second = std::numeric_limits<double>::max();
   bool pools = true;
   uint64_t pool_bytes = std::numeric_limits<uint64_t>::max();
   for (size_t i = 0; i < members.size(); ++i) {
     const NodeCapacity& member = members[i];
     const double share = shares[i].share;
     group.id += (i > 0 ? "+" : "") + member.id;
-    group.weight_bytes_per_second += member.weight_bytes_per_second;
+    group.weight_bytes_per_second = std::min(group.weight_bytes_per_second, member.weight_bytes_per_second / share);
     // A member keeps its share of the group's weights and KV (its heads'): the group holds as
     // much as the member with the least for its share allows.
     group.memory_bytes =
@@ -131,6 +139,30 @@ NodeCapacity group_capacity(std::span<const NodeCapacity> members, const LinkCos
     group.seconds_per_gathered_byte = std::max(group.seconds_per_gathered_byte, seconds_per_byte);
   }
   return group;
+}
+
+double predict_placement(const Placement& placement, std::span<const NodeCapacity> nodes, const ModelFootprint& model,
+                         const LinkCosts& links, const PlacementRequest& request) {
+  const auto node = [&](const std::string& id) {
+    const auto found = std::find_if(nodes.begin(), nodes.end(), [&](const auto& n) { return n.id == id; });
+    if (found == nodes.end()) throw std::invalid_argument("no node '" + id + "' to predict a stage of");
+    return *found;
+  };
+  std::vector<NodeCapacity> stage_nodes;
+  std::vector<Stage> stages;
+  for (const Stage& stage : placement.stages) {
+    if (stage.group.empty()) {
+      stage_nodes.push_back(node(stage.node_id));
+    } else {
+      std::vector<NodeCapacity> members;
+      for (const GroupMember& member : stage.group) members.push_back(node(member.node_id));
+      stage_nodes.push_back(group_capacity(members, links, stage.group));
+      stage_nodes.back().seconds_per_step = request.hop_seconds;
+    }
+    stage_nodes.back().id = std::to_string(stages.size());  // a stage's own, whatever its nodes
+    stages.push_back({stage_nodes.back().id, stage.first_layer, stage.last_layer});
+  }
+  return predicted_seconds_per_token(stages, stage_nodes, model, request);
 }
 
 GroupPlacement place_groups(std::span<const NodeCapacity> input_nodes, const ModelFootprint& model,

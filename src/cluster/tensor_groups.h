@@ -52,9 +52,19 @@ struct GroupPlacement {
 // exchange the slowest link's latency, per gathered byte what the member that receives the most
 // for its bandwidth takes. The id is the members' ids joined by '+'.
 NodeCapacity group_capacity(std::span<const NodeCapacity> members, const LinkCosts& links);
+// The same with the members' `shares` given (adding up to 1): each member reads its share at its
+// own speed, so the group reads as fast as the member slowest for its share.
+NodeCapacity group_capacity(std::span<const NodeCapacity> members, const LinkCosts& links,
+                            std::span<const GroupMember> shares);
 
 // The shares group_capacity gives `members`.
 std::vector<GroupMember> group_shares(std::span<const NodeCapacity> members);
+
+// What the cost model predicts per token for `placement` (a placement made by hand: its groups
+// with their shares), on `nodes` and `links` as measured: what place_groups would say of it.
+// Throws std::invalid_argument for a node not in `nodes`.
+double predict_placement(const Placement& placement, std::span<const NodeCapacity> nodes, const ModelFootprint& model,
+                         const LinkCosts& links, const PlacementRequest& request);
 
 // At most this many nodes are searched for every grouping (203 partitions); with more, the
 // placement compares the pipeline of single nodes with one group of them all.

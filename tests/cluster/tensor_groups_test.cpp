@@ -187,6 +187,29 @@ TEST(TensorGroups, TooLittleMemoryInEveryGroupingSaysWhatIsMissing) {
   }
 }
 
+// A placement made by hand is predicted as place_groups would predict it: a group with shares by
+// speed as one_group_seconds says, one by other shares reading as slowly as its member slowest for
+// its share, and a pipeline of nodes alone with a hop between stages.
+TEST(TensorGroups, APlacementMadeByHandIsPredictedByTheSameModel) {
+  const ModelFootprint m = model_70b();
+  const std::vector<NodeCapacity> nodes = {{"a", 64 * kGB, 30e9}, {"b", 64 * kGB, 10e9}};
+  const LinkCosts links(kTenGigabit);
+  const PlacementRequest request{kContext4096, Strategy::Speed};
+  Placement by_speed{0, {{"a", 0, 80, {{"a", 0.75}, {"b", 0.25}}}}};
+  EXPECT_NEAR(predict_placement(by_speed, nodes, m, links, request), one_group_seconds(m, 40e9, kTenGigabit, 0.75),
+              1e-9);
+  // Half each: b reads its half at 10 GB/s, as slowly as a group of 20 GB/s.
+  Placement halves{0, {{"a", 0, 80, {{"a", 0.5}, {"b", 0.5}}}}};
+  EXPECT_NEAR(predict_placement(halves, nodes, m, links, request), one_group_seconds(m, 20e9, kTenGigabit, 0.5),
+              1e-9);
+  Placement pipeline{0, {{"a", 0, 60}, {"b", 60, 80}}};
+  const double first = 60 * 490e6 / 30e9;
+  const double second = (20 * 490e6 + 500e6) / 10e9;
+  EXPECT_NEAR(predict_placement(pipeline, nodes, m, links, request), first + kDefaultHopSeconds + second, 1e-9);
+  Placement stranger{0, {{"c", 0, 80}}};
+  EXPECT_THROW(predict_placement(stranger, nodes, m, links, request), std::invalid_argument);
+}
+
 // Seven nodes are more than every grouping is searched for: the pipeline of single nodes and one
 // group of all are compared, and on a fast link the group wins.
 TEST(TensorGroups, ManyNodesCompareThePipelineWithOneGroup) {
