@@ -899,8 +899,7 @@ void Model::dense_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) {
   up_.resize(gate_.size());
   tensor::matmul({{layer.gate, gate_.data()}, {layer.up, up_.data()}}, normed_.data(), rows, pool);
   activate(gate_.data(), up_.data(), static_cast<int64_t>(gate_.size()));
-  gather(gate_, widths_.ffn, static_cast<size_t>(rows), activations_);
-  project_gathered(layer.down, activations_.data(), rows, pool);
+  gather_and_project(gate_, widths_.ffn, activations_, layer.down, rows, pool);
 }
 
 void Model::gather(std::vector<float>& mine, std::span<const int> widths, size_t rows, std::vector<float>& full) {
@@ -914,11 +913,39 @@ void Model::gather(std::vector<float>& mine, std::span<const int> widths, size_t
   exchange_->all_gather(mine, widths, rows, full);
 }
 
-void Model::project_gathered(const tensor::PreparedMatrix& w, const float* in, int rows, tensor::ThreadPool& pool) {
+void Model::project_gathered(const tensor::PreparedMatrix& w, const float* in, const std::byte* quantized_in, int rows,
+                             tensor::ThreadPool& pool) {
   const size_t n = static_cast<size_t>(rows);
   proj_part_.resize(n * static_cast<size_t>(w.source().rows));
-  tensor::matmul(w, in, rows, proj_part_.data(), pool);
+  const tensor::MatmulJob job{{w, proj_part_.data()}, in, rows, quantized_in};
+  tensor::matmul(std::span(&job, 1), pool);
   gather(proj_part_, widths_.model, n, proj_);
+}
+
+void Model::gather_and_project(std::vector<float>& mine, std::span<const int> widths, std::vector<float>& full,
+                               const tensor::PreparedMatrix& w, int rows, tensor::ThreadPool& pool) {
+  const tensor::ActivationBlocks blocks = tensor::activation_blocks(w);
+  const bool whole_blocks = blocks.elements > 0 && std::all_of(widths.begin(), widths.end(), [&](int width) {
+                              return width % blocks.elements == 0;
+                            });
+  if (exchange_ == nullptr || !whole_blocks) {
+    gather(mine, widths, static_cast<size_t>(rows), full);
+    project_gathered(w, full.data(), nullptr, rows, pool);
+    return;
+  }
+  const size_t n = static_cast<size_t>(rows);
+  const auto member = static_cast<size_t>(exchange_->member());
+  quantized_widths_.clear();
+  size_t row_bytes = 0;
+  for (const int width : widths) {
+    quantized_widths_.push_back(static_cast<size_t>(width / blocks.elements) * blocks.bytes);
+    row_bytes += quantized_widths_.back();
+  }
+  quantized_part_.resize(n * quantized_widths_[member]);
+  tensor::quantize_activations(w, mine.data(), rows, widths[member], quantized_part_.data(), pool);
+  quantized_.resize(n * row_bytes);
+  exchange_->all_gather_bytes(quantized_part_, quantized_widths_, n, quantized_);
+  project_gathered(w, nullptr, quantized_.data(), rows, pool);
 }
 
 std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::span<const Token> tokens,
@@ -979,7 +1006,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
       for (size_t row = 0; row < n; ++row) row_kv_[row]->store(l, positions_[row], k_.data() + row * c.kv_dim(), nullptr);
       attention(l, layer, pool);
       latent_values(layer, rows, pool);
-      project_gathered(layer.o, head_values_.data(), rows, pool);
+      project_gathered(layer.o, head_values_.data(), nullptr, rows, pool);
     } else {
       tensor::matmul({{layer.q, q_.data()}, {layer.k, k_.data()}, {layer.v, v_.data()}}, normed_.data(), rows, pool);
       add_bias(q_.data(), layer.q_bias, rows, own.q_dim());
@@ -995,8 +1022,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
         row_kv_[row]->store(l, positions_[row], k_.data() + row * own.kv_dim(), v_.data() + row * own.kv_dim());
       }
       attention(l, layer, pool);
-      gather(attn_out_, widths_.heads, n, heads_out_);
-      project_gathered(layer.o, heads_out_.data(), rows, pool);
+      gather_and_project(attn_out_, widths_.heads, heads_out_, layer.o, rows, pool);
     }
     add_bias(proj_.data(), layer.o_bias, rows, dim);
     if (layer.post_attention_norm != nullptr) {

@@ -60,6 +60,17 @@ std::vector<RowRange> split_rows(int rows, int unit, std::span<const double> wei
   return ranges;
 }
 
+// The unit of the FFN's rows: 256 (the K-quants' activation blocks, and so the 32-element
+// formats' too) where every member gets at least 4 of them on average, fewer leaving the
+// coarse units to skew the shares from the weights; else 32 (the 32-element formats' blocks)
+// where the dimension is whole units of them.
+int ffn_row_unit(int ffn_dim, int members) {
+  constexpr int kMinUnitsOf256 = 4;
+  if (ffn_dim % 256 == 0 && ffn_dim / 256 >= kMinUnitsOf256 * members) return 256;
+  if (ffn_dim % 32 == 0 && ffn_dim / 32 >= members) return 32;
+  return kShareRowUnit;
+}
+
 }  // namespace
 
 std::vector<TensorShare> plan_tensor_shares(const Config& config, std::span<const double> weights) {
@@ -77,7 +88,8 @@ std::vector<TensorShare> plan_tensor_shares(const Config& config, std::span<cons
                                 "'s latent attention, whose heads all read one latent KV head");
   }
   const auto kv_heads = split_rows(config.kv_head_count, 1, weights, "KV heads");
-  const auto ffn_rows = split_rows(config.ffn_dim, kShareRowUnit, weights, "units of FFN rows");
+  const int members = static_cast<int>(weights.size());
+  const auto ffn_rows = split_rows(config.ffn_dim, ffn_row_unit(config.ffn_dim, members), weights, "units of FFN rows");
   const auto model_rows = split_rows(config.embedding_dim, kShareRowUnit, weights, "units of embedding rows");
   const auto vocab_rows = split_rows(config.vocab_size, kShareRowUnit, weights, "units of vocabulary rows");
   const std::vector<RowRange> none(weights.size());

@@ -70,6 +70,25 @@ TEST(PlanTensorShares, EveryMemberGetsAtLeastOneUnit) {
   EXPECT_EQ(three[2].kv_heads, (RowRange{3, 4}));
 }
 
+// Down's input in whole activation blocks where the FFN dimension allows: units of 256 rows
+// while every member gets 4 of them on average, else of 32 rows, else of 16 (dreams_like's 172).
+TEST(PlanTensorShares, FfnRowsComeInWholeActivationBlocksWhereTheDimensionAllows) {
+  Config c = dreams_like();
+  c.ffn_dim = 2048;  // 8 units of 256
+  const auto ffn_rows = [&](const std::vector<double>& weights) {
+    std::vector<RowRange> rows;
+    for (const TensorShare& share : plan_tensor_shares(c, weights)) rows.push_back(share.ffn_rows);
+    return rows;
+  };
+  EXPECT_EQ(ffn_rows({1, 2}), (std::vector<RowRange>{{0, 768}, {768, 2048}}));
+  // 3 members would get fewer than 4 units of 256 each: units of 32, 64 of them.
+  EXPECT_EQ(ffn_rows({1, 1, 1}), (std::vector<RowRange>{{0, 704}, {704, 1376}, {1376, 2048}}));
+  c.ffn_dim = 224;  // 7 units of 32
+  EXPECT_EQ(ffn_rows({1, 1, 1}), (std::vector<RowRange>{{0, 96}, {96, 160}, {160, 224}}));
+  c.ffn_dim = 96;  // 3 units of 32 for 4 members: units of 16
+  EXPECT_EQ(ffn_rows({1, 1, 1, 1}), (std::vector<RowRange>{{0, 32}, {32, 64}, {64, 80}, {80, 96}}));
+}
+
 // A model without experts has empty expert ranges (the tests above compare them too); with
 // them, each expert's rows (64: 4 units) and the shared expert's (96: 6 units) are shared out
 // as the FFN's.
