@@ -60,14 +60,15 @@ std::vector<RowRange> split_rows(int rows, int unit, std::span<const double> wei
   return ranges;
 }
 
-// The unit of the FFN's rows: 256 (the K-quants' activation blocks, and so the 32-element
+// The unit of an FFN's intermediate rows (a dense one's, an expert's, the shared expert's),
+// which are down's input: 256 (the K-quants' activation blocks, and so the 32-element
 // formats' too) where every member gets at least 4 of them on average, fewer leaving the
 // coarse units to skew the shares from the weights; else 32 (the 32-element formats' blocks)
 // where the dimension is whole units of them.
-int ffn_row_unit(int ffn_dim, int members) {
+int ffn_row_unit(int rows, int members) {
   constexpr int kMinUnitsOf256 = 4;
-  if (ffn_dim % 256 == 0 && ffn_dim / 256 >= kMinUnitsOf256 * members) return 256;
-  if (ffn_dim % 32 == 0 && ffn_dim / 32 >= members) return 32;
+  if (rows % 256 == 0 && rows / 256 >= kMinUnitsOf256 * members) return 256;
+  if (rows % 32 == 0 && rows / 32 >= members) return 32;
   return kShareRowUnit;
 }
 
@@ -94,10 +95,14 @@ std::vector<TensorShare> plan_tensor_shares(const Config& config, std::span<cons
   const auto vocab_rows = split_rows(config.vocab_size, kShareRowUnit, weights, "units of vocabulary rows");
   const std::vector<RowRange> none(weights.size());
   const auto expert_rows =
-      config.has_experts() ? split_rows(config.expert_ffn_dim, kShareRowUnit, weights, "units of expert rows") : none;
+      config.has_experts()
+          ? split_rows(config.expert_ffn_dim, ffn_row_unit(config.expert_ffn_dim, members), weights,
+                       "units of expert rows")
+          : none;
   const auto shared_expert_rows =
       config.shared_expert_ffn_dim > 0
-          ? split_rows(config.shared_expert_ffn_dim, kShareRowUnit, weights, "units of shared expert rows")
+          ? split_rows(config.shared_expert_ffn_dim, ffn_row_unit(config.shared_expert_ffn_dim, members), weights,
+                       "units of shared expert rows")
           : none;
   std::vector<TensorShare> shares;
   for (size_t m = 0; m < weights.size(); ++m) {

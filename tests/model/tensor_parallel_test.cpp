@@ -348,7 +348,8 @@ std::vector<size_t> gathered_bytes(const std::string& model, const std::string& 
 }
 
 // Which gathers of a layer send activation blocks: its 4 are o's input, o's output, down's
-// input and down's output; every step of the script ends with one of logits.
+// input and down's output (the experts' without a shared expert); every step of the script
+// ends with one of logits.
 struct QuantizedGathers {
   bool o_input;
   bool down_input;
@@ -383,6 +384,10 @@ TEST(QuantizedGathers, OsAndDownsInputsGoAsTheirMatmulsActivationBlocks) {
   ragged[0].ffn_rows.last += 16;
   ragged[1].ffn_rows.first += 16;
   expect_gathers("llama-kv3", "Q4_0", ragged, 32, 36, {true, false});
+  // Experts' down's input: every chosen expert's activations of each row.
+  const std::shared_ptr<const gguf::File> mixtral = gguf::File::open(TestModels::path("mixtral-kv3", "F32"));
+  expect_gathers("mixtral-kv3", "Q4_0", plan_tensor_shares(Config::from_gguf(*mixtral), std::vector<double>{1, 3}),
+                 32, 36, {true, true});
   // 260 bytes a block of 256. Three members' FFN rows go in units of 32, no whole blocks of 256.
   const std::shared_ptr<const gguf::File> k256 = gguf::File::open(TestModels::path("qwen3-k256", "F32"));
   expect_gathers("qwen3-k256", "Q4_K_M", plan_tensor_shares(Config::from_gguf(*k256), std::vector<double>{2, 1}),

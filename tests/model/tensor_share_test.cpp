@@ -90,8 +90,8 @@ TEST(PlanTensorShares, FfnRowsComeInWholeActivationBlocksWhereTheDimensionAllows
 }
 
 // A model without experts has empty expert ranges (the tests above compare them too); with
-// them, each expert's rows (64: 4 units) and the shared expert's (96: 6 units) are shared out
-// as the FFN's.
+// them, each expert's rows (64: 2 units of 32) and the shared expert's (96: 3 units of 32)
+// are shared out as the FFN's.
 TEST(PlanTensorShares, SharesTheExpertsRowsAsTheFfns) {
   Config c = dreams_like();
   c.expert_count = 8;
@@ -99,8 +99,8 @@ TEST(PlanTensorShares, SharesTheExpertsRowsAsTheFfns) {
   c.expert_ffn_dim = 64;
   c.shared_expert_ffn_dim = 96;
   const auto shares = plan_tensor_shares(c, std::vector<double>{1, 2});
-  EXPECT_EQ(shares[0].expert_rows, (RowRange{0, 16}));
-  EXPECT_EQ(shares[1].expert_rows, (RowRange{16, 64}));
+  EXPECT_EQ(shares[0].expert_rows, (RowRange{0, 32}));
+  EXPECT_EQ(shares[1].expert_rows, (RowRange{32, 64}));
   EXPECT_EQ(shares[0].shared_expert_rows, (RowRange{0, 32}));
   EXPECT_EQ(shares[1].shared_expert_rows, (RowRange{32, 96}));
   c.shared_expert_ffn_dim = 0;
