@@ -122,7 +122,9 @@ int main(int argc, char** argv) {
     const Decode one = decode(*whole, steps, nullptr);
     std::vector<Decode> runs(static_cast<size_t>(members));
     std::vector<std::thread> threads;
-    for (int m = 0; m < members; ++m) threads.emplace_back([&, m] { runs[m] = decode(*parts[m], steps, counted[m].get()); });
+    for (int m = 0; m < members; ++m) {
+      threads.emplace_back([&, m] { runs[m] = decode(*parts[m], steps, counted[m].get()); });
+    }
     for (std::thread& t : threads) t.join();
     for (const Decode& run : runs) same_tokens = same_tokens && run.tokens == one.tokens;
     alone.push_back(one.tokens_per_second);

@@ -856,9 +856,8 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   }
   activate(expert_gate_.data(), expert_up_.data(), static_cast<int64_t>(slot_count * ffn));
   activate(gate_.data(), up_.data(), static_cast<int64_t>(n * shared_ffn));
-  // Every member's rows of the activations, the down products' input.
-  // Every expert's down is of one tensor, so of one type: the first one's activation blocks
-  // are every one's.
+  // Every member's rows of the activations, the down products' input. Every expert's down is
+  // of one tensor, so of one type: the first one's activation blocks are every one's.
   const InputRows experts_in = gather_input(layer.expert_down.front(), expert_gate_, widths_.experts, slot_count,
                                             expert_activations_, quantized_in_, pool);
   const InputRows shared_in =
@@ -1018,7 +1017,8 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
       for (size_t row = 0; row < n; ++row) row_kv_[row]->store(l, positions_[row], k_.data() + row * c.kv_dim(), nullptr);
       attention(l, layer, pool);
       latent_values(layer, rows, pool);
-      project_gathered(layer.o, {head_values_.data(), nullptr, static_cast<size_t>(layer.o.source().cols)}, rows, pool);
+      project_gathered(layer.o, {head_values_.data(), nullptr, static_cast<size_t>(layer.o.source().cols)}, rows,
+                       pool);
     } else {
       tensor::matmul({{layer.q, q_.data()}, {layer.k, k_.data()}, {layer.v, v_.data()}}, normed_.data(), rows, pool);
       add_bias(q_.data(), layer.q_bias, rows, own.q_dim());

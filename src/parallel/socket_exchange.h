@@ -21,10 +21,10 @@ inline constexpr std::chrono::milliseconds kDefaultSilenceLimit{60'000};
 
 // Member `member` of a group whose members are connected pairwise: peers[j] is its stream to
 // member j, null at its own index.
-// all_gather sends this member's part to every other member as one frame (the call's number,
-// the rows and the width in bytes, then the bytes, whose floats are in the host's byte order: a
-// group's machines share an architecture) and reads theirs, polling all streams at once so that large parts cannot block
-// each other's sends. Throws std::runtime_error naming the member for a lost connection, a
+// all_gather_bytes sends this member's part to every other member as one frame (the call's
+// number, the rows and the width in bytes, then the bytes, whose floats are in the host's byte
+// order: a group's machines share an architecture) and reads theirs, polling all streams at
+// once so that large parts cannot block each other's sends. Throws std::runtime_error naming the member for a lost connection, a
 // frame that is not the call's, or a peer silent for longer than `silence_limit`; and, once
 // abort() was called, at once on every call.
 class SocketExchange final : public model::Exchange {
