@@ -3,14 +3,18 @@
 // each, alternately, `reps` times, each run a prompt of 8 tokens and then `tokens` greedy
 // decode steps on a fresh sequence. Random weights of a real shape serve (`strata gguf synth`,
 // a few of TinyLlama's layers with --layers). Prints each run's decode tokens/s, the medians
-// and their ratio, and checks that the group chose the Model's tokens. With `sockets` the
-// members gather over Unix socket pairs (parallel::SocketExchange) rather than in memory.
+// and their ratio, the bytes member 0 sent to the gathers per decode step, and checks that the
+// group chose the Model's tokens. With `sockets` the members gather over Unix socket pairs
+// (parallel::SocketExchange) rather than in memory.
 //   tensor_parallel_bench MODEL.gguf [tokens] [reps] [members] [sockets]
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,20 +35,44 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// A member's exchange that counts the bytes of its parts.
+class CountingExchange final : public model::Exchange {
+ public:
+  explicit CountingExchange(model::Exchange& inner) : inner_(inner) {}
+  int member() const override { return inner_.member(); }
+  int size() const override { return inner_.size(); }
+  void all_gather_bytes(std::span<const std::byte> mine, std::span<const size_t> widths, size_t rows,
+                        std::span<std::byte> full) override {
+    sent += mine.size();
+    inner_.all_gather_bytes(mine, widths, rows, full);
+  }
+  void abort() override { inner_.abort(); }
+  uint64_t sent = 0;
+
+ private:
+  model::Exchange& inner_;
+};
+
 struct Decode {
   std::vector<model::Token> tokens;  // the greedy choices
   double tokens_per_second = 0.0;
+  double bytes_per_token = 0.0;  // sent to the gathers, by a member
 };
 
-// One member's run (or the Model's): the prompt, then `steps` greedy decode steps, timed.
-Decode decode(model::Model& m, int steps) {
+// One member's run (or the Model's, without `exchange`): the prompt, then `steps` greedy
+// decode steps, timed.
+Decode decode(model::Model& m, int steps, const CountingExchange* exchange) {
   tensor::ThreadPool pool(1);
   auto kv = m.new_sequence(8 + steps);
   std::vector<model::Token> input{1, 15, 300, 4000, 52, 9, 777, 2048};
   Decode run;
   Clock::time_point start;
+  uint64_t sent_before = 0;
   for (int step = 0; step <= steps; ++step) {
-    if (step == 1) start = Clock::now();  // after the prompt
+    if (step == 1) {  // after the prompt
+      start = Clock::now();
+      if (exchange != nullptr) sent_before = exchange->sent;
+    }
     model::SequenceSlice slice{kv.get(), static_cast<int>(input.size()), model::SliceOutput::LastLogits};
     const std::vector<float> logits = m.forward({&slice, 1}, input, {}, pool);
     const auto best = static_cast<model::Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -52,6 +80,7 @@ Decode decode(model::Model& m, int steps) {
     input = {best};
   }
   run.tokens_per_second = steps / std::chrono::duration<double>(Clock::now() - start).count();
+  if (exchange != nullptr) run.bytes_per_token = static_cast<double>(exchange->sent - sent_before) / steps;
   return run;
 }
 
@@ -77,10 +106,12 @@ int main(int argc, char** argv) {
   for (const std::vector<int>& peers : parallel::socket_pair_mesh(sockets ? members : 0)) {
     links.push_back(std::make_unique<parallel::SocketExchange>(static_cast<int>(links.size()), peers));
   }
+  std::vector<std::unique_ptr<CountingExchange>> counted;
   std::vector<std::unique_ptr<model::Model>> parts;
   for (int m = 0; m < members; ++m) {
-    model::Exchange& exchange = sockets ? *links[static_cast<size_t>(m)] : group.member(m);
-    parts.push_back(model::Model::load_share(file, range, shares, exchange));
+    counted.push_back(
+        std::make_unique<CountingExchange>(sockets ? *links[static_cast<size_t>(m)] : group.member(m)));
+    parts.push_back(model::Model::load_share(file, range, shares, *counted.back()));
   }
 
   std::printf("%d layers, %d decode steps per run, %d members of 1 thread (%s) against 1 Model of 1 thread\n",
@@ -88,15 +119,18 @@ int main(int argc, char** argv) {
   std::vector<double> alone, together;
   bool same_tokens = true;
   for (int rep = 0; rep < reps; ++rep) {
-    const Decode one = decode(*whole, steps);
+    const Decode one = decode(*whole, steps, nullptr);
     std::vector<Decode> runs(static_cast<size_t>(members));
     std::vector<std::thread> threads;
-    for (int m = 0; m < members; ++m) threads.emplace_back([&, m] { runs[m] = decode(*parts[m], steps); });
+    for (int m = 0; m < members; ++m) {
+      threads.emplace_back([&, m] { runs[m] = decode(*parts[m], steps, counted[m].get()); });
+    }
     for (std::thread& t : threads) t.join();
     for (const Decode& run : runs) same_tokens = same_tokens && run.tokens == one.tokens;
     alone.push_back(one.tokens_per_second);
     together.push_back(runs[0].tokens_per_second);
-    std::printf("rep %d: model %.2f tokens/s, group %.2f tokens/s\n", rep, alone.back(), together.back());
+    std::printf("rep %d: model %.2f tokens/s, group %.2f tokens/s, member 0 gathered %.0f bytes a token\n", rep,
+                alone.back(), together.back(), runs[0].bytes_per_token);
   }
   std::printf("median: model %.2f tokens/s, group %.2f tokens/s, ratio %.2f\n", median(alone), median(together),
               median(together) / median(alone));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <stdexcept>
@@ -52,22 +53,21 @@ class LocalGroup::Member final : public Exchange {
   int member() const override { return index_; }
   int size() const override { return static_cast<int>(group_.members.size()); }
 
-  void all_gather(std::span<const float> mine, std::span<const int> widths, size_t rows,
-                  std::span<float> full) override {
+  void all_gather_bytes(std::span<const std::byte> mine, std::span<const size_t> widths, size_t rows,
+                        std::span<std::byte> full) override {
     const size_t members = group_.members.size();
     if (widths.size() != members) throw std::invalid_argument("all_gather needs one width per member");
     size_t row_width = 0;
-    for (const int w : widths) row_width += static_cast<size_t>(w);
-    if (mine.size() != rows * static_cast<size_t>(widths[static_cast<size_t>(index_)]) ||
-        full.size() != rows * row_width) {
+    for (const size_t w : widths) row_width += w;
+    if (mine.size() != rows * widths[static_cast<size_t>(index_)] || full.size() != rows * row_width) {
       throw std::invalid_argument("all_gather's rows do not match the widths");
     }
     posted_[parity_].assign(mine.begin(), mine.end());
     group_.arrive_and_wait();
     size_t column = 0;
     for (size_t m = 0; m < members; ++m) {
-      const size_t width = static_cast<size_t>(widths[m]);
-      const float* part = group_.members[m]->posted_[parity_].data();
+      const size_t width = widths[m];
+      const std::byte* part = group_.members[m]->posted_[parity_].data();
       for (size_t r = 0; r < rows; ++r) {
         std::copy(part + r * width, part + (r + 1) * width, full.data() + r * row_width + column);
       }
@@ -80,9 +80,16 @@ class LocalGroup::Member final : public Exchange {
  private:
   State& group_;
   const int index_;
-  std::vector<float> posted_[2];
+  std::vector<std::byte> posted_[2];
   int parity_ = 0;
 };
+
+void Exchange::all_gather(std::span<const float> mine, std::span<const int> widths, size_t rows,
+                          std::span<float> full) {
+  std::vector<size_t> bytes;
+  for (const int w : widths) bytes.push_back(static_cast<size_t>(w) * sizeof(float));
+  all_gather_bytes(std::as_bytes(mine), bytes, rows, std::as_writable_bytes(full));
+}
 
 LocalGroup::LocalGroup(int members) {
   if (members < 1) throw std::invalid_argument("a group needs at least one member, not " + std::to_string(members));

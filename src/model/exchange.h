@@ -13,12 +13,15 @@ class Exchange {
   virtual ~Exchange() = default;
   virtual int member() const = 0;  // this member's index, 0..size() - 1
   virtual int size() const = 0;
-  // Every member calls this with the same `widths` (each member's part of a row) and `rows`, in
-  // the same sequence of calls. `mine` is this member's parts of the rows, rows x
+  // Every member calls this with the same `widths` (each member's part of a row, in bytes) and
+  // `rows`, in the same sequence of calls. `mine` is this member's parts of the rows, rows x
   // widths[member()]; `full` receives the rows whole, rows x (sum of widths), each row the
-  // members' parts in member order.
-  virtual void all_gather(std::span<const float> mine, std::span<const int> widths, size_t rows,
-                          std::span<float> full) = 0;
+  // members' parts in member order. Bytes, so that a member can send its part of a row as the
+  // next matmul would quantize it (tensor::quantize_activations) rather than as floats.
+  virtual void all_gather_bytes(std::span<const std::byte> mine, std::span<const size_t> widths, size_t rows,
+                                std::span<std::byte> full) = 0;
+  // all_gather_bytes of float rows, widths in floats.
+  void all_gather(std::span<const float> mine, std::span<const int> widths, size_t rows, std::span<float> full);
   // From any thread: a gather of this member that waits, and every later one, throws at once,
   // and so do the others' (they cannot finish without it). For a member whose group cannot
   // finish its step because another member is lost.

@@ -856,18 +856,22 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   }
   activate(expert_gate_.data(), expert_up_.data(), static_cast<int64_t>(slot_count * ffn));
   activate(gate_.data(), up_.data(), static_cast<int64_t>(n * shared_ffn));
-  // Every member's rows of the activations, the down products' input.
-  const size_t full_ffn = static_cast<size_t>(c.expert_ffn_dim);
-  gather(expert_gate_, widths_.experts, slot_count, expert_activations_);
-  if (shared_ffn > 0) gather(gate_, widths_.shared_expert, n, activations_);
+  // Every member's rows of the activations, the down products' input. Every expert's down is
+  // of one tensor, so of one type: the first one's activation blocks are every one's.
+  const InputRows experts_in = gather_input(layer.expert_down.front(), expert_gate_, widths_.experts, slot_count,
+                                            expert_activations_, quantized_in_, pool);
+  const InputRows shared_in =
+      shared_ffn > 0 ? gather_input(layer.shared_down, gate_, widths_.shared_expert, n, activations_,
+                                    shared_quantized_in_, pool)
+                     : InputRows{};
   expert_out_part_.resize(slot_count * part_dim);
   shared_out_part_.resize(n * part_dim);
   expert_jobs_.clear();
   each_expert([&](size_t e, size_t first, int64_t count) {
-    expert_jobs_.push_back({{layer.expert_down[e], expert_out_part_.data() + first * part_dim},
-                            expert_activations_.data() + first * full_ffn, count});
+    expert_jobs_.push_back(
+        experts_in.job({layer.expert_down[e], expert_out_part_.data() + first * part_dim}, first, count));
   });
-  if (shared_ffn > 0) expert_jobs_.push_back({{layer.shared_down, shared_out_part_.data()}, activations_.data(), rows});
+  if (shared_ffn > 0) expert_jobs_.push_back(shared_in.job({layer.shared_down, shared_out_part_.data()}, 0, rows));
   tensor::matmul(expert_jobs_, pool);
   gather(expert_out_part_, widths_.model, slot_count, expert_out_);
   if (shared_ffn > 0) gather(shared_out_part_, widths_.model, n, shared_out_);
@@ -899,8 +903,9 @@ void Model::dense_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) {
   up_.resize(gate_.size());
   tensor::matmul({{layer.gate, gate_.data()}, {layer.up, up_.data()}}, normed_.data(), rows, pool);
   activate(gate_.data(), up_.data(), static_cast<int64_t>(gate_.size()));
-  gather(gate_, widths_.ffn, static_cast<size_t>(rows), activations_);
-  project_gathered(layer.down, activations_.data(), rows, pool);
+  const InputRows in = gather_input(layer.down, gate_, widths_.ffn, static_cast<size_t>(rows), activations_,
+                                    quantized_in_, pool);
+  project_gathered(layer.down, in, rows, pool);
 }
 
 void Model::gather(std::vector<float>& mine, std::span<const int> widths, size_t rows, std::vector<float>& full) {
@@ -914,10 +919,43 @@ void Model::gather(std::vector<float>& mine, std::span<const int> widths, size_t
   exchange_->all_gather(mine, widths, rows, full);
 }
 
-void Model::project_gathered(const tensor::PreparedMatrix& w, const float* in, int rows, tensor::ThreadPool& pool) {
+tensor::MatmulJob Model::InputRows::job(tensor::Product product, size_t first, int64_t count) const {
+  return {product, x != nullptr ? x + first * row_size : nullptr, count,
+          quantized != nullptr ? quantized + first * row_size : nullptr};
+}
+
+Model::InputRows Model::gather_input(const tensor::PreparedMatrix& w, std::vector<float>& mine,
+                                     std::span<const int> widths, size_t rows, std::vector<float>& full,
+                                     std::vector<std::byte>& quantized, tensor::ThreadPool& pool) {
+  const tensor::ActivationBlocks blocks = tensor::activation_blocks(w);
+  const bool whole_blocks = blocks.elements > 0 && std::all_of(widths.begin(), widths.end(), [&](int width) {
+                              return width % blocks.elements == 0;
+                            });
+  if (exchange_ == nullptr || !whole_blocks) {
+    gather(mine, widths, rows, full);
+    return {full.data(), nullptr, static_cast<size_t>(w.source().cols)};
+  }
+  const auto member = static_cast<size_t>(exchange_->member());
+  quantized_widths_.clear();
+  size_t row_bytes = 0;
+  for (const int width : widths) {
+    quantized_widths_.push_back(static_cast<size_t>(width / blocks.elements) * blocks.bytes);
+    row_bytes += quantized_widths_.back();
+  }
+  quantized_part_.resize(rows * quantized_widths_[member]);
+  tensor::quantize_activations(w, mine.data(), static_cast<int64_t>(rows), widths[member], quantized_part_.data(),
+                               pool);
+  quantized.resize(rows * row_bytes);
+  exchange_->all_gather_bytes(quantized_part_, quantized_widths_, rows, quantized);
+  return {nullptr, quantized.data(), row_bytes};
+}
+
+void Model::project_gathered(const tensor::PreparedMatrix& w, const InputRows& in, int rows,
+                             tensor::ThreadPool& pool) {
   const size_t n = static_cast<size_t>(rows);
   proj_part_.resize(n * static_cast<size_t>(w.source().rows));
-  tensor::matmul(w, in, rows, proj_part_.data(), pool);
+  const tensor::MatmulJob job = in.job({w, proj_part_.data()}, 0, rows);
+  tensor::matmul(std::span(&job, 1), pool);
   gather(proj_part_, widths_.model, n, proj_);
 }
 
@@ -979,7 +1017,8 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
       for (size_t row = 0; row < n; ++row) row_kv_[row]->store(l, positions_[row], k_.data() + row * c.kv_dim(), nullptr);
       attention(l, layer, pool);
       latent_values(layer, rows, pool);
-      project_gathered(layer.o, head_values_.data(), rows, pool);
+      project_gathered(layer.o, {head_values_.data(), nullptr, static_cast<size_t>(layer.o.source().cols)}, rows,
+                       pool);
     } else {
       tensor::matmul({{layer.q, q_.data()}, {layer.k, k_.data()}, {layer.v, v_.data()}}, normed_.data(), rows, pool);
       add_bias(q_.data(), layer.q_bias, rows, own.q_dim());
@@ -995,8 +1034,8 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
         row_kv_[row]->store(l, positions_[row], k_.data() + row * own.kv_dim(), v_.data() + row * own.kv_dim());
       }
       attention(l, layer, pool);
-      gather(attn_out_, widths_.heads, n, heads_out_);
-      project_gathered(layer.o, heads_out_.data(), rows, pool);
+      project_gathered(layer.o, gather_input(layer.o, attn_out_, widths_.heads, n, heads_out_, quantized_in_, pool),
+                       rows, pool);
     }
     add_bias(proj_.data(), layer.o_bias, rows, dim);
     if (layer.post_attention_norm != nullptr) {

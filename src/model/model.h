@@ -141,8 +141,25 @@ class Model {
   // parts of a row. A whole model has every part already: the vectors swap. `mine` is thus left
   // with no particular size.
   void gather(std::vector<float>& mine, std::span<const int> widths, size_t rows, std::vector<float>& full);
+  // A matmul's input rows: floats, or (quantized set) the blocks tensor::quantize_activations
+  // made of them for the matrix; row_size is a row's floats or bytes.
+  struct InputRows {
+    const float* x = nullptr;
+    const std::byte* quantized = nullptr;
+    size_t row_size = 0;
+    // The job of `product` over `count` of the rows from row `first`.
+    tensor::MatmulJob job(tensor::Product product, size_t first, int64_t count) const;
+  };
+  // The rows whose parts the members hold in `mine` (widths as gather's), gathered whole as
+  // w's input. Where w quantizes its input and every part is whole activation blocks, the
+  // members gather the blocks w's matmul makes, into `quantized`: about a quarter of the
+  // floats' bytes, and the same bits as quantizing the whole rows. Floats into `full`
+  // otherwise.
+  InputRows gather_input(const tensor::PreparedMatrix& w, std::vector<float>& mine, std::span<const int> widths,
+                         size_t rows, std::vector<float>& full, std::vector<std::byte>& quantized,
+                         tensor::ThreadPool& pool);
   // proj_ = w (all of its rows, from every member's share of them) times `rows` rows of `in`.
-  void project_gathered(const tensor::PreparedMatrix& w, const float* in, int rows, tensor::ThreadPool& pool);
+  void project_gathered(const tensor::PreparedMatrix& w, const InputRows& in, int rows, tensor::ThreadPool& pool);
   void embed(std::span<const Token> tokens, float* out) const;
   // Each batch row attends over its own sequence's cache: rows 0..its position, or in a
   // sliding layer the last sliding_window of them.
@@ -204,6 +221,12 @@ class Model {
   // and the FFN's activations (down's input). This member's part of o's or down's output, which
   // proj_ is gathered from.
   std::vector<float> heads_out_, activations_, proj_part_;
+  // gather_input's quantized rows: this member's parts, with the members' parts of a row in
+  // bytes; then o's or down's input gathered (the experts' down's with experts), and the
+  // shared expert's down's.
+  std::vector<std::byte> quantized_part_;
+  std::vector<size_t> quantized_widths_;
+  std::vector<std::byte> quantized_in_, shared_quantized_in_;
   // Latent attention: q_a's rows, q_b's (or q's), one head's rows gathered and computed, and
   // every head's value.
   std::vector<float> q_compressed_, head_queries_, head_in_, head_out_, head_values_;

@@ -60,6 +60,18 @@ std::vector<RowRange> split_rows(int rows, int unit, std::span<const double> wei
   return ranges;
 }
 
+// The unit of an FFN's intermediate rows (a dense one's, an expert's, the shared expert's),
+// which are down's input: 256 (the K-quants' activation blocks, and so the 32-element
+// formats' too) where every member gets at least 4 of them on average, fewer leaving the
+// coarse units to skew the shares from the weights; else 32 (the 32-element formats' blocks)
+// where the dimension is whole units of them.
+int ffn_row_unit(int rows, int members) {
+  constexpr int kMinUnitsOf256 = 4;
+  if (rows % 256 == 0 && rows / 256 >= kMinUnitsOf256 * members) return 256;
+  if (rows % 32 == 0 && rows / 32 >= members) return 32;
+  return kShareRowUnit;
+}
+
 }  // namespace
 
 std::vector<TensorShare> plan_tensor_shares(const Config& config, std::span<const double> weights) {
@@ -77,15 +89,20 @@ std::vector<TensorShare> plan_tensor_shares(const Config& config, std::span<cons
                                 "'s latent attention, whose heads all read one latent KV head");
   }
   const auto kv_heads = split_rows(config.kv_head_count, 1, weights, "KV heads");
-  const auto ffn_rows = split_rows(config.ffn_dim, kShareRowUnit, weights, "units of FFN rows");
+  const int members = static_cast<int>(weights.size());
+  const auto ffn_rows = split_rows(config.ffn_dim, ffn_row_unit(config.ffn_dim, members), weights, "units of FFN rows");
   const auto model_rows = split_rows(config.embedding_dim, kShareRowUnit, weights, "units of embedding rows");
   const auto vocab_rows = split_rows(config.vocab_size, kShareRowUnit, weights, "units of vocabulary rows");
   const std::vector<RowRange> none(weights.size());
   const auto expert_rows =
-      config.has_experts() ? split_rows(config.expert_ffn_dim, kShareRowUnit, weights, "units of expert rows") : none;
+      config.has_experts()
+          ? split_rows(config.expert_ffn_dim, ffn_row_unit(config.expert_ffn_dim, members), weights,
+                       "units of expert rows")
+          : none;
   const auto shared_expert_rows =
       config.shared_expert_ffn_dim > 0
-          ? split_rows(config.shared_expert_ffn_dim, kShareRowUnit, weights, "units of shared expert rows")
+          ? split_rows(config.shared_expert_ffn_dim, ffn_row_unit(config.shared_expert_ffn_dim, members), weights,
+                       "units of shared expert rows")
           : none;
   std::vector<TensorShare> shares;
   for (size_t m = 0; m < weights.size(); ++m) {

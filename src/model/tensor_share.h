@@ -43,9 +43,12 @@ constexpr int kShareRowUnit = 16;
 
 // The members' shares, in member order, each dimension shared out in proportion to `weights`
 // (e.g. the members' measured speeds) by largest remainders, every member getting at least one
-// unit of each. Throws std::invalid_argument naming the reason for a weight that is not positive
-// and finite, more members than the model has KV heads (or units of a dimension), and latent
-// attention, whose heads share one latent KV head.
+// unit of each. The FFN's rows (and each expert's, and the shared expert's) go in units of 256
+// or 32 where the dimension allows, so that each member's part of down's input is whole
+// activation blocks, which the members gather quantized (tensor::activation_blocks). Throws
+// std::invalid_argument naming the reason for a weight that is not positive and finite, more
+// members than the model has KV heads (or units of a dimension), and latent attention, whose
+// heads share one latent KV head.
 std::vector<TensorShare> plan_tensor_shares(const Config& config, std::span<const double> weights);
 
 }  // namespace strata::model

@@ -139,46 +139,41 @@ std::runtime_error SocketExchange::aborted_error() const {
   return std::runtime_error("tensor-parallel member " + std::to_string(member_) + ": aborted");
 }
 
-void SocketExchange::all_gather(std::span<const float> mine, std::span<const int> widths, size_t rows,
-                                std::span<float> full) {
+void SocketExchange::all_gather_bytes(std::span<const std::byte> mine, std::span<const size_t> widths, size_t rows,
+                                      std::span<std::byte> full) {
   const size_t members = peers_.size();
   if (widths.size() != members) throw std::invalid_argument("all_gather needs one width per member");
   size_t row_width = 0;
-  for (const int w : widths) row_width += static_cast<size_t>(w);
-  if (mine.size() != rows * static_cast<size_t>(widths[static_cast<size_t>(member_)]) ||
-      full.size() != rows * row_width) {
+  for (const size_t w : widths) row_width += w;
+  if (mine.size() != rows * widths[static_cast<size_t>(member_)] || full.size() != rows * row_width) {
     throw std::invalid_argument("all_gather's rows do not match the widths");
   }
   if (aborted_) throw aborted_error();
-  const FrameHeader header{calls_, rows, static_cast<uint64_t>(widths[static_cast<size_t>(member_)])};
-  sent_.resize(sizeof header + mine.size_bytes());
+  const FrameHeader header{calls_, rows, widths[static_cast<size_t>(member_)]};
+  sent_.resize(sizeof header + mine.size());
   std::memcpy(sent_.data(), &header, sizeof header);
   // copy_n rather than memcpy: a part of no rows may have no storage (a null pointer).
-  std::copy_n(reinterpret_cast<const std::byte*>(mine.data()), mine.size_bytes(), sent_.data() + sizeof header);
+  std::copy_n(mine.data(), mine.size(), sent_.data() + sizeof header);
   for (size_t m = 0; m < members; ++m) {
-    received_[m].resize(m == static_cast<size_t>(member_)
-                            ? 0
-                            : sizeof(FrameHeader) + rows * static_cast<size_t>(widths[m]) * sizeof(float));
+    received_[m].resize(m == static_cast<size_t>(member_) ? 0 : sizeof(FrameHeader) + rows * widths[m]);
   }
   transfer();
   size_t column = 0;
   for (size_t m = 0; m < members; ++m) {
-    const size_t width = static_cast<size_t>(widths[m]);
-    const auto* part = reinterpret_cast<const std::byte*>(mine.data());
+    const size_t width = widths[m];
+    const std::byte* part = mine.data();
     if (m != static_cast<size_t>(member_)) {
       FrameHeader theirs;
       std::memcpy(&theirs, received_[m].data(), sizeof theirs);
       if (theirs.call != calls_ || theirs.rows != rows || theirs.width != width) {
         throw member_error(m, "sent call " + std::to_string(theirs.call) + " of " + std::to_string(theirs.rows) +
-                                  " x " + std::to_string(theirs.width) + ", not call " + std::to_string(calls_) +
-                                  " of " + std::to_string(rows) + " x " + std::to_string(width));
+                                  " x " + std::to_string(theirs.width) + " bytes, not call " +
+                                  std::to_string(calls_) + " of " + std::to_string(rows) + " x " +
+                                  std::to_string(width) + " bytes");
       }
       part = received_[m].data() + sizeof theirs;
     }
-    for (size_t r = 0; r < rows; ++r) {
-      std::copy_n(part + r * width * sizeof(float), width * sizeof(float),
-                  reinterpret_cast<std::byte*>(full.data() + r * row_width + column));
-    }
+    for (size_t r = 0; r < rows; ++r) std::copy_n(part + r * width, width, full.data() + r * row_width + column);
     column += width;
   }
   ++calls_;

@@ -21,10 +21,10 @@ inline constexpr std::chrono::milliseconds kDefaultSilenceLimit{60'000};
 
 // Member `member` of a group whose members are connected pairwise: peers[j] is its stream to
 // member j, null at its own index.
-// all_gather sends this member's part to every other member as one frame (the call's number,
-// the rows and the width, then the floats in the host's byte order: a group's machines share an
-// architecture) and reads theirs, polling all streams at once so that large parts cannot block
-// each other's sends. Throws std::runtime_error naming the member for a lost connection, a
+// all_gather_bytes sends this member's part to every other member as one frame (the call's
+// number, the rows and the width in bytes, then the bytes, whose floats are in the host's byte
+// order: a group's machines share an architecture) and reads theirs, polling all streams at
+// once so that large parts cannot block each other's sends. Throws std::runtime_error naming the member for a lost connection, a
 // frame that is not the call's, or a peer silent for longer than `silence_limit`; and, once
 // abort() was called, at once on every call.
 class SocketExchange final : public model::Exchange {
@@ -40,8 +40,8 @@ class SocketExchange final : public model::Exchange {
 
   int member() const override { return member_; }
   int size() const override { return static_cast<int>(peers_.size()); }
-  void all_gather(std::span<const float> mine, std::span<const int> widths, size_t rows,
-                  std::span<float> full) override;
+  void all_gather_bytes(std::span<const std::byte> mine, std::span<const size_t> widths, size_t rows,
+                        std::span<std::byte> full) override;
   // From any thread: breaks the group, for a member whose step failed elsewhere. A gather
   // waiting now throws promptly, and so does every later one; its connections are shut down,
   // so the other members' gathers end too, naming this member.

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <span>
 #include <stdexcept>
@@ -80,14 +81,69 @@ int sum_of(const int8_t* qs, int n) {
   return sum;
 }
 
+// An activation block as quantize_activations hands it out: what quantizing its values
+// decides. The sums and starts are found again from qs, and the starts depend on the weights'
+// offset, so the block serves a matrix of any format of its size.
+template <int kBlock>
+struct PackedActivation {
+  float d;
+  int8_t qs[kBlock];
+};
+static_assert(sizeof(PackedActivation<kQK>) == 36 && sizeof(PackedActivation<kQK_K>) == 260);
+
 template <class Activation>
-void quantize_interleaved(const float* x, int64_t cols, int offset, Activation* out) {
+using PackedOf = PackedActivation<static_cast<int>(sizeof(Activation::qs))>;
+
+// An input row of a quantized matmul: floats to quantize, or packed blocks.
+struct InputRow {
+  const float* x;
+  const std::byte* packed;
+  int64_t cols;
+};
+
+// fn over rows [0, rows): on the calling thread when there are fewer rows than threads, which
+// would wait on each other longer than quantizing takes.
+void for_rows(int64_t rows, ThreadPool& pool, const std::function<void(int64_t, int64_t)>& fn) {
+  if (rows < pool.size()) {
+    fn(0, rows);
+  } else {
+    pool.parallel_for(rows, fn);
+  }
+}
+
+// Rows of x quantized into PackedActivation<kBlock>s, as quantize_interleaved quantizes them.
+template <int kBlock>
+void quantize_packed(const float* x, int64_t n_tokens, int64_t cols, std::byte* out, ThreadPool& pool) {
+  using Packed = PackedActivation<kBlock>;
+  const int64_t blocks = cols / kBlock;
+  const auto quantize_block = kernels::active_vector_ops().quantize_int8;
+  for_rows(n_tokens, pool, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        std::byte* packed = out + (t * blocks + b) * static_cast<int64_t>(sizeof(Packed));
+        const float d =
+            quantize_block(x + t * cols + b * kBlock, kBlock, reinterpret_cast<int8_t*>(packed + offsetof(Packed, qs)));
+        std::memcpy(packed + offsetof(Packed, d), &d, sizeof(d));
+      }
+    }
+  });
+}
+
+// Quantizes a row, or unpacks it, into the activation layout a kernel reads.
+template <class Activation>
+void quantize_interleaved(const InputRow& row, int offset, Activation* out) {
   constexpr int kBlock = static_cast<int>(sizeof(Activation::qs));
   // Looked up once per row: the public quantize_int8 would look up the active ISA per block.
   const auto quantize_block = kernels::active_vector_ops().quantize_int8;
-  for (int64_t b = 0; b < cols / kBlock; ++b) {
+  for (int64_t b = 0; b < row.cols / kBlock; ++b) {
     Activation& a = out[b];
-    a.d = quantize_block(x + b * kBlock, kBlock, a.qs);
+    if (row.x != nullptr) {
+      a.d = quantize_block(row.x + b * kBlock, kBlock, a.qs);
+    } else {
+      const std::byte* packed = row.packed + b * static_cast<int64_t>(sizeof(PackedOf<Activation>));
+      std::memcpy(&a.d, packed + offsetof(PackedOf<Activation>, d), sizeof(a.d));
+      std::memcpy(a.qs, packed + offsetof(PackedOf<Activation>, qs), kBlock);
+    }
     if constexpr (kBlock == kQK) {
       const int sum = sum_of(a.qs, kBlock);
       a.start = -offset * sum;
@@ -268,7 +324,8 @@ void interleaved_matmul(std::span<const MatmulJob> jobs, ThreadPool& pool) {
   first_token_row.resize(jobs.size());
   size_t token_rows_total = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
-    const bool shared = i > 0 && jobs[i].x == jobs[i - 1].x && jobs[i].n_tokens == jobs[i - 1].n_tokens &&
+    const bool shared = i > 0 && jobs[i].x == jobs[i - 1].x && jobs[i].quantized_x == jobs[i - 1].quantized_x &&
+                        jobs[i].n_tokens == jobs[i - 1].n_tokens &&
                         jobs[i].product.w.source().cols == jobs[i - 1].product.w.source().cols;
     first_token_row[i] = shared ? first_token_row[i - 1] : token_rows_total;
     if (!shared) token_rows_total += static_cast<size_t>(jobs[i].n_tokens);
@@ -284,8 +341,7 @@ void interleaved_matmul(std::span<const MatmulJob> jobs, ThreadPool& pool) {
   } else {
     // One quantized row per distinct input row, in job order, of cols / block activations.
     struct Row {
-      const float* x;
-      int64_t cols;
+      InputRow input;
       size_t first_activation;
     };
     thread_local std::vector<Row> row_buffer;
@@ -295,8 +351,12 @@ void interleaved_matmul(std::span<const MatmulJob> jobs, ThreadPool& pool) {
     for (size_t i = 0; i < jobs.size(); ++i) {
       if (i > 0 && first_token_row[i] == first_token_row[i - 1]) continue;
       const int64_t cols = jobs[i].product.w.source().cols;
+      const int64_t packed_row = cols / format.block * static_cast<int64_t>(sizeof(PackedOf<Activation>));
       for (int64_t t = 0; t < jobs[i].n_tokens; ++t) {
-        row_buffer[first_token_row[i] + static_cast<size_t>(t)] = {jobs[i].x + t * cols, cols, activations_total};
+        const InputRow input = jobs[i].quantized_x != nullptr
+                                   ? InputRow{nullptr, jobs[i].quantized_x + t * packed_row, cols}
+                                   : InputRow{jobs[i].x + t * cols, nullptr, cols};
+        row_buffer[first_token_row[i] + static_cast<size_t>(t)] = {input, activations_total};
         activations_total += static_cast<size_t>(cols / format.block);
       }
     }
@@ -307,15 +367,10 @@ void interleaved_matmul(std::span<const MatmulJob> jobs, ThreadPool& pool) {
     const auto quantize_rows = [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const Row& row = source_rows[r];
-        quantize_interleaved(row.x, row.cols, format.offset, activations + row.first_activation);
+        quantize_interleaved(row.input, format.offset, activations + row.first_activation);
       }
     };
-    const auto rows = static_cast<int64_t>(token_rows_total);
-    if (rows < pool.size()) {
-      quantize_rows(0, rows);
-    } else {
-      pool.parallel_for(rows, quantize_rows);
-    }
+    for_rows(static_cast<int64_t>(token_rows_total), pool, quantize_rows);
   }
 
   // One loop over the groups of all jobs, job after job.
@@ -456,7 +511,40 @@ void matmul(std::initializer_list<Product> products, const float* x, int64_t n_t
   matmul(std::span<const MatmulJob>(jobs), pool);
 }
 
+ActivationBlocks activation_blocks(const PreparedMatrix& w) {
+  switch (interleaved::format_of(w.source().type).block) {
+    case kQK: return {kQK, sizeof(PackedActivation<kQK>)};
+    case kQK_K: return {kQK_K, sizeof(PackedActivation<kQK_K>)};
+    default: return {};
+  }
+}
+
+void quantize_activations(const PreparedMatrix& w, const float* x, int64_t n_tokens, int64_t cols, std::byte* out,
+                          ThreadPool& pool) {
+  const ActivationBlocks blocks = activation_blocks(w);
+  if (blocks.elements == 0 || cols % blocks.elements != 0) {
+    throw std::invalid_argument("quantize_activations: " + std::to_string(cols) + " values are no whole number of " +
+                                std::string(dtype_name(w.source().type)) + "'s activation blocks");
+  }
+  if (blocks.elements == kQK) {
+    quantize_packed<kQK>(x, n_tokens, cols, out, pool);
+  } else {
+    quantize_packed<kQK_K>(x, n_tokens, cols, out, pool);
+  }
+}
+
+void matmul(const PreparedMatrix& w, const std::byte* quantized_x, int64_t n_tokens, float* y, ThreadPool& pool) {
+  const MatmulJob job{{w, y}, nullptr, n_tokens, quantized_x};
+  matmul(std::span(&job, 1), pool);
+}
+
 void matmul(std::span<const MatmulJob> jobs, ThreadPool& pool) {
+  for (const MatmulJob& job : jobs) {
+    if (job.quantized_x != nullptr && activation_blocks(job.product.w).elements == 0) {
+      throw std::invalid_argument("matmul: " + std::string(dtype_name(job.product.w.source().type)) +
+                                  " weights take float rows, not quantized ones");
+    }
+  }
   // Runs of neighbours that can share one loop go together.
   for (size_t begin = 0; begin < jobs.size();) {
     size_t end = begin + 1;

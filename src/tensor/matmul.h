@@ -60,13 +60,36 @@ void matmul(std::initializer_list<Product> products, const float* x, int64_t n_t
 
 // Products over inputs of their own (a Mixture of Experts' experts, each over the rows that
 // chose it), each y exactly what its own matmul gives, in as few parallel loops as their
-// layouts allow: one thread wait for all of them rather than one per product.
+// layouts allow: one thread wait for all of them rather than one per product. A job whose
+// quantized_x is set reads its rows from there (quantize_activations') instead of from x.
 struct MatmulJob {
   Product product;
   const float* x;
   int64_t n_tokens;
+  const std::byte* quantized_x = nullptr;
 };
 void matmul(std::span<const MatmulJob> jobs, ThreadPool& pool);
+
+// A matmul on quantized weights first quantizes each input row into 8-bit blocks of
+// `elements` values, each block from its own values alone: parts of a row that are whole
+// blocks, quantized apart (by the members of a tensor-parallel group), put together are the
+// row quantized whole, in `bytes` per block rather than 4 per value. elements is 0 for float
+// weights, which read their input as it is.
+struct ActivationBlocks {
+  int elements = 0;
+  size_t bytes = 0;
+};
+ActivationBlocks activation_blocks(const PreparedMatrix& w);
+
+// n_tokens rows of `cols` values, a whole number of w's activation blocks, quantized as a
+// matmul on w quantizes them: each row cols / elements blocks of `bytes`, into `out`. Throws
+// std::invalid_argument for float weights and ragged cols.
+void quantize_activations(const PreparedMatrix& w, const float* x, int64_t n_tokens, int64_t cols, std::byte* out,
+                          ThreadPool& pool);
+
+// matmul over rows that quantize_activations made for w (or for a matrix of w's activation
+// blocks): the same y, bit for bit, as over the floats they were made from.
+void matmul(const PreparedMatrix& w, const std::byte* quantized_x, int64_t n_tokens, float* y, ThreadPool& pool);
 
 enum class Isa { Scalar, Avx2, Avx512, Neon, NeonDotprod };
 

@@ -43,6 +43,13 @@ constexpr SyntheticShape kGemma3{.name = "gemma3-kv3", .description = "tests: a 
                                  .rope_freq_base = 1000000.0f, .tied_output = true, .head_dim = 32,
                                  .qk_norm = true, .sliding_window = 12, .rope_linear_factor = 8.0f};
 
+// Heads of 128 in pairs per KV head and 2048 FFN rows: each member's part of o's and of
+// down's input can be whole K-quant activation blocks of 256.
+constexpr SyntheticShape kQwen3K{.name = "qwen3-k256", .description = "tests: K-quant blocks, GQA 6/3",
+                                 .arch = "qwen3", .vocab_size = 512, .context_length = 128, .embedding_dim = 256,
+                                 .layer_count = 2, .head_count = 6, .kv_head_count = 3, .ffn_dim = 2048,
+                                 .rope_freq_base = 1000000.0f, .tied_output = true, .head_dim = 128};
+
 // Mixtral's kind of Mixture of Experts with 3 KV heads: 3 of 6 experts of 96 rows (6 units).
 constexpr SyntheticShape kMixtral{.name = "mixtral-kv3", .description = "tests: 3 of 6 experts, GQA 6/3",
                                   .arch = "llama", .vocab_size = 512, .context_length = 128, .embedding_dim = 96,
@@ -61,6 +68,7 @@ class TestModels : public ::testing::Environment {
                                     : name == kQwen3.name  ? kQwen3
                                     : name == kGemma3.name ? kGemma3
                                     : name == kMixtral.name ? kMixtral
+                                    : name == kQwen3K.name ? kQwen3K
                                                            : *find_synthetic_shape(name);
       write_synthetic_model(shape, parse_weight_types(type), path.string(), 11);
     }
@@ -215,6 +223,15 @@ INSTANTIATE_TEST_SUITE_P(
                       GroupCase{"qwen2-tiny", "Q8_0", {1, 1}, 1}, GroupCase{"phi3-tiny", "Q4_0", {2, 1}, 2}),
     case_name);
 
+// o's and down's inputs gathered as K-quant activation blocks (Q4_K_M mixes Q4_K with Q6_K,
+// whose kernels offset the levels differently), evenly and unevenly; three members' parts of
+// down's input are no whole blocks of 256 (units of 32 rows), and go as floats.
+INSTANTIATE_TEST_SUITE_P(
+    KQuants, GroupEqualsOneModel,
+    ::testing::Values(GroupCase{"qwen3-k256", "Q4_K_M", {1, 1}, 2}, GroupCase{"qwen3-k256", "Q4_K_M", {1, 2}, 1},
+                      GroupCase{"qwen3-k256", "Q6_K", {1, 1, 1}, 2}, GroupCase{"qwen3-k256", "Q3_K", {2, 1}, 1}),
+    case_name);
+
 // Each expert's rows shared out as a dense FFN's, the routing every member's.
 INSTANTIATE_TEST_SUITE_P(
     Experts, GroupEqualsOneModel,
@@ -232,6 +249,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(GroupCase{"dreams", "F32", {1, 2, 1}, 1, {}, Link::Sockets},
                       GroupCase{"gemma3-kv3", "F16", {1, 1}, 2, {}, Link::Sockets},
                       GroupCase{"mixtral-kv3", "Q4_0", {1, 1, 1}, 1, {}, Link::Sockets},
+                      GroupCase{"llama-kv3", "Q8_0", {1, 2}, 2, {}, Link::Sockets},
+                      GroupCase{"qwen3-k256", "Q4_K_M", {1, 1}, 1, {}, Link::Sockets},
                       GroupCase{"dreams", "F32", {1, 1}, 2, {1, 3}, Link::Sockets}),
     case_name);
 
@@ -282,6 +301,99 @@ TEST(GroupOverSockets, MembersInProcessesOfTheirOwnHaveTheModelsBits) {
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "member process " << pid;
   }
+}
+
+// Records the bytes of this member's part of each gather, and gathers through another exchange.
+class CountingExchange final : public Exchange {
+ public:
+  explicit CountingExchange(Exchange& inner) : inner_(inner) {}
+  int member() const override { return inner_.member(); }
+  int size() const override { return inner_.size(); }
+  void all_gather_bytes(std::span<const std::byte> mine, std::span<const size_t> widths, size_t rows,
+                        std::span<std::byte> full) override {
+    parts.push_back(mine.size());
+    inner_.all_gather_bytes(mine, widths, rows, full);
+  }
+  void abort() override { inner_.abort(); }
+  std::vector<size_t> parts;
+
+ private:
+  Exchange& inner_;
+};
+
+// Member 0's part of each gather over the script, in bytes, with every member's outputs
+// checked against one Model's.
+std::vector<size_t> gathered_bytes(const std::string& model, const std::string& type,
+                                   std::span<const TensorShare> shares) {
+  const std::shared_ptr<const gguf::File> file = gguf::File::open(TestModels::path(model, type));
+  const LayerRange range{0, Config::from_gguf(*file).layer_count};
+  const auto whole = Model::load(file, range);
+  const auto expected = run_script({whole.get()}, 1);
+  LocalGroup group(static_cast<int>(shares.size()));
+  std::vector<std::unique_ptr<CountingExchange>> exchanges;
+  std::vector<std::unique_ptr<Model>> owned;
+  std::vector<Model*> members;
+  for (int m = 0; m < static_cast<int>(shares.size()); ++m) {
+    exchanges.push_back(std::make_unique<CountingExchange>(group.member(m)));
+    owned.push_back(Model::load_share(file, range, shares, *exchanges.back()));
+    members.push_back(owned.back().get());
+  }
+  const auto actual = run_script(members, 1);
+  for (size_t step = 0; step < expected.size(); ++step) {
+    for (size_t m = 0; m < members.size(); ++m) {
+      EXPECT_TRUE(same_bits(actual[step][m], expected[step][0])) << type << " step " << step << ", member " << m;
+    }
+  }
+  return exchanges.front()->parts;
+}
+
+// Which gathers of a layer send activation blocks: its 4 are o's input, o's output, down's
+// input and down's output (the experts' without a shared expert); every step of the script
+// ends with one of logits.
+struct QuantizedGathers {
+  bool o_input;
+  bool down_input;
+};
+
+// The gathers of a model in `type` against the same shape's in F32: blocks of `elements`
+// values in `bytes` each where `quantized` says, floats elsewhere.
+void expect_gathers(const std::string& model, const std::string& type, std::span<const TensorShare> shares,
+                    int elements, size_t bytes, QuantizedGathers quantized) {
+  const auto floats = gathered_bytes(model, "F32", shares);
+  const auto blocks = gathered_bytes(model, type, shares);
+  ASSERT_EQ(blocks.size(), floats.size());
+  const size_t per_step = floats.size() / script().size();
+  for (size_t i = 0; i < floats.size(); ++i) {
+    const size_t gather = i % per_step;
+    const bool as_blocks = gather + 1 < per_step && ((gather % 4 == 0 && quantized.o_input) ||
+                                                     (gather % 4 == 2 && quantized.down_input));
+    const size_t expected = as_blocks ? floats[i] / sizeof(float) / static_cast<size_t>(elements) * bytes : floats[i];
+    EXPECT_EQ(blocks[i], expected) << type << " gather " << i;
+  }
+}
+
+TEST(QuantizedGathers, OsAndDownsInputsGoAsTheirMatmulsActivationBlocks) {
+  const std::shared_ptr<const gguf::File> llama = gguf::File::open(TestModels::path("llama-kv3", "F32"));
+  const auto even = plan_tensor_shares(Config::from_gguf(*llama), std::vector<double>{1, 1, 1});
+  // 36 bytes a block of 32: a float scale and 32 bytes.
+  expect_gathers("llama-kv3", "Q4_0", even, 32, 36, {true, true});
+  expect_gathers("llama-kv3", "Q8_0", plan_tensor_shares(Config::from_gguf(*llama), std::vector<double>{1, 2}), 32,
+                 36, {true, true});
+  // Member 0's FFN rows end inside a block of 32: down's input goes as floats, o's still in blocks.
+  std::vector<TensorShare> ragged = even;
+  ragged[0].ffn_rows.last += 16;
+  ragged[1].ffn_rows.first += 16;
+  expect_gathers("llama-kv3", "Q4_0", ragged, 32, 36, {true, false});
+  // Experts' down's input: every chosen expert's activations of each row.
+  const std::shared_ptr<const gguf::File> mixtral = gguf::File::open(TestModels::path("mixtral-kv3", "F32"));
+  expect_gathers("mixtral-kv3", "Q4_0", plan_tensor_shares(Config::from_gguf(*mixtral), std::vector<double>{1, 3}),
+                 32, 36, {true, true});
+  // 260 bytes a block of 256. Three members' FFN rows go in units of 32, no whole blocks of 256.
+  const std::shared_ptr<const gguf::File> k256 = gguf::File::open(TestModels::path("qwen3-k256", "F32"));
+  expect_gathers("qwen3-k256", "Q4_K_M", plan_tensor_shares(Config::from_gguf(*k256), std::vector<double>{2, 1}),
+                 256, 260, {true, true});
+  expect_gathers("qwen3-k256", "Q4_K_M", plan_tensor_shares(Config::from_gguf(*k256), std::vector<double>{1, 1, 1}),
+                 256, 260, {true, false});
 }
 
 TEST(GroupLoad, RefusesLatentAttentionNamingIt) {

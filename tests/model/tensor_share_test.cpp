@@ -70,9 +70,28 @@ TEST(PlanTensorShares, EveryMemberGetsAtLeastOneUnit) {
   EXPECT_EQ(three[2].kv_heads, (RowRange{3, 4}));
 }
 
+// Down's input in whole activation blocks where the FFN dimension allows: units of 256 rows
+// while every member gets 4 of them on average, else of 32 rows, else of 16 (dreams_like's 172).
+TEST(PlanTensorShares, FfnRowsComeInWholeActivationBlocksWhereTheDimensionAllows) {
+  Config c = dreams_like();
+  c.ffn_dim = 2048;  // 8 units of 256
+  const auto ffn_rows = [&](const std::vector<double>& weights) {
+    std::vector<RowRange> rows;
+    for (const TensorShare& share : plan_tensor_shares(c, weights)) rows.push_back(share.ffn_rows);
+    return rows;
+  };
+  EXPECT_EQ(ffn_rows({1, 2}), (std::vector<RowRange>{{0, 768}, {768, 2048}}));
+  // 3 members would get fewer than 4 units of 256 each: units of 32, 64 of them.
+  EXPECT_EQ(ffn_rows({1, 1, 1}), (std::vector<RowRange>{{0, 704}, {704, 1376}, {1376, 2048}}));
+  c.ffn_dim = 224;  // 7 units of 32
+  EXPECT_EQ(ffn_rows({1, 1, 1}), (std::vector<RowRange>{{0, 96}, {96, 160}, {160, 224}}));
+  c.ffn_dim = 96;  // 3 units of 32 for 4 members: units of 16
+  EXPECT_EQ(ffn_rows({1, 1, 1, 1}), (std::vector<RowRange>{{0, 32}, {32, 64}, {64, 80}, {80, 96}}));
+}
+
 // A model without experts has empty expert ranges (the tests above compare them too); with
-// them, each expert's rows (64: 4 units) and the shared expert's (96: 6 units) are shared out
-// as the FFN's.
+// them, each expert's rows (64: 2 units of 32) and the shared expert's (96: 3 units of 32)
+// are shared out as the FFN's.
 TEST(PlanTensorShares, SharesTheExpertsRowsAsTheFfns) {
   Config c = dreams_like();
   c.expert_count = 8;
@@ -80,8 +99,8 @@ TEST(PlanTensorShares, SharesTheExpertsRowsAsTheFfns) {
   c.expert_ffn_dim = 64;
   c.shared_expert_ffn_dim = 96;
   const auto shares = plan_tensor_shares(c, std::vector<double>{1, 2});
-  EXPECT_EQ(shares[0].expert_rows, (RowRange{0, 16}));
-  EXPECT_EQ(shares[1].expert_rows, (RowRange{16, 64}));
+  EXPECT_EQ(shares[0].expert_rows, (RowRange{0, 32}));
+  EXPECT_EQ(shares[1].expert_rows, (RowRange{32, 64}));
   EXPECT_EQ(shares[0].shared_expert_rows, (RowRange{0, 32}));
   EXPECT_EQ(shares[1].shared_expert_rows, (RowRange{32, 96}));
   c.shared_expert_ffn_dim = 0;

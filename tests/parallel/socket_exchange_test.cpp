@@ -95,7 +95,7 @@ TEST(SocketExchange, RefusesAFrameOfAnotherShape) {
     first->all_gather(std::vector<float>{1.0f}, widths, 1, full);
     ADD_FAILURE() << "gathered";
   } catch (const std::runtime_error& e) {
-    EXPECT_STREQ(e.what(), "tensor-parallel member 1: sent call 0 of 2 x 3, not call 0 of 1 x 3");
+    EXPECT_STREQ(e.what(), "tensor-parallel member 1: sent call 0 of 2 x 12 bytes, not call 0 of 1 x 12 bytes");
   }
   first.reset();
   other.join();

@@ -168,6 +168,55 @@ TEST_P(MatmulTypeTest, ResultsAreBitIdenticalAcrossBatchingAndThreads) {
   }
 }
 
+// A tensor-parallel group's members quantize their parts of each row apart and gather the
+// blocks: put together, on every ISA and thread count, they are the row quantized whole.
+TEST_P(MatmulTypeTest, RowsQuantizedInPartsGiveTheFloatRowsBits) {
+  const DType type = GetParam();
+  const int block = activation_block(type);
+  const TestMatrix m = make_matrix(type, 21, block == 0 ? 64 : 6 * block, 12);
+  const PreparedMatrix prepared(m.view());
+  const ActivationBlocks blocks = activation_blocks(prepared);
+  ASSERT_EQ(blocks.elements, block);
+  std::vector<std::byte> out(4096);
+  if (block == 0) {
+    EXPECT_THROW(quantize_activations(prepared, nullptr, 1, m.cols, out.data(), pool1), std::invalid_argument);
+    EXPECT_THROW(matmul(prepared, out.data(), 1, nullptr, pool1), std::invalid_argument);
+    return;
+  }
+  EXPECT_THROW(quantize_activations(prepared, nullptr, 1, block + 16, out.data(), pool1), std::invalid_argument);
+  const int64_t n_tokens = 5;
+  const std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * m.cols), 13, 3.0f);
+  const std::vector<int64_t> parts{block, 3 * block, 2 * block};  // columns of each member's part
+  const size_t row_size = static_cast<size_t>(m.cols / block) * blocks.bytes;
+  for (Isa isa : available_isas()) {
+    IsaScope scope(isa);
+    SCOPED_TRACE(isa_name(isa));
+    const std::vector<float> expected = run(m.view(), x, n_tokens, pool2);
+    std::vector<std::byte> quantized(n_tokens * row_size);
+    int64_t first_col = 0;
+    size_t first_byte = 0;
+    for (const int64_t cols : parts) {
+      std::vector<float> part;
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        part.insert(part.end(), x.begin() + t * m.cols + first_col, x.begin() + t * m.cols + first_col + cols);
+      }
+      const size_t part_size = static_cast<size_t>(cols / block) * blocks.bytes;
+      std::vector<std::byte> packed(n_tokens * part_size);
+      quantize_activations(prepared, part.data(), n_tokens, cols, packed.data(), pool3);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        std::copy_n(packed.begin() + t * part_size, part_size, quantized.begin() + t * row_size + first_byte);
+      }
+      first_col += cols;
+      first_byte += part_size;
+    }
+    for (ThreadPool* pool : {&pool1, &pool3}) {
+      std::vector<float> y(static_cast<size_t>(n_tokens * m.rows), NAN);
+      matmul(prepared, quantized.data(), n_tokens, y.data(), *pool);
+      ASSERT_EQ(0, std::memcmp(expected.data(), y.data(), y.size() * sizeof(float))) << pool->size() << " threads";
+    }
+  }
+}
+
 // Row 0's first Q4_x/Q5_x block at the largest levels, row 1's at the smallest (for Q5_0
 // -16); the formats with a min get a negative m in both.
 template <class Block>
