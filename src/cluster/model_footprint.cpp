@@ -1,11 +1,13 @@
 #include "cluster/model_footprint.h"
 
 #include <charconv>
+#include <map>
 #include <stdexcept>
 #include <string>
 
 #include "model/config.h"
 #include "model/kv_pool.h"
+#include "tensor/matmul.h"
 
 namespace strata::cluster {
 
@@ -40,18 +42,6 @@ ModelFootprint footprint_of(const gguf::File& file) {
   const model::KvLayout one_layer(config, 1, model::KvType::F32);
   footprint.kv_bytes_per_layer_per_token =
       (one_layer.key_row_elements() + one_layer.value_row_elements()) * one_layer.element_bytes;
-  // A group splits every projection by output rows and gathers each one's rows (tensor_groups.h).
-  for (int l = 0; l < config.layer_count; ++l) {
-    const uint64_t ffn_width = config.layer_has_experts(l)
-                                   ? static_cast<uint64_t>(config.experts_per_token) * static_cast<uint64_t>(config.expert_ffn_dim) +
-                                         static_cast<uint64_t>(config.shared_expert_ffn_dim)
-                                   : static_cast<uint64_t>(config.ffn_dim);
-    const uint64_t heads_output = static_cast<uint64_t>(config.head_count) *
-                                  static_cast<uint64_t>(config.has_latent_attention() ? config.mla.value_dim : config.head_dim);
-    const uint64_t row_elements = heads_output + 2 * static_cast<uint64_t>(config.embedding_dim) + ffn_width;
-    footprint.layer_gathered_bytes.push_back(row_elements * sizeof(float));
-  }
-  footprint.head_gathered_bytes = static_cast<uint64_t>(config.vocab_size) * sizeof(float);
   if (config.sliding_window > 0) {
     for (int l = 0; l < config.layer_count; ++l) footprint.sliding_layers.push_back(config.is_sliding(l));
   }
@@ -70,10 +60,16 @@ ModelFootprint footprint_of(const gguf::File& file) {
   // embedding and head (rope_freqs) are a few kilobytes and ignored.
   const gguf::TensorInfo* output = nullptr;
   const gguf::TensorInfo* embedding = nullptr;
+  // Per layer, the weights whose inputs a group gathers: o's and the FFN's down matrices.
+  std::vector<std::map<std::string, tensor::DType>> gathered_into(static_cast<size_t>(config.layer_count));
   for (const gguf::TensorInfo& t : file.tensors()) {
     const TensorRole role = role_of_tensor(t.name, config.layer_count, config.skipped_layer_count);
     switch (role.kind) {
       case TensorRole::Layer:
+        if (const std::string part = t.name.substr(t.name.find('.', 4) + 1);
+            part == "attn_output.weight" || part.starts_with("ffn_down")) {
+          gathered_into[static_cast<size_t>(role.layer)][part.substr(0, part.find('.'))] = static_cast<tensor::DType>(t.type);
+        }
         footprint.layer_weight_bytes[static_cast<size_t>(role.layer)] += t.size_bytes;
         footprint.layer_read_bytes[static_cast<size_t>(role.layer)] += role.experts ? read_of_experts(t) : t.size_bytes;
         break;
@@ -100,6 +96,32 @@ ModelFootprint footprint_of(const gguf::File& file) {
       throw std::runtime_error("model lacks the tensors of layer " + std::to_string(layer));
     }
   }
+  // A group splits every projection by output rows and gathers each one's rows (tensor_groups.h):
+  // the inputs of o and of the FFN's down matrices as those matrices' activation blocks, the
+  // rest as floats.
+  const auto gathered = [](const std::map<std::string, tensor::DType>& weights, const std::string& matrix,
+                           uint64_t values) {
+    const auto found = weights.find(matrix);
+    const tensor::ActivationBlocks blocks =
+        found != weights.end() ? tensor::activation_blocks(found->second) : tensor::ActivationBlocks{};
+    return blocks.elements > 0 && values % static_cast<uint64_t>(blocks.elements) == 0
+               ? values / static_cast<uint64_t>(blocks.elements) * blocks.bytes
+               : values * sizeof(float);
+  };
+  for (int l = 0; l < config.layer_count; ++l) {
+    const std::map<std::string, tensor::DType>& weights = gathered_into[static_cast<size_t>(l)];
+    const auto width = [](int value) { return static_cast<uint64_t>(value); };
+    const uint64_t heads_output =
+        width(config.head_count) * width(config.has_latent_attention() ? config.mla.value_dim : config.head_dim);
+    const uint64_t ffn_input =
+        config.layer_has_experts(l)
+            ? gathered(weights, "ffn_down_exps", width(config.experts_per_token) * width(config.expert_ffn_dim)) +
+                  gathered(weights, "ffn_down_shexp", width(config.shared_expert_ffn_dim))
+            : gathered(weights, "ffn_down", width(config.ffn_dim));
+    footprint.layer_gathered_bytes.push_back(gathered(weights, "attn_output", heads_output) + ffn_input +
+                                             2 * width(config.embedding_dim) * sizeof(float));
+  }
+  footprint.head_gathered_bytes = static_cast<uint64_t>(config.vocab_size) * sizeof(float);
   return footprint;
 }
 

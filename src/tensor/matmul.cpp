@@ -511,8 +511,10 @@ void matmul(std::initializer_list<Product> products, const float* x, int64_t n_t
   matmul(std::span<const MatmulJob>(jobs), pool);
 }
 
-ActivationBlocks activation_blocks(const PreparedMatrix& w) {
-  switch (interleaved::format_of(w.source().type).block) {
+ActivationBlocks activation_blocks(const PreparedMatrix& w) { return activation_blocks(w.source().type); }
+
+ActivationBlocks activation_blocks(DType weights) {
+  switch (interleaved::format_of(weights).block) {
     case kQK: return {kQK, sizeof(PackedActivation<kQK>)};
     case kQK_K: return {kQK_K, sizeof(PackedActivation<kQK_K>)};
     default: return {};

@@ -80,6 +80,7 @@ struct ActivationBlocks {
   size_t bytes = 0;
 };
 ActivationBlocks activation_blocks(const PreparedMatrix& w);
+ActivationBlocks activation_blocks(DType weights);
 
 // n_tokens rows of `cols` values, a whole number of w's activation blocks, quantized as a
 // matmul on w quantizes them: each row cols / elements blocks of `bytes`, into `out`. Throws

@@ -840,13 +840,18 @@ TEST(Footprint, GlmDenseLayerSharedExpertAndNextNLayer) {
   }
   // A tensor-parallel group gathers, per token and layer, the heads' outputs, the attention's
   // and the FFN's projections (a row each) and the FFN's activations: the dense layer's, or of
-  // the experts a token runs and the shared one; at the head, a logits row.
+  // the experts a token runs and the shared one; at the head, a logits row. The inputs of o and
+  // of the down matrices (Q8_0 here) go as those matmuls' activation blocks: 32 values in 36
+  // bytes (a float scale and 32 int8), the rest as floats.
+  const auto as_blocks = [](uint64_t values) { return values % 32 == 0 ? values / 32 * 36 : values * sizeof(float); };
   const uint64_t head_dim = static_cast<uint64_t>(s.head_dim > 0 ? s.head_dim : s.embedding_dim / s.head_count);
-  const uint64_t around_ffn = static_cast<uint64_t>(s.head_count) * head_dim + 2 * static_cast<uint64_t>(s.embedding_dim);
-  EXPECT_EQ(f.layer_gathered_bytes[0], (around_ffn + static_cast<uint64_t>(s.ffn_dim)) * sizeof(float));
-  const uint64_t experts_run = static_cast<uint64_t>(s.experts_per_token + s.shared_expert_count) * static_cast<uint64_t>(s.expert_ffn_dim);
+  const uint64_t around_ffn =
+      as_blocks(static_cast<uint64_t>(s.head_count) * head_dim) + 2 * static_cast<uint64_t>(s.embedding_dim) * sizeof(float);
+  EXPECT_EQ(f.layer_gathered_bytes[0], around_ffn + as_blocks(static_cast<uint64_t>(s.ffn_dim)));
+  const uint64_t experts_run = as_blocks(static_cast<uint64_t>(s.experts_per_token) * static_cast<uint64_t>(s.expert_ffn_dim)) +
+                               as_blocks(static_cast<uint64_t>(s.shared_expert_count) * static_cast<uint64_t>(s.expert_ffn_dim));
   for (size_t layer = 1; layer < static_cast<size_t>(s.layer_count); ++layer) {
-    EXPECT_EQ(f.layer_gathered_bytes[layer], (around_ffn + experts_run) * sizeof(float)) << "layer " << layer;
+    EXPECT_EQ(f.layer_gathered_bytes[layer], around_ffn + experts_run) << "layer " << layer;
   }
   EXPECT_EQ(f.head_gathered_bytes, static_cast<uint64_t>(s.vocab_size) * sizeof(float));
 }
