@@ -52,6 +52,7 @@ struct ServeOptions {
   double startup_wait_seconds = 60;
   int test_link_delay_ms = 0;
   double test_weight_speed = 0.0;
+  int test_exchange_delay_us = 0;
   std::string cache_dir;
   int test_fetch_delay_ms = 0;
   uint64_t test_fetch_checkpoint_bytes = cluster::kProgressCheckpointBytes;
@@ -221,6 +222,7 @@ int serve(const ServeOptions& o) {
   node.engine.prefix_cache = !o.no_prefix_cache;
   node.test_link_delay = std::chrono::milliseconds(o.test_link_delay_ms);
   node.test_weight_speed = o.test_weight_speed;
+  node.test_exchange_delay = std::chrono::microseconds(o.test_exchange_delay_us);
   node.test_tensor_chunk_bytes = o.test_tensor_chunk_bytes;
 
   // Without a file, a node that joins others takes their model and fetches its layers' weights.
@@ -340,6 +342,9 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--test-weight-speed", o->test_weight_speed,
                   "Tests only: the weight speed (bytes/s) the node reports instead of the one it measures")
       ->check(CLI::PositiveNumber)->group("");
+  cmd->add_option("--test-exchange-delay-us", o->test_exchange_delay_us,
+                  "Benchmarks only: delay added to every tensor-parallel gather, as a link's one-way delay")
+      ->check(CLI::NonNegativeNumber)->group("");
   cmd->add_option("--test-link-delay-ms", o->test_link_delay_ms, "Tests only: delay added to every stage call")
       ->check(CLI::NonNegativeNumber)->group("");
   cmd->callback([&action, o] { action = [o] { return serve(*o); }; });

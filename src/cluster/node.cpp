@@ -58,7 +58,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
         options_(usable_options(std::move(options), config_)),
         key_(std::make_shared<rpc::ClusterKey>(options_.secret())),
         channels_(key_),
-        links_(options_.host, 0, group_link_credentials(key_->links())),
+        links_(options_.host, 0, group_link_credentials(key_->links()), {.test_send_delay = options_.test_exchange_delay}),
         // A link measured may be what the leader waits for to place nodes that joined.
         link_meter_(measure_over(links_, kLinkMeasureLimit), [this] { gossip_.act_now(); }, options_.log),
         weights_(file_, key_,

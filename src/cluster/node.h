@@ -46,6 +46,7 @@ struct NodeOptions {
   engine::EngineOptions engine;
   std::chrono::milliseconds test_link_delay{0};  // tests only: latency added to every stage call
   double test_weight_speed = 0.0;  // tests only: the weight speed it reports, bytes/s; 0: measured
+  std::chrono::microseconds test_exchange_delay{0};  // benchmarks only: added to every group gather
   // Set when the node has no model file of its own: the node's file is this partial model's,
   // and the tensors of the layers placed on it are fetched from peers before they load.
   std::shared_ptr<PartialModel> partial;

@@ -584,7 +584,8 @@ std::unique_ptr<SocketExchange> GroupLinks::join(const std::string& group, int m
     peers[static_cast<size_t>(j)] = state_->dial(group, member, j, addresses[static_cast<size_t>(j)], timeout, deadline);
   }
   state_->claim(group, member, peers, timeout, deadline);
-  return std::make_unique<SocketExchange>(member, std::move(peers), state_->limits.silence);
+  return std::make_unique<SocketExchange>(member, std::move(peers), state_->limits.silence,
+                                          state_->limits.test_send_delay);
 }
 
 }  // namespace strata::parallel

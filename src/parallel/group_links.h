@@ -27,6 +27,8 @@ struct GroupLinkLimits {
   std::chrono::milliseconds unclaimed{30'000};
   // The exchanges' limit on a silent peer (SocketExchange).
   std::chrono::milliseconds silence = kDefaultSilenceLimit;
+  // Benchmarks only: the exchanges send each frame this much later (SocketExchange).
+  std::chrono::microseconds test_send_delay{0};
 };
 
 // What the link to another node's GroupLinks costs, as measure() found it.

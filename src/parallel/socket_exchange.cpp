@@ -12,6 +12,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 namespace strata::parallel {
 namespace {
@@ -110,10 +111,11 @@ struct Direction {
 }  // namespace
 
 SocketExchange::SocketExchange(int member, std::vector<std::unique_ptr<PeerStream>> peers,
-                               std::chrono::milliseconds silence_limit)
+                               std::chrono::milliseconds silence_limit, std::chrono::microseconds test_send_delay)
     : member_(member),
       peers_(checked_streams(member, std::move(peers), silence_limit)),
       silence_limit_(silence_limit),
+      test_send_delay_(test_send_delay),
       abort_signal_(new_abort_signal()),
       received_(peers_.size()) {}
 
@@ -157,6 +159,7 @@ void SocketExchange::all_gather_bytes(std::span<const std::byte> mine, std::span
   for (size_t m = 0; m < members; ++m) {
     received_[m].resize(m == static_cast<size_t>(member_) ? 0 : sizeof(FrameHeader) + rows * widths[m]);
   }
+  if (test_send_delay_.count() > 0) std::this_thread::sleep_for(test_send_delay_);
   transfer();
   size_t column = 0;
   for (size_t m = 0; m < members; ++m) {

@@ -29,8 +29,11 @@ inline constexpr std::chrono::milliseconds kDefaultSilenceLimit{60'000};
 // abort() was called, at once on every call.
 class SocketExchange final : public model::Exchange {
  public:
+  // `test_send_delay`, for benchmarks only: each frame is sent this much later, as over links of
+  // that one-way delay (where the network cannot be made to delay packets).
   SocketExchange(int member, std::vector<std::unique_ptr<PeerStream>> peers,
-                 std::chrono::milliseconds silence_limit = kDefaultSilenceLimit);
+                 std::chrono::milliseconds silence_limit = kDefaultSilenceLimit,
+                 std::chrono::microseconds test_send_delay = {});
   // Plain stream sockets (TCP or Unix), -1 at its own index; it owns and closes them.
   SocketExchange(int member, const std::vector<int>& peers,
                  std::chrono::milliseconds silence_limit = kDefaultSilenceLimit);
@@ -55,6 +58,7 @@ class SocketExchange final : public model::Exchange {
   const int member_;
   std::vector<std::unique_ptr<PeerStream>> peers_;
   const std::chrono::milliseconds silence_limit_;
+  const std::chrono::microseconds test_send_delay_;
   const int abort_signal_;  // an eventfd, readable once abort() was called
   std::atomic<bool> aborted_ = false;
   uint64_t calls_ = 0;  // all_gather calls so far: the number the next frame carries

@@ -354,6 +354,17 @@ TEST(GroupLinks, MeasuresTheLinkToAnotherNode) {
   expect_gathers_in_member_order(exchanges, {2, 3}, {4});
 }
 
+// Links given a test delay (as a network of that one-way delay would be) gather the same rows,
+// each gather at least the delay later.
+TEST(GroupLinks, ATestDelayHoldsEveryGatherBack) {
+  std::vector<std::unique_ptr<GroupLinks>> nodes;
+  for (int m = 0; m < 2; ++m) nodes.push_back(node(kSecret, {.test_send_delay = std::chrono::microseconds(3000)}));
+  const auto exchanges = join_all(nodes, "delayed");
+  const auto start = std::chrono::steady_clock::now();
+  expect_gathers_in_member_order(exchanges, {2, 3}, {1, 4, 2});
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(9));
+}
+
 TEST(GroupLinks, SaysWhyItCannotMeasureALink) {
   const auto links = node();
   const auto stranger = node("another secret");
