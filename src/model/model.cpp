@@ -428,14 +428,15 @@ std::unique_ptr<Model> Model::bind_weights(std::shared_ptr<const gguf::File> fil
       l.expert_down = bind.experts(p + "ffn_down_exps.weight", c.expert_ffn_dim, c.embedding_dim, c.expert_count,
                                    share.model_rows);
       if (c.has_expert_biases) {
-        // Each expert's gate and up biases from this member's first row; down's join the
-        // gathered rows.
+        // Each expert's biases from this member's first row of its output: of gate and up its
+        // expert rows, of down its embedding rows.
         l.router_bias = bind.vector(p + "ffn_gate_inp.bias", c.expert_count);
         l.expert_gate_bias =
             bind.vectors(p + "ffn_gate_exps.bias", c.expert_ffn_dim, c.expert_count) + share.expert_rows.first;
         l.expert_up_bias =
             bind.vectors(p + "ffn_up_exps.bias", c.expert_ffn_dim, c.expert_count) + share.expert_rows.first;
-        l.expert_down_bias = bind.vectors(p + "ffn_down_exps.bias", c.embedding_dim, c.expert_count);
+        l.expert_down_bias =
+            bind.vectors(p + "ffn_down_exps.bias", c.embedding_dim, c.expert_count) + share.model_rows.first;
       }
       if (c.shared_expert_ffn_dim > 0) {
         l.shared_gate = bind.prepared(p + "ffn_gate_shexp.weight", c.embedding_dim, c.shared_expert_ffn_dim,
@@ -800,7 +801,6 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   }
   // Each expert runs once over the rows that chose it, so its weights are read once a batch;
   // a row's output from it is the same whichever rows share the call.
-  slot_out_.resize(n * k * dim);
   // The slots (row * k + j) that chose each expert, in ascending order, by a counting sort:
   // expert e's are expert_slots_[expert_starts_[e] .. expert_starts_[e + 1]).
   expert_starts_.assign(experts + 1, 0);
@@ -873,29 +873,32 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   });
   if (shared_ffn > 0) expert_jobs_.push_back(shared_in.job({layer.shared_down, shared_out_part_.data()}, 0, rows));
   tensor::matmul(expert_jobs_, pool);
-  gather(expert_out_part_, widths_.model, slot_count, expert_out_);
-  if (shared_ffn > 0) gather(shared_out_part_, widths_.model, n, shared_out_);
   if (layer.expert_down_bias != nullptr) {
     each_expert([&](size_t e, size_t first, int64_t count) {
-      add_bias(expert_out_.data() + first * dim, layer.expert_down_bias + e * dim, static_cast<int>(count),
-               c.embedding_dim);
+      add_bias(expert_out_part_.data() + first * part_dim, layer.expert_down_bias + e * dim, static_cast<int>(count),
+               static_cast<int>(part_dim));
     });
   }
+  slot_out_.resize(slot_count * part_dim);
   for (size_t i = 0; i < slot_count; ++i) {
-    std::copy(expert_out_.data() + i * dim, expert_out_.data() + (i + 1) * dim,
-              slot_out_.data() + expert_slots_[i] * dim);
+    std::copy(expert_out_part_.data() + i * part_dim, expert_out_part_.data() + (i + 1) * part_dim,
+              slot_out_.data() + expert_slots_[i] * part_dim);
   }
-  // The weighted sum in the row's own order of choices.
+  // The weighted sum in the row's own order of choices, then the shared expert's output added.
+  // Each is per embedding row, so this member's rows of it are one Model's bits, and one row a
+  // token is gathered rather than one a slot and the shared expert's.
+  proj_part_.resize(n * part_dim);
   for (size_t r = 0; r < n; ++r) {
-    float* out = proj_.data() + r * dim;
-    for (size_t d = 0; d < dim; ++d) out[d] = chosen_weights_[r * k] * slot_out_[(r * k) * dim + d];
+    float* out = proj_part_.data() + r * part_dim;
+    for (size_t d = 0; d < part_dim; ++d) out[d] = chosen_weights_[r * k] * slot_out_[(r * k) * part_dim + d];
     for (size_t j = 1; j < k; ++j) {
       const float w = chosen_weights_[r * k + j];
-      const float* expert = slot_out_.data() + (r * k + j) * dim;
-      for (size_t d = 0; d < dim; ++d) out[d] += w * expert[d];
+      const float* expert = slot_out_.data() + (r * k + j) * part_dim;
+      for (size_t d = 0; d < part_dim; ++d) out[d] += w * expert[d];
     }
   }
-  if (shared_ffn > 0) add_in_place(proj_, shared_out_, n * dim);
+  if (shared_ffn > 0) add_in_place(proj_part_, shared_out_part_, n * part_dim);
+  gather(proj_part_, widths_.model, n, proj_);
 }
 
 void Model::dense_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) {

@@ -218,8 +218,8 @@ class Model {
   // Scratch rows for the current batch, reused between calls.
   std::vector<float> x_, normed_, q_, k_, v_, attn_out_, gate_, up_, proj_;
   // Gathered whole from the members' parts (attn_out_, gate_): every head's output (o's input)
-  // and the FFN's activations (down's input). This member's part of o's or down's output, which
-  // proj_ is gathered from.
+  // and the FFN's activations (down's input). This member's part of o's or down's output (with
+  // experts, of their weighted sum and the shared expert's), which proj_ is gathered from.
   std::vector<float> heads_out_, activations_, proj_part_;
   // gather_input's quantized rows: this member's parts, with the members' parts of a row in
   // bytes; then o's or down's input gathered (the experts' down's with experts), and the
@@ -231,16 +231,16 @@ class Model {
   // every head's value.
   std::vector<float> q_compressed_, head_queries_, head_in_, head_out_, head_values_;
   // With experts: router scores (row x expert), each row's choices (row x slot: expert and
-  // weight), one expert's rows gathered and computed, and each (row, slot)'s output.
-  std::vector<float> router_scores_, selection_, expert_in_, expert_gate_, expert_up_, expert_out_, slot_out_;
+  // weight), one expert's rows gathered and computed, and this member's part of each (row,
+  // slot)'s output.
+  std::vector<float> router_scores_, selection_, expert_in_, expert_gate_, expert_up_, slot_out_;
   std::vector<int> chosen_experts_;
   std::vector<float> chosen_weights_;
   std::vector<int> expert_order_;                  // choose_experts' scratch
   std::vector<tensor::MatmulJob> expert_jobs_;
-  std::vector<float> shared_out_;  // the shared expert's output rows
-  // This member's part of the experts' (and the shared expert's) activations and outputs are
-  // expert_gate_ and gate_, then these, gathered into expert_activations_ and activations_,
-  // then expert_out_ and shared_out_.
+  // This member's part of the experts' (and the shared expert's) activations are expert_gate_
+  // and gate_, gathered into expert_activations_ and activations_; its part of their outputs,
+  // the experts' in the order of expert_slots_.
   std::vector<float> expert_activations_, expert_out_part_, shared_out_part_;
   std::vector<size_t> expert_starts_, expert_fill_, expert_slots_;  // the slots of each expert, in order
   std::vector<int> positions_;   // per batch row: its position in its sequence

@@ -396,6 +396,32 @@ TEST(QuantizedGathers, OsAndDownsInputsGoAsTheirMatmulsActivationBlocks) {
                  256, 260, {true, false});
 }
 
+// An FFN's output is gathered once a layer, a row of the member's embedding rows a token: in a
+// Mixture-of-Experts layer the weighted sum of the token's experts and the shared expert's
+// output, which each member forms for its own rows, rather than each chosen expert's rows.
+TEST(OutputGathers, AnExpertLayerGathersOneRowAToken) {
+  for (const std::string name : {"mixtral-kv3", "qwen3moe-tiny", "gpt-oss-tiny", "glm4moe-tiny"}) {
+    const Config config = Config::from_gguf(*gguf::File::open(TestModels::path(name, "Q8_0")));
+    const std::vector<TensorShare> shares = plan_tensor_shares(config, std::vector<double>{1, 2});
+    const std::vector<size_t> parts = gathered_bytes(name, "Q8_0", shares);
+    const size_t row_bytes = static_cast<size_t>(shares[0].model_rows.size()) * sizeof(float);
+    size_t at = 0;
+    for (const Step& step : script()) {
+      size_t rows = 0;
+      for (const int inputs : step.inputs) rows += static_cast<size_t>(inputs);
+      for (int l = 0; l < config.layer_count; ++l) {
+        // o's input and output, down's input (the experts' and the shared expert's), then the FFN's output.
+        at += config.layer_has_experts(l) && config.shared_expert_ffn_dim > 0 ? 4 : 3;
+        ASSERT_LT(at, parts.size()) << name;
+        EXPECT_EQ(parts[at], rows * row_bytes) << name << " layer " << l;
+        ++at;
+      }
+      ++at;  // the logits
+    }
+    EXPECT_EQ(at, parts.size()) << name;
+  }
+}
+
 TEST(GroupLoad, RefusesLatentAttentionNamingIt) {
   const std::shared_ptr<const gguf::File> file = gguf::File::open(TestModels::path("deepseek2-tiny", "F32"));
   const Config config = Config::from_gguf(*file);
