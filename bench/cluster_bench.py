@@ -11,8 +11,8 @@ For each layout (nodes x threads per node) it starts the nodes on 127.0.0.1 with
   over the time from the first stream's first token to the last stream's last token).
 Medians of --repeat runs. The threads of all nodes of a layout add up to the machine's cores
 in the default layouts, so that the layouts compare at equal compute. A layout ending in "g"
-(2x1g) makes its nodes one tensor-parallel group of every layer (--stages b0+b1:0-LAST),
-sharing by their measured speeds; one ending in "s" (2x1s) leaves the placement to the speed
+(2x1g) makes its nodes one tensor-parallel group of every layer in equal shares
+(--stages b0*1+b1*1:0-LAST); one ending in "s" (2x1s) leaves the placement to the speed
 strategy (which forms groups over the links the nodes measure) and prints what it chose and
 the time per token it predicted.
 """
@@ -110,7 +110,9 @@ def main():
         placement = "speed" if layout.endswith("s") else "memory"
         if layout.endswith("g"):
             last = layer_count(args.strata, args.model) - 1
-            extra = ("--stages", "+".join(f"b{i}" for i in range(count)) + f":0-{last}")
+            # Equal shares: the nodes are one machine's, whatever their probes found while the
+            # others started.
+            extra = ("--stages", "+".join(f"b{i}*1" for i in range(count)) + f":0-{last}")
         nodes = []
         try:
             first = start(args.strata, args.model, "b0", threads, None, 512, 8, extra, placement)
