@@ -8,10 +8,11 @@
 # Then decode speed on those links: one stream's tokens per second (the long completion's time
 # less the short one's, over TOKENS), and the aggregate of 8 concurrent streams of 1 + TOKENS.
 # DELAY_MS (default 0) adds that much before every node-to-node call (--test-link-delay-ms), as
-# a LAN's latency would; netem is not available to add it on the wire.
+# a LAN's latency would; netem is not available to add it on the wire. EXCHANGE_DELAY_US (default
+# 0) likewise holds back every gather of a tensor-parallel group (--test-exchange-delay-us).
 # Needs root (network namespaces, tc).
 #
-# usage: [DELAY_MS=2] link_bytes_netns.sh STRATA MODEL.gguf STAGES [TOKENS]   e.g. STAGES=a:0-1,b:2-2,c:3-3
+# usage: [DELAY_MS=2] [EXCHANGE_DELAY_US=200] link_bytes_netns.sh STRATA MODEL.gguf STAGES [TOKENS]   e.g. STAGES=a:0-1,b:2-2,c:3-3
 set -uo pipefail
 
 STRATA=$1
@@ -19,6 +20,7 @@ MODEL=$2
 STAGES=$3
 TOKENS=${4:-64}
 DELAY_MS=${DELAY_MS:-0}
+EXCHANGE_DELAY_US=${EXCHANGE_DELAY_US:-0}
 KEY="bench-key-$$"
 PREFIX="slb$$"
 SUBNET=10.79.0
@@ -52,7 +54,7 @@ for node in a b c; do
   [ "$node" != a ] && peers=(--peers "$SUBNET.1:8081")
   ip netns exec "$PREFIX-$node" "$STRATA" serve -m "$MODEL" --node-id "$node" --port 8080 --host 0.0.0.0 \
     --cluster-key "$KEY" --no-discovery "${peers[@]}" --stages "$STAGES" -t 1 -c 512 --parallel 8 \
-    --test-link-delay-ms "$DELAY_MS" >"$WORK/$node.log" 2>&1 &
+    --test-link-delay-ms "$DELAY_MS" --test-exchange-delay-us "$EXCHANGE_DELAY_US" >"$WORK/$node.log" 2>&1 &
   PIDS+=($!)
 done
 
