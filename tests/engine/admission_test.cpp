@@ -7,12 +7,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <future>
-#include <mutex>
 
 #include "engine/engine.h"
 #include "engine/local_stage.h"
+#include "gated_stage.h"
 #include "outcome.h"
 
 namespace strata::engine {
@@ -42,54 +41,6 @@ class PeakStage final : public Stage {
  private:
   std::shared_ptr<LocalStage> inner_;
   std::atomic<size_t> peak_{0};  // written by the first stage's worker only
-};
-
-// A local stage whose `gated_call`th forward waits until open(); it tells when a sequence
-// starts on it with a cached prefix.
-class GatedStage final : public Stage {
- public:
-  GatedStage(std::shared_ptr<LocalStage> inner, int gated_call) : inner_(std::move(inner)), gated_call_(gated_call) {}
-  StageOutput forward(const StageBatch& batch) override {
-    if (++calls_ == gated_call_) {
-      std::unique_lock lock(mutex_);
-      gated_ = true;
-      changed_.notify_all();
-      changed_.wait(lock, [&] { return open_; });
-    }
-    return inner_->forward(batch);
-  }
-  void release(std::span<const SequenceId> ids) override { inner_->release(ids); }
-  int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) override {
-    const int held = inner_->hold_prefix(id, capacity, tokens);
-    std::lock_guard lock(mutex_);
-    prefix_held_ = true;
-    changed_.notify_all();
-    return held;
-  }
-  model::KvBlockCounts kv_blocks() override { return inner_->kv_blocks(); }
-  void wait_until_gated() {
-    std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return gated_; });
-  }
-  bool prefix_held_within(std::chrono::milliseconds wait) {
-    std::unique_lock lock(mutex_);
-    return changed_.wait_for(lock, wait, [&] { return prefix_held_; });
-  }
-  void open() {
-    std::lock_guard lock(mutex_);
-    open_ = true;
-    changed_.notify_all();
-  }
-
- private:
-  std::shared_ptr<LocalStage> inner_;
-  int gated_call_;
-  std::atomic<int> calls_{0};
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  bool gated_ = false;
-  bool open_ = false;
-  bool prefix_held_ = false;
 };
 
 // The shared model's layers over stages cut at `cuts`, each with a pool of `blocks` and its own
@@ -249,9 +200,9 @@ TEST(EngineAdmission, ANewSequenceWaitsForTheBlocksOfOneReleasedBeforeTheBatches
   ASSERT_EQ(submit_for_outcome(engine, warm_up).get().reason, FinishReason::Length);
   std::vector<std::future<Outcome>> futures;
   for (const auto& r : {a, b, c}) futures.push_back(submit_for_outcome(engine, r));
-  first->wait_until_gated();
+  first->wait_until_held();
   first->open();
-  second->wait_until_gated();
+  second->wait_until_held();
   // A is done and released now, but its release reaches the second stage after B's batch.
   EXPECT_FALSE(second->prefix_held_within(std::chrono::milliseconds(300))) << "C started into A's blocks";
   second->open();

@@ -1,10 +1,12 @@
-// A stage around another for tests of pipeline switches: its `hold_at`-th batch (0: none) waits
-// until open(), so that a test can switch pipelines while a batch is in flight, and it counts
-// the sequences it starts (batches from position 0) and the layers' state read from it, which
-// tell a hand-over from a computation again.
+// A stage around another for tests of pipeline switches and admission: its `hold_at`-th batch
+// (0: none) waits until open(), so that a test can switch pipelines (or admit requests) while a
+// batch is in flight; it counts the sequences it starts (batches from position 0) and the
+// layers' state read from it, which tell a hand-over from a computation again, and tells when a
+// sequence first holds a prefix on it.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -36,13 +38,21 @@ class GatedStage final : public Stage {
   }
   void write_kv(const LayerKv& kv) override { inner_->write_kv(kv); }
   int hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) override {
-    return inner_->hold_prefix(id, capacity, tokens);
+    const int held = inner_->hold_prefix(id, capacity, tokens);
+    std::lock_guard lock(mutex_);
+    prefix_held_ = true;
+    changed_.notify_all();
+    return held;
   }
   model::KvBlockCounts kv_blocks() override { return inner_->kv_blocks(); }
 
   void wait_until_held() {
     std::unique_lock lock(mutex_);
     changed_.wait(lock, [&] { return held_; });
+  }
+  bool prefix_held_within(std::chrono::milliseconds wait) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, wait, [&] { return prefix_held_; });
   }
   void open() {
     std::lock_guard lock(mutex_);
@@ -62,6 +72,7 @@ class GatedStage final : public Stage {
   std::condition_variable changed_;
   bool held_ = false;
   bool open_ = false;
+  bool prefix_held_ = false;
 };
 
 }  // namespace strata::engine
