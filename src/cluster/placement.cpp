@@ -348,15 +348,14 @@ void check_request(const PlacementRequest& request) {
 
 }  // namespace
 
-double predicted_seconds_per_token(std::span<const Stage> stages, std::span<const NodeCapacity> nodes,
+double predicted_seconds_per_token(std::span<const Stage> stages, std::span<const NodeCapacity> stage_nodes,
                                    const ModelFootprint& model, const PlacementRequest& request) {
+  if (stages.size() != stage_nodes.size()) throw std::invalid_argument("a node is needed for every stage predicted");
   const StageNeeds needs(model, request.kv_tokens);
   double seconds = 0.0;
-  for (const Stage& stage : stages) {
-    const auto node = std::find_if(nodes.begin(), nodes.end(), [&](const auto& n) { return n.id == stage.node_id; });
-    if (node == nodes.end()) throw std::invalid_argument("no node '" + stage.node_id + "' to predict a stage of");
-    seconds += stage_seconds(*node, needs, stage.first_layer, stage.last_layer) +
-               (stage.first_layer > 0 ? request.hop_seconds : 0.0);
+  for (size_t i = 0; i < stages.size(); ++i) {
+    seconds += stage_seconds(stage_nodes[i], needs, stages[i].first_layer, stages[i].last_layer) +
+               (stages[i].first_layer > 0 ? request.hop_seconds : 0.0);
   }
   return seconds;
 }

@@ -119,10 +119,10 @@ class DoesNotFit : public std::runtime_error {
 Placement place_layers(std::span<const NodeCapacity> nodes, const ModelFootprint& model,
                        const PlacementRequest& request);
 
-// What the speed strategy predicts per token for `stages`, each stage's node_id naming its node
-// in `nodes` (a group as one node, tensor_groups.h): each stage's reads and exchanges, and a hop
-// before every stage after the first. Throws std::invalid_argument for a node not in `nodes`.
-double predicted_seconds_per_token(std::span<const Stage> stages, std::span<const NodeCapacity> nodes,
+// What the speed strategy predicts per token for `stages`, stage i run by stage_nodes[i] (a
+// group as one node, tensor_groups.h): each stage's reads and exchanges, and a hop before every
+// stage after the first. Throws std::invalid_argument when the two do not pair up.
+double predicted_seconds_per_token(std::span<const Stage> stages, std::span<const NodeCapacity> stage_nodes,
                                    const ModelFootprint& model, const PlacementRequest& request);
 
 // For a placement fixed by hand: throws std::invalid_argument naming the first problem (gap,

@@ -67,6 +67,15 @@ GroupPlacement alone(const Placement& placement) {
   return result;
 }
 
+// `members` with `shares` as one node of a placement: a group also costs a hop a step, the
+// calls that start the step on its members.
+NodeCapacity as_one_node(std::span<const NodeCapacity> members, const LinkCosts& links,
+                         std::span<const GroupMember> shares, const PlacementRequest& request) {
+  NodeCapacity node = group_capacity(members, links, shares);
+  if (members.size() > 1) node.seconds_per_step = request.hop_seconds;
+  return node;
+}
+
 }  // namespace
 
 LinkCosts::LinkCosts(LinkCost unmeasured) : unmeasured_(unmeasured) { check_link(unmeasured); }
@@ -149,20 +158,14 @@ double predict_placement(const Placement& placement, std::span<const NodeCapacit
     return *found;
   };
   std::vector<NodeCapacity> stage_nodes;
-  std::vector<Stage> stages;
   for (const Stage& stage : placement.stages) {
-    if (stage.group.empty()) {
-      stage_nodes.push_back(node(stage.node_id));
-    } else {
-      std::vector<NodeCapacity> members;
-      for (const GroupMember& member : stage.group) members.push_back(node(member.node_id));
-      stage_nodes.push_back(group_capacity(members, links, stage.group));
-      stage_nodes.back().seconds_per_step = request.hop_seconds;
-    }
-    stage_nodes.back().id = std::to_string(stages.size());  // a stage's own, whatever its nodes
-    stages.push_back({stage_nodes.back().id, stage.first_layer, stage.last_layer});
+    const std::vector<GroupMember> shares =
+        stage.group.empty() ? std::vector<GroupMember>{{stage.node_id, 1.0}} : stage.group;
+    std::vector<NodeCapacity> members;
+    for (const GroupMember& member : shares) members.push_back(node(member.node_id));
+    stage_nodes.push_back(as_one_node(members, links, shares, request));
   }
-  return predicted_seconds_per_token(stages, stage_nodes, model, request);
+  return predicted_seconds_per_token(placement.stages, stage_nodes, model, request);
 }
 
 GroupPlacement place_groups(std::span<const NodeCapacity> input_nodes, const ModelFootprint& model,
@@ -194,9 +197,9 @@ GroupPlacement place_groups(std::span<const NodeCapacity> input_nodes, const Mod
     for (const std::vector<size_t>& group : grouping) {
       std::vector<NodeCapacity> members;
       for (size_t i : group) members.push_back(nodes[i]);
-      as_nodes.push_back(group_capacity(members, links));
-      if (members.size() > 1) as_nodes.back().seconds_per_step = request.hop_seconds;
-      members_of[as_nodes.back().id] = group_shares(members);
+      std::vector<GroupMember> shares = group_shares(members);
+      as_nodes.push_back(as_one_node(members, links, shares, request));
+      members_of[as_nodes.back().id] = std::move(shares);
     }
     Placement placement;
     try {
