@@ -56,12 +56,7 @@ class LocalGroup::Member final : public Exchange {
   void all_gather_bytes(std::span<const std::byte> mine, std::span<const size_t> widths, size_t rows,
                         std::span<std::byte> full) override {
     const size_t members = group_.members.size();
-    if (widths.size() != members) throw std::invalid_argument("all_gather needs one width per member");
-    size_t row_width = 0;
-    for (const size_t w : widths) row_width += w;
-    if (mine.size() != rows * widths[static_cast<size_t>(index_)] || full.size() != rows * row_width) {
-      throw std::invalid_argument("all_gather's rows do not match the widths");
-    }
+    const size_t row_width = checked_row_width(mine, widths, rows, full);
     posted_[parity_].assign(mine.begin(), mine.end());
     group_.arrive_and_wait();
     size_t column = 0;
@@ -83,6 +78,17 @@ class LocalGroup::Member final : public Exchange {
   std::vector<std::byte> posted_[2];
   int parity_ = 0;
 };
+
+size_t Exchange::checked_row_width(std::span<const std::byte> mine, std::span<const size_t> widths, size_t rows,
+                                   std::span<const std::byte> full) const {
+  if (widths.size() != static_cast<size_t>(size())) throw std::invalid_argument("all_gather needs one width per member");
+  size_t row_width = 0;
+  for (const size_t w : widths) row_width += w;
+  if (mine.size() != rows * widths[static_cast<size_t>(member())] || full.size() != rows * row_width) {
+    throw std::invalid_argument("all_gather's rows do not match the widths");
+  }
+  return row_width;
+}
 
 void Exchange::all_gather(std::span<const float> mine, std::span<const int> widths, size_t rows,
                           std::span<float> full) {

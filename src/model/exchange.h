@@ -26,6 +26,12 @@ class Exchange {
   // and so do the others' (they cannot finish without it). For a member whose group cannot
   // finish its step because another member is lost.
   virtual void abort() = 0;
+
+ protected:
+  // The bytes of a whole row, once `mine` and `full` are checked to be the rows x widths of this
+  // member and of all (std::invalid_argument otherwise): every all_gather_bytes' first step.
+  size_t checked_row_width(std::span<const std::byte> mine, std::span<const size_t> widths, size_t rows,
+                           std::span<const std::byte> full) const;
 };
 
 // The members of a group as threads of one process (tests, benchmarks): member(i) is the

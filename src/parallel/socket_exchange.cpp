@@ -144,12 +144,7 @@ std::runtime_error SocketExchange::aborted_error() const {
 void SocketExchange::all_gather_bytes(std::span<const std::byte> mine, std::span<const size_t> widths, size_t rows,
                                       std::span<std::byte> full) {
   const size_t members = peers_.size();
-  if (widths.size() != members) throw std::invalid_argument("all_gather needs one width per member");
-  size_t row_width = 0;
-  for (const size_t w : widths) row_width += w;
-  if (mine.size() != rows * widths[static_cast<size_t>(member_)] || full.size() != rows * row_width) {
-    throw std::invalid_argument("all_gather's rows do not match the widths");
-  }
+  const size_t row_width = checked_row_width(mine, widths, rows, full);
   if (aborted_) throw aborted_error();
   const FrameHeader header{calls_, rows, widths[static_cast<size_t>(member_)]};
   sent_.resize(sizeof header + mine.size());
