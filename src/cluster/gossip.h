@@ -29,6 +29,8 @@ namespace strata::cluster {
 inline constexpr auto kGossipInterval = std::chrono::milliseconds(500);
 // How long a gossip round waits for its Hellos' answers before it acts on what it knows.
 inline constexpr auto kHelloWait = std::chrono::milliseconds(200);
+// The longest one Hello may take.
+inline constexpr auto kHelloDeadline = std::chrono::milliseconds(1000);
 
 // What in a Hello its receiver acts on at once: the placement, and whether this node is ready
 // for it, serves it or leaves.

@@ -72,6 +72,9 @@ class LinkMeter {
   std::thread thread_;
 };
 
+// How long one link's measurement may take.
+inline constexpr auto kLinkMeasureLimit = std::chrono::seconds(5);
+
 // A LinkMeter's measure over this node's group links, each taking at most `limit`.
 LinkMeter::Measure measure_over(parallel::GroupLinks& links, std::chrono::milliseconds limit);
 

@@ -25,23 +25,8 @@
 
 namespace strata::cluster {
 namespace {
-
 using Clock = std::chrono::steady_clock;
-
-constexpr auto kHelloDeadline = std::chrono::milliseconds(1000);
-// How long the members of a group wait for each other's links as they load their shares: each
-// hears of the placement within a gossip round or two.
-constexpr auto kGroupJoinLimit = std::chrono::seconds(20);
-constexpr auto kLinkMeasureLimit = std::chrono::seconds(5);
-
-// The group links trust whom the node links trust: certificates of the cluster's authority.
-parallel::LinkCredentials group_link_credentials(const rpc::LinkSecurity& security) {
-  return {security.authority_pem(), security.certificate_pem(), security.private_key_pem()};
-}
-
 }  // namespace
-
-std::string model_hash(const gguf::File& file) { return rpc::sha256_hex(file.header_bytes()); }
 
 // The node's parts, each the one owner of its state, wired here: membership (what it knows of
 // its peers), the control driver (which carries out what the rules decide), gossip (its rounds
@@ -179,14 +164,9 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     return weights_.tensor(request, why);
   }
 
-  cluster_types::NodeHealth health() const {
+  NodeProgress locked_progress() const {
     std::lock_guard lock(mutex_);
-    return cluster::health(progress());
-  }
-
-  std::string readiness() const {
-    std::lock_guard lock(mutex_);
-    return cluster::readiness(progress());
+    return progress();
   }
 
   cluster_types::ClusterStatus status() const {
@@ -208,15 +188,14 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     return status;
   }
 
-  void write_metrics(metrics::Exposition& out) const {
-    const cluster_types::ClusterStatus now = status();
+  engine::Engine::Load scheduler_load() const {
     std::shared_ptr<engine::Engine> scheduler;
     {
       std::lock_guard lock(mutex_);
       scheduler = leadership_.scheduler().engine();
     }
     // The engine's lock is taken without this node's: its loop calls back into the node.
-    cluster::write_metrics(now, scheduler ? scheduler->load() : engine::Engine::Load{}, out);
+    return scheduler ? scheduler->load() : engine::Engine::Load{};
   }
 
   void leave() {
@@ -371,13 +350,7 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
     info.described_unix_ms = rpc::unix_time_ms();
     info.links = link_meter_.links();
     info.weights = weights_.held();
-    info.state = !refusal().empty()          ? "refused"
-                 : scheduling()              ? "serving"
-                 : info.weights->fetching    ? "fetching"
-                 : stage_host_.loading()     ? "loading"
-                 : stage_host_.has_current() ? "ready"
-                 : !placement().stages.empty() ? "idle"
-                                               : "starting";
+    info.state = node_state(progress());
     return info;
   }
 
@@ -392,7 +365,10 @@ class ClusterNode::Impl final : public rpc::NodeHandler {
                           .leaving = control().leaving,
                           .stopping = stopping_,
                           .loading = stage_host_.loading(),
-                          .load_progress = stage_host_.load_progress()};
+                          .load_progress = stage_host_.load_progress(),
+                          .scheduling = scheduling(),
+                          .fetching = weights_.held().fetching,
+                          .holds_current_stage = stage_host_.has_current()};
     for (const cluster_types::Stage& s : placement().stages) {
       if (!stage_ready(s.node_id, placement().epoch)) progress.unready.push_back(s.node_id);
     }
@@ -511,10 +487,13 @@ bool ClusterNode::submit(engine::GenerationRequest request, engine::RequestCallb
   return impl_->submit(std::move(request), std::move(callbacks));
 }
 void ClusterNode::shutdown() { impl_->shutdown(); }
-cluster_types::NodeHealth ClusterNode::health() const { return impl_->health(); }
+cluster_types::NodeHealth ClusterNode::health() const { return cluster::health(impl_->locked_progress()); }
 cluster_types::ClusterStatus ClusterNode::status() const { return impl_->status(); }
-void ClusterNode::write_metrics(metrics::Exposition& out) const { impl_->write_metrics(out); }
-std::string ClusterNode::waiting_for() const { return impl_->readiness(); }
+void ClusterNode::write_metrics(metrics::Exposition& out) const {
+  const cluster_types::ClusterStatus now = status();
+  cluster::write_metrics(now, impl_->scheduler_load(), out);
+}
+std::string ClusterNode::waiting_for() const { return readiness(impl_->locked_progress()); }
 void ClusterNode::leave() { impl_->leave(); }
 std::string ClusterNode::why_needed() const { return impl_->why_needed(); }
 

@@ -35,4 +35,13 @@ std::string readiness(const NodeProgress& progress) {
   return why;
 }
 
+std::string node_state(const NodeProgress& progress) {
+  if (!progress.refusal.empty()) return "refused";
+  if (progress.scheduling) return "serving";
+  if (progress.fetching) return "fetching";
+  if (progress.loading) return "loading";
+  if (progress.holds_current_stage) return "ready";
+  return progress.placed ? "idle" : "starting";
+}
+
 }  // namespace strata::cluster

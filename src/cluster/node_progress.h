@@ -26,6 +26,9 @@ struct NodeProgress {
   bool loading = false;                 // this node loads its layers
   double load_progress = 0.0;           // of that load, 0 to 1
   std::optional<cluster_types::Weights> fetched;  // a node without the model file: what it holds of it
+  bool scheduling = false;           // this node leads and its scheduler runs
+  bool fetching = false;             // this node fetches weights from its peers now
+  bool holds_current_stage = false;  // this node holds its layers of the current placement
 };
 
 // What requests wait for: the refusal, the placement's error, a placement, the nodes that load
@@ -35,6 +38,10 @@ std::string waiting_for(const NodeProgress& progress);
 // GET /health: "ok" once requests can run, else what it waits for (leaving, refused, loading
 // with its progress, waiting), with a fetch's progress.
 cluster_types::NodeHealth health(const NodeProgress& progress);
+
+// The word /cluster says of a node's state: refused, serving (its scheduler runs), fetching,
+// loading, ready (it holds its layers), idle (placed without it) or starting.
+std::string node_state(const NodeProgress& progress);
 
 // engine::Generator::waiting_for: empty when a request runs now or would be refused at once
 // (the node stops, the model does not fit), else what it waits for, with this node's load.

@@ -8,7 +8,9 @@
 
 #include "cluster/node_resources.h"
 #include "model/kv_pool.h"
+#include "rpc/auth.h"
 #include "rpc/messages.h"
+#include "rpc/tls.h"
 #include "units/byte_size.h"
 
 namespace strata::cluster {
@@ -108,6 +110,12 @@ LeaderScheduler::MakeEngine engine_maker(
     engine.first_sequence_id = std::random_device{}() * (uint64_t{1} << 31) + 1;
     return std::make_shared<engine::Engine>(std::move(stages), vocab_size, eog, engine);
   };
+}
+
+std::string model_hash(const gguf::File& file) { return rpc::sha256_hex(file.header_bytes()); }
+
+parallel::LinkCredentials group_link_credentials(const rpc::LinkSecurity& security) {
+  return {security.authority_pem(), security.certificate_pem(), security.private_key_pem()};
 }
 
 std::unique_ptr<rpc::NodeServer> listen_for_nodes(rpc::NodeHandler& handler, const NodeOptions& options,

@@ -15,6 +15,7 @@
 #include "cluster/placement_proposal.h"
 #include "engine/local_stage.h"
 #include "model/config.h"
+#include "parallel/group_links.h"
 #include "rpc/node_service.h"
 
 namespace strata::cluster {
@@ -45,6 +46,9 @@ cluster_types::NodeInfo describe_node(const NodeOptions& options, const gguf::Fi
 LeaderScheduler::MakeEngine engine_maker(
     const NodeOptions& options, const model::Config& config, std::function<bool(engine::Token)> is_end_of_generation,
     std::function<std::vector<std::shared_ptr<engine::Stage>>(uint64_t)> held_stages);
+
+// The group links trust whom the node links trust: certificates of the cluster's authority.
+parallel::LinkCredentials group_link_credentials(const rpc::LinkSecurity& security);
 
 // The node service of `handler`, on options.host and options.node_port, or on any free port when
 // that one is taken and it is only a default (options.any_port_if_taken); the log says where, and

@@ -31,6 +31,9 @@ namespace strata::cluster {
 // (finishing the batches in flight, then moving keys and values): a node keeps its previous
 // stage this long, and a node that leaves waits this long for it.
 inline constexpr auto kHandOverLimit = std::chrono::seconds(60);
+// How long the members of a group wait for each other's links as they load their shares: each
+// hears of the placement within a gossip round or two.
+inline constexpr auto kGroupJoinLimit = std::chrono::seconds(20);
 
 // The part of a placement's stage that a node computes: its layers and, in a tensor-parallel
 // group, its place there.

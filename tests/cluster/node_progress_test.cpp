@@ -65,5 +65,22 @@ TEST(NodeProgress, ARequestWaitsOnlyForWhatWillCome) {
   EXPECT_EQ(readiness(p), "this node takes no part");
 }
 
+TEST(NodeProgress, ANodesStateSaysTheFirstOfWhatHoldsForIt) {
+  NodeProgress p;
+  EXPECT_EQ(node_state(p), "starting");
+  p.placed = true;
+  EXPECT_EQ(node_state(p), "idle") << "placed without it";
+  p.holds_current_stage = true;
+  EXPECT_EQ(node_state(p), "ready");
+  p.loading = true;
+  EXPECT_EQ(node_state(p), "loading") << "a new placement's layers";
+  p.fetching = true;
+  EXPECT_EQ(node_state(p), "fetching");
+  p.scheduling = true;
+  EXPECT_EQ(node_state(p), "serving");
+  p.refusal = "this node takes no part";
+  EXPECT_EQ(node_state(p), "refused");
+}
+
 }  // namespace
 }  // namespace strata::cluster
