@@ -61,6 +61,7 @@ ModelFootprint footprint(const Shape& s) {
   m.kv_bytes_per_layer_per_token = 2 * s.kv_heads * s.head_dim * 2;  // f16 keys and values
   const uint64_t activations = s.experts > 0 ? s.experts_per_token * s.ffn : s.ffn;
   m.layer_gathered_bytes.assign(static_cast<size_t>(s.layers), (s.heads * s.head_dim + 2 * s.dim + activations) * 4);
+  m.layer_gathers.assign(static_cast<size_t>(s.layers), 4);
   m.head_gathered_bytes = s.vocab * 4;
   return m;
 }

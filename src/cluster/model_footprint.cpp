@@ -120,6 +120,7 @@ ModelFootprint footprint_of(const gguf::File& file) {
             : gathered(weights, "ffn_down", width(config.ffn_dim));
     footprint.layer_gathered_bytes.push_back(gathered(weights, "attn_output", heads_output) + ffn_input +
                                              2 * width(config.embedding_dim) * sizeof(float));
+    footprint.layer_gathers.push_back(config.layer_has_experts(l) && config.shared_expert_ffn_dim > 0 ? 5 : 4);
   }
   footprint.head_gathered_bytes = static_cast<uint64_t>(config.vocab_size) * sizeof(float);
   return footprint;

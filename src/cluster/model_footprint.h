@@ -35,6 +35,10 @@ struct ModelFootprint {
   // groups are not considered.
   std::vector<uint64_t> layer_gathered_bytes;
   uint64_t head_gathered_bytes = 0;
+  // Per layer, how many gathers a group makes for a token, one after another (the head makes
+  // one more): 4 (the heads' outputs, the attention's projection, the FFN's activations and its
+  // projection), 5 in a layer with a shared expert (its activations apart). Empty: not known.
+  std::vector<uint64_t> layer_gathers;
 };
 
 // What part of the model a tensor is, by its name: the one rule that placement, fetching and

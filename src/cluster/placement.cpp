@@ -39,9 +39,8 @@ std::vector<NodeCapacity> sorted_nodes(std::span<const NodeCapacity> nodes) {
 // Mixture-of-Experts layer that is the experts it runs, not all the node holds. A group adds
 // its exchanges of rows.
 double stage_seconds(const NodeCapacity& node, const StageNeeds& needs, int first, int last) {
-  const int exchanges = kExchangesPerLayer * (last - first) + (last == needs.count() ? 1 : 0);
   return static_cast<double>(needs.read_bytes(first, last)) / node.weight_bytes_per_second +
-         node.seconds_per_exchange * exchanges +
+         node.seconds_per_exchange * static_cast<double>(needs.gathers(first, last)) +
          node.seconds_per_gathered_byte * static_cast<double>(needs.gathered_bytes(first, last)) +
          node.seconds_per_step;
 }

@@ -36,17 +36,13 @@ struct NodeCapacity {
   uint64_t kv_bytes_per_layer = 0;
   uint64_t kv_bytes_per_window_layer = 0;
   // A tensor-parallel group placed as one node (tensor_groups.h): what its exchanges of rows add
-  // to a token, per exchange (kExchangesPerLayer per layer, one at the head) and per byte the
-  // footprint says it gathers. 0 for a node alone.
+  // to a token, per exchange (the footprint's gathers) and per byte the footprint says it
+  // gathers. 0 for a node alone.
   double seconds_per_exchange = 0.0;
   double seconds_per_gathered_byte = 0.0;
   // And per token: the calls that start each step on its members, made at once.
   double seconds_per_step = 0.0;
 };
-
-// A group gathers the rows of each projection that needs the whole of its input: the heads'
-// outputs, the attention's projection, the FFN's activations and its projection.
-inline constexpr int kExchangesPerLayer = 4;
 
 enum class Strategy {
   // Every node that can hold a layer takes part, with layers in proportion to its usable memory

@@ -39,12 +39,13 @@ StageNeeds::StageNeeds(const ModelFootprint& model, uint64_t kv_tokens)
     }
     read_prefix_ = prefix_sums(model.layer_read_bytes);
   }
-  if (model.layer_gathered_bytes.empty()) {
-    gathered_prefix_.assign(static_cast<size_t>(model.layer_count) + 1, 0);
-  } else {
-    check_count(model.layer_gathered_bytes, "sizes gathered per token");
-    gathered_prefix_ = prefix_sums(model.layer_gathered_bytes);
-  }
+  const auto optional_prefix = [&](const std::vector<uint64_t>& values, const char* what) {
+    if (values.empty()) return std::vector<uint64_t>(static_cast<size_t>(model.layer_count) + 1, 0);
+    check_count(values, what);
+    return prefix_sums(values);
+  };
+  gathered_prefix_ = optional_prefix(model.layer_gathered_bytes, "sizes gathered per token");
+  gathers_prefix_ = optional_prefix(model.layer_gathers, "counts of gathers per token");
   if (!model.sliding_layers.empty() && model.sliding_layers.size() != static_cast<size_t>(model.layer_count)) {
     throw std::invalid_argument("the footprint says whether " + std::to_string(model.sliding_layers.size()) +
                                 " layers slide, of " + std::to_string(model.layer_count));

@@ -44,6 +44,11 @@ class StageNeeds {
     const uint64_t layers = gathered_prefix_[static_cast<size_t>(last)] - gathered_prefix_[static_cast<size_t>(first)];
     return last == count() ? saturating_add(layers, model_.head_gathered_bytes) : layers;
   }
+  // And the gathers it makes for them, one after another: one more at the head.
+  uint64_t gathers(int first, int last) const {
+    const uint64_t layers = gathers_prefix_[static_cast<size_t>(last)] - gathers_prefix_[static_cast<size_t>(first)];
+    return last == count() ? layers + 1 : layers;
+  }
 
   // Every weight the model's stages hold together.
   uint64_t weight_bytes() const { return saturating_add(held_bytes(0, count()), model_.embedding_bytes); }
@@ -104,6 +109,7 @@ class StageNeeds {
   std::vector<uint64_t> held_prefix_;  // held_prefix_[i]: bytes of layers [0, i)
   std::vector<uint64_t> read_prefix_;  // read_prefix_[i]: bytes of layers [0, i) a token reads
   std::vector<uint64_t> gathered_prefix_;  // gathered_prefix_[i]: bytes a group gathers in layers [0, i)
+  std::vector<uint64_t> gathers_prefix_;   // gathers_prefix_[i]: the gathers it makes in layers [0, i)
 };
 
 }  // namespace strata::cluster

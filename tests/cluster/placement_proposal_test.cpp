@@ -70,6 +70,7 @@ TEST(PlacementProposal, AHandMadePlacementWaitsForItsNodes) {
 // every member's node and link addresses.
 TEST(PlacementProposal, AHandMadeGroupSharesBySpeedOrWeightAndNamesItsMembers) {
   PlacementRules r = rules();
+  r.footprint.layer_gathers.assign(4, 4);
   r.fixed_stages = {{"a", 0, 4, {{"a", 0.0}, {"b", 0.0}}}};
   cluster_types::NodeInfo a = member("a", 1024 * kMiB);
   cluster_types::NodeInfo b = member("b", 1024 * kMiB);
@@ -99,6 +100,7 @@ TEST(PlacementProposal, AHandMadeGroupSharesBySpeedOrWeightAndNamesItsMembers) {
 TEST(PlacementProposal, TheSpeedStrategyGroupsNodesOverTheLinksTheyMeasured) {
   PlacementRules r = rules();
   r.footprint.layer_gathered_bytes.assign(4, 4 * 4096);
+  r.footprint.layer_gathers.assign(4, 4);
   r.footprint.head_gathered_bytes = 4 * 32000;
   cluster_types::NodeInfo a = member("a", 1024 * kMiB);
   cluster_types::NodeInfo b = member("b", 1024 * kMiB);

@@ -853,6 +853,11 @@ TEST(Footprint, GlmDenseLayerSharedExpertAndNextNLayer) {
   for (size_t layer = 1; layer < static_cast<size_t>(s.layer_count); ++layer) {
     EXPECT_EQ(f.layer_gathered_bytes[layer], around_ffn + experts_run) << "layer " << layer;
   }
+  // One gather after another: the heads' outputs, o's rows, the activations, the FFN's rows;
+  // with a shared expert its activations apart from the routed experts'.
+  ASSERT_GT(s.shared_expert_count, 0);
+  EXPECT_EQ(f.layer_gathers[0], 4u);
+  for (size_t layer = 1; layer < static_cast<size_t>(s.layer_count); ++layer) EXPECT_EQ(f.layer_gathers[layer], 5u);
   EXPECT_EQ(f.head_gathered_bytes, static_cast<uint64_t>(s.vocab_size) * sizeof(float));
 }
 

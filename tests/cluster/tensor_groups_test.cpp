@@ -24,6 +24,7 @@ constexpr LinkCost kTenGigabit{0.00005, 1.25e9};
 ModelFootprint model_70b() {
   ModelFootprint m{80, std::vector<uint64_t>(80, 490'000'000), 500'000'000, 500'000'000, 2 * 1024 * sizeof(float)};
   m.layer_gathered_bytes.assign(80, (8192 + 2 * 8192 + 28672) * sizeof(float));
+  m.layer_gathers.assign(80, 4);
   m.head_gathered_bytes = 128'256 * sizeof(float);
   return m;
 }
@@ -40,11 +41,13 @@ uint64_t gathered_bytes(const ModelFootprint& m) {
   return bytes;
 }
 
-// One group holding every layer: its reads at the summed speed, 4 exchanges a layer and one at
-// the head at the link's latency, the gathered bytes of the member that receives the most, and
+// One group holding every layer: its reads at the summed speed, the footprint's exchanges of
+// each layer and one at the head at the link's latency, the gathered bytes of the member that receives the most, and
 // a hop's time to start each step on the members.
 double one_group_seconds(const ModelFootprint& m, double summed_speed, LinkCost link, double largest_others_share) {
-  return static_cast<double>(read_bytes(m)) / summed_speed + link.latency_seconds * (4 * m.layer_count + 1) +
+  uint64_t exchanges = 1;
+  for (uint64_t layer : m.layer_gathers) exchanges += layer;
+  return static_cast<double>(read_bytes(m)) / summed_speed + link.latency_seconds * static_cast<double>(exchanges) +
          static_cast<double>(gathered_bytes(m)) * largest_others_share / link.bytes_per_second + kDefaultHopSeconds;
 }
 
@@ -99,6 +102,22 @@ TEST(TensorGroups, EqualNodesOnAFastLinkFormOneGroup) {
                 one_group_seconds(m, 40e9, kTenGigabit, 0.5) * 1e3,
                 (static_cast<double>(read_bytes(m)) / 20e9 + kDefaultHopSeconds) * 1e3);
   EXPECT_NE(p.reason.find(why), std::string::npos) << p.reason;
+}
+
+// A layer with a shared expert gathers its activations apart: one exchange more a layer, at
+// the link's latency each.
+TEST(TensorGroups, EveryGatherOfALayerWaitsForTheLink) {
+  ModelFootprint m = model_70b();
+  const std::vector<NodeCapacity> nodes = {{"a", 32 * kGB, 20e9}, {"b", 32 * kGB, 20e9}};
+  const LinkCost link{0.0005, kTenGigabit.bytes_per_second};
+  const GroupPlacement four = place_groups(nodes, m, LinkCosts(link), {kContext4096, Strategy::Speed});
+  m.layer_gathers.assign(80, 5);
+  const GroupPlacement five = place_groups(nodes, m, LinkCosts(link), {kContext4096, Strategy::Speed});
+  ASSERT_EQ(four.stages.size(), 1u) << four.reason;
+  ASSERT_EQ(five.stages.size(), 1u) << five.reason;
+  EXPECT_NEAR(five.predicted_seconds_per_token - four.predicted_seconds_per_token, 80 * 0.0005, 1e-9);
+  m.layer_gathers.pop_back();
+  EXPECT_THROW(place_groups(nodes, m, LinkCosts(link), {kContext4096, Strategy::Speed}), std::invalid_argument);
 }
 
 TEST(TensorGroups, ASlowLinkMakesAPipeline) {
