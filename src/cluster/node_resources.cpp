@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
+#include <thread>
 #include <chrono>
 #include <optional>
 #include <stdexcept>
@@ -93,6 +95,9 @@ uint64_t physical_memory() {
 namespace strata::cluster {
 namespace {
 
+constexpr int kLeastPasses = 3;
+constexpr double kAgreement = 0.9;
+
 // A 4096 × 4096 Q4_0 matrix (9 MiB) is the size of a 7B model's attention matrices. Prepared
 // copies of it, used in turn, twice the last-level cache together (at least 64 MiB), so that
 // the probe reads from memory as a decode step of a real model does: a probe that fits in the
@@ -103,8 +108,10 @@ constexpr int64_t kRows = 4096;
 constexpr int64_t kCols = 4096;
 constexpr uint64_t kLeastProbeBytes = 64ull << 20;
 constexpr int kMostCopies = 16;
+// Short passes with pauses between them, until speed_confirmed, at most kMostPasses (about 1.5 s).
 constexpr auto kPassTime = std::chrono::milliseconds(15);
-constexpr int kPasses = 5;
+constexpr auto kPause = std::chrono::milliseconds(15);
+constexpr int kMostPasses = 50;
 // Kernel time does not depend on the weights' values: a few distinct rows, repeated, will do.
 constexpr int64_t kDistinctRows = 16;
 
@@ -149,6 +156,13 @@ uint64_t last_level_cache_bytes() {
   return 0;
 }
 
+bool speed_confirmed(std::span<const double> rates) {
+  if (rates.size() < static_cast<size_t>(kLeastPasses)) return false;
+  std::vector<double> sorted(rates.begin(), rates.end());
+  std::sort(sorted.begin(), sorted.end(), std::greater<>());
+  return sorted[1] >= kAgreement * sorted[0];
+}
+
 double measure_weight_speed(int threads) {
   if (threads < 1) throw std::invalid_argument("the weight speed probe needs at least 1 thread, not " + std::to_string(threads));
   const std::vector<uint8_t> quantized = random_q4_0_matrix();
@@ -172,7 +186,8 @@ double measure_weight_speed(int threads) {
   for (int i = 0; i < copy_count; ++i) product();  // threads started, copies touched
 
   std::vector<double> rates;
-  for (int pass = 0; pass < kPasses; ++pass) {
+  while (!speed_confirmed(rates) && rates.size() < static_cast<size_t>(kMostPasses)) {
+    if (!rates.empty()) std::this_thread::sleep_for(kPause);
     const auto start = std::chrono::steady_clock::now();
     auto elapsed = std::chrono::steady_clock::duration::zero();
     int64_t products = 0;
@@ -184,8 +199,7 @@ double measure_weight_speed(int threads) {
     rates.push_back(static_cast<double>(products * static_cast<int64_t>(quantized.size())) /
                     std::chrono::duration<double>(elapsed).count());
   }
-  std::nth_element(rates.begin(), rates.begin() + kPasses / 2, rates.end());
-  return rates[kPasses / 2];
+  return *std::max_element(rates.begin(), rates.end());
 }
 
 }  // namespace strata::cluster
