@@ -181,9 +181,12 @@ std::shared_ptr<engine::Stage> Leadership::chain_stage(uint64_t epoch, const std
                                                        const Membership& membership) {
   const auto found = recent_.find(epoch);
   if (found == recent_.end() || node_id == options_.rules.leader_id) return nullptr;
-  // A group's members are given every batch by the node that schedules it, never passed one on.
+  // A group is named by its first member; a batch passed on to it goes to every member.
   for (const cluster_types::Stage& s : found->second.stages) {
-    if (s.node_id == node_id && s.group.empty()) return reached_stage(s, epoch, /*leading=*/false, membership);
+    if (s.node_id != node_id) continue;
+    return pipeline_stage(s, [&](const cluster_types::Stage& part) {
+      return reached_stage(part, epoch, /*leading=*/false, membership);
+    });
   }
   return nullptr;
 }

@@ -84,8 +84,8 @@ class Leadership {
   // address `membership` knows them by now; empty when unknown.
   std::vector<std::shared_ptr<engine::Stage>> stages_of(uint64_t epoch, const StageHost& stages,
                                                         const Membership& membership);
-  // Node `node_id`'s stage of placement `epoch`, where this node passes a batch's output on to
-  // it (a chain), or null.
+  // Node `node_id`'s stage of placement `epoch` (of a group, its first member's: the group),
+  // where this node passes a batch's output on to it (a chain), or null.
   std::shared_ptr<engine::Stage> chain_stage(uint64_t epoch, const std::string& node_id, const Membership& membership);
 
  private:

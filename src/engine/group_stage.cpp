@@ -103,32 +103,91 @@ GroupStage::GroupStage(std::vector<std::shared_ptr<Stage>> members, std::span<co
   }
 }
 
+namespace {
+
+bool is_lost(const std::exception_ptr& failure) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const StageLost&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+// A member's StageLost (the first in member order), else the first member's failure.
+void rethrow_first(const std::vector<std::exception_ptr>& failures) {
+  for (const std::exception_ptr& failure : failures) {
+    if (failure != nullptr && is_lost(failure)) std::rethrow_exception(failure);
+  }
+  for (const std::exception_ptr& failure : failures) {
+    if (failure != nullptr) std::rethrow_exception(failure);
+  }
+}
+
+}  // namespace
+
+void GroupStage::failing_alone(size_t member, const std::function<void()>& call,
+                               std::vector<std::exception_ptr>& failures) {
+  try {
+    call();
+  } catch (const StageLost&) {
+    failures[member] = std::current_exception();
+    leave_group();
+  } catch (...) {
+    failures[member] = std::current_exception();
+  }
+}
+
 void GroupStage::on_every_member(const std::function<void(size_t member)>& call) {
   std::vector<std::exception_ptr> failures(members_.size());
-  std::exception_ptr lost;
-  std::mutex lost_mutex;
-  const auto run = [&](size_t m) {
-    try {
-      call(m);
-    } catch (const StageLost&) {
-      {
-        std::lock_guard lock(lost_mutex);
-        if (!lost) lost = std::current_exception();
-      }
-      leave_group();
-    } catch (...) {
-      failures[m] = std::current_exception();
-    }
-  };
+  const auto run = [&](size_t m) { failing_alone(m, [&] { call(m); }, failures); };
   std::vector<std::thread> others;
   others.reserve(members_.size() - 1);
   for (size_t m = 1; m < members_.size(); ++m) others.emplace_back(run, m);
   run(0);
   for (std::thread& other : others) other.join();
-  if (lost) std::rethrow_exception(lost);
-  for (const std::exception_ptr& failure : failures) {
-    if (failure != nullptr) std::rethrow_exception(failure);
+  rethrow_first(failures);
+}
+
+std::string GroupStage::chain_node() const {
+  for (const auto& member : members_) {
+    if (member->chain_node().empty()) return {};
   }
+  return members_.front()->chain_node();
+}
+
+void GroupStage::send(const StageBatch& batch) {
+  StageBatch alone = batch;
+  alone.then.clear();
+  std::vector<std::exception_ptr> failures(members_.size());
+  std::lock_guard lock(mutex_);
+  // A send does not wait: one after another, in member order as every call.
+  for (size_t m = 0; m < members_.size(); ++m) {
+    failing_alone(m, [&] { members_[m]->send(m == 0 ? batch : alone); }, failures);
+  }
+  std::lock_guard sent_lock(sent_mutex_);
+  sent_.push_back(std::move(failures));
+}
+
+StageOutput GroupStage::receive() {
+  std::vector<std::exception_ptr> failures;
+  {
+    std::lock_guard lock(sent_mutex_);
+    if (sent_.empty()) throw std::logic_error("a batch is received before it was sent");
+    failures = std::move(sent_.front());
+    sent_.pop_front();
+  }
+  StageOutput first;
+  for (size_t m = 0; m < members_.size(); ++m) {
+    if (failures[m] != nullptr) continue;  // the batch never reached it
+    failing_alone(m, [&] {
+      StageOutput out = members_[m]->receive();
+      if (m == 0) first = std::move(out);
+    }, failures);
+  }
+  rethrow_first(failures);
+  return first;
 }
 
 StageOutput GroupStage::forward(const StageBatch& batch) {

@@ -6,11 +6,17 @@
 // member's. Members given the same calls keep the same sequences in pools of the same block
 // counts, so they refuse or accept alike.
 //
+// A group whose members are all on other nodes is a link of a chain (Stage::chain_node): a
+// batch sent to it goes to every member, and the first one passes its output on to the rest of
+// the chain while the others only compute their shares with it.
+//
 // A sequence's state moves to and from the group as one stage's: each member holds its own KV
 // heads, a contiguous run in member order, so a row of the whole model's keys (or values) is
 // the members' parts of it side by side.
 #pragma once
 
+#include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -39,6 +45,12 @@ class GroupStage final : public Stage {
   void release(std::span<const SequenceId> ids) override;
   void cancel() override;
   void leave_group() override;
+  // The first member's node, when every member passes batches on; else empty.
+  std::string chain_node() const override;
+  // Sends the batch to every member, `then` to the first only.
+  void send(const StageBatch& batch) override;
+  // The first member's output of the oldest batch sent; fails like forward.
+  StageOutput receive() override;
   // The members' layers; empty when one of them does not say.
   StageLayers layers() const override { return layers_; }
   // Every member's part, each row's parts in member order. Throws std::runtime_error when the
@@ -58,11 +70,17 @@ class GroupStage final : public Stage {
   // rethrows a member's StageLost, else the first member's failure. A member lost makes the
   // others leave the group at once, rather than wait for its rows.
   void on_every_member(const std::function<void(size_t member)>& call);
+  // Runs `call` for `member`, recording what it throws in `failures`; a lost member makes the
+  // others leave the group at once.
+  void failing_alone(size_t member, const std::function<void()>& call, std::vector<std::exception_ptr>& failures);
 
   std::vector<std::shared_ptr<Stage>> members_;
   StageLayers layers_;
   std::vector<int> kv_heads_;  // per member, from the shares; empty without them
   std::mutex mutex_;           // one call at a time, so that every member sees the calls in one order
+  std::mutex sent_mutex_;
+  // Per batch sent and not yet received: what each member's send threw, or null.
+  std::deque<std::vector<std::exception_ptr>> sent_;
 };
 
 }  // namespace strata::engine

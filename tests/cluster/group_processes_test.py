@@ -3,9 +3,11 @@
 by a group of nodes, each a share of every layer (`--stages a+b:0-3`, shares by the members'
 speeds, or `a*3+b:0-3`, by weight), answers every greedy and seeded request (text and logprobs)
 at every node as one node does, alone and concurrently: a group of 2 holding the whole model, an
-uneven group of 2 beside a single stage, and an uneven group of 3; on the shared model and on a
-Mixture-of-Experts one (`strata gguf synth --shape qwen3moe-tiny`). /cluster shows each group's
-members and shares; a member killed mid-stream leaves the whole text one node's. Without a
+uneven group of 2 between two single stages (the first passing each batch on to the group
+itself, a chain), and an uneven group of 3; on the shared model and on a Mixture-of-Experts one
+(`strata gguf synth --shape qwen3moe-tiny`, its group given batches by the leader as a chain's).
+/cluster shows each group's members and shares; a member killed mid-stream leaves the whole text
+one node's, in a group with the leader and in one the leader sends batches to. Without a
 placement by hand, nodes whose reads cost more than their links' gathers measure those links and
 the speed placement makes them a group.
 
@@ -157,18 +159,21 @@ def member_drained_mid_stream(stages, ids, leaving, model, reference):
 
 
 def main():
+    # g0 leads: in the second layout g1 passes each batch on to the group g2+g3 itself (a chain).
     long_reference = check_model(base.MODEL, [("g0+g1:0-3", ["g0", "g1"]),
-                                              ("g0*3+g1:0-1,g2:2-3", ["g0", "g1", "g2"]),
+                                              ("g1:0-0,g2*3+g3:1-2,g0:3-3", ["g0", "g1", "g2", "g3"]),
                                               ("g0+g1*2+g2:0-3", ["g0", "g1", "g2"])],
                                  speed_chooses=["s0", "s1", "s2"])
     member_killed_mid_stream("k0+k1+k2:0-3", ["k0", "k1", "k2"], "k1", base.MODEL, long_reference)
+    # The leader k0 sends each batch to the group k1+k2+k3 as a chain's, every member at once.
+    member_killed_mid_stream("k0:0-0,k1+k2+k3:1-3", ["k0", "k1", "k2", "k3"], "k2", base.MODEL, long_reference)
     member_drained_mid_stream("d0+d1+d2:0-1,d3:2-3", ["d0", "d1", "d2", "d3"], "d2", base.MODEL, long_reference)
     work = tempfile.mkdtemp(prefix="strata-group-")
     moe = os.path.join(work, "qwen3moe-tiny-q8_0.gguf")
     try:
         subprocess.run([base.STRATA, "gguf", "synth", "--shape", "qwen3moe-tiny", "--type", "Q8_0", "-o", moe],
                        check=True, capture_output=True)
-        check_model(moe, [("m0*1+m1*3:0-1,m2:2-3", ["m0", "m1", "m2"])])
+        check_model(moe, [("m1*1+m2*3:0-1,m0:2-3", ["m0", "m1", "m2"])])
     finally:
         if os.path.exists(moe):
             os.unlink(moe)

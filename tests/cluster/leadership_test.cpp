@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "engine/group_stage.h"
 #include "rpc/messages.h"
 #include "node_info_fixture.h"
 
@@ -108,6 +109,24 @@ TEST_F(LeadershipTest, TheLastFewPlacementsAreKeptAndTheirStagesFound) {
   EXPECT_EQ(b_layers->first, 2);
   EXPECT_EQ(b_layers->last, 4);
   EXPECT_FALSE(layers_of(leadership_.placement(), "c"));
+}
+
+// A stage that passes a batch on to a tensor-parallel group reaches every member of it (at the
+// addresses this node knows them by), as one stage named by the group's first member.
+TEST_F(LeadershipTest, AChainPassesABatchOnToAGroupAsOneStage) {
+  ready(0, 2, 1);
+  cluster_types::Placement p = placement(1, "a", {{"a", 0, 2}, {"b", 2, 4}});
+  p.stages[1].group = {{"b", "leader's name for b:1", "b:9", 1.0}, {"c", "leader's name for c:1", "c:9", 1.0}};
+  for (const auto& [id, address] : {std::pair{"b", "10.0.0.2:7002"}, std::pair{"c", "10.0.0.3:7002"}}) {
+    rpc::HelloOutcome hello;
+    hello.reply.sender = node(id, address);
+    membership_.hello_answered(address, hello, t0);
+  }
+  leadership_.adopt(p);
+  const std::shared_ptr<engine::Stage> group = leadership_.chain_stage(1, "b", membership_);
+  EXPECT_NE(std::dynamic_pointer_cast<engine::GroupStage>(group), nullptr);
+  EXPECT_EQ(reached_, (std::vector<std::string>{"b@10.0.0.2:7002/1", "c@10.0.0.3:7002/1"}));
+  EXPECT_EQ(leadership_.chain_stage(1, "c", membership_), nullptr) << "a group is named by its first member";
 }
 
 TEST_F(LeadershipTest, APlacementIsMadeOrWaitsForTheNodesItNames) {

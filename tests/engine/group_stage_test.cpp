@@ -481,6 +481,73 @@ TEST(GroupStage, AMembersLossEndsTheOthersWaiting) {
   EXPECT_THROW(group.forward(batch), StageLost);
 }
 
+// A member on another node as a chain reaches it: it records the `then` of every batch sent
+// to it and answers with its own rows, or is lost when sent to or when answering.
+class ChainMember final : public Stage {
+ public:
+  enum class Lost { Never, WhenSent, WhenAnswering };
+  ChainMember(std::string node, float answer, Lost lost = Lost::Never) : node_(std::move(node)), answer_(answer), lost_(lost) {}
+  std::string chain_node() const override { return node_; }
+  void send(const StageBatch& batch) override {
+    if (lost_ == Lost::WhenSent) throw StageLost("no stream to it", node_, true);
+    sent.push_back(batch.then);
+  }
+  StageOutput receive() override {
+    if (lost_ == Lost::WhenAnswering) throw StageLost("its stream broke", node_, false);
+    return {{answer_}, {}};
+  }
+  StageOutput forward(const StageBatch&) override { throw std::logic_error("a chain member is sent its batches"); }
+  void release(std::span<const SequenceId>) override {}
+  int hold_prefix(SequenceId, int, std::span<const Token>) override { return 0; }
+  model::KvBlockCounts kv_blocks() override { return {}; }
+  std::vector<std::vector<std::string>> sent;
+
+ private:
+  std::string node_;
+  float answer_;
+  Lost lost_;
+};
+
+// A group of members on other nodes is a link of a chain, named by its first member: a batch
+// goes to every member, the rest of the chain to the first only (the others only compute their
+// shares), and the first one's answer is the group's.
+TEST(GroupStage, PassesABatchOnThroughItsFirstMemberOnly) {
+  auto first = std::make_shared<ChainMember>("node-a", 1.0f);
+  auto second = std::make_shared<ChainMember>("node-b", 2.0f);
+  GroupStage group({first, second});
+  EXPECT_EQ(group.chain_node(), "node-a");
+  StageBatch batch;
+  batch.then = {"node-c", "node-d"};
+  group.send(batch);
+  batch.then = {"node-c"};
+  group.send(batch);
+  EXPECT_EQ(first->sent, (std::vector<std::vector<std::string>>{{"node-c", "node-d"}, {"node-c"}}));
+  EXPECT_EQ(second->sent, (std::vector<std::vector<std::string>>{{}, {}}));
+  EXPECT_EQ(group.receive().rows, std::vector<float>{1.0f});
+  EXPECT_EQ(group.receive().rows, std::vector<float>{1.0f});
+  EXPECT_THROW(group.receive(), std::logic_error) << "nothing more was sent";
+  // A member on this node cannot be sent a batch by another: such a group is given each one.
+  GroupStage with_local({first, std::make_shared<ScriptedMember>(std::vector<int>{0})});
+  EXPECT_EQ(with_local.chain_node(), "");
+}
+
+// A member lost as the batch goes out, or as its answer comes back, makes the group lost,
+// named by that member.
+TEST(GroupStage, IsLostInAChainWhenAnyMemberIsLost) {
+  for (const ChainMember::Lost when : {ChainMember::Lost::WhenSent, ChainMember::Lost::WhenAnswering}) {
+    auto first = std::make_shared<ChainMember>("node-a", 1.0f);
+    GroupStage group({first, std::make_shared<ChainMember>("node-b", 2.0f, when)});
+    group.send({});
+    try {
+      group.receive();
+      FAIL() << "a group with a lost member answered";
+    } catch (const StageLost& e) {
+      EXPECT_EQ(e.node, "node-b");
+    }
+    EXPECT_EQ(first->sent.size(), 1u);
+  }
+}
+
 TEST(GroupStage, RefusesNoMembers) { EXPECT_THROW(GroupStage({}), std::invalid_argument); }
 
 // A member of layers [0, 2) that holds one sequence's state as given, and takes over any.
