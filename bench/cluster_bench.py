@@ -61,6 +61,22 @@ def wait_healthy(port, timeout=300):
     raise RuntimeError("the cluster did not become healthy")
 
 
+def settled_placement(port, count, timeout=60):
+    """The leader's placement once it knows all `count` nodes and has kept one epoch for 3 s: the
+    first node serves alone until the others join and their links are measured."""
+    deadline = time.time() + timeout
+    epochs = []
+    while time.time() < deadline:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/cluster", timeout=10) as r:
+            status = json.load(r)
+        known = len(status["nodes"]) == count
+        epochs = (epochs + [status["placement"]["epoch"]])[-4:] if known and status["serving"] else []
+        if len(epochs) == 4 and len(set(epochs)) == 1:
+            break
+        time.sleep(1)
+    return status["placement"]
+
+
 def stream(port, prompt, max_tokens, seed, first_token=None):
     """Times of each streamed token (not of the event that opens the stream, which carries no
     text); sets the threading.Event `first_token`, when given, at the first one."""
@@ -122,8 +138,7 @@ def main():
                                    placement))
             wait_healthy(first[1])
             if placement == "speed":
-                with urllib.request.urlopen(f"http://127.0.0.1:{first[1]}/cluster", timeout=10) as r:
-                    chosen = json.load(r)["placement"]
+                chosen = settled_placement(first[1], count)
                 print(f"{layout}: {chosen['reason']}", flush=True)
             measure(first[1], 1, 8)  # warm-up
             counts = streams if layout == "2x1" else [1]
