@@ -420,6 +420,51 @@ TEST(Quant, HandBuiltBlocksDecodeToKnownValues) {
   EXPECT_EQ(y[0], 0x1.8p-125f);
 }
 
+// Of the 16 levels of `table`, the index nearest v, the lowest of those equally near: every
+// level measured.
+int nearest_level(const int8_t* table, float v) {
+  int best = 0;
+  for (int i = 1; i < 16; ++i) {
+    if (std::fabs(v - table[i]) < std::fabs(v - table[best])) best = i;
+  }
+  return best;
+}
+
+// Quantizing to a table takes, per element, the level nearest x / step, of two equally near
+// the lower index: on blocks whose elements lie exactly between two levels, and on random ones.
+TEST(Quant, TableFormatsTakeTheNearestLevelAndTheLowerIndexOnTies) {
+  const auto check = [](DType type, const int8_t* table, const std::vector<float>& x) {
+    ASSERT_EQ(x.size(), 32u);
+    const std::vector<uint8_t> block = quantized(type, x);
+    // IQ4_NL: [d][qs x16]; MXFP4: [e][qs x16], its step 2^(e - 128).
+    const float step = type == DType::IQ4_NL ? half(block.data()) : std::ldexp(1.0f, block[0] - 128);
+    const uint8_t* qs = block.data() + (type == DType::IQ4_NL ? 2 : 1);
+    for (int j = 0; j < 32; ++j) {
+      const int index = j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4;
+      EXPECT_EQ(index, nearest_level(table, x[static_cast<size_t>(j)] * (1.0f / step)))
+          << dtype_name(type) << " element " << j << " = " << x[static_cast<size_t>(j)] << " at step " << step;
+    }
+  };
+  // The extreme -127 makes IQ4_NL's step 1, and 12 MXFP4's; then every midpoint of two levels.
+  std::vector<float> iq4 = {-127.0f};
+  std::vector<float> mxfp4 = {12.0f};
+  for (int i = 0; i + 1 < 16; ++i) iq4.push_back((kIq4nl[i] + kIq4nl[i + 1]) / 2.0f);
+  for (const float between : {0.5f, 1.5f, 2.5f, 3.5f, 5.0f, 7.0f, 10.0f}) {
+    mxfp4.push_back(between);
+    mxfp4.push_back(-between);
+  }
+  std::mt19937 random(3);
+  std::uniform_real_distribution<float> level(-127.0f, 113.0f);
+  while (iq4.size() < 32) iq4.push_back(level(random));
+  while (mxfp4.size() < 32) mxfp4.push_back(level(random) / 11.0f);
+  check(DType::IQ4_NL, kIq4nl, iq4);
+  check(DType::MXFP4, kE2m1Doubled, mxfp4);
+  for (int seed = 0; seed < 50; ++seed) {
+    check(DType::IQ4_NL, kIq4nl, random_floats(32, static_cast<uint32_t>(seed), 2.0f));
+    check(DType::MXFP4, kE2m1Doubled, random_floats(32, static_cast<uint32_t>(100 + seed), 2.0f));
+  }
+}
+
 TEST(Quant, UnsupportedTypesThrowNamingTheType) {
   float values[256] = {};
   uint8_t bytes[1024] = {};
