@@ -3,12 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <functional>
-#include <thread>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tensor/matmul.h"
