@@ -1,10 +1,12 @@
-// matmul throughput on a 2048x5632 matrix (TinyLlama's FFN size) for every weight type.
+// matmul throughput on a 2048x5632 matrix (TinyLlama's FFN size) for every weight type, and a MoE
+// decode step's expert products (experts/).
 //   matmul_bench [--isa=scalar|avx2|avx512|neon|neon-dotprod] [--threads=N] [--hot] [benchmark flags]
 // Reports weight bytes streamed per second (bytes_per_second) and tokens per second.
 // Several copies of the matrix are cycled through so that decode reads from DRAM, not L3;
 // --hot uses one copy, to see the kernels' speed apart from memory.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -72,9 +74,62 @@ void BM_matmul(benchmark::State& state, DType type) {
   state.SetLabel(std::string(isa_name(active_isa())) + ", " + std::to_string(g_threads) + " threads");
 }
 
+// One token's chosen experts in a decode step, as Model::experts_ffn runs them: the gate and
+// up products of `chosen` experts of rows x cols in one job list, each step's experts other
+// than the last step's (a pool of them beyond the L3, unless --hot), so that every byte comes
+// from DRAM, as a MoE decode step's do. Arguments: chosen, rows, cols.
+void BM_expert_step(benchmark::State& state, DType type) {
+  const auto chosen = static_cast<size_t>(state.range(0));
+  const int64_t rows = state.range(1);
+  const int64_t cols = state.range(2);
+  const size_t expert_bytes = *row_bytes(type, cols) * static_cast<size_t>(rows);
+  const size_t pool_size = g_hot ? 2 * chosen : std::max(2 * chosen, (kColdBytes / expert_bytes + 1) / 2 * 2);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 0.05f);
+  std::vector<float> row(static_cast<size_t>(cols));
+  std::vector<uint8_t> first(expert_bytes);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : row) v = dist(rng);
+    quantize_row(type, row.data(), first.data() + r * *row_bytes(type, cols), cols);
+  }
+  std::vector<std::vector<uint8_t>> sources(pool_size, first);
+  std::vector<PreparedMatrix> experts;
+  for (const auto& source : sources) experts.emplace_back(Matrix{type, rows, cols, source.data()});
+  ThreadPool pool(g_threads);
+  std::vector<float> x(static_cast<size_t>(cols), 0.5f);
+  std::vector<float> y(2 * chosen * static_cast<size_t>(rows));
+  std::vector<MatmulJob> jobs;
+  size_t next = 0;
+  for (auto _ : state) {
+    jobs.clear();
+    for (size_t e = 0; e < 2 * chosen; ++e) {
+      jobs.push_back({{experts[next], y.data() + e * static_cast<size_t>(rows)}, x.data(), 1});
+      next = (next + 1) % experts.size();
+    }
+    matmul(jobs, pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * chosen * expert_bytes));
+  state.SetLabel(std::string(isa_name(active_isa())) + ", " + std::to_string(g_threads) + " threads");
+}
+
 void register_all() {
+  // gpt-oss-20b's 4 of 32 experts of 2880 x 2880, and Qwen3-30B-A3B's 8 of 128 of 768 x 2048.
+  for (DType type : {DType::Q4_0, DType::Q8_0, DType::IQ4_NL, DType::MXFP4}) {
+    benchmark::RegisterBenchmark(("experts/" + std::string(dtype_name(type))).c_str(), BM_expert_step, type)
+        ->Args({4, 2880, 2880})
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  }
+  for (DType type : {DType::Q4_K, DType::Q6_K, DType::IQ4_XS}) {
+    benchmark::RegisterBenchmark(("experts/" + std::string(dtype_name(type))).c_str(), BM_expert_step, type)
+        ->Args({8, 768, 2048})
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  }
   for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
-                     DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F16, DType::BF16, DType::F32}) {
+                     DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4, DType::F16,
+                     DType::BF16, DType::F32}) {
     benchmark::RegisterBenchmark(("matmul/" + std::string(dtype_name(type))).c_str(), BM_matmul, type)
         ->Arg(1)
         ->Arg(8)  // a decode step of 8 concurrent requests
