@@ -29,29 +29,38 @@ bool g_hot = false;
 struct Weights {
   std::vector<std::vector<uint8_t>> copies;
   std::vector<PreparedMatrix> prepared;  // one per copy, as a model load prepares them
-  size_t bytes = 0;
+  size_t bytes = 0;                      // of one copy
 };
+
+// How many copies to cycle through so that every read comes from DRAM (--hot: `least`).
+size_t copies_for(size_t bytes, size_t least) { return g_hot ? least : std::max(least, kColdBytes / bytes + 1); }
+
+// `least` or more copies (copies_for) of one random rows x cols matrix of `type`.
+std::unique_ptr<Weights> random_weights(DType type, int64_t rows, int64_t cols, size_t least) {
+  auto w = std::make_unique<Weights>();
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 0.05f);
+  std::vector<float> row(static_cast<size_t>(cols));
+  const size_t bytes_per_row = *row_bytes(type, cols);
+  w->bytes = bytes_per_row * static_cast<size_t>(rows);
+  std::vector<uint8_t> first(w->bytes);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : row) v = dist(rng);
+    quantize_row(type, row.data(), first.data() + static_cast<size_t>(r) * bytes_per_row, cols);
+  }
+  w->copies.assign(copies_for(w->bytes, least), first);
+  for (const auto& copy : w->copies) w->prepared.emplace_back(Matrix{type, rows, cols, copy.data()});
+  return w;
+}
 
 const Weights& weights_for(DType type) {
   static std::vector<std::unique_ptr<Weights>> cache(64);
   auto& slot = cache[static_cast<size_t>(type)];
-  if (!slot) {
-    slot = std::make_unique<Weights>();
-    std::mt19937 rng(1);
-    std::normal_distribution<float> dist(0.0f, 0.05f);
-    std::vector<float> row(kCols);
-    slot->bytes = *row_bytes(type, kCols) * kRows;
-    std::vector<uint8_t> first(slot->bytes);
-    for (int64_t r = 0; r < kRows; ++r) {
-      for (float& v : row) v = dist(rng);
-      quantize_row(type, row.data(), first.data() + r * *row_bytes(type, kCols), kCols);
-    }
-    const size_t n_copies = g_hot ? 1 : kColdBytes / slot->bytes + 1;
-    for (size_t i = 0; i < n_copies; ++i) slot->copies.push_back(first);
-    for (const auto& copy : slot->copies) slot->prepared.emplace_back(Matrix{type, kRows, kCols, copy.data()});
-  }
+  if (!slot) slot = random_weights(type, kRows, kCols, 1);
   return *slot;
 }
+
+std::string label() { return std::string(isa_name(active_isa())) + ", " + std::to_string(g_threads) + " threads"; }
 
 void BM_matmul(benchmark::State& state, DType type) {
   const int64_t n_tokens = state.range(0);
@@ -71,7 +80,7 @@ void BM_matmul(benchmark::State& state, DType type) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * w.bytes));
   state.counters["tok/s"] = benchmark::Counter(static_cast<double>(state.iterations() * n_tokens),
                                                benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(isa_name(active_isa())) + ", " + std::to_string(g_threads) + " threads");
+  state.SetLabel(label());
 }
 
 // One token's chosen experts in a decode step, as Model::experts_ffn runs them: the gate and
@@ -82,19 +91,7 @@ void BM_expert_step(benchmark::State& state, DType type) {
   const auto chosen = static_cast<size_t>(state.range(0));
   const int64_t rows = state.range(1);
   const int64_t cols = state.range(2);
-  const size_t expert_bytes = *row_bytes(type, cols) * static_cast<size_t>(rows);
-  const size_t pool_size = g_hot ? 2 * chosen : std::max(2 * chosen, (kColdBytes / expert_bytes + 1) / 2 * 2);
-  std::mt19937 rng(1);
-  std::normal_distribution<float> dist(0.0f, 0.05f);
-  std::vector<float> row(static_cast<size_t>(cols));
-  std::vector<uint8_t> first(expert_bytes);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (float& v : row) v = dist(rng);
-    quantize_row(type, row.data(), first.data() + r * *row_bytes(type, cols), cols);
-  }
-  std::vector<std::vector<uint8_t>> sources(pool_size, first);
-  std::vector<PreparedMatrix> experts;
-  for (const auto& source : sources) experts.emplace_back(Matrix{type, rows, cols, source.data()});
+  const std::unique_ptr<Weights> experts = random_weights(type, rows, cols, 2 * chosen);
   ThreadPool pool(g_threads);
   std::vector<float> x(static_cast<size_t>(cols), 0.5f);
   std::vector<float> y(2 * chosen * static_cast<size_t>(rows));
@@ -103,27 +100,29 @@ void BM_expert_step(benchmark::State& state, DType type) {
   for (auto _ : state) {
     jobs.clear();
     for (size_t e = 0; e < 2 * chosen; ++e) {
-      jobs.push_back({{experts[next], y.data() + e * static_cast<size_t>(rows)}, x.data(), 1});
-      next = (next + 1) % experts.size();
+      jobs.push_back({{experts->prepared[next], y.data() + e * static_cast<size_t>(rows)}, x.data(), 1});
+      next = (next + 1) % experts->prepared.size();
     }
     matmul(jobs, pool);
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * chosen * expert_bytes));
-  state.SetLabel(std::string(isa_name(active_isa())) + ", " + std::to_string(g_threads) + " threads");
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * chosen * experts->bytes));
+  state.SetLabel(label());
 }
 
 void register_all() {
-  // gpt-oss-20b's 4 of 32 experts of 2880 x 2880, and Qwen3-30B-A3B's 8 of 128 of 768 x 2048.
-  for (DType type : {DType::Q4_0, DType::Q8_0, DType::IQ4_NL, DType::MXFP4}) {
-    benchmark::RegisterBenchmark(("experts/" + std::string(dtype_name(type))).c_str(), BM_expert_step, type)
-        ->Args({4, 2880, 2880})
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
-  }
-  for (DType type : {DType::Q4_K, DType::Q6_K, DType::IQ4_XS}) {
-    benchmark::RegisterBenchmark(("experts/" + std::string(dtype_name(type))).c_str(), BM_expert_step, type)
-        ->Args({8, 768, 2048})
+  // gpt-oss-20b's 4 of 32 experts of 2880 x 2880, and Qwen3-30B-A3B's 8 of 128 of 768 x 2048
+  // (whose sizes need 256-element blocks).
+  struct Experts {
+    DType type;
+    std::vector<int64_t> chosen_rows_cols;
+  };
+  for (const Experts& e : {Experts{DType::Q4_0, {4, 2880, 2880}}, Experts{DType::Q8_0, {4, 2880, 2880}},
+                           Experts{DType::IQ4_NL, {4, 2880, 2880}}, Experts{DType::MXFP4, {4, 2880, 2880}},
+                           Experts{DType::Q4_K, {8, 768, 2048}}, Experts{DType::Q6_K, {8, 768, 2048}},
+                           Experts{DType::IQ4_XS, {8, 768, 2048}}}) {
+    benchmark::RegisterBenchmark(("experts/" + std::string(dtype_name(e.type))).c_str(), BM_expert_step, e.type)
+        ->Args(e.chosen_rows_cols)
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
   }
