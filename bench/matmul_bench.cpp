@@ -131,6 +131,7 @@ void register_all() {
                      DType::BF16, DType::F32}) {
     benchmark::RegisterBenchmark(("matmul/" + std::string(dtype_name(type))).c_str(), BM_matmul, type)
         ->Arg(1)
+        ->Arg(2)
         ->Arg(8)  // a decode step of 8 concurrent requests
         ->Arg(128)
         ->Unit(benchmark::kMillisecond)
