@@ -63,11 +63,13 @@ class TensorBinder {
         computable(name, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), static_cast<uint64_t>(count)});
     const auto type = static_cast<tensor::DType>(t.type);
     const uint64_t expert_bytes = *tensor::row_bytes(type, static_cast<uint64_t>(cols)) * static_cast<uint64_t>(rows);
-    std::vector<tensor::PreparedMatrix> matrices;
+    std::vector<tensor::Matrix> sources;
     for (int e = 0; e < count; ++e) {
       const tensor::Matrix expert{type, rows, cols, file_.tensor_data(t) + expert_bytes * static_cast<uint64_t>(e)};
-      matrices.push_back(prepare(rows_of(expert, 0, share)));
+      sources.push_back(rows_of(expert, 0, share));
     }
+    std::vector<tensor::PreparedMatrix> matrices = tensor::PreparedMatrix::together(sources);
+    for (const tensor::PreparedMatrix& m : matrices) release_if_copied(m);
     return matrices;
   }
 
@@ -88,10 +90,14 @@ class TensorBinder {
   // that the weights are not held twice.
   tensor::PreparedMatrix prepare(const tensor::Matrix& source) const {
     tensor::PreparedMatrix prepared(source);
-    if (prepared.interleaved() != nullptr) {
-      file_.release_pages(static_cast<const uint8_t*>(source.data), matrix_bytes(source));
-    }
+    release_if_copied(prepared);
     return prepared;
+  }
+
+  void release_if_copied(const tensor::PreparedMatrix& prepared) const {
+    if (prepared.interleaved() != nullptr) {
+      file_.release_pages(static_cast<const uint8_t*>(prepared.source().data), matrix_bytes(prepared.source()));
+    }
   }
 
   // A small F32 vector (norm weights, biases, rope factors).

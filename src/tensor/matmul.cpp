@@ -439,11 +439,8 @@ void interleaved_matmul(std::span<const MatmulJob> jobs, ThreadPool& pool) {
   }
 }
 
-}  // namespace
-
-void PreparedMatrix::FreeAligned::operator()(std::byte* p) const { std::free(p); }
-
-PreparedMatrix::PreparedMatrix(const Matrix& source) : source_(source) {
+// The bytes of `source`'s interleaved copy; throws for what the kernels cannot take.
+size_t interleaved_bytes(const Matrix& source) {
   const auto weight_row_bytes = row_bytes(source.type, static_cast<uint64_t>(source.cols));
   const interleaved::Format format = interleaved::format_of(source.type);
   if (format.block == 0) {
@@ -454,22 +451,56 @@ PreparedMatrix::PreparedMatrix(const Matrix& source) : source_(source) {
                                 std::to_string(source.cols) + " " + std::string(dtype_name(source.type)) +
                                 " matrix is not a whole number of blocks per row");
   }
-  if (source.rows == 0) return;
   const int64_t n_groups = (source.rows + interleaved::kRows - 1) / interleaved::kRows;
-  const size_t bytes =
-      static_cast<size_t>(n_groups) * interleaved::group_bytes(format, source.cols / format.block);
-  // Whole 2 MiB pages where the kernel offers them: a decode step streams every byte, and
-  // fewer TLB misses measured a few percent faster. The tail keeps small pages, so that no
-  // memory is held beyond the matrix.
+  return static_cast<size_t>(n_groups) * interleaved::group_bytes(format, source.cols / format.block);
+}
+
+// Zeroed memory for interleaved copies, on whole 2 MiB pages where the kernel offers them: a
+// decode step streams every byte, and fewer TLB misses measured a few percent faster (more
+// where a step's weights are many GB: the page walks of small pages then miss the caches too).
+// The tail keeps small pages, so that no memory is held beyond the matrices.
+std::shared_ptr<std::byte> huge_page_buffer(size_t bytes) {
   constexpr size_t kHugePage = size_t{2} << 20;
   void* buffer = nullptr;
   if (posix_memalign(&buffer, kHugePage, bytes) != 0) throw std::bad_alloc();
-  interleaved_.reset(static_cast<std::byte*>(buffer));
+  std::shared_ptr<std::byte> owned(static_cast<std::byte*>(buffer), [](std::byte* p) { std::free(p); });
 #ifdef MADV_HUGEPAGE  // Linux; macOS has no such advice
   if (bytes >= kHugePage) madvise(buffer, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
 #endif
-  std::memset(interleaved_.get(), 0, bytes);
-  pack_interleaved(source, format, interleaved_.get());
+  std::memset(buffer, 0, bytes);
+  return owned;
+}
+
+}  // namespace
+
+// Packs `source` at `interleaved` (nullptr: a matrix without rows), memory `storage` owns.
+PreparedMatrix::PreparedMatrix(const Matrix& source, std::shared_ptr<const std::byte> storage, std::byte* interleaved)
+    : source_(source), storage_(std::move(storage)), interleaved_(interleaved) {
+  if (interleaved != nullptr) pack_interleaved(source, interleaved::format_of(source.type), interleaved);
+}
+
+PreparedMatrix::PreparedMatrix(const Matrix& source) {
+  const size_t bytes = interleaved_bytes(source);
+  std::shared_ptr<std::byte> buffer = bytes > 0 ? huge_page_buffer(bytes) : nullptr;
+  *this = PreparedMatrix(source, buffer, buffer.get());
+}
+
+std::vector<PreparedMatrix> PreparedMatrix::together(std::span<const Matrix> sources) {
+  std::vector<size_t> sizes;
+  size_t total = 0;
+  for (const Matrix& source : sources) {
+    sizes.push_back(interleaved_bytes(source));  // whole cache lines, as units are (interleaved.h)
+    total += sizes.back();
+  }
+  const std::shared_ptr<std::byte> buffer = total > 0 ? huge_page_buffer(total) : nullptr;
+  std::vector<PreparedMatrix> prepared;
+  prepared.reserve(sources.size());
+  size_t offset = 0;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    prepared.push_back(PreparedMatrix(sources[i], buffer, sizes[i] > 0 ? buffer.get() + offset : nullptr));
+    offset += sizes[i];
+  }
+  return prepared;
 }
 
 std::span<const Isa> available_isas() {

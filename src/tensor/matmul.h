@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "tensor/dtype.h"
 #include "tensor/thread_pool.h"
@@ -29,16 +30,20 @@ class PreparedMatrix {
   // whole number of blocks.
   explicit PreparedMatrix(const Matrix& source);
 
+  // Several matrices prepared one after another in one allocation (a MoE layer's experts),
+  // so that they lie on 2 MiB pages even where each is smaller than one. Throws as above.
+  static std::vector<PreparedMatrix> together(std::span<const Matrix> sources);
+
   const Matrix& source() const { return source_; }
   // The interleaved copy (nullptr for a matrix without rows).
-  const std::byte* interleaved() const { return interleaved_.get(); }
+  const std::byte* interleaved() const { return interleaved_; }
 
  private:
-  struct FreeAligned {
-    void operator()(std::byte* p) const;
-  };
+  PreparedMatrix(const Matrix& source, std::shared_ptr<const std::byte> storage, std::byte* interleaved);
+
   Matrix source_{};
-  std::unique_ptr<std::byte, FreeAligned> interleaved_;
+  std::shared_ptr<const std::byte> storage_;  // owns interleaved_, alone or with others
+  const std::byte* interleaved_ = nullptr;
 };
 
 // y[t * rows + r] = sum_k W[r][k] * x[t * cols + k] for t in [0, n_tokens).

@@ -422,6 +422,46 @@ TEST(Matmul, JobsOverTheirOwnInputsEqualSeparateProducts) {
   }
 }
 
+// Matrices prepared together in one allocation (a MoE layer's experts) multiply as each
+// prepared alone, each in its own part of the memory, which lives as long as any of them.
+TEST(Matmul, MatricesPreparedTogetherEqualEachPreparedAlone) {
+  ThreadPool pool(2);
+  const std::vector<DType> types{DType::Q4_0, DType::Q4_K, DType::F16, DType::Q4_K, DType::Q6_K, DType::MXFP4};
+  const std::vector<int64_t> rows{9, 40, 16, 0, 33, 17}, cols{64, 512, 48, 256, 256, 96};
+  std::vector<TestMatrix> matrices;
+  std::vector<Matrix> views;
+  for (size_t i = 0; i < types.size(); ++i) {
+    matrices.push_back(make_matrix(types[i], rows[i], cols[i], 70 + static_cast<uint32_t>(i)));
+    views.push_back(matrices.back().view());
+  }
+  std::vector<PreparedMatrix> kept;
+  {
+    const std::vector<PreparedMatrix> together = PreparedMatrix::together(views);
+    ASSERT_EQ(together.size(), views.size());
+    for (size_t i = 0; i < together.size(); ++i) {
+      EXPECT_EQ(together[i].source().data, views[i].data);
+      EXPECT_EQ(together[i].interleaved() == nullptr, rows[i] == 0) << i;
+      if (i > 0 && rows[i] > 0 && rows[i - 1] > 0) {
+        EXPECT_GT(together[i].interleaved(), together[i - 1].interleaved());
+      }
+    }
+    kept = {together[1], together[5]};  // the others and the vector go
+  }
+  for (size_t k = 0; k < kept.size(); ++k) {
+    const size_t i = k == 0 ? 1 : 5;
+    for (int64_t tokens : {1, 3}) {
+      const std::vector<float> x = random_floats(static_cast<size_t>(tokens * cols[i]), 80 + static_cast<uint32_t>(i));
+      std::vector<float> y(static_cast<size_t>(rows[i] * tokens), NAN);
+      matmul(kept[k], x.data(), tokens, y.data(), pool);
+      const std::vector<float> alone = run(views[i], x, tokens, pool);
+      ASSERT_EQ(0, std::memcmp(alone.data(), y.data(), alone.size() * sizeof(float))) << dtype_name(types[i]);
+    }
+  }
+  const uint8_t bytes[1024] = {};
+  const std::vector<Matrix> unsupported{views[0], {DType::IQ2_XXS, 1, 256, bytes}};
+  EXPECT_THROW(PreparedMatrix::together(unsupported), std::invalid_argument);
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, MatmulTypeTest, ::testing::ValuesIn(kSupportedTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
