@@ -445,10 +445,10 @@ TEST(Matmul, MatricesPreparedTogetherEqualEachPreparedAlone) {
         EXPECT_GT(together[i].interleaved(), together[i - 1].interleaved());
       }
     }
-    kept = {together[1], together[5]};  // the others and the vector go
+    kept = {together[1], together[2], together[5]};  // the others and the vector go
   }
   for (size_t k = 0; k < kept.size(); ++k) {
-    const size_t i = k == 0 ? 1 : 5;
+    const size_t i = std::vector<size_t>{1, 2, 5}[k];
     for (int64_t tokens : {1, 3}) {
       const std::vector<float> x = random_floats(static_cast<size_t>(tokens * cols[i]), 80 + static_cast<uint32_t>(i));
       std::vector<float> y(static_cast<size_t>(rows[i] * tokens), NAN);
