@@ -480,11 +480,7 @@ PreparedMatrix::PreparedMatrix(const Matrix& source, std::shared_ptr<const std::
   if (interleaved != nullptr) pack_interleaved(source, interleaved::format_of(source.type), interleaved);
 }
 
-PreparedMatrix::PreparedMatrix(const Matrix& source) {
-  const size_t bytes = interleaved_bytes(source);
-  std::shared_ptr<std::byte> buffer = bytes > 0 ? huge_page_buffer(bytes) : nullptr;
-  *this = PreparedMatrix(source, buffer, buffer.get());
-}
+PreparedMatrix::PreparedMatrix(const Matrix& source) : PreparedMatrix(std::move(together({&source, 1}).front())) {}
 
 std::vector<PreparedMatrix> PreparedMatrix::together(std::span<const Matrix> sources) {
   std::vector<size_t> sizes;
