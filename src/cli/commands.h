@@ -18,7 +18,8 @@ void add_cluster_command(CLI::App& app, Action& action);
 void add_drain_command(CLI::App& app, Action& action);
 void add_pull_command(CLI::App& app, Action& action);
 
-// Memory read bandwidth with `threads` threads, in bytes per second, over 256 MiB passes. The
+// Memory read bandwidth with `threads` threads, in bytes per second, over 256 MiB passes, each
+// read both plainly and with software prefetches (the faster way's median counts). The
 // median pass is what a long read sustains (on shared VMs the best one has read up to 1.7x
 // it, a short burst). A shared VM's bandwidth also changes over time, so a benchmark
 // measures it right around what it compares with it.
