@@ -8,7 +8,7 @@
 // (scales), then their levels; a missing last block of the last unit is zero. A kernel
 // thus reads a group as one sequential stream, which the hardware prefetcher follows best
 // (measured, one token: Q4_K_M decode about 15% faster than with all meta after all
-// levels; software prefetching only slowed it down).
+// levels); the kernels' software prefetches (matmul_x86.inc) run a few KiB ahead of it.
 //
 // 32-element formats: Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0, whose element value is
 // d * (u - offset) + m for an unsigned level u (m only for Q4_1 and Q5_1; offset 8 for
