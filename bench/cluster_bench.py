@@ -9,7 +9,7 @@ For each layout (nodes x threads per node) it starts the nodes on 127.0.0.1 with
 - one stream's decode tokens/s: tokens after the first / time from the first to the last token;
 - the aggregate decode tokens/s of N concurrent streams (every stream's tokens after its first,
   over the time from the first stream's first token to the last stream's last token).
-Medians of --repeat runs. The threads of all nodes of a layout add up to the machine's cores
+Medians of --repeat runs, with the share of CPU time the host took (steal). The threads of all nodes of a layout add up to the machine's cores
 in the default layouts, so that the layouts compare at equal compute. A layout ending in "g"
 (2x1g) makes its nodes one tensor-parallel group of every layer in equal shares
 (--stages b0*1+b1*1:0-LAST); one ending in "s" (2x1s) leaves the placement to the speed
@@ -103,6 +103,19 @@ def measure(port, streams, max_tokens):
     return decoded / span
 
 
+def cpu_times():
+    """The machine's CPU time so far, per kind, from /proc/stat (Linux)."""
+    with open("/proc/stat", encoding="ascii") as f:
+        return [int(x) for x in f.readline().split()[1:]]
+
+
+def steal_share(before, after):
+    """Of the time between two cpu_times(), the share the hypervisor gave to other guests: a
+    virtual machine's runs are comparable only when it is small."""
+    spent = [b - a for a, b in zip(before, after)]
+    return spent[7] / max(1, sum(spent[:8]))
+
+
 def layer_count(strata, model):
     inspected = subprocess.run([strata, "gguf", "inspect", model], capture_output=True, text=True, check=True).stdout
     return int(re.search(r"\.block_count\s+\S+\s+(\d+)", inspected).group(1))
@@ -116,7 +129,7 @@ def main():
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--layouts", default="1x2,1x1,2x1,4x1",
                         help="NODESxTHREADS[g|s],... (g: one group; s: the speed placement's choice)")
-    parser.add_argument("--streams", default="1,2,4,8", help="concurrent streams, measured on 2x1")
+    parser.add_argument("--streams", default="1,2,4,8", help="concurrent streams, measured on layouts of several nodes")
     args = parser.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
 
@@ -141,12 +154,13 @@ def main():
                 chosen = settled_placement(first[1], count)
                 print(f"{layout}: {chosen['reason']}", flush=True)
             measure(first[1], 1, 8)  # warm-up
-            counts = streams if layout == "2x1" else [1]
+            counts = streams if count > 1 else [1]
             for n in counts:
+                before = cpu_times()
                 runs = [measure(first[1], n, args.tokens) for _ in range(args.repeat)]
                 print(f"{count} node(s) x {threads} thread(s), {n} stream(s): "
-                      f"{statistics.median(runs):6.1f} tokens/s decode (runs: {', '.join(f'{r:.1f}' for r in runs)})",
-                      flush=True)
+                      f"{statistics.median(runs):6.1f} tokens/s decode (runs: {', '.join(f'{r:.1f}' for r in runs)}; "
+                      f"{steal_share(before, cpu_times()):.0%} of the CPU time stolen by the host)", flush=True)
         finally:
             for process, _, _ in nodes:
                 process.terminate()

@@ -585,7 +585,7 @@ std::unique_ptr<SocketExchange> GroupLinks::join(const std::string& group, int m
   }
   state_->claim(group, member, peers, timeout, deadline);
   return std::make_unique<SocketExchange>(member, std::move(peers), state_->limits.silence,
-                                          state_->limits.test_send_delay);
+                                          state_->limits.test_send_delay, state_->limits.busy_wait);
 }
 
 }  // namespace strata::parallel

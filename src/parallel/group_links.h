@@ -27,6 +27,8 @@ struct GroupLinkLimits {
   std::chrono::milliseconds unclaimed{30'000};
   // The exchanges' limit on a silent peer (SocketExchange).
   std::chrono::milliseconds silence = kDefaultSilenceLimit;
+  // How long the exchanges wait for a peer busily before they sleep (SocketExchange).
+  std::chrono::microseconds busy_wait = kDefaultBusyWait;
   // Benchmarks only: the exchanges send each frame this much later (SocketExchange).
   std::chrono::microseconds test_send_delay{0};
 };

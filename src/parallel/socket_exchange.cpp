@@ -3,6 +3,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -111,11 +112,13 @@ struct Direction {
 }  // namespace
 
 SocketExchange::SocketExchange(int member, std::vector<std::unique_ptr<PeerStream>> peers,
-                               std::chrono::milliseconds silence_limit, std::chrono::microseconds test_send_delay)
+                               std::chrono::milliseconds silence_limit, std::chrono::microseconds test_send_delay,
+                               std::chrono::microseconds busy_wait)
     : member_(member),
       peers_(checked_streams(member, std::move(peers), silence_limit)),
       silence_limit_(silence_limit),
       test_send_delay_(test_send_delay),
+      busy_wait_(std::max(busy_wait, std::chrono::microseconds(0))),
       abort_signal_(new_abort_signal()),
       received_(peers_.size()) {}
 
@@ -188,6 +191,7 @@ void SocketExchange::transfer() {
   std::vector<Clock::time_point> last_moved(members, Clock::now());
   std::vector<pollfd> polled;
   std::vector<size_t> polled_member;
+  const Clock::time_point busy_until = Clock::now() + busy_wait_;
   for (;;) {
     bool pending = false;
     bool any_ready = false;
@@ -242,8 +246,12 @@ void SocketExchange::transfer() {
       }
       timeout = std::min(timeout, silence_limit_ - silent);
     }
-    // A millisecond over, so that the silence is past the limit when poll returns.
-    const int wait_ms = static_cast<int>(std::min<int64_t>(timeout.count(), 1 << 30) + 1);
+    // Busy: polls that return at once, the core left to any other thread between them.
+    // Then a millisecond over the silence's time left, so that it is past the limit when poll
+    // returns.
+    const bool busy = Clock::now() < busy_until;
+    if (busy) ::sched_yield();
+    const int wait_ms = busy ? 0 : static_cast<int>(std::min<int64_t>(timeout.count(), 1 << 30) + 1);
     if (::poll(polled.data(), polled.size(), wait_ms) < 0) {
       if (errno == EINTR) continue;
       throw std::runtime_error(std::string("poll: ") + std::strerror(errno));

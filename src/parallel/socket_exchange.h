@@ -19,6 +19,13 @@ namespace strata::parallel {
 // for a member that is still computing its part on a slow machine.
 inline constexpr std::chrono::milliseconds kDefaultSilenceLimit{60'000};
 
+// How long all_gather keeps asking its streams for bytes, yielding the core between tries,
+// before it sleeps in poll. A member that sleeps is woken by the kernel when its peer's frame
+// arrives, which costs tens of microseconds on a virtual machine whose idle cores halt, and may
+// wake it on its peer's core: on a 2-core VM two members so placed shared one core for whole
+// streams. Most of a decode step's gathers wait less than this for the other member's part.
+inline constexpr std::chrono::microseconds kDefaultBusyWait{400};
+
 // Member `member` of a group whose members are connected pairwise: peers[j] is its stream to
 // member j, null at its own index.
 // all_gather_bytes sends this member's part to every other member as one frame (the call's
@@ -33,7 +40,8 @@ class SocketExchange final : public model::Exchange {
   // that one-way delay (where the network cannot be made to delay packets).
   SocketExchange(int member, std::vector<std::unique_ptr<PeerStream>> peers,
                  std::chrono::milliseconds silence_limit = kDefaultSilenceLimit,
-                 std::chrono::microseconds test_send_delay = {});
+                 std::chrono::microseconds test_send_delay = {},
+                 std::chrono::microseconds busy_wait = kDefaultBusyWait);
   // Plain stream sockets (TCP or Unix), -1 at its own index; it owns and closes them.
   SocketExchange(int member, const std::vector<int>& peers,
                  std::chrono::milliseconds silence_limit = kDefaultSilenceLimit);
@@ -59,6 +67,7 @@ class SocketExchange final : public model::Exchange {
   std::vector<std::unique_ptr<PeerStream>> peers_;
   const std::chrono::milliseconds silence_limit_;
   const std::chrono::microseconds test_send_delay_;
+  const std::chrono::microseconds busy_wait_;
   const int abort_signal_;  // an eventfd, readable once abort() was called
   std::atomic<bool> aborted_ = false;
   uint64_t calls_ = 0;  // all_gather calls so far: the number the next frame carries
