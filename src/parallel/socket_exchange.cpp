@@ -122,8 +122,9 @@ SocketExchange::SocketExchange(int member, std::vector<std::unique_ptr<PeerStrea
       abort_signal_(new_abort_signal()),
       received_(peers_.size()) {}
 
-SocketExchange::SocketExchange(int member, const std::vector<int>& peers, std::chrono::milliseconds silence_limit)
-    : SocketExchange(member, socket_streams(peers), silence_limit) {}
+SocketExchange::SocketExchange(int member, const std::vector<int>& peers, std::chrono::milliseconds silence_limit,
+                               std::chrono::microseconds busy_wait)
+    : SocketExchange(member, socket_streams(peers), silence_limit, {}, busy_wait) {}
 
 SocketExchange::~SocketExchange() { ::close(abort_signal_); }
 

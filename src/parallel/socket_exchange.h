@@ -44,7 +44,8 @@ class SocketExchange final : public model::Exchange {
                  std::chrono::microseconds busy_wait = kDefaultBusyWait);
   // Plain stream sockets (TCP or Unix), -1 at its own index; it owns and closes them.
   SocketExchange(int member, const std::vector<int>& peers,
-                 std::chrono::milliseconds silence_limit = kDefaultSilenceLimit);
+                 std::chrono::milliseconds silence_limit = kDefaultSilenceLimit,
+                 std::chrono::microseconds busy_wait = kDefaultBusyWait);
   ~SocketExchange() override;
   SocketExchange(const SocketExchange&) = delete;
   SocketExchange& operator=(const SocketExchange&) = delete;

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -49,6 +50,43 @@ std::vector<std::vector<int>> tcp_loopback_mesh(int members) {
     }
   }
   return peers;
+}
+
+// The calling thread's voluntary context switches so far: each sleep in poll is one (a yield
+// of a thread that stays runnable is not).
+long voluntary_switches() {
+  rusage usage{};
+  EXPECT_EQ(::getrusage(RUSAGE_THREAD, &usage), 0);
+  return usage.ru_nvcsw;
+}
+
+// Member 1 sends its part 50 ms late: member 0 gathers it without sleeping when it may wait
+// busily for that long, and sleeps when it may not.
+TEST(SocketExchange, WaitsBusilyBeforeItSleeps) {
+  for (const auto busy_wait : {std::chrono::microseconds(10'000'000), std::chrono::microseconds(0)}) {
+    auto mesh = socket_pair_mesh(2);
+    SocketExchange waiting(0, mesh[0], kDefaultSilenceLimit, busy_wait);
+    SocketExchange late(1, mesh[1]);
+    const std::vector<int> widths{1, 1};
+    std::thread peer([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const std::vector<float> mine{2.0f};
+      std::vector<float> full(2);
+      late.all_gather(mine, widths, 1, full);
+    });
+    const std::vector<float> mine{1.0f};
+    std::vector<float> full(2);
+    const long before = voluntary_switches();
+    waiting.all_gather(mine, widths, 1, full);
+    const long slept = voluntary_switches() - before;
+    peer.join();
+    EXPECT_EQ(full, (std::vector<float>{1.0f, 2.0f}));
+    if (busy_wait.count() > 0) {
+      EXPECT_EQ(slept, 0) << "slept while it could wait busily";
+    } else {
+      EXPECT_GE(slept, 1) << "waited 50 ms without sleeping";
+    }
+  }
 }
 
 TEST(SocketExchange, GathersEveryMembersRowsInMemberOrderOverUnixSockets) {
