@@ -148,6 +148,9 @@ struct Chain {
               std::make_shared<RemoteStage>("c", make_channel(c.address(), *key), Caller{"leader", kEpoch, key, {}, lost},
                                             engine::StageLayers{3, 4}, kDeadline)};
   }
+  // A pipeline that ended with a node lost releases its sequences on threads of their own
+  // (RemoteStage::release), which must be done with gRPC before the process exits.
+  ~Chain() { RemoteStage::wait_for_releases(std::chrono::seconds(5)); }
   std::shared_ptr<ClusterKey> key = std::make_shared<ClusterKey>("chain-secret");
   RangeNode c{"c", 3, 4, key};
   RangeNode b{"b", 2, 3, key};
