@@ -9,8 +9,9 @@ For each layout (nodes x threads per node) it starts the nodes on 127.0.0.1 with
 - one stream's decode tokens/s: tokens after the first / time from the first to the last token;
 - the aggregate decode tokens/s of N concurrent streams (every stream's tokens after its first,
   over the time from the first stream's first token to the last stream's last token).
-Medians of --repeat runs, with the share of CPU time the host took (steal). The threads of all nodes of a layout add up to the machine's cores
-in the default layouts, so that the layouts compare at equal compute. A layout ending in "g"
+Medians of --repeat runs, with the share of CPU time the host took (steal). The threads of all
+nodes of a layout add up to the machine's cores in the default layouts, so that the layouts
+compare at equal compute. A layout ending in "g"
 (2x1g) makes its nodes one tensor-parallel group of every layer in equal shares
 (--stages b0*1+b1*1:0-LAST); one ending in "s" (2x1s) leaves the placement to the speed
 strategy (which forms groups over the links the nodes measure) and prints what it chose and

@@ -23,7 +23,8 @@ inline constexpr std::chrono::milliseconds kDefaultSilenceLimit{60'000};
 // before it sleeps in poll. A member that sleeps is woken by the kernel when its peer's frame
 // arrives, which costs tens of microseconds on a virtual machine whose idle cores halt, and may
 // wake it on its peer's core: on a 2-core VM two members so placed shared one core for whole
-// streams. Most of a decode step's gathers wait less than this for the other member's part.
+// streams. A decode step's members reach each gather within tens of microseconds of each other
+// (docs/PERFORMANCE.md), so most of its gathers wait less than this.
 inline constexpr std::chrono::microseconds kDefaultBusyWait{400};
 
 // Member `member` of a group whose members are connected pairwise: peers[j] is its stream to
