@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -131,10 +132,12 @@ std::optional<std::string> api_key_from(const ServeOptions& o) {
 
 // The model of a node that `node.peers`, or discovery, finds: its manifest, kept as a partial
 // model in the cache directory, whose layers' weights the node fetches once placed. Until the
-// manifest comes the API answers that it waits for it, on the port it serves on afterwards
-// (`server.port` becomes the one taken).
+// API server starts, `waiting` answers that the node waits for the model, on the port the API
+// serves on afterwards (`server.port` becomes the one taken): held until then, so that no other
+// socket of the machine takes the port meanwhile.
 std::shared_ptr<cluster::PartialModel> model_from_peers(const ServeOptions& o, const cluster::NodeOptions& node,
-                                                        api::ServerOptions& server) {
+                                                        api::ServerOptions& server,
+                                                        std::optional<api::WaitingServer>& waiting) {
   const auto key = std::make_shared<const rpc::ClusterKey>(node.secret());
   // Nodes found by discovery, of any model (this one has none yet), besides the --peers.
   auto found = std::make_shared<std::pair<std::mutex, std::vector<std::string>>>();
@@ -159,19 +162,23 @@ std::shared_ptr<cluster::PartialModel> model_from_peers(const ServeOptions& o, c
     all.insert(all.end(), found->second.begin(), found->second.end());
     return all;
   };
-  const api::WaitingServer waiting(server, [addresses] {
+  const auto manifest_here = std::make_shared<std::atomic<bool>>(false);
+  waiting.emplace(server, [addresses, manifest_here] {
+    if (*manifest_here) return std::string("the weights of this node's layers, and its place in the cluster");
     const std::vector<std::string> peers = addresses();
     std::string named;
     for (const std::string& peer : peers) named += (named.empty() ? "" : ", ") + peer;
     if (peers.empty()) return std::string("the model's manifest from a peer (none found yet)");
     return "the model's manifest from peer" + std::string(peers.size() > 1 ? "s " : " ") + named;
   });
-  server.port = waiting.port();
+  server.port = waiting->port();
   node.log("waiting for the model of its peers; http://" + server.host + ":" + std::to_string(server.port) +
            " answers 503 until it is here");
-  return cluster::PartialModel::open(cache_dir_or_default(o.cache_dir),
-                                     rpc::fetch_manifest(addresses, node.node_id, *key, node.log),
-                                     o.test_fetch_checkpoint_bytes);
+  auto model = cluster::PartialModel::open(cache_dir_or_default(o.cache_dir),
+                                           rpc::fetch_manifest(addresses, node.node_id, *key, node.log),
+                                           o.test_fetch_checkpoint_bytes);
+  *manifest_here = true;
+  return model;
 }
 
 std::string read_chat_template(const std::string& path) {
@@ -227,8 +234,9 @@ int serve(const ServeOptions& o) {
 
   // Without a file, a node that joins others takes their model and fetches its layers' weights.
   std::shared_ptr<const gguf::File> file;
+  std::optional<api::WaitingServer> waiting;
   if (o.model.empty() && (!o.peers.empty() || (!o.cluster_key.empty() && !o.no_discovery))) {
-    node.partial = model_from_peers(o, node, server);
+    node.partial = model_from_peers(o, node, server, waiting);
     node.on_transfer = [console](const cluster::TransferStats::Snapshot& s) { console->progress(s); };
     node.test_fetch_delay = std::chrono::milliseconds(o.test_fetch_delay_ms);
     file = node.partial->file();
@@ -260,6 +268,7 @@ int serve(const ServeOptions& o) {
   node.log("context " + std::to_string(limits.context_size) + " tokens, " + std::to_string(limits.max_parallel) +
            " parallel sequences, queue of " + std::to_string(limits.max_queued) + "; node port " +
            std::to_string(cluster_node.node_port()) + "; " + describe_speculation(node.engine, o.speculation));
+  waiting.reset();  // its port, to the API server
   api::serve_until_signal(cluster_node, *tokenizer, *file, server);
   cluster_node.shutdown();
   return 0;
