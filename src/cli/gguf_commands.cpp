@@ -1,5 +1,6 @@
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include "cli/commands.h"
@@ -46,7 +47,7 @@ int inspect(const std::string& given, bool all_tensors) {
 }
 
 int synth(const std::string& shape_name, const std::string& type_name, const std::string& out,
-          uint64_t seed, int layers) {
+          uint64_t seed, int layers, model::SyntheticWeights weights) {
   const model::SyntheticShape* shape = model::find_synthetic_shape(shape_name);
   if (shape == nullptr) {
     std::string names;
@@ -66,9 +67,10 @@ int synth(const std::string& shape_name, const std::string& type_name, const std
     } else {
       progress->finish(written);
     }
-  }, layers);
+  }, layers, weights);
   std::filesystem::rename(partial, out);
-  std::fprintf(stderr, "wrote %s: %s, %s, random weights\n", out.c_str(), shape->description, types.name.c_str());
+  std::fprintf(stderr, "wrote %s: %s, %s, %s weights\n", out.c_str(), shape->description, types.name.c_str(),
+               weights == model::SyntheticWeights::Copying ? "copying" : "random");
   return 0;
 }
 
@@ -89,6 +91,7 @@ void add_gguf_commands(CLI::App& app, Action& action) {
     std::string shape, type = "Q4_0", out;
     uint64_t seed = 1;
     int layers = 0;
+    model::SyntheticWeights weights = model::SyntheticWeights::Random;
   };
   auto o = std::make_shared<SynthOptions>();
   std::string shapes_help = "Model shape:";
@@ -101,8 +104,14 @@ void add_gguf_commands(CLI::App& app, Action& action) {
   synth_cmd->add_option("--seed", o->seed, "Seed for the random weights");
   synth_cmd->add_option("--layers", o->layers, "Write only the first N layers of the shape (default: all)")
       ->check(CLI::PositiveNumber);
+  synth_cmd->add_option("--weights", o->weights,
+                        "random (default), or copying: hand-set weights of a Llama shape that repeat what the "
+                        "model has read (an induction head over two tokens; a third layer edits cat to dog and red "
+                        "to tan), to measure speculative decoding on a copying task")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, model::SyntheticWeights>{
+          {"random", model::SyntheticWeights::Random}, {"copying", model::SyntheticWeights::Copying}}));
   synth_cmd->callback([&action, o] {
-    action = [o] { return synth(o->shape, o->type, o->out, o->seed, o->layers); };
+    action = [o] { return synth(o->shape, o->type, o->out, o->seed, o->layers, o->weights); };
   });
 }
 

@@ -5,10 +5,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
 #include "gguf/gguf.h"
+#include "model/copying_weights.h"
 #include "tensor/quant.h"
 #include "tensor/thread_pool.h"
 
@@ -166,11 +168,13 @@ uint64_t hash_name(const std::string& s, uint64_t seed) {
 }
 
 // SentencePiece-style vocabulary: control tokens (<unk>, <s>, </s>, then `controls`), the 256
-// byte tokens, then letter pieces.
-void add_vocabulary(gguf::Writer& w, int vocab_size, std::initializer_list<const char*> controls) {
+// byte tokens, then letter pieces. Returns the tokens' texts.
+std::vector<std::string> add_vocabulary(gguf::Writer& w, int vocab_size, std::initializer_list<const char*> controls) {
   std::vector<gguf::Value> tokens, scores, types;
+  std::vector<std::string> texts;
   auto add = [&](std::string text, int type) {
     scores.push_back(gguf::Value::f32(-static_cast<float>(tokens.size())));
+    texts.push_back(text);
     tokens.push_back(gguf::Value::string(std::move(text)));
     types.push_back(gguf::Value::i32(type));
   };
@@ -206,6 +210,7 @@ void add_vocabulary(gguf::Writer& w, int vocab_size, std::initializer_list<const
   w.set("tokenizer.ggml.eos_token_id", gguf::Value::u32(2));
   w.set("tokenizer.ggml.add_bos_token", gguf::Value::boolean(true));
   w.set("tokenizer.ggml.add_eos_token", gguf::Value::boolean(false));
+  return texts;
 }
 
 // llama.cpp's Q4_K_M and Q5_K_M give more bits to a subset of attn_v / ffn_down layers.
@@ -270,7 +275,7 @@ WeightTypes parse_weight_types(std::string_view name) {
 
 void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types,
                            const std::string& path, uint64_t seed, const gguf::Writer::Progress& progress,
-                           int layers) {
+                           int layers, SyntheticWeights weights) {
   if (layers < 0 || layers > shape.layer_count) {
     throw std::invalid_argument(std::string("shape ") + shape.name + " has " + std::to_string(shape.layer_count) +
                                 " layers; cannot write " + std::to_string(layers));
@@ -301,7 +306,8 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   gguf::Writer w;
   const std::string a = shape.arch;
   w.set("general.architecture", gguf::Value::string(a));
-  w.set("general.name", gguf::Value::string(std::string(shape.name) + " (random weights)"));
+  const bool copying = weights == SyntheticWeights::Copying;
+  w.set("general.name", gguf::Value::string(std::string(shape.name) + (copying ? " (copying weights)" : " (random weights)")));
   w.set("strata.synthetic", gguf::Value::boolean(true));
   if (shape.pooling_type != 0) w.set(a + ".pooling_type", gguf::Value::u32(static_cast<uint32_t>(shape.pooling_type)));
   w.set(a + ".vocab_size", gguf::Value::u32(static_cast<uint32_t>(shape.vocab_size)));
@@ -311,7 +317,7 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   w.set(a + ".feed_forward_length", gguf::Value::u32(static_cast<uint32_t>(shape.ffn_dim)));
   w.set(a + ".attention.head_count", gguf::Value::u32(static_cast<uint32_t>(shape.head_count)));
   w.set(a + ".attention.head_count_kv", gguf::Value::u32(static_cast<uint32_t>(shape.kv_head_count)));
-  const int rope_dim = shape.rope_dim > 0 ? shape.rope_dim : head_dim;
+  const int rope_dim = copying ? CopyingWeights::kRotatedDims : shape.rope_dim > 0 ? shape.rope_dim : head_dim;
   if (latent) {  // the cache's widths, then the heads' own
     w.set(a + ".attention.key_length", gguf::Value::u32(static_cast<uint32_t>(shape.kv_lora_rank + rope_dim)));
     w.set(a + ".attention.value_length", gguf::Value::u32(static_cast<uint32_t>(shape.kv_lora_rank)));
@@ -345,7 +351,7 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
     w.set(a + ".expert_group_count", gguf::Value::u32(static_cast<uint32_t>(shape.expert_groups)));
     w.set(a + ".expert_group_used_count", gguf::Value::u32(static_cast<uint32_t>(shape.expert_groups_used)));
   }
-  w.set(a + ".rope.freq_base", gguf::Value::f32(shape.rope_freq_base));
+  w.set(a + ".rope.freq_base", gguf::Value::f32(copying ? CopyingWeights::kRopeBase : shape.rope_freq_base));
   const bool gpt_oss = a == "gpt-oss";
   const bool gemma = a == "gemma3";
   if (gpt_oss) {  // the released models' YaRN
@@ -371,17 +377,21 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   }
   w.set(a + ".attention.layer_norm_rms_epsilon", gguf::Value::f32(1e-5f));
   // llama.cpp looks <|endoftext|> up in the vocabulary of a model it takes for Phi-3 by its name.
-  add_vocabulary(w, shape.vocab_size, a == "phi3" ? std::initializer_list<const char*>{"<|endoftext|>"}
-                                                  : std::initializer_list<const char*>{});
+  const std::vector<std::string> vocabulary =
+      add_vocabulary(w, shape.vocab_size, a == "phi3" ? std::initializer_list<const char*>{"<|endoftext|>"}
+                                                      : std::initializer_list<const char*>{});
+  std::optional<CopyingWeights> copying_weights;
+  if (copying) copying_weights.emplace(shape, layer_count, vocabulary, seed);
   if (shape.pooling_type != 0) w.set("tokenizer.ggml.add_eos_token", gguf::Value::boolean(true));
 
   auto pool = std::make_shared<tensor::ThreadPool>(
       static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   // Matrices: rows of `cols` values uniform in +-sqrt(3/cols), which keeps activations at unit
-  // scale through the layers; a tensor of experts is `count` such matrices. Vectors (norms,
-  // biases) stay F32.
+  // scale through the layers, or the copying weights' rows; a tensor of experts is `count` such
+  // matrices. Vectors (norms, biases) stay F32.
   auto matrices = [&](const std::string& name, int cols, int rows, int count, tensor::DType type) {
     const uint64_t tensor_seed = hash_name(name, seed);
+    const CopyingWeights::RowFiller copied = copying ? copying_weights->rows_of(name) : nullptr;
     // count 0: one matrix, 2-D; otherwise a 3-D tensor of `count` experts.
     std::vector<uint64_t> dims{static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
     if (count > 0) dims.push_back(static_cast<uint64_t>(count));
@@ -391,8 +401,13 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
       pool->parallel_for(static_cast<int64_t>(rows) * std::max(count, 1), [&](int64_t begin, int64_t end) {
         std::vector<float> values(static_cast<size_t>(cols));
         for (int64_t r = begin; r < end; ++r) {
-          uint64_t state = mix(tensor_seed + static_cast<uint64_t>(r));
-          for (float& v : values) v = uniform(state) * amplitude;
+          if (copying) {
+            std::fill(values.begin(), values.end(), 0.0f);
+            if (copied) copied(r, values);
+          } else {
+            uint64_t state = mix(tensor_seed + static_cast<uint64_t>(r));
+            for (float& v : values) v = uniform(state) * amplitude;
+          }
           tensor::quantize_row(type, values.data(), dst + row_bytes * static_cast<uint64_t>(r), cols);
         }
       });
@@ -401,8 +416,10 @@ void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types
   auto matrix = [&](const std::string& name, int cols, int rows, tensor::DType type) {
     matrices(name, cols, rows, 0, type);
   };
-  // `count` vectors (0: one, 1-D) of `length` values uniform in center +- spread.
+  // `count` vectors (0: one, 1-D) of `length` values uniform in center +- spread (copying
+  // weights: center; a llama's vectors are its norms' weights, all 1).
   auto vectors = [&](const std::string& name, int length, int count, float center, float spread) {
+    if (copying) spread = 0.0f;
     const size_t values = static_cast<size_t>(length) * static_cast<size_t>(std::max(count, 1));
     std::vector<uint8_t> bytes(values * sizeof(float));
     uint64_t state = hash_name(name, seed);

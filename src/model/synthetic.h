@@ -1,5 +1,6 @@
 // Random-weight GGUF models of real shapes, for benchmarks, tests and the demo that needs no
-// download. Their text is noise; the files say so (general.name and strata.synthetic).
+// download. Their text is noise (or, with copying weights, a copy); the files say so
+// (general.name and strata.synthetic).
 #pragma once
 
 #include <span>
@@ -83,11 +84,16 @@ struct WeightTypes {
 // MXFP4 for Mix::Mxfp4; throws naming the choices.
 WeightTypes parse_weight_types(std::string_view name);
 
+// Random weights, or hand-set ones that copy (model/copying_weights.h): a Llama shape that
+// repeats what it has read, for measuring speculative decoding where drafts can be right.
+enum class SyntheticWeights { Random, Copying };
+
 // Writes the model to `path`. Same shape, types and seed give the same file. `progress` hears
 // how many of its tensors' bytes are written (gguf::Writer::write). `layers`, when given, is
 // how many of the shape's layers to write (a model of real dimensions that fits here).
 void write_synthetic_model(const SyntheticShape& shape, const WeightTypes& types,
                            const std::string& path, uint64_t seed,
-                           const gguf::Writer::Progress& progress = {}, int layers = 0);
+                           const gguf::Writer::Progress& progress = {}, int layers = 0,
+                           SyntheticWeights weights = SyntheticWeights::Random);
 
 }  // namespace strata::model

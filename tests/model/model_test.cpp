@@ -839,6 +839,53 @@ TEST(SyntheticTypes, Mxfp4PutsTheFfnInMxfp4AndTheRestInQ8_0) {
   }
 }
 
+// A shape that copying weights fit (heads of 64, 4 KV heads, room for their codes), with the
+// synthetic vocabulary of 32,000 that has the edits' words.
+constexpr SyntheticShape kCopyingShape{"copying", "tests: a small llama for copying weights", "llama", 32000, 256,
+                                       512, 3, 8, 4, 256, 10000.0f, false};
+
+// Copying weights (model/copying_weights.h) on their own: the expected text is the passage the
+// prompt holds, edited by hand, not an output of the code.
+TEST(CopyingWeights, RepeatAPassageWithItsEditsAndWithoutThemWhenCutToTwoLayers) {
+  const std::string passage =
+      "the old cat sat by the red box and saw the sun go low so a fox ran by in a red hat and the cat did not "
+      "see him now the fox got off and a cat sat on";
+  const std::map<std::string, std::string> edits{{"cat", "dog"}, {"red", "tan"}};
+  for (const int layers : {3, 2}) {
+    const fs::path path = fs::temp_directory_path() / ("strata_model_test_" + std::to_string(::getpid()) +
+                                                        "_copying_" + std::to_string(layers) + ".gguf");
+    write_synthetic_model(kCopyingShape, parse_weight_types("Q4_0"), path.string(), 7, {}, layers,
+                          SyntheticWeights::Copying);
+    const auto file = open_model(path.string());
+    std::map<std::string, Token> ids;
+    const gguf::Array* pieces = file->get_array("tokenizer.ggml.tokens");
+    ASSERT_NE(pieces, nullptr);
+    for (size_t id = 0; id < pieces->items.size(); ++id) ids[*pieces->items[id].as_string()] = static_cast<Token>(id);
+    auto id_of = [&](const std::string& word) {
+      const auto found = ids.find("\xE2\x96\x81" + word);
+      if (found != ids.end()) return found->second;
+      ADD_FAILURE() << "the vocabulary has no token for " << word;
+      return Token{0};
+    };
+    std::vector<Token> prompt{1}, expected;
+    std::istringstream words(passage);
+    for (std::string word; words >> word;) {
+      prompt.push_back(id_of(word));
+      const auto edit = edits.find(word);
+      expected.push_back(id_of(layers == 3 && edit != edits.end() ? edit->second : word));
+    }
+    const size_t start = 3;  // the copy's first words, unedited, end the prompt
+    prompt.insert(prompt.end(), prompt.begin() + 1, prompt.begin() + 1 + start);
+    expected.erase(expected.begin(), expected.begin() + start);
+    const auto got = greedy(file, {{0, layers}}, prompt, static_cast<int>(expected.size()), 2, 100, KvType::F16);
+    EXPECT_EQ(got.tokens, expected) << layers << " layers";
+  }
+  EXPECT_THROW(write_synthetic_model(*find_synthetic_shape("qwen3-tiny"), parse_weight_types("Q4_0"),
+                                     (fs::temp_directory_path() / "strata_model_test_not_written.gguf").string(), 7,
+                                     {}, 0, SyntheticWeights::Copying),
+               std::invalid_argument);
+}
+
 TEST(ModelErrors, NamesUnknownArchitectureAndMissingTensor) {
   const fs::path path = fs::temp_directory_path() / ("strata_model_test_" + std::to_string(::getpid()) + "_bad.gguf");
   gguf::Writer w;
