@@ -21,6 +21,7 @@ import argparse
 import concurrent.futures
 import json
 import re
+import shlex
 import statistics
 import subprocess
 import tempfile
@@ -79,28 +80,37 @@ def settled_placement(port, count, timeout=60):
 
 
 def stream(port, prompt, max_tokens, seed, first_token=None):
-    """Times of each streamed token (not of the event that opens the stream, which carries no
-    text); sets the threading.Event `first_token`, when given, at the first one."""
+    """Times of each streamed event with text (not of the one that opens the stream, which
+    carries none), and the tokens generated; sets the threading.Event `first_token`, when given,
+    at the first one. An event carries every token of a step: with speculative decoding, the
+    drafts it confirmed too, so events are fewer than tokens."""
     body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "seed": seed,
-                       "stream": True}).encode()
+                       "stream": True, "stream_options": {"include_usage": True}}).encode()
     request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
                                      headers={"Content-Type": "application/json"})
     times = []
+    tokens = None
     with urllib.request.urlopen(request, timeout=600) as r:
         for line in r:
-            if line.startswith(b"data: {") and json.loads(line[6:])["choices"][0]["text"]:
+            if not line.startswith(b"data: {"):
+                continue
+            event = json.loads(line[6:])
+            if event.get("usage"):
+                tokens = event["usage"]["completion_tokens"]
+            if event["choices"] and event["choices"][0]["text"]:
                 times.append(time.perf_counter())
                 if first_token is not None:
                     first_token.set()
-    return times
+    return times, tokens
 
 
-def measure(port, streams, max_tokens):
-    prompts = [f"Story number {i}: once upon a time" for i in range(streams)]
+def measure(port, streams, max_tokens, prompt=None):
+    prompts = [prompt or f"Story number {i}: once upon a time" for i in range(streams)]
     with concurrent.futures.ThreadPoolExecutor(streams) as pool:
         results = list(pool.map(lambda i: stream(port, prompts[i], max_tokens, i), range(streams)))
-    decoded = sum(len(t) - 1 for t in results)
-    span = max(t[-1] for t in results) - min(t[0] for t in results)
+    # The first event holds one token, the prompt's step's.
+    decoded = sum(tokens - 1 for _, tokens in results)
+    span = max(times[-1] for times, _ in results) - min(times[0] for times, _ in results)
     return decoded / span
 
 
@@ -131,6 +141,10 @@ def main():
     parser.add_argument("--layouts", default="1x2,1x1,2x1,4x1",
                         help="NODESxTHREADS[g|s],... (g: one group; s: the speed placement's choice)")
     parser.add_argument("--streams", default="1,2,4,8", help="concurrent streams, measured on layouts of several nodes")
+    parser.add_argument("--prompt", help="every stream's prompt (default: a story's start, numbered per stream)")
+    parser.add_argument("--node-args", default="",
+                        help="more arguments for every node, e.g. '--speculative off' (a node drafts by prompt lookup "
+                             "unless told otherwise)")
     args = parser.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
 
@@ -143,6 +157,7 @@ def main():
             # Equal shares: the nodes are one machine's, whatever their probes found while the
             # others started.
             extra = ("--stages", "+".join(f"b{i}*1" for i in range(count)) + f":0-{last}")
+        extra += tuple(shlex.split(args.node_args))
         nodes = []
         try:
             first = start(args.strata, args.model, "b0", threads, None, 512, 8, extra, placement)
@@ -158,7 +173,7 @@ def main():
             counts = streams if count > 1 else [1]
             for n in counts:
                 before = cpu_times()
-                runs = [measure(first[1], n, args.tokens) for _ in range(args.repeat)]
+                runs = [measure(first[1], n, args.tokens, args.prompt) for _ in range(args.repeat)]
                 print(f"{count} node(s) x {threads} thread(s), {n} stream(s): "
                       f"{statistics.median(runs):6.1f} tokens/s decode (runs: {', '.join(f'{r:.1f}' for r in runs)}; "
                       f"{steal_share(before, cpu_times()):.0%} of the CPU time stolen by the host)", flush=True)

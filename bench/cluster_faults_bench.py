@@ -59,7 +59,7 @@ def one_round(args, event):
             elif event != "none":
                 subprocess.Popen([args.strata, "drain", "--port", str(victim[1])], stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL)
-            results = [f.result() for f in futures]
+            results = [f.result()[0] for f in futures]
         next_token = min((t for times in results for t in times if t > event_at), default=float("nan")) - event_at
         longest_gap = max(max((b - a for a, b in zip(times, times[1:]) if b > event_at), default=0.0)
                           for times in results)
