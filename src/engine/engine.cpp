@@ -930,9 +930,14 @@ void Engine::complete(const InFlight& batch, const Pipeline::Result& result) {
       // on a CPU): a sequence takes up to twice the drafts after a step that confirmed them all, one
       // more than it confirmed after one that confirmed some, and after one that confirmed
       // none goes 1, 2, 4, ... up to 16 steps without (text that does not repeat itself then
-      // costs a draft every 16 steps).
+      // costs a draft every 16 steps). A sequence whose drafts have mostly been right (a copy,
+      // where a miss is an edit) keeps half its drafts after a miss and pauses none.
+      const bool copying = seq.drafts_accepted > seq.drafts_rejected;
       if (accepted == drafts.size()) {
         seq.draft_limit = std::min(options_.draft_max, std::max(seq.draft_limit, 2 * static_cast<int>(drafts.size())));
+        seq.draft_misses = 0;
+      } else if (copying) {
+        seq.draft_limit = std::max(static_cast<int>(accepted) + 1, seq.draft_limit / 2);
         seq.draft_misses = 0;
       } else if (accepted > 0) {
         seq.draft_limit = static_cast<int>(accepted) + 1;

@@ -494,6 +494,66 @@ TEST(SpeculativeSwitch, PreemptedSequencesGiveTheSameTokens) {
 
 // Prompt lookup proposes what followed the last earlier occurrence of the history's last n
 // tokens, longest n first, and goes on repeating a pattern that reaches the end.
+// Drafts from a known continuation with the first draft wrong in the calls `spoiled` names,
+// recording each call: the history's length and the drafts allowed.
+class RecordingDrafter final : public Drafter {
+ public:
+  RecordingDrafter(std::vector<Token> prompt, std::vector<Token> continuation, int vocab,
+                   std::function<bool(size_t call)> spoiled)
+      : prompt_(std::move(prompt)), continuation_(std::move(continuation)), vocab_(vocab),
+        spoiled_(std::move(spoiled)) {}
+  std::vector<Token> draft(State*, std::span<const Token> history, int max) const override {
+    const size_t call = calls.size();
+    calls.emplace_back(history.size(), max);
+    const size_t at = history.size() - prompt_.size();
+    std::vector<Token> out;
+    for (size_t i = at; i < continuation_.size() && out.size() < static_cast<size_t>(max); ++i) {
+      out.push_back(continuation_[i]);
+    }
+    if (spoiled_(call) && !out.empty()) out[0] = (out[0] + 1) % vocab_;
+    return out;
+  }
+  mutable std::vector<std::pair<size_t, int>> calls;  // on the engine's loop thread only
+
+ private:
+  std::vector<Token> prompt_, continuation_;
+  int vocab_;
+  std::function<bool(size_t)> spoiled_;
+};
+
+// After a step whose drafts all fail, a sequence whose drafts have mostly been right (a copy
+// meeting an edit) drafts again at the next step, half as many as it last took; one whose
+// drafts have mostly failed pauses 1, then 2 steps, drafting one at a time.
+TEST(SpeculativeDraftCounts, AMissInACopyHalvesTheDraftsAndAMostlyWrongSequencePauses) {
+  const TestModel& m = dreams();
+  GenerationRequest r = request(m, 0);
+  r.max_tokens = 40;
+  const std::vector<Token> continuation = one_at_a_time(m, {r}).front().tokens;
+  ASSERT_EQ(continuation.size(), 40u);
+  auto run = [&](std::function<bool(size_t)> spoiled) {
+    const auto drafter = std::make_shared<RecordingDrafter>(r.prompt, continuation, m.vocab, std::move(spoiled));
+    Stages stages(m, {0, m.layers});
+    Engine engine(stages.list(), m.vocab, ends_at_2,
+                  {.context_size = 128, .max_parallel = 1, .drafter = drafter, .draft_max = 8});
+    EXPECT_EQ(submit_for_outcome(engine, r).get().tokens, continuation);
+    return drafter->calls;
+  };
+  // Right twice (4, then 8 drafts), then wrong from the first draft on.
+  const auto copy = run([](size_t call) { return call == 2; });
+  ASSERT_GE(copy.size(), 4u);
+  EXPECT_EQ(copy[1].second, 8);
+  EXPECT_EQ(copy[2].second, 8);
+  EXPECT_EQ(copy[3].first, copy[2].first + 1) << "it drafts at the step after the miss";
+  EXPECT_EQ(copy[3].second, 4);
+  // Always wrong.
+  const auto wrong = run([](size_t) { return true; });
+  ASSERT_GE(wrong.size(), 3u);
+  EXPECT_EQ(wrong[1].first, wrong[0].first + 2) << "one step without drafts";
+  EXPECT_EQ(wrong[2].first, wrong[1].first + 3) << "two steps without drafts";
+  EXPECT_EQ(wrong[1].second, 1);
+  EXPECT_EQ(wrong[2].second, 1);
+}
+
 TEST(PromptLookup, ProposesWhatFollowedTheLastOccurrenceOfTheTail) {
   const PromptLookupDrafter lookup(3, 1);
   const std::vector<Token> copy{1, 5, 6, 7, 8, 9, 4, 5, 6, 7};
