@@ -106,7 +106,7 @@ void add_gguf_commands(CLI::App& app, Action& action) {
       ->check(CLI::PositiveNumber);
   synth_cmd->add_option("--weights", o->weights,
                         "random (default), or copying: hand-set weights of a Llama shape that repeat what the "
-                        "model has read (an induction head over two tokens; a third layer edits cat to dog and red "
+                        "model has read (an induction head over three tokens; a third layer edits cat to dog and red "
                         "to tan), to measure speculative decoding on a copying task")
       ->transform(CLI::CheckedTransformer(std::map<std::string, model::SyntheticWeights>{
           {"random", model::SyntheticWeights::Random}, {"copying", model::SyntheticWeights::Copying}}));

@@ -55,11 +55,10 @@ CopyingWeights::CopyingWeights(const SyntheticShape& shape, int layer_count,
     : embedding_dim_(shape.embedding_dim), layer_count_(layer_count) {
   const int head_dim = shape.head_dim > 0 ? shape.head_dim : shape.embedding_dim / shape.head_count;
   const std::string arch = shape.arch;
-  constexpr int kKvHeads = kLookBacks;
   if (arch != "llama" || shape.tied_output || shape.expert_count > 0 || head_dim != kCodeDims ||
-      shape.kv_head_count < kKvHeads || shape.embedding_dim <= kUsedDims || layer_count < 2) {
+      shape.kv_head_count < kLookBacks || shape.embedding_dim <= kUsedDims || layer_count < 2) {
     throw std::invalid_argument(std::string("copying weights need a dense llama with its own output matrix, heads of ") +
-                                std::to_string(kCodeDims) + " dimensions, " + std::to_string(kKvHeads) +
+                                std::to_string(kCodeDims) + " dimensions, " + std::to_string(kLookBacks) +
                                 " KV heads or more, " + std::to_string(kUsedDims + 1) +
                                 " embedding dimensions or more and 2 layers or more; " + shape.name + " is not one");
   }

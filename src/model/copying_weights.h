@@ -1,5 +1,5 @@
 // Hand-set weights for a Llama shape that copies: at each position its greedy next token is the
-// one that followed, earlier in its context, the last two tokens it has read (an induction head),
+// one that followed, earlier in its context, the last three tokens it has read (an induction head),
 // and a third layer, where the file has one, edits the copy ("cat" becomes "dog", "red" becomes
 // "tan"). Nothing is trained. It exists to measure speculative decoding on a copying task: a
 // real model repeats a passage it is asked to repeat, random weights never do, and this one
@@ -25,7 +25,7 @@ class CopyingWeights {
 
   // `vocabulary`: the file's token texts (an edit whose words it lacks is left out). Throws
   // std::invalid_argument for a shape it cannot be written in: a llama with its own output
-  // matrix, heads of 64 dimensions, at least 2 KV heads, 257 embedding dimensions and 2 layers.
+  // matrix, heads of 64 dimensions, at least 3 KV heads, 385 embedding dimensions and 2 layers.
   CopyingWeights(const SyntheticShape& shape, int layer_count, const std::vector<std::string>& vocabulary,
                  uint64_t seed);
 
