@@ -6,20 +6,33 @@ namespace strata::engine {
 
 std::vector<Token> PromptLookupDrafter::draft(State* /*state*/, std::span<const Token> history, int max) const {
   std::vector<Token> out;
-  if (max <= 0) return out;
   const size_t size = history.size();
-  for (int n = std::min<int>(longest_, static_cast<int>(size) - 1); n >= std::max(1, shortest_); --n) {
-    const std::span<const Token> tail = history.last(static_cast<size_t>(n));
-    // The most recent earlier occurrence: it starts before the tail does.
-    for (size_t p = size - static_cast<size_t>(n); p-- > 0;) {
-      if (!std::equal(tail.begin(), tail.end(), history.begin() + static_cast<std::ptrdiff_t>(p))) continue;
-      // What followed it, read on into the drafts themselves where it reaches the end (a
-      // repeating pattern goes on repeating).
-      for (size_t i = p + static_cast<size_t>(n); out.size() < static_cast<size_t>(max); ++i) {
-        out.push_back(i < size ? history[i] : out[i - size]);
-      }
-      return out;
+  if (max <= 0 || size < 2) return out;
+  // The tokens from `from` on, read on into the drafts themselves where they reach the end (a
+  // repeating pattern goes on repeating).
+  const auto follow = [&](size_t from) {
+    for (size_t i = from; out.size() < static_cast<size_t>(max); ++i) out.push_back(i < size ? history[i] : out[i - size]);
+    return out;
+  };
+  // Where the n tokens that end `end` stood last before: the earlier occurrence's end, or 0.
+  const auto seen_before = [&](size_t n, size_t end) -> size_t {
+    const auto tokens = history.subspan(end - n, n);
+    for (size_t p = end - n; p-- > 0;) {
+      if (std::equal(tokens.begin(), tokens.end(), history.begin() + static_cast<std::ptrdiff_t>(p))) return p + n;
     }
+    return 0;
+  };
+  const int longest = std::min(longest_, static_cast<int>(size) - 1);
+  for (int n = longest; n >= std::max(2, shortest_); --n) {
+    if (const size_t end = seen_before(static_cast<size_t>(n), size)) return follow(end);
+  }
+  // Before a lone token: the tokens before the last one, as if the last had replaced another
+  // (an edited word of a copy), and what followed the one they preceded.
+  for (int n = std::min(longest, static_cast<int>(size) - 2); n >= std::max(2, shortest_); --n) {
+    if (const size_t end = seen_before(static_cast<size_t>(n), size - 1)) return follow(end + 1);
+  }
+  if (shortest_ <= 1) {
+    if (const size_t end = seen_before(1, size)) return follow(end);
   }
   return out;
 }

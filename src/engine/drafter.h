@@ -33,7 +33,9 @@ class Drafter {
 };
 
 // Prompt lookup: the tokens that followed the most recent earlier occurrence, in the history,
-// of its last n tokens, for n from `longest` down to `shortest`.
+// of its last n tokens, for n from `longest` down to `shortest`; but before a lone last token,
+// the n tokens before the last one, as if it had replaced the token that followed them there
+// (an edited word of a copy: what follows the original follows the edit).
 class PromptLookupDrafter final : public Drafter {
  public:
   explicit PromptLookupDrafter(int longest = 3, int shortest = 1) : longest_(longest), shortest_(shortest) {}

@@ -563,6 +563,12 @@ TEST(PromptLookup, ProposesWhatFollowedTheLastOccurrenceOfTheTail) {
   EXPECT_EQ(lookup.draft(nullptr, later, 2), (std::vector<Token>{3, 9}));
   const std::vector<Token> shorter{1, 4, 8, 2, 6, 8};  // only "8" occurs before
   EXPECT_EQ(lookup.draft(nullptr, shorter, 3), (std::vector<Token>{2, 6, 8}));
+  // "5 6 42" and "6 42" not before: "5 6" is, before 7, as if 42 had replaced 7 (an edit), and
+  // that wins over what followed the lone 42 before (11 5 6).
+  const std::vector<Token> edited{1, 42, 11, 5, 6, 7, 8, 9, 5, 6, 42};
+  EXPECT_EQ(lookup.draft(nullptr, edited, 3), (std::vector<Token>{8, 9, 5}));
+  const std::vector<Token> lone{1, 42, 11, 5, 6, 7, 8, 9, 3, 42};  // "9 3" not before either: the lone 42
+  EXPECT_EQ(lookup.draft(nullptr, lone, 2), (std::vector<Token>{11, 5}));
   const std::vector<Token> cycle{1, 3, 4, 3, 4};  // "3 4" ended by "3 4": 3 4 3 4 ...
   EXPECT_EQ(lookup.draft(nullptr, cycle, 5), (std::vector<Token>{3, 4, 3, 4, 3}));
   EXPECT_TRUE(lookup.draft(nullptr, std::vector<Token>{1, 2, 3}, 4).empty()) << "nothing occurs twice";
