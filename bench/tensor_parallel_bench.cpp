@@ -5,8 +5,9 @@
 // a few of TinyLlama's layers with --layers). Prints each run's decode tokens/s, the medians
 // and their ratio, the bytes member 0 sent to the gathers per decode step, and checks that the
 // group chose the Model's tokens. With `sockets` the members gather over Unix socket pairs
-// (parallel::SocketExchange) rather than in memory.
-//   tensor_parallel_bench MODEL.gguf [tokens] [reps] [members] [sockets]
+// (parallel::SocketExchange) rather than in memory; with `tls`, over TLS on the loopback
+// interface through parallel::GroupLinks, as the members on real nodes do.
+//   tensor_parallel_bench MODEL.gguf [tokens] [reps] [members] [memory|sockets|tls]
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -23,7 +24,9 @@
 #include "model/exchange.h"
 #include "model/model.h"
 #include "model/tensor_share.h"
+#include "parallel/group_links.h"
 #include "parallel/socket_exchange.h"
+#include "rpc/tls.h"
 
 namespace {
 
@@ -84,17 +87,51 @@ Decode decode(model::Model& m, int steps, const CountingExchange* exchange) {
   return run;
 }
 
+// Each member's exchange over `transport`; empty for "memory". `links` keeps the GroupLinks
+// that TLS members joined through.
+std::vector<std::unique_ptr<model::Exchange>> exchanges(const std::string& transport, int members,
+                                                        std::vector<std::unique_ptr<parallel::GroupLinks>>& links) {
+  std::vector<std::unique_ptr<model::Exchange>> joined(static_cast<size_t>(members));
+  if (transport == "sockets") {
+    int m = 0;
+    for (const std::vector<int>& peers : parallel::socket_pair_mesh(members)) {
+      joined[static_cast<size_t>(m)] = std::make_unique<parallel::SocketExchange>(m, peers);
+      ++m;
+    }
+  } else if (transport == "tls") {
+    const rpc::LinkSecurity security("bench secret");
+    std::vector<std::string> addresses;
+    for (int m = 0; m < members; ++m) {
+      links.push_back(std::make_unique<parallel::GroupLinks>(
+          "127.0.0.1", 0,
+          parallel::LinkCredentials{security.authority_pem(), security.certificate_pem(), security.private_key_pem()}));
+      addresses.push_back("127.0.0.1:" + std::to_string(links.back()->port()));
+    }
+    std::vector<std::thread> joins;
+    for (int m = 0; m < members; ++m) {
+      joins.emplace_back([&, m] {
+        joined[static_cast<size_t>(m)] = links[static_cast<size_t>(m)]->join("bench", m, addresses, std::chrono::seconds(10));
+      });
+    }
+    for (std::thread& j : joins) j.join();
+  } else if (transport != "memory") {
+    throw std::invalid_argument("transport " + transport + " is none of memory, sockets, tls");
+  }
+  if (transport == "memory") joined.clear();
+  return joined;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL.gguf [tokens] [reps] [members] [sockets]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL.gguf [tokens] [reps] [members] [memory|sockets|tls]\n", argv[0]);
     return 2;
   }
   const int steps = argc > 2 ? std::atoi(argv[2]) : 32;
   const int reps = argc > 3 ? std::atoi(argv[3]) : 5;
   const int members = argc > 4 ? std::atoi(argv[4]) : 2;
-  const bool sockets = argc > 5 && std::string(argv[5]) == "sockets";
+  const std::string transport = argc > 5 ? argv[5] : "memory";
   const std::shared_ptr<const gguf::File> file = gguf::File::open(argv[1]);
   const model::Config config = model::Config::from_gguf(*file);
   const model::LayerRange range{0, config.layer_count};
@@ -102,20 +139,18 @@ int main(int argc, char** argv) {
   const std::vector<model::TensorShare> shares =
       model::plan_tensor_shares(config, std::vector<double>(static_cast<size_t>(members), 1.0));
   model::LocalGroup group(members);
-  std::vector<std::unique_ptr<parallel::SocketExchange>> links;
-  for (const std::vector<int>& peers : parallel::socket_pair_mesh(sockets ? members : 0)) {
-    links.push_back(std::make_unique<parallel::SocketExchange>(static_cast<int>(links.size()), peers));
-  }
+  std::vector<std::unique_ptr<parallel::GroupLinks>> links;
+  const std::vector<std::unique_ptr<model::Exchange>> linked = exchanges(transport, members, links);
   std::vector<std::unique_ptr<CountingExchange>> counted;
   std::vector<std::unique_ptr<model::Model>> parts;
   for (int m = 0; m < members; ++m) {
     counted.push_back(
-        std::make_unique<CountingExchange>(sockets ? *links[static_cast<size_t>(m)] : group.member(m)));
+        std::make_unique<CountingExchange>(linked.empty() ? group.member(m) : *linked[static_cast<size_t>(m)]));
     parts.push_back(model::Model::load_share(file, range, shares, *counted.back()));
   }
 
   std::printf("%d layers, %d decode steps per run, %d members of 1 thread (%s) against 1 Model of 1 thread\n",
-              config.layer_count, steps, members, sockets ? "Unix sockets" : "in memory");
+              config.layer_count, steps, members, transport.c_str());
   std::vector<double> alone, together;
   bool same_tokens = true;
   for (int rep = 0; rep < reps; ++rep) {
