@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace strata::engine {
 namespace {
@@ -139,15 +140,38 @@ void GroupStage::failing_alone(size_t member, const std::function<void()>& call,
   }
 }
 
-void GroupStage::on_every_member(const std::function<void(size_t member)>& call) {
-  std::vector<std::exception_ptr> failures(members_.size());
+void GroupStage::at_once(std::span<const size_t> members, const std::function<void(size_t member)>& call,
+                         std::vector<std::exception_ptr>& failures) {
+  if (members.empty()) return;
   const auto run = [&](size_t m) { failing_alone(m, [&] { call(m); }, failures); };
   std::vector<std::thread> others;
-  others.reserve(members_.size() - 1);
-  for (size_t m = 1; m < members_.size(); ++m) others.emplace_back(run, m);
-  run(0);
+  others.reserve(members.size() - 1);
+  for (const size_t m : members.subspan(1)) others.emplace_back(run, m);
+  run(members.front());
   for (std::thread& other : others) other.join();
+}
+
+void GroupStage::on_every_member(const std::function<void(size_t member)>& call) {
+  std::vector<size_t> all(members_.size());
+  std::iota(all.begin(), all.end(), size_t{0});
+  std::vector<std::exception_ptr> failures(members_.size());
+  at_once(all, call, failures);
   rethrow_first(failures);
+}
+
+std::vector<std::exception_ptr> GroupStage::take_answers() {
+  if (answering_.joinable()) answering_.join();
+  return std::exchange(answer_failures_, {});
+}
+
+std::unique_lock<std::mutex> GroupStage::settled() {
+  std::unique_lock lock(mutex_);
+  rethrow_first(take_answers());
+  return lock;
+}
+
+GroupStage::~GroupStage() {
+  if (answering_.joinable()) answering_.join();
 }
 
 std::string GroupStage::chain_node() const {
@@ -161,7 +185,7 @@ void GroupStage::send(const StageBatch& batch) {
   StageBatch alone = batch;
   alone.then.clear();
   std::vector<std::exception_ptr> failures(members_.size());
-  std::lock_guard lock(mutex_);
+  const auto lock = settled();
   // A send does not wait: one after another, in member order as every call.
   for (size_t m = 0; m < members_.size(); ++m) {
     failing_alone(m, [&] { members_[m]->send(m == 0 ? batch : alone); }, failures);
@@ -192,16 +216,35 @@ StageOutput GroupStage::receive() {
 
 StageOutput GroupStage::forward(const StageBatch& batch) {
   std::lock_guard lock(mutex_);
+  std::vector<std::exception_ptr> failures(members_.size());
+  std::vector<size_t> here, elsewhere;
+  for (size_t m = 0; m < members_.size(); ++m) {
+    (m > 0 && !members_[m]->chain_node().empty() ? elsewhere : here).push_back(m);
+  }
+  for (const size_t m : elsewhere) failing_alone(m, [&] { members_[m]->send(batch); }, failures);
   StageOutput first;
-  on_every_member([&](size_t m) {
+  at_once(here, [&](size_t m) {
     StageOutput out = members_[m]->forward(batch);
     if (m == 0) first = std::move(out);
-  });
+  }, failures);
+  std::erase_if(elsewhere, [&](size_t m) { return failures[m] != nullptr; });  // never sent the batch
+  const auto receive_answers = [this, elsewhere](std::vector<std::exception_ptr>& into) {
+    for (const size_t m : elsewhere) failing_alone(m, [&] { members_[m]->receive(); }, into);
+  };
+  const std::vector<std::exception_ptr> earlier = take_answers();
+  if (std::any_of(failures.begin(), failures.end(), [](const std::exception_ptr& f) { return f != nullptr; })) {
+    // The others' answers say whether one of them was lost, which is then the group's failure.
+    receive_answers(failures);
+    rethrow_first(failures);
+  }
+  answer_failures_.assign(members_.size(), nullptr);
+  answering_ = std::thread([this, receive_answers] { receive_answers(answer_failures_); });
+  rethrow_first(earlier);
   return first;
 }
 
 void GroupStage::release(std::span<const SequenceId> ids) {
-  std::lock_guard lock(mutex_);
+  const auto lock = settled();
   on_every_member([&](size_t m) { members_[m]->release(ids); });
 }
 
@@ -216,7 +259,7 @@ void GroupStage::leave_group() {
 LayerKv GroupStage::read_kv(SequenceId id, int layer) {
   std::vector<LayerKv> parts(members_.size());
   {
-    std::lock_guard lock(mutex_);
+    const auto lock = settled();
     on_every_member([&](size_t m) { parts[m] = members_[m]->read_kv(id, layer); });
   }
   LayerKv& first = parts.front();
@@ -240,7 +283,7 @@ void GroupStage::write_kv(const LayerKv& kv) {
   const size_t rows = held_rows(kv);
   std::vector<model::KvRows> keys = split(kv.keys, rows, kv_heads_);
   std::vector<model::KvRows> values = split(kv.values, rows, kv_heads_);
-  std::lock_guard lock(mutex_);
+  const auto lock = settled();
   on_every_member([&](size_t m) {
     members_[m]->write_kv({kv.id, kv.layer, kv.positions, kv.capacity, kv.first_position, std::move(keys[m]),
                            std::move(values[m]), kv.tokens});
@@ -248,7 +291,7 @@ void GroupStage::write_kv(const LayerKv& kv) {
 }
 
 int GroupStage::hold_prefix(SequenceId id, int capacity, std::span<const Token> tokens) {
-  std::lock_guard lock(mutex_);
+  const auto lock = settled();
   std::vector<int> held(members_.size());
   std::span<const Token> asked = tokens;
   while (true) {

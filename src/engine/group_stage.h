@@ -10,6 +10,13 @@
 // batch sent to it goes to every member, and the first one passes its output on to the rest of
 // the chain while the others only compute their shares with it.
 //
+// A forward sends its batch to the members after the first that are on other nodes (those
+// with a chain_node) before any member here computes, and returns once the members here are
+// done: the others' answers are awaited on a thread and taken at the group's next call, which
+// throws their failure. Those answers arrive after the step has ended everywhere (the members
+// finish together, at their last gather), so waiting for them would only hold back the next
+// step's batch, which those members wait for.
+//
 // A sequence's state moves to and from the group as one stage's: each member holds its own KV
 // heads, a contiguous run in member order, so a row of the whole model's keys (or values) is
 // the members' parts of it side by side.
@@ -21,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "engine/stage.h"
@@ -38,9 +46,13 @@ class GroupStage final : public Stage {
   // members, a missing one, members that say different layers, and shares that are not one
   // per member or whose KV heads are not contiguous from the first in member order.
   explicit GroupStage(std::vector<std::shared_ptr<Stage>> members, std::span<const model::TensorShare> shares = {});
+  ~GroupStage() override;  // waits for the answers of the last forward's members on other nodes
+  GroupStage(const GroupStage&) = delete;
+  GroupStage& operator=(const GroupStage&) = delete;
 
   // Throws StageLost when a member is lost (the group cannot compute without it), else the
-  // first member's failure.
+  // first member's failure; and so does the call after it, for the answers of members on
+  // other nodes that came after it returned.
   StageOutput forward(const StageBatch& batch) override;
   void release(std::span<const SequenceId> ids) override;
   void cancel() override;
@@ -70,6 +82,15 @@ class GroupStage final : public Stage {
   // rethrows a member's StageLost, else the first member's failure. A member lost makes the
   // others leave the group at once, rather than wait for its rows.
   void on_every_member(const std::function<void(size_t member)>& call);
+  // Runs `call` for each of `members` at once (the first of them on this thread), recording
+  // what each throws in `failures`.
+  void at_once(std::span<const size_t> members, const std::function<void(size_t member)>& call,
+               std::vector<std::exception_ptr>& failures);
+  // Waits for the answers of the last forward's members on other nodes; what each threw (empty
+  // when there was no such forward).
+  std::vector<std::exception_ptr> take_answers();
+  // Takes mutex_, then the last forward's answers, throwing their failure.
+  std::unique_lock<std::mutex> settled();
   // Runs `call` for `member`, recording what it throws in `failures`; a lost member makes the
   // others leave the group at once.
   void failing_alone(size_t member, const std::function<void()>& call, std::vector<std::exception_ptr>& failures);
@@ -78,6 +99,9 @@ class GroupStage final : public Stage {
   StageLayers layers_;
   std::vector<int> kv_heads_;  // per member, from the shares; empty without them
   std::mutex mutex_;           // one call at a time, so that every member sees the calls in one order
+  // Receiving the last forward's answers from members on other nodes, and what each threw.
+  std::thread answering_;
+  std::vector<std::exception_ptr> answer_failures_;
   std::mutex sent_mutex_;
   // Per batch sent and not yet received: what each member's send threw, or null.
   std::deque<std::vector<std::exception_ptr>> sent_;

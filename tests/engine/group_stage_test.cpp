@@ -548,6 +548,104 @@ TEST(GroupStage, IsLostInAChainWhenAnyMemberIsLost) {
   }
 }
 
+// A member on another node whose answer to a batch comes once the test lets it (within 10 s),
+// or is its loss.
+class AnsweringLater final : public Stage {
+ public:
+  explicit AnsweringLater(bool lost) : lost_(lost) {}
+  std::string chain_node() const override { return "node-b"; }
+  void send(const StageBatch&) override { ++sent; }
+  StageOutput receive() override {
+    std::unique_lock lock(mutex_);
+    opened_.wait_for(lock, std::chrono::seconds(10), [&] { return open_; });
+    ++answered;
+    if (lost_) throw StageLost("its stream broke", "node-b", false);
+    return {{2.0f}, {}};
+  }
+  StageOutput forward(const StageBatch&) override { throw std::logic_error("a member elsewhere is sent its batches"); }
+  void release(std::span<const SequenceId>) override {}
+  int hold_prefix(SequenceId, int, std::span<const Token>) override { return 0; }
+  model::KvBlockCounts kv_blocks() override { return {}; }
+  void open() {
+    std::lock_guard lock(mutex_);
+    open_ = true;
+    opened_.notify_all();
+  }
+  std::atomic<int> sent = 0;
+  std::atomic<int> answered = 0;
+
+ private:
+  const bool lost_;
+  std::mutex mutex_;
+  std::condition_variable opened_;
+  bool open_ = false;
+};
+
+// The first member, here: answers with its own row, and notes how many batches the member
+// elsewhere had been sent when it computed.
+class FirstHere final : public Stage {
+ public:
+  explicit FirstHere(const AnsweringLater& elsewhere) : elsewhere_(elsewhere) {}
+  StageOutput forward(const StageBatch&) override {
+    sent_when_computing.push_back(elsewhere_.sent);
+    return {{1.0f}, {}};
+  }
+  void release(std::span<const SequenceId>) override {}
+  int hold_prefix(SequenceId, int, std::span<const Token>) override { return 0; }
+  model::KvBlockCounts kv_blocks() override { return {}; }
+  std::vector<int> sent_when_computing;
+
+ private:
+  const AnsweringLater& elsewhere_;
+};
+
+// A member on another node waits for its batch while the members here compute: it is sent the
+// batch first, and the group answers without waiting for its answer, which it takes at its next
+// call.
+TEST(GroupStage, SendsAMemberElsewhereItsBatchFirstAndTakesItsAnswerAtTheNextCall) {
+  auto elsewhere = std::make_shared<AnsweringLater>(/*lost=*/false);
+  auto here = std::make_shared<FirstHere>(*elsewhere);
+  GroupStage group({here, elsewhere});
+  EXPECT_EQ(group.forward({}).rows, std::vector<float>{1.0f});
+  EXPECT_EQ(here->sent_when_computing, std::vector<int>{1});
+  EXPECT_EQ(elsewhere->answered, 0) << "the forward waited for the answer from another node";
+  elsewhere->open();
+  EXPECT_EQ(group.forward({}).rows, std::vector<float>{1.0f});
+  EXPECT_EQ(here->sent_when_computing, (std::vector<int>{1, 2}));
+  group.release({});
+  EXPECT_EQ(elsewhere->answered, 2) << "release took the last answer";
+}
+
+// A member elsewhere lost as it answers makes the group's next call lost, named by it; when a
+// member here failed too, its answer is awaited and its loss is the group's failure at once.
+TEST(GroupStage, IsLostAtItsNextCallWhenAMemberElsewhereIsLostAnswering) {
+  for (const bool next_is_forward : {true, false}) {
+    auto elsewhere = std::make_shared<AnsweringLater>(/*lost=*/true);
+    elsewhere->open();
+    GroupStage group({std::make_shared<FirstHere>(*elsewhere), elsewhere});
+    EXPECT_EQ(group.forward({}).rows, std::vector<float>{1.0f});
+    try {
+      if (next_is_forward) {
+        group.forward({});
+      } else {
+        group.release({});
+      }
+      FAIL() << "the answer of a lost member was not taken";
+    } catch (const StageLost& e) {
+      EXPECT_EQ(e.node, "node-b");
+    }
+  }
+  auto elsewhere = std::make_shared<AnsweringLater>(/*lost=*/true);
+  elsewhere->open();
+  GroupStage failing_here({std::make_shared<ScriptedMember>(std::vector<int>{0}), elsewhere});
+  try {
+    failing_here.forward({});
+    FAIL() << "a group whose first member failed computed";
+  } catch (const StageLost& e) {
+    EXPECT_EQ(e.node, "node-b");
+  }
+}
+
 TEST(GroupStage, RefusesNoMembers) { EXPECT_THROW(GroupStage({}), std::invalid_argument); }
 
 // A member of layers [0, 2) that holds one sequence's state as given, and takes over any.
