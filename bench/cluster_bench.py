@@ -15,7 +15,10 @@ compare at equal compute. A layout ending in "g"
 (2x1g) makes its nodes one tensor-parallel group of every layer in equal shares
 (--stages b0*1+b1*1:0-LAST); one ending in "s" (2x1s) leaves the placement to the speed
 strategy (which forms groups over the links the nodes measure) and prints what it chose and
-the time per token it predicted.
+the time per token it predicted. With --alternate every layout runs at once and they take
+turns, round by round, so that their ratios are of the same minutes:
+
+  bench/cluster_bench.py -m /tmp/tinyllama-q4_0.gguf --alternate --layouts 1x1,2x1g,1x2 --streams 1
 """
 import argparse
 import concurrent.futures
@@ -132,6 +135,44 @@ def layer_count(strata, model):
     return int(re.search(r"\.block_count\s+\S+\s+(\d+)", inspected).group(1))
 
 
+def start_layout(args, layout, prefix=""):
+    """The nodes of `layout` (NODESxTHREADS[g|s]), started and serving, warmed up by a short request;
+    node ids begin with `prefix`, so that several layouts can run side by side."""
+    count, threads = (int(x) for x in layout.rstrip("gs").split("x"))
+    extra = ()
+    placement = "speed" if layout.endswith("s") else "memory"
+    ids = [f"{prefix}b{i}" for i in range(count)]
+    if layout.endswith("g"):
+        last = layer_count(args.strata, args.model) - 1
+        # Equal shares: the nodes are one machine's, whatever their probes found while the
+        # others started.
+        extra = ("--stages", "+".join(f"{node}*1" for node in ids) + f":0-{last}")
+    extra += tuple(shlex.split(args.node_args))
+    nodes = []
+    try:
+        first = start(args.strata, args.model, ids[0], threads, None, 512, 8, extra, placement)
+        nodes.append(first)
+        for node in ids[1:]:
+            nodes.append(start(args.strata, args.model, node, threads, f"127.0.0.1:{first[2]}", 512, 8, extra,
+                               placement))
+        wait_healthy(first[1])
+        if placement == "speed":
+            chosen = settled_placement(first[1], count)
+            print(f"{layout}: {chosen['reason']}", flush=True)
+        measure(first[1], 1, 8)  # warm-up
+    except BaseException:
+        stop(nodes)
+        raise
+    return nodes
+
+
+def stop(nodes):
+    for process, _, _ in nodes:
+        process.terminate()
+    for process, _, _ in nodes:
+        process.wait()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--strata", default="build/strata")
@@ -145,43 +186,55 @@ def main():
     parser.add_argument("--node-args", default="",
                         help="more arguments for every node, e.g. '--speculative off' (a node drafts by prompt lookup "
                              "unless told otherwise)")
+    parser.add_argument("--alternate", action="store_true",
+                        help="start every layout at once and measure them in turns, --repeat rounds of each stream "
+                             "count, each round's speeds also as ratios to the first layout's: the layouts then meet "
+                             "the same minutes of a machine whose speed drifts (the idle ones wait, using no core)")
     args = parser.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
-
-    for layout in args.layouts.split(","):
+    layouts = args.layouts.split(",")
+    if args.alternate:
+        alternate(args, layouts, streams)
+        return
+    for layout in layouts:
         count, threads = (int(x) for x in layout.rstrip("gs").split("x"))
-        extra = ()
-        placement = "speed" if layout.endswith("s") else "memory"
-        if layout.endswith("g"):
-            last = layer_count(args.strata, args.model) - 1
-            # Equal shares: the nodes are one machine's, whatever their probes found while the
-            # others started.
-            extra = ("--stages", "+".join(f"b{i}*1" for i in range(count)) + f":0-{last}")
-        extra += tuple(shlex.split(args.node_args))
-        nodes = []
+        nodes = start_layout(args, layout)
         try:
-            first = start(args.strata, args.model, "b0", threads, None, 512, 8, extra, placement)
-            nodes.append(first)
-            for i in range(1, count):
-                nodes.append(start(args.strata, args.model, f"b{i}", threads, f"127.0.0.1:{first[2]}", 512, 8, extra,
-                                   placement))
-            wait_healthy(first[1])
-            if placement == "speed":
-                chosen = settled_placement(first[1], count)
-                print(f"{layout}: {chosen['reason']}", flush=True)
-            measure(first[1], 1, 8)  # warm-up
-            counts = streams if count > 1 else [1]
-            for n in counts:
+            port = nodes[0][1]
+            for n in (streams if count > 1 else [1]):
                 before = cpu_times()
-                runs = [measure(first[1], n, args.tokens, args.prompt) for _ in range(args.repeat)]
+                runs = [measure(port, n, args.tokens, args.prompt) for _ in range(args.repeat)]
                 print(f"{count} node(s) x {threads} thread(s), {n} stream(s): "
                       f"{statistics.median(runs):6.1f} tokens/s decode (runs: {', '.join(f'{r:.1f}' for r in runs)}; "
                       f"{steal_share(before, cpu_times()):.0%} of the CPU time stolen by the host)", flush=True)
         finally:
-            for process, _, _ in nodes:
-                process.terminate()
-            for process, _, _ in nodes:
-                process.wait()
+            stop(nodes)
+
+
+def alternate(args, layouts, streams):
+    started = []
+    try:
+        for index, layout in enumerate(layouts):
+            started.append(start_layout(args, layout, prefix=f"l{index}"))
+        for n in streams:
+            speeds = {layout: [] for layout in layouts}
+            for round_number in range(args.repeat):
+                before = cpu_times()
+                for layout, nodes in zip(layouts, started):
+                    speeds[layout].append(measure(nodes[0][1], n, args.tokens, args.prompt))
+                first = speeds[layouts[0]][-1]
+                print(f"{n} stream(s), round {round_number + 1}: " +
+                      ", ".join(f"{layout} {speeds[layout][-1]:.1f}" for layout in layouts) + " tokens/s; x " +
+                      layouts[0] + ": " + ", ".join(f"{layout} {speeds[layout][-1] / first:.2f}" for layout in layouts[1:]) +
+                      f" ({steal_share(before, cpu_times()):.0%} stolen)", flush=True)
+            print(f"{n} stream(s), medians: " +
+                  ", ".join(f"{layout} {statistics.median(speeds[layout]):.1f}" for layout in layouts) +
+                  " tokens/s; median ratios to " + layouts[0] + ": " +
+                  ", ".join(f"{layout} {statistics.median(b / a for a, b in zip(speeds[layouts[0]], speeds[layout])):.2f}"
+                            for layout in layouts[1:]), flush=True)
+    finally:
+        for nodes in started:
+            stop(nodes)
 
 
 if __name__ == "__main__":
