@@ -237,8 +237,10 @@ StageOutput GroupStage::forward(const StageBatch& batch) {
     receive_answers(failures);
     rethrow_first(failures);
   }
-  answer_failures_.assign(members_.size(), nullptr);
-  answering_ = std::thread([this, receive_answers] { receive_answers(answer_failures_); });
+  if (!elsewhere.empty()) {
+    answer_failures_.assign(members_.size(), nullptr);
+    answering_ = std::thread([this, receive_answers] { receive_answers(answer_failures_); });
+  }
   rethrow_first(earlier);
   return first;
 }
