@@ -246,8 +246,11 @@ StageOutput GroupStage::forward(const StageBatch& batch) {
 }
 
 void GroupStage::release(std::span<const SequenceId> ids) {
-  const auto lock = settled();
+  std::lock_guard lock(mutex_);
+  // A failure among the last forward's answers must not keep the sequences' state.
+  const std::vector<std::exception_ptr> earlier = take_answers();
   on_every_member([&](size_t m) { members_[m]->release(ids); });
+  rethrow_first(earlier);
 }
 
 void GroupStage::cancel() {

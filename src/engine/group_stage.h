@@ -89,7 +89,8 @@ class GroupStage final : public Stage {
   // Waits for the answers of the last forward's members on other nodes; what each threw (empty
   // when there was no such forward).
   std::vector<std::exception_ptr> take_answers();
-  // Takes mutex_, then the last forward's answers, throwing their failure.
+  // Takes mutex_, then the last forward's answers, throwing their failure (release throws it
+  // after releasing).
   std::unique_lock<std::mutex> settled();
   // Runs `call` for `member`, recording what it throws in `failures`; a lost member makes the
   // others leave the group at once.

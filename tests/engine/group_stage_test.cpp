@@ -590,10 +590,11 @@ class FirstHere final : public Stage {
     sent_when_computing.push_back(elsewhere_.sent);
     return {{1.0f}, {}};
   }
-  void release(std::span<const SequenceId>) override {}
+  void release(std::span<const SequenceId> ids) override { released.insert(released.end(), ids.begin(), ids.end()); }
   int hold_prefix(SequenceId, int, std::span<const Token>) override { return 0; }
   model::KvBlockCounts kv_blocks() override { return {}; }
   std::vector<int> sent_when_computing;
+  std::vector<SequenceId> released;
 
  private:
   const AnsweringLater& elsewhere_;
@@ -616,24 +617,28 @@ TEST(GroupStage, SendsAMemberElsewhereItsBatchFirstAndTakesItsAnswerAtTheNextCal
   EXPECT_EQ(elsewhere->answered, 2) << "release took the last answer";
 }
 
-// A member elsewhere lost as it answers makes the group's next call lost, named by it; when a
-// member here failed too, its answer is awaited and its loss is the group's failure at once.
+// A member elsewhere lost as it answers makes the group's next call lost, named by it (a
+// release still releases); when a member here failed too, its answer is awaited and its loss
+// is the group's failure at once.
 TEST(GroupStage, IsLostAtItsNextCallWhenAMemberElsewhereIsLostAnswering) {
   for (const bool next_is_forward : {true, false}) {
     auto elsewhere = std::make_shared<AnsweringLater>(/*lost=*/true);
     elsewhere->open();
-    GroupStage group({std::make_shared<FirstHere>(*elsewhere), elsewhere});
+    auto here = std::make_shared<FirstHere>(*elsewhere);
+    GroupStage group({here, elsewhere});
     EXPECT_EQ(group.forward({}).rows, std::vector<float>{1.0f});
+    const std::vector<SequenceId> ids{7};
     try {
       if (next_is_forward) {
         group.forward({});
       } else {
-        group.release({});
+        group.release(ids);
       }
       FAIL() << "the answer of a lost member was not taken";
     } catch (const StageLost& e) {
       EXPECT_EQ(e.node, "node-b");
     }
+    EXPECT_EQ(here->released, next_is_forward ? std::vector<SequenceId>{} : ids);
   }
   auto elsewhere = std::make_shared<AnsweringLater>(/*lost=*/true);
   elsewhere->open();
