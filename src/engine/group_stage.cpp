@@ -76,6 +76,9 @@ GroupStage::GroupStage(std::vector<std::shared_ptr<Stage>> members, std::span<co
   for (const auto& member : members_) {
     if (member == nullptr) throw std::invalid_argument("a tensor-parallel group's member is missing");
   }
+  for (size_t m = 0; m < members_.size(); ++m) {
+    (m > 0 && !members_[m]->chain_node().empty() ? elsewhere_ : here_).push_back(m);
+  }
   layers_ = members_.front()->layers();
   for (const auto& member : members_) {
     const StageLayers said = member->layers();
@@ -217,13 +220,10 @@ StageOutput GroupStage::receive() {
 StageOutput GroupStage::forward(const StageBatch& batch) {
   std::lock_guard lock(mutex_);
   std::vector<std::exception_ptr> failures(members_.size());
-  std::vector<size_t> here, elsewhere;
-  for (size_t m = 0; m < members_.size(); ++m) {
-    (m > 0 && !members_[m]->chain_node().empty() ? elsewhere : here).push_back(m);
-  }
+  std::vector<size_t> elsewhere = elsewhere_;
   for (const size_t m : elsewhere) failing_alone(m, [&] { members_[m]->send(batch); }, failures);
   StageOutput first;
-  at_once(here, [&](size_t m) {
+  at_once(here_, [&](size_t m) {
     StageOutput out = members_[m]->forward(batch);
     if (m == 0) first = std::move(out);
   }, failures);

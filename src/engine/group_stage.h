@@ -99,6 +99,9 @@ class GroupStage final : public Stage {
   std::vector<std::shared_ptr<Stage>> members_;
   StageLayers layers_;
   std::vector<int> kv_heads_;  // per member, from the shares; empty without them
+  // The first member and those on this node (no chain_node), and the others: a forward sends
+  // these their batch and takes their answers later.
+  std::vector<size_t> here_, elsewhere_;
   std::mutex mutex_;           // one call at a time, so that every member sees the calls in one order
   // Receiving the last forward's answers from members on other nodes, and what each threw.
   std::thread answering_;
