@@ -87,7 +87,7 @@ Decode decode(model::Model& m, int steps, const CountingExchange* exchange) {
   return run;
 }
 
-// Each member's exchange over `transport`; empty for "memory". `links` keeps the GroupLinks
+// Each member's exchange over `transport`, "sockets" or "tls". `links` keeps the GroupLinks
 // that TLS members joined through.
 std::vector<std::unique_ptr<model::Exchange>> exchanges(const std::string& transport, int members,
                                                         std::vector<std::unique_ptr<parallel::GroupLinks>>& links) {
@@ -114,10 +114,7 @@ std::vector<std::unique_ptr<model::Exchange>> exchanges(const std::string& trans
       });
     }
     for (std::thread& j : joins) j.join();
-  } else if (transport != "memory") {
-    throw std::invalid_argument("transport " + transport + " is none of memory, sockets, tls");
   }
-  if (transport == "memory") joined.clear();
   return joined;
 }
 
@@ -132,6 +129,10 @@ int main(int argc, char** argv) {
   const int reps = argc > 3 ? std::atoi(argv[3]) : 5;
   const int members = argc > 4 ? std::atoi(argv[4]) : 2;
   const std::string transport = argc > 5 ? argv[5] : "memory";
+  if (transport != "memory" && transport != "sockets" && transport != "tls") {
+    std::fprintf(stderr, "transport %s is none of memory, sockets, tls\n", transport.c_str());
+    return 2;
+  }
   const std::shared_ptr<const gguf::File> file = gguf::File::open(argv[1]);
   const model::Config config = model::Config::from_gguf(*file);
   const model::LayerRange range{0, config.layer_count};
@@ -140,7 +141,8 @@ int main(int argc, char** argv) {
       model::plan_tensor_shares(config, std::vector<double>(static_cast<size_t>(members), 1.0));
   model::LocalGroup group(members);
   std::vector<std::unique_ptr<parallel::GroupLinks>> links;
-  const std::vector<std::unique_ptr<model::Exchange>> linked = exchanges(transport, members, links);
+  const std::vector<std::unique_ptr<model::Exchange>> linked =
+      transport == "memory" ? std::vector<std::unique_ptr<model::Exchange>>() : exchanges(transport, members, links);
   std::vector<std::unique_ptr<CountingExchange>> counted;
   std::vector<std::unique_ptr<model::Model>> parts;
   for (int m = 0; m < members; ++m) {
