@@ -1,10 +1,11 @@
 // One stream's decode speed of a tensor-parallel group in one process (model/tensor_share.h)
-// against one Model: a Model on one thread, then a group of `members` members with one thread
-// each, alternately, `reps` times, each run a prompt of 8 tokens and then `tokens` greedy
-// decode steps on a fresh sequence. Random weights of a real shape serve (`strata gguf synth`,
-// a few of TinyLlama's layers with --layers). Prints each run's decode tokens/s, the medians
-// and their ratio, the bytes member 0 sent to the gathers per decode step, and checks that the
-// group chose the Model's tokens. With `sockets` the members gather over Unix socket pairs
+// against one Model: a Model on one thread, a group of `members` members with one thread each,
+// then a Model on `members` threads (as many as the group's), in turns, `reps` times, each run a
+// prompt of 8 tokens and then `tokens` greedy decode steps on a fresh sequence. Random weights
+// of a real shape serve (`strata gguf synth`, a few of TinyLlama's layers with --layers).
+// Prints each run's decode tokens/s, the medians and the group's median ratios to both Models,
+// the bytes member 0 sent to the gathers per decode step, where the group's gathers took their
+// time, and checks that the group and the threaded Model chose the Model's tokens. With `sockets` the members gather over Unix socket pairs
 // (parallel::SocketExchange) rather than in memory; with `tls`, over TLS on the loopback
 // interface through parallel::GroupLinks, as the members on real nodes do.
 //   tensor_parallel_bench MODEL.gguf [tokens] [reps] [members] [memory|sockets|tls]
@@ -38,7 +39,13 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// A member's exchange that counts the bytes of its parts.
+// When a member reached a gather, and when it left it.
+struct Visit {
+  Clock::time_point arrived;
+  Clock::time_point left;
+};
+
+// A member's exchange that counts the bytes of its parts and notes its visits to the gathers.
 class CountingExchange final : public model::Exchange {
  public:
   explicit CountingExchange(model::Exchange& inner) : inner_(inner) {}
@@ -47,10 +54,13 @@ class CountingExchange final : public model::Exchange {
   void all_gather_bytes(std::span<const std::byte> mine, std::span<const size_t> widths, size_t rows,
                         std::span<std::byte> full) override {
     sent += mine.size();
+    const Clock::time_point arrived = Clock::now();
     inner_.all_gather_bytes(mine, widths, rows, full);
+    visits.push_back({arrived, Clock::now()});
   }
   void abort() override { inner_.abort(); }
   uint64_t sent = 0;
+  std::vector<Visit> visits;
 
  private:
   model::Exchange& inner_;
@@ -64,8 +74,8 @@ struct Decode {
 
 // One member's run (or the Model's, without `exchange`): the prompt, then `steps` greedy
 // decode steps, timed.
-Decode decode(model::Model& m, int steps, const CountingExchange* exchange) {
-  tensor::ThreadPool pool(1);
+Decode decode(model::Model& m, int steps, const CountingExchange* exchange, int threads = 1) {
+  tensor::ThreadPool pool(threads);
   auto kv = m.new_sequence(8 + steps);
   std::vector<model::Token> input{1, 15, 300, 4000, 52, 9, 777, 2048};
   Decode run;
@@ -85,6 +95,34 @@ Decode decode(model::Model& m, int steps, const CountingExchange* exchange) {
   run.tokens_per_second = steps / std::chrono::duration<double>(Clock::now() - start).count();
   if (exchange != nullptr) run.bytes_per_token = static_cast<double>(exchange->sent - sent_before) / steps;
   return run;
+}
+
+// Where the group's gathers of one run took their time, in microseconds a gather on average:
+// the last member's arrival after the first's (one member waiting for a slower one), and the
+// last member's departure after the last arrival (moving the parts once all are there).
+struct GatherTimes {
+  double waiting = 0.0;
+  double moving = 0.0;
+};
+
+GatherTimes gather_times(const std::vector<std::unique_ptr<CountingExchange>>& members) {
+  GatherTimes times;
+  const size_t gathers = members.front()->visits.size();
+  for (size_t g = 0; g < gathers; ++g) {
+    Clock::time_point first = Clock::time_point::max(), last_arrival = Clock::time_point::min(),
+                      last_departure = Clock::time_point::min();
+    for (const auto& member : members) {
+      const Visit& visit = member->visits[g];
+      first = std::min(first, visit.arrived);
+      last_arrival = std::max(last_arrival, visit.arrived);
+      last_departure = std::max(last_departure, visit.left);
+    }
+    times.waiting += std::chrono::duration<double, std::micro>(last_arrival - first).count();
+    times.moving += std::chrono::duration<double, std::micro>(last_departure - last_arrival).count();
+  }
+  times.waiting /= static_cast<double>(std::max<size_t>(gathers, 1));
+  times.moving /= static_cast<double>(std::max<size_t>(gathers, 1));
+  return times;
 }
 
 // Each member's exchange over `transport`, "sockets" or "tls". `links` keeps the GroupLinks
@@ -151,28 +189,40 @@ int main(int argc, char** argv) {
     parts.push_back(model::Model::load_share(file, range, shares, *counted.back()));
   }
 
-  std::printf("%d layers, %d decode steps per run, %d members of 1 thread (%s) against 1 Model of 1 thread\n",
-              config.layer_count, steps, members, transport.c_str());
-  std::vector<double> alone, together;
+  std::printf("%d layers, %d decode steps per run, %d members of 1 thread (%s) against 1 Model of 1 thread and of %d\n",
+              config.layer_count, steps, members, transport.c_str(), members);
+  std::vector<double> alone, together, threaded, ratios_alone, ratios_threaded;
   bool same_tokens = true;
   for (int rep = 0; rep < reps; ++rep) {
     const Decode one = decode(*whole, steps, nullptr);
     std::vector<Decode> runs(static_cast<size_t>(members));
     std::vector<std::thread> threads;
+    for (auto& member : counted) member->visits.clear();
     for (int m = 0; m < members; ++m) {
       threads.emplace_back([&, m] { runs[m] = decode(*parts[m], steps, counted[m].get()); });
     }
     for (std::thread& t : threads) t.join();
+    const Decode many = decode(*whole, steps, nullptr, members);
     for (const Decode& run : runs) same_tokens = same_tokens && run.tokens == one.tokens;
+    same_tokens = same_tokens && many.tokens == one.tokens;
     alone.push_back(one.tokens_per_second);
     together.push_back(runs[0].tokens_per_second);
-    std::printf("rep %d: model %.2f tokens/s, group %.2f tokens/s, member 0 gathered %.0f bytes a token\n", rep,
-                alone.back(), together.back(), runs[0].bytes_per_token);
+    threaded.push_back(many.tokens_per_second);
+    ratios_alone.push_back(together.back() / alone.back());
+    ratios_threaded.push_back(together.back() / threaded.back());
+    const GatherTimes gathers = gather_times(counted);
+    std::printf("rep %d: model %.2f tokens/s, group %.2f (%.2fx), model on %d threads %.2f (group %.2fx); "
+                "member 0 gathered %.0f bytes a token; a gather: %.1f us waiting for the last member, %.1f us "
+                "moving the parts\n",
+                rep, alone.back(), together.back(), ratios_alone.back(), members, threaded.back(),
+                ratios_threaded.back(), runs[0].bytes_per_token, gathers.waiting, gathers.moving);
   }
-  std::printf("median: model %.2f tokens/s, group %.2f tokens/s, ratio %.2f\n", median(alone), median(together),
-              median(together) / median(alone));
+  std::printf("median: model %.2f tokens/s, group %.2f, model on %d threads %.2f; median ratios: the group %.2fx "
+              "the model, %.2fx the model on %d threads\n",
+              median(alone), median(together), members, median(threaded), median(ratios_alone),
+              median(ratios_threaded), members);
   if (!same_tokens) {
-    std::printf("the group chose other tokens than the model\n");
+    std::printf("the group or the threaded model chose other tokens than the model\n");
     return 1;
   }
   return 0;
