@@ -5,9 +5,10 @@
 // of a real shape serve (`strata gguf synth`, a few of TinyLlama's layers with --layers).
 // Prints each run's decode tokens/s, the medians and the group's median ratios to both Models,
 // the bytes member 0 sent to the gathers per decode step, where the group's gathers took their
-// time, and checks that the group and the threaded Model chose the Model's tokens. With `sockets` the members gather over Unix socket pairs
-// (parallel::SocketExchange) rather than in memory; with `tls`, over TLS on the loopback
-// interface through parallel::GroupLinks, as the members on real nodes do.
+// time, and checks that the group and the threaded Model chose the Model's tokens. With
+// `sockets` the members gather over Unix socket pairs (parallel::SocketExchange) rather than in
+// memory; with `tls`, over TLS on the loopback interface through parallel::GroupLinks, as the
+// members on real nodes do.
 //   tensor_parallel_bench MODEL.gguf [tokens] [reps] [members] [memory|sockets|tls]
 #include <algorithm>
 #include <chrono>
