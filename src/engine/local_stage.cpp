@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -119,8 +120,15 @@ StageOutput LocalStage::forward(const StageBatch& batch) {
   }
   if (batch.tokens.size() != rows) throw std::invalid_argument("the batch's token ids do not match its sequences");
   const auto started = std::chrono::steady_clock::now();
-  StageOutput out{model_->forward(slices, batch.tokens, batch.hidden, pool_), {}};
-  if (model_->range().has_head(model_->config())) out = sample(batch.sequences, batch.tokens, std::move(out.rows));
+  const bool from_bests = chooses_from_bests(batch.sequences);
+  StageOutput out{model_->forward(slices, batch.tokens, batch.hidden, pool_,
+                                  from_bests ? model::HeadRows::Share : model::HeadRows::Whole),
+                  {}};
+  if (from_bests) {
+    out = choose_from_bests(batch.sequences, out.rows);
+  } else if (model_->range().has_head(model_->config())) {
+    out = sample(batch.sequences, batch.tokens, std::move(out.rows));
+  }
   step_seconds_.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   step_inputs_.observe(static_cast<double>(rows));
   step_sequences_.observe(static_cast<double>(slices.size()));
@@ -188,6 +196,72 @@ StageOutput LocalStage::sample(const std::vector<SequenceWork>& sequences, std::
       }
     }
   });
+  return out;
+}
+
+bool LocalStage::chooses_from_bests(const std::vector<SequenceWork>& sequences) const {
+  const model::Config& config = model_->config();
+  if (!model_->range().has_head(config) || model_->vocab_share().size() == config.vocab_size) return false;
+  bool any = false;
+  for (const SequenceWork& work : sequences) {
+    if (work.output == SequenceWork::Output::Nothing) continue;
+    if (work.output != SequenceWork::Output::Logits || !work.sampling || !sampling::chooses_from_bests(*work.sampling)) {
+      return false;
+    }
+    any = true;
+  }
+  return any;
+}
+
+namespace {
+
+// A share's best as it crosses to the other members: the token, its logit, the flags.
+constexpr size_t kBestBytes = sizeof(int32_t) + sizeof(float) + 1;
+
+void put_best(const sampling::ShareBest& best, std::byte* at) {
+  std::memcpy(at, &best.token, sizeof best.token);
+  std::memcpy(at + sizeof best.token, &best.logit, sizeof best.logit);
+  at[kBestBytes - 1] = static_cast<std::byte>((best.invalid ? 1 : 0) | (best.possible ? 2 : 0));
+}
+
+sampling::ShareBest best_at(const std::byte* at) {
+  sampling::ShareBest best;
+  std::memcpy(&best.token, at, sizeof best.token);
+  std::memcpy(&best.logit, at + sizeof best.token, sizeof best.logit);
+  const auto flags = static_cast<uint8_t>(at[kBestBytes - 1]);
+  best.invalid = (flags & 1) != 0;
+  best.possible = (flags & 2) != 0;
+  return best;
+}
+
+}  // namespace
+
+StageOutput LocalStage::choose_from_bests(const std::vector<SequenceWork>& sequences, std::span<const float> rows) {
+  const model::RowRange share = model_->vocab_share();
+  const int vocab = model_->config().vocab_size;
+  std::vector<const sampling::SamplingStep*> steps;
+  for (const SequenceWork& work : sequences) {
+    if (work.output == SequenceWork::Output::Logits) steps.push_back(&*work.sampling);
+  }
+  const auto width = static_cast<size_t>(share.size());
+  std::vector<std::byte> mine(steps.size() * kBestBytes);
+  for (size_t k = 0; k < steps.size(); ++k) {
+    put_best(sampling::best_in_share(*steps[k], rows.subspan(k * width, width), share.first, vocab),
+             mine.data() + k * kBestBytes);
+  }
+  const std::vector<std::byte> all = model_->gather_from_members(mine);
+  const size_t members = all.size() / std::max<size_t>(mine.size(), 1);
+  StageOutput out;
+  out.sampled.resize(steps.size());
+  std::vector<sampling::ShareBest> bests(members);
+  for (size_t k = 0; k < steps.size(); ++k) {
+    for (size_t m = 0; m < members; ++m) bests[m] = best_at(all.data() + m * mine.size() + k * kBestBytes);
+    try {
+      out.sampled[k].choice = sampling::choose_from_bests(*steps[k], bests, vocab);
+    } catch (const std::exception& e) {
+      out.sampled[k].error = std::string("sampling failed: ") + e.what();
+    }
+  }
   return out;
 }
 

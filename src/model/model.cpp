@@ -328,6 +328,7 @@ std::unique_ptr<Model> Model::bind_weights(std::shared_ptr<const gguf::File> fil
   const RowRange q_rows{share.kv_heads.first * group * c.head_dim, share.kv_heads.last * group * c.head_dim};
   const RowRange kv_rows{share.kv_heads.first * c.head_dim, share.kv_heads.last * c.head_dim};
   m->exchange_ = exchange;
+  m->vocab_share_ = share.vocab_rows;
   m->share_config_ = c;
   m->share_config_.head_count = share.kv_heads.size() * group;
   m->share_config_.kv_head_count = share.kv_heads.size();
@@ -968,8 +969,16 @@ void Model::project_gathered(const tensor::PreparedMatrix& w, const InputRows& i
   gather(proj_part_, widths_.model, n, proj_);
 }
 
+std::vector<std::byte> Model::gather_from_members(std::span<const std::byte> mine) const {
+  if (exchange_ == nullptr) return {mine.begin(), mine.end()};
+  const std::vector<size_t> widths(static_cast<size_t>(exchange_->size()), mine.size());
+  std::vector<std::byte> all(mine.size() * widths.size());
+  exchange_->all_gather_bytes(mine, widths, 1, all);
+  return all;
+}
+
 std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::span<const Token> tokens,
-                                  std::span<const float> hidden, tensor::ThreadPool& pool) {
+                                  std::span<const float> hidden, tensor::ThreadPool& pool, HeadRows head) {
   const Config& c = config_;
   const int dim = c.embedding_dim;
   int rows = 0;
@@ -1090,8 +1099,13 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
   if (selected_rows > 0) {
     std::vector<float> part(static_cast<size_t>(selected_rows * output_->source().rows));
     tensor::matmul(*output_, selected.data(), selected_rows, part.data(), pool);
-    gather(part, widths_.vocab, static_cast<size_t>(selected_rows), logits);
+    if (head == HeadRows::Share) {
+      logits = std::move(part);
+    } else {
+      gather(part, widths_.vocab, static_cast<size_t>(selected_rows), logits);
+    }
   }
+  const size_t row_values = static_cast<size_t>(head == HeadRows::Share ? vocab_share_.size() : c.vocab_size);
   if (c.logit_softcap > 0.0f) {
     for (float& logit : logits) logit = c.logit_softcap * std::tanh(logit / c.logit_softcap);
   }
@@ -1108,7 +1122,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
       out.insert(out.end(), embeddings.begin() + next_embedding, embeddings.begin() + next_embedding + count * dim);
       next_embedding += count * dim;
     } else if (s.output != SliceOutput::Nothing) {
-      const size_t values = (s.output == SliceOutput::AllLogits ? count : 1) * static_cast<size_t>(c.vocab_size);
+      const size_t values = (s.output == SliceOutput::AllLogits ? count : 1) * row_values;
       out.insert(out.end(), logits.begin() + next_logits, logits.begin() + next_logits + values);
       next_logits += values;
     }

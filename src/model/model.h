@@ -41,6 +41,11 @@ struct SequenceSlice {
   SliceOutput output = SliceOutput::LastLogits;  // of the last range only
 };
 
+// What the head of a tensor-parallel group's member returns: the rows gathered whole, or its
+// share of each (vocab_share() of them), for a caller that needs less than the rows (a greedy
+// choice needs each share's best; see Model::gather_from_members).
+enum class HeadRows { Whole, Share };
+
 class Model {
  public:
   // Binds the tensors of `range` from `file` (kept alive by the model). Throws
@@ -83,9 +88,17 @@ class Model {
   // (one embedding_dim row per input) for the others; all slices' inputs are concatenated in
   // slice order. Returns hidden rows for a range without the head, otherwise per slice, in
   // slice order, the rows its output asks for: logits rows (vocab_size each) or embedding rows.
-  // Not reentrant: one forward at a time per Model.
+  // Not reentrant: one forward at a time per Model. With HeadRows::Share a group's member's
+  // logits rows are its vocab_share() of each (a whole model's are whole either way).
   std::vector<float> forward(std::span<const SequenceSlice> slices, std::span<const Token> tokens,
-                             std::span<const float> hidden, tensor::ThreadPool& pool);
+                             std::span<const float> hidden, tensor::ThreadPool& pool,
+                             HeadRows head = HeadRows::Whole);
+  // The tokens whose logits this model's head computes: a group member's share of the
+  // vocabulary, or all of it.
+  RowRange vocab_share() const { return vocab_share_; }
+  // A group's members each call this in the same order with as many bytes: every member's
+  // `mine`, in member order. A whole model: `mine`.
+  std::vector<std::byte> gather_from_members(std::span<const std::byte> mine) const;
 
  private:
   struct Layer {
@@ -205,6 +218,7 @@ class Model {
   };
   GatherWidths widths_;
   Exchange* exchange_ = nullptr;  // nullptr: a whole model
+  RowRange vocab_share_;
   LayerRange range_;
   tensor::Matrix embedding_{};
   const float* output_norm_ = nullptr;

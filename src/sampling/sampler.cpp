@@ -27,40 +27,76 @@ std::span<const int32_t> penalty_window(std::span<const int32_t> history, const 
   return history.last(window);
 }
 
-void check_logits(std::span<const float> logits) {
-  bool any_possible = false;
+// What check_logits finds in raw logits, part by part.
+struct LogitsCheck {
+  bool invalid = false;   // a NaN or +inf
+  bool possible = false;  // a logit other than -inf
+};
+
+LogitsCheck checked(std::span<const float> logits) {
+  LogitsCheck check;
   for (float logit : logits) {
-    if (std::isnan(logit) || logit == INFINITY) {
-      throw std::invalid_argument("sampler: logits contain NaN or +inf");
-    }
-    any_possible = any_possible || logit != -INFINITY;
+    check.invalid = check.invalid || std::isnan(logit) || logit == INFINITY;
+    check.possible = check.possible || logit != -INFINITY;
   }
-  if (!any_possible) throw std::invalid_argument("sampler: every logit is -inf");
+  return check;
 }
 
-}  // namespace
+void refuse(LogitsCheck check) {
+  if (check.invalid) throw std::invalid_argument("sampler: logits contain NaN or +inf");
+  if (!check.possible) throw std::invalid_argument("sampler: every logit is -inf");
+}
 
-void apply_penalties(std::span<float> logits, std::span<const int32_t> history,
-                     const SamplingParams& params) {
+void check_logits(std::span<const float> logits) { refuse(checked(logits)); }
+
+void check_mask(std::span<const uint8_t> allowed, size_t vocab_size) {
+  if (!allowed.empty() && allowed.size() != vocab_size) {
+    throw std::invalid_argument("sampler: expected " + std::to_string(vocab_size) + " allowed flags, got " +
+                                std::to_string(allowed.size()));
+  }
+}
+
+// The penalties' window, each token once with its count, once every token is checked to be
+// of the vocabulary.
+std::vector<std::pair<int32_t, int>> counted_window(std::span<const int32_t> history, const SamplingParams& params,
+                                                    size_t vocab_size) {
   const std::span<const int32_t> window = penalty_window(history, params);
   std::vector<int32_t> recent(window.begin(), window.end());
   for (int32_t token : recent) {
-    if (token < 0 || static_cast<size_t>(token) >= logits.size()) {
+    if (token < 0 || static_cast<size_t>(token) >= vocab_size) {
       throw std::invalid_argument("sampler: history token " + std::to_string(token) +
                                   " is outside the vocabulary");
     }
   }
   // Sorting groups repeats so each token is counted and penalized once.
   std::sort(recent.begin(), recent.end());
+  std::vector<std::pair<int32_t, int>> counted;
   for (size_t begin = 0; begin < recent.size();) {
     size_t end = begin;
     while (end < recent.size() && recent[end] == recent[begin]) ++end;
-    const auto count = static_cast<float>(end - begin);
-    float& logit = logits[static_cast<size_t>(recent[begin])];
-    logit = logit <= 0.0f ? logit * params.repetition_penalty : logit / params.repetition_penalty;
-    logit -= count * params.frequency_penalty + params.presence_penalty;
+    counted.emplace_back(recent[begin], static_cast<int>(end - begin));
     begin = end;
   }
+  return counted;
+}
+
+// The penalties on the logits of tokens first_token .. first_token + logits.size() - 1.
+void penalize(std::span<float> logits, int32_t first_token, std::span<const std::pair<int32_t, int>> counted,
+              const SamplingParams& params) {
+  for (const auto& [token, seen] : counted) {
+    if (token < first_token || static_cast<size_t>(token - first_token) >= logits.size()) continue;
+    const auto count = static_cast<float>(seen);
+    float& logit = logits[static_cast<size_t>(token - first_token)];
+    logit = logit <= 0.0f ? logit * params.repetition_penalty : logit / params.repetition_penalty;
+    logit -= count * params.frequency_penalty + params.presence_penalty;
+  }
+}
+
+}  // namespace
+
+void apply_penalties(std::span<float> logits, std::span<const int32_t> history,
+                     const SamplingParams& params) {
+  penalize(logits, 0, counted_window(history, params, logits.size()), params);
 }
 
 void keep_top_k(std::vector<Candidate>& candidates, int k) {
@@ -173,10 +209,7 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     throw std::invalid_argument("sampler: expected " + std::to_string(vocab_size_) +
                                 " logits, got " + std::to_string(logits.size()));
   }
-  if (!allowed.empty() && allowed.size() != logits.size()) {
-    throw std::invalid_argument("sampler: expected " + std::to_string(vocab_size_) + " allowed flags, got " +
-                                std::to_string(allowed.size()));
-  }
+  check_mask(allowed, logits.size());
   check_logits(logits);
   penalized_.assign(logits.begin(), logits.end());
   apply_penalties(penalized_, history, params_);
@@ -229,6 +262,50 @@ int32_t Sampler::pick_at_random(const std::vector<Candidate>& candidates) {
   const size_t index = chosen == cumulative.end() ? candidates.size() - 1
                                                   : static_cast<size_t>(chosen - cumulative.begin());
   return candidates[index].token;
+}
+
+bool chooses_from_bests(const SamplingStep& step) {
+  return step.params.temperature <= 0.0f && step.top_logprobs < 0 && step.drafts == 0;
+}
+
+ShareBest best_in_share(const SamplingStep& step, std::span<const float> logits, int32_t first_token, int vocab_size) {
+  const LogitsCheck check = checked(logits);
+  ShareBest best{.invalid = check.invalid, .possible = check.possible};
+  const auto vocab = static_cast<size_t>(vocab_size);
+  if (check.invalid || (!step.allowed.empty() && step.allowed.size() != vocab)) return best;
+  std::vector<float> penalized(logits.begin(), logits.end());
+  try {
+    penalize(penalized, first_token, counted_window(step.recent, step.params, vocab), step.params);
+  } catch (const std::invalid_argument&) {
+    return best;  // a history token outside the vocabulary, which choose_from_bests refuses
+  }
+  for (size_t i = 0; i < penalized.size(); ++i) {
+    const int32_t token = first_token + static_cast<int32_t>(i);
+    if (!step.allowed.empty() && step.allowed[static_cast<size_t>(token)] == 0) continue;
+    if (best.token < 0 || penalized[i] > best.logit) {
+      best.token = token;
+      best.logit = penalized[i];
+    }
+  }
+  return best;
+}
+
+Choice choose_from_bests(const SamplingStep& step, std::span<const ShareBest> shares, int vocab_size) {
+  // In choose()'s order: the mask, the raw logits, the history, then the choice.
+  check_mask(step.allowed, static_cast<size_t>(vocab_size));
+  LogitsCheck check;
+  for (const ShareBest& share : shares) {
+    check.invalid = check.invalid || share.invalid;
+    check.possible = check.possible || share.possible;
+  }
+  refuse(check);
+  counted_window(step.recent, step.params, static_cast<size_t>(vocab_size));
+  const ShareBest* best = nullptr;
+  for (const ShareBest& share : shares) {
+    if (share.token >= 0 && (best == nullptr || share.logit > best->logit)) best = &share;
+  }
+  if (best == nullptr || best->logit == -INFINITY) throw std::invalid_argument("sampler: no allowed token is possible");
+  return {.token = best->token};
 }
 
 }  // namespace strata::sampling

@@ -75,6 +75,24 @@ const TestModel& windowed() {
 
 constexpr int kBlocks = 256;
 
+// A member's exchange that notes the widths of every gather it takes part in.
+class NotedExchange final : public model::Exchange {
+ public:
+  explicit NotedExchange(model::Exchange& inner) : inner_(inner) {}
+  int member() const override { return inner_.member(); }
+  int size() const override { return inner_.size(); }
+  void all_gather_bytes(std::span<const std::byte> mine, std::span<const size_t> widths, size_t rows,
+                        std::span<std::byte> full) override {
+    widths_seen.emplace_back(widths.begin(), widths.end());  // only its member's thread gathers
+    inner_.all_gather_bytes(mine, widths, rows, full);
+  }
+  void abort() override { inner_.abort(); }
+  std::vector<std::vector<size_t>> widths_seen;
+
+ private:
+  model::Exchange& inner_;
+};
+
 // A pipeline's stages: per range, one LocalStage, or with weights a group of members sharing it
 // in those proportions, each member with a pool and a thread of its own.
 struct Layout {
@@ -96,7 +114,12 @@ struct Layout {
       const std::vector<model::TensorShare> shares = model::plan_tensor_shares(config, r.weights);
       std::vector<std::shared_ptr<Stage>> members;
       for (size_t i = 0; i < shares.size(); ++i) {
-        members.push_back(member(model::Model::load_share(file, range, shares, groups.back()->member(static_cast<int>(i)))));
+        noted.push_back(std::make_unique<NotedExchange>(groups.back()->member(static_cast<int>(i))));
+        members.push_back(member(model::Model::load_share(file, range, shares, *noted.back())));
+      }
+      if (range.has_head(config)) {
+        head_member = noted[noted.size() - shares.size()].get();
+        for (const model::TensorShare& share : shares) logits_widths.push_back(share.vocab_rows.size() * sizeof(float));
       }
       stages.push_back(std::make_shared<GroupStage>(std::move(members), shares));
     }
@@ -106,12 +129,20 @@ struct Layout {
     local.push_back(std::make_shared<LocalStage>(std::move(model), *pools.back(), KvOptions{model::KvType::F16, {kBlocks, kBlocks}}));
     return local.back();
   }
+  // Gathers of whole logits rows by the group that holds the head, if one does.
+  size_t logits_gathers() const {
+    if (head_member == nullptr) return 0;
+    return static_cast<size_t>(std::count(head_member->widths_seen.begin(), head_member->widths_seen.end(), logits_widths));
+  }
   size_t held() const {
     size_t n = 0;
     for (const auto& s : local) n += s->sequence_count();
     return n;
   }
   std::vector<std::unique_ptr<model::LocalGroup>> groups;  // outlive the models that gather through them
+  std::vector<std::unique_ptr<NotedExchange>> noted;
+  NotedExchange* head_member = nullptr;  // the first member of the group that holds the head
+  std::vector<size_t> logits_widths;      // the bytes of its members' parts of a logits row
   std::vector<std::unique_ptr<tensor::ThreadPool>> pools;
   std::vector<std::shared_ptr<LocalStage>> local;
   std::vector<std::shared_ptr<Stage>> stages;
@@ -200,6 +231,31 @@ TEST_P(Groups, GiveTheWholeModelsTokensConcurrentlyAndLeaveNothingBehind) {
     expect_same(run(stages.stages, m, rs, {.max_parallel = 4}), want, describe(layout));
     EXPECT_EQ(stages.held(), 0u) << describe(layout);
   }
+}
+
+TEST_P(Groups, ChooseGreedyTokensFromEachMembersBestRatherThanGatheringTheLogits) {
+  const TestModel& m = model();
+  std::vector<GenerationRequest> rs = requests(m, 6);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    rs[i].sampling.temperature = 0.0f;
+    rs[i].logprobs = false;
+    if (i % 2 == 1) {
+      rs[i].sampling.repetition_penalty = 1.3f;
+      rs[i].sampling.presence_penalty = 0.4f;
+      rs[i].sampling.frequency_penalty = 0.2f;
+    }
+  }
+  const std::vector<Outcome> want = alone(m, rs);
+  for (const auto& layout : layouts(m)) {
+    Layout stages(m, layout);
+    expect_same(run(stages.stages, m, rs, {.max_parallel = 4}), want, describe(layout));
+    EXPECT_EQ(stages.logits_gathers(), 0u) << describe(layout);
+  }
+  // Logprobs need the whole row's softmax: then the rows are gathered, which the count above sees.
+  const std::vector<GenerationRequest> with_logprobs = requests(m, 1);
+  Layout stages(m, layouts(m).front());
+  expect_same(run(stages.stages, m, with_logprobs, {.max_parallel = 4}), alone(m, with_logprobs), "with logprobs");
+  EXPECT_GT(stages.logits_gathers(), 0u);
 }
 
 TEST_P(Groups, ReuseACachedPrefixOnEveryMember) {

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -468,6 +470,84 @@ TEST(Logprobs, StayFiniteForExtremeLogits) {
   const Logprobs result = logprobs(logits, 2, 1);
   EXPECT_NEAR(result.chosen, -1.0 - std::log1p(std::exp(-1.0)), 1e-5);
   EXPECT_NEAR(result.top[0].second, -std::log1p(std::exp(-1.0)), 1e-5);
+}
+
+// choose() on a whole row, or its refusal's words.
+std::string chosen_or_refused(const std::function<Choice()>& choose) {
+  try {
+    return std::to_string(choose().token);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+}
+
+TEST(ChooseFromBests, ChoosesWhatChooseDoesFromTheWholeRowForAnySharesOfIt) {
+  constexpr int kVocab = 40;
+  std::mt19937 random(7);
+  const auto pick = [&](int n) { return static_cast<int>(random() % static_cast<unsigned>(n)); };
+  int refused = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    SamplingStep step;
+    step.params = filters_off(0.0f);
+    // Few distinct values, so that most rows have ties for the best, across shares too.
+    std::vector<float> logits(kVocab);
+    for (float& logit : logits) logit = static_cast<float>(pick(5)) - 2.0f;
+    switch (pick(8)) {
+      case 0: logits[static_cast<size_t>(pick(kVocab))] = NAN; break;
+      case 1: logits[static_cast<size_t>(pick(kVocab))] = INFINITY; break;
+      case 2: std::fill(logits.begin(), logits.end(), -INFINITY); break;
+      case 3: for (int i = 0; i < kVocab / 2; ++i) logits[static_cast<size_t>(pick(kVocab))] = -INFINITY; break;
+      default: break;
+    }
+    if (pick(2) == 0) {
+      step.params.repetition_penalty = 1.3f;
+      step.params.presence_penalty = 0.5f;
+      step.params.frequency_penalty = 0.25f;
+      for (int i = 0; i < 12; ++i) step.recent.push_back(pick(kVocab));
+      if (pick(20) == 0) step.recent.push_back(kVocab + 3);  // outside the vocabulary
+    }
+    switch (pick(4)) {
+      case 0:  // a mask that leaves a few tokens, or none
+        step.allowed.assign(kVocab, 0);
+        for (int i = pick(4); i > 0; --i) step.allowed[static_cast<size_t>(pick(kVocab))] = 1;
+        break;
+      case 1:
+        if (pick(10) == 0) step.allowed.assign(kVocab - 1, 1);  // of the wrong size
+        break;
+      default: break;
+    }
+    // 1 to 4 shares of uneven sizes, in vocabulary order.
+    std::vector<int> bounds{0, kVocab};
+    for (int cuts = pick(4); cuts > 0; --cuts) bounds.push_back(1 + pick(kVocab - 1));
+    std::sort(bounds.begin(), bounds.end());
+    bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+    std::vector<ShareBest> bests;
+    for (size_t b = 0; b + 1 < bounds.size(); ++b) {
+      bests.push_back(best_in_share(step, std::span<const float>(logits).subspan(static_cast<size_t>(bounds[b]),
+                                                                                  static_cast<size_t>(bounds[b + 1] - bounds[b])),
+                                    bounds[b], kVocab));
+    }
+    const std::string whole = chosen_or_refused([&] { return choose(step, logits); });
+    EXPECT_EQ(chosen_or_refused([&] { return choose_from_bests(step, bests, kVocab); }), whole)
+        << "trial " << trial << " in " << bests.size() << " shares";
+    refused += whole.starts_with("sampler:") ? 1 : 0;
+  }
+  // Every refusal of choose() was met, each kind more than a few times.
+  EXPECT_GT(refused, 300);
+}
+
+TEST(ChooseFromBests, AreForGreedyStepsWithoutLogprobsOrDrafts) {
+  SamplingStep step;
+  step.params.temperature = 0.0f;
+  EXPECT_TRUE(chooses_from_bests(step));
+  step.top_logprobs = 0;
+  EXPECT_FALSE(chooses_from_bests(step));
+  step.top_logprobs = -1;
+  step.drafts = 2;
+  EXPECT_FALSE(chooses_from_bests(step));
+  step.drafts = 0;
+  step.params.temperature = 0.7f;
+  EXPECT_FALSE(chooses_from_bests(step));
 }
 
 }  // namespace
