@@ -125,7 +125,7 @@ StageOutput LocalStage::forward(const StageBatch& batch) {
                                   from_bests ? model::HeadRows::Share : model::HeadRows::Whole),
                   {}};
   if (from_bests) {
-    out = choose_from_bests(batch.sequences, out.rows);
+    out = choose_from_bests(batch.sequences, batch.tokens, out.rows);
   } else if (model_->range().has_head(model_->config())) {
     out = sample(batch.sequences, batch.tokens, std::move(out.rows));
   }
@@ -236,30 +236,53 @@ sampling::ShareBest best_at(const std::byte* at) {
 
 }  // namespace
 
-StageOutput LocalStage::choose_from_bests(const std::vector<SequenceWork>& sequences, std::span<const float> rows) {
+StageOutput LocalStage::choose_from_bests(const std::vector<SequenceWork>& sequences, std::span<const Token> tokens,
+                                          std::span<const float> rows) {
   const model::RowRange share = model_->vocab_share();
   const int vocab = model_->config().vocab_size;
-  std::vector<const sampling::SamplingStep*> steps;
-  for (const SequenceWork& work : sequences) {
-    if (work.output == SequenceWork::Output::Logits) steps.push_back(&*work.sampling);
-  }
   const auto width = static_cast<size_t>(share.size());
-  std::vector<std::byte> mine(steps.size() * kBestBytes);
-  for (size_t k = 0; k < steps.size(); ++k) {
-    put_best(sampling::best_in_share(*steps[k], rows.subspan(k * width, width), share.first, vocab),
-             mine.data() + k * kBestBytes);
+  struct Step {
+    const sampling::SamplingStep* step;
+    std::span<const Token> drafts;
+    size_t first_best;  // of its rows' bests, in the order they cross
+  };
+  std::vector<Step> steps;
+  std::vector<sampling::ShareBest> mine;
+  size_t input = 0;  // the sequence's first input in `tokens`
+  size_t at = 0;     // its rows in `rows`
+  for (const SequenceWork& work : sequences) {
+    input += static_cast<size_t>(work.token_count);
+    if (work.output != SequenceWork::Output::Logits) continue;
+    const auto drafts = static_cast<size_t>(work.sampling->drafts);
+    const std::span<const Token> drafted = tokens.subspan(input - drafts, drafts);
+    const size_t values = (drafts + 1) * width;
+    steps.push_back({&*work.sampling, drafted, mine.size()});
+    const std::vector<sampling::ShareBest> bests =
+        sampling::bests_in_share(*work.sampling, drafted, rows.subspan(at, values), share.first, vocab);
+    mine.insert(mine.end(), bests.begin(), bests.end());
+    at += values;
   }
-  const std::vector<std::byte> all = model_->gather_from_members(mine);
-  const size_t members = all.size() / std::max<size_t>(mine.size(), 1);
+  std::vector<std::byte> sent(mine.size() * kBestBytes);
+  for (size_t b = 0; b < mine.size(); ++b) put_best(mine[b], sent.data() + b * kBestBytes);
+  const std::vector<std::byte> all = model_->gather_from_members(sent);
+  const size_t members = all.size() / std::max<size_t>(sent.size(), 1);
   StageOutput out;
   out.sampled.resize(steps.size());
-  std::vector<sampling::ShareBest> bests(members);
   for (size_t k = 0; k < steps.size(); ++k) {
-    for (size_t m = 0; m < members; ++m) bests[m] = best_at(all.data() + m * mine.size() + k * kBestBytes);
+    const size_t step_rows = steps[k].drafts.size() + 1;
+    std::vector<sampling::ShareBest> bests;  // row by row, each row's members in order
+    for (size_t row = 0; row < step_rows; ++row) {
+      for (size_t m = 0; m < members; ++m) {
+        bests.push_back(best_at(all.data() + m * sent.size() + (steps[k].first_best + row) * kBestBytes));
+      }
+    }
+    Sampled& sampled = out.sampled[k];
     try {
-      out.sampled[k].choice = sampling::choose_from_bests(*steps[k], bests, vocab);
+      std::vector<sampling::Choice> choices = sampling::choose_from_bests(*steps[k].step, steps[k].drafts, bests, vocab);
+      sampled.choice = std::move(choices.front());
+      sampled.continued.assign(std::make_move_iterator(choices.begin() + 1), std::make_move_iterator(choices.end()));
     } catch (const std::exception& e) {
-      out.sampled[k].error = std::string("sampling failed: ") + e.what();
+      sampled.error = std::string("sampling failed: ") + e.what();
     }
   }
   return out;

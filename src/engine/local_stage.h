@@ -60,11 +60,12 @@ class LocalStage final : public Stage {
   StageOutput sample(const std::vector<SequenceWork>& sequences, std::span<const Token> tokens,
                      std::vector<float> rows);
   // A group's member with the head, when every sequence with a row chooses greedily without
-  // logprobs or drafts (sampling::chooses_from_bests): the members exchange each share's best
-  // token rather than their rows, and every member chooses what one stage would.
+  // logprobs (sampling::chooses_from_bests): the members exchange each share's best token at
+  // each row rather than the rows, and every member chooses what one stage would.
   bool chooses_from_bests(const std::vector<SequenceWork>& sequences) const;
-  // `rows`: this member's share of each such sequence's logits row.
-  StageOutput choose_from_bests(const std::vector<SequenceWork>& sequences, std::span<const float> rows);
+  // `rows`: this member's share of each such sequence's logits rows; `tokens` as sample's.
+  StageOutput choose_from_bests(const std::vector<SequenceWork>& sequences, std::span<const Token> tokens,
+                                std::span<const float> rows);
 
   std::shared_ptr<model::Model> model_;
   tensor::ThreadPool& pool_;

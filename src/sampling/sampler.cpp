@@ -56,6 +56,13 @@ void check_mask(std::span<const uint8_t> allowed, size_t vocab_size) {
   }
 }
 
+void check_row_masks(std::span<const uint8_t> allowed, size_t rows, size_t vocab_size) {
+  if (!allowed.empty() && allowed.size() != rows * vocab_size) {
+    throw std::invalid_argument("sampler: " + std::to_string(allowed.size()) + " allowed flags are not a mask for each of " +
+                                std::to_string(rows) + " rows of " + std::to_string(vocab_size) + " logits");
+  }
+}
+
 // The penalties' window, each token once with its count, once every token is checked to be
 // of the vocabulary.
 std::vector<std::pair<int32_t, int>> counted_window(std::span<const int32_t> history, const SamplingParams& params,
@@ -177,11 +184,8 @@ std::vector<Choice> choose_along(const SamplingStep& step, std::span<const int32
                                 std::to_string(logits.size()) + " logits do not match a step of " +
                                 std::to_string(step.drafts) + " drafts");
   }
-  if (!step.allowed.empty() && step.allowed.size() != logits.size()) {
-    throw std::invalid_argument("sampler: " + std::to_string(step.allowed.size()) + " allowed flags are not a mask for each of " +
-                                std::to_string(rows) + " rows of " + std::to_string(logits.size() / rows) + " logits");
-  }
   const size_t vocab = logits.size() / rows;
+  check_row_masks(step.allowed, rows, vocab);
   Sampler sampler(step.params, static_cast<int>(vocab), step.random);
   std::vector<int32_t> history = step.recent;  // the penalties' window, as it grows
   std::vector<Choice> out;
@@ -265,23 +269,32 @@ int32_t Sampler::pick_at_random(const std::vector<Candidate>& candidates) {
 }
 
 bool chooses_from_bests(const SamplingStep& step) {
-  return step.params.temperature <= 0.0f && step.top_logprobs < 0 && step.drafts == 0;
+  return step.params.temperature <= 0.0f && step.top_logprobs < 0;
 }
 
-ShareBest best_in_share(const SamplingStep& step, std::span<const float> logits, int32_t first_token, int vocab_size) {
+namespace {
+
+// A row's mask, or none: the step's one mask without drafts, else its row's.
+std::span<const uint8_t> row_mask(const SamplingStep& step, size_t row, size_t vocab_size) {
+  if (step.allowed.empty()) return {};
+  if (step.drafts == 0) return step.allowed;
+  return std::span<const uint8_t>(step.allowed).subspan(row * vocab_size, vocab_size);
+}
+
+ShareBest best_of_row(const SamplingStep& step, std::span<const int32_t> history, std::span<const uint8_t> allowed,
+                      std::span<const float> logits, int32_t first_token, size_t vocab_size) {
   const LogitsCheck check = checked(logits);
   ShareBest best{.invalid = check.invalid, .possible = check.possible};
-  const auto vocab = static_cast<size_t>(vocab_size);
-  if (check.invalid || (!step.allowed.empty() && step.allowed.size() != vocab)) return best;
+  if (check.invalid) return best;
   std::vector<float> penalized(logits.begin(), logits.end());
   try {
-    penalize(penalized, first_token, counted_window(step.recent, step.params, vocab), step.params);
+    penalize(penalized, first_token, counted_window(history, step.params, vocab_size), step.params);
   } catch (const std::invalid_argument&) {
     return best;  // a history token outside the vocabulary, which choose_from_bests refuses
   }
   for (size_t i = 0; i < penalized.size(); ++i) {
     const int32_t token = first_token + static_cast<int32_t>(i);
-    if (!step.allowed.empty() && step.allowed[static_cast<size_t>(token)] == 0) continue;
+    if (!allowed.empty() && allowed[static_cast<size_t>(token)] == 0) continue;
     if (best.token < 0 || penalized[i] > best.logit) {
       best.token = token;
       best.logit = penalized[i];
@@ -290,22 +303,55 @@ ShareBest best_in_share(const SamplingStep& step, std::span<const float> logits,
   return best;
 }
 
-Choice choose_from_bests(const SamplingStep& step, std::span<const ShareBest> shares, int vocab_size) {
-  // In choose()'s order: the mask, the raw logits, the history, then the choice.
-  check_mask(step.allowed, static_cast<size_t>(vocab_size));
-  LogitsCheck check;
-  for (const ShareBest& share : shares) {
-    check.invalid = check.invalid || share.invalid;
-    check.possible = check.possible || share.possible;
+}  // namespace
+
+std::vector<ShareBest> bests_in_share(const SamplingStep& step, std::span<const int32_t> drafts,
+                                      std::span<const float> logits, int32_t first_token, int vocab_size) {
+  const size_t rows = drafts.size() + 1;
+  const size_t share = logits.size() / rows;
+  const auto vocab = static_cast<size_t>(vocab_size);
+  const bool masks_fit = step.allowed.empty() || step.allowed.size() == (step.drafts == 0 ? vocab : rows * vocab);
+  std::vector<int32_t> history = step.recent;  // as choose_along's grows, a draft a row
+  std::vector<ShareBest> bests;
+  for (size_t row = 0; row < rows; ++row) {
+    const std::span<const float> row_logits = logits.subspan(row * share, share);
+    if (masks_fit) {
+      bests.push_back(best_of_row(step, history, row_mask(step, row, vocab), row_logits, first_token, vocab));
+    } else {
+      const LogitsCheck check = checked(row_logits);
+      bests.push_back({.invalid = check.invalid, .possible = check.possible});
+    }
+    if (row < drafts.size()) history.push_back(drafts[row]);
   }
-  refuse(check);
-  counted_window(step.recent, step.params, static_cast<size_t>(vocab_size));
-  const ShareBest* best = nullptr;
-  for (const ShareBest& share : shares) {
-    if (share.token >= 0 && (best == nullptr || share.logit > best->logit)) best = &share;
+  return bests;
+}
+
+std::vector<Choice> choose_from_bests(const SamplingStep& step, std::span<const int32_t> drafts,
+                                      std::span<const ShareBest> bests, int vocab_size) {
+  const size_t rows = drafts.size() + 1;
+  const size_t shares = bests.size() / rows;
+  const auto vocab = static_cast<size_t>(vocab_size);
+  if (step.drafts > 0) check_row_masks(step.allowed, rows, vocab);
+  std::vector<int32_t> history = step.recent;
+  std::vector<Choice> out;
+  // In the order choose() checks a row: its mask, its raw logits, the history, then the choice.
+  for (size_t row = 0; row < rows; ++row) {
+    check_mask(row_mask(step, row, vocab), vocab);
+    LogitsCheck check;
+    const ShareBest* best = nullptr;
+    for (const ShareBest& share : bests.subspan(row * shares, shares)) {
+      check.invalid = check.invalid || share.invalid;
+      check.possible = check.possible || share.possible;
+      if (share.token >= 0 && (best == nullptr || share.logit > best->logit)) best = &share;
+    }
+    refuse(check);
+    counted_window(history, step.params, vocab);
+    if (best == nullptr || best->logit == -INFINITY) throw std::invalid_argument("sampler: no allowed token is possible");
+    out.push_back({.token = best->token});
+    if (row == drafts.size() || best->token != drafts[row]) break;
+    history.push_back(best->token);
   }
-  if (best == nullptr || best->logit == -INFINITY) throw std::invalid_argument("sampler: no allowed token is possible");
-  return {.token = best->token};
+  return out;
 }
 
 }  // namespace strata::sampling

@@ -78,24 +78,30 @@ std::vector<Choice> choose_along(const SamplingStep& step, std::span<const int32
                                  std::span<const float> logits);
 
 // A tensor-parallel group's members each hold the logits of a share of the vocabulary
-// (model/tensor_share.h). A greedy choice without logprobs or drafts needs of each share only
-// its best token, so the members exchange those rather than their rows.
+// (model/tensor_share.h). A greedy choice without logprobs needs of each share only its best
+// token, with drafts too (a best per row), so the members exchange those rather than rows.
 bool chooses_from_bests(const SamplingStep& step);
 
-// One share's part of such a choice: its allowed token of the highest penalized logit (the
-// lowest id among equals), and what choose() checks of the raw logits before it penalizes.
+// One share's part of such a choice at one row: its allowed token of the highest penalized
+// logit (the lowest id among equals), and what choose() checks of the raw logits first.
 struct ShareBest {
   int32_t token = -1;  // none allowed in the share
   float logit = 0.0f;  // the token's penalized logit
   bool invalid = false;   // a NaN or +inf among the share's raw logits
   bool possible = false;  // a raw logit other than -inf among them
 };
-// `logits` are those of tokens first_token .. first_token + logits.size() - 1 of a vocabulary
-// of vocab_size. Never throws: what choose() would refuse, choose_from_bests() refuses.
-ShareBest best_in_share(const SamplingStep& step, std::span<const float> logits, int32_t first_token, int vocab_size);
-// choose() of the whole row, bit for bit, from its shares' bests in vocabulary order; throws
-// std::invalid_argument as choose() would, with its words.
-Choice choose_from_bests(const SamplingStep& step, std::span<const ShareBest> shares, int vocab_size);
+// A share's best at each of the step's rows, as choose_along() takes them (the sequence's last
+// token's row, then each draft's; one row without drafts): `logits` holds the tokens
+// first_token .. first_token + share - 1 of a vocabulary of vocab_size, share = logits.size() /
+// rows. `drafts` are the step's step.drafts draft tokens. Never throws: what choose() or
+// choose_along() would refuse, choose_from_bests() refuses.
+std::vector<ShareBest> bests_in_share(const SamplingStep& step, std::span<const int32_t> drafts,
+                                      std::span<const float> logits, int32_t first_token, int vocab_size);
+// What choose() (a step without drafts) or choose_along() gives from the whole rows, bit for
+// bit, from the shares' bests: bests[row * shares + share], the shares in vocabulary order.
+// Throws std::invalid_argument as they would, with their words.
+std::vector<Choice> choose_from_bests(const SamplingStep& step, std::span<const int32_t> drafts,
+                                      std::span<const ShareBest> bests, int vocab_size);
 
 class Sampler {
  public:

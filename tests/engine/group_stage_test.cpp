@@ -251,6 +251,18 @@ TEST_P(Groups, ChooseGreedyTokensFromEachMembersBestRatherThanGatheringTheLogits
     expect_same(run(stages.stages, m, rs, {.max_parallel = 4}), want, describe(layout));
     EXPECT_EQ(stages.logits_gathers(), 0u) << describe(layout);
   }
+  {  // with drafts, a best for each row
+    Layout stages(m, layouts(m).front());
+    const std::vector<Outcome> got = run(stages.stages, m, rs,
+                                         {.max_parallel = 2, .drafter = std::make_shared<PromptLookupDrafter>(), .draft_max = 4});
+    expect_same(got, want, "with drafts");
+    EXPECT_EQ(stages.logits_gathers(), 0u) << "with drafts";
+    int drafted = 0;
+    for (const Outcome& o : got) {
+      if (!o.generated.empty()) drafted += o.generated.back().drafts_accepted + o.generated.back().drafts_rejected;
+    }
+    EXPECT_GT(drafted, 0) << "prompt lookup found no drafts: the test checks nothing about them";
+  }
   // Logprobs need the whole row's softmax: then the rows are gathered, which the count above sees.
   const std::vector<GenerationRequest> with_logprobs = requests(m, 1);
   Layout stages(m, layouts(m).front());

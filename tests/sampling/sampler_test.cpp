@@ -472,80 +472,102 @@ TEST(Logprobs, StayFiniteForExtremeLogits) {
   EXPECT_NEAR(result.top[0].second, -std::log1p(std::exp(-1.0)), 1e-5);
 }
 
-// choose() on a whole row, or its refusal's words.
-std::string chosen_or_refused(const std::function<Choice()>& choose) {
+// The tokens choose() or choose_along() gives, or their refusal's words.
+std::string chosen_or_refused(const std::function<std::vector<Choice>()>& choose) {
   try {
-    return std::to_string(choose().token);
+    std::string tokens;
+    for (const Choice& c : choose()) tokens += std::to_string(c.token) + " ";
+    return tokens;
   } catch (const std::invalid_argument& e) {
     return e.what();
   }
 }
 
-TEST(ChooseFromBests, ChoosesWhatChooseDoesFromTheWholeRowForAnySharesOfIt) {
+TEST(ChooseFromBests, ChoosesWhatChooseAndChooseAlongDoFromWholeRowsForAnySharesOfThem) {
   constexpr int kVocab = 40;
   std::mt19937 random(7);
   const auto pick = [&](int n) { return static_cast<int>(random() % static_cast<unsigned>(n)); };
   int refused = 0;
-  for (int trial = 0; trial < 3000; ++trial) {
+  int continued = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
     SamplingStep step;
     step.params = filters_off(0.0f);
+    step.drafts = pick(3) == 0 ? 1 + pick(3) : 0;
+    const size_t rows = static_cast<size_t>(step.drafts) + 1;
     // Few distinct values, so that most rows have ties for the best, across shares too.
-    std::vector<float> logits(kVocab);
+    std::vector<float> logits(rows * kVocab);
     for (float& logit : logits) logit = static_cast<float>(pick(5)) - 2.0f;
+    const auto any = [&] { return static_cast<size_t>(pick(static_cast<int>(logits.size()))); };
     switch (pick(8)) {
-      case 0: logits[static_cast<size_t>(pick(kVocab))] = NAN; break;
-      case 1: logits[static_cast<size_t>(pick(kVocab))] = INFINITY; break;
-      case 2: std::fill(logits.begin(), logits.end(), -INFINITY); break;
-      case 3: for (int i = 0; i < kVocab / 2; ++i) logits[static_cast<size_t>(pick(kVocab))] = -INFINITY; break;
+      case 0: logits[any()] = NAN; break;
+      case 1: logits[any()] = INFINITY; break;
+      case 2: std::fill(logits.begin(), logits.begin() + kVocab * pick(static_cast<int>(rows) + 1), -INFINITY); break;
+      case 3: for (int i = 0; i < kVocab / 2; ++i) logits[any()] = -INFINITY; break;
       default: break;
     }
     if (pick(2) == 0) {
       step.params.repetition_penalty = 1.3f;
       step.params.presence_penalty = 0.5f;
       step.params.frequency_penalty = 0.25f;
-      for (int i = 0; i < 12; ++i) step.recent.push_back(pick(kVocab));
+      step.params.penalty_last_n = 10;  // the window moves as the drafts join the history
+      for (int i = 0; i < 10; ++i) step.recent.push_back(pick(kVocab));
       if (pick(20) == 0) step.recent.push_back(kVocab + 3);  // outside the vocabulary
     }
     switch (pick(4)) {
-      case 0:  // a mask that leaves a few tokens, or none
-        step.allowed.assign(kVocab, 0);
-        for (int i = pick(4); i > 0; --i) step.allowed[static_cast<size_t>(pick(kVocab))] = 1;
+      case 0:  // masks that leave a few tokens, or none
+        step.allowed.assign(rows * kVocab, 0);
+        for (int i = pick(4 * static_cast<int>(rows)); i > 0; --i) step.allowed[any()] = 1;
         break;
       case 1:
         if (pick(10) == 0) step.allowed.assign(kVocab - 1, 1);  // of the wrong size
         break;
       default: break;
     }
+    // Drafts that are mostly each row's best, so that the steps go on past them.
+    std::vector<int32_t> drafts;
+    for (size_t r = 0; r + 1 < rows; ++r) {
+      const auto row = std::span<const float>(logits).subspan(r * kVocab, kVocab);
+      drafts.push_back(pick(4) == 0 ? pick(kVocab) : static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin()));
+    }
     // 1 to 4 shares of uneven sizes, in vocabulary order.
     std::vector<int> bounds{0, kVocab};
     for (int cuts = pick(4); cuts > 0; --cuts) bounds.push_back(1 + pick(kVocab - 1));
     std::sort(bounds.begin(), bounds.end());
     bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
-    std::vector<ShareBest> bests;
-    for (size_t b = 0; b + 1 < bounds.size(); ++b) {
-      bests.push_back(best_in_share(step, std::span<const float>(logits).subspan(static_cast<size_t>(bounds[b]),
-                                                                                  static_cast<size_t>(bounds[b + 1] - bounds[b])),
-                                    bounds[b], kVocab));
+    const size_t shares = bounds.size() - 1;
+    std::vector<ShareBest> bests(rows * shares);
+    for (size_t b = 0; b < shares; ++b) {
+      const auto width = static_cast<size_t>(bounds[b + 1] - bounds[b]);
+      std::vector<float> share;
+      for (size_t r = 0; r < rows; ++r) {
+        const auto row = logits.begin() + static_cast<std::ptrdiff_t>(r * kVocab) + bounds[b];
+        share.insert(share.end(), row, row + static_cast<std::ptrdiff_t>(width));
+      }
+      const std::vector<ShareBest> mine = bests_in_share(step, drafts, share, bounds[b], kVocab);
+      ASSERT_EQ(mine.size(), rows);
+      for (size_t r = 0; r < rows; ++r) bests[r * shares + b] = mine[r];
     }
-    const std::string whole = chosen_or_refused([&] { return choose(step, logits); });
-    EXPECT_EQ(chosen_or_refused([&] { return choose_from_bests(step, bests, kVocab); }), whole)
-        << "trial " << trial << " in " << bests.size() << " shares";
+    const std::string whole = chosen_or_refused([&] {
+      return step.drafts == 0 ? std::vector<Choice>{choose(step, logits)} : choose_along(step, drafts, logits);
+    });
+    EXPECT_EQ(chosen_or_refused([&] { return choose_from_bests(step, drafts, bests, kVocab); }), whole)
+        << "trial " << trial << ", " << step.drafts << " drafts, " << shares << " shares";
     refused += whole.starts_with("sampler:") ? 1 : 0;
+    continued += std::count(whole.begin(), whole.end(), ' ') > 1 ? 1 : 0;
   }
-  // Every refusal of choose() was met, each kind more than a few times.
-  EXPECT_GT(refused, 300);
+  // choose()'s refusals were met, and steps that went on past a draft.
+  EXPECT_GT(refused, 400);
+  EXPECT_GT(continued, 200);
 }
 
-TEST(ChooseFromBests, AreForGreedyStepsWithoutLogprobsOrDrafts) {
+TEST(ChooseFromBests, AreForGreedyStepsWithoutLogprobs) {
   SamplingStep step;
   step.params.temperature = 0.0f;
+  step.drafts = 2;
   EXPECT_TRUE(chooses_from_bests(step));
   step.top_logprobs = 0;
   EXPECT_FALSE(chooses_from_bests(step));
   step.top_logprobs = -1;
-  step.drafts = 2;
-  EXPECT_FALSE(chooses_from_bests(step));
-  step.drafts = 0;
   step.params.temperature = 0.7f;
   EXPECT_FALSE(chooses_from_bests(step));
 }
