@@ -340,6 +340,10 @@ std::vector<Choice> choose_from_bests(const SamplingStep& step, std::span<const 
     LogitsCheck check;
     const ShareBest* best = nullptr;
     for (const ShareBest& share : bests.subspan(row * shares, shares)) {
+      if (share.token < -1 || share.token >= vocab_size) {
+        throw std::invalid_argument("sampler: a share's best token " + std::to_string(share.token) +
+                                    " is outside the vocabulary");
+      }
       check.invalid = check.invalid || share.invalid;
       check.possible = check.possible || share.possible;
       if (share.token >= 0 && (best == nullptr || share.logit > best->logit)) best = &share;

@@ -99,7 +99,8 @@ std::vector<ShareBest> bests_in_share(const SamplingStep& step, std::span<const 
                                       std::span<const float> logits, int32_t first_token, int vocab_size);
 // What choose() (a step without drafts) or choose_along() gives from the whole rows, bit for
 // bit, from the shares' bests: bests[row * shares + share], the shares in vocabulary order.
-// Throws std::invalid_argument as they would, with their words.
+// Throws std::invalid_argument as they would, with their words, and for a best outside the
+// vocabulary (bests cross between nodes).
 std::vector<Choice> choose_from_bests(const SamplingStep& step, std::span<const int32_t> drafts,
                                       std::span<const ShareBest> bests, int vocab_size);
 

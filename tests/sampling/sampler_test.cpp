@@ -560,6 +560,18 @@ TEST(ChooseFromBests, ChoosesWhatChooseAndChooseAlongDoFromWholeRowsForAnyShares
   EXPECT_GT(continued, 200);
 }
 
+TEST(ChooseFromBests, RefuseABestOutsideTheVocabulary) {
+  SamplingStep step;
+  step.params = filters_off(0.0f);
+  for (const int32_t token : {-2, 40, 1 << 30}) {
+    const std::vector<ShareBest> bests{{.token = 3, .logit = 1.0f, .possible = true},
+                                       {.token = token, .logit = 2.0f, .possible = true}};
+    EXPECT_THROW(choose_from_bests(step, {}, bests, 40), std::invalid_argument) << token;
+  }
+  const std::vector<ShareBest> none{{.token = -1, .possible = true}, {.token = 39, .logit = 2.0f, .possible = true}};
+  EXPECT_EQ(choose_from_bests(step, {}, none, 40).front().token, 39);
+}
+
 TEST(ChooseFromBests, AreForGreedyStepsWithoutLogprobs) {
   SamplingStep step;
   step.params.temperature = 0.0f;
