@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -97,6 +98,24 @@ void penalize(std::span<float> logits, int32_t first_token, std::span<const std:
     logit = logit <= 0.0f ? logit * params.repetition_penalty : logit / params.repetition_penalty;
     logit -= count * params.frequency_penalty + params.presence_penalty;
   }
+}
+
+// Of the tokens first_token .. first_token + logits.size() - 1 that `allowed` (a whole
+// vocabulary's flags, or none) allows, the one of the highest logit, the lowest id among equals.
+std::optional<Candidate> first_best(std::span<const float> logits, int32_t first_token, std::span<const uint8_t> allowed) {
+  std::optional<Candidate> best;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const int32_t token = first_token + static_cast<int32_t>(i);
+    if (!allowed.empty() && allowed[static_cast<size_t>(token)] == 0) continue;
+    if (!best || logits[i] > best->logit) best = Candidate{token, logits[i]};
+  }
+  return best;
+}
+
+// A greedy choice's token: the best, unless none is allowed or possible.
+int32_t greedy_token(const std::optional<Candidate>& best) {
+  if (!best || best->logit == -INFINITY) throw std::invalid_argument("sampler: no allowed token is possible");
+  return best->token;
 }
 
 }  // namespace
@@ -219,19 +238,7 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   apply_penalties(penalized_, history, params_);
   const auto is_allowed = [&](int32_t token) { return allowed.empty() || allowed[static_cast<size_t>(token)] != 0; };
 
-  if (params_.temperature <= 0.0f) {
-    int32_t best = -1;
-    float best_logit = -INFINITY;
-    for (int32_t token = 0; token < vocab_size_; ++token) {
-      const float logit = penalized_[static_cast<size_t>(token)];
-      if (is_allowed(token) && (best < 0 || logit > best_logit)) {
-        best = token;
-        best_logit = logit;
-      }
-    }
-    if (best < 0 || best_logit == -INFINITY) throw std::invalid_argument("sampler: no allowed token is possible");
-    return best;
-  }
+  if (params_.temperature <= 0.0f) return greedy_token(first_best(penalized_, 0, allowed));
 
   candidates_.clear();
   for (int32_t token = 0; token < vocab_size_; ++token) {
@@ -281,24 +288,28 @@ std::span<const uint8_t> row_mask(const SamplingStep& step, size_t row, size_t v
   return std::span<const uint8_t>(step.allowed).subspan(row * vocab_size, vocab_size);
 }
 
-ShareBest best_of_row(const SamplingStep& step, std::span<const int32_t> history, std::span<const uint8_t> allowed,
-                      std::span<const float> logits, int32_t first_token, size_t vocab_size) {
+// `masks_fit`: the step's masks are of the vocabulary's size; else only the raw logits' checks.
+ShareBest best_of_row(const SamplingStep& step, std::span<const int32_t> history, bool masks_fit,
+                      std::span<const uint8_t> allowed, std::span<const float> logits, int32_t first_token,
+                      size_t vocab_size) {
   const LogitsCheck check = checked(logits);
   ShareBest best{.invalid = check.invalid, .possible = check.possible};
-  if (check.invalid) return best;
-  std::vector<float> penalized(logits.begin(), logits.end());
+  if (check.invalid || !masks_fit) return best;
+  std::vector<std::pair<int32_t, int>> counted;
   try {
-    penalize(penalized, first_token, counted_window(history, step.params, vocab_size), step.params);
+    counted = counted_window(history, step.params, vocab_size);
   } catch (const std::invalid_argument&) {
     return best;  // a history token outside the vocabulary, which choose_from_bests refuses
   }
-  for (size_t i = 0; i < penalized.size(); ++i) {
-    const int32_t token = first_token + static_cast<int32_t>(i);
-    if (!allowed.empty() && allowed[static_cast<size_t>(token)] == 0) continue;
-    if (best.token < 0 || penalized[i] > best.logit) {
-      best.token = token;
-      best.logit = penalized[i];
-    }
+  std::vector<float> penalized;
+  if (!counted.empty()) {  // else the raw logits are the penalized ones, uncopied
+    penalized.assign(logits.begin(), logits.end());
+    penalize(penalized, first_token, counted, step.params);
+    logits = penalized;
+  }
+  if (const std::optional<Candidate> found = first_best(logits, first_token, allowed)) {
+    best.token = found->token;
+    best.logit = found->logit;
   }
   return best;
 }
@@ -314,13 +325,8 @@ std::vector<ShareBest> bests_in_share(const SamplingStep& step, std::span<const 
   std::vector<int32_t> history = step.recent;  // as choose_along's grows, a draft a row
   std::vector<ShareBest> bests;
   for (size_t row = 0; row < rows; ++row) {
-    const std::span<const float> row_logits = logits.subspan(row * share, share);
-    if (masks_fit) {
-      bests.push_back(best_of_row(step, history, row_mask(step, row, vocab), row_logits, first_token, vocab));
-    } else {
-      const LogitsCheck check = checked(row_logits);
-      bests.push_back({.invalid = check.invalid, .possible = check.possible});
-    }
+    bests.push_back(best_of_row(step, history, masks_fit, masks_fit ? row_mask(step, row, vocab) : std::span<const uint8_t>(),
+                                logits.subspan(row * share, share), first_token, vocab));
     if (row < drafts.size()) history.push_back(drafts[row]);
   }
   return bests;
@@ -338,7 +344,7 @@ std::vector<Choice> choose_from_bests(const SamplingStep& step, std::span<const 
   for (size_t row = 0; row < rows; ++row) {
     check_mask(row_mask(step, row, vocab), vocab);
     LogitsCheck check;
-    const ShareBest* best = nullptr;
+    std::optional<Candidate> best;
     for (const ShareBest& share : bests.subspan(row * shares, shares)) {
       if (share.token < -1 || share.token >= vocab_size) {
         throw std::invalid_argument("sampler: a share's best token " + std::to_string(share.token) +
@@ -346,14 +352,14 @@ std::vector<Choice> choose_from_bests(const SamplingStep& step, std::span<const 
       }
       check.invalid = check.invalid || share.invalid;
       check.possible = check.possible || share.possible;
-      if (share.token >= 0 && (best == nullptr || share.logit > best->logit)) best = &share;
+      if (share.token >= 0 && (!best || share.logit > best->logit)) best = Candidate{share.token, share.logit};
     }
     refuse(check);
     counted_window(history, step.params, vocab);
-    if (best == nullptr || best->logit == -INFINITY) throw std::invalid_argument("sampler: no allowed token is possible");
-    out.push_back({.token = best->token});
-    if (row == drafts.size() || best->token != drafts[row]) break;
-    history.push_back(best->token);
+    const int32_t token = greedy_token(best);
+    out.push_back({.token = token});
+    if (row == drafts.size() || token != drafts[row]) break;
+    history.push_back(token);
   }
   return out;
 }
