@@ -247,7 +247,7 @@ StageOutput LocalStage::choose_from_bests(const std::vector<SequenceWork>& seque
     size_t first_best;  // of its rows' bests, in the order they cross
   };
   std::vector<Step> steps;
-  std::vector<sampling::ShareBest> mine;
+  std::vector<std::byte> sent;  // this member's bests, step after step, row after row
   size_t input = 0;  // the sequence's first input in `tokens`
   size_t at = 0;     // its rows in `rows`
   for (const SequenceWork& work : sequences) {
@@ -256,14 +256,14 @@ StageOutput LocalStage::choose_from_bests(const std::vector<SequenceWork>& seque
     const auto drafts = static_cast<size_t>(work.sampling->drafts);
     const std::span<const Token> drafted = tokens.subspan(input - drafts, drafts);
     const size_t values = (drafts + 1) * width;
-    steps.push_back({&*work.sampling, drafted, mine.size()});
-    const std::vector<sampling::ShareBest> bests =
-        sampling::bests_in_share(*work.sampling, drafted, rows.subspan(at, values), share.first, vocab);
-    mine.insert(mine.end(), bests.begin(), bests.end());
+    steps.push_back({&*work.sampling, drafted, sent.size() / kBestBytes});
+    for (const sampling::ShareBest& best :
+         sampling::bests_in_share(*work.sampling, drafted, rows.subspan(at, values), share.first, vocab)) {
+      sent.resize(sent.size() + kBestBytes);
+      put_best(best, sent.data() + sent.size() - kBestBytes);
+    }
     at += values;
   }
-  std::vector<std::byte> sent(mine.size() * kBestBytes);
-  for (size_t b = 0; b < mine.size(); ++b) put_best(mine[b], sent.data() + b * kBestBytes);
   const std::vector<std::byte> all = model_->gather_from_members(sent);
   const size_t members = all.size() / std::max<size_t>(sent.size(), 1);
   StageOutput out;
