@@ -96,9 +96,11 @@ ModelFootprint footprint_of(const gguf::File& file) {
       throw std::runtime_error("model lacks the tensors of layer " + std::to_string(layer));
     }
   }
-  // A group splits every projection by output rows and gathers each one's rows (tensor_groups.h):
-  // the inputs of o and of the FFN's down matrices as those matrices' activation blocks, the
-  // rest as floats.
+  // A group (tensor_groups.h) adds up o's leaves, and a dense FFN's down's, in sums of rows of
+  // the embedding that its members swap: one sum each in a group of two, a few more in larger
+  // ones; taken here as two rows a gather. A layer with experts gathers the experts'
+  // activations as their down's activation blocks (and the shared expert's apart), and the
+  // FFN's output rows as floats.
   const auto gathered = [](const std::map<std::string, tensor::DType>& weights, const std::string& matrix,
                            uint64_t values) {
     const auto found = weights.find(matrix);
@@ -108,19 +110,21 @@ ModelFootprint footprint_of(const gguf::File& file) {
                ? values / static_cast<uint64_t>(blocks.elements) * blocks.bytes
                : values * sizeof(float);
   };
+  const auto width = [](int value) { return static_cast<uint64_t>(value); };
+  const uint64_t sums = 2 * width(config.embedding_dim) * sizeof(float);
   for (int l = 0; l < config.layer_count; ++l) {
     const std::map<std::string, tensor::DType>& weights = gathered_into[static_cast<size_t>(l)];
-    const auto width = [](int value) { return static_cast<uint64_t>(value); };
-    const uint64_t heads_output =
-        width(config.head_count) * width(config.has_latent_attention() ? config.mla.value_dim : config.head_dim);
-    const uint64_t ffn_input =
-        config.layer_has_experts(l)
-            ? gathered(weights, "ffn_down_exps", width(config.experts_per_token) * width(config.expert_ffn_dim)) +
-                  gathered(weights, "ffn_down_shexp", width(config.shared_expert_ffn_dim))
-            : gathered(weights, "ffn_down", width(config.ffn_dim));
-    footprint.layer_gathered_bytes.push_back(gathered(weights, "attn_output", heads_output) + ffn_input +
-                                             2 * width(config.embedding_dim) * sizeof(float));
-    footprint.layer_gathers.push_back(config.layer_has_experts(l) && config.shared_expert_ffn_dim > 0 ? 5 : 4);
+    if (!config.layer_has_experts(l)) {
+      footprint.layer_gathered_bytes.push_back(2 * sums);
+      footprint.layer_gathers.push_back(2);
+      continue;
+    }
+    const bool shared = config.shared_expert_ffn_dim > 0;
+    footprint.layer_gathered_bytes.push_back(
+        sums + gathered(weights, "ffn_down_exps", width(config.experts_per_token) * width(config.expert_ffn_dim)) +
+        (shared ? gathered(weights, "ffn_down_shexp", width(config.shared_expert_ffn_dim)) : 0) +
+        width(config.embedding_dim) * sizeof(float));
+    footprint.layer_gathers.push_back(shared ? 4 : 3);
   }
   footprint.head_gathered_bytes = static_cast<uint64_t>(config.vocab_size) * sizeof(float);
   return footprint;

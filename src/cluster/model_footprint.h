@@ -29,15 +29,16 @@ struct ModelFootprint {
   // runs (expert_used_count of expert_count), far less than it holds. Empty: every byte (a
   // dense model).
   std::vector<uint64_t> layer_read_bytes;
-  // Per layer, the bytes of the rows a tensor-parallel group gathers for one token (float rows:
-  // the heads' outputs, the attention's projection, the FFN's activations of the experts a
-  // token runs, the FFN's projection); and at the head, one logits row. Empty: not known, and
-  // groups are not considered.
+  // Per layer, the bytes of the rows a tensor-parallel group gathers for one token (its
+  // members' sums of o's and of a dense FFN's down's leaves, two rows of the embedding each; of
+  // an expert layer, also the activations of the experts a token runs and the FFN's output);
+  // and at the head, one logits row. Empty: not known, and groups are not considered.
   std::vector<uint64_t> layer_gathered_bytes;
   uint64_t head_gathered_bytes = 0;
   // Per layer, how many gathers a group makes for a token, one after another (the head makes
-  // one more): 4 (the heads' outputs, the attention's projection, the FFN's activations and its
-  // projection), 5 in a layer with a shared expert (its activations apart). Empty: not known.
+  // one more): 2 in a dense layer (o's sums, down's sums), 3 in an expert layer (o's sums, the
+  // experts' activations, the FFN's output), 4 with a shared expert (its activations apart).
+  // Empty: not known.
   std::vector<uint64_t> layer_gathers;
 };
 

@@ -1,9 +1,12 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string_view>
 #include <utility>
+
+#include "tensor/dtype.h"
 
 namespace strata::model {
 namespace {
@@ -271,6 +274,12 @@ Config Config::from_gguf(const gguf::File& file) {
   }
   if (auto v = file.get_uint(p + "vocab_size")) c.vocab_size = static_cast<int>(*v);
   if (c.vocab_size <= 0) throw std::runtime_error("model has no vocabulary size");
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    if (!t.name.ends_with(".attn_output.weight") && !t.name.ends_with(".ffn_down.weight")) continue;
+    if (const auto info = tensor::dtype_info(t.type)) {
+      c.projection_block = std::max(c.projection_block, static_cast<int>(info->block_elements));
+    }
+  }
   return c;
 }
 

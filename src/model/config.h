@@ -135,6 +135,9 @@ struct Config {
   LatentAttention mla;
   // An embedding model's pooling (`pooling_type`); None for a model that generates text.
   Pooling pooling = Pooling::None;
+  // The largest block (in elements) of any layer's attn_output and ffn_down weights: the
+  // leaves their inputs are cut into (projection_leaves) are whole blocks of each.
+  int projection_block = 1;
 
   bool has_latent_attention() const { return mla.kv_rank > 0; }
   // The width of a KV head's values in the cache (its keys' is head_dim): none with latent

@@ -20,6 +20,7 @@
 #include "model/exchange.h"
 #include "model/kv_pool.h"
 #include "model/kv_state.h"
+#include "model/leaf_tree.h"
 #include "model/tensor_share.h"
 #include "tensor/matmul.h"
 #include "tensor/thread_pool.h"
@@ -103,7 +104,8 @@ class Model {
  private:
   struct Layer {
     const float* attn_norm = nullptr;
-    tensor::PreparedMatrix q, k, v, o;
+    tensor::PreparedMatrix q, k, v;
+    std::vector<tensor::PreparedMatrix> o;  // this member's leaves of it (o_sums_)
     const float* q_bias = nullptr;
     const float* k_bias = nullptr;
     const float* v_bias = nullptr;
@@ -114,7 +116,8 @@ class Model {
     const float* ffn_norm = nullptr;
     const float* post_attention_norm = nullptr;  // with has_post_norms
     const float* post_ffn_norm = nullptr;
-    tensor::PreparedMatrix gate, up, down;  // a dense FFN
+    tensor::PreparedMatrix gate, up;  // a dense FFN
+    std::vector<tensor::PreparedMatrix> down;  // this member's leaves of it (down_sums_)
     tensor::PreparedMatrix router;          // with experts: one score per expert
     const float* selection_bias = nullptr;  // with expert_selection_bias: one per expert
     std::vector<tensor::PreparedMatrix> expert_gate, expert_up, expert_down;
@@ -154,6 +157,19 @@ class Model {
   // parts of a row. A whole model has every part already: the vectors swap. `mine` is thus left
   // with no particular size.
   void gather(std::vector<float>& mine, std::span<const int> widths, size_t rows, std::vector<float>& full);
+  // A projection whose input is added up in leaves (leaf_tree.h, tensor_share.h): o, down.
+  struct LeafSums {
+    int count = 1;                // leaves of the whole input
+    int cols = 0;                 // of each (the last may have fewer)
+    RowRange mine;                // this member's leaves
+    std::vector<LeafNode> own;    // the sums this member adds up from them
+    std::vector<LeafNode> all;    // every member's own, in member order
+    std::vector<int> widths;      // per member, its sums' floats in a row
+  };
+  // proj_ = the projection whose leaves (this member's: `leaves`) are `sums`, of `rows` rows
+  // of this member's part of its input: `in`, a row every in_row floats.
+  void add_up_leaves(const std::vector<tensor::PreparedMatrix>& leaves, const LeafSums& sums, const float* in,
+                     size_t in_row, int rows, tensor::ThreadPool& pool);
   // A matmul's input rows: floats, or (quantized set) the blocks tensor::quantize_activations
   // made of them for the matrix; row_size is a row's floats or bytes.
   struct InputRows {
@@ -171,8 +187,6 @@ class Model {
   InputRows gather_input(const tensor::PreparedMatrix& w, std::vector<float>& mine, std::span<const int> widths,
                          size_t rows, std::vector<float>& full, std::vector<std::byte>& quantized,
                          tensor::ThreadPool& pool);
-  // proj_ = w (all of its rows, from every member's share of them) times `rows` rows of `in`.
-  void project_gathered(const tensor::PreparedMatrix& w, const InputRows& in, int rows, tensor::ThreadPool& pool);
   void embed(std::span<const Token> tokens, float* out) const;
   // Each batch row attends over its own sequence's cache: rows 0..its position, or in a
   // sliding layer the last sliding_window of them.
@@ -210,13 +224,14 @@ class Model {
   // config_ with this model's share of the heads and of the FFN's rows: what its weights, its
   // KV memory and its attention cover (config_ itself in a whole model).
   Config share_config_;
-  // Per member of the group, its part of the rows of each gather: of the heads' outputs (o's
-  // input), of o's and down's outputs, of the FFN's activations (down's input), of the logits,
-  // and of an expert's and the shared expert's activations. A whole model is a group of one.
+  // Per member of the group, its part of the rows of each gather: of the experts' down
+  // outputs, of the logits, and of an expert's and the shared expert's activations. A whole
+  // model is a group of one.
   struct GatherWidths {
-    std::vector<int> heads, model, ffn, vocab, experts, shared_expert;
+    std::vector<int> model, vocab, experts, shared_expert;
   };
   GatherWidths widths_;
+  LeafSums o_sums_, down_sums_;
   Exchange* exchange_ = nullptr;  // nullptr: a whole model
   RowRange vocab_share_;
   LayerRange range_;
@@ -231,10 +246,14 @@ class Model {
 
   // Scratch rows for the current batch, reused between calls.
   std::vector<float> x_, normed_, q_, k_, v_, attn_out_, gate_, up_, proj_;
-  // Gathered whole from the members' parts (attn_out_, gate_): every head's output (o's input)
-  // and the FFN's activations (down's input). This member's part of o's or down's output (with
-  // experts, of their weighted sum and the shared expert's), which proj_ is gathered from.
-  std::vector<float> heads_out_, activations_, proj_part_;
+  // Gathered whole from the members' parts: the shared expert's activations (its down's
+  // input). This member's part of the experts' weighted sum and the shared expert's output,
+  // which proj_ is gathered from.
+  std::vector<float> activations_, proj_part_;
+  // add_up_leaves': each leaf's input rows and products, and each row's sums (this member's,
+  // then every member's).
+  std::vector<float> leaf_in_, leaf_out_, leaf_sums_, all_leaf_sums_;
+  std::vector<const float*> leaf_values_;
   // gather_input's quantized rows: this member's parts, with the members' parts of a row in
   // bytes; then o's or down's input gathered (the experts' down's with experts), and the
   // shared expert's down's.

@@ -60,8 +60,8 @@ std::vector<RowRange> split_rows(int rows, int unit, std::span<const double> wei
   return ranges;
 }
 
-// The unit of an FFN's intermediate rows (a dense one's, an expert's, the shared expert's),
-// which are down's input: 256 (the K-quants' activation blocks, and so the 32-element
+// The unit of an expert's intermediate rows (or the shared expert's), which are its down's
+// input: 256 (the K-quants' activation blocks, and so the 32-element
 // formats' too) where every member gets at least 4 of them on average, fewer leaving the
 // coarse units to skew the shares from the weights; else 32 (the 32-element formats' blocks)
 // where the dimension is whole units of them.
@@ -73,6 +73,33 @@ int ffn_row_unit(int rows, int members) {
 }
 
 }  // namespace
+
+ProjectionLeaves projection_leaves(const Config& config) {
+  ProjectionLeaves leaves;
+  const int block = std::max(1, config.projection_block);
+  const int kv_heads = std::max(1, config.kv_head_count);
+  const int head_values = config.has_latent_attention() ? 0 : config.head_count / kv_heads * config.head_dim;
+  leaves.kv_heads = kv_heads;
+  for (int k = 1; k <= kv_heads && head_values > 0; ++k) {
+    if (k * head_values % block == 0) {
+      leaves.kv_heads = k;
+      break;
+    }
+  }
+  constexpr int kMostDownLeaves = 32;
+  constexpr int kLeastRows = 256;
+  constexpr int kLeavesForLeastRows = 8;
+  const int units = std::max(1, (config.ffn_dim + block - 1) / block);
+  const int least = std::min(units, std::max((units + kMostDownLeaves - 1) / kMostDownLeaves,
+                                             std::min((kLeastRows + block - 1) / block,
+                                                      std::max(1, units / kLeavesForLeastRows))));
+  // Leaves of one size where a size up to twice the least divides the rows, else a short last one.
+  int blocks_per_leaf = least;
+  while (blocks_per_leaf < 2 * least && units % blocks_per_leaf != 0) ++blocks_per_leaf;
+  if (units % blocks_per_leaf != 0) blocks_per_leaf = least;
+  leaves.ffn_rows = blocks_per_leaf * block;
+  return leaves;
+}
 
 std::vector<TensorShare> plan_tensor_shares(const Config& config, std::span<const double> weights) {
   if (weights.empty()) throw std::invalid_argument("a tensor-parallel group needs at least one member");
@@ -88,9 +115,10 @@ std::vector<TensorShare> plan_tensor_shares(const Config& config, std::span<cons
     throw std::invalid_argument("tensor parallelism cannot split " + config.arch_name +
                                 "'s latent attention, whose heads all read one latent KV head");
   }
-  const auto kv_heads = split_rows(config.kv_head_count, 1, weights, "KV heads");
+  const ProjectionLeaves leaves = projection_leaves(config);
+  const auto kv_heads = split_rows(config.kv_head_count, leaves.kv_heads, weights, "leaves of KV heads");
   const int members = static_cast<int>(weights.size());
-  const auto ffn_rows = split_rows(config.ffn_dim, ffn_row_unit(config.ffn_dim, members), weights, "units of FFN rows");
+  const auto ffn_rows = split_rows(config.ffn_dim, leaves.ffn_rows, weights, "leaves of FFN rows");
   const auto model_rows = split_rows(config.embedding_dim, kShareRowUnit, weights, "units of embedding rows");
   const auto vocab_rows = split_rows(config.vocab_size, kShareRowUnit, weights, "units of vocabulary rows");
   const std::vector<RowRange> none(weights.size());

@@ -1,8 +1,10 @@
 // Tensor parallelism: a group of members each hold a share of every layer of a range and
 // compute their share of each step at the same time, gathering the rows the others computed.
-// Every projection is split by its output rows and reads its whole input, so each member runs,
-// per output row, the arithmetic one Model runs: the group's results are bit-identical to one
-// Model's, whatever the group size and shares.
+// q, k, v, the FFN's gate and up and the head are split by their output rows and read their
+// whole input, so each member runs, per output row, the arithmetic one Model runs. o and down
+// are split by their input's columns instead: each member adds up its leaves of them and the
+// members finish one fixed tree of sums (leaf_tree.h), which one Model adds in too. Either
+// way the group's results are bit-identical to one Model's, whatever the group size and shares.
 #pragma once
 
 #include <span>
@@ -22,8 +24,9 @@ struct RowRange {
 
 // One member's share of every layer and of the output head. A member's attention covers its
 // KV heads and the query heads that read them; it computes its rows of each projection's output:
-// of q, k and v its heads', of o and of the FFN's down its model_rows (embedding dimensions),
-// of the FFN's gate and up its ffn_rows, of the head its vocab_rows. With experts, of each
+// of q, k and v its heads', of the FFN's gate and up its ffn_rows, of the head its vocab_rows;
+// of o and down, the sums of its columns: its heads' values and its ffn_rows. model_rows
+// (embedding dimensions) are its rows of the experts' down outputs. With experts, of each
 // expert's gate and up its expert_rows and of the shared expert's its shared_expert_rows
 // (empty ranges in a model without them); the routing is every member's.
 struct TensorShare {
@@ -41,11 +44,25 @@ struct TensorShare {
 // inside a group would pad with rows of zeros (computed and thrown away).
 constexpr int kShareRowUnit = 16;
 
+// The leaves o's and down's inputs are added up in (leaf_tree.h), the same for one Model and
+// for any group, each whole blocks of the weights (Config::projection_block): o's of
+// `kv_heads` KV heads' query heads' values, down's of `ffn_rows` of the FFN's rows; the last
+// leaf of either may be shorter. Down's leaves are at most 32, of 256 rows or more where that
+// leaves 8 or more, and all of one size where a size up to twice the least allowed does.
+struct ProjectionLeaves {
+  int kv_heads = 1;
+  int ffn_rows = 1;
+  int o_count(const Config& config) const { return (config.kv_head_count + kv_heads - 1) / kv_heads; }
+  int down_count(const Config& config) const { return (config.ffn_dim + ffn_rows - 1) / ffn_rows; }
+};
+ProjectionLeaves projection_leaves(const Config& config);
+
 // The members' shares, in member order, each dimension shared out in proportion to `weights`
 // (e.g. the members' measured speeds) by largest remainders, every member getting at least one
-// unit of each. The FFN's rows (and each expert's, and the shared expert's) go in units of 256
-// or 32 where the dimension allows, so that each member's part of down's input is whole
-// activation blocks, which the members gather quantized (tensor::activation_blocks). Throws
+// unit of each. The KV heads and the FFN's rows go in whole leaves of o and down. Each
+// expert's rows, and the shared expert's, go in units of 256 or 32 where the dimension allows,
+// so that each member's part of their down's input is whole activation blocks, which the
+// members gather quantized (tensor::activation_blocks). Throws
 // std::invalid_argument naming the reason for a weight that is not positive and finite, more
 // members than the model has KV heads (or units of a dimension), and latent attention, whose
 // heads share one latent KV head.

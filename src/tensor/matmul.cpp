@@ -500,6 +500,30 @@ std::vector<PreparedMatrix> PreparedMatrix::together(std::span<const Matrix> sou
   return prepared;
 }
 
+PreparedMatrix PreparedMatrix::columns(const Matrix& source, int64_t first_col, int64_t cols) {
+  const auto skipped = row_bytes(source.type, static_cast<uint64_t>(first_col));
+  const auto width = row_bytes(source.type, static_cast<uint64_t>(cols));
+  if (first_col < 0 || cols <= 0 || first_col + cols > source.cols || !skipped || !width) {
+    throw std::invalid_argument("columns " + std::to_string(first_col) + " .. " + std::to_string(first_col + cols) +
+                                " are not whole blocks of a " + std::string(dtype_name(source.type)) + " matrix of " +
+                                std::to_string(source.cols) + " columns");
+  }
+  const uint64_t stride = *row_bytes(source.type, static_cast<uint64_t>(source.cols));
+  const std::shared_ptr<std::byte> copy(new std::byte[*width * static_cast<uint64_t>(source.rows)],
+                                        std::default_delete<std::byte[]>());
+  for (int64_t r = 0; r < source.rows; ++r) {
+    std::memcpy(copy.get() + *width * static_cast<uint64_t>(r),
+                static_cast<const std::byte*>(source.data) + stride * static_cast<uint64_t>(r) + *skipped, *width);
+  }
+  const Matrix part{source.type, source.rows, cols, copy.get()};
+  const size_t bytes = interleaved_bytes(part);
+  if (bytes == 0) return PreparedMatrix(part, copy, nullptr);
+  const std::shared_ptr<std::byte> buffer = huge_page_buffer(bytes);
+  PreparedMatrix prepared(part, buffer, buffer.get());
+  prepared.source_.data = nullptr;  // the copy it was packed from goes with this scope
+  return prepared;
+}
+
 std::span<const Isa> available_isas() {
   static const std::vector<Isa> isas = probe_isas();
   return isas;

@@ -34,6 +34,12 @@ class PreparedMatrix {
   // so that they lie on 2 MiB pages even where each is smaller than one. Throws as above.
   static std::vector<PreparedMatrix> together(std::span<const Matrix> sources);
 
+  // Columns [first_col, first_col + cols) of `source` as a matrix of their own, in a copy of
+  // its own whatever the type: a leaf of a projection whose input is added up in parts
+  // (model/leaf_tree.h). Its source().data is that copy where the kernels read the source,
+  // else nullptr. Throws std::invalid_argument for a range that is not whole blocks of source.
+  static PreparedMatrix columns(const Matrix& source, int64_t first_col, int64_t cols);
+
   const Matrix& source() const { return source_; }
   // The interleaved copy (nullptr for a matrix without rows).
   const std::byte* interleaved() const { return interleaved_; }

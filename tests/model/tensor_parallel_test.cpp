@@ -223,9 +223,9 @@ INSTANTIATE_TEST_SUITE_P(
                       GroupCase{"qwen2-tiny", "Q8_0", {1, 1}, 1}, GroupCase{"phi3-tiny", "Q4_0", {2, 1}, 2}),
     case_name);
 
-// o's and down's inputs gathered as K-quant activation blocks (Q4_K_M mixes Q4_K with Q6_K,
-// whose kernels offset the levels differently), evenly and unevenly; three members' parts of
-// down's input are no whole blocks of 256 (units of 32 rows), and go as floats.
+// o's and down's leaves of whole K-quant blocks (Q4_K_M mixes Q4_K with Q6_K, whose kernels
+// offset the levels differently; Q3_K's kernels take two blocks at a time, so that a leaf of
+// one is padded), evenly and unevenly.
 INSTANTIATE_TEST_SUITE_P(
     KQuants, GroupEqualsOneModel,
     ::testing::Values(GroupCase{"qwen3-k256", "Q4_K_M", {1, 1}, 2}, GroupCase{"qwen3-k256", "Q4_K_M", {1, 2}, 1},
@@ -347,78 +347,76 @@ std::vector<size_t> gathered_bytes(const std::string& model, const std::string& 
   return exchanges.front()->parts;
 }
 
-// Which gathers of a layer send activation blocks: its 4 are o's input, o's output, down's
-// input and down's output (the experts' without a shared expert); every step of the script
-// ends with one of logits.
-struct QuantizedGathers {
-  bool o_input;
-  bool down_input;
-};
-
-// The gathers of a model in `type` against the same shape's in F32: blocks of `elements`
-// values in `bytes` each where `quantized` says, floats elsewhere.
-void expect_gathers(const std::string& model, const std::string& type, std::span<const TensorShare> shares,
-                    int elements, size_t bytes, QuantizedGathers quantized) {
-  const auto floats = gathered_bytes(model, "F32", shares);
-  const auto blocks = gathered_bytes(model, type, shares);
-  ASSERT_EQ(blocks.size(), floats.size());
-  const size_t per_step = floats.size() / script().size();
-  for (size_t i = 0; i < floats.size(); ++i) {
-    const size_t gather = i % per_step;
-    const bool as_blocks = gather + 1 < per_step && ((gather % 4 == 0 && quantized.o_input) ||
-                                                     (gather % 4 == 2 && quantized.down_input));
-    const size_t expected = as_blocks ? floats[i] / sizeof(float) / static_cast<size_t>(elements) * bytes : floats[i];
-    EXPECT_EQ(blocks[i], expected) << type << " gather " << i;
+// Member 0's part of each gather of `layer` for a step of `rows` rows, in order: its sums of o's
+// leaves (a float row of the embedding per node of its cover), then in a dense layer its sums
+// of down's leaves; in a layer with experts its part of each chosen expert's activations (their
+// down's activation blocks where the part is whole blocks), of the shared expert's, and its
+// rows of the FFN's output.
+std::vector<size_t> expected_parts(const gguf::File& file, std::span<const TensorShare> shares, int layer,
+                                   size_t rows) {
+  const Config c = Config::from_gguf(file);
+  const ProjectionLeaves leaves = projection_leaves(c);
+  const TensorShare& mine = shares[0];
+  const size_t sums_row = static_cast<size_t>(c.embedding_dim) * sizeof(float);
+  const auto sums = [&](int count, RowRange part, int unit) {
+    return rows * leaf_cover(count, part.first / unit, (part.last + unit - 1) / unit).size() * sums_row;
+  };
+  std::vector<size_t> parts{sums(leaves.o_count(c), mine.kv_heads, leaves.kv_heads)};
+  if (!c.layer_has_experts(layer)) {
+    parts.push_back(sums(leaves.down_count(c), mine.ffn_rows, leaves.ffn_rows));
+    return parts;
   }
+  const auto input = [&](const std::string& down, size_t values) {
+    const gguf::TensorInfo* t = file.find_tensor("blk." + std::to_string(layer) + "." + down + ".weight");
+    const tensor::ActivationBlocks blocks = tensor::activation_blocks(static_cast<tensor::DType>(t->type));
+    return blocks.elements > 0 && values % static_cast<size_t>(blocks.elements) == 0
+               ? values / static_cast<size_t>(blocks.elements) * blocks.bytes
+               : values * sizeof(float);
+  };
+  parts.push_back(rows * input("ffn_down_exps", static_cast<size_t>(c.experts_per_token) *
+                                                    static_cast<size_t>(mine.expert_rows.size())));
+  if (c.shared_expert_ffn_dim > 0) {
+    parts.push_back(rows * input("ffn_down_shexp", static_cast<size_t>(mine.shared_expert_rows.size())));
+  }
+  parts.push_back(rows * static_cast<size_t>(mine.model_rows.size()) * sizeof(float));
+  return parts;
 }
 
-TEST(QuantizedGathers, OsAndDownsInputsGoAsTheirMatmulsActivationBlocks) {
-  const std::shared_ptr<const gguf::File> llama = gguf::File::open(TestModels::path("llama-kv3", "F32"));
-  const auto even = plan_tensor_shares(Config::from_gguf(*llama), std::vector<double>{1, 1, 1});
-  // 36 bytes a block of 32: a float scale and 32 bytes.
-  expect_gathers("llama-kv3", "Q4_0", even, 32, 36, {true, true});
-  expect_gathers("llama-kv3", "Q8_0", plan_tensor_shares(Config::from_gguf(*llama), std::vector<double>{1, 2}), 32,
-                 36, {true, true});
-  // Member 0's FFN rows end inside a block of 32: down's input goes as floats, o's still in blocks.
-  std::vector<TensorShare> ragged = even;
-  ragged[0].ffn_rows.last += 16;
-  ragged[1].ffn_rows.first += 16;
-  expect_gathers("llama-kv3", "Q4_0", ragged, 32, 36, {true, false});
-  // Experts' down's input: every chosen expert's activations of each row.
-  const std::shared_ptr<const gguf::File> mixtral = gguf::File::open(TestModels::path("mixtral-kv3", "F32"));
-  expect_gathers("mixtral-kv3", "Q4_0", plan_tensor_shares(Config::from_gguf(*mixtral), std::vector<double>{1, 3}),
-                 32, 36, {true, true});
-  // 260 bytes a block of 256. Three members' FFN rows go in units of 32, no whole blocks of 256.
-  const std::shared_ptr<const gguf::File> k256 = gguf::File::open(TestModels::path("qwen3-k256", "F32"));
-  expect_gathers("qwen3-k256", "Q4_K_M", plan_tensor_shares(Config::from_gguf(*k256), std::vector<double>{2, 1}),
-                 256, 260, {true, true});
-  expect_gathers("qwen3-k256", "Q4_K_M", plan_tensor_shares(Config::from_gguf(*k256), std::vector<double>{1, 1, 1}),
-                 256, 260, {true, false});
-}
-
-// An FFN's output is gathered once a layer, a row of the member's embedding rows a token: in a
-// Mixture-of-Experts layer the weighted sum of the token's experts and the shared expert's
-// output, which each member forms for its own rows, rather than each chosen expert's rows.
-TEST(OutputGathers, AnExpertLayerGathersOneRowAToken) {
-  for (const std::string name : {"mixtral-kv3", "qwen3moe-tiny", "gpt-oss-tiny", "glm4moe-tiny"}) {
-    const Config config = Config::from_gguf(*gguf::File::open(TestModels::path(name, "Q8_0")));
-    const std::vector<TensorShare> shares = plan_tensor_shares(config, std::vector<double>{1, 2});
-    const std::vector<size_t> parts = gathered_bytes(name, "Q8_0", shares);
-    const size_t row_bytes = static_cast<size_t>(shares[0].model_rows.size()) * sizeof(float);
-    size_t at = 0;
-    for (const Step& step : script()) {
-      size_t rows = 0;
-      for (const int inputs : step.inputs) rows += static_cast<size_t>(inputs);
-      for (int l = 0; l < config.layer_count; ++l) {
-        // o's input and output, down's input (the experts' and the shared expert's), then the FFN's output.
-        at += config.layer_has_experts(l) && config.shared_expert_ffn_dim > 0 ? 4 : 3;
-        ASSERT_LT(at, parts.size()) << name;
-        EXPECT_EQ(parts[at], rows * row_bytes) << name << " layer " << l;
+// What each member sends, gather by gather, over the script (every member's outputs checked
+// against one Model's on the way): a dense layer's o and down each a few rows of sums, rather
+// than their inputs and outputs; a layer with experts its experts' activations as blocks, and
+// its FFN's output once, a row of the member's embedding rows a token, rather than a row per
+// chosen expert.
+void expect_gathers(const std::string& model, const std::string& type, const std::vector<double>& weights) {
+  const std::shared_ptr<const gguf::File> file = gguf::File::open(TestModels::path(model, type));
+  const Config config = Config::from_gguf(*file);
+  const std::vector<TensorShare> shares = plan_tensor_shares(config, weights);
+  const std::vector<size_t> parts = gathered_bytes(model, type, shares);
+  size_t at = 0;
+  for (const Step& step : script()) {
+    size_t rows = 0;
+    for (const int inputs : step.inputs) rows += static_cast<size_t>(inputs);
+    for (int l = 0; l < config.layer_count; ++l) {
+      for (const size_t expected : expected_parts(*file, shares, l, rows)) {
+        ASSERT_LT(at, parts.size()) << model;
+        EXPECT_EQ(parts[at], expected) << model << " " << type << " layer " << l << ", gather " << at;
         ++at;
       }
-      ++at;  // the logits
     }
-    EXPECT_EQ(at, parts.size()) << name;
+    ++at;  // the logits
+  }
+  EXPECT_EQ(at, parts.size()) << model;
+}
+
+TEST(Gathers, DenseLayersSendLeafSumsAndExpertLayersTheirActivationsAsBlocks) {
+  expect_gathers("llama-kv3", "Q4_0", {1, 1, 1});
+  expect_gathers("llama-kv3", "Q8_0", {1, 2});
+  expect_gathers("qwen3-k256", "Q4_K_M", {2, 1});
+  expect_gathers("qwen3-k256", "Q4_K_M", {1, 1, 1});
+  expect_gathers("dreams", "F32", {1, 3, 1});
+  expect_gathers("mixtral-kv3", "Q4_0", {1, 3});
+  for (const std::string name : {"mixtral-kv3", "qwen3moe-tiny", "gpt-oss-tiny", "glm4moe-tiny"}) {
+    expect_gathers(name, "Q8_0", {1, 2});
   }
 }
 
@@ -450,6 +448,16 @@ TEST(GroupLoad, RefusesSharesThatDoNotCoverTheModel) {
   }
   EXPECT_THROW(Model::load_share(file, {0, config.layer_count}, std::span(shares).first(1), group.member(0)),
                std::runtime_error);
+  // Covering, but with a share of down's input that starts inside a leaf (of 21 rows).
+  shares[1].ffn_rows.last += 1;
+  shares[0].ffn_rows.last += 1;
+  shares[1].ffn_rows.first += 1;
+  try {
+    Model::load_share(file, {0, config.layer_count}, shares, group.member(0));
+    FAIL() << "loaded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "the group's shares of the FFN rows are not whole leaves of 21");
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // How a tensor-parallel group's shares are planned: in proportion to the members' weights, in
-// units of rows, every member at least one unit, and what cannot be shared refused.
+// units of rows (of o's and down's leaves for the KV heads and the FFN's rows), every member at
+// least one unit, and what cannot be shared refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,8 +14,10 @@
 namespace strata::model {
 namespace {
 
-// The shared model's dimensions: 4 KV heads of 2 query heads, 172 FFN rows (11 units, the
-// last 12 rows), 64 embedding rows (4 units) and 512 vocabulary rows (32 units).
+// The shared model's dimensions, F32 (blocks of one element): 4 KV heads of 2 query heads (a
+// leaf of o's input each), 172 FFN rows (9 leaves of down's input: the least leaf of 172 / 8 =
+// 21 rows, as no size from 21 to 42 divides 172, and a last one of 4), 64 embedding rows (4
+// units of 16) and 512 vocabulary rows (32 units).
 Config dreams_like() {
   Config c;
   c.arch_name = "llama";
@@ -45,48 +48,77 @@ TEST(PlanTensorShares, OneMemberHoldsEverything) {
 
 // Odd unit counts leave a unit over, which goes to the lower member.
 TEST(PlanTensorShares, EqualWeightsShareEvenlyTheRestToTheLowerMember) {
-  EXPECT_EQ(plan({1, 1}), (std::vector<TensorShare>{{{0, 2}, {0, 96}, {0, 32}, {0, 256}},
-                                                    {{2, 4}, {96, 172}, {32, 64}, {256, 512}}}));
-  EXPECT_EQ(plan({1, 1, 1}), (std::vector<TensorShare>{{{0, 2}, {0, 64}, {0, 32}, {0, 176}},
-                                                       {{2, 3}, {64, 128}, {32, 48}, {176, 352}},
-                                                       {{3, 4}, {128, 172}, {48, 64}, {352, 512}}}));
+  EXPECT_EQ(plan({1, 1}), (std::vector<TensorShare>{{{0, 2}, {0, 105}, {0, 32}, {0, 256}},
+                                                    {{2, 4}, {105, 172}, {32, 64}, {256, 512}}}));
+  EXPECT_EQ(plan({1, 1, 1}), (std::vector<TensorShare>{{{0, 2}, {0, 63}, {0, 32}, {0, 176}},
+                                                       {{2, 3}, {63, 126}, {32, 48}, {176, 352}},
+                                                       {{3, 4}, {126, 172}, {48, 64}, {352, 512}}}));
 }
 
-// 3:1 of 11 FFN units is 8.25 and 2.75: rounded down to 8 and 2, the unit over goes to the
+// 3:1 of 9 FFN leaves is 6.75 and 2.25: rounded down to 6 and 2, the leaf over goes to the
 // member furthest below its ideal share.
 TEST(PlanTensorShares, UnevenWeightsShareByLargestRemainders) {
-  EXPECT_EQ(plan({3, 1}), (std::vector<TensorShare>{{{0, 3}, {0, 128}, {0, 48}, {0, 384}},
-                                                    {{3, 4}, {128, 172}, {48, 64}, {384, 512}}}));
+  EXPECT_EQ(plan({3, 1}), (std::vector<TensorShare>{{{0, 3}, {0, 147}, {0, 48}, {0, 384}},
+                                                    {{3, 4}, {147, 172}, {48, 64}, {384, 512}}}));
   // Measured speeds need not be whole numbers or add up to anything.
   EXPECT_EQ(plan({0.3, 0.1}), plan({3, 1}));
 }
 
 TEST(PlanTensorShares, EveryMemberGetsAtLeastOneUnit) {
   const auto shares = plan({1, 1e-9});
-  EXPECT_EQ(shares[1], (TensorShare{{3, 4}, {160, 172}, {48, 64}, {496, 512}}));
+  EXPECT_EQ(shares[1], (TensorShare{{3, 4}, {168, 172}, {48, 64}, {496, 512}}));
   const auto three = plan({1e-6, 1, 1e-6});
   EXPECT_EQ(three[0].kv_heads, (RowRange{0, 1}));
   EXPECT_EQ(three[1].kv_heads, (RowRange{1, 3}));
   EXPECT_EQ(three[2].kv_heads, (RowRange{3, 4}));
 }
 
-// Down's input in whole activation blocks where the FFN dimension allows: units of 256 rows
-// while every member gets 4 of them on average, else of 32 rows, else of 16 (dreams_like's 172).
-TEST(PlanTensorShares, FfnRowsComeInWholeActivationBlocksWhereTheDimensionAllows) {
+// Down's input in leaves of whole weight blocks, at most 32 of them, of 256 rows or more where
+// that leaves 8 or more, of one size where one up to twice the least divides the rows.
+TEST(PlanTensorShares, FfnRowsComeInWholeLeavesOfDownsInput) {
   Config c = dreams_like();
-  c.ffn_dim = 2048;  // 8 units of 256
+  c.projection_block = 32;  // Q4_0 or Q8_0
+  c.head_dim = 64;          // so that a KV head's 128 values are whole blocks
+  c.ffn_dim = 2048;         // 64 blocks: leaves of 8 blocks, 256 rows
+  EXPECT_EQ(projection_leaves(c).ffn_rows, 256);
   const auto ffn_rows = [&](const std::vector<double>& weights) {
     std::vector<RowRange> rows;
     for (const TensorShare& share : plan_tensor_shares(c, weights)) rows.push_back(share.ffn_rows);
     return rows;
   };
+  // 1:2 of 8 leaves: 2.67 and 5.33, rounded down to 2 and 5, the leaf over to member 0.
   EXPECT_EQ(ffn_rows({1, 2}), (std::vector<RowRange>{{0, 768}, {768, 2048}}));
-  // 3 members would get fewer than 4 units of 256 each: units of 32, 64 of them.
-  EXPECT_EQ(ffn_rows({1, 1, 1}), (std::vector<RowRange>{{0, 704}, {704, 1376}, {1376, 2048}}));
-  c.ffn_dim = 224;  // 7 units of 32
+  EXPECT_EQ(ffn_rows({1, 1, 1}), (std::vector<RowRange>{{0, 768}, {768, 1536}, {1536, 2048}}));
+  c.ffn_dim = 224;  // 7 blocks: fewer than 8 leaves of 256 rows, so leaves of one block
+  EXPECT_EQ(projection_leaves(c).ffn_rows, 32);
   EXPECT_EQ(ffn_rows({1, 1, 1}), (std::vector<RowRange>{{0, 96}, {96, 160}, {160, 224}}));
-  c.ffn_dim = 96;  // 3 units of 32 for 4 members: units of 16
-  EXPECT_EQ(ffn_rows({1, 1, 1, 1}), (std::vector<RowRange>{{0, 32}, {32, 64}, {64, 80}, {80, 96}}));
+  c.ffn_dim = 5632;  // TinyLlama: 176 blocks, 22 leaves of 256 rows
+  EXPECT_EQ(projection_leaves(c).ffn_rows, 256);
+  c.ffn_dim = 18944;  // 592 blocks: at most 32 leaves needs 19 blocks each; 37 divides 592
+  EXPECT_EQ(projection_leaves(c).ffn_rows, 37 * 32);
+  c.projection_block = 256;  // K-quants
+  c.ffn_dim = 28672;         // Llama 70B: 112 super-blocks, 28 leaves of 4
+  EXPECT_EQ(projection_leaves(c).ffn_rows, 1024);
+}
+
+// o's input in leaves of whole KV heads' query heads, as few heads as make whole weight blocks.
+TEST(PlanTensorShares, KvHeadsComeInWholeLeavesOfOsInput) {
+  Config c = dreams_like();  // 16 values a KV head, blocks of 1: a leaf a KV head
+  EXPECT_EQ(projection_leaves(c).kv_heads, 1);
+  c.projection_block = 256;  // 16 values a head: 16 KV heads would make a block, the model has 4
+  EXPECT_EQ(projection_leaves(c).kv_heads, 4);
+  EXPECT_EQ(projection_leaves(c).o_count(c), 1);
+  c.head_count = 16;  // Qwen3-0.6B: 8 KV heads of 2 query heads of 128
+  c.kv_head_count = 8;
+  c.head_dim = 128;
+  EXPECT_EQ(projection_leaves(c).kv_heads, 1);  // 256 values a KV head
+  c.head_count = 8;  // 1 query head a KV head: 2 heads make a block
+  EXPECT_EQ(projection_leaves(c).kv_heads, 2);
+  c.ffn_dim = 3072;
+  const auto shares = plan_tensor_shares(c, std::vector<double>{1, 1, 1});
+  EXPECT_EQ(shares[0].kv_heads, (RowRange{0, 4}));
+  EXPECT_EQ(shares[1].kv_heads, (RowRange{4, 6}));
+  EXPECT_EQ(shares[2].kv_heads, (RowRange{6, 8}));
 }
 
 // A model without experts has empty expert ranges (the tests above compare them too); with
@@ -109,7 +141,7 @@ TEST(PlanTensorShares, SharesTheExpertsRowsAsTheFfns) {
 
 TEST(PlanTensorShares, RefusesMoreMembersThanKvHeads) {
   EXPECT_EQ(refusal(dreams_like(), {1, 1, 1, 1, 1}),
-            "a group of 5 members cannot share 4 KV heads: each member needs at least one");
+            "a group of 5 members cannot share 4 leaves of KV heads: each member needs at least one");
 }
 
 TEST(PlanTensorShares, RefusesMoreMembersThanUnitsOfADimension) {

@@ -462,6 +462,41 @@ TEST(Matmul, MatricesPreparedTogetherEqualEachPreparedAlone) {
   EXPECT_THROW(PreparedMatrix::together(unsupported), std::invalid_argument);
 }
 
+// A column range prepared as a matrix of its own multiplies as that range's bytes copied into
+// a matrix would, and lives on after its source is gone.
+TEST(Matmul, ColumnsAreAMatrixOfTheirOwn) {
+  ThreadPool pool(2);
+  const std::vector<DType> types{DType::Q4_0, DType::Q4_K, DType::F32, DType::F16, DType::Q8_0, DType::MXFP4};
+  const std::vector<int64_t> firsts{64, 256, 3, 5, 32, 32}, widths{96, 512, 13, 40, 64, 32};
+  for (size_t i = 0; i < types.size(); ++i) {
+    const int64_t rows = 21, cols = 1024;
+    PreparedMatrix part;
+    std::vector<uint8_t> copied;
+    {
+      const TestMatrix m = make_matrix(types[i], rows, cols, 90 + static_cast<uint32_t>(i));
+      part = PreparedMatrix::columns(m.view(), firsts[i], widths[i]);
+      const size_t row = *row_bytes(types[i], cols), skip = *row_bytes(types[i], firsts[i]),
+                   width = *row_bytes(types[i], widths[i]);
+      for (int64_t r = 0; r < rows; ++r) {
+        copied.insert(copied.end(), m.bytes.begin() + r * row + skip, m.bytes.begin() + r * row + skip + width);
+      }
+      EXPECT_THROW(PreparedMatrix::columns(m.view(), cols - 32, 64), std::invalid_argument);
+      if (info(types[i]).block_elements > 1) {
+        EXPECT_THROW(PreparedMatrix::columns(m.view(), 1, 64), std::invalid_argument);
+      }
+    }
+    EXPECT_EQ(part.source().cols, widths[i]);
+    EXPECT_EQ(part.source().rows, rows);
+    for (int64_t tokens : {1, 5}) {
+      const std::vector<float> x = random_floats(static_cast<size_t>(tokens * widths[i]), 95);
+      std::vector<float> y(static_cast<size_t>(rows * tokens), NAN);
+      matmul(part, x.data(), tokens, y.data(), pool);
+      const std::vector<float> expected = run({types[i], rows, widths[i], copied.data()}, x, tokens, pool);
+      ASSERT_EQ(0, std::memcmp(expected.data(), y.data(), y.size() * sizeof(float))) << dtype_name(types[i]);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, MatmulTypeTest, ::testing::ValuesIn(kSupportedTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 

@@ -1,0 +1,37 @@
+// The order in which o and the FFN's down add up the parts of their input. Their input's
+// columns are cut into a fixed number of leaves (the same for one Model and for any group); a
+// leaf's product is one matmul over its columns, and the leaves' products add in one binary
+// tree over them. A group's member that holds some leaves adds up the subtrees wholly its own
+// and sends those few sums; every member then finishes the tree, and gets the bits one Model
+// gets: each node of the tree is always the sum of its two children, whoever adds them.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+namespace strata::model {
+
+// Leaves [first, first + 2^level) of the tree over `count` leaves, those past count left out.
+// A node whose leaves all lie past count is empty; one whose right child is empty is its left
+// child's sum.
+struct LeafNode {
+  int first = 0;
+  int level = 0;
+  bool operator==(const LeafNode&) const = default;
+};
+
+// The root of the tree over `count` leaves (count >= 1).
+LeafNode leaf_root(int count);
+
+// The fewest nodes that cover leaves [first, last) of `count` and no other, left to right: the
+// sums a member holding those leaves sends.
+std::vector<LeafNode> leaf_cover(int count, int first, int last);
+
+// out[0, width) = node `target`'s sum over `count` leaves, from the sums of `known` nodes
+// (values[i] is known[i]'s, width floats), adding a node's children where it is not known.
+// Throws std::invalid_argument where a leaf under target is neither known nor under a known node.
+void add_leaf_tree(int count, LeafNode target, std::span<const LeafNode> known, std::span<const float* const> values,
+                   size_t width, float* out);
+
+}  // namespace strata::model

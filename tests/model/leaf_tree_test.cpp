@@ -1,0 +1,144 @@
+// The fixed tree that o's and down's leaves add up in: a member's cover of its leaves, and the
+// root from every member's sums, bit for bit what the tree over all the leaves gives.
+#include "model/leaf_tree.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+namespace strata::model {
+namespace {
+
+// The tree written out on its own: the sum of leaves [first, first + size) of `count`, size a
+// power of two, halves added left + right, a half wholly past count left out.
+float reference_sum(const std::vector<float>& leaves, int first, int size) {
+  if (size == 1) return leaves[static_cast<size_t>(first)];
+  const int half = size / 2;
+  const float left = reference_sum(leaves, first, half);
+  if (first + half >= static_cast<int>(leaves.size())) return left;
+  return left + reference_sum(leaves, first + half, half);
+}
+
+float reference_root(const std::vector<float>& leaves) {
+  return reference_sum(leaves, 0, static_cast<int>(std::bit_ceil(leaves.size())));
+}
+
+// Sums of `nodes` from one-float leaves.
+std::vector<float> sums_of(int count, const std::vector<LeafNode>& nodes, const std::vector<float>& leaves) {
+  std::vector<LeafNode> known;
+  std::vector<const float*> values;
+  for (int i = 0; i < count; ++i) {
+    known.push_back({i, 0});
+    values.push_back(&leaves[static_cast<size_t>(i)]);
+  }
+  std::vector<float> sums(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) add_leaf_tree(count, nodes[i], known, values, 1, &sums[i]);
+  return sums;
+}
+
+uint32_t bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  return b;
+}
+
+TEST(LeafTree, ACoverIsTheFewestAlignedNodesOverExactlyItsLeaves) {
+  for (int count = 1; count <= 40; ++count) {
+    for (int first = 0; first < count; ++first) {
+      for (int last = first + 1; last <= count; ++last) {
+        const std::vector<LeafNode> cover = leaf_cover(count, first, last);
+        int next = first;
+        for (const LeafNode& node : cover) {
+          const int size = 1 << node.level;
+          EXPECT_EQ(node.first % size, 0);
+          EXPECT_EQ(node.first, next) << count << " " << first << " " << last;
+          next = std::min(count, node.first + size);
+          // Its parent reaches outside [first, last): else the parent would stand for both.
+          const int parent_first = node.first / (2 * size) * (2 * size);
+          const int parent_last = std::min(count, parent_first + 2 * size);
+          EXPECT_TRUE(parent_first < first || parent_last > last || node.level == leaf_root(count).level)
+              << count << " " << first << " " << last << " " << node.first << "/" << node.level;
+        }
+        EXPECT_EQ(next, last);
+      }
+    }
+  }
+  EXPECT_EQ(leaf_cover(22, 0, 22), (std::vector<LeafNode>{{0, 5}}));
+  EXPECT_EQ(leaf_cover(22, 11, 22), (std::vector<LeafNode>{{11, 0}, {12, 2}, {16, 4}}));
+}
+
+TEST(LeafTree, TheRootFromEveryMembersSumsIsTheTreeOverAllLeaves) {
+  std::mt19937 rng(7);
+  // Magnitudes far apart, so that the order of the additions shows in the bits.
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  int differs_from_a_left_fold = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int count = 1 + static_cast<int>(rng() % 40);
+    std::vector<float> leaves(static_cast<size_t>(count));
+    for (float& v : leaves) v = std::ldexp(mantissa(rng), exponent(rng));
+    // 1 to 4 members, each a run of leaves, in order.
+    std::vector<int> cuts{0, count};
+    const int members = 1 + static_cast<int>(rng() % std::min(4, count));
+    while (static_cast<int>(cuts.size()) < members + 1) {
+      const int cut = 1 + static_cast<int>(rng() % static_cast<unsigned>(count - 1 > 0 ? count - 1 : 1));
+      if (std::find(cuts.begin(), cuts.end(), cut) == cuts.end()) cuts.push_back(cut);
+    }
+    std::sort(cuts.begin(), cuts.end());
+    std::vector<LeafNode> all;
+    std::vector<float> all_sums;
+    for (size_t m = 0; m + 1 < cuts.size(); ++m) {
+      const std::vector<LeafNode> cover = leaf_cover(count, cuts[m], cuts[m + 1]);
+      // A member knows only its own leaves.
+      std::vector<LeafNode> known;
+      std::vector<const float*> values;
+      for (int i = cuts[m]; i < cuts[m + 1]; ++i) {
+        known.push_back({i, 0});
+        values.push_back(&leaves[static_cast<size_t>(i)]);
+      }
+      for (const LeafNode& node : cover) {
+        float sum;
+        add_leaf_tree(count, node, known, values, 1, &sum);
+        all.push_back(node);
+        all_sums.push_back(sum);
+      }
+    }
+    std::vector<const float*> values;
+    for (const float& sum : all_sums) values.push_back(&sum);
+    float root;
+    add_leaf_tree(count, leaf_root(count), all, values, 1, &root);
+    ASSERT_EQ(bits(root), bits(reference_root(leaves))) << "trial " << trial;
+    ASSERT_EQ(bits(root), bits(sums_of(count, {leaf_root(count)}, leaves)[0]));
+    float fold = leaves[0];
+    for (int i = 1; i < count; ++i) fold = fold + leaves[static_cast<size_t>(i)];
+    if (bits(fold) != bits(root)) ++differs_from_a_left_fold;
+  }
+  EXPECT_GT(differs_from_a_left_fold, 100);  // the order is the tree's, not the leaves' in turn
+}
+
+TEST(LeafTree, AddsWholeRowsElementByElement) {
+  const std::vector<float> a{1, 2, 3}, b{10, 20, 30}, c{100, 200, 300};
+  const std::vector<LeafNode> known{{0, 0}, {1, 0}, {2, 0}};
+  const std::vector<const float*> values{a.data(), b.data(), c.data()};
+  std::vector<float> out(3);
+  add_leaf_tree(3, leaf_root(3), known, values, 3, out.data());
+  EXPECT_EQ(out, (std::vector<float>{111, 222, 333}));
+}
+
+TEST(LeafTree, RefusesALeafWithoutASum) {
+  const float one = 1.0f;
+  const std::vector<LeafNode> known{{0, 0}, {2, 0}};
+  const std::vector<const float*> values{&one, &one};
+  float out;
+  EXPECT_THROW(add_leaf_tree(3, leaf_root(3), known, values, 1, &out), std::invalid_argument);
+  EXPECT_THROW(add_leaf_tree(3, {4, 0}, known, values, 1, &out), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace strata::model
