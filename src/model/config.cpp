@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "tensor/dtype.h"
+#include "tensor/matmul.h"
 
 namespace strata::model {
 namespace {
@@ -276,8 +277,9 @@ Config Config::from_gguf(const gguf::File& file) {
   if (c.vocab_size <= 0) throw std::runtime_error("model has no vocabulary size");
   for (const gguf::TensorInfo& t : file.tensors()) {
     if (!t.name.ends_with(".attn_output.weight") && !t.name.ends_with(".ffn_down.weight")) continue;
-    if (const auto info = tensor::dtype_info(t.type)) {
-      c.projection_block = std::max(c.projection_block, static_cast<int>(info->block_elements));
+    if (const auto info = tensor::dtype_info(t.type); info && info->computable) {
+      c.projection_block =
+          std::max(c.projection_block, static_cast<int>(tensor::leaf_unit(static_cast<tensor::DType>(t.type))));
     }
   }
   return c;

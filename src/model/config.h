@@ -135,8 +135,8 @@ struct Config {
   LatentAttention mla;
   // An embedding model's pooling (`pooling_type`); None for a model that generates text.
   Pooling pooling = Pooling::None;
-  // The largest block (in elements) of any layer's attn_output and ffn_down weights: the
-  // leaves their inputs are cut into (projection_leaves) are whole blocks of each.
+  // The largest unit of columns (tensor::leaf_unit) of any layer's attn_output and ffn_down
+  // weights: the leaves their inputs are cut into (projection_leaves) are whole units of each.
   int projection_block = 1;
 
   bool has_latent_attention() const { return mla.kv_rank > 0; }
@@ -150,6 +150,8 @@ struct Config {
   }
   bool has_experts() const { return expert_count > 0; }
   bool layer_has_experts(int layer) const { return has_experts() && layer >= leading_dense_layers; }
+  // The rows of a dense FFN the model runs: 0 where every layer has experts.
+  int dense_ffn_dim() const { return has_experts() && leading_dense_layers == 0 ? 0 : ffn_dim; }
   // Of a tensor (or tensors) holding all the experts of a layer, the bytes one token reads:
   // its experts_per_token experts', each of the same size.
   uint64_t expert_bytes_read(uint64_t all_experts_bytes) const {

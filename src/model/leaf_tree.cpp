@@ -41,7 +41,30 @@ bool add_node(int count, LeafNode node, std::span<const LeafNode> known, std::sp
   return true;
 }
 
+// Steps that leave `node`'s sum in `slot`, from leaf `first` on.
+void steps_into(int count, LeafNode node, int first, int slot, std::vector<tensor::LeafStep>& steps) {
+  if (slot >= tensor::kLeafSlots) throw std::invalid_argument("a tree deeper than a leaf program's slots");
+  if (node.level == 0) {
+    steps.push_back({tensor::LeafStep::Kind::Leaf, static_cast<uint8_t>(slot), static_cast<uint16_t>(node.first - first)});
+    return;
+  }
+  steps_into(count, left_child(node), first, slot, steps);
+  if (right_child(node).first >= count) return;
+  steps_into(count, right_child(node), first, slot + 1, steps);
+  steps.push_back({tensor::LeafStep::Kind::Add, static_cast<uint8_t>(slot), static_cast<uint16_t>(slot + 1)});
+}
+
 }  // namespace
+
+std::vector<tensor::LeafStep> leaf_steps(int count, int first, int last) {
+  std::vector<tensor::LeafStep> steps;
+  const std::vector<LeafNode> cover = leaf_cover(count, first, last);
+  for (size_t i = 0; i < cover.size(); ++i) {
+    steps_into(count, cover[i], first, 0, steps);
+    steps.push_back({tensor::LeafStep::Kind::Store, 0, static_cast<uint16_t>(i)});
+  }
+  return steps;
+}
 
 LeafNode leaf_root(int count) {
   int level = 0;

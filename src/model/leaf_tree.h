@@ -10,6 +10,8 @@
 #include <span>
 #include <vector>
 
+#include "tensor/matmul.h"
+
 namespace strata::model {
 
 // Leaves [first, first + 2^level) of the tree over `count` leaves, those past count left out.
@@ -27,6 +29,11 @@ LeafNode leaf_root(int count);
 // The fewest nodes that cover leaves [first, last) of `count` and no other, left to right: the
 // sums a member holding those leaves sends.
 std::vector<LeafNode> leaf_cover(int count, int first, int last);
+
+// The steps (tensor::LeafProgram) that add up, from leaves [first, last) of `count` alone (the
+// program's leaf 0 is leaf `first`), the sums of leaf_cover(count, first, last), into outputs
+// in its order: each node as add_leaf_tree adds it.
+std::vector<tensor::LeafStep> leaf_steps(int count, int first, int last);
 
 // out[0, width) = node `target`'s sum over `count` leaves, from the sums of `known` nodes
 // (values[i] is known[i]'s, width floats), adding a node's children where it is not known.

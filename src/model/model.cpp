@@ -78,18 +78,14 @@ class TensorBinder {
     return prepare(rows_of(matrix(name, cols, rows), 0, share));
   }
 
-  // Leaves `mine` of the matrix's input, each `leaf_cols` of its columns (the last the rest),
-  // each a matrix of its own in its kernels' layout; the file's pages of the matrix are let go.
-  std::vector<tensor::PreparedMatrix> leaves(const std::string& name, int64_t cols, int64_t rows, int64_t leaf_cols,
-                                             RowRange mine) const {
+  // Columns `cols` of a weight matrix of `rows` outputs by `cols` inputs, in their kernels'
+  // layout (a matrix of their own unless they are all of them).
+  tensor::PreparedMatrix columns(const std::string& name, int64_t cols, int64_t rows, RowRange part) const {
     const tensor::Matrix whole = matrix(name, cols, rows);
-    std::vector<tensor::PreparedMatrix> leaves;
-    for (int leaf = mine.first; leaf < mine.last; ++leaf) {
-      const int64_t first = leaf * leaf_cols;
-      leaves.push_back(tensor::PreparedMatrix::columns(whole, first, std::min(leaf_cols, cols - first)));
-    }
+    if (part.first == 0 && part.last == cols) return prepare(whole);
+    tensor::PreparedMatrix prepared = tensor::PreparedMatrix::columns(whole, part.first, part.size());
     file_.release_pages(static_cast<const uint8_t*>(whole.data), matrix_bytes(whole));
-    return leaves;
+    return prepared;
   }
 
   // Rows first + share of `whole`, a matrix of its own: a fused attn_qkv or gate-and-up is used
@@ -300,7 +296,7 @@ void check_shares(const Config& c, std::span<const TensorShare> shares) {
   };
   const ProjectionLeaves leaves = projection_leaves(c);
   check(&TensorShare::kv_heads, c.kv_head_count, "KV heads", leaves.kv_heads);
-  check(&TensorShare::ffn_rows, c.ffn_dim, "FFN rows", leaves.ffn_rows);
+  check(&TensorShare::ffn_rows, c.dense_ffn_dim(), "FFN rows", leaves.ffn_rows);
   check(&TensorShare::model_rows, c.embedding_dim, "embedding rows");
   check(&TensorShare::vocab_rows, c.vocab_size, "vocabulary rows");
   check(&TensorShare::expert_rows, c.has_experts() ? c.expert_ffn_dim : 0, "expert rows");
@@ -366,6 +362,9 @@ std::unique_ptr<Model> Model::bind_weights(std::shared_ptr<const gguf::File> fil
   m->down_sums_.cols = leaves.ffn_rows;
   const auto leaves_of = [](RowRange part, int unit) { return RowRange{part.first / unit, (part.last + unit - 1) / unit}; };
   const int dim = c.embedding_dim;
+  const auto columns_of = [](const LeafSums& sums, int cols) {
+    return RowRange{sums.mine.first * sums.cols, std::min(cols, sums.mine.last * sums.cols)};
+  };
   for (const TensorShare& member : shares) {
     for (auto [sums, part] : {std::pair{&m->o_sums_, leaves_of(member.kv_heads, leaves.kv_heads)},
                               std::pair{&m->down_sums_, leaves_of(member.ffn_rows, leaves.ffn_rows)}}) {
@@ -373,6 +372,7 @@ std::unique_ptr<Model> Model::bind_weights(std::shared_ptr<const gguf::File> fil
       if (&member == &share) {
         sums->mine = part;
         sums->own = cover;
+        sums->steps = leaf_steps(sums->count, part.first, part.last);
       }
       sums->all.insert(sums->all.end(), cover.begin(), cover.end());
       sums->widths.push_back(static_cast<int>(cover.size()) * dim);
@@ -437,7 +437,7 @@ std::unique_ptr<Model> Model::bind_weights(std::shared_ptr<const gguf::File> fil
       l.k = bind.prepared(p + "attn_k.weight", c.embedding_dim, c.kv_dim(), kv_rows);
       l.v = bind.prepared(p + "attn_v.weight", c.embedding_dim, c.kv_dim(), kv_rows);
     }
-    l.o = bind.leaves(p + "attn_output.weight", head_values, c.embedding_dim, m->o_sums_.cols, m->o_sums_.mine);
+    l.o = bind.columns(p + "attn_output.weight", head_values, c.embedding_dim, columns_of(m->o_sums_, head_values));
     // o's bias joins its output once the members' sums are added up.
     if (c.has_output_bias) l.o_bias = bind.vector(p + "attn_output.bias", c.embedding_dim);
     if (c.has_attention_sinks) {
@@ -494,11 +494,11 @@ std::unique_ptr<Model> Model::bind_weights(std::shared_ptr<const gguf::File> fil
       const tensor::Matrix gate_up = bind.matrix(p + "ffn_up.weight", c.embedding_dim, 2 * c.ffn_dim);
       l.gate = bind.prepare(TensorBinder::rows_of(gate_up, 0, share.ffn_rows));
       l.up = bind.prepare(TensorBinder::rows_of(gate_up, c.ffn_dim, share.ffn_rows));
-      l.down = bind.leaves(p + "ffn_down.weight", c.ffn_dim, c.embedding_dim, m->down_sums_.cols, m->down_sums_.mine);
+      l.down = bind.columns(p + "ffn_down.weight", c.ffn_dim, c.embedding_dim, columns_of(m->down_sums_, c.ffn_dim));
     } else {
       l.gate = bind.prepared(p + "ffn_gate.weight", c.embedding_dim, c.ffn_dim, share.ffn_rows);
       l.up = bind.prepared(p + "ffn_up.weight", c.embedding_dim, c.ffn_dim, share.ffn_rows);
-      l.down = bind.leaves(p + "ffn_down.weight", c.ffn_dim, c.embedding_dim, m->down_sums_.cols, m->down_sums_.mine);
+      l.down = bind.columns(p + "ffn_down.weight", c.ffn_dim, c.embedding_dim, columns_of(m->down_sums_, c.ffn_dim));
     }
   };
   const int64_t items = range.size() + 1;
@@ -539,11 +539,12 @@ std::unique_ptr<KvState> Model::new_sequence(int capacity, KvType type) const {
 uint64_t Model::weight_bytes() const {
   uint64_t total = 0;
   for (const auto& l : layers_) {
-    for (const tensor::PreparedMatrix* m : {&l->q, &l->k, &l->v, &l->gate, &l->up, &l->router, &l->shared_gate,
-                                            &l->shared_up, &l->shared_down, &l->q_a, &l->q_b, &l->kv_a}) {
+    for (const tensor::PreparedMatrix* m : {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down, &l->router,
+                                            &l->shared_gate, &l->shared_up, &l->shared_down, &l->q_a, &l->q_b,
+                                            &l->kv_a}) {
       total += matrix_bytes(m->source());
     }
-    for (const auto* heads : {&l->k_b, &l->v_b, &l->o, &l->down}) {
+    for (const auto* heads : {&l->k_b, &l->v_b}) {
       for (const tensor::PreparedMatrix& m : *heads) total += matrix_bytes(m.source());
     }
     for (const auto* experts : {&l->expert_gate, &l->expert_up, &l->expert_down}) {
@@ -949,53 +950,25 @@ void Model::dense_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) {
   up_.resize(gate_.size());
   tensor::matmul({{layer.gate, gate_.data()}, {layer.up, up_.data()}}, normed_.data(), rows, pool);
   activate(gate_.data(), up_.data(), static_cast<int64_t>(gate_.size()));
-  add_up_leaves(layer.down, down_sums_, gate_.data(), static_cast<size_t>(share_config_.ffn_dim), rows, pool);
+  add_up_leaves(layer.down, down_sums_, gate_.data(), rows, pool);
 }
 
-void Model::add_up_leaves(const std::vector<tensor::PreparedMatrix>& leaves, const LeafSums& sums, const float* in,
-                          size_t in_row, int rows, tensor::ThreadPool& pool) {
+void Model::add_up_leaves(const tensor::PreparedMatrix& w, const LeafSums& sums, const float* in, int rows,
+                          tensor::ThreadPool& pool) {
   const size_t dim = static_cast<size_t>(config_.embedding_dim);
-  const size_t local = leaves.size();
-  const size_t own = sums.own.size();
-  // Rows in passes that keep the leaves' products to some 32 MiB (a long prompt's chunk).
-  constexpr size_t kMostProductFloats = size_t{8} << 20;
-  const size_t pass_rows = std::max<size_t>(1, kMostProductFloats / (local * dim));
-  std::vector<LeafNode> known;
-  for (int leaf = sums.mine.first; leaf < sums.mine.last; ++leaf) known.push_back({leaf, 0});
-  leaf_sums_.resize(static_cast<size_t>(rows) * own * dim);
-  for (size_t first = 0; first < static_cast<size_t>(rows); first += pass_rows) {
-    const size_t n = std::min(pass_rows, static_cast<size_t>(rows) - first);
-    // Each leaf's columns of the rows, together, as its matmul reads them.
-    leaf_in_.resize(n * in_row);
-    leaf_out_.resize(local * n * dim);
-    expert_jobs_.clear();
-    size_t offset = 0;
-    for (size_t j = 0; j < local; ++j) {
-      const size_t cols = static_cast<size_t>(leaves[j].source().cols);
-      const size_t column = j * static_cast<size_t>(sums.cols);
-      for (size_t r = 0; r < n; ++r) {
-        const float* from = in + (first + r) * in_row + column;
-        std::copy(from, from + cols, leaf_in_.data() + offset + r * cols);
-      }
-      expert_jobs_.push_back({{leaves[j], leaf_out_.data() + j * n * dim}, leaf_in_.data() + offset,
-                              static_cast<int64_t>(n)});
-      offset += n * cols;
-    }
-    tensor::matmul(expert_jobs_, pool);
-    leaf_values_.resize(local);
-    for (size_t r = 0; r < n; ++r) {
-      for (size_t j = 0; j < local; ++j) leaf_values_[j] = leaf_out_.data() + (j * n + r) * dim;
-      for (size_t i = 0; i < own; ++i) {
-        add_leaf_tree(sums.count, sums.own[i], known, leaf_values_, dim,
-                      leaf_sums_.data() + ((first + r) * own + i) * dim);
-      }
-    }
-  }
-  gather(leaf_sums_, sums.widths, static_cast<size_t>(rows), all_leaf_sums_);
+  const size_t n = static_cast<size_t>(rows);
+  const tensor::LeafProgram program{sums.cols, sums.steps, static_cast<int>(sums.own.size())};
+  // A whole model's one sum is the root: its row of the projection.
+  std::vector<float>& own_sums = exchange_ == nullptr ? proj_ : leaf_sums_;
+  own_sums.resize(n * sums.own.size() * dim);
+  const tensor::MatmulJob job{{w, own_sums.data()}, in, rows, nullptr, &program};
+  tensor::matmul(std::span(&job, 1), pool);
+  if (exchange_ == nullptr) return;
+  gather(leaf_sums_, sums.widths, n, all_leaf_sums_);
   const size_t all = sums.all.size();
   leaf_values_.resize(all);
-  proj_.resize(static_cast<size_t>(rows) * dim);
-  for (size_t r = 0; r < static_cast<size_t>(rows); ++r) {
+  proj_.resize(n * dim);
+  for (size_t r = 0; r < n; ++r) {
     for (size_t i = 0; i < all; ++i) leaf_values_[i] = all_leaf_sums_.data() + (r * all + i) * dim;
     add_leaf_tree(sums.count, leaf_root(sums.count), sums.all, leaf_values_, dim, proj_.data() + r * dim);
   }
@@ -1109,7 +1082,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
       for (size_t row = 0; row < n; ++row) row_kv_[row]->store(l, positions_[row], k_.data() + row * c.kv_dim(), nullptr);
       attention(l, layer, pool);
       latent_values(layer, rows, pool);
-      add_up_leaves(layer.o, o_sums_, head_values_.data(), static_cast<size_t>(o_sums_.cols), rows, pool);
+      add_up_leaves(layer.o, o_sums_, head_values_.data(), rows, pool);
     } else {
       tensor::matmul({{layer.q, q_.data()}, {layer.k, k_.data()}, {layer.v, v_.data()}}, normed_.data(), rows, pool);
       add_bias(q_.data(), layer.q_bias, rows, own.q_dim());
@@ -1125,7 +1098,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
         row_kv_[row]->store(l, positions_[row], k_.data() + row * own.kv_dim(), v_.data() + row * own.kv_dim());
       }
       attention(l, layer, pool);
-      add_up_leaves(layer.o, o_sums_, attn_out_.data(), static_cast<size_t>(own.q_dim()), rows, pool);
+      add_up_leaves(layer.o, o_sums_, attn_out_.data(), rows, pool);
     }
     add_bias(proj_.data(), layer.o_bias, rows, dim);
     if (layer.post_attention_norm != nullptr) {

@@ -105,7 +105,7 @@ class Model {
   struct Layer {
     const float* attn_norm = nullptr;
     tensor::PreparedMatrix q, k, v;
-    std::vector<tensor::PreparedMatrix> o;  // this member's leaves of it (o_sums_)
+    tensor::PreparedMatrix o;  // this member's columns (o_sums_)
     const float* q_bias = nullptr;
     const float* k_bias = nullptr;
     const float* v_bias = nullptr;
@@ -117,7 +117,7 @@ class Model {
     const float* post_attention_norm = nullptr;  // with has_post_norms
     const float* post_ffn_norm = nullptr;
     tensor::PreparedMatrix gate, up;  // a dense FFN
-    std::vector<tensor::PreparedMatrix> down;  // this member's leaves of it (down_sums_)
+    tensor::PreparedMatrix down;      // this member's columns (down_sums_)
     tensor::PreparedMatrix router;          // with experts: one score per expert
     const float* selection_bias = nullptr;  // with expert_selection_bias: one per expert
     std::vector<tensor::PreparedMatrix> expert_gate, expert_up, expert_down;
@@ -163,13 +163,14 @@ class Model {
     int cols = 0;                 // of each (the last may have fewer)
     RowRange mine;                // this member's leaves
     std::vector<LeafNode> own;    // the sums this member adds up from them
+    std::vector<tensor::LeafStep> steps;  // that add them up
     std::vector<LeafNode> all;    // every member's own, in member order
     std::vector<int> widths;      // per member, its sums' floats in a row
   };
-  // proj_ = the projection whose leaves (this member's: `leaves`) are `sums`, of `rows` rows
-  // of this member's part of its input: `in`, a row every in_row floats.
-  void add_up_leaves(const std::vector<tensor::PreparedMatrix>& leaves, const LeafSums& sums, const float* in,
-                     size_t in_row, int rows, tensor::ThreadPool& pool);
+  // proj_ = the projection whose columns this member holds (`w`: its leaves of `sums`) times
+  // `rows` rows of its part of the input, `in`.
+  void add_up_leaves(const tensor::PreparedMatrix& w, const LeafSums& sums, const float* in, int rows,
+                     tensor::ThreadPool& pool);
   // A matmul's input rows: floats, or (quantized set) the blocks tensor::quantize_activations
   // made of them for the matrix; row_size is a row's floats or bytes.
   struct InputRows {
@@ -250,9 +251,8 @@ class Model {
   // input). This member's part of the experts' weighted sum and the shared expert's output,
   // which proj_ is gathered from.
   std::vector<float> activations_, proj_part_;
-  // add_up_leaves': each leaf's input rows and products, and each row's sums (this member's,
-  // then every member's).
-  std::vector<float> leaf_in_, leaf_out_, leaf_sums_, all_leaf_sums_;
+  // add_up_leaves' sums of each row (this member's, then every member's) and where they are.
+  std::vector<float> leaf_sums_, all_leaf_sums_;
   std::vector<const float*> leaf_values_;
   // gather_input's quantized rows: this member's parts, with the members' parts of a row in
   // bytes; then o's or down's input gathered (the experts' down's with experts), and the

@@ -118,10 +118,12 @@ std::vector<TensorShare> plan_tensor_shares(const Config& config, std::span<cons
   const ProjectionLeaves leaves = projection_leaves(config);
   const auto kv_heads = split_rows(config.kv_head_count, leaves.kv_heads, weights, "leaves of KV heads");
   const int members = static_cast<int>(weights.size());
-  const auto ffn_rows = split_rows(config.ffn_dim, leaves.ffn_rows, weights, "leaves of FFN rows");
+  const std::vector<RowRange> none(weights.size());
+  const auto ffn_rows = config.dense_ffn_dim() > 0
+                            ? split_rows(config.dense_ffn_dim(), leaves.ffn_rows, weights, "leaves of FFN rows")
+                            : none;
   const auto model_rows = split_rows(config.embedding_dim, kShareRowUnit, weights, "units of embedding rows");
   const auto vocab_rows = split_rows(config.vocab_size, kShareRowUnit, weights, "units of vocabulary rows");
-  const std::vector<RowRange> none(weights.size());
   const auto expert_rows =
       config.has_experts()
           ? split_rows(config.expert_ffn_dim, ffn_row_unit(config.expert_ffn_dim, members), weights,

@@ -25,8 +25,9 @@ struct RowRange {
 // One member's share of every layer and of the output head. A member's attention covers its
 // KV heads and the query heads that read them; it computes its rows of each projection's output:
 // of q, k and v its heads', of the FFN's gate and up its ffn_rows, of the head its vocab_rows;
-// of o and down, the sums of its columns: its heads' values and its ffn_rows. model_rows
-// (embedding dimensions) are its rows of the experts' down outputs. With experts, of each
+// of o and down, the sums of its columns: its heads' values and its ffn_rows (empty in a model
+// whose every layer has experts). model_rows (embedding dimensions) are its rows of the
+// experts' down outputs. With experts, of each
 // expert's gate and up its expert_rows and of the shared expert's its shared_expert_rows
 // (empty ranges in a model without them); the routing is every member's.
 struct TensorShare {
@@ -45,7 +46,7 @@ struct TensorShare {
 constexpr int kShareRowUnit = 16;
 
 // The leaves o's and down's inputs are added up in (leaf_tree.h), the same for one Model and
-// for any group, each whole blocks of the weights (Config::projection_block): o's of
+// for any group, each whole units of the weights' layout (Config::projection_block): o's of
 // `kv_heads` KV heads' query heads' values, down's of `ffn_rows` of the FFN's rows; the last
 // leaf of either may be shorter. Down's leaves are at most 32, of 256 rows or more where that
 // leaves 8 or more, and all of one size where a size up to twice the least allowed does.

@@ -384,6 +384,9 @@ void interleaved_matmul(std::span<const MatmulJob> jobs, ThreadPool& pool) {
     int64_t n_tokens;
     InterleavedKernels kernel;
     float* y;
+    const LeafProgram* leaves;
+    int64_t leaf_blocks;     // of each leaf
+    size_t leaf_bytes;       // of each leaf in a group
   };
   thread_local std::vector<Part> part_buffer;  // reused: this runs once per matmul
   std::vector<Part>& parts = part_buffer;
@@ -393,12 +396,50 @@ void interleaved_matmul(std::span<const MatmulJob> jobs, ThreadPool& pool) {
     const Matrix& w = jobs[i].product.w.source();
     const interleaved::Format f = interleaved::format_of(w.type);
     const int64_t n_blocks = w.cols / f.block;
+    const LeafProgram* leaves = jobs[i].leaves;
+    const int64_t leaf_blocks = leaves != nullptr ? leaves->leaf_cols / f.block : n_blocks;
     parts.push_back({reinterpret_cast<const uint8_t*>(jobs[i].product.w.interleaved()),
                      interleaved::group_bytes(f, n_blocks), w.rows, n_blocks, n_groups,
                      token_rows + first_token_row[i], jobs[i].n_tokens,
-                     kernels_of(active_isa()).interleaved(w.type), jobs[i].product.y});
+                     kernels_of(active_isa()).interleaved(w.type), jobs[i].product.y, leaves, leaf_blocks,
+                     interleaved::group_bytes(f, leaf_blocks)});
     n_groups += (w.rows + interleaved::kRows - 1) / interleaved::kRows;
   }
+  // A group's rows of `tokens` tokens from t0 through a leaf program: each leaf's product into
+  // a slot, as the kernel gives a matrix of its columns alone, and the slots added and stored.
+  const auto leaf_tile = [](const Part& part, int64_t g, int64_t t0, int tokens) {
+    constexpr int kTile = kernels::kMaxInterleavedTokens * interleaved::kRows;
+    float slots[kLeafSlots][kTile];
+    const void* leaf_tokens[kernels::kMaxInterleavedTokens];
+    const uint8_t* group = part.groups + static_cast<size_t>(g) * part.group_size;
+    const int64_t first_row = g * interleaved::kRows;
+    const int rows = static_cast<int>(std::min<int64_t>(interleaved::kRows, part.rows - first_row));
+    for (const LeafStep& step : part.leaves->steps) {
+      float* slot = slots[step.slot];
+      switch (step.kind) {
+        case LeafStep::Kind::Leaf: {
+          const int64_t first_block = static_cast<int64_t>(step.arg) * part.leaf_blocks;
+          for (int t = 0; t < tokens; ++t) {
+            leaf_tokens[t] = static_cast<const Activation*>(part.tokens[t0 + t]) + first_block;
+          }
+          part.kernel.run(group + static_cast<size_t>(step.arg) * part.leaf_bytes,
+                          std::min(part.leaf_blocks, part.n_blocks - first_block), leaf_tokens, tokens, slot);
+          break;
+        }
+        case LeafStep::Kind::Add: {
+          const float* other = slots[step.arg];
+          for (int i = 0; i < tokens * interleaved::kRows; ++i) slot[i] = slot[i] + other[i];
+          break;
+        }
+        case LeafStep::Kind::Store:
+          for (int t = 0; t < tokens; ++t) {
+            std::copy_n(slot + t * interleaved::kRows, rows,
+                        part.y + ((t0 + t) * part.leaves->outputs + step.arg) * part.rows + first_row);
+          }
+          break;
+      }
+    }
+  };
   pool.parallel_for(n_groups, [&](int64_t group_begin, int64_t group_end) {
     float out[kernels::kMaxInterleavedTokens * interleaved::kRows];
     size_t part_index = 0;
@@ -410,6 +451,10 @@ void interleaved_matmul(std::span<const MatmulJob> jobs, ThreadPool& pool) {
       const int rows = static_cast<int>(std::min<int64_t>(interleaved::kRows, part.rows - first_row));
       for (int64_t t0 = 0; t0 < part.n_tokens; t0 += part.kernel.max_tokens) {
         const int tokens = static_cast<int>(std::min<int64_t>(part.kernel.max_tokens, part.n_tokens - t0));
+        if (part.leaves != nullptr) {
+          leaf_tile(part, g, t0, tokens);
+          continue;
+        }
         part.kernel.run(part.groups + static_cast<size_t>(g) * part.group_size, part.n_blocks, part.tokens + t0,
                         tokens, out);
         for (int t = 0; t < tokens; ++t) {
@@ -592,12 +637,43 @@ void matmul(const PreparedMatrix& w, const std::byte* quantized_x, int64_t n_tok
   matmul(std::span(&job, 1), pool);
 }
 
+int64_t leaf_unit(DType type) {
+  const interleaved::Format format = interleaved::format_of(type);
+  return static_cast<int64_t>(format.block) * format.blocks_per_unit;
+}
+
+namespace {
+
+// Throws std::invalid_argument for a leaf program that w's layout cannot run or that reads a
+// slot, leaf or output it does not have.
+void check_leaves(const PreparedMatrix& w, const LeafProgram& leaves) {
+  const Matrix& m = w.source();
+  const std::string what = "matmul: a leaf program over a " + std::string(dtype_name(m.type)) + " matrix of " +
+                           std::to_string(m.cols) + " columns ";
+  const int64_t unit = leaf_unit(m.type);
+  const int64_t count = leaves.leaf_cols > 0 ? (m.cols + leaves.leaf_cols - 1) / leaves.leaf_cols : 0;
+  // Every leaf but the first starts at a unit of the layout.
+  if (count == 0 || (count > 1 && leaves.leaf_cols % unit != 0)) {
+    throw std::invalid_argument(what + "needs leaves of whole units of " + std::to_string(unit) + " columns, not " +
+                                std::to_string(leaves.leaf_cols));
+  }
+  for (const LeafStep& step : leaves.steps) {
+    const bool fits = step.slot < kLeafSlots && (step.kind == LeafStep::Kind::Leaf  ? step.arg < count
+                                                 : step.kind == LeafStep::Kind::Add ? step.arg < kLeafSlots
+                                                                                    : step.arg < leaves.outputs);
+    if (!fits) throw std::invalid_argument(what + "names a slot, leaf or output it does not have");
+  }
+}
+
+}  // namespace
+
 void matmul(std::span<const MatmulJob> jobs, ThreadPool& pool) {
   for (const MatmulJob& job : jobs) {
     if (job.quantized_x != nullptr && activation_blocks(job.product.w).elements == 0) {
       throw std::invalid_argument("matmul: " + std::string(dtype_name(job.product.w.source().type)) +
                                   " weights take float rows, not quantized ones");
     }
+    if (job.leaves != nullptr) check_leaves(job.product.w, *job.leaves);
   }
   // Runs of neighbours that can share one loop go together.
   for (size_t begin = 0; begin < jobs.size();) {

@@ -69,6 +69,30 @@ struct Product {
 };
 void matmul(std::initializer_list<Product> products, const float* x, int64_t n_tokens, ThreadPool& pool);
 
+// A product whose input's columns are cut into leaves of leaf_cols (the last the rest): each
+// leaf's product is a dot over its columns alone, from zero as a matrix of those columns would
+// take it, and `steps`, run in order for every row and token, add them up into `outputs`
+// outputs of w.rows each, y[(t * outputs + output) * rows + r]. So a projection whose input's
+// columns are shared out among a group's members adds up in one fixed order that one Model
+// and every member keep (model/leaf_tree.h writes the steps). Each step writes one of
+// kLeafSlots partial sums: Leaf, leaf `arg`'s product; Add, slot + slot `arg` (in that order);
+// Store reads it into output `arg`. leaf_cols is a whole number of leaf_unit(w's type), unless
+// one leaf takes every column.
+struct LeafStep {
+  enum class Kind : uint8_t { Leaf, Add, Store };
+  Kind kind = Kind::Leaf;
+  uint8_t slot = 0;
+  uint16_t arg = 0;
+};
+inline constexpr int kLeafSlots = 8;
+struct LeafProgram {
+  int64_t leaf_cols = 0;
+  std::span<const LeafStep> steps;
+  int outputs = 1;
+};
+// The columns a leaf of weights of `type` must be a whole number of: its layout's units.
+int64_t leaf_unit(DType type);
+
 // Products over inputs of their own (a Mixture of Experts' experts, each over the rows that
 // chose it), each y exactly what its own matmul gives, in as few parallel loops as their
 // layouts allow: one thread wait for all of them rather than one per product. A job whose
@@ -78,6 +102,7 @@ struct MatmulJob {
   const float* x;
   int64_t n_tokens;
   const std::byte* quantized_x = nullptr;
+  const LeafProgram* leaves = nullptr;  // set: y as LeafProgram says
 };
 void matmul(std::span<const MatmulJob> jobs, ThreadPool& pool);
 

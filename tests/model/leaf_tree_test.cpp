@@ -122,6 +122,40 @@ TEST(LeafTree, TheRootFromEveryMembersSumsIsTheTreeOverAllLeaves) {
   EXPECT_GT(differs_from_a_left_fold, 100);  // the order is the tree's, not the leaves' in turn
 }
 
+// Runs a leaf program's steps over one-float leaves [first, ...) as tensor::matmul would.
+std::vector<float> run_steps(const std::vector<tensor::LeafStep>& steps, const std::vector<float>& leaves, int first,
+                             size_t outputs) {
+  std::vector<float> slots(tensor::kLeafSlots, NAN), out(outputs, NAN);
+  for (const tensor::LeafStep& step : steps) {
+    switch (step.kind) {
+      case tensor::LeafStep::Kind::Leaf: slots[step.slot] = leaves[static_cast<size_t>(first + step.arg)]; break;
+      case tensor::LeafStep::Kind::Add: slots[step.slot] = slots[step.slot] + slots[step.arg]; break;
+      case tensor::LeafStep::Kind::Store: out.at(step.arg) = slots[step.slot]; break;
+    }
+  }
+  return out;
+}
+
+TEST(LeafTree, AProgramsStepsAddUpACoversSumsFromItsLeavesAlone) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  for (int count = 1; count <= 64; ++count) {
+    std::vector<float> leaves(static_cast<size_t>(count));
+    for (float& v : leaves) v = std::ldexp(mantissa(rng), exponent(rng));
+    for (int first = 0; first < count; ++first) {
+      for (int last = first + 1; last <= count; ++last) {
+        const std::vector<LeafNode> cover = leaf_cover(count, first, last);
+        const std::vector<float> sums = sums_of(count, cover, leaves);
+        const std::vector<float> ran = run_steps(leaf_steps(count, first, last), leaves, first, cover.size());
+        for (size_t i = 0; i < cover.size(); ++i) {
+          ASSERT_EQ(bits(ran[i]), bits(sums[i])) << count << " " << first << " " << last << " sum " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(LeafTree, AddsWholeRowsElementByElement) {
   const std::vector<float> a{1, 2, 3}, b{10, 20, 30}, c{100, 200, 300};
   const std::vector<LeafNode> known{{0, 0}, {1, 0}, {2, 0}};

@@ -26,12 +26,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Shapes of three KV heads, so that groups of three have one each; each member's rows of
-// o, down and the head then end inside the kernels' groups of 16 rows where the dimension does.
+// Shapes of three KV heads, so that groups of three have one each (a KV head's 64 values are a
+// leaf of o's input: a unit of the 32-element formats' layout); each member's rows of the
+// experts' down and the head then end inside the kernels' groups of 16 rows where the dimension
+// does.
 constexpr SyntheticShape kLlama{.name = "llama-kv3", .description = "tests: GQA 6/3, vocabulary of 1000",
                                 .arch = "llama", .vocab_size = 1000, .context_length = 128, .embedding_dim = 96,
                                 .layer_count = 3, .head_count = 6, .kv_head_count = 3, .ffn_dim = 224,
-                                .rope_freq_base = 10000.0f, .tied_output = false};
+                                .rope_freq_base = 10000.0f, .tied_output = false, .head_dim = 32};
 constexpr SyntheticShape kQwen3{.name = "qwen3-kv3", .description = "tests: QK-norm, heads of 32 beside 128",
                                 .arch = "qwen3", .vocab_size = 512, .context_length = 128, .embedding_dim = 128,
                                 .layer_count = 2, .head_count = 6, .kv_head_count = 3, .ffn_dim = 256,
@@ -54,8 +56,8 @@ constexpr SyntheticShape kQwen3K{.name = "qwen3-k256", .description = "tests: K-
 constexpr SyntheticShape kMixtral{.name = "mixtral-kv3", .description = "tests: 3 of 6 experts, GQA 6/3",
                                   .arch = "llama", .vocab_size = 512, .context_length = 128, .embedding_dim = 96,
                                   .layer_count = 2, .head_count = 6, .kv_head_count = 3, .ffn_dim = 192,
-                                  .rope_freq_base = 10000.0f, .tied_output = false, .expert_count = 6,
-                                  .experts_per_token = 3, .expert_ffn_dim = 96};
+                                  .rope_freq_base = 10000.0f, .tied_output = false, .head_dim = 32,
+                                  .expert_count = 6, .experts_per_token = 3, .expert_ffn_dim = 96};
 
 // The models' files: the shared one, or a synthetic one written once per test binary.
 class TestModels : public ::testing::Environment {

@@ -497,6 +497,75 @@ TEST(Matmul, ColumnsAreAMatrixOfTheirOwn) {
   }
 }
 
+// A leaf program's outputs are its leaves' products, each as a matrix of the leaf's columns
+// alone gives it, added as its steps say; the last leaf may be short.
+TEST(Matmul, LeafProgramsAddTheLeavesProductsAsTheirStepsSay) {
+  ThreadPool pool(2);
+  using Kind = LeafStep::Kind;
+  // ((leaf 0 + leaf 1) + (leaf 2 + leaf 3)) into output 0.
+  const std::vector<LeafStep> tree{{Kind::Leaf, 0, 0}, {Kind::Leaf, 1, 1}, {Kind::Add, 0, 1},
+                                   {Kind::Leaf, 1, 2}, {Kind::Leaf, 2, 3}, {Kind::Add, 1, 2},
+                                   {Kind::Add, 0, 1},  {Kind::Store, 0, 0}};
+  // leaf 0 into output 0, leaf 1 + leaf 2 into output 1.
+  const std::vector<LeafStep> two{{Kind::Leaf, 0, 0}, {Kind::Store, 0, 0}, {Kind::Leaf, 0, 1},
+                                  {Kind::Leaf, 5, 2}, {Kind::Add, 0, 5},   {Kind::Store, 0, 1}};
+  const std::vector<DType> types{DType::Q4_0, DType::Q4_K, DType::F32, DType::F16, DType::Q8_0};
+  const std::vector<int64_t> leaf_cols{128, 512, 7, 16, 64};
+  for (size_t i = 0; i < types.size(); ++i) {
+    const int64_t rows = 37;
+    for (const bool four_leaves : {true, false}) {
+      // Four whole leaves, or two and a short third (half a leaf's columns, whole blocks).
+      const int64_t cols = four_leaves ? 4 * leaf_cols[i] : 2 * leaf_cols[i] + leaf_cols[i] / 2;
+      const TestMatrix m = make_matrix(types[i], rows, cols, 120 + static_cast<uint32_t>(i));
+      const PreparedMatrix w(m.view());
+      const std::vector<LeafStep>& steps = four_leaves ? tree : two;
+      const LeafProgram program{leaf_cols[i], steps, four_leaves ? 1 : 2};
+      for (const int64_t tokens : {int64_t{1}, int64_t{9}}) {
+        const std::vector<float> x = random_floats(static_cast<size_t>(tokens * cols), 130);
+        std::vector<float> y(static_cast<size_t>(tokens * rows * program.outputs), NAN);
+        const MatmulJob job{{w, y.data()}, x.data(), tokens, nullptr, &program};
+        matmul(std::span(&job, 1), pool);
+        // Each leaf's product from a matrix of its columns over its columns of x.
+        std::vector<std::vector<float>> leaf;
+        for (int64_t first = 0; first < cols; first += leaf_cols[i]) {
+          const int64_t width = std::min(leaf_cols[i], cols - first);
+          const PreparedMatrix part = PreparedMatrix::columns(m.view(), first, width);
+          std::vector<float> part_x;
+          for (int64_t t = 0; t < tokens; ++t) {
+            part_x.insert(part_x.end(), x.begin() + t * cols + first, x.begin() + t * cols + first + width);
+          }
+          leaf.emplace_back(static_cast<size_t>(tokens * rows));
+          matmul(part, part_x.data(), tokens, leaf.back().data(), pool);
+        }
+        for (int64_t t = 0; t < tokens; ++t) {
+          for (int64_t r = 0; r < rows; ++r) {
+            const auto at = [&](int l) { return leaf[static_cast<size_t>(l)][static_cast<size_t>(t * rows + r)]; };
+            const std::vector<float> expected =
+                four_leaves ? std::vector<float>{(at(0) + at(1)) + (at(2) + at(3))} : std::vector<float>{at(0), at(1) + at(2)};
+            for (int o = 0; o < program.outputs; ++o) {
+              const float got = y[static_cast<size_t>((t * program.outputs + o) * rows + r)];
+              ASSERT_EQ(0, std::memcmp(&got, &expected[static_cast<size_t>(o)], sizeof got))
+                  << dtype_name(types[i]) << " token " << t << " row " << r << " output " << o;
+            }
+          }
+        }
+      }
+    }
+  }
+  // Leaves that do not start at the layout's units, and steps past the slots, leaves or outputs.
+  const TestMatrix m = make_matrix(DType::Q4_0, 16, 256, 140);
+  const PreparedMatrix w(m.view());
+  std::vector<float> x(256), y(32);
+  for (const LeafProgram& bad : {LeafProgram{32, tree, 1}, LeafProgram{0, tree, 1},
+                                 LeafProgram{128, tree, 1}, LeafProgram{64, two, 1}}) {
+    const MatmulJob job{{w, y.data()}, x.data(), 1, nullptr, &bad};
+    EXPECT_THROW(matmul(std::span(&job, 1), pool), std::invalid_argument);
+  }
+  EXPECT_EQ(leaf_unit(DType::Q4_0), 64);
+  EXPECT_EQ(leaf_unit(DType::Q3_K), 512);
+  EXPECT_EQ(leaf_unit(DType::F32), 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, MatmulTypeTest, ::testing::ValuesIn(kSupportedTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
