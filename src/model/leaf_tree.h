@@ -14,12 +14,13 @@
 
 namespace strata::model {
 
-// Leaves [first, first + 2^level) of the tree over `count` leaves, those past count left out.
-// A node whose leaves all lie past count is empty; one whose right child is empty is its left
-// child's sum.
+// Leaves [first, last) of the tree over `count` leaves: the root is [0, count), and a node of
+// more than one leaf is its left child [first, mid) plus its right child [mid, last), mid =
+// first + (last - first + 1) / 2. So a group of two that shares the leaves out evenly (the
+// odd one to the first member) holds one child of the root each, and sends one sum each.
 struct LeafNode {
   int first = 0;
-  int level = 0;
+  int last = 0;
   bool operator==(const LeafNode&) const = default;
 };
 
@@ -35,10 +36,10 @@ std::vector<LeafNode> leaf_cover(int count, int first, int last);
 // in its order: each node as add_leaf_tree adds it.
 std::vector<tensor::LeafStep> leaf_steps(int count, int first, int last);
 
-// out[0, width) = node `target`'s sum over `count` leaves, from the sums of `known` nodes
-// (values[i] is known[i]'s, width floats), adding a node's children where it is not known.
-// Throws std::invalid_argument where a leaf under target is neither known nor under a known node.
-void add_leaf_tree(int count, LeafNode target, std::span<const LeafNode> known, std::span<const float* const> values,
+// out[0, width) = node `target`'s sum, from the sums of `known` nodes (values[i] is known[i]'s,
+// width floats), adding a node's children where it is not known. Throws std::invalid_argument
+// where a leaf under target is neither known nor under a known node.
+void add_leaf_tree(LeafNode target, std::span<const LeafNode> known, std::span<const float* const> values,
                    size_t width, float* out);
 
 }  // namespace strata::model

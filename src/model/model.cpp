@@ -970,7 +970,7 @@ void Model::add_up_leaves(const tensor::PreparedMatrix& w, const LeafSums& sums,
   proj_.resize(n * dim);
   for (size_t r = 0; r < n; ++r) {
     for (size_t i = 0; i < all; ++i) leaf_values_[i] = all_leaf_sums_.data() + (r * all + i) * dim;
-    add_leaf_tree(sums.count, leaf_root(sums.count), sums.all, leaf_values_, dim, proj_.data() + r * dim);
+    add_leaf_tree(leaf_root(sums.count), sums.all, leaf_values_, dim, proj_.data() + r * dim);
   }
 }
 

@@ -15,18 +15,16 @@
 namespace strata::model {
 namespace {
 
-// The tree written out on its own: the sum of leaves [first, first + size) of `count`, size a
-// power of two, halves added left + right, a half wholly past count left out.
-float reference_sum(const std::vector<float>& leaves, int first, int size) {
-  if (size == 1) return leaves[static_cast<size_t>(first)];
-  const int half = size / 2;
-  const float left = reference_sum(leaves, first, half);
-  if (first + half >= static_cast<int>(leaves.size())) return left;
-  return left + reference_sum(leaves, first + half, half);
+// The tree written out on its own: the sum of leaves [first, last), halves added left +
+// right, the left half the larger by one where the leaves are odd.
+float reference_sum(const std::vector<float>& leaves, int first, int last) {
+  if (last - first == 1) return leaves[static_cast<size_t>(first)];
+  const int left = (last - first + 1) / 2;
+  return reference_sum(leaves, first, first + left) + reference_sum(leaves, first + left, last);
 }
 
 float reference_root(const std::vector<float>& leaves) {
-  return reference_sum(leaves, 0, static_cast<int>(std::bit_ceil(leaves.size())));
+  return reference_sum(leaves, 0, static_cast<int>(leaves.size()));
 }
 
 // Sums of `nodes` from one-float leaves.
@@ -34,11 +32,11 @@ std::vector<float> sums_of(int count, const std::vector<LeafNode>& nodes, const 
   std::vector<LeafNode> known;
   std::vector<const float*> values;
   for (int i = 0; i < count; ++i) {
-    known.push_back({i, 0});
+    known.push_back({i, i + 1});
     values.push_back(&leaves[static_cast<size_t>(i)]);
   }
   std::vector<float> sums(nodes.size());
-  for (size_t i = 0; i < nodes.size(); ++i) add_leaf_tree(count, nodes[i], known, values, 1, &sums[i]);
+  for (size_t i = 0; i < nodes.size(); ++i) add_leaf_tree(nodes[i], known, values, 1, &sums[i]);
   return sums;
 }
 
@@ -48,29 +46,42 @@ uint32_t bits(float f) {
   return b;
 }
 
-TEST(LeafTree, ACoverIsTheFewestAlignedNodesOverExactlyItsLeaves) {
+// The node of the tree over `count` leaves whose child `node` is (node is not the root).
+LeafNode parent_of(int count, LeafNode node) {
+  LeafNode at = leaf_root(count);
+  while (true) {
+    const int mid = at.first + (at.last - at.first + 1) / 2;
+    const LeafNode left{at.first, mid}, right{mid, at.last};
+    if (left == node || right == node) return at;
+    at = node.first < mid ? left : right;
+  }
+}
+
+TEST(LeafTree, ACoverIsTheFewestNodesOverExactlyItsLeaves) {
   for (int count = 1; count <= 40; ++count) {
     for (int first = 0; first < count; ++first) {
       for (int last = first + 1; last <= count; ++last) {
         const std::vector<LeafNode> cover = leaf_cover(count, first, last);
         int next = first;
         for (const LeafNode& node : cover) {
-          const int size = 1 << node.level;
-          EXPECT_EQ(node.first % size, 0);
           EXPECT_EQ(node.first, next) << count << " " << first << " " << last;
-          next = std::min(count, node.first + size);
+          next = node.last;
           // Its parent reaches outside [first, last): else the parent would stand for both.
-          const int parent_first = node.first / (2 * size) * (2 * size);
-          const int parent_last = std::min(count, parent_first + 2 * size);
-          EXPECT_TRUE(parent_first < first || parent_last > last || node.level == leaf_root(count).level)
-              << count << " " << first << " " << last << " " << node.first << "/" << node.level;
+          if (node == leaf_root(count)) continue;
+          const LeafNode parent = parent_of(count, node);
+          EXPECT_TRUE(parent.first < first || parent.last > last)
+              << count << " " << first << " " << last << " " << node.first << ".." << node.last;
         }
         EXPECT_EQ(next, last);
       }
     }
   }
-  EXPECT_EQ(leaf_cover(22, 0, 22), (std::vector<LeafNode>{{0, 5}}));
-  EXPECT_EQ(leaf_cover(22, 11, 22), (std::vector<LeafNode>{{11, 0}, {12, 2}, {16, 4}}));
+  EXPECT_EQ(leaf_cover(22, 0, 22), (std::vector<LeafNode>{{0, 22}}));
+  // An even split of two members: one sum each; of three, a few.
+  EXPECT_EQ(leaf_cover(22, 0, 11), (std::vector<LeafNode>{{0, 11}}));
+  EXPECT_EQ(leaf_cover(22, 11, 22), (std::vector<LeafNode>{{11, 22}}));
+  EXPECT_EQ(leaf_cover(9, 0, 5), (std::vector<LeafNode>{{0, 5}}));
+  EXPECT_EQ(leaf_cover(22, 8, 15), (std::vector<LeafNode>{{8, 9}, {9, 11}, {11, 14}, {14, 15}}));
 }
 
 TEST(LeafTree, TheRootFromEveryMembersSumsIsTheTreeOverAllLeaves) {
@@ -99,12 +110,12 @@ TEST(LeafTree, TheRootFromEveryMembersSumsIsTheTreeOverAllLeaves) {
       std::vector<LeafNode> known;
       std::vector<const float*> values;
       for (int i = cuts[m]; i < cuts[m + 1]; ++i) {
-        known.push_back({i, 0});
+        known.push_back({i, i + 1});
         values.push_back(&leaves[static_cast<size_t>(i)]);
       }
       for (const LeafNode& node : cover) {
         float sum;
-        add_leaf_tree(count, node, known, values, 1, &sum);
+        add_leaf_tree(node, known, values, 1, &sum);
         all.push_back(node);
         all_sums.push_back(sum);
       }
@@ -112,7 +123,7 @@ TEST(LeafTree, TheRootFromEveryMembersSumsIsTheTreeOverAllLeaves) {
     std::vector<const float*> values;
     for (const float& sum : all_sums) values.push_back(&sum);
     float root;
-    add_leaf_tree(count, leaf_root(count), all, values, 1, &root);
+    add_leaf_tree(leaf_root(count), all, values, 1, &root);
     ASSERT_EQ(bits(root), bits(reference_root(leaves))) << "trial " << trial;
     ASSERT_EQ(bits(root), bits(sums_of(count, {leaf_root(count)}, leaves)[0]));
     float fold = leaves[0];
@@ -158,20 +169,20 @@ TEST(LeafTree, AProgramsStepsAddUpACoversSumsFromItsLeavesAlone) {
 
 TEST(LeafTree, AddsWholeRowsElementByElement) {
   const std::vector<float> a{1, 2, 3}, b{10, 20, 30}, c{100, 200, 300};
-  const std::vector<LeafNode> known{{0, 0}, {1, 0}, {2, 0}};
+  const std::vector<LeafNode> known{{0, 1}, {1, 2}, {2, 3}};
   const std::vector<const float*> values{a.data(), b.data(), c.data()};
   std::vector<float> out(3);
-  add_leaf_tree(3, leaf_root(3), known, values, 3, out.data());
+  add_leaf_tree(leaf_root(3), known, values, 3, out.data());
   EXPECT_EQ(out, (std::vector<float>{111, 222, 333}));
 }
 
 TEST(LeafTree, RefusesALeafWithoutASum) {
   const float one = 1.0f;
-  const std::vector<LeafNode> known{{0, 0}, {2, 0}};
+  const std::vector<LeafNode> known{{0, 1}, {2, 3}};
   const std::vector<const float*> values{&one, &one};
   float out;
-  EXPECT_THROW(add_leaf_tree(3, leaf_root(3), known, values, 1, &out), std::invalid_argument);
-  EXPECT_THROW(add_leaf_tree(3, {4, 0}, known, values, 1, &out), std::invalid_argument);
+  EXPECT_THROW(add_leaf_tree(leaf_root(3), known, values, 1, &out), std::invalid_argument);
+  EXPECT_THROW(add_leaf_tree({4, 4}, known, values, 1, &out), std::invalid_argument);
 }
 
 }  // namespace
