@@ -10,9 +10,11 @@
 # DELAY_MS (default 0) adds that much before every node-to-node call (--test-link-delay-ms), as
 # a LAN's latency would; netem is not available to add it on the wire. EXCHANGE_DELAY_US (default
 # 0) likewise holds back every gather of a tensor-parallel group (--test-exchange-delay-us).
+# SPECULATIVE (default: the server's) is passed as --speculative: `off` where builds whose
+# greedy text differs are compared, since prompt lookup's drafts depend on the text.
 # Needs root (network namespaces, tc).
 #
-# usage: [DELAY_MS=2] [EXCHANGE_DELAY_US=200] link_bytes_netns.sh STRATA MODEL.gguf STAGES [TOKENS]   e.g. STAGES=a:0-1,b:2-2,c:3-3
+# usage: [DELAY_MS=2] [EXCHANGE_DELAY_US=200] [SPECULATIVE=off] link_bytes_netns.sh STRATA MODEL.gguf STAGES [TOKENS]   e.g. STAGES=a:0-1,b:2-2,c:3-3
 set -uo pipefail
 
 STRATA=$1
@@ -54,7 +56,8 @@ for node in a b c; do
   [ "$node" != a ] && peers=(--peers "$SUBNET.1:8081")
   ip netns exec "$PREFIX-$node" "$STRATA" serve -m "$MODEL" --node-id "$node" --port 8080 --host 0.0.0.0 \
     --cluster-key "$KEY" --no-discovery "${peers[@]}" --stages "$STAGES" -t 1 -c 512 --parallel 8 \
-    --test-link-delay-ms "$DELAY_MS" --test-exchange-delay-us "$EXCHANGE_DELAY_US" >"$WORK/$node.log" 2>&1 &
+    --test-link-delay-ms "$DELAY_MS" --test-exchange-delay-us "$EXCHANGE_DELAY_US" \
+    ${SPECULATIVE:+--speculative "$SPECULATIVE"} >"$WORK/$node.log" 2>&1 &
   PIDS+=($!)
 done
 

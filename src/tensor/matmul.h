@@ -35,9 +35,10 @@ class PreparedMatrix {
   static std::vector<PreparedMatrix> together(std::span<const Matrix> sources);
 
   // Columns [first_col, first_col + cols) of `source` as a matrix of their own, in a copy of
-  // its own whatever the type: a leaf of a projection whose input is added up in parts
-  // (model/leaf_tree.h). Its source().data is that copy where the kernels read the source,
-  // else nullptr. Throws std::invalid_argument for a range that is not whole blocks of source.
+  // its own whatever the type: a tensor-parallel member's columns of a projection whose input
+  // the members share (model/tensor_share.h). Its source().data is that copy where the kernels
+  // read the source, else nullptr. Throws std::invalid_argument for a range that is not whole
+  // blocks of source.
   static PreparedMatrix columns(const Matrix& source, int64_t first_col, int64_t cols);
 
   const Matrix& source() const { return source_; }
