@@ -98,7 +98,7 @@ ModelFootprint footprint_of(const gguf::File& file) {
   }
   // A group (tensor_groups.h) adds up o's leaves, and a dense FFN's down's, in sums of rows of
   // the embedding that its members swap: one sum each in a group of two, a few more in larger
-  // ones; taken here as two rows a gather. A layer with experts gathers the experts'
+  // ones; taken here as two rows a gather (so larger groups are under-counted). A layer with experts gathers the experts'
   // activations as their down's activation blocks (and the shared expert's apart), and the
   // FFN's output rows as floats.
   const auto gathered = [](const std::map<std::string, tensor::DType>& weights, const std::string& matrix,
