@@ -60,14 +60,14 @@ ModelFootprint footprint_of(const gguf::File& file) {
   // embedding and head (rope_freqs) are a few kilobytes and ignored.
   const gguf::TensorInfo* output = nullptr;
   const gguf::TensorInfo* embedding = nullptr;
-  // Per layer, the weights whose inputs a group gathers: o's and the FFN's down matrices.
+  // Per layer, the weights whose inputs a group gathers: the experts' (and shared expert's) down.
   std::vector<std::map<std::string, tensor::DType>> gathered_into(static_cast<size_t>(config.layer_count));
   for (const gguf::TensorInfo& t : file.tensors()) {
     const TensorRole role = role_of_tensor(t.name, config.layer_count, config.skipped_layer_count);
     switch (role.kind) {
       case TensorRole::Layer:
         if (const std::string part = t.name.substr(t.name.find('.', 4) + 1);
-            part == "attn_output.weight" || part.starts_with("ffn_down")) {
+            part.starts_with("ffn_down_exps") || part.starts_with("ffn_down_shexp")) {
           gathered_into[static_cast<size_t>(role.layer)][part.substr(0, part.find('.'))] = static_cast<tensor::DType>(t.type);
         }
         footprint.layer_weight_bytes[static_cast<size_t>(role.layer)] += t.size_bytes;
