@@ -13,7 +13,6 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 namespace strata::parallel {
 namespace {
@@ -158,7 +157,13 @@ void SocketExchange::all_gather_bytes(std::span<const std::byte> mine, std::span
   for (size_t m = 0; m < members; ++m) {
     received_[m].resize(m == static_cast<size_t>(member_) ? 0 : sizeof(FrameHeader) + rows * widths[m]);
   }
-  if (test_send_delay_.count() > 0) std::this_thread::sleep_for(test_send_delay_);
+  if (test_send_delay_.count() > 0) {
+    // Yielding rather than sleeping: a sleep of 200 us overshoots by some 80 us on a VM (its
+    // timer's slack and wake-up), which a link's delay does not; and a member waiting for its
+    // peers' frames waits busily (kDefaultBusyWait) anyway.
+    const Clock::time_point send_at = Clock::now() + test_send_delay_;
+    while (Clock::now() < send_at) ::sched_yield();
+  }
   transfer();
   size_t column = 0;
   for (size_t m = 0; m < members; ++m) {
