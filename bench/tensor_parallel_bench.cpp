@@ -59,6 +59,7 @@ class CountingExchange final : public model::Exchange {
     inner_.all_gather_bytes(mine, widths, rows, full);
     visits.push_back({arrived, Clock::now()});
   }
+  void read_next(std::span<const std::span<const std::byte>> regions) override { inner_.read_next(regions); }
   void abort() override { inner_.abort(); }
   uint64_t sent = 0;
   std::vector<Visit> visits;

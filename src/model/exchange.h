@@ -22,6 +22,11 @@ class Exchange {
                                 std::span<std::byte> full) = 0;
   // all_gather_bytes of float rows, widths in floats.
   void all_gather(std::span<const float> mine, std::span<const int> widths, size_t rows, std::span<float> full);
+  // What this member reads first once its next gather returns (the next matmuls' weights), in
+  // the order it reads them; the regions must stay valid until then. An exchange that waits in
+  // that gather for the others may bring them into the caches meanwhile, so that the wait
+  // shortens the work after it. A hint for the next gather only; this one ignores it.
+  virtual void read_next(std::span<const std::span<const std::byte>> /*regions*/) {}
   // From any thread: a gather of this member that waits, and every later one, throws at once,
   // and so do the others' (they cannot finish without it). For a member whose group cannot
   // finish its step because another member is lost.

@@ -900,6 +900,10 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   }
   activate(expert_gate_.data(), expert_up_.data(), static_cast<int64_t>(slot_count * ffn));
   activate(gate_.data(), up_.data(), static_cast<int64_t>(n * shared_ffn));
+  next_matrices_.clear();
+  each_expert([&](size_t e, size_t, int64_t) { next_matrices_.push_back(&layer.expert_down[e]); });
+  next_matrices_.push_back(&layer.shared_down);
+  read_next(next_matrices_);
   // Every member's rows of the activations, the down products' input. Every expert's down is
   // of one tensor, so of one type: the first one's activation blocks are every one's.
   const InputRows experts_in = gather_input(layer.expert_down.front(), expert_gate_, widths_.experts, slot_count,
@@ -942,6 +946,7 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
     }
   }
   if (shared_ffn > 0) add_in_place(proj_part_, shared_out_part_, n * part_dim);
+  read_next(after_ffn_);
   gather(proj_part_, widths_.model, n, proj_);
 }
 
@@ -950,6 +955,7 @@ void Model::dense_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) {
   up_.resize(gate_.size());
   tensor::matmul({{layer.gate, gate_.data()}, {layer.up, up_.data()}}, normed_.data(), rows, pool);
   activate(gate_.data(), up_.data(), static_cast<int64_t>(gate_.size()));
+  read_next(after_ffn_);
   add_up_leaves(layer.down, down_sums_, gate_.data(), rows, pool);
 }
 
@@ -972,6 +978,15 @@ void Model::add_up_leaves(const tensor::PreparedMatrix& w, const LeafSums& sums,
     for (size_t i = 0; i < all; ++i) leaf_values_[i] = all_leaf_sums_.data() + (r * all + i) * dim;
     add_leaf_tree(leaf_root(sums.count), sums.all, leaf_values_, dim, proj_.data() + r * dim);
   }
+}
+
+void Model::read_next(std::span<const tensor::PreparedMatrix* const> matrices) {
+  if (exchange_ == nullptr) return;
+  next_reads_.clear();
+  for (const tensor::PreparedMatrix* m : matrices) {
+    if (m != nullptr && m->interleaved() != nullptr) next_reads_.push_back(m->interleaved_region());
+  }
+  exchange_->read_next(next_reads_);
 }
 
 void Model::gather(std::vector<float>& mine, std::span<const int> widths, size_t rows, std::vector<float>& full) {
@@ -1098,6 +1113,10 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
         row_kv_[row]->store(l, positions_[row], k_.data() + row * own.kv_dim(), v_.data() + row * own.kv_dim());
       }
       attention(l, layer, pool);
+      const bool experts = c.layer_has_experts(range_.first + l);
+      read_next(experts ? std::initializer_list<const tensor::PreparedMatrix*>{&layer.router, &layer.shared_gate,
+                                                                               &layer.shared_up}
+                        : std::initializer_list<const tensor::PreparedMatrix*>{&layer.gate, &layer.up});
       add_up_leaves(layer.o, o_sums_, attn_out_.data(), rows, pool);
     }
     add_bias(proj_.data(), layer.o_bias, rows, dim);
@@ -1107,6 +1126,13 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
     add_in_place(x_, proj_, n * dim);
 
     rms_norm_rows(x_.data(), layer.ffn_norm, rows, dim, c.rms_epsilon, normed_.data());
+    after_ffn_.clear();
+    if (l + 1 < range_.size()) {
+      const Layer& next = *layers_[static_cast<size_t>(l + 1)];
+      after_ffn_ = {&next.q, &next.k, &next.v};
+    } else if (range_.has_head(c)) {
+      after_ffn_ = {output_.get()};
+    }
     if (c.layer_has_experts(range_.first + l)) {
       experts_ffn(layer, rows, pool);
     } else {

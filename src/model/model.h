@@ -214,6 +214,9 @@ class Model {
   void experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool);
   // proj_ = the layer's dense FFN of normed_: down(activation(gate x, up x)).
   void dense_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool);
+  // Tells a group's exchange the weights this member reads first after its next gather
+  // (Exchange::read_next), so that a wait for the others may bring them into the caches.
+  void read_next(std::span<const tensor::PreparedMatrix* const> matrices);
   // Rotation of each input row, computed once per batch for all layers and heads.
   void prepare_rope(std::span<const int> positions);
   // Rotates the rope_dim dimensions from `rows` of each of `heads` heads, head_stride apart,
@@ -234,6 +237,10 @@ class Model {
   GatherWidths widths_;
   LeafSums o_sums_, down_sums_;
   Exchange* exchange_ = nullptr;  // nullptr: a whole model
+  // The weights read after the current layer's FFN: the next layer's q, k and v, or the head.
+  std::vector<const tensor::PreparedMatrix*> after_ffn_;
+  std::vector<const tensor::PreparedMatrix*> next_matrices_;  // read_next's lists, reused
+  std::vector<std::span<const std::byte>> next_reads_;
   RowRange vocab_share_;
   LayerRange range_;
   tensor::Matrix embedding_{};

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace strata::parallel {
 namespace {
@@ -110,6 +111,19 @@ struct Direction {
 
 }  // namespace
 
+std::span<const std::byte> CacheWarming::warm_next() {
+  while (region_ < regions_.size() && offset_ >= regions_[region_].size()) {
+    ++region_;
+    offset_ = 0;
+  }
+  if (region_ == regions_.size() || warmed_ >= kMostWarmed) return {};
+  const std::span<const std::byte> piece = regions_[region_].subspan(offset_, std::min(kPiece, regions_[region_].size() - offset_));
+  for (size_t at = 0; at < piece.size(); at += kCacheLine) __builtin_prefetch(piece.data() + at, 0, 2);
+  warmed_ += piece.size();
+  offset_ += piece.size();
+  return piece;
+}
+
 SocketExchange::SocketExchange(int member, std::vector<std::unique_ptr<PeerStream>> peers,
                                std::chrono::milliseconds silence_limit, std::chrono::microseconds test_send_delay,
                                std::chrono::microseconds busy_wait)
@@ -140,6 +154,10 @@ void SocketExchange::abort() {
   }
 }
 
+void SocketExchange::read_next(std::span<const std::span<const std::byte>> regions) {
+  read_next_.assign(regions.begin(), regions.end());
+}
+
 std::runtime_error SocketExchange::aborted_error() const {
   return std::runtime_error("tensor-parallel member " + std::to_string(member_) + ": aborted");
 }
@@ -148,6 +166,8 @@ void SocketExchange::all_gather_bytes(std::span<const std::byte> mine, std::span
                                       std::span<std::byte> full) {
   const size_t members = peers_.size();
   const size_t row_width = checked_row_width(mine, widths, rows, full);
+  const std::vector<std::span<const std::byte>> read_next = std::exchange(read_next_, {});
+  CacheWarming warming(read_next);
   if (aborted_) throw aborted_error();
   const FrameHeader header{calls_, rows, widths[static_cast<size_t>(member_)]};
   sent_.resize(sizeof header + mine.size());
@@ -162,9 +182,11 @@ void SocketExchange::all_gather_bytes(std::span<const std::byte> mine, std::span
     // timer's slack and wake-up), which a link's delay does not; and a member waiting for its
     // peers' frames waits busily (kDefaultBusyWait) anyway.
     const Clock::time_point send_at = Clock::now() + test_send_delay_;
-    while (Clock::now() < send_at) ::sched_yield();
+    while (Clock::now() < send_at) {
+      if (warming.warm_next().empty()) ::sched_yield();
+    }
   }
-  transfer();
+  transfer(warming);
   size_t column = 0;
   for (size_t m = 0; m < members; ++m) {
     const size_t width = widths[m];
@@ -190,7 +212,7 @@ void SocketExchange::all_gather_bytes(std::span<const std::byte> mine, std::span
 // long as it moves bytes (TLS holds decrypted bytes the socket no longer shows), until every
 // frame is out and every peer's is in: a peer a call ahead has its next frame wait in the
 // stream, read by the next call.
-void SocketExchange::transfer() {
+void SocketExchange::transfer(CacheWarming& warming) {
   const size_t members = peers_.size();
   const auto me = static_cast<size_t>(member_);
   std::vector<Direction> sending(members), receiving(members);
@@ -252,11 +274,12 @@ void SocketExchange::transfer() {
       }
       timeout = std::min(timeout, silence_limit_ - silent);
     }
-    // Busy: polls that return at once, the core left to any other thread between them.
+    // Busy: polls that return at once, between them a piece warmed or the core left to any
+    // other thread.
     // Then a millisecond over the silence's time left, so that it is past the limit when poll
     // returns.
     const bool busy = Clock::now() < busy_until;
-    if (busy) ::sched_yield();
+    if (busy && warming.warm_next().empty()) ::sched_yield();
     const int wait_ms = busy ? 0 : static_cast<int>(std::min<int64_t>(timeout.count(), 1 << 30) + 1);
     if (::poll(polled.data(), polled.size(), wait_ms) < 0) {
       if (errno == EINTR) continue;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
@@ -26,6 +27,27 @@ inline constexpr std::chrono::milliseconds kDefaultSilenceLimit{60'000};
 // streams. A decode step's members reach each gather within tens of microseconds of each other
 // (docs/PERFORMANCE.md), so most of its gathers wait less than this.
 inline constexpr std::chrono::microseconds kDefaultBusyWait{400};
+
+// What a gather's caller reads next, prefetched into the caches a piece at a time, each piece
+// between two polls of a wait, so that a frame that arrives is taken at once. No more than
+// kMostWarmed in all: a larger part would push its own first bytes out of the caches before
+// the caller reads them.
+class CacheWarming {
+ public:
+  static constexpr size_t kPiece = 16 << 10;
+  static constexpr size_t kMostWarmed = 8 << 20;
+  explicit CacheWarming(std::span<const std::span<const std::byte>> regions) : regions_(regions) {}
+  // Prefetches the next piece, of kPiece bytes or a region's rest, and returns it; nothing once
+  // every region or kMostWarmed bytes are.
+  std::span<const std::byte> warm_next();
+
+ private:
+  static constexpr size_t kCacheLine = 64;
+  const std::span<const std::span<const std::byte>> regions_;
+  size_t region_ = 0;
+  size_t offset_ = 0;
+  size_t warmed_ = 0;
+};
 
 // Member `member` of a group whose members are connected pairwise: peers[j] is its stream to
 // member j, null at its own index.
@@ -55,6 +77,9 @@ class SocketExchange final : public model::Exchange {
   int size() const override { return static_cast<int>(peers_.size()); }
   void all_gather_bytes(std::span<const std::byte> mine, std::span<const size_t> widths, size_t rows,
                         std::span<std::byte> full) override;
+  // Prefetches the regions into the caches while a gather waits for its peers' frames (or holds
+  // back its own, test_send_delay), up to a few MiB.
+  void read_next(std::span<const std::span<const std::byte>> regions) override;
   // From any thread: breaks the group, for a member whose step failed elsewhere. A gather
   // waiting now throws promptly, and so does every later one; its connections are shut down,
   // so the other members' gathers end too, naming this member.
@@ -62,8 +87,9 @@ class SocketExchange final : public model::Exchange {
 
  private:
   std::runtime_error aborted_error() const;
-  // Moves bytes on every stream until this call's frames are all out and in.
-  void transfer();
+  // Moves bytes on every stream until this call's frames are all out and in, warming what
+  // the caller reads next while it waits.
+  void transfer(CacheWarming& warming);
 
   const int member_;
   std::vector<std::unique_ptr<PeerStream>> peers_;
@@ -75,6 +101,7 @@ class SocketExchange final : public model::Exchange {
   uint64_t calls_ = 0;  // all_gather calls so far: the number the next frame carries
   std::vector<std::byte> sent_;
   std::vector<std::vector<std::byte>> received_;  // per member, its frame of the current call
+  std::vector<std::span<const std::byte>> read_next_;  // for the next call
 };
 
 // `members` members' sockets, connected pairwise by Unix socket pairs (tests, benchmarks): the

@@ -527,6 +527,11 @@ PreparedMatrix::PreparedMatrix(const Matrix& source, std::shared_ptr<const std::
 
 PreparedMatrix::PreparedMatrix(const Matrix& source) : PreparedMatrix(std::move(together({&source, 1}).front())) {}
 
+std::span<const std::byte> PreparedMatrix::interleaved_region() const {
+  if (interleaved_ == nullptr) return {};
+  return {interleaved_, interleaved_bytes(source_)};
+}
+
 std::vector<PreparedMatrix> PreparedMatrix::together(std::span<const Matrix> sources) {
   std::vector<size_t> sizes;
   size_t total = 0;

@@ -42,8 +42,10 @@ class PreparedMatrix {
   static PreparedMatrix columns(const Matrix& source, int64_t first_col, int64_t cols);
 
   const Matrix& source() const { return source_; }
-  // The interleaved copy (nullptr for a matrix without rows).
+  // The interleaved copy (nullptr for a matrix without rows), and its bytes: what a matmul
+  // with it reads of the weights, front to back on one thread.
   const std::byte* interleaved() const { return interleaved_; }
+  std::span<const std::byte> interleaved_region() const;
 
  private:
   PreparedMatrix(const Matrix& source, std::shared_ptr<const std::byte> storage, std::byte* interleaved);

@@ -305,7 +305,8 @@ TEST(GroupOverSockets, MembersInProcessesOfTheirOwnHaveTheModelsBits) {
   }
 }
 
-// Records the bytes of this member's part of each gather, and gathers through another exchange.
+// Records the bytes of this member's part of each gather and the sizes of the regions named
+// read next before it, and gathers through another exchange.
 class CountingExchange final : public Exchange {
  public:
   explicit CountingExchange(Exchange& inner) : inner_(inner) {}
@@ -314,19 +315,29 @@ class CountingExchange final : public Exchange {
   void all_gather_bytes(std::span<const std::byte> mine, std::span<const size_t> widths, size_t rows,
                         std::span<std::byte> full) override {
     parts.push_back(mine.size());
+    read_next_sizes.push_back(std::exchange(next_, {}));
     inner_.all_gather_bytes(mine, widths, rows, full);
+  }
+  void read_next(std::span<const std::span<const std::byte>> regions) override {
+    next_.clear();
+    for (const std::span<const std::byte> region : regions) next_.push_back(region.size());
   }
   void abort() override { inner_.abort(); }
   std::vector<size_t> parts;
+  std::vector<std::vector<size_t>> read_next_sizes;
 
  private:
   Exchange& inner_;
+  std::vector<size_t> next_;
 };
 
-// Member 0's part of each gather over the script, in bytes, with every member's outputs
-// checked against one Model's.
-std::vector<size_t> gathered_bytes(const std::string& model, const std::string& type,
-                                   std::span<const TensorShare> shares) {
+struct Gathered {
+  std::vector<size_t> parts;                         // member 0's part of each gather, in bytes
+  std::vector<std::vector<size_t>> read_next_sizes;  // and the regions it named read next
+};
+
+// Member 0's gathers over the script, with every member's outputs checked against one Model's.
+Gathered gathered_bytes(const std::string& model, const std::string& type, std::span<const TensorShare> shares) {
   const std::shared_ptr<const gguf::File> file = gguf::File::open(TestModels::path(model, type));
   const LayerRange range{0, Config::from_gguf(*file).layer_count};
   const auto whole = Model::load(file, range);
@@ -346,7 +357,7 @@ std::vector<size_t> gathered_bytes(const std::string& model, const std::string& 
       EXPECT_TRUE(same_bits(actual[step][m], expected[step][0])) << type << " step " << step << ", member " << m;
     }
   }
-  return exchanges.front()->parts;
+  return {exchanges.front()->parts, exchanges.front()->read_next_sizes};
 }
 
 // Member 0's part of each gather of `layer` for a step of `rows` rows, in order: its sums of o's
@@ -384,6 +395,74 @@ std::vector<size_t> expected_parts(const gguf::File& file, std::span<const Tenso
   return parts;
 }
 
+// `rows` of a tensor (a member's share of them), as a matmul reads them: in interleaved groups
+// of 16 rows, each row at least its GGUF bytes, at most two blocks more (a layout's unit may
+// take two) and a sixteenth (a block's layout may pad it).
+struct ReadMatrix {
+  std::string tensor;
+  int rows = 0;
+  bool holds(const gguf::File& file, size_t bytes) const {
+    const gguf::TensorInfo* t = file.find_tensor(tensor);
+    if (t == nullptr) return false;
+    const auto type = static_cast<tensor::DType>(t->type);
+    const size_t row = *tensor::row_bytes(type, t->dims[0]);
+    const size_t most_row = *tensor::row_bytes(type, t->dims[0] + 2 * tensor::info(type).block_elements) * 17 / 16;
+    const size_t padded_rows = static_cast<size_t>((rows + 15) / 16 * 16);
+    return bytes >= padded_rows * row && bytes <= padded_rows * most_row;
+  }
+};
+
+// The matrices member 0 says it reads next before each gather of `layer` (as expected_parts
+// lists them; those of its chosen experts' down, which vary, as one): its FFN's gate and up
+// (a layer with experts: the router, and the shared expert's), its chosen experts' down before
+// their activations', none before the shared expert's, then the next layer's q, k and v, or
+// the head after the last layer.
+std::vector<std::vector<ReadMatrix>> expected_reads(const gguf::File& file, std::span<const TensorShare> shares,
+                                                    int layer) {
+  const Config c = Config::from_gguf(file);
+  const TensorShare& mine = shares[0];
+  const auto blk = [](int l, const std::string& name) { return "blk." + std::to_string(l) + "." + name + ".weight"; };
+  std::vector<std::vector<ReadMatrix>> reads;
+  if (!c.layer_has_experts(layer)) {
+    reads.push_back({{blk(layer, "ffn_gate"), mine.ffn_rows.size()}, {blk(layer, "ffn_up"), mine.ffn_rows.size()}});
+  } else {
+    reads.push_back({{blk(layer, "ffn_gate_inp"), c.expert_count}});
+    if (c.shared_expert_ffn_dim > 0) {
+      reads.back().push_back({blk(layer, "ffn_gate_shexp"), mine.shared_expert_rows.size()});
+      reads.back().push_back({blk(layer, "ffn_up_shexp"), mine.shared_expert_rows.size()});
+    }
+    reads.push_back({{blk(layer, "ffn_down_exps"), mine.model_rows.size()}});
+    if (c.shared_expert_ffn_dim > 0) reads.push_back({});
+  }
+  if (layer + 1 < c.layer_count) {
+    const int heads = mine.kv_heads.size() * c.head_dim;
+    reads.push_back({{blk(layer + 1, "attn_q"), heads * (c.head_count / c.kv_head_count)},
+                     {blk(layer + 1, "attn_k"), heads},
+                     {blk(layer + 1, "attn_v"), heads}});
+  } else {
+    const std::string head = file.find_tensor("output.weight") != nullptr ? "output.weight" : "token_embd.weight";
+    reads.push_back({{head, mine.vocab_rows.size()}});
+  }
+  return reads;
+}
+
+// Whether `sizes` are the regions read before a layer's experts' activations are gathered
+// (`expected` names their down): one matrix of each chosen expert, as many as the step's rows
+// chose (rows x experts_per_token at most), then the shared expert's down.
+bool reads_chosen_experts(const gguf::File& file, const Config& c, const ReadMatrix& expected,
+                          const std::vector<size_t>& sizes, size_t rows) {
+  const size_t shared = c.shared_expert_ffn_dim > 0 ? 1 : 0;
+  if (sizes.size() < 1 + shared || sizes.size() > rows * static_cast<size_t>(c.experts_per_token) + shared) {
+    return false;
+  }
+  ReadMatrix shared_down = expected;
+  shared_down.tensor.replace(shared_down.tensor.find("ffn_down_exps"), 13, "ffn_down_shexp");
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (!(i + shared == sizes.size() ? shared_down : expected).holds(file, sizes[i])) return false;
+  }
+  return true;
+}
+
 // What each member sends, gather by gather, over the script (every member's outputs checked
 // against one Model's on the way): a dense layer's o and down each a few rows of sums, rather
 // than their inputs and outputs; a layer with experts its experts' activations as blocks, and
@@ -393,7 +472,8 @@ void expect_gathers(const std::string& model, const std::string& type, const std
   const std::shared_ptr<const gguf::File> file = gguf::File::open(TestModels::path(model, type));
   const Config config = Config::from_gguf(*file);
   const std::vector<TensorShare> shares = plan_tensor_shares(config, weights);
-  const std::vector<size_t> parts = gathered_bytes(model, type, shares);
+  const Gathered gathered = gathered_bytes(model, type, shares);
+  const std::vector<size_t>& parts = gathered.parts;
   size_t at = 0;
   for (const Step& step : script()) {
     size_t rows = 0;
@@ -404,7 +484,21 @@ void expect_gathers(const std::string& model, const std::string& type, const std
         EXPECT_EQ(parts[at], expected) << model << " " << type << " layer " << l << ", gather " << at;
         ++at;
       }
+      const auto reads = expected_reads(*file, shares, l);
+      for (size_t g = 0; g < reads.size(); ++g) {
+        const std::vector<size_t>& sizes = gathered.read_next_sizes[at - reads.size() + g];
+        const std::string where = model + " " + type + " layer " + std::to_string(l) + ", gather " + std::to_string(g);
+        if (!reads[g].empty() && reads[g][0].tensor.ends_with("ffn_down_exps.weight")) {
+          EXPECT_TRUE(reads_chosen_experts(*file, config, reads[g][0], sizes, rows)) << where;
+          continue;
+        }
+        ASSERT_EQ(sizes.size(), reads[g].size()) << where;
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          EXPECT_TRUE(reads[g][i].holds(*file, sizes[i])) << where << ": " << reads[g][i].tensor << ", " << sizes[i] << " bytes";
+        }
+      }
     }
+    EXPECT_TRUE(gathered.read_next_sizes[at].empty()) << model << ": read next before the logits";
     ++at;  // the logits
   }
   EXPECT_EQ(at, parts.size()) << model;

@@ -9,7 +9,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <chrono>
@@ -87,6 +90,38 @@ TEST(SocketExchange, WaitsBusilyBeforeItSleeps) {
       EXPECT_GE(slept, 1) << "waited 50 ms without sleeping";
     }
   }
+}
+
+// A waiting gather warms what its caller reads next front to back, region by region (an empty
+// one skipped), in pieces of at most kPiece bytes, and stops once kMostWarmed bytes are.
+TEST(CacheWarming, WarmsTheRegionsInOrderInPiecesUntilItsLimit) {
+  const std::vector<std::byte> small(40 << 10), tiny(5), large(10 << 20);
+  const std::vector<std::span<const std::byte>> regions{small, {}, tiny, large};
+  std::vector<std::span<const std::byte>> expected;
+  size_t total = 0;
+  for (const std::span<const std::byte> region : regions) {
+    for (size_t at = 0; at < region.size() && total < CacheWarming::kMostWarmed;) {
+      const size_t size = std::min(region.size() - at, CacheWarming::kPiece);
+      expected.push_back(region.subspan(at, size));
+      at += size;
+      total += size;
+    }
+  }
+  CacheWarming warming(regions);
+  std::vector<std::span<const std::byte>> pieces;
+  for (std::span<const std::byte> piece = warming.warm_next(); !piece.empty(); piece = warming.warm_next()) {
+    ASSERT_LE(pieces.size(), expected.size());
+    pieces.push_back(piece);
+  }
+  ASSERT_EQ(pieces.size(), expected.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    EXPECT_EQ(pieces[i].data(), expected[i].data()) << "piece " << i;
+    EXPECT_EQ(pieces[i].size(), expected[i].size()) << "piece " << i;
+  }
+  EXPECT_GE(total, CacheWarming::kMostWarmed);
+  EXPECT_LT(total - expected.back().size(), CacheWarming::kMostWarmed);
+  EXPECT_LT(expected.back().data(), large.data() + large.size() - CacheWarming::kPiece) << "warmed all";
+  EXPECT_TRUE(CacheWarming({}).warm_next().empty());
 }
 
 TEST(SocketExchange, GathersEveryMembersRowsInMemberOrderOverUnixSockets) {
