@@ -29,21 +29,27 @@ inline constexpr std::chrono::milliseconds kDefaultSilenceLimit{60'000};
 inline constexpr std::chrono::microseconds kDefaultBusyWait{400};
 
 // What a gather's caller reads next, prefetched into the caches a piece at a time, each piece
-// between two polls of a wait, so that a frame that arrives is taken at once. No more than
-// kMostWarmed in all: a larger part would push its own first bytes out of the caches before
-// the caller reads them.
+// between two polls of a wait, so that a frame that arrives is taken at once. Only from
+// `from` (a gather's start and kWarmAfter): a shorter wait is mostly for a peer still
+// computing its part, which warming would slow where the two share a machine's memory (as in
+// one process or in namespaces; docs/PERFORMANCE.md); a longer one is mostly the link's. No
+// more than kMostWarmed in all: a larger part would push its own first bytes out of the
+// caches before the caller reads them.
 class CacheWarming {
  public:
   static constexpr size_t kPiece = 16 << 10;
   static constexpr size_t kMostWarmed = 8 << 20;
-  explicit CacheWarming(std::span<const std::span<const std::byte>> regions) : regions_(regions) {}
-  // Prefetches the next piece, of kPiece bytes or a region's rest, and returns it; nothing once
-  // every region or kMostWarmed bytes are.
+  static constexpr std::chrono::microseconds kWarmAfter{50};
+  CacheWarming(std::span<const std::span<const std::byte>> regions, std::chrono::steady_clock::time_point from)
+      : regions_(regions), from_(from) {}
+  // Prefetches the next piece, of kPiece bytes or a region's rest, and returns it; nothing
+  // before `from`, and once every region or kMostWarmed bytes are.
   std::span<const std::byte> warm_next();
 
  private:
   static constexpr size_t kCacheLine = 64;
   const std::span<const std::span<const std::byte>> regions_;
+  const std::chrono::steady_clock::time_point from_;
   size_t region_ = 0;
   size_t offset_ = 0;
   size_t warmed_ = 0;

@@ -93,7 +93,8 @@ TEST(SocketExchange, WaitsBusilyBeforeItSleeps) {
 }
 
 // A waiting gather warms what its caller reads next front to back, region by region (an empty
-// one skipped), in pieces of at most kPiece bytes, and stops once kMostWarmed bytes are.
+// one skipped), in pieces of at most kPiece bytes, and stops once kMostWarmed bytes are; and
+// not before the time it is given.
 TEST(CacheWarming, WarmsTheRegionsInOrderInPiecesUntilItsLimit) {
   const std::vector<std::byte> small(40 << 10), tiny(5), large(10 << 20);
   const std::vector<std::span<const std::byte>> regions{small, {}, tiny, large};
@@ -107,7 +108,7 @@ TEST(CacheWarming, WarmsTheRegionsInOrderInPiecesUntilItsLimit) {
       total += size;
     }
   }
-  CacheWarming warming(regions);
+  CacheWarming warming(regions, {});
   std::vector<std::span<const std::byte>> pieces;
   for (std::span<const std::byte> piece = warming.warm_next(); !piece.empty(); piece = warming.warm_next()) {
     ASSERT_LE(pieces.size(), expected.size());
@@ -121,7 +122,12 @@ TEST(CacheWarming, WarmsTheRegionsInOrderInPiecesUntilItsLimit) {
   EXPECT_GE(total, CacheWarming::kMostWarmed);
   EXPECT_LT(total - expected.back().size(), CacheWarming::kMostWarmed);
   EXPECT_LT(expected.back().data(), large.data() + large.size() - CacheWarming::kPiece) << "warmed all";
-  EXPECT_TRUE(CacheWarming({}).warm_next().empty());
+  EXPECT_TRUE(CacheWarming({}, {}).warm_next().empty());
+  const auto later = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+  CacheWarming waiting(regions, later);
+  EXPECT_TRUE(waiting.warm_next().empty()) << "warmed before its time";
+  while (std::chrono::steady_clock::now() < later) std::this_thread::yield();
+  EXPECT_EQ(waiting.warm_next().data(), small.data());
 }
 
 TEST(SocketExchange, GathersEveryMembersRowsInMemberOrderOverUnixSockets) {
