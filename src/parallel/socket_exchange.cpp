@@ -117,7 +117,8 @@ std::span<const std::byte> CacheWarming::warm_next() {
     offset_ = 0;
   }
   if (region_ == regions_.size() || warmed_ >= kMostWarmed || Clock::now() < from_) return {};
-  const std::span<const std::byte> piece = regions_[region_].subspan(offset_, std::min(kPiece, regions_[region_].size() - offset_));
+  const std::span<const std::byte> region = regions_[region_];
+  const std::span<const std::byte> piece = region.subspan(offset_, std::min(kPiece, region.size() - offset_));
   for (size_t at = 0; at < piece.size(); at += kCacheLine) __builtin_prefetch(piece.data() + at, 0, 2);
   warmed_ += piece.size();
   offset_ += piece.size();
@@ -166,8 +167,9 @@ void SocketExchange::all_gather_bytes(std::span<const std::byte> mine, std::span
                                       std::span<std::byte> full) {
   const size_t members = peers_.size();
   const size_t row_width = checked_row_width(mine, widths, rows, full);
-  const std::vector<std::span<const std::byte>> read_next = std::exchange(read_next_, {});
-  CacheWarming warming(read_next, Clock::now() + CacheWarming::kWarmAfter);
+  warmed_.swap(read_next_);
+  read_next_.clear();
+  CacheWarming warming(warmed_, Clock::now() + CacheWarming::kWarmAfter);
   if (aborted_) throw aborted_error();
   const FrameHeader header{calls_, rows, widths[static_cast<size_t>(member_)]};
   sent_.resize(sizeof header + mine.size());

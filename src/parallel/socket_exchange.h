@@ -108,6 +108,7 @@ class SocketExchange final : public model::Exchange {
   std::vector<std::byte> sent_;
   std::vector<std::vector<std::byte>> received_;  // per member, its frame of the current call
   std::vector<std::span<const std::byte>> read_next_;  // for the next call
+  std::vector<std::span<const std::byte>> warmed_;     // the current call's
 };
 
 // `members` members' sockets, connected pairwise by Unix socket pairs (tests, benchmarks): the
