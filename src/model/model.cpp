@@ -900,10 +900,12 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   }
   activate(expert_gate_.data(), expert_up_.data(), static_cast<int64_t>(slot_count * ffn));
   activate(gate_.data(), up_.data(), static_cast<int64_t>(n * shared_ffn));
-  next_matrices_.clear();
-  each_expert([&](size_t e, size_t, int64_t) { next_matrices_.push_back(&layer.expert_down[e]); });
-  next_matrices_.push_back(&layer.shared_down);
-  read_next(next_matrices_);
+  if (exchange_ != nullptr) {
+    next_matrices_.clear();
+    each_expert([&](size_t e, size_t, int64_t) { next_matrices_.push_back(&layer.expert_down[e]); });
+    next_matrices_.push_back(&layer.shared_down);
+    read_next(next_matrices_);
+  }
   // Every member's rows of the activations, the down products' input. Every expert's down is
   // of one tensor, so of one type: the first one's activation blocks are every one's.
   const InputRows experts_in = gather_input(layer.expert_down.front(), expert_gate_, widths_.experts, slot_count,
