@@ -59,13 +59,11 @@ ModelFootprint footprint(const Shape& s) {
   m.embedding_bytes = bytes(s.vocab * s.dim, s.embedding_bits);
   m.head_bytes = bytes(s.vocab * s.dim, s.head_bits);
   m.kv_bytes_per_layer_per_token = 2 * s.kv_heads * s.head_dim * 2;  // f16 keys and values
-  // As cluster::model_footprint counts them: a dense layer's sums of o's and down's leaves, two
-  // rows each; an expert layer's o sums, its experts' activations (as floats here) and its
-  // output row.
+  // As cluster::model_footprint counts them: every layer's sums of o's and down's leaves (the
+  // experts' with experts), two rows each.
   const uint64_t sums = 2 * s.dim * 4;
-  m.layer_gathered_bytes.assign(static_cast<size_t>(s.layers),
-                                s.experts > 0 ? sums + (s.experts_per_token * s.ffn + s.dim) * 4 : 2 * sums);
-  m.layer_gathers.assign(static_cast<size_t>(s.layers), s.experts > 0 ? 3 : 2);
+  m.layer_gathered_bytes.assign(static_cast<size_t>(s.layers), 2 * sums);
+  m.layer_gathers.assign(static_cast<size_t>(s.layers), 2);
   m.head_gathered_bytes = s.vocab * 4;
   return m;
 }

@@ -1,13 +1,11 @@
 #include "cluster/model_footprint.h"
 
 #include <charconv>
-#include <map>
 #include <stdexcept>
 #include <string>
 
 #include "model/config.h"
 #include "model/kv_pool.h"
-#include "tensor/matmul.h"
 
 namespace strata::cluster {
 
@@ -60,16 +58,10 @@ ModelFootprint footprint_of(const gguf::File& file) {
   // embedding and head (rope_freqs) are a few kilobytes and ignored.
   const gguf::TensorInfo* output = nullptr;
   const gguf::TensorInfo* embedding = nullptr;
-  // Per layer, the weights whose inputs a group gathers: the experts' (and shared expert's) down.
-  std::vector<std::map<std::string, tensor::DType>> gathered_into(static_cast<size_t>(config.layer_count));
   for (const gguf::TensorInfo& t : file.tensors()) {
     const TensorRole role = role_of_tensor(t.name, config.layer_count, config.skipped_layer_count);
     switch (role.kind) {
       case TensorRole::Layer:
-        if (const std::string part = t.name.substr(t.name.find('.', 4) + 1);
-            part.starts_with("ffn_down_exps") || part.starts_with("ffn_down_shexp")) {
-          gathered_into[static_cast<size_t>(role.layer)][part.substr(0, part.find('.'))] = static_cast<tensor::DType>(t.type);
-        }
         footprint.layer_weight_bytes[static_cast<size_t>(role.layer)] += t.size_bytes;
         footprint.layer_read_bytes[static_cast<size_t>(role.layer)] += role.experts ? read_of_experts(t) : t.size_bytes;
         break;
@@ -96,35 +88,15 @@ ModelFootprint footprint_of(const gguf::File& file) {
       throw std::runtime_error("model lacks the tensors of layer " + std::to_string(layer));
     }
   }
-  // A group (tensor_groups.h) adds up o's leaves, and a dense FFN's down's, in sums of rows of
-  // the embedding that its members swap: one sum each in a group of two, a few more in larger
-  // ones; taken here as two rows a gather (so larger groups are under-counted). A layer with experts gathers the experts'
-  // activations as their down's activation blocks (and the shared expert's apart), and the
-  // FFN's output rows as floats.
-  const auto gathered = [](const std::map<std::string, tensor::DType>& weights, const std::string& matrix,
-                           uint64_t values) {
-    const auto found = weights.find(matrix);
-    const tensor::ActivationBlocks blocks =
-        found != weights.end() ? tensor::activation_blocks(found->second) : tensor::ActivationBlocks{};
-    return blocks.elements > 0 && values % static_cast<uint64_t>(blocks.elements) == 0
-               ? values / static_cast<uint64_t>(blocks.elements) * blocks.bytes
-               : values * sizeof(float);
-  };
-  const auto width = [](int value) { return static_cast<uint64_t>(value); };
-  const uint64_t sums = 2 * width(config.embedding_dim) * sizeof(float);
+  // A group (tensor_groups.h) adds up o's leaves, and every down's (a dense FFN's, the experts'
+  // and the shared expert's), in sums of rows of the embedding that its members swap: one sum
+  // each in a group of two, a few more in larger ones; taken here as two rows a gather (so
+  // larger groups are under-counted), and two more for a shared expert's beside the experts'.
+  const uint64_t sums = 2 * static_cast<uint64_t>(config.embedding_dim) * sizeof(float);
   for (int l = 0; l < config.layer_count; ++l) {
-    const std::map<std::string, tensor::DType>& weights = gathered_into[static_cast<size_t>(l)];
-    if (!config.layer_has_experts(l)) {
-      footprint.layer_gathered_bytes.push_back(2 * sums);
-      footprint.layer_gathers.push_back(2);
-      continue;
-    }
-    const bool shared = config.shared_expert_ffn_dim > 0;
-    footprint.layer_gathered_bytes.push_back(
-        sums + gathered(weights, "ffn_down_exps", width(config.experts_per_token) * width(config.expert_ffn_dim)) +
-        (shared ? gathered(weights, "ffn_down_shexp", width(config.shared_expert_ffn_dim)) : 0) +
-        width(config.embedding_dim) * sizeof(float));
-    footprint.layer_gathers.push_back(shared ? 4 : 3);
+    const bool shared = config.layer_has_experts(l) && config.shared_expert_ffn_dim > 0;
+    footprint.layer_gathered_bytes.push_back((shared ? 3 : 2) * sums);
+    footprint.layer_gathers.push_back(2);
   }
   footprint.head_gathered_bytes = static_cast<uint64_t>(config.vocab_size) * sizeof(float);
   return footprint;

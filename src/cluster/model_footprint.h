@@ -30,15 +30,14 @@ struct ModelFootprint {
   // dense model).
   std::vector<uint64_t> layer_read_bytes;
   // Per layer, the bytes of the rows a tensor-parallel group gathers for one token (its
-  // members' sums of o's and of a dense FFN's down's leaves, two rows of the embedding each; of
-  // an expert layer, also the activations of the experts a token runs and the FFN's output);
-  // and at the head, one logits row. Empty: not known, and groups are not considered.
+  // members' sums of o's and of the FFN's down's leaves, two rows of the embedding each, and two
+  // more for a shared expert's); and at the head, one logits row. Empty: not known, and groups
+  // are not considered.
   std::vector<uint64_t> layer_gathered_bytes;
   uint64_t head_gathered_bytes = 0;
   // Per layer, how many gathers a group makes for a token, one after another (the head makes
-  // one more): 2 in a dense layer (o's sums, down's sums), 3 in an expert layer (o's sums, the
-  // experts' activations, the FFN's output), 4 with a shared expert (its activations apart).
-  // Empty: not known.
+  // one more): 2 (o's sums, then the FFN's: a dense down's, or the experts' and the shared
+  // expert's together). Empty: not known.
   std::vector<uint64_t> layer_gathers;
 };
 

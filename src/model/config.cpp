@@ -276,10 +276,16 @@ Config Config::from_gguf(const gguf::File& file) {
   if (auto v = file.get_uint(p + "vocab_size")) c.vocab_size = static_cast<int>(*v);
   if (c.vocab_size <= 0) throw std::runtime_error("model has no vocabulary size");
   for (const gguf::TensorInfo& t : file.tensors()) {
-    if (!t.name.ends_with(".attn_output.weight") && !t.name.ends_with(".ffn_down.weight")) continue;
-    if (const auto info = tensor::dtype_info(t.type); info && info->computable) {
+    const bool dense = t.name.ends_with(".attn_output.weight") || t.name.ends_with(".ffn_down.weight");
+    const bool experts = t.name.ends_with(".ffn_down_exps.weight") || t.name.ends_with(".ffn_down_shexp.weight");
+    if (!dense && !experts) continue;
+    if (const auto info = tensor::dtype_info(t.type); !info || !info->computable) {
+      continue;
+    } else if (dense) {
       c.projection_block =
           std::max(c.projection_block, static_cast<int>(tensor::leaf_unit(static_cast<tensor::DType>(t.type))));
+    } else {
+      c.expert_down_block = std::max(c.expert_down_block, static_cast<int>(info->block_elements));
     }
   }
   return c;

@@ -138,6 +138,9 @@ struct Config {
   // The largest unit of columns (tensor::leaf_unit) of any layer's attn_output and ffn_down
   // weights: the leaves their inputs are cut into (projection_leaves) are whole units of each.
   int projection_block = 1;
+  // The largest block of any layer's experts' and shared expert's down weights: the leaves
+  // their inputs are cut into are whole blocks of each (each leaf a matrix of its own).
+  int expert_down_block = 1;
 
   bool has_latent_attention() const { return mla.kv_rank > 0; }
   // The width of a KV head's values in the cache (its keys' is head_dim): none with latent

@@ -16,8 +16,7 @@ class Exchange {
   // Every member calls this with the same `widths` (each member's part of a row, in bytes) and
   // `rows`, in the same sequence of calls. `mine` is this member's parts of the rows, rows x
   // widths[member()]; `full` receives the rows whole, rows x (sum of widths), each row the
-  // members' parts in member order. Bytes, so that a member can send its part of a row as the
-  // next matmul would quantize it (tensor::quantize_activations) rather than as floats.
+  // members' parts in member order.
   virtual void all_gather_bytes(std::span<const std::byte> mine, std::span<const size_t> widths, size_t rows,
                                 std::span<std::byte> full) = 0;
   // all_gather_bytes of float rows, widths in floats.

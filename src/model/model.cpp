@@ -55,19 +55,11 @@ class TensorBinder {
   }
 
   // The `count` matrices of a 3-D tensor of experts (GGUF dims {cols, rows, count}), each
-  // `rows` outputs by `cols` inputs, in their kernels' layout.
-  // Of each, rows `share`.
+  // `rows` outputs by `cols` inputs, in their kernels' layout. Of each, rows `share`.
   std::vector<tensor::PreparedMatrix> experts(const std::string& name, int64_t cols, int64_t rows, int count,
                                               RowRange share) const {
-    const gguf::TensorInfo& t =
-        computable(name, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), static_cast<uint64_t>(count)});
-    const auto type = static_cast<tensor::DType>(t.type);
-    const uint64_t expert_bytes = *tensor::row_bytes(type, static_cast<uint64_t>(cols)) * static_cast<uint64_t>(rows);
-    std::vector<tensor::Matrix> sources;
-    for (int e = 0; e < count; ++e) {
-      const tensor::Matrix expert{type, rows, cols, file_.tensor_data(t) + expert_bytes * static_cast<uint64_t>(e)};
-      sources.push_back(rows_of(expert, 0, share));
-    }
+    std::vector<tensor::Matrix> sources = expert_matrices(name, cols, rows, count);
+    for (tensor::Matrix& expert : sources) expert = rows_of(expert, 0, share);
     std::vector<tensor::PreparedMatrix> matrices = tensor::PreparedMatrix::together(sources);
     for (const tensor::PreparedMatrix& m : matrices) release_if_copied(m);
     return matrices;
@@ -78,14 +70,26 @@ class TensorBinder {
     return prepare(rows_of(matrix(name, cols, rows), 0, share));
   }
 
-  // Columns `cols` of a weight matrix of `rows` outputs by `cols` inputs, in their kernels'
+  // Columns `part` of a weight matrix of `rows` outputs by `cols` inputs, in their kernels'
   // layout (a matrix of their own unless they are all of them).
   tensor::PreparedMatrix columns(const std::string& name, int64_t cols, int64_t rows, RowRange part) const {
     const tensor::Matrix whole = matrix(name, cols, rows);
     if (part.first == 0 && part.last == cols) return prepare(whole);
-    tensor::PreparedMatrix prepared = tensor::PreparedMatrix::columns(whole, part.first, part.size());
-    file_.release_pages(static_cast<const uint8_t*>(whole.data), matrix_bytes(whole));
-    return prepared;
+    return std::move(leaf_columns({&whole, 1}, {&part, 1}).front());
+  }
+
+  // Of the experts of a 3-D tensor (as `experts`), columns `leaves`, each a matrix of its own:
+  // expert e's leaf l at [e * leaves.size() + l].
+  std::vector<tensor::PreparedMatrix> expert_leaves(const std::string& name, int64_t cols, int64_t rows, int count,
+                                                    std::span<const RowRange> leaves) const {
+    return leaf_columns(expert_matrices(name, cols, rows, count), leaves);
+  }
+
+  // Of a weight matrix, columns `leaves`, each a matrix of its own.
+  std::vector<tensor::PreparedMatrix> leaves(const std::string& name, int64_t cols, int64_t rows,
+                                             std::span<const RowRange> leaves) const {
+    const tensor::Matrix whole = matrix(name, cols, rows);
+    return leaf_columns({&whole, 1}, leaves);
   }
 
   // Rows first + share of `whole`, a matrix of its own: a fused attn_qkv or gate-and-up is used
@@ -104,6 +108,22 @@ class TensorBinder {
     return prepared;
   }
 
+  // Of each of `wholes`, columns `leaves`, each a matrix of its own (whole after whole); the
+  // wholes' pages of the file are then let go.
+  std::vector<tensor::PreparedMatrix> leaf_columns(std::span<const tensor::Matrix> wholes,
+                                                   std::span<const RowRange> leaves) const {
+    std::vector<std::vector<tensor::PreparedMatrix>> by_leaf;
+    for (const RowRange& leaf : leaves) {
+      by_leaf.push_back(tensor::PreparedMatrix::columns(wholes, leaf.first, leaf.size()));
+    }
+    std::vector<tensor::PreparedMatrix> matrices;
+    for (size_t w = 0; w < wholes.size(); ++w) {
+      for (std::vector<tensor::PreparedMatrix>& leaf : by_leaf) matrices.push_back(std::move(leaf[w]));
+      file_.release_pages(static_cast<const uint8_t*>(wholes[w].data), matrix_bytes(wholes[w]));
+    }
+    return matrices;
+  }
+
   void release_if_copied(const tensor::PreparedMatrix& prepared) const {
     if (prepared.interleaved() != nullptr) {
       file_.release_pages(static_cast<const uint8_t*>(prepared.source().data), matrix_bytes(prepared.source()));
@@ -120,6 +140,19 @@ class TensorBinder {
   }
 
  private:
+  // Each expert's whole matrix in the file.
+  std::vector<tensor::Matrix> expert_matrices(const std::string& name, int64_t cols, int64_t rows, int count) const {
+    const gguf::TensorInfo& t =
+        computable(name, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), static_cast<uint64_t>(count)});
+    const auto type = static_cast<tensor::DType>(t.type);
+    const uint64_t expert_bytes = *tensor::row_bytes(type, static_cast<uint64_t>(cols)) * static_cast<uint64_t>(rows);
+    std::vector<tensor::Matrix> matrices;
+    for (int e = 0; e < count; ++e) {
+      matrices.push_back({type, rows, cols, file_.tensor_data(t) + expert_bytes * static_cast<uint64_t>(e)});
+    }
+    return matrices;
+  }
+
   const float* floats(const std::string& name, const std::vector<uint64_t>& dims) const {
     const gguf::TensorInfo& t = require(name, dims);
     if (t.type != static_cast<uint32_t>(tensor::DType::F32)) {
@@ -268,7 +301,7 @@ void add_in_place(std::vector<float>& x, const std::vector<float>& delta, size_t
 }
 
 // Refuses shares that do not cover each dimension, in member order, with a part for every
-// member, shares of o's and down's inputs that are not whole leaves, and models whose layers a
+// member, shares of o's and the downs' inputs that are not whole leaves, and models whose layers a
 // share cannot hold.
 void check_shares(const Config& c, std::span<const TensorShare> shares) {
   if (c.has_latent_attention()) {
@@ -297,10 +330,10 @@ void check_shares(const Config& c, std::span<const TensorShare> shares) {
   const ProjectionLeaves leaves = projection_leaves(c);
   check(&TensorShare::kv_heads, c.kv_head_count, "KV heads", leaves.kv_heads);
   check(&TensorShare::ffn_rows, c.dense_ffn_dim(), "FFN rows", leaves.ffn_rows);
-  check(&TensorShare::model_rows, c.embedding_dim, "embedding rows");
   check(&TensorShare::vocab_rows, c.vocab_size, "vocabulary rows");
-  check(&TensorShare::expert_rows, c.has_experts() ? c.expert_ffn_dim : 0, "expert rows");
-  check(&TensorShare::shared_expert_rows, c.has_experts() ? c.shared_expert_ffn_dim : 0, "shared expert rows");
+  check(&TensorShare::expert_rows, c.has_experts() ? c.expert_ffn_dim : 0, "expert rows", leaves.expert_rows);
+  check(&TensorShare::shared_expert_rows, c.has_experts() ? c.shared_expert_ffn_dim : 0, "shared expert rows",
+        leaves.shared_expert_rows);
 }
 
 }  // namespace
@@ -337,8 +370,8 @@ std::unique_ptr<Model> Model::bind_weights(std::shared_ptr<const gguf::File> fil
   }
   m->range_ = range;
   if (exchange != nullptr) check_shares(c, shares);
-  const TensorShare whole{{0, c.kv_head_count}, {0, c.ffn_dim},         {0, c.embedding_dim},
-                          {0, c.vocab_size},    {0, c.expert_ffn_dim}, {0, c.shared_expert_ffn_dim}};
+  const TensorShare whole{
+      {0, c.kv_head_count}, {0, c.ffn_dim}, {0, c.vocab_size}, {0, c.expert_ffn_dim}, {0, c.shared_expert_ffn_dim}};
   if (shares.empty()) shares = {&whole, 1};
   const TensorShare& share = shares[static_cast<size_t>(exchange != nullptr ? exchange->member() : 0)];
   // A query head reads KV head (its index / group): a share's KV heads come with their groups.
@@ -360,6 +393,10 @@ std::unique_ptr<Model> Model::bind_weights(std::shared_ptr<const gguf::File> fil
   m->o_sums_.cols = m->o_sums_.count == 1 ? head_values : leaves.kv_heads * group * c.head_dim;
   m->down_sums_.count = leaves.down_count(c);
   m->down_sums_.cols = leaves.ffn_rows;
+  m->expert_sums_.count = leaves.expert_count(c);
+  m->expert_sums_.cols = leaves.expert_rows;
+  m->shared_sums_.count = leaves.shared_expert_count(c);
+  m->shared_sums_.cols = leaves.shared_expert_rows;
   const auto leaves_of = [](RowRange part, int unit) { return RowRange{part.first / unit, (part.last + unit - 1) / unit}; };
   const int dim = c.embedding_dim;
   const auto columns_of = [](const LeafSums& sums, int cols) {
@@ -367,20 +404,33 @@ std::unique_ptr<Model> Model::bind_weights(std::shared_ptr<const gguf::File> fil
   };
   for (const TensorShare& member : shares) {
     for (auto [sums, part] : {std::pair{&m->o_sums_, leaves_of(member.kv_heads, leaves.kv_heads)},
-                              std::pair{&m->down_sums_, leaves_of(member.ffn_rows, leaves.ffn_rows)}}) {
-      const std::vector<LeafNode> cover = leaf_cover(sums->count, part.first, part.last);
+                              std::pair{&m->down_sums_, leaves_of(member.ffn_rows, leaves.ffn_rows)},
+                              std::pair{&m->expert_sums_, leaves_of(member.expert_rows, leaves.expert_rows)},
+                              std::pair{&m->shared_sums_,
+                                        leaves_of(member.shared_expert_rows, leaves.shared_expert_rows)}}) {
+      const std::vector<LeafNode> cover =
+          sums->count > 0 ? leaf_cover(sums->count, part.first, part.last) : std::vector<LeafNode>{};
       if (&member == &share) {
         sums->mine = part;
         sums->own = cover;
-        sums->steps = leaf_steps(sums->count, part.first, part.last);
+        if (sums == &m->o_sums_ || sums == &m->down_sums_) {
+          sums->steps = leaf_steps(sums->count, part.first, part.last);
+        }
       }
       sums->all.insert(sums->all.end(), cover.begin(), cover.end());
       sums->widths.push_back(static_cast<int>(cover.size()) * dim);
     }
-    m->widths_.model.push_back(member.model_rows.size());
-    m->widths_.vocab.push_back(member.vocab_rows.size());
-    m->widths_.experts.push_back(member.expert_rows.size());
-    m->widths_.shared_expert.push_back(member.shared_expert_rows.size());
+    m->vocab_widths_.push_back(member.vocab_rows.size());
+    m->expert_layer_widths_.push_back(m->expert_sums_.widths.back() + m->shared_sums_.widths.back());
+  }
+  // The experts' downs and the shared expert's hold this member's leaves as matrices of their
+  // own (whole blocks of the weights, finer than a leaf program's units).
+  for (auto [sums, cols] : {std::pair{&m->expert_sums_, c.expert_ffn_dim},
+                            std::pair{&m->shared_sums_, c.shared_expert_ffn_dim}}) {
+    for (int leaf = sums->mine.first; leaf < sums->mine.last; ++leaf) {
+      sums->leaf_columns.push_back({leaf * sums->cols, std::min(cols, (leaf + 1) * sums->cols)});
+      sums->leaf_nodes.push_back({leaf, leaf + 1});
+    }
   }
   // Layers are shared only between whole models: a member's are its share's alone.
   if (reuse != nullptr && (reuse->file_ != file || reuse->exchange_ != nullptr || exchange != nullptr)) reuse = nullptr;
@@ -469,26 +519,25 @@ std::unique_ptr<Model> Model::bind_weights(std::shared_ptr<const gguf::File> fil
                                    share.expert_rows);
       l.expert_up = bind.experts(p + "ffn_up_exps.weight", c.embedding_dim, c.expert_ffn_dim, c.expert_count,
                                  share.expert_rows);
-      l.expert_down = bind.experts(p + "ffn_down_exps.weight", c.expert_ffn_dim, c.embedding_dim, c.expert_count,
-                                   share.model_rows);
+      l.expert_down = bind.expert_leaves(p + "ffn_down_exps.weight", c.expert_ffn_dim, c.embedding_dim,
+                                         c.expert_count, m->expert_sums_.leaf_columns);
       if (c.has_expert_biases) {
-        // Each expert's biases from this member's first row of its output: of gate and up its
-        // expert rows, of down its embedding rows.
+        // Gate's and up's biases from this member's first expert row; down's whole, as every
+        // member adds them once the sums are added up.
         l.router_bias = bind.vector(p + "ffn_gate_inp.bias", c.expert_count);
         l.expert_gate_bias =
             bind.vectors(p + "ffn_gate_exps.bias", c.expert_ffn_dim, c.expert_count) + share.expert_rows.first;
         l.expert_up_bias =
             bind.vectors(p + "ffn_up_exps.bias", c.expert_ffn_dim, c.expert_count) + share.expert_rows.first;
-        l.expert_down_bias =
-            bind.vectors(p + "ffn_down_exps.bias", c.embedding_dim, c.expert_count) + share.model_rows.first;
+        l.expert_down_bias = bind.vectors(p + "ffn_down_exps.bias", c.embedding_dim, c.expert_count);
       }
       if (c.shared_expert_ffn_dim > 0) {
         l.shared_gate = bind.prepared(p + "ffn_gate_shexp.weight", c.embedding_dim, c.shared_expert_ffn_dim,
                                       share.shared_expert_rows);
         l.shared_up = bind.prepared(p + "ffn_up_shexp.weight", c.embedding_dim, c.shared_expert_ffn_dim,
                                     share.shared_expert_rows);
-        l.shared_down = bind.prepared(p + "ffn_down_shexp.weight", c.shared_expert_ffn_dim, c.embedding_dim,
-                                      share.model_rows);
+        l.shared_down = bind.leaves(p + "ffn_down_shexp.weight", c.shared_expert_ffn_dim, c.embedding_dim,
+                                    m->shared_sums_.leaf_columns);
       }
     } else if (c.fused_gate_up) {
       const tensor::Matrix gate_up = bind.matrix(p + "ffn_up.weight", c.embedding_dim, 2 * c.ffn_dim);
@@ -540,7 +589,7 @@ uint64_t Model::weight_bytes() const {
   uint64_t total = 0;
   for (const auto& l : layers_) {
     for (const tensor::PreparedMatrix* m : {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down, &l->router,
-                                            &l->shared_gate, &l->shared_up, &l->shared_down, &l->q_a, &l->q_b,
+                                            &l->shared_gate, &l->shared_up, &l->q_a, &l->q_b,
                                             &l->kv_a}) {
       total += matrix_bytes(m->source());
     }
@@ -548,10 +597,11 @@ uint64_t Model::weight_bytes() const {
       for (const tensor::PreparedMatrix& m : *heads) total += matrix_bytes(m.source());
     }
     for (const auto* experts : {&l->expert_gate, &l->expert_up, &l->expert_down}) {
-      if (!experts->empty()) {
-        total += config_.expert_bytes_read(matrix_bytes(experts->front().source()) * experts->size());
-      }
+      uint64_t all = 0;
+      for (const tensor::PreparedMatrix& m : *experts) all += matrix_bytes(m.source());
+      if (all > 0) total += config_.expert_bytes_read(all);
     }
+    for (const tensor::PreparedMatrix& m : l->shared_down) total += matrix_bytes(m.source());
   }
   if (output_) total += matrix_bytes(output_->source());
   return total;
@@ -857,10 +907,9 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   // of expert_in_; all experts' gate and up products (and the shared expert's, over every row)
   // then run in one parallel loop, and all their down products in another (two thread waits a
   // layer, not two an expert). `ffn` and `shared_ffn` are this member's rows of an expert's
-  // and the shared expert's activations, `part_dim` its rows of their outputs.
+  // and the shared expert's activations: its columns of their down.
   const size_t ffn = static_cast<size_t>(share_config_.expert_ffn_dim);
   const size_t shared_ffn = static_cast<size_t>(share_config_.shared_expert_ffn_dim);
-  const size_t part_dim = static_cast<size_t>(layer.expert_down.front().source().rows);
   gate_.resize(n * shared_ffn);
   up_.resize(n * shared_ffn);
   const size_t slot_count = n * k;
@@ -900,56 +949,122 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   }
   activate(expert_gate_.data(), expert_up_.data(), static_cast<int64_t>(slot_count * ffn));
   activate(gate_.data(), up_.data(), static_cast<int64_t>(n * shared_ffn));
-  if (exchange_ != nullptr) {
-    next_matrices_.clear();
-    each_expert([&](size_t e, size_t, int64_t) { next_matrices_.push_back(&layer.expert_down[e]); });
-    next_matrices_.push_back(&layer.shared_down);
-    read_next(next_matrices_);
-  }
-  // Every member's rows of the activations, the down products' input. Every expert's down is
-  // of one tensor, so of one type: the first one's activation blocks are every one's.
-  const InputRows experts_in = gather_input(layer.expert_down.front(), expert_gate_, widths_.experts, slot_count,
-                                            expert_activations_, quantized_in_, pool);
-  const InputRows shared_in =
-      shared_ffn > 0 ? gather_input(layer.shared_down, gate_, widths_.shared_expert, n, activations_,
-                                    shared_quantized_in_, pool)
-                     : InputRows{};
-  expert_out_part_.resize(slot_count * part_dim);
-  shared_out_part_.resize(n * part_dim);
+  // Each down adds up in leaves (leaf_tree.h), as the dense down does, of this member's leaves
+  // alone, each leaf's product a matmul of its own: of an expert, a leaf's value is the row's
+  // chosen experts' products of it weighed, in the row's order of choices, before the tree adds
+  // the leaves; of the shared expert, its product. Leaf l's products of every slot (then of
+  // every row, the shared expert's) lie together, from their inputs laid out so.
+  const size_t leaves = expert_sums_.leaf_columns.size();
+  const size_t shared_leaves = shared_sums_.leaf_columns.size();
+  split_into_leaves(expert_gate_, slot_count, expert_sums_.leaf_columns, expert_leaf_in_);
+  split_into_leaves(gate_, n, shared_sums_.leaf_columns, shared_leaf_in_);
+  // Each leaf's region is as wide as the first leaf's (the last leaf's may be narrower).
+  const size_t expert_stride = leaves > 0 ? static_cast<size_t>(expert_sums_.leaf_columns[0].size()) : 0;
+  const size_t shared_stride = shared_leaves > 0 ? static_cast<size_t>(shared_sums_.leaf_columns[0].size()) : 0;
+  expert_leaves_.resize(leaves * slot_count * dim);
+  shared_leaves_.resize(shared_leaves * n * dim);
   expert_jobs_.clear();
   each_expert([&](size_t e, size_t first, int64_t count) {
-    expert_jobs_.push_back(
-        experts_in.job({layer.expert_down[e], expert_out_part_.data() + first * part_dim}, first, count));
+    for (size_t leaf = 0; leaf < leaves; ++leaf) {
+      const auto width = static_cast<size_t>(expert_sums_.leaf_columns[leaf].size());
+      float* out = expert_leaves_.data() + (leaf * slot_count + first) * dim;
+      expert_jobs_.push_back({{layer.expert_down[e * leaves + leaf], out},
+                              expert_leaf_in_.data() + leaf * slot_count * expert_stride + first * width, count});
+    }
   });
-  if (shared_ffn > 0) expert_jobs_.push_back(shared_in.job({layer.shared_down, shared_out_part_.data()}, 0, rows));
+  for (size_t leaf = 0; leaf < shared_leaves; ++leaf) {
+    expert_jobs_.push_back({{layer.shared_down[leaf], shared_leaves_.data() + leaf * n * dim},
+                            shared_leaf_in_.data() + leaf * n * shared_stride, rows});
+  }
   tensor::matmul(expert_jobs_, pool);
-  if (layer.expert_down_bias != nullptr) {
-    each_expert([&](size_t e, size_t first, int64_t count) {
-      add_bias(expert_out_part_.data() + first * part_dim, layer.expert_down_bias + e * dim, static_cast<int>(count),
-               static_cast<int>(part_dim));
-    });
-  }
-  slot_out_.resize(slot_count * part_dim);
-  for (size_t i = 0; i < slot_count; ++i) {
-    std::copy(expert_out_part_.data() + i * part_dim, expert_out_part_.data() + (i + 1) * part_dim,
-              slot_out_.data() + expert_slots_[i] * part_dim);
-  }
-  // The weighted sum in the row's own order of choices, then the shared expert's output added.
-  // Each is per embedding row, so this member's rows of it are one Model's bits, and one row a
-  // token is gathered rather than one a slot and the shared expert's.
-  proj_part_.resize(n * part_dim);
+  slot_positions_.resize(slot_count);
+  for (size_t i = 0; i < slot_count; ++i) slot_positions_[expert_slots_[i]] = i;
+  // This member's sums of each row: its cover of the experts' leaves, then of the shared one's.
+  const size_t expert_own = expert_sums_.own.size();
+  const size_t shared_own = shared_sums_.own.size();
+  const size_t own_width = (expert_own + shared_own) * dim;
+  leaf_sums_.resize(n * own_width);
+  weighed_leaves_.resize(leaves * dim);
   for (size_t r = 0; r < n; ++r) {
-    float* out = proj_part_.data() + r * part_dim;
-    for (size_t d = 0; d < part_dim; ++d) out[d] = chosen_weights_[r * k] * slot_out_[(r * k) * part_dim + d];
-    for (size_t j = 1; j < k; ++j) {
-      const float w = chosen_weights_[r * k + j];
-      const float* expert = slot_out_.data() + (r * k + j) * part_dim;
-      for (size_t d = 0; d < part_dim; ++d) out[d] += w * expert[d];
+    const float* weights = chosen_weights_.data() + r * k;
+    const size_t* positions = slot_positions_.data() + r * k;
+    leaf_values_.clear();
+    for (size_t leaf = 0; leaf < leaves; ++leaf) {
+      const float* products = expert_leaves_.data() + leaf * slot_count * dim;
+      float* out = weighed_leaves_.data() + leaf * dim;
+      const float* first = products + positions[0] * dim;
+      for (size_t d = 0; d < dim; ++d) out[d] = weights[0] * first[d];
+      for (size_t j = 1; j < k; ++j) {
+        const float* product = products + positions[j] * dim;
+        for (size_t d = 0; d < dim; ++d) out[d] += weights[j] * product[d];
+      }
+      leaf_values_.push_back(out);
+    }
+    shared_values_.clear();
+    for (size_t leaf = 0; leaf < shared_leaves; ++leaf) {
+      shared_values_.push_back(shared_leaves_.data() + (leaf * n + r) * dim);
+    }
+    float* sums = leaf_sums_.data() + r * own_width;
+    for (const LeafNode& node : expert_sums_.own) {
+      add_leaf_tree(node, expert_sums_.leaf_nodes, leaf_values_, dim, sums);
+      sums += dim;
+    }
+    for (const LeafNode& node : shared_sums_.own) {
+      add_leaf_tree(node, shared_sums_.leaf_nodes, shared_values_, dim, sums);
+      sums += dim;
     }
   }
-  if (shared_ffn > 0) add_in_place(proj_part_, shared_out_part_, n * part_dim);
   read_next(after_ffn_);
-  gather(proj_part_, widths_.model, n, proj_);
+  gather(leaf_sums_, expert_layer_widths_, n, all_leaf_sums_);
+  // Every member's sums added up: the experts' tree, their biases weighed in the same order,
+  // then the shared expert's tree.
+  size_t row_width = 0;
+  for (const int width : expert_layer_widths_) row_width += static_cast<size_t>(width);
+  const size_t expert_all = expert_sums_.all.size();
+  const size_t shared_all = shared_sums_.all.size();
+  proj_.resize(n * dim);
+  row_total_.resize(dim);
+  for (size_t r = 0; r < n; ++r) {
+    const float* row = all_leaf_sums_.data() + r * row_width;
+    leaf_values_.clear();
+    shared_values_.clear();
+    for (size_t m = 0; m < expert_layer_widths_.size(); ++m) {
+      for (int i = 0; i < expert_sums_.widths[m]; i += static_cast<int>(dim), row += dim) leaf_values_.push_back(row);
+      for (int i = 0; i < shared_sums_.widths[m]; i += static_cast<int>(dim), row += dim) shared_values_.push_back(row);
+    }
+    float* out = proj_.data() + r * dim;
+    add_leaf_tree(leaf_root(expert_sums_.count), expert_sums_.all, {leaf_values_.data(), expert_all}, dim, out);
+    if (layer.expert_down_bias != nullptr) {
+      const float* weights = chosen_weights_.data() + r * k;
+      const int* chosen = chosen_experts_.data() + r * k;
+      float* bias = row_total_.data();
+      for (size_t d = 0; d < dim; ++d) bias[d] = weights[0] * layer.expert_down_bias[chosen[0] * dim + d];
+      for (size_t j = 1; j < k; ++j) {
+        const float* expert_bias = layer.expert_down_bias + static_cast<size_t>(chosen[j]) * dim;
+        for (size_t d = 0; d < dim; ++d) bias[d] += weights[j] * expert_bias[d];
+      }
+      for (size_t d = 0; d < dim; ++d) out[d] += bias[d];
+    }
+    if (shared_all > 0) {
+      add_leaf_tree(leaf_root(shared_sums_.count), shared_sums_.all, {shared_values_.data(), shared_all}, dim,
+                    row_total_.data());
+      for (size_t d = 0; d < dim; ++d) out[d] += row_total_[d];
+    }
+  }
+}
+
+void Model::split_into_leaves(const std::vector<float>& in, size_t rows, std::span<const RowRange> leaves,
+                              std::vector<float>& out) {
+  if (leaves.empty()) return;
+  const size_t width = static_cast<size_t>(leaves.back().last - leaves.front().first);
+  const size_t stride = static_cast<size_t>(leaves.front().size());
+  out.resize(leaves.size() * rows * stride);
+  for (size_t leaf = 0; leaf < leaves.size(); ++leaf) {
+    const size_t first = static_cast<size_t>(leaves[leaf].first - leaves.front().first);
+    const auto cols = static_cast<size_t>(leaves[leaf].size());
+    float* region = out.data() + leaf * rows * stride;
+    for (size_t r = 0; r < rows; ++r) std::copy_n(in.data() + r * width + first, cols, region + r * cols);
+  }
 }
 
 void Model::dense_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) {
@@ -969,7 +1084,7 @@ void Model::add_up_leaves(const tensor::PreparedMatrix& w, const LeafSums& sums,
   // A whole model's one sum is the root: its row of the projection.
   std::vector<float>& own_sums = exchange_ == nullptr ? proj_ : leaf_sums_;
   own_sums.resize(n * sums.own.size() * dim);
-  const tensor::MatmulJob job{{w, own_sums.data()}, in, rows, nullptr, &program};
+  const tensor::MatmulJob job{{w, own_sums.data()}, in, rows, &program};
   tensor::matmul(std::span(&job, 1), pool);
   if (exchange_ == nullptr) return;
   gather(leaf_sums_, sums.widths, n, all_leaf_sums_);
@@ -1000,37 +1115,6 @@ void Model::gather(std::vector<float>& mine, std::span<const int> widths, size_t
   for (const int w : widths) row_width += static_cast<size_t>(w);
   full.resize(rows * row_width);
   exchange_->all_gather(mine, widths, rows, full);
-}
-
-tensor::MatmulJob Model::InputRows::job(tensor::Product product, size_t first, int64_t count) const {
-  return {product, x != nullptr ? x + first * row_size : nullptr, count,
-          quantized != nullptr ? quantized + first * row_size : nullptr};
-}
-
-Model::InputRows Model::gather_input(const tensor::PreparedMatrix& w, std::vector<float>& mine,
-                                     std::span<const int> widths, size_t rows, std::vector<float>& full,
-                                     std::vector<std::byte>& quantized, tensor::ThreadPool& pool) {
-  const tensor::ActivationBlocks blocks = tensor::activation_blocks(w);
-  const bool whole_blocks = blocks.elements > 0 && std::all_of(widths.begin(), widths.end(), [&](int width) {
-                              return width % blocks.elements == 0;
-                            });
-  if (exchange_ == nullptr || !whole_blocks) {
-    gather(mine, widths, rows, full);
-    return {full.data(), nullptr, static_cast<size_t>(w.source().cols)};
-  }
-  const auto member = static_cast<size_t>(exchange_->member());
-  quantized_widths_.clear();
-  size_t row_bytes = 0;
-  for (const int width : widths) {
-    quantized_widths_.push_back(static_cast<size_t>(width / blocks.elements) * blocks.bytes);
-    row_bytes += quantized_widths_.back();
-  }
-  quantized_part_.resize(rows * quantized_widths_[member]);
-  tensor::quantize_activations(w, mine.data(), static_cast<int64_t>(rows), widths[member], quantized_part_.data(),
-                               pool);
-  quantized.resize(rows * row_bytes);
-  exchange_->all_gather_bytes(quantized_part_, quantized_widths_, rows, quantized);
-  return {nullptr, quantized.data(), row_bytes};
 }
 
 std::vector<std::byte> Model::gather_from_members(std::span<const std::byte> mine) const {
@@ -1175,7 +1259,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
     if (head == HeadRows::Share) {
       logits = std::move(part);
     } else {
-      gather(part, widths_.vocab, static_cast<size_t>(selected_rows), logits);
+      gather(part, vocab_widths_, static_cast<size_t>(selected_rows), logits);
     }
   }
   const size_t row_values = static_cast<size_t>(head == HeadRows::Share ? vocab_share_.size() : c.vocab_size);

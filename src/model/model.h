@@ -120,13 +120,15 @@ class Model {
     tensor::PreparedMatrix down;      // this member's columns (down_sums_)
     tensor::PreparedMatrix router;          // with experts: one score per expert
     const float* selection_bias = nullptr;  // with expert_selection_bias: one per expert
+    // Of each expert, gate's and up's rows; down's leaves (this member's), expert after expert.
     std::vector<tensor::PreparedMatrix> expert_gate, expert_up, expert_down;
     // With has_expert_biases: the router's, then each expert's (expert after expert).
     const float* router_bias = nullptr;
     const float* expert_gate_bias = nullptr;
     const float* expert_up_bias = nullptr;
     const float* expert_down_bias = nullptr;
-    tensor::PreparedMatrix shared_gate, shared_up, shared_down;  // with a shared expert
+    tensor::PreparedMatrix shared_gate, shared_up;  // with a shared expert
+    std::vector<tensor::PreparedMatrix> shared_down;  // its leaves (this member's)
     // Latent attention: queries through q_a, its norm and q_b (or q alone); kv_a gives the
     // latent (normalized by kv_a_norm) and the key's rotated part; per head, k_b takes the
     // query's part without RoPE into the latent's space and v_b the latent's to the value.
@@ -157,37 +159,25 @@ class Model {
   // parts of a row. A whole model has every part already: the vectors swap. `mine` is thus left
   // with no particular size.
   void gather(std::vector<float>& mine, std::span<const int> widths, size_t rows, std::vector<float>& full);
-  // A projection whose input is added up in leaves (leaf_tree.h, tensor_share.h): o, down.
+  // A projection whose input is added up in leaves (leaf_tree.h, tensor_share.h): o, down, the
+  // experts' down and the shared expert's.
   struct LeafSums {
     int count = 1;                // leaves of the whole input
     int cols = 0;                 // of each (the last may have fewer)
     RowRange mine;                // this member's leaves
     std::vector<LeafNode> own;    // the sums this member adds up from them
-    std::vector<tensor::LeafStep> steps;  // that add them up
+    std::vector<tensor::LeafStep> steps;  // that add them up: o's and down's leaf programs
     std::vector<LeafNode> all;    // every member's own, in member order
     std::vector<int> widths;      // per member, its sums' floats in a row
+    // The experts' downs and the shared expert's: this member's leaves' columns, and the
+    // leaves as nodes of the tree.
+    std::vector<RowRange> leaf_columns;
+    std::vector<LeafNode> leaf_nodes;
   };
   // proj_ = the projection whose columns this member holds (`w`: its leaves of `sums`) times
   // `rows` rows of its part of the input, `in`.
   void add_up_leaves(const tensor::PreparedMatrix& w, const LeafSums& sums, const float* in, int rows,
                      tensor::ThreadPool& pool);
-  // A matmul's input rows: floats, or (quantized set) the blocks tensor::quantize_activations
-  // made of them for the matrix; row_size is a row's floats or bytes.
-  struct InputRows {
-    const float* x = nullptr;
-    const std::byte* quantized = nullptr;
-    size_t row_size = 0;
-    // The job of `product` over `count` of the rows from row `first`.
-    tensor::MatmulJob job(tensor::Product product, size_t first, int64_t count) const;
-  };
-  // The rows whose parts the members hold in `mine` (widths as gather's), gathered whole as
-  // w's input. Where w quantizes its input and every part is whole activation blocks, the
-  // members gather the blocks w's matmul makes, into `quantized`: about a quarter of the
-  // floats' bytes, and the same bits as quantizing the whole rows. Floats into `full`
-  // otherwise.
-  InputRows gather_input(const tensor::PreparedMatrix& w, std::vector<float>& mine, std::span<const int> widths,
-                         size_t rows, std::vector<float>& full, std::vector<std::byte>& quantized,
-                         tensor::ThreadPool& pool);
   void embed(std::span<const Token> tokens, float* out) const;
   // Each batch row attends over its own sequence's cache: rows 0..its position, or in a
   // sliding layer the last sliding_window of them.
@@ -212,6 +202,10 @@ class Model {
   // proj_ = the experts' FFN of normed_, each row through the experts it chooses (and the
   // shared expert).
   void experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool);
+  // out = `rows` rows of `in` (each the columns of `leaves`, side by side) leaf after leaf:
+  // leaf l's columns of every row, row after row, from l x rows x the first leaf's width.
+  static void split_into_leaves(const std::vector<float>& in, size_t rows, std::span<const RowRange> leaves,
+                                std::vector<float>& out);
   // proj_ = the layer's dense FFN of normed_: down(activation(gate x, up x)).
   void dense_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool);
   // Tells a group's exchange the weights this member reads first after its next gather
@@ -228,18 +222,13 @@ class Model {
   // config_ with this model's share of the heads and of the FFN's rows: what its weights, its
   // KV memory and its attention cover (config_ itself in a whole model).
   Config share_config_;
-  // Per member of the group, its part of the rows of each gather: of the experts' down
-  // outputs, of the logits, and of an expert's and the shared expert's activations. A whole
-  // model is a group of one.
-  struct GatherWidths {
-    std::vector<int> model, vocab, experts, shared_expert;
-  };
-  GatherWidths widths_;
-  LeafSums o_sums_, down_sums_;
+  // Per member of the group (a whole model is a group of one), its part of a row of the
+  // logits, and of a layer with experts' sums (its experts' and shared expert's).
+  std::vector<int> vocab_widths_, expert_layer_widths_;
+  LeafSums o_sums_, down_sums_, expert_sums_, shared_sums_;
   Exchange* exchange_ = nullptr;  // nullptr: a whole model
   // The weights read after the current layer's FFN: the next layer's q, k and v, or the head.
   std::vector<const tensor::PreparedMatrix*> after_ffn_;
-  std::vector<const tensor::PreparedMatrix*> next_matrices_;  // read_next's lists, reused
   std::vector<std::span<const std::byte>> next_reads_;
   RowRange vocab_share_;
   LayerRange range_;
@@ -254,35 +243,28 @@ class Model {
 
   // Scratch rows for the current batch, reused between calls.
   std::vector<float> x_, normed_, q_, k_, v_, attn_out_, gate_, up_, proj_;
-  // Gathered whole from the members' parts: the shared expert's activations (its down's
-  // input). This member's part of the experts' weighted sum and the shared expert's output,
-  // which proj_ is gathered from.
-  std::vector<float> activations_, proj_part_;
-  // add_up_leaves' sums of each row (this member's, then every member's) and where they are.
+  // The sums of each row this member adds up (add_up_leaves', or a layer with experts'), then
+  // every member's, and where they are.
   std::vector<float> leaf_sums_, all_leaf_sums_;
-  std::vector<const float*> leaf_values_;
-  // gather_input's quantized rows: this member's parts, with the members' parts of a row in
-  // bytes; then o's or down's input gathered (the experts' down's with experts), and the
-  // shared expert's down's.
-  std::vector<std::byte> quantized_part_;
-  std::vector<size_t> quantized_widths_;
-  std::vector<std::byte> quantized_in_, shared_quantized_in_;
+  std::vector<const float*> leaf_values_, shared_values_;
   // Latent attention: q_a's rows, q_b's (or q's), one head's rows gathered and computed, and
   // every head's value.
   std::vector<float> q_compressed_, head_queries_, head_in_, head_out_, head_values_;
   // With experts: router scores (row x expert), each row's choices (row x slot: expert and
-  // weight), one expert's rows gathered and computed, and this member's part of each (row,
-  // slot)'s output.
-  std::vector<float> router_scores_, selection_, expert_in_, expert_gate_, expert_up_, slot_out_;
+  // weight), the slots' rows in the experts' order and their gate and up products (this
+  // member's rows: gate's become the activations).
+  std::vector<float> router_scores_, selection_, expert_in_, expert_gate_, expert_up_;
   std::vector<int> chosen_experts_;
   std::vector<float> chosen_weights_;
   std::vector<int> expert_order_;                  // choose_experts' scratch
   std::vector<tensor::MatmulJob> expert_jobs_;
-  // This member's part of the experts' (and the shared expert's) activations are expert_gate_
-  // and gate_, gathered into expert_activations_ and activations_; its part of their outputs,
-  // the experts' in the order of expert_slots_.
-  std::vector<float> expert_activations_, expert_out_part_, shared_out_part_;
+  // The experts' activations and the shared expert's split into this member's leaves
+  // (split_into_leaves), and their down's products of each leaf: leaf after leaf, slot after
+  // slot (in the experts' order) or row after row. One row's leaves weighed; a row's weighed
+  // biases, then its shared expert's output.
+  std::vector<float> expert_leaf_in_, shared_leaf_in_, expert_leaves_, shared_leaves_, weighed_leaves_, row_total_;
   std::vector<size_t> expert_starts_, expert_fill_, expert_slots_;  // the slots of each expert, in order
+  std::vector<size_t> slot_positions_;  // of each slot (row * k + j), its place in the experts' order
   std::vector<int> positions_;   // per batch row: its position in its sequence
   std::vector<KvState*> row_kv_;  // per batch row: its sequence's cache
 };

@@ -60,16 +60,17 @@ std::vector<RowRange> split_rows(int rows, int unit, std::span<const double> wei
   return ranges;
 }
 
-// The unit of an expert's intermediate rows (or the shared expert's), which are its down's
-// input: 256 (the K-quants' activation blocks, and so the 32-element
-// formats' too) where every member gets at least 4 of them on average, fewer leaving the
-// coarse units to skew the shares from the weights; else 32 (the 32-element formats' blocks)
-// where the dimension is whole units of them.
-int ffn_row_unit(int rows, int members) {
-  constexpr int kMinUnitsOf256 = 4;
-  if (rows % 256 == 0 && rows / 256 >= kMinUnitsOf256 * members) return 256;
-  if (rows % 32 == 0 && rows / 32 >= members) return 32;
-  return kShareRowUnit;
+// The rows of a leaf of a down's input of `rows` rows, whole `block`s: at most `most` leaves,
+// else of `least_rows` rows or more where that leaves `fewest` or more; of one size where a
+// size up to twice the least allowed divides the rows, else with a shorter last leaf.
+int leaf_rows(int rows, int block, int most, int least_rows, int fewest) {
+  const int units = std::max(1, (rows + block - 1) / block);
+  const int least = std::min(units, std::max((units + most - 1) / most,
+                                             std::min((least_rows + block - 1) / block, std::max(1, units / fewest))));
+  int blocks_per_leaf = least;
+  while (blocks_per_leaf < 2 * least && units % blocks_per_leaf != 0) ++blocks_per_leaf;
+  if (units % blocks_per_leaf != 0) blocks_per_leaf = least;
+  return blocks_per_leaf * block;
 }
 
 }  // namespace
@@ -86,18 +87,10 @@ ProjectionLeaves projection_leaves(const Config& config) {
       break;
     }
   }
-  constexpr int kMostDownLeaves = 32;
-  constexpr int kLeastRows = 256;
-  constexpr int kLeavesForLeastRows = 8;
-  const int units = std::max(1, (config.ffn_dim + block - 1) / block);
-  const int least = std::min(units, std::max((units + kMostDownLeaves - 1) / kMostDownLeaves,
-                                             std::min((kLeastRows + block - 1) / block,
-                                                      std::max(1, units / kLeavesForLeastRows))));
-  // Leaves of one size where a size up to twice the least divides the rows, else a short last one.
-  int blocks_per_leaf = least;
-  while (blocks_per_leaf < 2 * least && units % blocks_per_leaf != 0) ++blocks_per_leaf;
-  if (units % blocks_per_leaf != 0) blocks_per_leaf = least;
-  leaves.ffn_rows = blocks_per_leaf * block;
+  leaves.ffn_rows = leaf_rows(config.ffn_dim, block, 32, 256, 8);
+  const int expert_block = std::max(1, config.expert_down_block);
+  leaves.expert_rows = leaf_rows(config.expert_ffn_dim, expert_block, 8, 128, 4);
+  leaves.shared_expert_rows = leaf_rows(config.shared_expert_ffn_dim, expert_block, 8, 128, 4);
   return leaves;
 }
 
@@ -117,27 +110,21 @@ std::vector<TensorShare> plan_tensor_shares(const Config& config, std::span<cons
   }
   const ProjectionLeaves leaves = projection_leaves(config);
   const auto kv_heads = split_rows(config.kv_head_count, leaves.kv_heads, weights, "leaves of KV heads");
-  const int members = static_cast<int>(weights.size());
   const std::vector<RowRange> none(weights.size());
   const auto ffn_rows = config.dense_ffn_dim() > 0
                             ? split_rows(config.dense_ffn_dim(), leaves.ffn_rows, weights, "leaves of FFN rows")
                             : none;
-  const auto model_rows = split_rows(config.embedding_dim, kShareRowUnit, weights, "units of embedding rows");
   const auto vocab_rows = split_rows(config.vocab_size, kShareRowUnit, weights, "units of vocabulary rows");
   const auto expert_rows =
-      config.has_experts()
-          ? split_rows(config.expert_ffn_dim, ffn_row_unit(config.expert_ffn_dim, members), weights,
-                       "units of expert rows")
-          : none;
-  const auto shared_expert_rows =
-      config.shared_expert_ffn_dim > 0
-          ? split_rows(config.shared_expert_ffn_dim, ffn_row_unit(config.shared_expert_ffn_dim, members), weights,
-                       "units of shared expert rows")
-          : none;
+      config.has_experts() ? split_rows(config.expert_ffn_dim, leaves.expert_rows, weights, "leaves of expert rows")
+                           : none;
+  const auto shared_expert_rows = config.shared_expert_ffn_dim > 0
+                                      ? split_rows(config.shared_expert_ffn_dim, leaves.shared_expert_rows, weights,
+                                                   "leaves of shared expert rows")
+                                      : none;
   std::vector<TensorShare> shares;
   for (size_t m = 0; m < weights.size(); ++m) {
-    shares.push_back(
-        {kv_heads[m], ffn_rows[m], model_rows[m], vocab_rows[m], expert_rows[m], shared_expert_rows[m]});
+    shares.push_back({kv_heads[m], ffn_rows[m], vocab_rows[m], expert_rows[m], shared_expert_rows[m]});
   }
   return shares;
 }

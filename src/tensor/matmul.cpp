@@ -81,26 +81,6 @@ int sum_of(const int8_t* qs, int n) {
   return sum;
 }
 
-// An activation block as quantize_activations hands it out: what quantizing its values
-// decides. The sums and starts are found again from qs, and the starts depend on the weights'
-// offset, so the block serves a matrix of any format of its size.
-template <int kBlock>
-struct PackedActivation {
-  float d;
-  int8_t qs[kBlock];
-};
-static_assert(sizeof(PackedActivation<kQK>) == 36 && sizeof(PackedActivation<kQK_K>) == 260);
-
-template <class Activation>
-using PackedOf = PackedActivation<static_cast<int>(sizeof(Activation::qs))>;
-
-// An input row of a quantized matmul: floats to quantize, or packed blocks.
-struct InputRow {
-  const float* x;
-  const std::byte* packed;
-  int64_t cols;
-};
-
 // fn over rows [0, rows): on the calling thread when there are fewer rows than threads, which
 // would wait on each other longer than quantizing takes.
 void for_rows(int64_t rows, ThreadPool& pool, const std::function<void(int64_t, int64_t)>& fn) {
@@ -111,39 +91,15 @@ void for_rows(int64_t rows, ThreadPool& pool, const std::function<void(int64_t, 
   }
 }
 
-// Rows of x quantized into PackedActivation<kBlock>s, as quantize_interleaved quantizes them.
-template <int kBlock>
-void quantize_packed(const float* x, int64_t n_tokens, int64_t cols, std::byte* out, ThreadPool& pool) {
-  using Packed = PackedActivation<kBlock>;
-  const int64_t blocks = cols / kBlock;
-  const auto quantize_block = kernels::active_vector_ops().quantize_int8;
-  for_rows(n_tokens, pool, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      for (int64_t b = 0; b < blocks; ++b) {
-        std::byte* packed = out + (t * blocks + b) * static_cast<int64_t>(sizeof(Packed));
-        const float d =
-            quantize_block(x + t * cols + b * kBlock, kBlock, reinterpret_cast<int8_t*>(packed + offsetof(Packed, qs)));
-        std::memcpy(packed + offsetof(Packed, d), &d, sizeof(d));
-      }
-    }
-  });
-}
-
-// Quantizes a row, or unpacks it, into the activation layout a kernel reads.
+// Quantizes a row of `cols` values into the activation layout a kernel reads.
 template <class Activation>
-void quantize_interleaved(const InputRow& row, int offset, Activation* out) {
+void quantize_interleaved(const float* x, int64_t cols, int offset, Activation* out) {
   constexpr int kBlock = static_cast<int>(sizeof(Activation::qs));
   // Looked up once per row: the public quantize_int8 would look up the active ISA per block.
   const auto quantize_block = kernels::active_vector_ops().quantize_int8;
-  for (int64_t b = 0; b < row.cols / kBlock; ++b) {
+  for (int64_t b = 0; b < cols / kBlock; ++b) {
     Activation& a = out[b];
-    if (row.x != nullptr) {
-      a.d = quantize_block(row.x + b * kBlock, kBlock, a.qs);
-    } else {
-      const std::byte* packed = row.packed + b * static_cast<int64_t>(sizeof(PackedOf<Activation>));
-      std::memcpy(&a.d, packed + offsetof(PackedOf<Activation>, d), sizeof(a.d));
-      std::memcpy(a.qs, packed + offsetof(PackedOf<Activation>, qs), kBlock);
-    }
+    a.d = quantize_block(x + b * kBlock, kBlock, a.qs);
     if constexpr (kBlock == kQK) {
       const int sum = sum_of(a.qs, kBlock);
       a.start = -offset * sum;
@@ -324,8 +280,7 @@ void interleaved_matmul(std::span<const MatmulJob> jobs, ThreadPool& pool) {
   first_token_row.resize(jobs.size());
   size_t token_rows_total = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
-    const bool shared = i > 0 && jobs[i].x == jobs[i - 1].x && jobs[i].quantized_x == jobs[i - 1].quantized_x &&
-                        jobs[i].n_tokens == jobs[i - 1].n_tokens &&
+    const bool shared = i > 0 && jobs[i].x == jobs[i - 1].x && jobs[i].n_tokens == jobs[i - 1].n_tokens &&
                         jobs[i].product.w.source().cols == jobs[i - 1].product.w.source().cols;
     first_token_row[i] = shared ? first_token_row[i - 1] : token_rows_total;
     if (!shared) token_rows_total += static_cast<size_t>(jobs[i].n_tokens);
@@ -341,7 +296,8 @@ void interleaved_matmul(std::span<const MatmulJob> jobs, ThreadPool& pool) {
   } else {
     // One quantized row per distinct input row, in job order, of cols / block activations.
     struct Row {
-      InputRow input;
+      const float* x;
+      int64_t cols;
       size_t first_activation;
     };
     thread_local std::vector<Row> row_buffer;
@@ -351,12 +307,8 @@ void interleaved_matmul(std::span<const MatmulJob> jobs, ThreadPool& pool) {
     for (size_t i = 0; i < jobs.size(); ++i) {
       if (i > 0 && first_token_row[i] == first_token_row[i - 1]) continue;
       const int64_t cols = jobs[i].product.w.source().cols;
-      const int64_t packed_row = cols / format.block * static_cast<int64_t>(sizeof(PackedOf<Activation>));
       for (int64_t t = 0; t < jobs[i].n_tokens; ++t) {
-        const InputRow input = jobs[i].quantized_x != nullptr
-                                   ? InputRow{nullptr, jobs[i].quantized_x + t * packed_row, cols}
-                                   : InputRow{jobs[i].x + t * cols, nullptr, cols};
-        row_buffer[first_token_row[i] + static_cast<size_t>(t)] = {input, activations_total};
+        row_buffer[first_token_row[i] + static_cast<size_t>(t)] = {jobs[i].x + t * cols, cols, activations_total};
         activations_total += static_cast<size_t>(cols / format.block);
       }
     }
@@ -367,7 +319,7 @@ void interleaved_matmul(std::span<const MatmulJob> jobs, ThreadPool& pool) {
     const auto quantize_rows = [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const Row& row = source_rows[r];
-        quantize_interleaved(row.input, format.offset, activations + row.first_activation);
+        quantize_interleaved(row.x, row.cols, format.offset, activations + row.first_activation);
       }
     };
     for_rows(static_cast<int64_t>(token_rows_total), pool, quantize_rows);
@@ -550,27 +502,30 @@ std::vector<PreparedMatrix> PreparedMatrix::together(std::span<const Matrix> sou
   return prepared;
 }
 
-PreparedMatrix PreparedMatrix::columns(const Matrix& source, int64_t first_col, int64_t cols) {
-  const auto skipped = row_bytes(source.type, static_cast<uint64_t>(first_col));
-  const auto width = row_bytes(source.type, static_cast<uint64_t>(cols));
-  if (first_col < 0 || cols <= 0 || first_col + cols > source.cols || !skipped || !width) {
-    throw std::invalid_argument("columns " + std::to_string(first_col) + " .. " + std::to_string(first_col + cols) +
-                                " are not whole blocks of a " + std::string(dtype_name(source.type)) + " matrix of " +
-                                std::to_string(source.cols) + " columns");
+std::vector<PreparedMatrix> PreparedMatrix::columns(std::span<const Matrix> sources, int64_t first_col,
+                                                    int64_t cols) {
+  std::vector<Matrix> parts;
+  std::vector<std::byte> copies;
+  for (const Matrix& source : sources) {
+    const auto skipped = row_bytes(source.type, static_cast<uint64_t>(first_col));
+    const auto width = row_bytes(source.type, static_cast<uint64_t>(cols));
+    if (first_col < 0 || cols <= 0 || first_col + cols > source.cols || !skipped || !width) {
+      throw std::invalid_argument("columns " + std::to_string(first_col) + " .. " + std::to_string(first_col + cols) +
+                                  " are not whole blocks of a " + std::string(dtype_name(source.type)) +
+                                  " matrix of " + std::to_string(source.cols) + " columns");
+    }
+    const uint64_t stride = *row_bytes(source.type, static_cast<uint64_t>(source.cols));
+    const size_t at = copies.size();
+    copies.resize(at + *width * static_cast<uint64_t>(source.rows));
+    for (int64_t r = 0; r < source.rows; ++r) {
+      std::memcpy(copies.data() + at + *width * static_cast<uint64_t>(r),
+                  static_cast<const std::byte*>(source.data) + stride * static_cast<uint64_t>(r) + *skipped, *width);
+    }
+    parts.push_back({source.type, source.rows, cols, reinterpret_cast<const void*>(at)});
   }
-  const uint64_t stride = *row_bytes(source.type, static_cast<uint64_t>(source.cols));
-  const std::shared_ptr<std::byte> copy(new std::byte[*width * static_cast<uint64_t>(source.rows)],
-                                        std::default_delete<std::byte[]>());
-  for (int64_t r = 0; r < source.rows; ++r) {
-    std::memcpy(copy.get() + *width * static_cast<uint64_t>(r),
-                static_cast<const std::byte*>(source.data) + stride * static_cast<uint64_t>(r) + *skipped, *width);
-  }
-  const Matrix part{source.type, source.rows, cols, copy.get()};
-  const size_t bytes = interleaved_bytes(part);
-  if (bytes == 0) return PreparedMatrix(part, copy, nullptr);
-  const std::shared_ptr<std::byte> buffer = huge_page_buffer(bytes);
-  PreparedMatrix prepared(part, buffer, buffer.get());
-  prepared.source_.data = nullptr;  // the copy it was packed from goes with this scope
+  for (Matrix& part : parts) part.data = copies.data() + reinterpret_cast<size_t>(part.data);
+  std::vector<PreparedMatrix> prepared = together(parts);
+  for (PreparedMatrix& matrix : prepared) matrix.source_.data = nullptr;  // the copies go with this scope
   return prepared;
 }
 
@@ -613,35 +568,6 @@ void matmul(std::initializer_list<Product> products, const float* x, int64_t n_t
   matmul(std::span<const MatmulJob>(jobs), pool);
 }
 
-ActivationBlocks activation_blocks(const PreparedMatrix& w) { return activation_blocks(w.source().type); }
-
-ActivationBlocks activation_blocks(DType weights) {
-  switch (interleaved::format_of(weights).block) {
-    case kQK: return {kQK, sizeof(PackedActivation<kQK>)};
-    case kQK_K: return {kQK_K, sizeof(PackedActivation<kQK_K>)};
-    default: return {};
-  }
-}
-
-void quantize_activations(const PreparedMatrix& w, const float* x, int64_t n_tokens, int64_t cols, std::byte* out,
-                          ThreadPool& pool) {
-  const ActivationBlocks blocks = activation_blocks(w);
-  if (blocks.elements == 0 || cols % blocks.elements != 0) {
-    throw std::invalid_argument("quantize_activations: " + std::to_string(cols) + " values are no whole number of " +
-                                std::string(dtype_name(w.source().type)) + "'s activation blocks");
-  }
-  if (blocks.elements == kQK) {
-    quantize_packed<kQK>(x, n_tokens, cols, out, pool);
-  } else {
-    quantize_packed<kQK_K>(x, n_tokens, cols, out, pool);
-  }
-}
-
-void matmul(const PreparedMatrix& w, const std::byte* quantized_x, int64_t n_tokens, float* y, ThreadPool& pool) {
-  const MatmulJob job{{w, y}, nullptr, n_tokens, quantized_x};
-  matmul(std::span(&job, 1), pool);
-}
-
 int64_t leaf_unit(DType type) {
   const interleaved::Format format = interleaved::format_of(type);
   return static_cast<int64_t>(format.block) * format.blocks_per_unit;
@@ -674,10 +600,6 @@ void check_leaves(const PreparedMatrix& w, const LeafProgram& leaves) {
 
 void matmul(std::span<const MatmulJob> jobs, ThreadPool& pool) {
   for (const MatmulJob& job : jobs) {
-    if (job.quantized_x != nullptr && activation_blocks(job.product.w).elements == 0) {
-      throw std::invalid_argument("matmul: " + std::string(dtype_name(job.product.w.source().type)) +
-                                  " weights take float rows, not quantized ones");
-    }
     if (job.leaves != nullptr) check_leaves(job.product.w, *job.leaves);
   }
   // Runs of neighbours that can share one loop go together.

@@ -34,12 +34,12 @@ class PreparedMatrix {
   // so that they lie on 2 MiB pages even where each is smaller than one. Throws as above.
   static std::vector<PreparedMatrix> together(std::span<const Matrix> sources);
 
-  // Columns [first_col, first_col + cols) of `source` as a matrix of their own, in a copy of
-  // its own whatever the type: a tensor-parallel member's columns of a projection whose input
-  // the members share (model/tensor_share.h). Its source().data is that copy where the kernels
-  // read the source, else nullptr. Throws std::invalid_argument for a range that is not whole
-  // blocks of source.
-  static PreparedMatrix columns(const Matrix& source, int64_t first_col, int64_t cols);
+  // Columns [first_col, first_col + cols) of each of `sources` as matrices of their own,
+  // prepared together: a tensor-parallel member's columns of a projection whose input the
+  // members share (model/tensor_share.h). Their source().data is nullptr (the kernels read the
+  // interleaved copy alone). Throws std::invalid_argument for a range that is not whole blocks
+  // of a source.
+  static std::vector<PreparedMatrix> columns(std::span<const Matrix> sources, int64_t first_col, int64_t cols);
 
   const Matrix& source() const { return source_; }
   // The interleaved copy (nullptr for a matrix without rows), and its bytes: what a matmul
@@ -98,38 +98,14 @@ int64_t leaf_unit(DType type);
 
 // Products over inputs of their own (a Mixture of Experts' experts, each over the rows that
 // chose it), each y exactly what its own matmul gives, in as few parallel loops as their
-// layouts allow: one thread wait for all of them rather than one per product. A job whose
-// quantized_x is set reads its rows from there (quantize_activations') instead of from x.
+// layouts allow: one thread wait for all of them rather than one per product.
 struct MatmulJob {
   Product product;
   const float* x;
   int64_t n_tokens;
-  const std::byte* quantized_x = nullptr;
   const LeafProgram* leaves = nullptr;  // set: y as LeafProgram says
 };
 void matmul(std::span<const MatmulJob> jobs, ThreadPool& pool);
-
-// A matmul on quantized weights first quantizes each input row into 8-bit blocks of
-// `elements` values, each block from its own values alone: parts of a row that are whole
-// blocks, quantized apart (by the members of a tensor-parallel group), put together are the
-// row quantized whole, in `bytes` per block rather than 4 per value. elements is 0 for float
-// weights, which read their input as it is.
-struct ActivationBlocks {
-  int elements = 0;
-  size_t bytes = 0;
-};
-ActivationBlocks activation_blocks(const PreparedMatrix& w);
-ActivationBlocks activation_blocks(DType weights);
-
-// n_tokens rows of `cols` values, a whole number of w's activation blocks, quantized as a
-// matmul on w quantizes them: each row cols / elements blocks of `bytes`, into `out`. Throws
-// std::invalid_argument for float weights and ragged cols.
-void quantize_activations(const PreparedMatrix& w, const float* x, int64_t n_tokens, int64_t cols, std::byte* out,
-                          ThreadPool& pool);
-
-// matmul over rows that quantize_activations made for w (or for a matrix of w's activation
-// blocks): the same y, bit for bit, as over the floats they were made from.
-void matmul(const PreparedMatrix& w, const std::byte* quantized_x, int64_t n_tokens, float* y, ThreadPool& pool);
 
 enum class Isa { Scalar, Avx2, Avx512, Neon, NeonDotprod };
 

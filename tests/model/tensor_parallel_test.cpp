@@ -361,37 +361,26 @@ Gathered gathered_bytes(const std::string& model, const std::string& type, std::
 }
 
 // Member 0's part of each gather of `layer` for a step of `rows` rows, in order: its sums of o's
-// leaves (a float row of the embedding per node of its cover), then in a dense layer its sums
-// of down's leaves; in a layer with experts its part of each chosen expert's activations (their
-// down's activation blocks where the part is whole blocks), of the shared expert's, and its
-// rows of the FFN's output.
+// leaves (a float row of the embedding per node of its cover), then its sums of the FFN's: of
+// down's leaves, or of the experts' leaves and then of the shared expert's.
 std::vector<size_t> expected_parts(const gguf::File& file, std::span<const TensorShare> shares, int layer,
                                    size_t rows) {
   const Config c = Config::from_gguf(file);
   const ProjectionLeaves leaves = projection_leaves(c);
   const TensorShare& mine = shares[0];
   const size_t sums_row = static_cast<size_t>(c.embedding_dim) * sizeof(float);
-  const auto sums = [&](int count, RowRange part, int unit) {
-    return rows * leaf_cover(count, part.first / unit, (part.last + unit - 1) / unit).size() * sums_row;
+  const auto nodes = [&](int count, RowRange part, int unit) {
+    return count == 0 ? 0 : leaf_cover(count, part.first / unit, (part.last + unit - 1) / unit).size();
   };
-  std::vector<size_t> parts{sums(leaves.o_count(c), mine.kv_heads, leaves.kv_heads)};
+  std::vector<size_t> parts{rows * nodes(leaves.o_count(c), mine.kv_heads, leaves.kv_heads) * sums_row};
   if (!c.layer_has_experts(layer)) {
-    parts.push_back(sums(leaves.down_count(c), mine.ffn_rows, leaves.ffn_rows));
+    parts.push_back(rows * nodes(leaves.down_count(c), mine.ffn_rows, leaves.ffn_rows) * sums_row);
     return parts;
   }
-  const auto input = [&](const std::string& down, size_t values) {
-    const gguf::TensorInfo* t = file.find_tensor("blk." + std::to_string(layer) + "." + down + ".weight");
-    const tensor::ActivationBlocks blocks = tensor::activation_blocks(static_cast<tensor::DType>(t->type));
-    return blocks.elements > 0 && values % static_cast<size_t>(blocks.elements) == 0
-               ? values / static_cast<size_t>(blocks.elements) * blocks.bytes
-               : values * sizeof(float);
-  };
-  parts.push_back(rows * input("ffn_down_exps", static_cast<size_t>(c.experts_per_token) *
-                                                    static_cast<size_t>(mine.expert_rows.size())));
-  if (c.shared_expert_ffn_dim > 0) {
-    parts.push_back(rows * input("ffn_down_shexp", static_cast<size_t>(mine.shared_expert_rows.size())));
-  }
-  parts.push_back(rows * static_cast<size_t>(mine.model_rows.size()) * sizeof(float));
+  parts.push_back(rows *
+                  (nodes(leaves.expert_count(c), mine.expert_rows, leaves.expert_rows) +
+                   nodes(leaves.shared_expert_count(c), mine.shared_expert_rows, leaves.shared_expert_rows)) *
+                  sums_row);
   return parts;
 }
 
@@ -413,10 +402,8 @@ struct ReadMatrix {
 };
 
 // The matrices member 0 says it reads next before each gather of `layer` (as expected_parts
-// lists them; those of its chosen experts' down, which vary, as one): its FFN's gate and up
-// (a layer with experts: the router, and the shared expert's), its chosen experts' down before
-// their activations', none before the shared expert's, then the next layer's q, k and v, or
-// the head after the last layer.
+// lists them): its FFN's gate and up (a layer with experts: the router, and the shared
+// expert's), then the next layer's q, k and v, or the head after the last layer.
 std::vector<std::vector<ReadMatrix>> expected_reads(const gguf::File& file, std::span<const TensorShare> shares,
                                                     int layer) {
   const Config c = Config::from_gguf(file);
@@ -431,8 +418,6 @@ std::vector<std::vector<ReadMatrix>> expected_reads(const gguf::File& file, std:
       reads.back().push_back({blk(layer, "ffn_gate_shexp"), mine.shared_expert_rows.size()});
       reads.back().push_back({blk(layer, "ffn_up_shexp"), mine.shared_expert_rows.size()});
     }
-    reads.push_back({{blk(layer, "ffn_down_exps"), mine.model_rows.size()}});
-    if (c.shared_expert_ffn_dim > 0) reads.push_back({});
   }
   if (layer + 1 < c.layer_count) {
     const int heads = mine.kv_heads.size() * c.head_dim;
@@ -446,28 +431,10 @@ std::vector<std::vector<ReadMatrix>> expected_reads(const gguf::File& file, std:
   return reads;
 }
 
-// Whether `sizes` are the regions read before a layer's experts' activations are gathered
-// (`expected` names their down): one matrix of each chosen expert, as many as the step's rows
-// chose (rows x experts_per_token at most), then the shared expert's down.
-bool reads_chosen_experts(const gguf::File& file, const Config& c, const ReadMatrix& expected,
-                          const std::vector<size_t>& sizes, size_t rows) {
-  const size_t shared = c.shared_expert_ffn_dim > 0 ? 1 : 0;
-  if (sizes.size() < 1 + shared || sizes.size() > rows * static_cast<size_t>(c.experts_per_token) + shared) {
-    return false;
-  }
-  ReadMatrix shared_down = expected;
-  shared_down.tensor.replace(shared_down.tensor.find("ffn_down_exps"), 13, "ffn_down_shexp");
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    if (!(i + shared == sizes.size() ? shared_down : expected).holds(file, sizes[i])) return false;
-  }
-  return true;
-}
-
 // What each member sends, gather by gather, over the script (every member's outputs checked
-// against one Model's on the way): a dense layer's o and down each a few rows of sums, rather
-// than their inputs and outputs; a layer with experts its experts' activations as blocks, and
-// its FFN's output once, a row of the member's embedding rows a token, rather than a row per
-// chosen expert.
+// against one Model's on the way): o and the FFN each a few rows of sums, rather than their
+// inputs and outputs; in a layer with experts, the chosen experts' leaves weighed into them and
+// the shared expert's beside them, in one gather, rather than a row per chosen expert.
 void expect_gathers(const std::string& model, const std::string& type, const std::vector<double>& weights) {
   const std::shared_ptr<const gguf::File> file = gguf::File::open(TestModels::path(model, type));
   const Config config = Config::from_gguf(*file);
@@ -488,10 +455,6 @@ void expect_gathers(const std::string& model, const std::string& type, const std
       for (size_t g = 0; g < reads.size(); ++g) {
         const std::vector<size_t>& sizes = gathered.read_next_sizes[at - reads.size() + g];
         const std::string where = model + " " + type + " layer " + std::to_string(l) + ", gather " + std::to_string(g);
-        if (!reads[g].empty() && reads[g][0].tensor.ends_with("ffn_down_exps.weight")) {
-          EXPECT_TRUE(reads_chosen_experts(*file, config, reads[g][0], sizes, rows)) << where;
-          continue;
-        }
         ASSERT_EQ(sizes.size(), reads[g].size()) << where;
         for (size_t i = 0; i < sizes.size(); ++i) {
           EXPECT_TRUE(reads[g][i].holds(*file, sizes[i])) << where << ": " << reads[g][i].tensor << ", " << sizes[i] << " bytes";
@@ -504,7 +467,7 @@ void expect_gathers(const std::string& model, const std::string& type, const std
   EXPECT_EQ(at, parts.size()) << model;
 }
 
-TEST(Gathers, DenseLayersSendLeafSumsAndExpertLayersTheirActivationsAsBlocks) {
+TEST(Gathers, EveryLayerSendsLeafSumsTwice) {
   expect_gathers("llama-kv3", "Q4_0", {1, 1, 1});
   expect_gathers("llama-kv3", "Q8_0", {1, 2});
   expect_gathers("qwen3-k256", "Q4_K_M", {2, 1});

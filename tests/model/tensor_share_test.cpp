@@ -43,30 +43,30 @@ std::string refusal(const Config& c, const std::vector<double>& weights) {
 }
 
 TEST(PlanTensorShares, OneMemberHoldsEverything) {
-  EXPECT_EQ(plan({2.5}), (std::vector<TensorShare>{{{0, 4}, {0, 172}, {0, 64}, {0, 512}}}));
+  EXPECT_EQ(plan({2.5}), (std::vector<TensorShare>{{{0, 4}, {0, 172}, {0, 512}}}));
 }
 
 // Odd unit counts leave a unit over, which goes to the lower member.
 TEST(PlanTensorShares, EqualWeightsShareEvenlyTheRestToTheLowerMember) {
-  EXPECT_EQ(plan({1, 1}), (std::vector<TensorShare>{{{0, 2}, {0, 105}, {0, 32}, {0, 256}},
-                                                    {{2, 4}, {105, 172}, {32, 64}, {256, 512}}}));
-  EXPECT_EQ(plan({1, 1, 1}), (std::vector<TensorShare>{{{0, 2}, {0, 63}, {0, 32}, {0, 176}},
-                                                       {{2, 3}, {63, 126}, {32, 48}, {176, 352}},
-                                                       {{3, 4}, {126, 172}, {48, 64}, {352, 512}}}));
+  EXPECT_EQ(plan({1, 1}), (std::vector<TensorShare>{{{0, 2}, {0, 105}, {0, 256}},
+                                                    {{2, 4}, {105, 172}, {256, 512}}}));
+  EXPECT_EQ(plan({1, 1, 1}), (std::vector<TensorShare>{{{0, 2}, {0, 63}, {0, 176}},
+                                                       {{2, 3}, {63, 126}, {176, 352}},
+                                                       {{3, 4}, {126, 172}, {352, 512}}}));
 }
 
 // 3:1 of 9 FFN leaves is 6.75 and 2.25: rounded down to 6 and 2, the leaf over goes to the
 // member furthest below its ideal share.
 TEST(PlanTensorShares, UnevenWeightsShareByLargestRemainders) {
-  EXPECT_EQ(plan({3, 1}), (std::vector<TensorShare>{{{0, 3}, {0, 147}, {0, 48}, {0, 384}},
-                                                    {{3, 4}, {147, 172}, {48, 64}, {384, 512}}}));
+  EXPECT_EQ(plan({3, 1}), (std::vector<TensorShare>{{{0, 3}, {0, 147}, {0, 384}},
+                                                    {{3, 4}, {147, 172}, {384, 512}}}));
   // Measured speeds need not be whole numbers or add up to anything.
   EXPECT_EQ(plan({0.3, 0.1}), plan({3, 1}));
 }
 
 TEST(PlanTensorShares, EveryMemberGetsAtLeastOneUnit) {
   const auto shares = plan({1, 1e-9});
-  EXPECT_EQ(shares[1], (TensorShare{{3, 4}, {168, 172}, {48, 64}, {496, 512}}));
+  EXPECT_EQ(shares[1], (TensorShare{{3, 4}, {168, 172}, {496, 512}}));
   const auto three = plan({1e-6, 1, 1e-6});
   EXPECT_EQ(three[0].kv_heads, (RowRange{0, 1}));
   EXPECT_EQ(three[1].kv_heads, (RowRange{1, 3}));
@@ -122,14 +122,15 @@ TEST(PlanTensorShares, KvHeadsComeInWholeLeavesOfOsInput) {
 }
 
 // A model without experts has empty expert ranges (the tests above compare them too); with
-// them, each expert's rows (64: 2 units of 32) and the shared expert's (96: 3 units of 32)
-// are shared out as the FFN's.
+// them, each expert's rows (64: 2 leaves of 32) and the shared expert's (96: 3 leaves of 32)
+// are shared out as the FFN's, in whole leaves of their down's input.
 TEST(PlanTensorShares, SharesTheExpertsRowsAsTheFfns) {
   Config c = dreams_like();
   c.expert_count = 8;
   c.experts_per_token = 2;
   c.expert_ffn_dim = 64;
   c.shared_expert_ffn_dim = 96;
+  c.expert_down_block = 32;
   const auto shares = plan_tensor_shares(c, std::vector<double>{1, 2});
   EXPECT_EQ(shares[0].expert_rows, (RowRange{0, 32}));
   EXPECT_EQ(shares[1].expert_rows, (RowRange{32, 64}));
@@ -137,6 +138,27 @@ TEST(PlanTensorShares, SharesTheExpertsRowsAsTheFfns) {
   EXPECT_EQ(shares[1].shared_expert_rows, (RowRange{32, 96}));
   c.shared_expert_ffn_dim = 0;
   EXPECT_EQ(plan_tensor_shares(c, std::vector<double>{1, 2})[1].shared_expert_rows, (RowRange{}));
+}
+
+// An expert's down adds up at most 8 leaves, of 128 rows or more where that leaves 4 or more.
+TEST(PlanTensorShares, ExpertsDownsAddUpInAFewLeaves) {
+  Config c = dreams_like();
+  c.expert_count = 128;
+  c.experts_per_token = 8;
+  c.expert_ffn_dim = 768;  // Qwen3-30B-A3B
+  c.expert_down_block = 32;
+  EXPECT_EQ(projection_leaves(c).expert_rows, 128);
+  EXPECT_EQ(projection_leaves(c).expert_count(c), 6);
+  c.expert_down_block = 256;  // K-quants: 3 blocks, a leaf each
+  EXPECT_EQ(projection_leaves(c).expert_rows, 256);
+  c.expert_ffn_dim = 2880;  // gpt-oss: 90 blocks of 32; 12 a leaf at least, 15 divide them
+  c.expert_down_block = 32;
+  EXPECT_EQ(projection_leaves(c).expert_rows, 480);
+  c.expert_ffn_dim = 64;  // 2 blocks: 2 leaves
+  EXPECT_EQ(projection_leaves(c).expert_count(c), 2);
+  c.shared_expert_ffn_dim = 1408;  // GLM-4.5-Air's: 44 blocks, 6 at least, 11 divide them
+  EXPECT_EQ(projection_leaves(c).shared_expert_rows, 352);
+  EXPECT_EQ(refusal(c, {1, 1, 1}), "a group of 3 members cannot share 2 leaves of expert rows: each member needs at least one");
 }
 
 TEST(PlanTensorShares, RefusesMoreMembersThanKvHeads) {
@@ -147,8 +169,9 @@ TEST(PlanTensorShares, RefusesMoreMembersThanKvHeads) {
 TEST(PlanTensorShares, RefusesMoreMembersThanUnitsOfADimension) {
   Config c = dreams_like();
   c.kv_head_count = 8;
+  c.vocab_size = 64;
   EXPECT_EQ(refusal(c, {1, 1, 1, 1, 1}),
-            "a group of 5 members cannot share 4 units of embedding rows: each member needs at least one");
+            "a group of 5 members cannot share 4 units of vocabulary rows: each member needs at least one");
 }
 
 TEST(PlanTensorShares, RefusesWeightsThatAreNotPositive) {

@@ -168,55 +168,6 @@ TEST_P(MatmulTypeTest, ResultsAreBitIdenticalAcrossBatchingAndThreads) {
   }
 }
 
-// A tensor-parallel group's members quantize their parts of each row apart and gather the
-// blocks: put together, on every ISA and thread count, they are the row quantized whole.
-TEST_P(MatmulTypeTest, RowsQuantizedInPartsGiveTheFloatRowsBits) {
-  const DType type = GetParam();
-  const int block = activation_block(type);
-  const TestMatrix m = make_matrix(type, 21, block == 0 ? 64 : 6 * block, 12);
-  const PreparedMatrix prepared(m.view());
-  const ActivationBlocks blocks = activation_blocks(prepared);
-  ASSERT_EQ(blocks.elements, block);
-  std::vector<std::byte> out(4096);
-  if (block == 0) {
-    EXPECT_THROW(quantize_activations(prepared, nullptr, 1, m.cols, out.data(), pool1), std::invalid_argument);
-    EXPECT_THROW(matmul(prepared, out.data(), 1, nullptr, pool1), std::invalid_argument);
-    return;
-  }
-  EXPECT_THROW(quantize_activations(prepared, nullptr, 1, block + 16, out.data(), pool1), std::invalid_argument);
-  const int64_t n_tokens = 5;
-  const std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * m.cols), 13, 3.0f);
-  const std::vector<int64_t> parts{block, 3 * block, 2 * block};  // columns of each member's part
-  const size_t row_size = static_cast<size_t>(m.cols / block) * blocks.bytes;
-  for (Isa isa : available_isas()) {
-    IsaScope scope(isa);
-    SCOPED_TRACE(isa_name(isa));
-    const std::vector<float> expected = run(m.view(), x, n_tokens, pool2);
-    std::vector<std::byte> quantized(n_tokens * row_size);
-    int64_t first_col = 0;
-    size_t first_byte = 0;
-    for (const int64_t cols : parts) {
-      std::vector<float> part;
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        part.insert(part.end(), x.begin() + t * m.cols + first_col, x.begin() + t * m.cols + first_col + cols);
-      }
-      const size_t part_size = static_cast<size_t>(cols / block) * blocks.bytes;
-      std::vector<std::byte> packed(n_tokens * part_size);
-      quantize_activations(prepared, part.data(), n_tokens, cols, packed.data(), pool3);
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        std::copy_n(packed.begin() + t * part_size, part_size, quantized.begin() + t * row_size + first_byte);
-      }
-      first_col += cols;
-      first_byte += part_size;
-    }
-    for (ThreadPool* pool : {&pool1, &pool3}) {
-      std::vector<float> y(static_cast<size_t>(n_tokens * m.rows), NAN);
-      matmul(prepared, quantized.data(), n_tokens, y.data(), *pool);
-      ASSERT_EQ(0, std::memcmp(expected.data(), y.data(), y.size() * sizeof(float))) << pool->size() << " threads";
-    }
-  }
-}
-
 // Row 0's first Q4_x/Q5_x block at the largest levels, row 1's at the smallest (for Q5_0
 // -16); the formats with a min get a negative m in both.
 template <class Block>
@@ -462,37 +413,46 @@ TEST(Matmul, MatricesPreparedTogetherEqualEachPreparedAlone) {
   EXPECT_THROW(PreparedMatrix::together(unsupported), std::invalid_argument);
 }
 
-// A column range prepared as a matrix of its own multiplies as that range's bytes copied into
-// a matrix would, and lives on after its source is gone.
-TEST(Matmul, ColumnsAreAMatrixOfTheirOwn) {
+// A column range of each of several matrices, prepared together, multiplies as that range's
+// bytes copied into a matrix would, and lives on after its sources are gone.
+TEST(Matmul, ColumnsAreMatricesOfTheirOwn) {
   ThreadPool pool(2);
   const std::vector<DType> types{DType::Q4_0, DType::Q4_K, DType::F32, DType::F16, DType::Q8_0, DType::MXFP4};
   const std::vector<int64_t> firsts{64, 256, 3, 5, 32, 32}, widths{96, 512, 13, 40, 64, 32};
   for (size_t i = 0; i < types.size(); ++i) {
     const int64_t rows = 21, cols = 1024;
-    PreparedMatrix part;
-    std::vector<uint8_t> copied;
+    std::vector<PreparedMatrix> parts;
+    std::vector<std::vector<uint8_t>> copied(2);
     {
-      const TestMatrix m = make_matrix(types[i], rows, cols, 90 + static_cast<uint32_t>(i));
-      part = PreparedMatrix::columns(m.view(), firsts[i], widths[i]);
+      const TestMatrix a = make_matrix(types[i], rows, cols, 90 + static_cast<uint32_t>(i));
+      const TestMatrix b = make_matrix(types[i], rows, cols, 190 + static_cast<uint32_t>(i));
+      const std::vector<Matrix> sources{a.view(), b.view()};
+      parts = PreparedMatrix::columns(sources, firsts[i], widths[i]);
       const size_t row = *row_bytes(types[i], cols), skip = *row_bytes(types[i], firsts[i]),
                    width = *row_bytes(types[i], widths[i]);
-      for (int64_t r = 0; r < rows; ++r) {
-        copied.insert(copied.end(), m.bytes.begin() + r * row + skip, m.bytes.begin() + r * row + skip + width);
+      for (size_t m = 0; m < 2; ++m) {
+        const std::vector<uint8_t>& bytes = (m == 0 ? a : b).bytes;
+        for (int64_t r = 0; r < rows; ++r) {
+          copied[m].insert(copied[m].end(), bytes.begin() + r * row + skip, bytes.begin() + r * row + skip + width);
+        }
       }
-      EXPECT_THROW(PreparedMatrix::columns(m.view(), cols - 32, 64), std::invalid_argument);
+      EXPECT_THROW(PreparedMatrix::columns(sources, cols - 32, 64), std::invalid_argument);
       if (info(types[i]).block_elements > 1) {
-        EXPECT_THROW(PreparedMatrix::columns(m.view(), 1, 64), std::invalid_argument);
+        EXPECT_THROW(PreparedMatrix::columns(sources, 1, 64), std::invalid_argument);
       }
     }
-    EXPECT_EQ(part.source().cols, widths[i]);
-    EXPECT_EQ(part.source().rows, rows);
-    for (int64_t tokens : {1, 5}) {
-      const std::vector<float> x = random_floats(static_cast<size_t>(tokens * widths[i]), 95);
-      std::vector<float> y(static_cast<size_t>(rows * tokens), NAN);
-      matmul(part, x.data(), tokens, y.data(), pool);
-      const std::vector<float> expected = run({types[i], rows, widths[i], copied.data()}, x, tokens, pool);
-      ASSERT_EQ(0, std::memcmp(expected.data(), y.data(), y.size() * sizeof(float))) << dtype_name(types[i]);
+    ASSERT_EQ(parts.size(), 2u);
+    for (size_t m = 0; m < 2; ++m) {
+      EXPECT_EQ(parts[m].source().cols, widths[i]);
+      EXPECT_EQ(parts[m].source().rows, rows);
+      for (int64_t tokens : {1, 5}) {
+        const std::vector<float> x = random_floats(static_cast<size_t>(tokens * widths[i]), 95);
+        std::vector<float> y(static_cast<size_t>(rows * tokens), NAN);
+        matmul(parts[m], x.data(), tokens, y.data(), pool);
+        const std::vector<float> expected = run({types[i], rows, widths[i], copied[m].data()}, x, tokens, pool);
+        ASSERT_EQ(0, std::memcmp(expected.data(), y.data(), y.size() * sizeof(float)))
+            << dtype_name(types[i]) << " matrix " << m;
+      }
     }
   }
 }
@@ -523,13 +483,14 @@ TEST(Matmul, LeafProgramsAddTheLeavesProductsAsTheirStepsSay) {
       for (const int64_t tokens : {int64_t{1}, int64_t{9}}) {
         const std::vector<float> x = random_floats(static_cast<size_t>(tokens * cols), 130);
         std::vector<float> y(static_cast<size_t>(tokens * rows * program.outputs), NAN);
-        const MatmulJob job{{w, y.data()}, x.data(), tokens, nullptr, &program};
+        const MatmulJob job{{w, y.data()}, x.data(), tokens, &program};
         matmul(std::span(&job, 1), pool);
         // Each leaf's product from a matrix of its columns over its columns of x.
         std::vector<std::vector<float>> leaf;
         for (int64_t first = 0; first < cols; first += leaf_cols[i]) {
           const int64_t width = std::min(leaf_cols[i], cols - first);
-          const PreparedMatrix part = PreparedMatrix::columns(m.view(), first, width);
+          const Matrix whole = m.view();
+          const PreparedMatrix part = PreparedMatrix::columns({&whole, 1}, first, width).front();
           std::vector<float> part_x;
           for (int64_t t = 0; t < tokens; ++t) {
             part_x.insert(part_x.end(), x.begin() + t * cols + first, x.begin() + t * cols + first + width);
@@ -558,7 +519,7 @@ TEST(Matmul, LeafProgramsAddTheLeavesProductsAsTheirStepsSay) {
   std::vector<float> x(256), y(32);
   for (const LeafProgram& bad : {LeafProgram{32, tree, 1}, LeafProgram{0, tree, 1},
                                  LeafProgram{128, tree, 1}, LeafProgram{64, two, 1}}) {
-    const MatmulJob job{{w, y.data()}, x.data(), 1, nullptr, &bad};
+    const MatmulJob job{{w, y.data()}, x.data(), 1, &bad};
     EXPECT_THROW(matmul(std::span(&job, 1), pool), std::invalid_argument);
   }
   EXPECT_EQ(leaf_unit(DType::Q4_0), 64);
