@@ -951,9 +951,11 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   activate(gate_.data(), up_.data(), static_cast<int64_t>(n * shared_ffn));
   // Each down adds up in leaves (leaf_tree.h), as the dense down does, of this member's leaves
   // alone, each leaf's product a matmul of its own: of an expert, a leaf's value is the row's
-  // chosen experts' products of it weighed, in the row's order of choices, before the tree adds
-  // the leaves; of the shared expert, its product. Leaf l's products of every slot (then of
-  // every row, the shared expert's) lie together, from their inputs laid out so.
+  // chosen experts' products of it weighed (a chain of fused multiply-adds in the row's order of
+  // choices) before the tree adds the leaves; of the shared expert, its product. The inputs lie
+  // leaf after leaf; the leaves' products, slot after slot (or row after row), as many leaves
+  // at a time as kLeafProducts floats hold (all of them for a few tokens: one thread wait), each
+  // weighed before the next leaves run, so that a long prompt's products need not all be held.
   const size_t leaves = expert_sums_.leaf_columns.size();
   const size_t shared_leaves = shared_sums_.leaf_columns.size();
   split_into_leaves(expert_gate_, slot_count, expert_sums_.leaf_columns, expert_leaf_in_);
@@ -961,44 +963,46 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   // Each leaf's region is as wide as the first leaf's (the last leaf's may be narrower).
   const size_t expert_stride = leaves > 0 ? static_cast<size_t>(expert_sums_.leaf_columns[0].size()) : 0;
   const size_t shared_stride = shared_leaves > 0 ? static_cast<size_t>(shared_sums_.leaf_columns[0].size()) : 0;
-  expert_leaves_.resize(leaves * slot_count * dim);
+  constexpr size_t kLeafProducts = size_t{1} << 24;
+  const size_t leaves_at_once = std::clamp<size_t>(kLeafProducts / (slot_count * dim), 1, leaves);
+  expert_leaves_.resize(leaves_at_once * slot_count * dim);
   shared_leaves_.resize(shared_leaves * n * dim);
-  expert_jobs_.clear();
-  each_expert([&](size_t e, size_t first, int64_t count) {
-    for (size_t leaf = 0; leaf < leaves; ++leaf) {
-      const auto width = static_cast<size_t>(expert_sums_.leaf_columns[leaf].size());
-      float* out = expert_leaves_.data() + (leaf * slot_count + first) * dim;
-      expert_jobs_.push_back({{layer.expert_down[e * leaves + leaf], out},
-                              expert_leaf_in_.data() + leaf * slot_count * expert_stride + first * width, count});
-    }
-  });
-  for (size_t leaf = 0; leaf < shared_leaves; ++leaf) {
-    expert_jobs_.push_back({{layer.shared_down[leaf], shared_leaves_.data() + leaf * n * dim},
-                            shared_leaf_in_.data() + leaf * n * shared_stride, rows});
-  }
-  tensor::matmul(expert_jobs_, pool);
+  weighed_leaves_.assign(n * leaves * dim, 0.0f);  // row after row, leaf after leaf
   slot_positions_.resize(slot_count);
   for (size_t i = 0; i < slot_count; ++i) slot_positions_[expert_slots_[i]] = i;
+  for (size_t begin = 0; begin < leaves; begin += leaves_at_once) {  // every member has a leaf
+    const size_t end = std::min(leaves, begin + leaves_at_once);
+    expert_jobs_.clear();
+    each_expert([&](size_t e, size_t first, int64_t count) {
+      for (size_t leaf = begin; leaf < end; ++leaf) {
+        const auto width = static_cast<size_t>(expert_sums_.leaf_columns[leaf].size());
+        float* out = expert_leaves_.data() + ((leaf - begin) * slot_count + first) * dim;
+        expert_jobs_.push_back({{layer.expert_down[e * leaves + leaf], out},
+                                expert_leaf_in_.data() + leaf * slot_count * expert_stride + first * width, count});
+      }
+    });
+    for (size_t leaf = 0; leaf < shared_leaves && begin == 0; ++leaf) {
+      expert_jobs_.push_back({{layer.shared_down[leaf], shared_leaves_.data() + leaf * n * dim},
+                              shared_leaf_in_.data() + leaf * n * shared_stride, rows});
+    }
+    tensor::matmul(expert_jobs_, pool);
+    for (size_t r = 0; r < n; ++r) {
+      for (size_t leaf = begin; leaf < end; ++leaf) {
+        const float* products = expert_leaves_.data() + (leaf - begin) * slot_count * dim;
+        for (size_t j = 0; j < k; ++j) {
+          tensor::add_scaled_rows(chosen_weights_.data() + r * k + j, products + slot_positions_[r * k + j] * dim, 0, 1,
+                                  static_cast<int64_t>(dim), weighed_leaves_.data() + (r * leaves + leaf) * dim);
+        }
+      }
+    }
+  }
   // This member's sums of each row: its cover of the experts' leaves, then of the shared one's.
-  const size_t expert_own = expert_sums_.own.size();
-  const size_t shared_own = shared_sums_.own.size();
-  const size_t own_width = (expert_own + shared_own) * dim;
+  const size_t own_width = (expert_sums_.own.size() + shared_sums_.own.size()) * dim;
   leaf_sums_.resize(n * own_width);
-  weighed_leaves_.resize(leaves * dim);
   for (size_t r = 0; r < n; ++r) {
-    const float* weights = chosen_weights_.data() + r * k;
-    const size_t* positions = slot_positions_.data() + r * k;
     leaf_values_.clear();
     for (size_t leaf = 0; leaf < leaves; ++leaf) {
-      const float* products = expert_leaves_.data() + leaf * slot_count * dim;
-      float* out = weighed_leaves_.data() + leaf * dim;
-      const float* first = products + positions[0] * dim;
-      for (size_t d = 0; d < dim; ++d) out[d] = weights[0] * first[d];
-      for (size_t j = 1; j < k; ++j) {
-        const float* product = products + positions[j] * dim;
-        for (size_t d = 0; d < dim; ++d) out[d] += weights[j] * product[d];
-      }
-      leaf_values_.push_back(out);
+      leaf_values_.push_back(weighed_leaves_.data() + (r * leaves + leaf) * dim);
     }
     shared_values_.clear();
     for (size_t leaf = 0; leaf < shared_leaves; ++leaf) {
@@ -1035,15 +1039,13 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
     float* out = proj_.data() + r * dim;
     add_leaf_tree(leaf_root(expert_sums_.count), expert_sums_.all, {leaf_values_.data(), expert_all}, dim, out);
     if (layer.expert_down_bias != nullptr) {
-      const float* weights = chosen_weights_.data() + r * k;
-      const int* chosen = chosen_experts_.data() + r * k;
-      float* bias = row_total_.data();
-      for (size_t d = 0; d < dim; ++d) bias[d] = weights[0] * layer.expert_down_bias[chosen[0] * dim + d];
-      for (size_t j = 1; j < k; ++j) {
-        const float* expert_bias = layer.expert_down_bias + static_cast<size_t>(chosen[j]) * dim;
-        for (size_t d = 0; d < dim; ++d) bias[d] += weights[j] * expert_bias[d];
+      std::fill(row_total_.begin(), row_total_.end(), 0.0f);
+      for (size_t j = 0; j < k; ++j) {
+        const float* expert_bias = layer.expert_down_bias + static_cast<size_t>(chosen_experts_[r * k + j]) * dim;
+        tensor::add_scaled_rows(chosen_weights_.data() + r * k + j, expert_bias, 0, 1, static_cast<int64_t>(dim),
+                                row_total_.data());
       }
-      for (size_t d = 0; d < dim; ++d) out[d] += bias[d];
+      for (size_t d = 0; d < dim; ++d) out[d] += row_total_[d];
     }
     if (shared_all > 0) {
       add_leaf_tree(leaf_root(shared_sums_.count), shared_sums_.all, {shared_values_.data(), shared_all}, dim,

@@ -259,9 +259,9 @@ class Model {
   std::vector<int> expert_order_;                  // choose_experts' scratch
   std::vector<tensor::MatmulJob> expert_jobs_;
   // The experts' activations and the shared expert's split into this member's leaves
-  // (split_into_leaves), and their down's products of each leaf: leaf after leaf, slot after
-  // slot (in the experts' order) or row after row. One row's leaves weighed; a row's weighed
-  // biases, then its shared expert's output.
+  // (split_into_leaves), and their down's products of each leaf (of the experts', the leaves
+  // run at once): leaf after leaf, slot after slot (in the experts' order) or row after row.
+  // Each row's leaves weighed; a row's weighed biases, then its shared expert's output.
   std::vector<float> expert_leaf_in_, shared_leaf_in_, expert_leaves_, shared_leaves_, weighed_leaves_, row_total_;
   std::vector<size_t> expert_starts_, expert_fill_, expert_slots_;  // the slots of each expert, in order
   std::vector<size_t> slot_positions_;  // of each slot (row * k + j), its place in the experts' order
