@@ -75,20 +75,19 @@ IsaKernels kernels_of(Isa isa) {
   return {kernels::scalar_interleaved, kernels::scalar_vector_ops};
 }
 
+// sum[i] = sum[i] + other[i] over a leaf tile's tokens, n a whole number of its kRows: two
+// slots that check_leaves keeps apart, in runs of a fixed length, so that -O2 adds them in
+// vectors (one element at a time cost a dense down's leaves as much as their kernel).
+void add_into(float* __restrict sum, const float* __restrict other, int n) {
+  for (int i = 0; i < n; i += interleaved::kRows) {
+    for (int r = 0; r < interleaved::kRows; ++r) sum[i + r] = sum[i + r] + other[i + r];
+  }
+}
+
 int sum_of(const int8_t* qs, int n) {
   int sum = 0;
   for (int i = 0; i < n; ++i) sum += qs[i];
   return sum;
-}
-
-// fn over rows [0, rows): on the calling thread when there are fewer rows than threads, which
-// would wait on each other longer than quantizing takes.
-void for_rows(int64_t rows, ThreadPool& pool, const std::function<void(int64_t, int64_t)>& fn) {
-  if (rows < pool.size()) {
-    fn(0, rows);
-  } else {
-    pool.parallel_for(rows, fn);
-  }
 }
 
 // Quantizes a row of `cols` values into the activation layout a kernel reads.
@@ -97,9 +96,13 @@ void quantize_interleaved(const float* x, int64_t cols, int offset, Activation* 
   constexpr int kBlock = static_cast<int>(sizeof(Activation::qs));
   // Looked up once per row: the public quantize_int8 would look up the active ISA per block.
   const auto quantize_block = kernels::active_vector_ops().quantize_int8;
-  for (int64_t b = 0; b < cols / kBlock; ++b) {
+  const int64_t blocks = cols / kBlock;
+  for (int64_t b = 0; b < blocks; ++b) out[b].d = quantize_block(x + b * kBlock, kBlock, out[b].qs);
+  // The sums in a pass of their own: read right after the quantizer's narrower stores, each
+  // load of qs waited for them to reach the cache (a failed store forward), which made the
+  // sums cost more than the quantizing.
+  for (int64_t b = 0; b < blocks; ++b) {
     Activation& a = out[b];
-    a.d = quantize_block(x + b * kBlock, kBlock, a.qs);
     if constexpr (kBlock == kQK) {
       const int sum = sum_of(a.qs, kBlock);
       a.start = -offset * sum;
@@ -378,11 +381,9 @@ void interleaved_matmul(std::span<const MatmulJob> jobs, ThreadPool& pool) {
                           std::min(part.leaf_blocks, part.n_blocks - first_block), leaf_tokens, tokens, slot);
           break;
         }
-        case LeafStep::Kind::Add: {
-          const float* other = slots[step.arg];
-          for (int i = 0; i < tokens * interleaved::kRows; ++i) slot[i] = slot[i] + other[i];
+        case LeafStep::Kind::Add:
+          add_into(slot, slots[step.arg], tokens * interleaved::kRows);
           break;
-        }
         case LeafStep::Kind::Store:
           for (int t = 0; t < tokens; ++t) {
             std::copy_n(slot + t * interleaved::kRows, rows,
@@ -589,10 +590,11 @@ void check_leaves(const PreparedMatrix& w, const LeafProgram& leaves) {
                                 std::to_string(leaves.leaf_cols));
   }
   for (const LeafStep& step : leaves.steps) {
-    const bool fits = step.slot < kLeafSlots && (step.kind == LeafStep::Kind::Leaf  ? step.arg < count
-                                                 : step.kind == LeafStep::Kind::Add ? step.arg < kLeafSlots
-                                                                                    : step.arg < leaves.outputs);
-    if (!fits) throw std::invalid_argument(what + "names a slot, leaf or output it does not have");
+    const bool fits = step.slot < kLeafSlots &&
+                      (step.kind == LeafStep::Kind::Leaf  ? step.arg < count
+                       : step.kind == LeafStep::Kind::Add ? step.arg < kLeafSlots && step.arg != step.slot
+                                                          : step.arg < leaves.outputs);
+    if (!fits) throw std::invalid_argument(what + "names a slot, leaf or output it does not have, or adds a slot to itself");
   }
 }
 

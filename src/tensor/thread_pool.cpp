@@ -133,4 +133,12 @@ void ThreadPool::parallel_for(int64_t n_items,
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
+void for_rows(int64_t rows, ThreadPool& pool, const std::function<void(int64_t, int64_t)>& fn) {
+  if (rows < pool.size()) {
+    fn(0, rows);
+  } else {
+    pool.parallel_for(rows, fn);
+  }
+}
+
 }  // namespace strata::tensor

@@ -59,4 +59,9 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
+// pool.parallel_for for items that take little time each (a row's copy, scale or sum): on the
+// calling thread alone when there are fewer items than threads, which would wait on each other
+// longer than the work takes.
+void for_rows(int64_t rows, ThreadPool& pool, const std::function<void(int64_t begin, int64_t end)>& fn);
+
 }  // namespace strata::tensor

@@ -513,12 +513,14 @@ TEST(Matmul, LeafProgramsAddTheLeavesProductsAsTheirStepsSay) {
       }
     }
   }
-  // Leaves that do not start at the layout's units, and steps past the slots, leaves or outputs.
+  // Leaves that do not start at the layout's units, steps past the slots, leaves or outputs,
+  // and a slot added to itself.
   const TestMatrix m = make_matrix(DType::Q4_0, 16, 256, 140);
   const PreparedMatrix w(m.view());
   std::vector<float> x(256), y(32);
-  for (const LeafProgram& bad : {LeafProgram{32, tree, 1}, LeafProgram{0, tree, 1},
-                                 LeafProgram{128, tree, 1}, LeafProgram{64, two, 1}}) {
+  const std::vector<LeafStep> doubled{{Kind::Leaf, 0, 0}, {Kind::Add, 0, 0}, {Kind::Store, 0, 0}};
+  for (const LeafProgram& bad : {LeafProgram{32, tree, 1}, LeafProgram{0, tree, 1}, LeafProgram{128, tree, 1},
+                                 LeafProgram{64, two, 1}, LeafProgram{256, doubled, 1}}) {
     const MatmulJob job{{w, y.data()}, x.data(), 1, &bad};
     EXPECT_THROW(matmul(std::span(&job, 1), pool), std::invalid_argument);
   }

@@ -63,6 +63,38 @@ TEST(ThreadPool, ChunksCoverEveryItemOnce) {
   }
 }
 
+// for_rows: fewer rows than threads run at once on the calling thread; more, in parallel
+// chunks that cover each row once.
+TEST(ThreadPool, ForRowsRunsFewRowsOnTheCallingThread) {
+  ThreadPool pool(3);
+  const auto caller = std::this_thread::get_id();
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  for_rows(2, pool, [&](int64_t begin, int64_t end) {
+    EXPECT_EQ(std::this_thread::get_id(), caller);
+    calls.emplace_back(begin, end);
+  });
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0], std::make_pair(int64_t{0}, int64_t{2}));
+  std::mutex mutex;
+  Chunks chunks;
+  std::atomic<bool> worker_ran{false};
+  for_rows(3000, pool, [&](int64_t begin, int64_t end) {
+    {
+      std::lock_guard lock(mutex);
+      chunks.emplace_back(begin, end);
+    }
+    if (std::this_thread::get_id() != caller) {
+      worker_ran = true;
+      return;
+    }
+    // The calling thread waits for a worker, lest it take every row before one wakes.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!worker_ran && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  });
+  expect_each_item_once(chunks, 3000);
+  EXPECT_TRUE(worker_ran);
+}
+
 // More items than one pass of the threads' runs holds (2^32 - 1) take several passes.
 TEST(ThreadPool, LoopsLongerThanOnePassCoverEveryItemOnce) {
   ThreadPool pool(2);
