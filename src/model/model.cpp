@@ -243,11 +243,13 @@ void rms_norm(const float* x, const float* weight, int dim, float epsilon, float
   for (int i = 0; i < dim; ++i) out[i] = x[i] * scale * weight[i];
 }
 
-void rms_norm_rows(const float* x, const float* weight, int rows, int dim, float epsilon,
-                   float* out) {
-  for (int r = 0; r < rows; ++r) {
-    rms_norm(x + static_cast<size_t>(r) * dim, weight, dim, epsilon, out + static_cast<size_t>(r) * dim);
-  }
+void rms_norm_rows(const float* x, const float* weight, int rows, int dim, float epsilon, float* out,
+                   tensor::ThreadPool& pool) {
+  tensor::for_rows(rows, pool, [&](int64_t begin, int64_t end) {
+    for (auto r = static_cast<size_t>(begin); r < static_cast<size_t>(end); ++r) {
+      rms_norm(x + r * static_cast<size_t>(dim), weight, dim, epsilon, out + r * static_cast<size_t>(dim));
+    }
+  });
 }
 
 void add_bias(float* rows, const float* bias, int row_count, int dim) {
@@ -806,7 +808,7 @@ void Model::latent_queries_and_keys(const Layer& layer, const Rope& table, int r
   if (mla.q_rank > 0) {
     q_compressed_.resize(n * mla.q_rank);
     tensor::matmul({{layer.q_a, q_compressed_.data()}, {layer.kv_a, k_.data()}}, normed_.data(), rows, pool);
-    rms_norm_rows(q_compressed_.data(), layer.q_a_norm, rows, mla.q_rank, c.rms_epsilon, q_compressed_.data());
+    rms_norm_rows(q_compressed_.data(), layer.q_a_norm, rows, mla.q_rank, c.rms_epsilon, q_compressed_.data(), pool);
     tensor::matmul(layer.q_b, q_compressed_.data(), rows, head_queries_.data(), pool);
   } else {
     tensor::matmul({{layer.q, head_queries_.data()}, {layer.kv_a, k_.data()}}, normed_.data(), rows, pool);
@@ -841,12 +843,17 @@ void Model::latent_values(const Layer& layer, int rows, tensor::ThreadPool& pool
                     {head_values_.data(), h * value, value, c.mla.value_dim}, rows, pool);
 }
 
-void Model::activate(float* gate, const float* up, int64_t n) const {
-  switch (config_.activation) {
-    case Activation::Silu: tensor::silu_times(gate, up, n); return;
-    case Activation::ClampedSwiglu: tensor::clamped_swiglu_times(gate, up, n, 1.702f, 7.0f); return;
-    case Activation::Gelu: tensor::gelu_times(gate, up, n); return;
-  }
+void Model::activate(float* gate, const float* up, size_t rows, size_t width, tensor::ThreadPool& pool) const {
+  tensor::for_rows(static_cast<int64_t>(rows), pool, [&](int64_t begin, int64_t end) {
+    float* g = gate + static_cast<size_t>(begin) * width;
+    const float* u = up + static_cast<size_t>(begin) * width;
+    const auto n = static_cast<int64_t>(static_cast<size_t>(end - begin) * width);
+    switch (config_.activation) {
+      case Activation::Silu: tensor::silu_times(g, u, n); return;
+      case Activation::ClampedSwiglu: tensor::clamped_swiglu_times(g, u, n, 1.702f, 7.0f); return;
+      case Activation::Gelu: tensor::gelu_times(g, u, n); return;
+    }
+  });
 }
 
 void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) {
@@ -916,10 +923,12 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   expert_in_.resize(slot_count * dim);
   expert_gate_.resize(slot_count * ffn);
   expert_up_.resize(slot_count * ffn);
-  for (size_t i = 0; i < slot_count; ++i) {
-    const float* row = normed_.data() + expert_slots_[i] / k * dim;
-    std::copy(row, row + dim, expert_in_.data() + i * dim);
-  }
+  tensor::for_rows(static_cast<int64_t>(slot_count), pool, [&](int64_t begin, int64_t end) {
+    for (auto i = static_cast<size_t>(begin); i < static_cast<size_t>(end); ++i) {
+      const float* row = normed_.data() + expert_slots_[i] / k * dim;
+      std::copy(row, row + dim, expert_in_.data() + i * dim);
+    }
+  });
   const auto each_expert = [&](const auto& run) {
     for (size_t e = 0; e < experts; ++e) {
       const size_t first = expert_starts_[e];
@@ -947,8 +956,8 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
                static_cast<int>(ffn));
     });
   }
-  activate(expert_gate_.data(), expert_up_.data(), static_cast<int64_t>(slot_count * ffn));
-  activate(gate_.data(), up_.data(), static_cast<int64_t>(n * shared_ffn));
+  activate(expert_gate_.data(), expert_up_.data(), slot_count, ffn, pool);
+  activate(gate_.data(), up_.data(), n, shared_ffn, pool);
   // Each down adds up in leaves (leaf_tree.h), as the dense down does, of this member's leaves
   // alone, each leaf's product a matmul of its own: of an expert, a leaf's value is the row's
   // chosen experts' products of it weighed (a chain of fused multiply-adds in the row's order of
@@ -956,10 +965,11 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   // leaf after leaf; the leaves' products, slot after slot (or row after row), as many leaves
   // at a time as kLeafProducts floats hold (all of them for a few tokens: one thread wait), each
   // weighed before the next leaves run, so that a long prompt's products need not all be held.
+  // Every step that goes row by row runs on all threads: each row's result is its own.
   const size_t leaves = expert_sums_.leaf_columns.size();
   const size_t shared_leaves = shared_sums_.leaf_columns.size();
-  split_into_leaves(expert_gate_, slot_count, expert_sums_.leaf_columns, expert_leaf_in_);
-  split_into_leaves(gate_, n, shared_sums_.leaf_columns, shared_leaf_in_);
+  split_into_leaves(expert_gate_, slot_count, expert_sums_.leaf_columns, expert_leaf_in_, pool);
+  split_into_leaves(gate_, n, shared_sums_.leaf_columns, shared_leaf_in_, pool);
   // Each leaf's region is as wide as the first leaf's (the last leaf's may be narrower).
   const size_t expert_stride = leaves > 0 ? static_cast<size_t>(expert_sums_.leaf_columns[0].size()) : 0;
   const size_t shared_stride = shared_leaves > 0 ? static_cast<size_t>(shared_sums_.leaf_columns[0].size()) : 0;
@@ -967,7 +977,7 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   const size_t leaves_at_once = std::clamp<size_t>(kLeafProducts / (slot_count * dim), 1, leaves);
   expert_leaves_.resize(leaves_at_once * slot_count * dim);
   shared_leaves_.resize(shared_leaves * n * dim);
-  weighed_leaves_.assign(n * leaves * dim, 0.0f);  // row after row, leaf after leaf
+  weighed_leaves_.resize(n * leaves * dim);  // row after row, leaf after leaf
   slot_positions_.resize(slot_count);
   for (size_t i = 0; i < slot_count; ++i) slot_positions_[expert_slots_[i]] = i;
   for (size_t begin = 0; begin < leaves; begin += leaves_at_once) {  // every member has a leaf
@@ -986,38 +996,40 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
                               shared_leaf_in_.data() + leaf * n * shared_stride, rows});
     }
     tensor::matmul(expert_jobs_, pool);
-    for (size_t r = 0; r < n; ++r) {
-      for (size_t leaf = begin; leaf < end; ++leaf) {
-        const float* products = expert_leaves_.data() + (leaf - begin) * slot_count * dim;
-        for (size_t j = 0; j < k; ++j) {
-          tensor::add_scaled_rows(chosen_weights_.data() + r * k + j, products + slot_positions_[r * k + j] * dim, 0, 1,
-                                  static_cast<int64_t>(dim), weighed_leaves_.data() + (r * leaves + leaf) * dim);
+    tensor::for_rows(static_cast<int64_t>(n), pool, [&](int64_t first_row, int64_t end_row) {
+      for (auto r = static_cast<size_t>(first_row); r < static_cast<size_t>(end_row); ++r) {
+        for (size_t leaf = begin; leaf < end; ++leaf) {
+          const float* products = expert_leaves_.data() + (leaf - begin) * slot_count * dim;
+          float* weighed = weighed_leaves_.data() + (r * leaves + leaf) * dim;
+          std::fill_n(weighed, dim, 0.0f);
+          for (size_t j = 0; j < k; ++j) {
+            tensor::add_scaled_rows(chosen_weights_.data() + r * k + j, products + slot_positions_[r * k + j] * dim,
+                                    0, 1, static_cast<int64_t>(dim), weighed);
+          }
         }
       }
-    }
+    });
   }
   // This member's sums of each row: its cover of the experts' leaves, then of the shared one's.
   const size_t own_width = (expert_sums_.own.size() + shared_sums_.own.size()) * dim;
   leaf_sums_.resize(n * own_width);
-  for (size_t r = 0; r < n; ++r) {
-    leaf_values_.clear();
-    for (size_t leaf = 0; leaf < leaves; ++leaf) {
-      leaf_values_.push_back(weighed_leaves_.data() + (r * leaves + leaf) * dim);
+  tensor::for_rows(static_cast<int64_t>(n), pool, [&](int64_t begin, int64_t end) {
+    std::vector<const float*> leaf_values(leaves);
+    std::vector<const float*> shared_values(shared_leaves);
+    for (auto r = static_cast<size_t>(begin); r < static_cast<size_t>(end); ++r) {
+      for (size_t leaf = 0; leaf < leaves; ++leaf) leaf_values[leaf] = weighed_leaves_.data() + (r * leaves + leaf) * dim;
+      for (size_t leaf = 0; leaf < shared_leaves; ++leaf) shared_values[leaf] = shared_leaves_.data() + (leaf * n + r) * dim;
+      float* sums = leaf_sums_.data() + r * own_width;
+      for (const LeafNode& node : expert_sums_.own) {
+        add_leaf_tree(node, expert_sums_.leaf_nodes, leaf_values, dim, sums);
+        sums += dim;
+      }
+      for (const LeafNode& node : shared_sums_.own) {
+        add_leaf_tree(node, shared_sums_.leaf_nodes, shared_values, dim, sums);
+        sums += dim;
+      }
     }
-    shared_values_.clear();
-    for (size_t leaf = 0; leaf < shared_leaves; ++leaf) {
-      shared_values_.push_back(shared_leaves_.data() + (leaf * n + r) * dim);
-    }
-    float* sums = leaf_sums_.data() + r * own_width;
-    for (const LeafNode& node : expert_sums_.own) {
-      add_leaf_tree(node, expert_sums_.leaf_nodes, leaf_values_, dim, sums);
-      sums += dim;
-    }
-    for (const LeafNode& node : shared_sums_.own) {
-      add_leaf_tree(node, shared_sums_.leaf_nodes, shared_values_, dim, sums);
-      sums += dim;
-    }
-  }
+  });
   read_next(after_ffn_);
   gather(leaf_sums_, expert_layer_widths_, n, all_leaf_sums_);
   // Every member's sums added up: the experts' tree, their biases weighed in the same order,
@@ -1027,53 +1039,63 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
   const size_t expert_all = expert_sums_.all.size();
   const size_t shared_all = shared_sums_.all.size();
   proj_.resize(n * dim);
-  row_total_.resize(dim);
-  for (size_t r = 0; r < n; ++r) {
-    const float* row = all_leaf_sums_.data() + r * row_width;
-    leaf_values_.clear();
-    shared_values_.clear();
-    for (size_t m = 0; m < expert_layer_widths_.size(); ++m) {
-      for (int i = 0; i < expert_sums_.widths[m]; i += static_cast<int>(dim), row += dim) leaf_values_.push_back(row);
-      for (int i = 0; i < shared_sums_.widths[m]; i += static_cast<int>(dim), row += dim) shared_values_.push_back(row);
-    }
-    float* out = proj_.data() + r * dim;
-    add_leaf_tree(leaf_root(expert_sums_.count), expert_sums_.all, {leaf_values_.data(), expert_all}, dim, out);
-    if (layer.expert_down_bias != nullptr) {
-      std::fill(row_total_.begin(), row_total_.end(), 0.0f);
-      for (size_t j = 0; j < k; ++j) {
-        const float* expert_bias = layer.expert_down_bias + static_cast<size_t>(chosen_experts_[r * k + j]) * dim;
-        tensor::add_scaled_rows(chosen_weights_.data() + r * k + j, expert_bias, 0, 1, static_cast<int64_t>(dim),
-                                row_total_.data());
+  tensor::for_rows(static_cast<int64_t>(n), pool, [&](int64_t begin, int64_t end) {
+    std::vector<const float*> leaf_values;
+    std::vector<const float*> shared_values;
+    std::vector<float> row_total(dim);
+    for (auto r = static_cast<size_t>(begin); r < static_cast<size_t>(end); ++r) {
+      const float* row = all_leaf_sums_.data() + r * row_width;
+      leaf_values.clear();
+      shared_values.clear();
+      for (size_t m = 0; m < expert_layer_widths_.size(); ++m) {
+        for (int i = 0; i < expert_sums_.widths[m]; i += static_cast<int>(dim), row += dim) leaf_values.push_back(row);
+        for (int i = 0; i < shared_sums_.widths[m]; i += static_cast<int>(dim), row += dim) {
+          shared_values.push_back(row);
+        }
       }
-      for (size_t d = 0; d < dim; ++d) out[d] += row_total_[d];
+      float* out = proj_.data() + r * dim;
+      add_leaf_tree(leaf_root(expert_sums_.count), expert_sums_.all, {leaf_values.data(), expert_all}, dim, out);
+      if (layer.expert_down_bias != nullptr) {
+        std::fill(row_total.begin(), row_total.end(), 0.0f);
+        for (size_t j = 0; j < k; ++j) {
+          const float* expert_bias = layer.expert_down_bias + static_cast<size_t>(chosen_experts_[r * k + j]) * dim;
+          tensor::add_scaled_rows(chosen_weights_.data() + r * k + j, expert_bias, 0, 1, static_cast<int64_t>(dim),
+                                  row_total.data());
+        }
+        for (size_t d = 0; d < dim; ++d) out[d] += row_total[d];
+      }
+      if (shared_all > 0) {
+        add_leaf_tree(leaf_root(shared_sums_.count), shared_sums_.all, {shared_values.data(), shared_all}, dim,
+                      row_total.data());
+        for (size_t d = 0; d < dim; ++d) out[d] += row_total[d];
+      }
     }
-    if (shared_all > 0) {
-      add_leaf_tree(leaf_root(shared_sums_.count), shared_sums_.all, {shared_values_.data(), shared_all}, dim,
-                    row_total_.data());
-      for (size_t d = 0; d < dim; ++d) out[d] += row_total_[d];
-    }
-  }
+  });
 }
 
 void Model::split_into_leaves(const std::vector<float>& in, size_t rows, std::span<const RowRange> leaves,
-                              std::vector<float>& out) {
+                              std::vector<float>& out, tensor::ThreadPool& pool) {
   if (leaves.empty()) return;
   const size_t width = static_cast<size_t>(leaves.back().last - leaves.front().first);
   const size_t stride = static_cast<size_t>(leaves.front().size());
   out.resize(leaves.size() * rows * stride);
-  for (size_t leaf = 0; leaf < leaves.size(); ++leaf) {
-    const size_t first = static_cast<size_t>(leaves[leaf].first - leaves.front().first);
-    const auto cols = static_cast<size_t>(leaves[leaf].size());
-    float* region = out.data() + leaf * rows * stride;
-    for (size_t r = 0; r < rows; ++r) std::copy_n(in.data() + r * width + first, cols, region + r * cols);
-  }
+  tensor::for_rows(static_cast<int64_t>(rows), pool, [&](int64_t begin, int64_t end) {
+    for (size_t leaf = 0; leaf < leaves.size(); ++leaf) {
+      const size_t first = static_cast<size_t>(leaves[leaf].first - leaves.front().first);
+      const auto cols = static_cast<size_t>(leaves[leaf].size());
+      float* region = out.data() + leaf * rows * stride;
+      for (auto r = static_cast<size_t>(begin); r < static_cast<size_t>(end); ++r) {
+        std::copy_n(in.data() + r * width + first, cols, region + r * cols);
+      }
+    }
+  });
 }
 
 void Model::dense_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) {
   gate_.resize(static_cast<size_t>(rows) * static_cast<size_t>(share_config_.ffn_dim));
   up_.resize(gate_.size());
   tensor::matmul({{layer.gate, gate_.data()}, {layer.up, up_.data()}}, normed_.data(), rows, pool);
-  activate(gate_.data(), up_.data(), static_cast<int64_t>(gate_.size()));
+  activate(gate_.data(), up_.data(), static_cast<size_t>(rows), static_cast<size_t>(share_config_.ffn_dim), pool);
   read_next(after_ffn_);
   add_up_leaves(layer.down, down_sums_, gate_.data(), rows, pool);
 }
@@ -1091,12 +1113,14 @@ void Model::add_up_leaves(const tensor::PreparedMatrix& w, const LeafSums& sums,
   if (exchange_ == nullptr) return;
   gather(leaf_sums_, sums.widths, n, all_leaf_sums_);
   const size_t all = sums.all.size();
-  leaf_values_.resize(all);
   proj_.resize(n * dim);
-  for (size_t r = 0; r < n; ++r) {
-    for (size_t i = 0; i < all; ++i) leaf_values_[i] = all_leaf_sums_.data() + (r * all + i) * dim;
-    add_leaf_tree(leaf_root(sums.count), sums.all, leaf_values_, dim, proj_.data() + r * dim);
-  }
+  tensor::for_rows(static_cast<int64_t>(n), pool, [&](int64_t begin, int64_t end) {
+    std::vector<const float*> values(all);
+    for (auto r = static_cast<size_t>(begin); r < static_cast<size_t>(end); ++r) {
+      for (size_t i = 0; i < all; ++i) values[i] = all_leaf_sums_.data() + (r * all + i) * dim;
+      add_leaf_tree(leaf_root(sums.count), sums.all, values, dim, proj_.data() + r * dim);
+    }
+  });
 }
 
 void Model::read_next(std::span<const tensor::PreparedMatrix* const> matrices) {
@@ -1175,7 +1199,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
 
   for (int l = 0; l < range_.size(); ++l) {
     const Layer& layer = *layers_[static_cast<size_t>(l)];
-    rms_norm_rows(x_.data(), layer.attn_norm, rows, dim, c.rms_epsilon, normed_.data());
+    rms_norm_rows(x_.data(), layer.attn_norm, rows, dim, c.rms_epsilon, normed_.data(), pool);
     const Rope& table = ropes_[layer_rope_[static_cast<size_t>(l)]];
     // Sized each layer: the last one's gather may have swapped it for a buffer of another size.
     attn_out_.resize(n * own.q_dim());
@@ -1192,8 +1216,8 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
       add_bias(k_.data(), layer.k_bias, rows, own.kv_dim());
       add_bias(v_.data(), layer.v_bias, rows, own.kv_dim());
       if (c.has_qk_norm) {
-        rms_norm_rows(q_.data(), layer.q_norm, rows * own.head_count, c.head_dim, c.rms_epsilon, q_.data());
-        rms_norm_rows(k_.data(), layer.k_norm, rows * own.kv_head_count, c.head_dim, c.rms_epsilon, k_.data());
+        rms_norm_rows(q_.data(), layer.q_norm, rows * own.head_count, c.head_dim, c.rms_epsilon, q_.data(), pool);
+        rms_norm_rows(k_.data(), layer.k_norm, rows * own.kv_head_count, c.head_dim, c.rms_epsilon, k_.data(), pool);
       }
       rope(table, q_.data(), rows, own.head_count, c.head_dim);
       rope(table, k_.data(), rows, own.kv_head_count, c.head_dim);
@@ -1209,11 +1233,11 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
     }
     add_bias(proj_.data(), layer.o_bias, rows, dim);
     if (layer.post_attention_norm != nullptr) {
-      rms_norm_rows(proj_.data(), layer.post_attention_norm, rows, dim, c.rms_epsilon, proj_.data());
+      rms_norm_rows(proj_.data(), layer.post_attention_norm, rows, dim, c.rms_epsilon, proj_.data(), pool);
     }
     add_in_place(x_, proj_, n * dim);
 
-    rms_norm_rows(x_.data(), layer.ffn_norm, rows, dim, c.rms_epsilon, normed_.data());
+    rms_norm_rows(x_.data(), layer.ffn_norm, rows, dim, c.rms_epsilon, normed_.data(), pool);
     after_ffn_.clear();
     if (l + 1 < range_.size()) {
       const Layer& next = *layers_[static_cast<size_t>(l + 1)];
@@ -1227,7 +1251,7 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
       dense_ffn(layer, rows, pool);
     }
     if (layer.post_ffn_norm != nullptr) {
-      rms_norm_rows(proj_.data(), layer.post_ffn_norm, rows, dim, c.rms_epsilon, proj_.data());
+      rms_norm_rows(proj_.data(), layer.post_ffn_norm, rows, dim, c.rms_epsilon, proj_.data(), pool);
     }
     add_in_place(x_, proj_, n * dim);
   }

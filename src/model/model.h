@@ -197,15 +197,15 @@ class Model {
   // Part h of out = heads[h] times part h of in, in every row (each head's own matrix).
   void per_head_products(const std::vector<tensor::PreparedMatrix>& heads, HeadParts in, HeadParts out, int rows,
                          tensor::ThreadPool& pool);
-  // gate = the config's activation of gate and up.
-  void activate(float* gate, const float* up, int64_t n) const;
+  // gate = the config's activation of gate and up, `rows` rows of `width`.
+  void activate(float* gate, const float* up, size_t rows, size_t width, tensor::ThreadPool& pool) const;
   // proj_ = the experts' FFN of normed_, each row through the experts it chooses (and the
   // shared expert).
   void experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool);
   // out = `rows` rows of `in` (each the columns of `leaves`, side by side) leaf after leaf:
   // leaf l's columns of every row, row after row, from l x rows x the first leaf's width.
   static void split_into_leaves(const std::vector<float>& in, size_t rows, std::span<const RowRange> leaves,
-                                std::vector<float>& out);
+                                std::vector<float>& out, tensor::ThreadPool& pool);
   // proj_ = the layer's dense FFN of normed_: down(activation(gate x, up x)).
   void dense_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool);
   // Tells a group's exchange the weights this member reads first after its next gather
@@ -244,9 +244,8 @@ class Model {
   // Scratch rows for the current batch, reused between calls.
   std::vector<float> x_, normed_, q_, k_, v_, attn_out_, gate_, up_, proj_;
   // The sums of each row this member adds up (add_up_leaves', or a layer with experts'), then
-  // every member's, and where they are.
+  // every member's.
   std::vector<float> leaf_sums_, all_leaf_sums_;
-  std::vector<const float*> leaf_values_, shared_values_;
   // Latent attention: q_a's rows, q_b's (or q's), one head's rows gathered and computed, and
   // every head's value.
   std::vector<float> q_compressed_, head_queries_, head_in_, head_out_, head_values_;
@@ -261,8 +260,8 @@ class Model {
   // The experts' activations and the shared expert's split into this member's leaves
   // (split_into_leaves), and their down's products of each leaf (of the experts', the leaves
   // run at once): leaf after leaf, slot after slot (in the experts' order) or row after row.
-  // Each row's leaves weighed; a row's weighed biases, then its shared expert's output.
-  std::vector<float> expert_leaf_in_, shared_leaf_in_, expert_leaves_, shared_leaves_, weighed_leaves_, row_total_;
+  // Each row's leaves weighed.
+  std::vector<float> expert_leaf_in_, shared_leaf_in_, expert_leaves_, shared_leaves_, weighed_leaves_;
   std::vector<size_t> expert_starts_, expert_fill_, expert_slots_;  // the slots of each expert, in order
   std::vector<size_t> slot_positions_;  // of each slot (row * k + j), its place in the experts' order
   std::vector<int> positions_;   // per batch row: its position in its sequence
