@@ -108,18 +108,15 @@ class TensorBinder {
     return prepared;
   }
 
-  // Of each of `wholes`, columns `leaves`, each a matrix of its own (whole after whole); the
-  // wholes' pages of the file are then let go.
+  // Of each of `wholes`, columns `leaves`, each a matrix of its own (whole after whole, and
+  // in memory so); the wholes' pages of the file are then let go.
   std::vector<tensor::PreparedMatrix> leaf_columns(std::span<const tensor::Matrix> wholes,
                                                    std::span<const RowRange> leaves) const {
-    std::vector<std::vector<tensor::PreparedMatrix>> by_leaf;
-    for (const RowRange& leaf : leaves) {
-      by_leaf.push_back(tensor::PreparedMatrix::columns(wholes, leaf.first, leaf.size()));
-    }
-    std::vector<tensor::PreparedMatrix> matrices;
-    for (size_t w = 0; w < wholes.size(); ++w) {
-      for (std::vector<tensor::PreparedMatrix>& leaf : by_leaf) matrices.push_back(std::move(leaf[w]));
-      file_.release_pages(static_cast<const uint8_t*>(wholes[w].data), matrix_bytes(wholes[w]));
+    std::vector<tensor::PreparedMatrix::ColumnRange> ranges;
+    for (const RowRange& leaf : leaves) ranges.push_back({leaf.first, leaf.size()});
+    std::vector<tensor::PreparedMatrix> matrices = tensor::PreparedMatrix::columns(wholes, ranges);
+    for (const tensor::Matrix& whole : wholes) {
+      file_.release_pages(static_cast<const uint8_t*>(whole.data), matrix_bytes(whole));
     }
     return matrices;
   }

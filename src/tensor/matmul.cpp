@@ -503,26 +503,29 @@ std::vector<PreparedMatrix> PreparedMatrix::together(std::span<const Matrix> sou
   return prepared;
 }
 
-std::vector<PreparedMatrix> PreparedMatrix::columns(std::span<const Matrix> sources, int64_t first_col,
-                                                    int64_t cols) {
+std::vector<PreparedMatrix> PreparedMatrix::columns(std::span<const Matrix> sources,
+                                                    std::span<const ColumnRange> ranges) {
   std::vector<Matrix> parts;
   std::vector<std::byte> copies;
   for (const Matrix& source : sources) {
-    const auto skipped = row_bytes(source.type, static_cast<uint64_t>(first_col));
-    const auto width = row_bytes(source.type, static_cast<uint64_t>(cols));
-    if (first_col < 0 || cols <= 0 || first_col + cols > source.cols || !skipped || !width) {
-      throw std::invalid_argument("columns " + std::to_string(first_col) + " .. " + std::to_string(first_col + cols) +
-                                  " are not whole blocks of a " + std::string(dtype_name(source.type)) +
-                                  " matrix of " + std::to_string(source.cols) + " columns");
-    }
     const uint64_t stride = *row_bytes(source.type, static_cast<uint64_t>(source.cols));
-    const size_t at = copies.size();
-    copies.resize(at + *width * static_cast<uint64_t>(source.rows));
-    for (int64_t r = 0; r < source.rows; ++r) {
-      std::memcpy(copies.data() + at + *width * static_cast<uint64_t>(r),
-                  static_cast<const std::byte*>(source.data) + stride * static_cast<uint64_t>(r) + *skipped, *width);
+    for (const ColumnRange& range : ranges) {
+      const auto skipped = row_bytes(source.type, static_cast<uint64_t>(range.first));
+      const auto width = row_bytes(source.type, static_cast<uint64_t>(range.count));
+      if (range.first < 0 || range.count <= 0 || range.first + range.count > source.cols || !skipped || !width) {
+        throw std::invalid_argument("columns " + std::to_string(range.first) + " .. " +
+                                    std::to_string(range.first + range.count) + " are not whole blocks of a " +
+                                    std::string(dtype_name(source.type)) + " matrix of " +
+                                    std::to_string(source.cols) + " columns");
+      }
+      const size_t at = copies.size();
+      copies.resize(at + *width * static_cast<uint64_t>(source.rows));
+      for (int64_t r = 0; r < source.rows; ++r) {
+        std::memcpy(copies.data() + at + *width * static_cast<uint64_t>(r),
+                    static_cast<const std::byte*>(source.data) + stride * static_cast<uint64_t>(r) + *skipped, *width);
+      }
+      parts.push_back({source.type, source.rows, range.count, reinterpret_cast<const void*>(at)});
     }
-    parts.push_back({source.type, source.rows, cols, reinterpret_cast<const void*>(at)});
   }
   for (Matrix& part : parts) part.data = copies.data() + reinterpret_cast<size_t>(part.data);
   std::vector<PreparedMatrix> prepared = together(parts);

@@ -34,12 +34,18 @@ class PreparedMatrix {
   // so that they lie on 2 MiB pages even where each is smaller than one. Throws as above.
   static std::vector<PreparedMatrix> together(std::span<const Matrix> sources);
 
-  // Columns [first_col, first_col + cols) of each of `sources` as matrices of their own,
-  // prepared together: a tensor-parallel member's columns of a projection whose input the
-  // members share (model/tensor_share.h). Their source().data is nullptr (the kernels read the
-  // interleaved copy alone). Throws std::invalid_argument for a range that is not whole blocks
-  // of a source.
-  static std::vector<PreparedMatrix> columns(std::span<const Matrix> sources, int64_t first_col, int64_t cols);
+  // Of each of `sources`, each of `ranges` of its columns as a matrix of its own, all prepared
+  // together source after source (source s's range r at [s * ranges.size() + r]), so that one
+  // source's ranges lie one after another and a step that reads them all reads one stream:
+  // a tensor-parallel member's columns of a projection whose input the members share, or the
+  // leaves of an expert's down (model/tensor_share.h). Their source().data is nullptr (the
+  // kernels read the interleaved copy alone). Throws std::invalid_argument for a range that is
+  // not whole blocks of a source.
+  struct ColumnRange {
+    int64_t first;
+    int64_t count;
+  };
+  static std::vector<PreparedMatrix> columns(std::span<const Matrix> sources, std::span<const ColumnRange> ranges);
 
   const Matrix& source() const { return source_; }
   // The interleaved copy (nullptr for a matrix without rows), and its bytes: what a matmul

@@ -418,40 +418,54 @@ TEST(Matmul, MatricesPreparedTogetherEqualEachPreparedAlone) {
 TEST(Matmul, ColumnsAreMatricesOfTheirOwn) {
   ThreadPool pool(2);
   const std::vector<DType> types{DType::Q4_0, DType::Q4_K, DType::F32, DType::F16, DType::Q8_0, DType::MXFP4};
-  const std::vector<int64_t> firsts{64, 256, 3, 5, 32, 32}, widths{96, 512, 13, 40, 64, 32};
+  // Two ranges of each type's columns: whole blocks, the second after a gap.
+  const std::vector<std::vector<PreparedMatrix::ColumnRange>> ranges{
+      {{64, 96}, {192, 64}}, {{256, 512}, {768, 256}}, {{3, 13}, {20, 1}},
+      {{5, 40}, {45, 7}},    {{32, 64}, {128, 32}},    {{32, 32}, {96, 64}}};
   for (size_t i = 0; i < types.size(); ++i) {
     const int64_t rows = 21, cols = 1024;
     std::vector<PreparedMatrix> parts;
-    std::vector<std::vector<uint8_t>> copied(2);
+    std::vector<std::vector<uint8_t>> copied;  // of each source, each range's bytes
     {
       const TestMatrix a = make_matrix(types[i], rows, cols, 90 + static_cast<uint32_t>(i));
       const TestMatrix b = make_matrix(types[i], rows, cols, 190 + static_cast<uint32_t>(i));
       const std::vector<Matrix> sources{a.view(), b.view()};
-      parts = PreparedMatrix::columns(sources, firsts[i], widths[i]);
-      const size_t row = *row_bytes(types[i], cols), skip = *row_bytes(types[i], firsts[i]),
-                   width = *row_bytes(types[i], widths[i]);
-      for (size_t m = 0; m < 2; ++m) {
-        const std::vector<uint8_t>& bytes = (m == 0 ? a : b).bytes;
-        for (int64_t r = 0; r < rows; ++r) {
-          copied[m].insert(copied[m].end(), bytes.begin() + r * row + skip, bytes.begin() + r * row + skip + width);
+      parts = PreparedMatrix::columns(sources, ranges[i]);
+      const size_t row = *row_bytes(types[i], cols);
+      for (const TestMatrix* source : {&a, &b}) {
+        for (const PreparedMatrix::ColumnRange& range : ranges[i]) {
+          const size_t skip = *row_bytes(types[i], range.first), width = *row_bytes(types[i], range.count);
+          std::vector<uint8_t>& bytes = copied.emplace_back();
+          for (int64_t r = 0; r < rows; ++r) {
+            const auto from = source->bytes.begin() + static_cast<std::ptrdiff_t>(r * row + skip);
+            bytes.insert(bytes.end(), from, from + static_cast<std::ptrdiff_t>(width));
+          }
         }
       }
-      EXPECT_THROW(PreparedMatrix::columns(sources, cols - 32, 64), std::invalid_argument);
+      const std::vector<PreparedMatrix::ColumnRange> past_the_end{{cols - 32, 64}}, mid_block{{1, 64}};
+      EXPECT_THROW(PreparedMatrix::columns(sources, past_the_end), std::invalid_argument);
       if (info(types[i]).block_elements > 1) {
-        EXPECT_THROW(PreparedMatrix::columns(sources, 1, 64), std::invalid_argument);
+        EXPECT_THROW(PreparedMatrix::columns(sources, mid_block), std::invalid_argument);
       }
     }
-    ASSERT_EQ(parts.size(), 2u);
-    for (size_t m = 0; m < 2; ++m) {
-      EXPECT_EQ(parts[m].source().cols, widths[i]);
+    ASSERT_EQ(parts.size(), 4u);
+    for (size_t m = 0; m < parts.size(); ++m) {
+      const int64_t width = ranges[i][m % 2].count;
+      EXPECT_EQ(parts[m].source().cols, width);
       EXPECT_EQ(parts[m].source().rows, rows);
+      // Source after source in memory, each source's ranges one after another.
+      if (m > 0) {
+        EXPECT_EQ(parts[m - 1].interleaved_region().data() + parts[m - 1].interleaved_region().size(),
+                  parts[m].interleaved_region().data())
+            << dtype_name(types[i]) << " part " << m;
+      }
       for (int64_t tokens : {1, 5}) {
-        const std::vector<float> x = random_floats(static_cast<size_t>(tokens * widths[i]), 95);
+        const std::vector<float> x = random_floats(static_cast<size_t>(tokens * width), 95);
         std::vector<float> y(static_cast<size_t>(rows * tokens), NAN);
         matmul(parts[m], x.data(), tokens, y.data(), pool);
-        const std::vector<float> expected = run({types[i], rows, widths[i], copied[m].data()}, x, tokens, pool);
+        const std::vector<float> expected = run({types[i], rows, width, copied[m].data()}, x, tokens, pool);
         ASSERT_EQ(0, std::memcmp(expected.data(), y.data(), y.size() * sizeof(float)))
-            << dtype_name(types[i]) << " matrix " << m;
+            << dtype_name(types[i]) << " part " << m;
       }
     }
   }
@@ -490,7 +504,8 @@ TEST(Matmul, LeafProgramsAddTheLeavesProductsAsTheirStepsSay) {
         for (int64_t first = 0; first < cols; first += leaf_cols[i]) {
           const int64_t width = std::min(leaf_cols[i], cols - first);
           const Matrix whole = m.view();
-          const PreparedMatrix part = PreparedMatrix::columns({&whole, 1}, first, width).front();
+          const PreparedMatrix::ColumnRange range{first, width};
+          const PreparedMatrix part = PreparedMatrix::columns({&whole, 1}, {&range, 1}).front();
           std::vector<float> part_x;
           for (int64_t t = 0; t < tokens; ++t) {
             part_x.insert(part_x.end(), x.begin() + t * cols + first, x.begin() + t * cols + first + width);
