@@ -1014,8 +1014,12 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
     std::vector<const float*> leaf_values(leaves);
     std::vector<const float*> shared_values(shared_leaves);
     for (auto r = static_cast<size_t>(begin); r < static_cast<size_t>(end); ++r) {
-      for (size_t leaf = 0; leaf < leaves; ++leaf) leaf_values[leaf] = weighed_leaves_.data() + (r * leaves + leaf) * dim;
-      for (size_t leaf = 0; leaf < shared_leaves; ++leaf) shared_values[leaf] = shared_leaves_.data() + (leaf * n + r) * dim;
+      for (size_t leaf = 0; leaf < leaves; ++leaf) {
+        leaf_values[leaf] = weighed_leaves_.data() + (r * leaves + leaf) * dim;
+      }
+      for (size_t leaf = 0; leaf < shared_leaves; ++leaf) {
+        shared_values[leaf] = shared_leaves_.data() + (leaf * n + r) * dim;
+      }
       float* sums = leaf_sums_.data() + r * own_width;
       for (const LeafNode& node : expert_sums_.own) {
         add_leaf_tree(node, expert_sums_.leaf_nodes, leaf_values, dim, sums);
@@ -1045,7 +1049,9 @@ void Model::experts_ffn(const Layer& layer, int rows, tensor::ThreadPool& pool) 
       leaf_values.clear();
       shared_values.clear();
       for (size_t m = 0; m < expert_layer_widths_.size(); ++m) {
-        for (int i = 0; i < expert_sums_.widths[m]; i += static_cast<int>(dim), row += dim) leaf_values.push_back(row);
+        for (int i = 0; i < expert_sums_.widths[m]; i += static_cast<int>(dim), row += dim) {
+          leaf_values.push_back(row);
+        }
         for (int i = 0; i < shared_sums_.widths[m]; i += static_cast<int>(dim), row += dim) {
           shared_values.push_back(row);
         }

@@ -597,7 +597,9 @@ void check_leaves(const PreparedMatrix& w, const LeafProgram& leaves) {
                       (step.kind == LeafStep::Kind::Leaf  ? step.arg < count
                        : step.kind == LeafStep::Kind::Add ? step.arg < kLeafSlots && step.arg != step.slot
                                                           : step.arg < leaves.outputs);
-    if (!fits) throw std::invalid_argument(what + "names a slot, leaf or output it does not have, or adds a slot to itself");
+    if (!fits) {
+      throw std::invalid_argument(what + "names a slot, leaf or output it does not have, or adds a slot to itself");
+    }
   }
 }
 
