@@ -868,7 +868,9 @@ void request_stop() { received_signal = SIGTERM; }
 void serve_until_signal(engine::Generator& generator, const tokenizer::Tokenizer& tokenizer,
                         const gguf::File& model, const ServerOptions& options) {
   // Request bodies of megabytes are freed back to the system when a request ends: without a
-  // fixed threshold glibc raises it after the first such free and keeps the memory.
+  // fixed threshold glibc raises it after the first such free and keeps the memory. A block
+  // above it is fresh pages each time, so what a decode step needs of a vocabulary's size is
+  // kept from step to step (the stage's logits rows, the sampler's scratch).
   mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
   // Every connection is a descriptor; the usual soft limit of 1024 is below the connection cap.
   rlimit descriptors{};

@@ -77,17 +77,16 @@ std::vector<Token> ModelDrafter::draft(State* state, std::span<const Token> hist
   size_t same = 0;
   while (same < limit && held[same] == history[same]) ++same;
   kv.rewind(static_cast<int>(same));
-  const auto feed = [&](std::span<const Token> inputs, bool logits) {
+  std::vector<float> logits;  // each step's, in the memory of the first
+  const auto feed = [&](std::span<const Token> inputs, bool wants_logits) {
     const model::SequenceSlice slice{&kv, static_cast<int>(inputs.size()),
-                                     logits ? model::SliceOutput::LastLogits : model::SliceOutput::Nothing};
-    std::vector<float> out = model_->forward({&slice, 1}, inputs, {}, *pool_);
+                                     wants_logits ? model::SliceOutput::LastLogits : model::SliceOutput::Nothing};
+    model_->forward({&slice, 1}, inputs, {}, *pool_, model::HeadRows::Whole, logits);
     kv.record(inputs);
-    return out;
   };
-  std::vector<float> logits;
   for (size_t at = same; at < history.size(); at += kDraftChunk) {
     const size_t count = std::min(kDraftChunk, history.size() - at);
-    logits = feed(history.subspan(at, count), at + count == history.size());
+    feed(history.subspan(at, count), at + count == history.size());
   }
   std::vector<Token> out;
   while (true) {
@@ -98,7 +97,7 @@ std::vector<Token> ModelDrafter::draft(State* state, std::span<const Token> hist
     }
     out.push_back(best);
     if (static_cast<int>(out.size()) >= max) return out;
-    logits = feed({&out.back(), 1}, true);
+    feed({&out.back(), 1}, true);
   }
 }
 

@@ -121,13 +121,14 @@ StageOutput LocalStage::forward(const StageBatch& batch) {
   if (batch.tokens.size() != rows) throw std::invalid_argument("the batch's token ids do not match its sequences");
   const auto started = std::chrono::steady_clock::now();
   const bool from_bests = chooses_from_bests(batch.sequences);
-  StageOutput out{model_->forward(slices, batch.tokens, batch.hidden, pool_,
-                                  from_bests ? model::HeadRows::Share : model::HeadRows::Whole),
-                  {}};
-  if (from_bests) {
-    out = choose_from_bests(batch.sequences, batch.tokens, out.rows);
-  } else if (model_->range().has_head(model_->config())) {
-    out = sample(batch.sequences, batch.tokens, std::move(out.rows));
+  StageOutput out;
+  if (!model_->range().has_head(model_->config())) {
+    out.rows = model_->forward(slices, batch.tokens, batch.hidden, pool_);
+  } else {
+    model_->forward(slices, batch.tokens, batch.hidden, pool_,
+                    from_bests ? model::HeadRows::Share : model::HeadRows::Whole, head_rows_);
+    out = from_bests ? choose_from_bests(batch.sequences, batch.tokens, head_rows_)
+                     : sample(batch.sequences, batch.tokens, head_rows_);
   }
   step_seconds_.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   step_inputs_.observe(static_cast<double>(rows));
@@ -142,11 +143,11 @@ StageOutput LocalStage::forward(const StageBatch& batch) {
 }
 
 StageOutput LocalStage::sample(const std::vector<SequenceWork>& sequences, std::span<const Token> tokens,
-                               std::vector<float> rows) {
+                               std::span<const float> rows) {
   const bool samples = std::any_of(sequences.begin(), sequences.end(), [](const SequenceWork& w) {
     return w.output == SequenceWork::Output::Logits && w.sampling;
   });
-  if (!samples) return {std::move(rows), {}};  // every row goes back as it is
+  if (!samples) return {{rows.begin(), rows.end()}, {}};  // every row goes back as it is
   const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
   StageOutput out;
   struct Step {

@@ -58,7 +58,7 @@ class LocalStage final : public Stage {
   // and their tokens.
   // `tokens`: the batch's inputs, whose drafts the steps with drafts check.
   StageOutput sample(const std::vector<SequenceWork>& sequences, std::span<const Token> tokens,
-                     std::vector<float> rows);
+                     std::span<const float> rows);
   // A group's member with the head, when every sequence with a row chooses greedily without
   // logprobs (sampling::chooses_from_bests): the members exchange each share's best token at
   // each row rather than the rows, and every member chooses what one stage would.
@@ -77,6 +77,8 @@ class LocalStage final : public Stage {
   mutable std::mutex mutex_;  // one forward, hold or release at a time
   std::shared_ptr<model::KvMemory> kv_memory_;
   std::map<SequenceId, Sequence> sequences_;
+  // The head's rows of the last batch, in memory kept from step to step (Model::forward).
+  std::vector<float> head_rows_;
   std::atomic<size_t> sequence_count_{0};
   mutable std::mutex stats_mutex_;
   model::KvPoolStats stats_;

@@ -1156,6 +1156,13 @@ std::vector<std::byte> Model::gather_from_members(std::span<const std::byte> min
 
 std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::span<const Token> tokens,
                                   std::span<const float> hidden, tensor::ThreadPool& pool, HeadRows head) {
+  std::vector<float> out;
+  forward(slices, tokens, hidden, pool, head, out);
+  return out;
+}
+
+void Model::forward(std::span<const SequenceSlice> slices, std::span<const Token> tokens,
+                    std::span<const float> hidden, tensor::ThreadPool& pool, HeadRows head, std::vector<float>& out) {
   const Config& c = config_;
   const int dim = c.embedding_dim;
   int rows = 0;
@@ -1260,7 +1267,10 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
   }
   for (const SequenceSlice& s : slices) s.kv->size_ += s.token_count;
 
-  if (!range_.has_head(c)) return x_;
+  if (!range_.has_head(c)) {
+    out.assign(x_.begin(), x_.end());
+    return;
+  }
 
   // Only the rows whose logits are wanted go through the (large) output head; embedding rows
   // stop at its norm.
@@ -1281,25 +1291,29 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
     first_row = to;
   }
   const int64_t selected_rows = static_cast<int64_t>(selected.size() / dim);
-  std::vector<float> logits;
+  const size_t head_values = static_cast<size_t>(selected_rows * output_->source().rows);
+  // The logits go straight into `out`, but for a group's member that gathers whole rows.
+  const bool gathers = exchange_ != nullptr && head == HeadRows::Whole;
+  std::vector<float>& logits = gathers ? head_share_ : out;
+  logits.resize(head_values);
+  if (gathers) out.clear();
   if (selected_rows > 0) {
-    std::vector<float> part(static_cast<size_t>(selected_rows * output_->source().rows));
-    tensor::matmul(*output_, selected.data(), selected_rows, part.data(), pool);
-    if (head == HeadRows::Share) {
-      logits = std::move(part);
-    } else {
-      gather(part, vocab_widths_, static_cast<size_t>(selected_rows), logits);
-    }
+    tensor::matmul(*output_, selected.data(), selected_rows, logits.data(), pool);
+    if (gathers) gather(head_share_, vocab_widths_, static_cast<size_t>(selected_rows), out);
   }
-  const size_t row_values = static_cast<size_t>(head == HeadRows::Share ? vocab_share_.size() : c.vocab_size);
   if (c.logit_softcap > 0.0f) {
-    for (float& logit : logits) logit = c.logit_softcap * std::tanh(logit / c.logit_softcap);
+    for (float& logit : out) logit = c.logit_softcap * std::tanh(logit / c.logit_softcap);
   }
-  if (embeddings.empty()) return logits;
-  if (logits.empty()) return embeddings;
+  if (embeddings.empty()) return;
+  if (selected_rows == 0) {
+    out = std::move(embeddings);
+    return;
+  }
   // Both kinds in one batch: each slice's rows in slice order.
-  std::vector<float> out;
-  out.reserve(logits.size() + embeddings.size());
+  const std::vector<float> logits_rows = std::move(out);
+  const size_t row_values = static_cast<size_t>(head == HeadRows::Share ? vocab_share_.size() : c.vocab_size);
+  out.clear();
+  out.reserve(logits_rows.size() + embeddings.size());
   size_t next_logits = 0;
   size_t next_embedding = 0;
   for (const SequenceSlice& s : slices) {
@@ -1309,11 +1323,10 @@ std::vector<float> Model::forward(std::span<const SequenceSlice> slices, std::sp
       next_embedding += count * dim;
     } else if (s.output != SliceOutput::Nothing) {
       const size_t values = (s.output == SliceOutput::AllLogits ? count : 1) * row_values;
-      out.insert(out.end(), logits.begin() + next_logits, logits.begin() + next_logits + values);
+      out.insert(out.end(), logits_rows.begin() + next_logits, logits_rows.begin() + next_logits + values);
       next_logits += values;
     }
   }
-  return out;
 }
 
 }  // namespace strata::model

@@ -94,6 +94,12 @@ class Model {
   std::vector<float> forward(std::span<const SequenceSlice> slices, std::span<const Token> tokens,
                              std::span<const float> hidden, tensor::ThreadPool& pool,
                              HeadRows head = HeadRows::Whole);
+  // The same rows into `out`, whose memory a caller that keeps it from step to step reuses: a
+  // decode step then allocates no logits row (a fresh row of a large vocabulary can be fresh
+  // pages each step, a page fault every 4 KB, where the process returns large blocks to the
+  // system as the server does).
+  void forward(std::span<const SequenceSlice> slices, std::span<const Token> tokens, std::span<const float> hidden,
+               tensor::ThreadPool& pool, HeadRows head, std::vector<float>& out);
   // The tokens whose logits this model's head computes: a group member's share of the
   // vocabulary, or all of it.
   RowRange vocab_share() const { return vocab_share_; }
@@ -246,6 +252,7 @@ class Model {
   // The sums of each row this member adds up (add_up_leaves', or a layer with experts'), then
   // every member's.
   std::vector<float> leaf_sums_, all_leaf_sums_;
+  std::vector<float> head_share_;  // a group member's logits of its share, before they are gathered
   // Latent attention: q_a's rows, q_b's (or q's), one head's rows gathered and computed, and
   // every head's value.
   std::vector<float> q_compressed_, head_queries_, head_in_, head_out_, head_values_;

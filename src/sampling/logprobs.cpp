@@ -20,7 +20,9 @@ Logprobs logprobs(std::span<const float> logits, int32_t chosen, int k) {
   Logprobs result;
   result.chosen = static_cast<float>(logits[static_cast<size_t>(chosen)] - log_normalizer);
   const size_t count = std::min(logits.size(), static_cast<size_t>(std::max(k, 0)));
-  std::vector<int32_t> order(logits.size());
+  // Kept from call to call, as sampler.cpp's scratch: a vocabulary's row of ids.
+  thread_local std::vector<int32_t> order;
+  order.resize(logits.size());
   std::iota(order.begin(), order.end(), 0);
   const auto more_likely = [&](int32_t a, int32_t b) {
     const float la = logits[static_cast<size_t>(a)];

@@ -64,6 +64,20 @@ void check_row_masks(std::span<const uint8_t> allowed, size_t rows, size_t vocab
   }
 }
 
+// A thread's vocabulary-sized scratch, kept from one choice to the next: choose() makes a
+// Sampler a step, and a vocabulary's row lies above the server's mmap threshold
+// (api/server.cpp), so a fresh one would be fresh pages, a page fault every 4 KB, each token.
+struct Scratch {
+  std::vector<float> penalized;
+  std::vector<Candidate> candidates;
+  std::vector<double> cumulative;  // of the candidates' probabilities
+};
+
+Scratch& thread_scratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
 // The penalties' window, each token once with its count, once every token is checked to be
 // of the vocabulary.
 std::vector<std::pair<int32_t, int>> counted_window(std::span<const int32_t> history, const SamplingParams& params,
@@ -234,22 +248,29 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   }
   check_mask(allowed, logits.size());
   check_logits(logits);
-  penalized_.assign(logits.begin(), logits.end());
-  apply_penalties(penalized_, history, params_);
+  Scratch& scratch = thread_scratch();
+  std::span<const float> penalized = logits;
+  const std::vector<std::pair<int32_t, int>> counted = counted_window(history, params_, logits.size());
+  if (!counted.empty()) {  // else the raw logits are the penalized ones, uncopied
+    scratch.penalized.assign(logits.begin(), logits.end());
+    penalize(scratch.penalized, 0, counted, params_);
+    penalized = scratch.penalized;
+  }
   const auto is_allowed = [&](int32_t token) { return allowed.empty() || allowed[static_cast<size_t>(token)] != 0; };
 
-  if (params_.temperature <= 0.0f) return greedy_token(first_best(penalized_, 0, allowed));
+  if (params_.temperature <= 0.0f) return greedy_token(first_best(penalized, 0, allowed));
 
-  candidates_.clear();
+  std::vector<Candidate>& candidates = scratch.candidates;
+  candidates.clear();
   for (int32_t token = 0; token < vocab_size_; ++token) {
-    const float logit = penalized_[static_cast<size_t>(token)];
-    if (is_allowed(token) && (allowed.empty() || logit != -INFINITY)) candidates_.push_back({token, logit});
+    const float logit = penalized[static_cast<size_t>(token)];
+    if (is_allowed(token) && (allowed.empty() || logit != -INFINITY)) candidates.push_back({token, logit});
   }
-  if (candidates_.empty()) throw std::invalid_argument("sampler: no allowed token is possible");
-  keep_top_k(candidates_, params_.top_k);
-  keep_top_p(candidates_, params_.top_p);
-  keep_min_p(candidates_, params_.min_p);
-  return pick_at_random(candidates_);
+  if (candidates.empty()) throw std::invalid_argument("sampler: no allowed token is possible");
+  keep_top_k(candidates, params_.top_k);
+  keep_top_p(candidates, params_.top_p);
+  keep_min_p(candidates, params_.min_p);
+  return pick_at_random(candidates);
 }
 
 void Sampler::skip(int count) {
@@ -261,7 +282,8 @@ int32_t Sampler::pick_at_random(const std::vector<Candidate>& candidates) {
   double max_logit = -INFINITY;
   for (const Candidate& c : candidates) max_logit = std::max(max_logit, double{c.logit});
   const double inverse_temperature = 1.0 / double{params_.temperature};
-  std::vector<double> cumulative(candidates.size());
+  std::vector<double>& cumulative = thread_scratch().cumulative;
+  cumulative.resize(candidates.size());
   double total = 0.0;
   for (size_t i = 0; i < candidates.size(); ++i) {
     total += std::exp((candidates[i].logit - max_logit) * inverse_temperature);
@@ -301,8 +323,8 @@ ShareBest best_of_row(const SamplingStep& step, std::span<const int32_t> history
   } catch (const std::invalid_argument&) {
     return best;  // a history token outside the vocabulary, which choose_from_bests refuses
   }
-  std::vector<float> penalized;
   if (!counted.empty()) {  // else the raw logits are the penalized ones, uncopied
+    std::vector<float>& penalized = thread_scratch().penalized;
     penalized.assign(logits.begin(), logits.end());
     penalize(penalized, first_token, counted, step.params);
     logits = penalized;

@@ -133,9 +133,6 @@ class Sampler {
   SamplingParams params_;
   int vocab_size_;
   Random random_;
-  // Reused between calls to avoid two vocabulary-sized allocations per token.
-  std::vector<float> penalized_;
-  std::vector<Candidate> candidates_;
 };
 
 // The log-softmax of raw logits at `chosen` and at the k most likely tokens (most likely first,

@@ -590,6 +590,34 @@ TEST_P(BitExact, LogitsAloneEqualLogitsInABatch) {
   }
 }
 
+// A caller that keeps one vector from step to step (the engine's stage) gets the rows the
+// returned vector holds, in that vector's memory once it is large enough: no stale value of a
+// longer earlier batch stays, and a decode step takes no new memory.
+TEST_P(BitExact, RowsIntoAKeptVectorAreTheReturnedRowsInItsMemory) {
+  auto f = open_case(GetParam());
+  auto model = Model::load(f);
+  const int vocab = model->config().vocab_size;
+  const auto prompt = sample_tokens(7, vocab, 3);
+  tensor::ThreadPool pool(2);
+  auto returned_kv = model->new_sequence(64, KvType::F32);
+  auto kept_kv = model->new_sequence(64, KvType::F32);
+  std::vector<float> kept(static_cast<size_t>(3 * vocab + 5), std::nanf(""));
+  const SequenceSlice prompt_returned{returned_kv.get(), 7, SliceOutput::AllLogits};
+  const SequenceSlice prompt_kept{kept_kv.get(), 7, SliceOutput::AllLogits};
+  const auto expected_prompt = model->forward({&prompt_returned, 1}, prompt, {}, pool);
+  model->forward({&prompt_kept, 1}, prompt, {}, pool, HeadRows::Whole, kept);
+  EXPECT_TRUE(same_bits(kept, expected_prompt));
+  const float* memory = kept.data();
+  for (const Token next : sample_tokens(4, vocab, 4)) {
+    const SequenceSlice step_returned{returned_kv.get(), 1};
+    const SequenceSlice step_kept{kept_kv.get(), 1};
+    const auto expected = model->forward({&step_returned, 1}, {&next, 1}, {}, pool);
+    model->forward({&step_kept, 1}, {&next, 1}, {}, pool, HeadRows::Whole, kept);
+    EXPECT_TRUE(same_bits(kept, expected));
+    EXPECT_EQ(kept.data(), memory) << "a decode step's row took new memory";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, BitExact,
                          ::testing::Values(ModelCase{"dreams", ""}, ModelCase{"demo", "Q4_0"},
                                            ModelCase{"demo", "Q8_0"}, ModelCase{"demo", "Q4_K_M"},

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "counted_allocations.h"
 #include "sampling/sampler.h"
 
 namespace strata::sampling {
@@ -582,6 +584,27 @@ TEST(ChooseFromBests, AreForGreedyStepsWithoutLogprobs) {
   step.top_logprobs = -1;
   step.params.temperature = 0.7f;
   EXPECT_FALSE(chooses_from_bests(step));
+}
+
+// choose() makes a Sampler a step. Above the server's mmap threshold a fresh buffer of a
+// vocabulary's size would be fresh pages each token; after a thread's first choice, none is
+// allocated: greedy or sampled, with penalties and logprobs.
+TEST(SamplingStep, ChoosingAgainAllocatesNothingOfTheVocabularysSize) {
+  const std::vector<float> logits = random_logits(151936, 5);
+  const int vocab = static_cast<int>(logits.size());
+  SamplingParams sampled;
+  sampled.repetition_penalty = 1.1f;
+  sampled.seed = 3;
+  const std::vector<int32_t> history{5, 9, 9};
+  const std::vector<SamplingStep> steps{Sampler(sampled, vocab).step(history, {}, 3),
+                                        Sampler(filters_off(0.0f), vocab).step(history, {}, -1),
+                                        Sampler(filters_off(0.8f), vocab).step({}, {}, -1)};
+  for (const SamplingStep& step : steps) choose(step, logits);
+  const tests::CountedAllocations counted(logits.size() * sizeof(float) / 2);
+  for (int i = 0; i < 3; ++i) {
+    for (const SamplingStep& step : steps) choose(step, logits);
+  }
+  EXPECT_EQ(counted.count(), 0u);
 }
 
 }  // namespace
