@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <thread>
 
 #include "engine/engine.h"
 #include "engine/local_stage.h"
@@ -201,6 +202,15 @@ TEST(EngineAdmission, ANewSequenceWaitsForTheBlocksOfOneReleasedBeforeTheBatches
   std::vector<std::future<Outcome>> futures;
   for (const auto& r : {a, b, c}) futures.push_back(submit_for_outcome(engine, r));
   first->wait_until_held();
+  // B's batch must be in the pipeline behind A's before A's goes on, or A could end and be
+  // released ahead of it. The engine admits B and launches its batch in one pass of its loop;
+  // a loaded full suite once saw C start here, which an engine that had not yet launched B's
+  // batch when the gate opened would explain (not reproduced alone).
+  const auto admitted_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (engine.load().running < 2 && std::chrono::steady_clock::now() < admitted_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   first->open();
   second->wait_until_held();
   // A is done and released now, but its release reaches the second stage after B's batch.
