@@ -131,6 +131,10 @@ class Server::Impl {
       acceptor_closed.set_value();
     });
     acceptor_closed.get_future().wait();
+    // A connection the system accepted just before the close may resume the loop after it:
+    // once the loop has ended, every connection is registered and is closed below, rather than
+    // left unanswered until the server is destroyed.
+    accepting_ended_.get_future().wait();
     {
       std::unique_lock lock(mutex_);
       for (const auto& connection : connections_) {
@@ -153,7 +157,10 @@ class Server::Impl {
       tcp::socket socket = co_await acceptor_.async_accept(
           net::make_strand(io_), net::redirect_error(net::use_awaitable, error));
       if (error) {
-        if (!acceptor_.is_open()) co_return;
+        if (!acceptor_.is_open()) {
+          accepting_ended_.set_value();
+          co_return;
+        }
         // Out of file descriptors, most likely: give connections time to close.
         net::steady_timer pause(acceptor_.get_executor(), std::chrono::milliseconds(50));
         co_await pause.async_wait(net::redirect_error(net::use_awaitable, error));
@@ -404,6 +411,7 @@ class Server::Impl {
   std::condition_variable changed_;
   std::list<std::shared_ptr<Connection>> connections_;  // oldest first
   std::atomic<bool> stopping_{false};
+  std::promise<void> accepting_ended_;  // the accept loop's, once the acceptor is closed
   // Destroyed before the registry above: the coroutines they end unregister themselves.
   net::io_context io_;
   tcp::acceptor acceptor_;
