@@ -114,6 +114,17 @@ void penalize(std::span<float> logits, int32_t first_token, std::span<const std:
   }
 }
 
+// The logits with the penalties applied: the raw ones, uncopied, when no token is counted;
+// else a copy in the thread's scratch, valid until its next call.
+std::span<const float> penalized_logits(std::span<const float> logits, int32_t first_token,
+                                        std::span<const std::pair<int32_t, int>> counted, const SamplingParams& params) {
+  if (counted.empty()) return logits;
+  std::vector<float>& penalized = thread_scratch().penalized;
+  penalized.assign(logits.begin(), logits.end());
+  penalize(penalized, first_token, counted, params);
+  return penalized;
+}
+
 // Of the tokens first_token .. first_token + logits.size() - 1 that `allowed` (a whole
 // vocabulary's flags, or none) allows, the one of the highest logit, the lowest id among equals.
 std::optional<Candidate> first_best(std::span<const float> logits, int32_t first_token, std::span<const uint8_t> allowed) {
@@ -248,19 +259,13 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   }
   check_mask(allowed, logits.size());
   check_logits(logits);
-  Scratch& scratch = thread_scratch();
-  std::span<const float> penalized = logits;
-  const std::vector<std::pair<int32_t, int>> counted = counted_window(history, params_, logits.size());
-  if (!counted.empty()) {  // else the raw logits are the penalized ones, uncopied
-    scratch.penalized.assign(logits.begin(), logits.end());
-    penalize(scratch.penalized, 0, counted, params_);
-    penalized = scratch.penalized;
-  }
+  const std::span<const float> penalized =
+      penalized_logits(logits, 0, counted_window(history, params_, logits.size()), params_);
   const auto is_allowed = [&](int32_t token) { return allowed.empty() || allowed[static_cast<size_t>(token)] != 0; };
 
   if (params_.temperature <= 0.0f) return greedy_token(first_best(penalized, 0, allowed));
 
-  std::vector<Candidate>& candidates = scratch.candidates;
+  std::vector<Candidate>& candidates = thread_scratch().candidates;
   candidates.clear();
   for (int32_t token = 0; token < vocab_size_; ++token) {
     const float logit = penalized[static_cast<size_t>(token)];
@@ -323,12 +328,7 @@ ShareBest best_of_row(const SamplingStep& step, std::span<const int32_t> history
   } catch (const std::invalid_argument&) {
     return best;  // a history token outside the vocabulary, which choose_from_bests refuses
   }
-  if (!counted.empty()) {  // else the raw logits are the penalized ones, uncopied
-    std::vector<float>& penalized = thread_scratch().penalized;
-    penalized.assign(logits.begin(), logits.end());
-    penalize(penalized, first_token, counted, step.params);
-    logits = penalized;
-  }
+  logits = penalized_logits(logits, first_token, counted, step.params);
   if (const std::optional<Candidate> found = first_best(logits, first_token, allowed)) {
     best.token = found->token;
     best.logit = found->logit;
