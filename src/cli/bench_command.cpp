@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_source.h"
+#include "cli/option_checks.h"
 #include "cli/speculation.h"
 #include "engine/engine.h"
 #include "model/model.h"
@@ -354,23 +355,23 @@ void add_bench_command(CLI::App& app, Action& action) {
   cmd->add_option("-m,--model", options->model,
                   "GGUF model file, or OWNER/REPO[:FILE] on Hugging Face "
                   "(default: the generated demo model)");
-  cmd->add_option("-p,--prompt-tokens", options->prompt_tokens, "Prompt length for prefill")->check(CLI::PositiveNumber);
-  cmd->add_option("-n,--gen-tokens", options->generated_tokens, "Tokens to decode")->check(CLI::PositiveNumber);
+  cmd->add_option("-p,--prompt-tokens", options->prompt_tokens, "Prompt length for prefill")->check(positive_number());
+  cmd->add_option("-n,--gen-tokens", options->generated_tokens, "Tokens to decode")->check(positive_number());
   cmd->add_option("-d,--depth", options->depth,
                   "Tokens already in the context when each prefill and decode run starts (as llama-bench's -d)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("-t,--threads", options->threads, "Threads")->check(CLI::PositiveNumber);
-  cmd->add_option("-r,--repetitions", options->repetitions, "Measured runs (the median is reported)")->check(CLI::PositiveNumber);
+      ->check(non_negative_number());
+  cmd->add_option("-t,--threads", options->threads, "Threads")->check(positive_number());
+  cmd->add_option("-r,--repetitions", options->repetitions, "Measured runs (the median is reported)")->check(positive_number());
   cmd->add_flag("!--no-bandwidth", options->bandwidth, "Skip the memory bandwidth probe");
   cmd->add_option("--streams", options->streams,
                   "Also measure aggregate decode through the engine with this many concurrent requests (e.g. 1,4,8)")
-      ->delimiter(',')->check(CLI::PositiveNumber);
+      ->delimiter(',')->check(positive_number());
   CLI::Option* ttft =
       cmd->add_option("--ttft", options->ttft_prompt, "Also measure time to first token for a prompt of this length")
-          ->check(CLI::PositiveNumber);
+          ->check(positive_number());
   cmd->add_option("--ttft-cached", options->ttft_cached,
                   "With --ttft, also measure it when this many leading prompt tokens are in the prefix cache")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->needs(ttft);
   cmd->add_option("--kv-type", options->kv_type, "How keys and values are stored: f32 or f16")
       ->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_source.h"
+#include "cli/option_checks.h"
 #include "gguf/gguf.h"
 #include "hub/progress.h"
 #include "model/synthetic.h"
@@ -103,7 +104,7 @@ void add_gguf_commands(CLI::App& app, Action& action) {
   synth_cmd->add_option("-o,--output", o->out, "Output file")->required();
   synth_cmd->add_option("--seed", o->seed, "Seed for the random weights");
   synth_cmd->add_option("--layers", o->layers, "Write only the first N layers of the shape (default: all)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   synth_cmd->add_option("--weights", o->weights,
                         "random (default), or copying: hand-set weights of a Llama shape that repeat what the "
                         "model has read (an induction head over three tokens; a third layer edits cat to dog and red "

@@ -2,6 +2,7 @@
 #include <stdexcept>
 
 #include "cli/commands.h"
+#include "cli/option_checks.h"
 #include "hub/hub.h"
 
 namespace strata::cli {
@@ -35,7 +36,7 @@ void add_pull_command(CLI::App& app, Action& action) {
   cmd->add_option("--cache-dir", o->cache_dir,
                   "Where models are kept (default: $STRATA_CACHE, $XDG_CACHE_HOME/strata or ~/.cache/strata)");
   cmd->add_option("--retries", o->retries, "Times a transfer that broke off is resumed before giving up")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(non_negative_number())->capture_default_str();
   cmd->callback([o, &action] { action = [o] { return pull(*o); }; });
 }
 

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_source.h"
+#include "cli/option_checks.h"
 #include "cli/speculation.h"
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
@@ -96,8 +97,8 @@ void add_run_command(CLI::App& app, Action& action) {
                   "GGUF model file, or OWNER/REPO[:FILE] on Hugging Face "
                   "(default: a generated random-weight demo model)");
   cmd->add_option("-p,--prompt", options->prompt, "Prompt text")->required();
-  cmd->add_option("-n,--max-tokens", options->max_tokens, "Tokens to generate")->check(CLI::PositiveNumber);
-  cmd->add_option("--temp", options->sampling.temperature, "Temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("-n,--max-tokens", options->max_tokens, "Tokens to generate")->check(positive_number());
+  cmd->add_option("--temp", options->sampling.temperature, "Temperature (0 = greedy)")->check(non_negative_number());
   cmd->add_option("--top-k", options->sampling.top_k, "Top-k (0 = off)");
   cmd->add_option("--top-p", options->sampling.top_p, "Top-p (1 = off)");
   cmd->add_option("--min-p", options->sampling.min_p, "Min-p (0 = off)");
@@ -105,8 +106,8 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--presence-penalty", options->sampling.presence_penalty, "Presence penalty");
   cmd->add_option("--frequency-penalty", options->sampling.frequency_penalty, "Frequency penalty");
   cmd->add_option("--seed", options->seed, "Random seed (default: random, printed at the end)");
-  cmd->add_option("-t,--threads", options->threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("-c,--ctx-size", options->context, "Context size (default: the model's)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("-t,--threads", options->threads, "Threads (default: all cores)")->check(non_negative_number());
+  cmd->add_option("-c,--ctx-size", options->context, "Context size (default: the model's)")->check(non_negative_number());
   add_speculation_options(*cmd, options->speculation);
   cmd->callback([&action, options] { action = [options] { return run(*options); }; });
 }

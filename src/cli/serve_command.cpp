@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/console.h"
 #include "cli/model_source.h"
+#include "cli/option_checks.h"
 #include "cli/speculation.h"
 #include "cluster/discovery.h"
 #include "cluster/node.h"
@@ -287,12 +288,12 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--port", o->server.port, "Port (0: any free port)")->capture_default_str();
   cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (also from STRATA_API_KEY)");
   cmd->add_option("--parallel", o->engine.max_parallel, "Sequences decoded together")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(positive_number())->capture_default_str();
   cmd->add_option("--queue", o->engine.max_queued, "Requests that may wait for a slot; more get HTTP 429")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(non_negative_number())->capture_default_str();
   cmd->add_option("-c,--ctx-size", o->engine.context_size, "Context size per request (default: the model's)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("-t,--threads", o->engine.threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
+  cmd->add_option("-t,--threads", o->engine.threads, "Threads (default: all cores)")->check(non_negative_number());
   cmd->add_option("--metrics-key", o->server.metrics_key,
                   "Require 'Authorization: Bearer KEY' for GET /metrics instead of the API key");
   cmd->add_option("--allowed-host", o->server.host_names,
@@ -311,7 +312,7 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--peers", o->peers, "Nodes to join, host:node-port (comma-separated)")->delimiter(',');
   cmd->add_option("--node-port", o->node_port,
                   "Port for other nodes (default: --port + 1, or any free port when that is taken; 0 with --port 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   cmd->add_option("--node-host", o->node_host,
                   "Address the node service listens on (default: 127.0.0.1, or 0.0.0.0 with a cluster key)");
   cmd->add_option("--node-id", o->node_id, "This node's id (default: generated once, kept in --state-dir)");
@@ -336,26 +337,26 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--stages", o->stages, "A placement fixed by hand: NODE:FIRST-LAST,... (layers inclusive) in pipeline order; NODE may be a tensor-parallel group, b+c (shares by speed) or b*3+c (by weight)");
   cmd->add_option("--startup-wait", o->startup_wait_seconds,
                   "Seconds a request waits for the cluster to form before a 503")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(non_negative_number())->capture_default_str();
   cmd->add_option("--cache-dir", o->cache_dir,
                   "Where models pulled with -m OWNER/REPO and weights fetched from peers are kept (default: "
                   "$STRATA_CACHE, $XDG_CACHE_HOME/strata or ~/.cache/strata)");
   cmd->add_option("--test-fetch-delay-ms", o->test_fetch_delay_ms, "Tests only: pause after every chunk of weights fetched")
-      ->check(CLI::NonNegativeNumber)->group("");
+      ->check(non_negative_number())->group("");
   cmd->add_option("--test-fetch-checkpoint-bytes", o->test_fetch_checkpoint_bytes,
                   "Tests only: record how far a tensor being fetched got every this many bytes")
-      ->check(CLI::PositiveNumber)->group("");
+      ->check(positive_number())->group("");
   cmd->add_option("--test-tensor-chunk-bytes", o->test_tensor_chunk_bytes,
                   "Tests only: send tensors to peers in chunks of this many bytes")
-      ->check(CLI::PositiveNumber)->group("");
+      ->check(positive_number())->group("");
   cmd->add_option("--test-weight-speed", o->test_weight_speed,
                   "Tests only: the weight speed (bytes/s) the node reports instead of the one it measures")
-      ->check(CLI::PositiveNumber)->group("");
+      ->check(positive_number())->group("");
   cmd->add_option("--test-exchange-delay-us", o->test_exchange_delay_us,
                   "Benchmarks only: delay added to every tensor-parallel gather, as a link's one-way delay")
-      ->check(CLI::NonNegativeNumber)->group("");
+      ->check(non_negative_number())->group("");
   cmd->add_option("--test-link-delay-ms", o->test_link_delay_ms, "Tests only: delay added to every stage call")
-      ->check(CLI::NonNegativeNumber)->group("");
+      ->check(non_negative_number())->group("");
   cmd->callback([&action, o] { action = [o] { return serve(*o); }; });
 }
 

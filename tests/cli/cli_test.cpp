@@ -165,6 +165,22 @@ TEST(Cli, ServeRefusesAnEmptyApiKey) {
   expect_one_line_error(from_environment, "API key is empty");
 }
 
+// A number out of its option's range is named as a person would say it, in a line, not as
+// CLI11's range up to the largest double written out in full.
+TEST(Cli, ANumberOutsideItsOptionsRangeIsRefusedInPlainWords) {
+  const auto expect_refused = [](const Result& r, const std::string& message) {
+    EXPECT_FALSE(r.crashed) << r.err;
+    EXPECT_NE(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    EXPECT_LT(r.err.size(), 120u) << r.err;
+  };
+  expect_refused(strata("run -m " + kDreams + " -p hi -n 0"), "--max-tokens: must be above 0, got 0");
+  expect_refused(strata("run -m " + kDreams + " -p hi --temp=-0.5"), "--temp: must be 0 or more, got -0.5");
+  expect_refused(strata("run -m " + kDreams + " -p hi --temp=warm"), "--temp: expected a number, got 'warm'");
+  expect_refused(strata("serve -m " + kDreams + " --port 0 --parallel 0"), "--parallel: must be above 0, got 0");
+  expect_refused(strata("bench --threads=-1"), "--threads: must be above 0, got -1");
+}
+
 // Cluster flags that cannot work are refused before the node listens or sends anything.
 TEST(Cli, ServeRefusesClusterFlagsThatCannotWork) {
   const std::string serve = "serve -m " + kDreams + " --port 0 --no-discovery ";
