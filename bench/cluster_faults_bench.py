@@ -25,7 +25,7 @@ import threading
 import time
 import urllib.request
 
-from cluster_bench import start, stream, wait_healthy
+from cluster_bench import start, stop, stream, wait_healthy
 
 
 def cluster_status(port):
@@ -66,11 +66,7 @@ def one_round(args, event):
         switches = cluster_status(entry[1]).get("placement_switches", {})
         return next_token, longest_gap, switches
     finally:
-        for process, _, _ in nodes:
-            if process.poll() is None:
-                process.terminate()
-        for process, _, _ in nodes:
-            process.wait()
+        stop(nodes)  # a killed node's terminate() does nothing
 
 
 def main():

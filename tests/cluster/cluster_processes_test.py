@@ -73,15 +73,33 @@ class Node:
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"{}")
 
-    def complete(self, body, timeout=60):
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/completions",
-                                         data=json.dumps(body).encode(), method="POST",
-                                         headers={"Content-Type": "application/json"})
+    def post(self, path, body, timeout=60):
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=json.dumps(body).encode(),
+                                         method="POST", headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(request, timeout=timeout) as r:
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"{}")
+
+    def complete(self, body, timeout=60):
+        return self.post("/v1/completions", body, timeout)
+
+    def stream(self, path, body):
+        """A streamed answer: its text and the usage of its last chunk."""
+        body = dict(body, stream=True, stream_options={"include_usage": True})
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=json.dumps(body).encode(),
+                                         method="POST", headers={"Content-Type": "application/json"})
+        text, usage = "", None
+        with urllib.request.urlopen(request, timeout=60) as r:
+            for line in r:
+                if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                for choice in chunk.get("choices", []):
+                    text += choice.get("text") or (choice.get("delta") or {}).get("content") or ""
+                usage = chunk.get("usage") or usage
+        return text, usage
 
     def wait_healthy(self, timeout=30):
         deadline = time.time() + timeout

@@ -12,8 +12,6 @@ import concurrent.futures
 import json
 import os
 import sys
-import urllib.error
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster_processes_test as base  # noqa: E402  (its Node and checks; its main does not run)
@@ -22,33 +20,6 @@ check = base.check
 
 # The chat template takes much of the shared model's 128 positions: the prompts stay short.
 SYSTEM = "You dream of robots and the moon."
-
-
-def post(node, path, body, timeout=60):
-    request = urllib.request.Request(f"http://127.0.0.1:{node.port}{path}", data=json.dumps(body).encode(),
-                                     method="POST", headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
-
-
-def stream(node, path, body):
-    """A streamed answer: its text and the usage of its last chunk."""
-    body = dict(body, stream=True, stream_options={"include_usage": True})
-    request = urllib.request.Request(f"http://127.0.0.1:{node.port}{path}", data=json.dumps(body).encode(),
-                                     method="POST", headers={"Content-Type": "application/json"})
-    text, usage = "", None
-    with urllib.request.urlopen(request, timeout=60) as r:
-        for line in r:
-            if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            for choice in chunk.get("choices", []):
-                text += choice.get("text") or (choice.get("delta") or {}).get("content") or ""
-            usage = chunk.get("usage") or usage
-    return text, usage
 
 
 def result(status_body):
@@ -74,7 +45,7 @@ def two_blocks_prompt(node):
     """A prompt of exactly 32 tokens (two KV blocks), found by asking the server to count."""
     words = "Once upon a time"
     while True:
-        status, body = post(node, "/v1/completions", completion(words, 1))
+        status, body = node.post("/v1/completions", completion(words, 1))
         count = body["usage"]["prompt_tokens"] if status == 200 else 999
         if count == 32:
             return words
@@ -99,31 +70,31 @@ def scenarios(nodes, boundary_prompt):
 
     repeated = completion("Once upon a time, in a city of glass and silence, a small robot", 30)
     for label in ("first", "repeated"):
-        r, c = result(post(entry, "/v1/completions", repeated))
+        r, c = result(entry.post("/v1/completions", repeated))
         out.append(r)
         cached["repeated " + label] = c
-    text, usage = stream(entry, "/v1/completions", repeated)
+    text, usage = entry.stream("/v1/completions", repeated)
     out.append(text)
     cached["repeated streamed"] = usage["prompt_tokens_details"]["cached_tokens"]
 
     # The seed's scenario: each call separate, the second turn extending the first.
     turn1 = [{"role": "user", "content": "Write a brief history of the iPhone."}]
-    r, c = result(post(entry, "/v1/chat/completions", chat(turn1, 4)))
+    r, c = result(entry.post("/v1/chat/completions", chat(turn1, 4)))
     out.append(r)
     turn2 = turn1 + [{"role": "assistant", "content": r[0]}, {"role": "user", "content": "Please continue."}]
-    r, c = result(post(entry, "/v1/chat/completions", chat(turn2, 4)))
+    r, c = result(entry.post("/v1/chat/completions", chat(turn2, 4)))
     out.append(r)
     cached["second turn"] = c
-    r, c = result(post(entry, "/v1/chat/completions", chat([{"role": "user", "content": "Write about llamas."}])))
+    r, c = result(entry.post("/v1/chat/completions", chat([{"role": "user", "content": "Write about llamas."}])))
     out.append(r)
-    r, c = result(post(entry, "/v1/chat/completions", chat(turn1, 12)))
+    r, c = result(entry.post("/v1/chat/completions", chat(turn1, 12)))
     out.append(r)
     cached["first turn again"] = c
-    text, usage = stream(entry, "/v1/chat/completions", chat(turn1, 12))
+    text, usage = entry.stream("/v1/chat/completions", chat(turn1, 12))
     out.append(text)
     cached["first turn streamed"] = usage["prompt_tokens_details"]["cached_tokens"]
     model = entry.get("/v1/models")[1]["data"][0]["id"]
-    status, body = post(entry, "/api/chat", {"model": model, "messages": turn1, "stream": False,
+    status, body = entry.post("/api/chat", {"model": model, "messages": turn1, "stream": False,
                                              "options": {"temperature": 0, "num_predict": 12}})
     out.append(body["message"]["content"] if status == 200 else ("error", status))
     # Ollama counts the prompt tokens it computed.
@@ -133,10 +104,10 @@ def scenarios(nodes, boundary_prompt):
     # put the system prompt in the cache.
     shared = [chat([{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}], 16)
               for q in ("Robots?", "The moon.", "Glass.", "Colours!", "A cat.", "Rain", "Silence", "Trains")]
-    out.append(result(post(entry, "/v1/chat/completions", chat([{"role": "system", "content": SYSTEM},
+    out.append(result(entry.post("/v1/chat/completions", chat([{"role": "system", "content": SYSTEM},
                                                                    {"role": "user", "content": "Hello"}], 16)))[0])
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        futures = [pool.submit(post, nodes[i % len(nodes)], "/v1/chat/completions", r) for i, r in enumerate(shared)]
+        futures = [pool.submit(nodes[i % len(nodes)].post, "/v1/chat/completions", r) for i, r in enumerate(shared)]
         for i, f in enumerate(futures):
             r, c = result(f.result())
             out.append(r)
@@ -144,7 +115,7 @@ def scenarios(nodes, boundary_prompt):
 
     boundary = completion(boundary_prompt, 20)
     for label in ("first", "repeated"):
-        r, c = result(post(entry, "/v1/completions", boundary))
+        r, c = result(entry.post("/v1/completions", boundary))
         out.append(r)
         cached["two blocks " + label] = c
     return out, cached
@@ -190,13 +161,13 @@ def main():
     check(all(n.wait_healthy() for n in nodes), "the eviction cluster serves")
     request = completion("Once upon a time, in a city of glass and silence, a small robot", 30)
     want = reference[0]
-    check(result(post(first, "/v1/completions", request))[0] == want, "eviction cluster: the first answer")
+    check(result(first.post("/v1/completions", request))[0] == want, "eviction cluster: the first answer")
     for prompt in ("The moon was made of old clocks and every clock", "Colours fell like rain on the sleeping town"):
-        post(first, "/v1/completions", completion(prompt, 80))
+        first.post("/v1/completions", completion(prompt, 80))
     stats = own_kv_stats(nodes)
     check(stats["e1"]["evictions"] > 0 and stats["e0"]["evictions"] == 0,
           f"eviction cluster: only the middle node evicted: {stats}")
-    r, c = result(post(first, "/v1/completions", request))
+    r, c = result(first.post("/v1/completions", request))
     check(r == want, f"eviction cluster: the answer after the middle node evicted its prefix: {r!r}")
     base.stop_all(nodes)
 

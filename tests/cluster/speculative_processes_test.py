@@ -8,11 +8,8 @@ and rejected (none with --speculative off), and the leader's /cluster counts the
 usage: speculative_processes_test.py STRATA MODEL.gguf
 """
 import concurrent.futures
-import json
 import os
 import sys
-import urllib.error
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster_processes_test as base  # noqa: E402  (its Node and checks; its main does not run)
@@ -23,32 +20,6 @@ check = base.check
 PROMPTS = ["I dream of vectors. I dream of vectors. I dream of vectors. I dream of",
            "The cat sat on the mat. The cat sat on the mat. The cat",
            "Once upon a time, in a city of glass and silence, a small robot"]
-
-
-def post(node, path, body, timeout=60):
-    request = urllib.request.Request(f"http://127.0.0.1:{node.port}{path}", data=json.dumps(body).encode(),
-                                     method="POST", headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
-
-
-def stream(node, body):
-    body = dict(body, stream=True, stream_options={"include_usage": True})
-    request = urllib.request.Request(f"http://127.0.0.1:{node.port}/v1/completions", data=json.dumps(body).encode(),
-                                     method="POST", headers={"Content-Type": "application/json"})
-    text, usage = "", None
-    with urllib.request.urlopen(request, timeout=60) as r:
-        for line in r:
-            if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            for choice in chunk.get("choices", []):
-                text += choice.get("text") or ""
-            usage = chunk.get("usage") or usage
-    return text, usage
 
 
 def requests():
@@ -65,19 +36,19 @@ def answers(nodes):
     nodes, a streamed one's text, and the drafts accepted and rejected per request."""
     got, drafts = [], []
     for r in requests():
-        status, body = post(nodes[-1], "/v1/completions", r)
+        status, body = nodes[-1].post("/v1/completions", r)
         check(status == 200, f"a completion is answered: {status} {body}")
         choice = body["choices"][0]
         got.append((choice["text"], choice["finish_reason"], choice["logprobs"]))
         details = body["usage"]["completion_tokens_details"]
         drafts.append((details["accepted_prediction_tokens"], details["rejected_prediction_tokens"]))
     with concurrent.futures.ThreadPoolExecutor(6) as pool:
-        futures = [pool.submit(post, nodes[i % len(nodes)], "/v1/completions", r) for i, r in enumerate(requests())]
+        futures = [pool.submit(nodes[i % len(nodes)].post, "/v1/completions", r) for i, r in enumerate(requests())]
         for f in futures:
             status, body = f.result()
             choice = body["choices"][0] if status == 200 else {}
             got.append((choice.get("text"), choice.get("finish_reason"), choice.get("logprobs")))
-    text, usage = stream(nodes[0], requests()[0])
+    text, usage = nodes[0].stream("/v1/completions", requests()[0])
     got.append(text)
     drafts.append((usage["completion_tokens_details"]["accepted_prediction_tokens"],
                    usage["completion_tokens_details"]["rejected_prediction_tokens"]))
