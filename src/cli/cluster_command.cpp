@@ -33,6 +33,26 @@ struct ClusterOptions {
 
 std::string address_of(const ClusterOptions& o) { return "http://" + o.host + ":" + std::to_string(o.port); }
 
+// Why a request got no answer, in words (httplib names its errors as enumerators: "Connection").
+std::string why_unanswered(httplib::Error error) {
+  switch (error) {
+    case httplib::Error::Connection:
+      return "nothing accepts connections there (is `strata serve` running, with this --host and --port?)";
+    case httplib::Error::ConnectionTimeout:
+      return "the connection timed out";
+    case httplib::Error::Read:
+      return "the connection ended before the answer did";
+    case httplib::Error::Write:
+      return "the connection ended while the request was sent";
+    default:
+      return httplib::to_string(error);
+  }
+}
+
+std::string unreachable(const ClusterOptions& o, httplib::Error error) {
+  return "cannot reach " + address_of(o) + ": " + why_unanswered(error);
+}
+
 httplib::Headers headers_for(const ClusterOptions& o) {
   httplib::Headers headers;
   if (!o.api_key.empty()) headers.emplace("Authorization", "Bearer " + o.api_key);
@@ -44,7 +64,7 @@ int print_cluster(const ClusterOptions& o) {
   client.set_connection_timeout(5);
   client.set_read_timeout(10);
   const httplib::Result result = client.Get("/cluster", headers_for(o));
-  if (!result) throw std::runtime_error("cannot reach " + address_of(o) + ": " + httplib::to_string(result.error()));
+  if (!result) throw std::runtime_error(unreachable(o, result.error()));
   if (result->status != 200) {
     throw std::runtime_error("GET /cluster answered " + std::to_string(result->status) + ": " + result->body);
   }
@@ -67,7 +87,7 @@ std::string watch_frame(httplib::Client& client, const ClusterOptions& o, std::s
   const httplib::Result status = client.Get("/cluster", headers_for(o));
   if (!status || status->status != 200) {
     return frame + "the node does not answer: " +
-           (status ? "HTTP " + std::to_string(status->status) : httplib::to_string(status.error())) + "\n";
+           (status ? "HTTP " + std::to_string(status->status) : why_unanswered(status.error())) + "\n";
   }
   // Rates over the last few seconds: other nodes' figures move on with the gossip, a second or
   // so apart.
@@ -122,7 +142,7 @@ int drain(const ClusterOptions& o) {
   client.set_read_timeout(10);
   const httplib::Result result =
       client.Post("/cluster/drain", headers_for(o), o.force ? R"({"force":true})" : "", "application/json");
-  if (!result) throw std::runtime_error("cannot reach " + address_of(o) + ": " + httplib::to_string(result.error()));
+  if (!result) throw std::runtime_error(unreachable(o, result.error()));
   if (result->status == 409) {
     const json body = json::parse(result->body, nullptr, false);
     const std::string why = body.is_object() && body.contains("error") ? body["error"].value("message", result->body)

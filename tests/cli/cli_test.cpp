@@ -1,6 +1,9 @@
 // The strata binary end to end: real output on the shared model, and a one-line error with a
 // non-zero exit (never a crash) for each kind of bad input.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -179,6 +182,26 @@ TEST(Cli, ANumberOutsideItsOptionsRangeIsRefusedInPlainWords) {
   expect_refused(strata("run -m " + kDreams + " -p hi --temp=warm"), "--temp: expected a number, got 'warm'");
   expect_refused(strata("serve -m " + kDreams + " --port 0 --parallel 0"), "--parallel: must be above 0, got 0");
   expect_refused(strata("bench --threads=-1"), "--threads: must be above 0, got -1");
+}
+
+// `strata cluster` and `drain` at a port where nothing listens say so in words, not with
+// httplib's name for the error ("Connection").
+TEST(Cli, ClusterCommandsSayWhyANodeDoesNotAnswer) {
+  // A socket bound but not listening: connections to its port are refused while it is held.
+  const int held = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(held, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(held, reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
+  socklen_t length = sizeof address;
+  ASSERT_EQ(::getsockname(held, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::string port = std::to_string(ntohs(address.sin_port));
+  for (const char* command : {"cluster", "drain"}) {
+    expect_one_line_error(strata(std::string(command) + " --port " + port),
+                          "cannot reach http://127.0.0.1:" + port + ": nothing accepts connections there");
+  }
+  ::close(held);
 }
 
 // Cluster flags that cannot work are refused before the node listens or sends anything.
