@@ -5,12 +5,12 @@
 namespace strata::cli {
 namespace {
 
-CLI::Validator at_least(double least, bool least_allowed, const std::string& name, const std::string& wanted) {
+CLI::Validator number_from_zero(bool zero_allowed, const std::string& name, const std::string& wanted) {
   return CLI::Validator(
       [=](std::string& input) -> std::string {
         double value = 0.0;
         if (!CLI::detail::lexical_cast(input, value)) return "expected a number, got '" + input + "'";
-        if (value > least || (least_allowed && value == least)) return {};
+        if (value > 0.0 || (zero_allowed && value == 0.0)) return {};
         return "must be " + wanted + ", got " + input;
       },
       name);
@@ -18,8 +18,8 @@ CLI::Validator at_least(double least, bool least_allowed, const std::string& nam
 
 }  // namespace
 
-CLI::Validator positive_number() { return at_least(0.0, false, "POSITIVE", "above 0"); }
+CLI::Validator positive_number() { return number_from_zero(false, "POSITIVE", "above 0"); }
 
-CLI::Validator non_negative_number() { return at_least(0.0, true, "NONNEGATIVE", "0 or more"); }
+CLI::Validator non_negative_number() { return number_from_zero(true, "NONNEGATIVE", "0 or more"); }
 
 }  // namespace strata::cli
